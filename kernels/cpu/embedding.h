@@ -1,0 +1,12 @@
+// Embedding row gather into fp32.
+#pragma once
+
+#include <cstdint>
+
+namespace shardlm::cpu {
+
+// out[t, :] = table[ids[t], :]; table [vocab, dim] fp32 or bf16 bits. ids must be in range.
+void embedding_f32(const int32_t* ids, int64_t T, const float* table, int64_t dim, float* out);
+void embedding_bf16(const int32_t* ids, int64_t T, const uint16_t* table, int64_t dim, float* out);
+
+}  // namespace shardlm::cpu

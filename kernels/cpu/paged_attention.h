@@ -1,0 +1,25 @@
+// Causal attention over a paged KV cache (grouped-query).
+//
+// Cache layout per layer: k_cache, v_cache [num_blocks, block_size, n_kv_heads, head_dim] fp32.
+// A token's cache slot is block * block_size + offset. Prefill chunks and decode tokens go through
+// the same path: token t attends to positions [max(0, pos[t] - window + 1), pos[t]] of its own
+// sequence, whose blocks are listed in block_table[t] (logical block j -> physical block).
+// Each token's result depends only on its own q and its sequence's cache (batch invariance).
+#pragma once
+
+#include <cstdint>
+
+namespace shardlm::cpu {
+
+// k, v: [T, n_kv_heads, head_dim]; slots: [T].
+void kv_cache_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
+                    int64_t head_dim, float* k_cache, float* v_cache);
+
+// q, out: [T, n_heads, head_dim]; block_table[t] points at the block list of token t's sequence;
+// window <= 0 means full causal attention.
+void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                     const float* k_cache, const float* v_cache, int64_t block_size,
+                     const int32_t* const* block_table, const int32_t* pos, int64_t window, float scale,
+                     float* out);
+
+}  // namespace shardlm::cpu

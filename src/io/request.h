@@ -1,0 +1,51 @@
+// Requests as read from a prompt file, and results as written to HDF5.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace shardlm {
+
+// Per-request sampling settings; unset fields take the run's defaults (see SamplingParams).
+struct SamplingOverrides {
+  std::optional<int64_t> max_tokens;
+  std::optional<double> temperature;
+  std::optional<double> top_p;
+  std::optional<int64_t> top_k;
+  std::optional<double> min_p;
+  std::optional<uint64_t> seed;
+  std::optional<std::vector<std::string>> stop;
+  std::optional<bool> ignore_eos;
+};
+
+// One line of a prompt file, parsed but not tokenised. When `error` is non-empty the line could not
+// be used; the request still gets a row in the output carrying that error.
+struct ParsedRequest {
+  std::string id;       // JSONL "id", OpenAI "custom_id", plain text: the 1-based line number
+  int64_t line = 0;     // 1-based line number in the prompt file
+  std::optional<std::string> prompt;                 // text prompt
+  std::optional<std::vector<int32_t>> prompt_token_ids;
+  SamplingOverrides overrides;
+  std::string error;
+};
+
+enum class FinishReason { kNone, kStop, kLength, kError, kAbort };
+const char* finish_reason_name(FinishReason r);
+
+struct RequestResult {
+  std::string id;
+  int64_t line = 0;
+  std::vector<int32_t> prompt_tokens;
+  std::vector<int32_t> output_tokens;
+  std::string output_text;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::vector<float> token_logprobs;  // one per output token
+  std::string error;
+  int32_t replica = 0;
+  // Seconds since the run's start.
+  double t_queued = 0, t_first_token = 0, t_finished = 0;
+};
+
+}  // namespace shardlm

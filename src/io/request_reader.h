@@ -1,0 +1,38 @@
+// Streams a prompt file one line at a time: JSONL, plain text, or OpenAI batch JSONL.
+#pragma once
+
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "io/request.h"
+
+namespace shardlm {
+
+enum class PromptFormat { kAuto, kJsonl, kText, kOpenAiBatch };
+// "auto" | "jsonl" | "text" | "openai"; throws Error on anything else.
+PromptFormat prompt_format_from_name(const std::string& name);
+
+class RequestReader {
+ public:
+  // Opens the file (throws Error naming it when it cannot be read). kAuto picks by extension
+  // (.jsonl/.json -> JSONL, else text); a JSONL line carrying "custom_id" and "body" is read as
+  // an OpenAI batch line, so mixed files work.
+  RequestReader(const std::string& path, PromptFormat format);
+  // Next request, or nullopt at end of file. Never throws for bad content: a bad line comes back
+  // with `error` set. Blank lines are skipped in JSONL files; in text files they are an error
+  // (empty prompt), so ids stay equal to line numbers.
+  std::optional<ParsedRequest> next();
+  int64_t lines_read() const { return line_; }
+
+ private:
+  std::ifstream in_;
+  std::string path_;
+  PromptFormat format_;
+  int64_t line_ = 0;
+};
+
+// Parses one JSONL / OpenAI-batch line (exposed for tests and fuzzing).
+ParsedRequest parse_jsonl_line(const std::string& line, int64_t line_no);
+
+}  // namespace shardlm

@@ -1,0 +1,56 @@
+// ResultWriter: the run's HDF5 output file (schema in docs/DESIGN.md, "Outputs").
+//
+//   /requests/<column>   one extendable chunked 1-D dataset per column, a row per request:
+//                        id (string), line (int64), prompt_tokens, output_tokens (vlen int32),
+//                        output_text, finish_reason, error (strings), token_logprobs (vlen float32),
+//                        t_queued, t_first_token, t_finished (float64 seconds since start),
+//                        replica (int32)
+//   /steps/<column>      a row per scheduler step: step, batch_size, prefill_tokens, decode_tokens
+//                        (int32/int64), kv_blocks_used (int32), wall_s, t_start (float64)
+//   / attributes         strings and numbers set with set_attr()
+//
+// Rows are appended as requests finish and the file is flushed every `flush_every` rows and at
+// close, so a crash leaves a readable file holding what finished before the last flush.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "io/request.h"
+
+namespace shardlm {
+
+struct StepRecord {
+  int64_t step = 0;
+  int32_t batch_size = 0;      // sequences in the step
+  int32_t prefill_tokens = 0;
+  int32_t decode_tokens = 0;
+  int32_t kv_blocks_used = 0;
+  double t_start = 0;          // seconds since run start
+  double wall_s = 0;
+};
+
+class ResultWriter {
+ public:
+  // Creates (truncates) path; throws Error naming the path when it cannot.
+  explicit ResultWriter(const std::string& path, int flush_every = 64);
+  ~ResultWriter();
+  ResultWriter(const ResultWriter&) = delete;
+  ResultWriter& operator=(const ResultWriter&) = delete;
+
+  void append(const RequestResult& r);
+  void append_step(const StepRecord& s);
+  void set_attr(const std::string& name, const std::string& value);
+  void set_attr(const std::string& name, double value);
+  void set_attr(const std::string& name, int64_t value);
+  void flush();
+  void close();  // idempotent; also done by the destructor
+  int64_t rows() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shardlm

@@ -1,0 +1,59 @@
+// Checkpoint: read-only, memory-mapped view of the safetensors files of a Hugging Face directory.
+//
+// Handles model.safetensors or model.safetensors.index.json + shards. Every header is validated on
+// open (JSON, dtypes, shapes, offsets inside the file, no overlaps); errors name file and tensor.
+// Tensors are exposed in place (mmap): nothing is copied until a backend asks for a slice.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace shardlm {
+
+struct TensorView {
+  std::string name;
+  std::string file;  // path of the safetensors file holding it
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;  // points into the mapped file
+  size_t nbytes = 0;
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    return n;
+  }
+};
+
+class MappedFile;
+
+class Checkpoint {
+ public:
+  // Opens DIR; throws Error when no safetensors file is found or a header is invalid.
+  static std::unique_ptr<Checkpoint> open(const std::string& dir);
+  ~Checkpoint();
+
+  bool has(const std::string& name) const;
+  // Throws Error naming the tensor and the directory when absent.
+  const TensorView& get(const std::string& name) const;
+  // Like get() but also checks dtype family and shape; the message names file, tensor, expected
+  // and found shape.
+  const TensorView& get(const std::string& name, const std::vector<int64_t>& shape) const;
+  std::vector<std::string> names() const;
+  const std::string& dir() const { return dir_; }
+  // Total bytes of tensor data across all files.
+  size_t total_bytes() const;
+
+ private:
+  Checkpoint() = default;
+  std::string dir_;
+  std::vector<std::unique_ptr<MappedFile>> files_;
+  std::map<std::string, TensorView> tensors_;
+};
+
+}  // namespace shardlm

@@ -1,0 +1,42 @@
+// safetensors format: header parsing with full validation, and a writer (used by make-model).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace shardlm {
+
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;  // offset into the data section (after the 8-byte length and the header)
+  uint64_t end = 0;
+};
+
+struct SafetensorsHeader {
+  uint64_t data_offset = 0;  // 8 + header length
+  std::vector<SafetensorsEntry> entries;
+};
+
+// Parses and validates the header of a safetensors file of file_size bytes whose first bytes are
+// `prefix` (at least 8 bytes; the whole header must be inside it). `file` only names the file in
+// errors. Checks: header length within the file and below 100 MB, valid JSON object, known dtypes,
+// non-negative shapes, end - begin == numel * dtype size, offsets within the data section,
+// no two tensors overlapping. Throws Error naming the file and tensor.
+SafetensorsHeader parse_safetensors_header(const uint8_t* prefix, size_t prefix_len, uint64_t file_size,
+                                           const std::string& file);
+
+// Writes a safetensors file; tensors are written in the order given.
+struct SafetensorsWriteItem {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  const void* data;  // numel * dtype_size bytes
+};
+void write_safetensors(const std::string& path, const std::vector<SafetensorsWriteItem>& items);
+
+}  // namespace shardlm

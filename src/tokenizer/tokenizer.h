@@ -1,0 +1,55 @@
+// Tokenizer: Hugging Face tokenizer.json (byte-level BPE with Split-regex pre-tokeniser, or
+// SentencePiece-style BPE with byte fallback) plus tokenizer_config.json for BOS handling.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace shardlm {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // Loads DIR/tokenizer.json and DIR/tokenizer_config.json (optional) and
+  // DIR/generation_config.json / config.json (optional, for BOS/EOS ids). Throws Error naming the
+  // file on anything unsupported or malformed.
+  static std::unique_ptr<Tokenizer> load(const std::string& dir);
+
+  // Encodes text. Added/special tokens are matched before pre-tokenisation. No BOS is added here.
+  virtual std::vector<int32_t> encode(const std::string& text) const = 0;
+  // Decodes ids to text (special tokens included in the output only if skip_special is false).
+  virtual std::string decode(const std::vector<int32_t>& ids, bool skip_special = true) const = 0;
+  // Bytes of one token as decoding would produce them when it is not the first token
+  // (SentencePiece leading-space stripping applies only to the first token of a sequence).
+  virtual std::string token_bytes(int32_t id) const = 0;
+
+  virtual int32_t vocab_size() const = 0;
+  // BOS id if the tokenizer config asks for one to be prepended (add_bos_token), else nullopt.
+  virtual std::optional<int32_t> bos_to_prepend() const = 0;
+  // EOS ids known to the tokenizer config (may be empty; the model's generation config adds more).
+  virtual std::vector<int32_t> eos_ids() const = 0;
+  virtual bool is_special(int32_t id) const = 0;
+};
+
+// Incremental detokeniser: feed ids one at a time, get back only complete UTF-8 text. Bytes of a
+// character split across tokens are held until the character completes, so concatenating every
+// piece returned equals decode(all ids).
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tok, bool skip_special = true) : tok_(tok), skip_special_(skip_special) {}
+  std::string push(int32_t id);
+  // Whatever is held back (an incomplete character at the end, emitted as U+FFFD replacement).
+  std::string flush();
+
+ private:
+  const Tokenizer& tok_;
+  bool skip_special_;
+  std::vector<int32_t> ids_;
+  size_t emitted_chars_ = 0;  // bytes of decode(ids_) already returned
+};
+
+}  // namespace shardlm
