@@ -1,6 +1,7 @@
 // Streams a prompt file one line at a time: JSONL, plain text, or OpenAI batch JSONL.
 #pragma once
 
+#include <cstddef>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -24,12 +25,24 @@ class RequestReader {
   // (empty prompt), so ids stay equal to line numbers.
   std::optional<ParsedRequest> next();
   int64_t lines_read() const { return line_; }
+  // The format in use (kAuto resolved by extension).
+  PromptFormat format() const { return format_; }
+
+  // Longest line accepted; a longer one is skipped without being buffered and comes back as a
+  // "line too long" error. Settable for tests.
+  static constexpr size_t kMaxLineBytes = size_t{16} << 20;
+  void set_max_line_bytes(size_t n) { max_line_bytes_ = n; }
 
  private:
+  enum class LineStatus { kOk, kTooLong, kEof };
+  LineStatus read_line();
+
   std::ifstream in_;
   std::string path_;
   PromptFormat format_;
   int64_t line_ = 0;
+  size_t max_line_bytes_ = kMaxLineBytes;
+  std::string line_buf_;  // the current line, reused so that reading does not allocate per line
 };
 
 // Parses one JSONL / OpenAI-batch line (exposed for tests and fuzzing).

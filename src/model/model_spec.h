@@ -38,6 +38,9 @@ struct ModelSpec {
   bool mlp_bias = false;
   bool qk_norm = false;          // Qwen3: RMSNorm over each head of q and k before RoPE
   int64_t sliding_window = 0;    // 0: full attention
+  // First layer that uses the sliding window (Qwen2/Qwen3 apply it only to layers >=
+  // max_window_layers; Mistral to every layer). Meaningless when sliding_window is 0.
+  int64_t sliding_window_first_layer = 0;
   std::string hidden_act = "silu";
   DType torch_dtype = DType::F32;
   int32_t bos_token_id = -1;
@@ -52,6 +55,13 @@ struct ModelSpec {
                          const std::string& origin);
   // Checks divisibility and ranges; throws naming the field.
   void validate(const std::string& origin) const;
+
+  // Architectures shardlm supports ("LlamaForCausalLM", ...).
+  static const std::vector<std::string>& supported_architectures();
+  // True when LAYER attends through the sliding window.
+  bool layer_uses_sliding_window(int64_t layer) const {
+    return sliding_window > 0 && layer >= sliding_window_first_layer;
+  }
 };
 
 }  // namespace shardlm

@@ -39,4 +39,31 @@ struct SafetensorsWriteItem {
 };
 void write_safetensors(const std::string& path, const std::vector<SafetensorsWriteItem>& items);
 
+// Streaming writer: the header (all names, dtypes and shapes) is written up front, then each
+// tensor's bytes in the declared order, so a large model never has to sit in memory at once.
+struct SafetensorsTensorDecl {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+};
+class SafetensorsStreamWriter {
+ public:
+  SafetensorsStreamWriter(const std::string& path, std::vector<SafetensorsTensorDecl> decls);
+  ~SafetensorsStreamWriter();
+  SafetensorsStreamWriter(const SafetensorsStreamWriter&) = delete;
+  SafetensorsStreamWriter& operator=(const SafetensorsStreamWriter&) = delete;
+  // Appends the bytes of the next declared tensor; nbytes must equal its size.
+  void write_next(const void* data, size_t nbytes);
+  // Checks every tensor was written and closes the file (throws on I/O error).
+  void finish();
+  size_t next_index() const { return next_; }
+  const std::vector<SafetensorsTensorDecl>& decls() const { return decls_; }
+
+ private:
+  std::string path_;
+  std::vector<SafetensorsTensorDecl> decls_;
+  size_t next_ = 0;
+  void* fp_ = nullptr;  // FILE*
+};
+
 }  // namespace shardlm

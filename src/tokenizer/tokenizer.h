@@ -20,8 +20,11 @@ class Tokenizer {
   static std::unique_ptr<Tokenizer> load(const std::string& dir);
 
   // Encodes text. Added/special tokens are matched before pre-tokenisation. No BOS is added here.
+  // Invalid UTF-8 never fails: each maximal ill-formed byte subsequence is replaced by U+FFFD
+  // before any processing (so decode(encode(x)) returns the repaired text).
   virtual std::vector<int32_t> encode(const std::string& text) const = 0;
   // Decodes ids to text (special tokens included in the output only if skip_special is false).
+  // Ids without a token are skipped; bytes that do not form valid UTF-8 become U+FFFD.
   virtual std::string decode(const std::vector<int32_t>& ids, bool skip_special = true) const = 0;
   // Bytes of one token as decoding would produce them when it is not the first token
   // (SentencePiece leading-space stripping applies only to the first token of a sequence).
@@ -43,13 +46,19 @@ class StreamDecoder {
   explicit StreamDecoder(const Tokenizer& tok, bool skip_special = true) : tok_(tok), skip_special_(skip_special) {}
   std::string push(int32_t id);
   // Whatever is held back (an incomplete character at the end, emitted as U+FFFD replacement).
+  // Ends the stream: a later push starts a new sequence (first-token space stripping applies).
   std::string flush();
 
  private:
   const Tokenizer& tok_;
   bool skip_special_;
+  // Window decoding: ids_[prefix_off_, read_off_) is text already returned (kept so that the
+  // window decodes in context); ids from read_off_ on are pending. Both advance when the window
+  // ends in a complete character, and ids_ is trimmed from the front, so each push costs
+  // O(window), not O(sequence).
   std::vector<int32_t> ids_;
-  size_t emitted_chars_ = 0;  // bytes of decode(ids_) already returned
+  size_t prefix_off_ = 0;
+  size_t read_off_ = 0;
 };
 
 }  // namespace shardlm

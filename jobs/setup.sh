@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian packages shardlm builds against (idempotent; uses sudo when not root).
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config git python3
+      libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools libboost-program-options-dev
+      libgtest-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev libfabric-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+echo "[setup] installing: ${missing[*]}" >&2
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Builds shardlm and runs the whole test suite (unit, integration, end to end) with CTest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash jobs/build.sh
+# Open MPI refuses to start as root unless told; CI and containers run as root.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+ctest --test-dir build --output-on-failure -j2 --timeout 900

@@ -1,0 +1,29 @@
+#include <sstream>
+
+#include "arch/dense_decoder.h"
+#include "arch/model.h"
+#include "core/error.h"
+
+namespace shardlm {
+
+// One line per architecture. A new architecture is a new file with its builder plus a line here.
+const std::vector<ArchEntry>& arch_registry() {
+  static const std::vector<ArchEntry> kArchs = {
+      {"LlamaForCausalLM", &build_dense_decoder},
+      {"MistralForCausalLM", &build_dense_decoder},
+      {"Qwen2ForCausalLM", &build_dense_decoder},
+      {"Qwen3ForCausalLM", &build_dense_decoder},
+  };
+  return kArchs;
+}
+
+std::unique_ptr<Model> build_model(const ModelSpec& spec, const Checkpoint& ckpt, ComputeBackend& backend) {
+  std::ostringstream known;
+  for (const auto& e : arch_registry()) {
+    if (spec.architecture == e.architecture) return e.build(spec, ckpt, backend);
+    known << " " << e.architecture;
+  }
+  SHARDLM_FAIL("architecture '" << spec.architecture << "' is not supported; supported:" << known.str());
+}
+
+}  // namespace shardlm

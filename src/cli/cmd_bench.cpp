@@ -1,0 +1,159 @@
+// shardlm bench: prefill and decode tokens/s of a model on this machine, beside its measured
+// ceilings (memory bandwidth for decode, fp32 FMA peak for prefill and batched decode) and a
+// peer's published figure for the same shape.
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "arch/model.h"
+#include "cli/commands.h"
+#include "compute/backend.h"
+#include "core/error.h"
+#include "cpu/ceilings.h"
+#include "cpu/threads.h"
+#include "engine/engine.h"
+#include "engine/rng.h"
+#include "model/checkpoint.h"
+#include "model/model_spec.h"
+#include "tokenizer/tokenizer.h"
+
+namespace po = boost::program_options;
+
+namespace shardlm {
+
+namespace {
+
+class SyntheticSource final : public RequestSource {
+ public:
+  SyntheticSource(int64_t n, int64_t prompt_len, int64_t max_tokens, int64_t vocab)
+      : n_(n), len_(prompt_len), max_tokens_(max_tokens), vocab_(vocab) {}
+  std::optional<ParsedRequest> next() override {
+    if (i_ >= n_) return std::nullopt;
+    ParsedRequest r;
+    r.id = "bench-" + std::to_string(i_);
+    r.line = ++i_;
+    std::vector<int32_t> ids(len_);
+    for (int64_t j = 0; j < len_; ++j) ids[j] = static_cast<int32_t>(mix64(i_ * 1000003 + j) % vocab_);
+    r.prompt_token_ids = ids;
+    r.overrides.max_tokens = max_tokens_;
+    r.overrides.ignore_eos = true;
+    return r;
+  }
+
+ private:
+  int64_t n_, len_, max_tokens_, vocab_, i_ = 0;
+};
+
+class KeepSink final : public ResultSink {
+ public:
+  void on_result(const RequestResult& r) override { results.push_back(r); }
+  void on_step(const StepRecord&) override {}
+  std::vector<RequestResult> results;
+};
+
+struct Scenario {
+  RunStats stats;
+  std::vector<RequestResult> results;
+};
+
+Scenario run_scenario(Model& model, const Tokenizer& tok, ComputeBackend& backend, EngineConfig ec, int64_t n,
+                      int64_t prompt_len, int64_t max_tokens) {
+  ec.progress_interval_s = 0;
+  Engine engine(model, tok, backend, ec);
+  SyntheticSource src(n, prompt_len, max_tokens, model.spec().vocab_size);
+  KeepSink sink;
+  Scenario s;
+  s.stats = engine.run(src, sink);
+  s.results = std::move(sink.results);
+  for (const auto& r : s.results) SHARDLM_CHECK(r.error.empty(), "bench request failed: " << r.error);
+  return s;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  std::string model_dir;
+  int64_t prompt_len = 512, decode_tokens = 128, batch = 64, batch_in = 128, batch_out = 128;
+  int threads = 0;
+  double kv_gb = 4.0;
+  po::options_description d("shardlm bench options");
+  // clang-format off
+  d.add_options()
+    ("model", po::value(&model_dir), "model directory (e.g. made by make-model from inputs/models/bench-1024.json)")
+    ("prompt-len", po::value(&prompt_len)->default_value(prompt_len), "prefill scenario: prompt tokens")
+    ("decode-tokens", po::value(&decode_tokens)->default_value(decode_tokens), "decode scenario: tokens generated at batch 1")
+    ("batch", po::value(&batch)->default_value(batch), "batched scenario: sequences")
+    ("batch-in", po::value(&batch_in)->default_value(batch_in), "batched scenario: prompt tokens per sequence")
+    ("batch-out", po::value(&batch_out)->default_value(batch_out), "batched scenario: output tokens per sequence")
+    ("threads", po::value(&threads)->default_value(threads), "CPU threads (0 = all cores)")
+    ("kv-cache-gb", po::value(&kv_gb)->default_value(kv_gb), "KV cache budget, GiB")
+    ("help,h", "show this help");
+  // clang-format on
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(d).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    SHARDLM_FAIL("shardlm bench: " << e.what());
+  }
+  if (vm.count("help")) {
+    std::cout << "usage: shardlm bench --model DIR [options]\n\n" << d << "\n";
+    return 0;
+  }
+  SHARDLM_CHECK(!model_dir.empty(), "shardlm bench: --model is required");
+  SHARDLM_CHECK(prompt_len > 0 && decode_tokens > 1 && batch > 0 && batch_in > 0 && batch_out > 1,
+                "shardlm bench: sizes must be positive (decode and batch-out at least 2)");
+  cpu::set_num_threads(threads);
+
+  ModelSpec spec = ModelSpec::load(model_dir);
+  std::unique_ptr<Tokenizer> tok = Tokenizer::load(model_dir);
+  std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(model_dir);
+  std::unique_ptr<ComputeBackend> backend = make_backend("cpu");
+  std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend);
+  const double weight_bytes = static_cast<double>(ckpt->total_bytes());
+  double params = 0;
+  for (const auto& name : ckpt->names()) params += static_cast<double>(ckpt->get(name).numel());
+  // Per generated token the matmuls cost 2 FLOP per weight (the embedding is a gather, not a matmul).
+  const double embed = static_cast<double>(spec.vocab_size * spec.hidden_size);
+  const double flop_per_token = 2.0 * (params - (spec.tie_word_embeddings ? 0.0 : embed));
+
+  std::printf("shardlm bench: %s (%s, %.1fM parameters, %.0f MB of weights), %d threads\n", model_dir.c_str(),
+              spec.architecture.c_str(), params / 1e6, weight_bytes / 1e6, cpu::num_threads());
+  const double bw = cpu::measure_memory_bandwidth_gbs(5);
+  const double peak = cpu::measure_fma_peak_gflops(3);
+  std::printf("machine: memory bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s\n", bw, peak);
+  std::printf("ceilings for this model: decode (batch 1, weights streamed once per token) %.1f tok/s; "
+              "compute-bound tokens (prefill, batched decode) %.1f tok/s\n\n",
+              bw * 1e9 / weight_bytes, peak * 1e9 / flop_per_token);
+
+  EngineConfig ec;
+  ec.kv_cache_bytes = static_cast<int64_t>(kv_gb * (1ull << 30));
+  ec.scheduler.max_seqs = std::max<int64_t>(batch, 1);
+  ec.scheduler.max_batch_tokens = std::max<int64_t>(prompt_len, 2048);
+
+  // 1. Prefill: one prompt in one step; the time to its first token is the prefill time.
+  Scenario pre = run_scenario(*model, *tok, *backend, ec, 1, prompt_len, 1);
+  const double prefill_tps = prompt_len / (pre.results[0].t_first_token - pre.results[0].t_queued);
+  std::printf("prefill  %5lld-token prompt:          %8.1f tok/s  (%.1f GFLOP/s, %.0f%% of FMA peak; llama.cpp BF16 2 threads: 181)\n",
+              static_cast<long long>(prompt_len), prefill_tps, prefill_tps * flop_per_token / 1e9,
+              100.0 * prefill_tps * flop_per_token / 1e9 / peak);
+
+  // 2. Decode at batch 1: tokens after the first, over the time after the first.
+  Scenario dec = run_scenario(*model, *tok, *backend, ec, 1, 16, decode_tokens);
+  const RequestResult& r = dec.results[0];
+  const double decode_tps = (r.output_tokens.size() - 1) / (r.t_finished - r.t_first_token);
+  std::printf("decode   batch 1:                    %8.1f tok/s  (%.1f GB/s of weights, %.0f%% of bandwidth; llama.cpp: 33.5)\n",
+              decode_tps, decode_tps * weight_bytes / 1e9, 100.0 * decode_tps * weight_bytes / 1e9 / bw);
+
+  // 3. Batched: many sequences of batch_in prompt + batch_out output, continuous batching.
+  ec.scheduler.max_batch_tokens = 2048;
+  Scenario bat = run_scenario(*model, *tok, *backend, ec, batch, batch_in, batch_out);
+  const double total_tps = bat.stats.total_tokens_per_s();
+  std::printf("batched  %lld x (%lld in + %lld out):   %8.1f tok/s total, %.1f output tok/s, %.1f s  (%.1f GFLOP/s, %.0f%% of FMA peak; llama.cpp: 47 total)\n",
+              static_cast<long long>(batch), static_cast<long long>(batch_in), static_cast<long long>(batch_out),
+              total_tps, bat.stats.output_tokens_per_s(), bat.stats.wall_s, total_tps * flop_per_token / 1e9,
+              100.0 * total_tps * flop_per_token / 1e9 / peak);
+  return 0;
+}
+
+}  // namespace shardlm

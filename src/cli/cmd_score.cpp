@@ -1,0 +1,101 @@
+// shardlm score: the model's next-token logits at every position of a token sequence, written as
+// a .npy file [T, vocab] float32. For checking shardlm against another implementation on the same
+// weights (tests/hf_compare.py) and for scoring text.
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "arch/model.h"
+#include "cli/commands.h"
+#include "compute/backend.h"
+#include "core/error.h"
+#include "cpu/threads.h"
+#include "engine/kv_cache.h"
+#include "model/checkpoint.h"
+#include "model/model_spec.h"
+
+namespace po = boost::program_options;
+
+namespace shardlm {
+
+namespace {
+
+void write_npy_f32(const std::string& path, const std::vector<float>& data, int64_t rows, int64_t cols) {
+  std::ofstream f(path, std::ios::binary);
+  SHARDLM_CHECK(f, "cannot write " << path);
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
+                       std::to_string(cols) + "), }";
+  // Magic (6) + version (2) + header length (2) + header, padded with spaces to a multiple of 64.
+  const size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header += '\n';
+  const uint16_t hlen = static_cast<uint16_t>(header.size());
+  f.write("\x93NUMPY\x01\x00", 8);
+  f.put(static_cast<char>(hlen & 0xff));
+  f.put(static_cast<char>(hlen >> 8));
+  f.write(header.data(), static_cast<std::streamsize>(header.size()));
+  f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * sizeof(float)));
+  SHARDLM_CHECK(f.good(), "short write to " << path);
+}
+
+}  // namespace
+
+int cmd_score(int argc, char** argv) {
+  std::string model_dir, ids_text, out;
+  int threads = 0;
+  po::options_description d("shardlm score options");
+  d.add_options()("model", po::value(&model_dir), "model directory")(
+      "ids", po::value(&ids_text), "space-separated token ids (include BOS if wanted)")(
+      "out", po::value(&out), "output .npy file: float32 logits [T, vocab]")(
+      "threads", po::value(&threads)->default_value(threads), "CPU threads (0 = all cores)")("help,h", "show this help");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(d).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    SHARDLM_FAIL("shardlm score: " << e.what());
+  }
+  if (vm.count("help")) {
+    std::cout << "usage: shardlm score --model DIR --ids \"1 2 3\" --out logits.npy\n\n" << d << "\n";
+    return 0;
+  }
+  SHARDLM_CHECK(!model_dir.empty() && !out.empty() && !ids_text.empty(), "shardlm score: --model, --ids and --out are required");
+  cpu::set_num_threads(threads);
+  ModelSpec spec = ModelSpec::load(model_dir);
+  std::vector<int32_t> ids;
+  {
+    std::istringstream in(ids_text);
+    long long v;
+    while (in >> v) {
+      SHARDLM_CHECK(v >= 0 && v < spec.vocab_size, "shardlm score: id " << v << " outside [0, " << spec.vocab_size << ")");
+      ids.push_back(static_cast<int32_t>(v));
+    }
+    SHARDLM_CHECK(in.eof(), "shardlm score: --ids must be integers separated by spaces");
+  }
+  const int64_t T = static_cast<int64_t>(ids.size());
+  SHARDLM_CHECK(T > 0 && T <= spec.max_position_embeddings, "shardlm score: need 1.." << spec.max_position_embeddings << " ids");
+  std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(model_dir);
+  std::unique_ptr<ComputeBackend> backend = make_backend("cpu");
+  std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend);
+  KvCacheShape shape{spec.num_layers, spec.num_kv_heads, spec.head_dim, 16};
+  const int64_t blocks = (T + 15) / 16;
+  KvCache cache(*backend, shape, blocks * shape.bytes_per_block(), blocks);
+  std::vector<int32_t> table(blocks);
+  for (int64_t b = 0; b < blocks; ++b) table[b] = static_cast<int32_t>(b);
+  ForwardBatch batch;
+  for (int64_t t = 0; t < T; ++t) {
+    batch.tokens.push_back(ids[t]);
+    batch.positions.push_back(static_cast<int32_t>(t));
+    batch.slots.push_back(t);
+    batch.block_tables.push_back(table.data());
+    batch.logit_rows.push_back(static_cast<int32_t>(t));
+  }
+  std::vector<float> logits(static_cast<size_t>(T * spec.vocab_size));
+  model->forward(batch, cache, logits.data());
+  write_npy_f32(out, logits, T, spec.vocab_size);
+  return 0;
+}
+
+}  // namespace shardlm

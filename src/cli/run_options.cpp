@@ -1,0 +1,95 @@
+#include "cli/run_options.h"
+
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace po = boost::program_options;
+
+namespace shardlm {
+
+namespace {
+
+po::options_description describe(RunOptions& o) {
+  po::options_description d("shardlm run options (also readable from an INI job file; the command line wins)");
+  // clang-format off
+  d.add_options()
+    ("model", po::value(&o.model), "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)")
+    ("prompts", po::value(&o.prompts), "prompt file: JSONL, plain text (one prompt per line) or OpenAI batch JSONL")
+    ("out", po::value(&o.out), "output HDF5 file")
+    ("format", po::value(&o.format)->default_value(o.format), "prompt file format: auto|jsonl|text|openai")
+    ("config", po::value(&o.config), "INI job file with any of these options")
+    ("backend", po::value(&o.backend)->default_value(o.backend), "compute backend")
+    ("max-new-tokens", po::value(&o.max_new_tokens)->default_value(o.max_new_tokens), "default max tokens generated per request")
+    ("temperature", po::value(&o.temperature)->default_value(o.temperature), "sampling temperature (0 = greedy)")
+    ("top-p", po::value(&o.top_p)->default_value(o.top_p), "nucleus sampling mass (1 = off)")
+    ("top-k", po::value(&o.top_k)->default_value(o.top_k), "keep the k most likely tokens (0 = off)")
+    ("min-p", po::value(&o.min_p)->default_value(o.min_p), "drop tokens below min-p times the most likely (0 = off)")
+    ("seed", po::value(&o.seed)->default_value(o.seed), "run seed; a request without its own seed derives one from this and its id")
+    ("stop", po::value(&o.stop)->composing(), "default stop string (repeatable)")
+    ("ignore-eos", po::bool_switch(&o.ignore_eos), "keep generating past EOS")
+    ("max-batch-tokens", po::value(&o.max_batch_tokens)->default_value(o.max_batch_tokens), "tokens per scheduler step (prefill chunks included)")
+    ("max-seqs", po::value(&o.max_seqs)->default_value(o.max_seqs), "sequences running at once")
+    ("kv-cache-gb", po::value(&o.kv_cache_gb)->default_value(o.kv_cache_gb), "KV cache memory budget per rank, GiB")
+    ("block-size", po::value(&o.block_size)->default_value(o.block_size), "tokens per KV cache block")
+    ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads per rank (0 = all cores)")
+    ("flush-every", po::value(&o.flush_every)->default_value(o.flush_every), "flush the HDF5 file every N finished requests")
+    ("progress-interval", po::value(&o.progress_interval)->default_value(o.progress_interval), "seconds between progress lines (0 = none)")
+    ("quiet,q", po::bool_switch(&o.quiet), "no progress lines");
+  // clang-format on
+  return d;
+}
+
+}  // namespace
+
+bool parse_run_options(int argc, char** argv, RunOptions* out) {
+  RunOptions o;
+  po::options_description d = describe(o);
+  po::options_description all;
+  all.add(d).add_options()("help,h", "show this help");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).run(), vm);
+    if (vm.count("help")) {
+      std::cout << "usage: shardlm run --model DIR --prompts FILE --out FILE.h5 [options]\n\n" << d << "\n";
+      return false;
+    }
+    if (vm.count("config")) {
+      const std::string path = vm["config"].as<std::string>();
+      std::ifstream f(path);
+      SHARDLM_CHECK(f, "cannot read job file " << path);
+      // Values already set on the command line are kept: po::store never overwrites.
+      po::store(po::parse_config_file(f, d, /*allow_unregistered=*/false), vm);
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    SHARDLM_FAIL("shardlm run: " << e.what() << " (see shardlm run --help)");
+  }
+  SHARDLM_CHECK(!o.model.empty(), "shardlm run: --model is required");
+  SHARDLM_CHECK(!o.prompts.empty(), "shardlm run: --prompts is required");
+  SHARDLM_CHECK(!o.out.empty(), "shardlm run: --out is required");
+  SHARDLM_CHECK(o.max_new_tokens >= 1, "--max-new-tokens must be >= 1");
+  SHARDLM_CHECK(o.kv_cache_gb > 0, "--kv-cache-gb must be positive");
+  SHARDLM_CHECK(o.block_size >= 1 && o.block_size <= 1024, "--block-size must be in [1, 1024]");
+  SHARDLM_CHECK(o.threads >= 0, "--threads must be >= 0");
+  SHARDLM_CHECK(o.flush_every >= 1, "--flush-every must be >= 1");
+  *out = o;
+  return true;
+}
+
+std::string to_ini(const RunOptions& o) {
+  std::ostringstream s;
+  s << "model = " << o.model << "\nprompts = " << o.prompts << "\nout = " << o.out << "\nformat = " << o.format
+    << "\nbackend = " << o.backend << "\nmax-new-tokens = " << o.max_new_tokens << "\ntemperature = " << o.temperature
+    << "\ntop-p = " << o.top_p << "\ntop-k = " << o.top_k << "\nmin-p = " << o.min_p << "\nseed = " << o.seed;
+  for (const auto& st : o.stop) s << "\nstop = " << st;
+  s << "\nignore-eos = " << (o.ignore_eos ? "true" : "false") << "\nmax-batch-tokens = " << o.max_batch_tokens
+    << "\nmax-seqs = " << o.max_seqs << "\nkv-cache-gb = " << o.kv_cache_gb << "\nblock-size = " << o.block_size
+    << "\nthreads = " << o.threads << "\nflush-every = " << o.flush_every << "\n";
+  return s.str();
+}
+
+}  // namespace shardlm

@@ -1,0 +1,42 @@
+// Options of `shardlm run`: one struct, one declarative table (Boost.ProgramOptions) shared by the
+// command line and INI job files. The command line wins over the job file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardlm {
+
+struct RunOptions {
+  std::string model;              // Hugging Face checkpoint directory
+  std::string prompts;            // prompt file (JSONL, text, OpenAI batch JSONL)
+  std::string out;                // output HDF5 file
+  std::string format = "auto";    // prompt file format
+  std::string config;             // INI job file
+  std::string backend = "cpu";    // compute backend
+  int64_t max_new_tokens = 128;   // default per-request max_tokens
+  double temperature = 0.0;       // 0 = greedy
+  double top_p = 1.0;
+  int64_t top_k = 0;
+  double min_p = 0.0;
+  uint64_t seed = 0;              // run seed (requests without a seed derive theirs from it + id)
+  std::vector<std::string> stop;  // default stop strings
+  bool ignore_eos = false;
+  int64_t max_batch_tokens = 2048;
+  int64_t max_seqs = 64;
+  double kv_cache_gb = 4.0;
+  int64_t block_size = 16;
+  int threads = 0;                // CPU threads per rank; 0 = all cores
+  int flush_every = 64;           // HDF5 flush period in finished requests
+  double progress_interval = 2.0; // seconds between progress lines
+  bool quiet = false;
+};
+
+// Parses `shardlm run` arguments (argv[0] is "run"). Returns false after printing help.
+// Throws Error with the option's name on a bad value or a missing required option.
+bool parse_run_options(int argc, char** argv, RunOptions* out);
+// The resolved options as INI text (one "key = value" per line): a job file that reproduces the run.
+std::string to_ini(const RunOptions& o);
+
+}  // namespace shardlm

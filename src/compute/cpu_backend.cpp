@@ -1,0 +1,182 @@
+#include "compute/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+#include "cpu/activation.h"
+#include "cpu/embedding.h"
+#include "cpu/matmul.h"
+#include "cpu/paged_attention.h"
+#include "cpu/rmsnorm.h"
+#include "cpu/rope.h"
+#include "model/checkpoint.h"
+
+namespace shardlm {
+namespace {
+
+void* aligned64(size_t bytes) {
+  const size_t n = ((bytes == 0 ? 1 : bytes) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, n);
+  SHARDLM_CHECK(p != nullptr, "cpu backend: out of memory allocating " << bytes << " bytes");
+  return p;
+}
+
+// fp32 copy of n elements of a tensor in F32, BF16 or F16.
+void convert_to_f32(const TensorView& t, int64_t n, float* out) {
+  switch (t.dtype) {
+    case DType::F32:
+      std::memcpy(out, t.data, n * sizeof(float));
+      return;
+    case DType::BF16: {
+      const auto* s = static_cast<const uint16_t*>(t.data);
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    case DType::F16: {
+      const auto* s = static_cast<const uint16_t*>(t.data);
+      for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(s[i]);
+      return;
+    }
+    default:
+      SHARDLM_FAIL("cpu backend: tensor '" << t.name << "' has dtype " << dtype_name(t.dtype)
+                                           << "; expected F32, BF16 or F16");
+  }
+}
+
+}  // namespace
+
+CpuBackend::~CpuBackend() {
+  for (void* p : allocs_) std::free(p);
+  for (void* p : owned_) std::free(p);
+}
+
+float* CpuBackend::alloc_floats(size_t n) {
+  float* p = static_cast<float*>(aligned64(n * sizeof(float)));
+  std::lock_guard<std::mutex> lock(mu_);
+  owned_.push_back(p);
+  return p;
+}
+
+Matrix CpuBackend::load_matrix(const TensorView& t) {
+  SHARDLM_CHECK(t.shape.size() == 2, "cpu backend: tensor '" << t.name << "' has " << t.shape.size()
+                                                             << " dimensions; a matrix needs 2");
+  SHARDLM_CHECK(t.data != nullptr || t.numel() == 0, "cpu backend: tensor '" << t.name << "' has no data");
+  Matrix m;
+  m.rows = t.shape[0];
+  m.cols = t.shape[1];
+  switch (t.dtype) {
+    case DType::F32:
+    case DType::BF16:
+      m.dtype = t.dtype;
+      m.data = t.data;  // zero-copy view of the mapped checkpoint
+      return m;
+    case DType::F16: {
+      float* p = alloc_floats(static_cast<size_t>(t.numel()));
+      convert_to_f32(t, t.numel(), p);
+      m.dtype = DType::F32;
+      m.data = p;
+      return m;
+    }
+    default:
+      SHARDLM_FAIL("cpu backend: matrix '" << t.name << "' has dtype " << dtype_name(t.dtype)
+                                           << "; expected F32, BF16 or F16");
+  }
+}
+
+Vector CpuBackend::load_vector(const TensorView& t) {
+  SHARDLM_CHECK(t.shape.size() == 1, "cpu backend: tensor '" << t.name << "' has " << t.shape.size()
+                                                             << " dimensions; a vector needs 1");
+  Vector v;
+  v.n = t.shape[0];
+  float* p = alloc_floats(static_cast<size_t>(v.n));
+  convert_to_f32(t, v.n, p);
+  v.data = p;
+  return v;
+}
+
+void* CpuBackend::alloc(size_t bytes) {
+  void* p = aligned64(bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  allocs_.insert(p);
+  return p;
+}
+
+void CpuBackend::free(void* p) {
+  if (!p) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = allocs_.find(p);
+    SHARDLM_CHECK(it != allocs_.end(), "cpu backend: free() of a pointer not from alloc()");
+    allocs_.erase(it);
+  }
+  std::free(p);
+}
+
+void CpuBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+void CpuBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+void CpuBackend::embedding(const int32_t* ids, int64_t T, const Matrix& table, float* out) {
+  if (table.dtype == DType::BF16)
+    cpu::embedding_bf16(ids, T, static_cast<const uint16_t*>(table.data), table.cols, out);
+  else
+    cpu::embedding_f32(ids, T, static_cast<const float*>(table.data), table.cols, out);
+}
+
+void CpuBackend::rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, float* out) {
+  cpu::rmsnorm(x, w.data, rows, w.n, eps, out);
+}
+
+void CpuBackend::add_rmsnorm(float* residual, const float* x, const Vector& w, int64_t rows, float eps,
+                             float* out) {
+  cpu::add_rmsnorm(residual, x, w.data, rows, w.n, eps, out);
+}
+
+void CpuBackend::linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) {
+  const float* b = nullptr;
+  if (bias && bias->data) {
+    SHARDLM_CHECK(bias->n == w.rows, "cpu backend: linear bias has " << bias->n << " elements; weight has "
+                                                                       << w.rows << " rows");
+    b = bias->data;
+  }
+  if (w.dtype == DType::BF16)
+    cpu::matmul_bf16w(x, M, w.cols, static_cast<const uint16_t*>(w.data), w.rows, b, y);
+  else if (w.dtype == DType::F32)
+    cpu::matmul_f32w(x, M, w.cols, static_cast<const float*>(w.data), w.rows, b, y);
+  else
+    SHARDLM_FAIL("cpu backend: linear weight dtype " << dtype_name(w.dtype) << " is not F32 or BF16");
+}
+
+void CpuBackend::rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
+                      const float* inv_freq) {
+  cpu::rope_rotate_half(x, T, n_heads, head_dim, pos, inv_freq);
+}
+
+void CpuBackend::silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  cpu::silu_mul(gate, up, out, n);
+}
+
+void CpuBackend::add(float* y, const float* x, int64_t n) { cpu::add_inplace(y, x, n); }
+
+void CpuBackend::kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
+                          int64_t head_dim, float* k_cache, float* v_cache) {
+  cpu::kv_cache_write(k, v, T, slots, n_kv_heads, head_dim, k_cache, v_cache);
+}
+
+void CpuBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                           const float* k_cache, const float* v_cache, int64_t block_size,
+                           const int32_t* const* block_table, const int32_t* pos, int64_t window, float scale,
+                           float* out) {
+  SHARDLM_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0,
+                "cpu backend: n_heads " << n_heads << " is not a multiple of n_kv_heads " << n_kv_heads);
+  cpu::paged_attention(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, block_size, block_table, pos,
+                       window, scale, out);
+}
+
+std::unique_ptr<ComputeBackend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace shardlm

@@ -1,0 +1,60 @@
+// CpuBackend: ComputeBackend on host memory, running the kernels in kernels/cpu.
+//
+// F32 / BF16 matrices are used in place (zero-copy views of the mapped checkpoint); F16 matrices
+// are converted to an fp32 copy owned by the backend. Vectors are always fp32 copies.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "compute/backend.h"
+
+namespace shardlm {
+
+class CpuBackend : public ComputeBackend {
+ public:
+  CpuBackend() = default;
+  ~CpuBackend() override;
+  CpuBackend(const CpuBackend&) = delete;
+  CpuBackend& operator=(const CpuBackend&) = delete;
+
+  std::string name() const override { return "cpu"; }
+
+  Matrix load_matrix(const TensorView& t) override;
+  Vector load_vector(const TensorView& t) override;
+
+  void* alloc(size_t bytes) override;
+  void free(void* p) override;
+  void copy_to_device(void* dst, const void* src, size_t bytes) override;
+  void copy_to_host(void* dst, const void* src, size_t bytes) override;
+
+  void embedding(const int32_t* ids, int64_t T, const Matrix& table, float* out) override;
+  void rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, float* out) override;
+  void add_rmsnorm(float* residual, const float* x, const Vector& w, int64_t rows, float eps,
+                   float* out) override;
+  void linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) override;
+  void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
+            const float* inv_freq) override;
+  void silu_mul(const float* gate, const float* up, float* out, int64_t n) override;
+  void add(float* y, const float* x, int64_t n) override;
+  void kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
+                int64_t head_dim, float* k_cache, float* v_cache) override;
+  void attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                 const float* k_cache, const float* v_cache, int64_t block_size,
+                 const int32_t* const* block_table, const int32_t* pos, int64_t window, float scale,
+                 float* out) override;
+
+ private:
+  float* alloc_floats(size_t n);  // owned weight storage (converted copies)
+
+  std::mutex mu_;
+  std::unordered_set<void*> allocs_;  // activation memory from alloc()
+  std::vector<void*> owned_;          // weight copies, freed in the destructor
+};
+
+std::unique_ptr<ComputeBackend> make_cpu_backend();
+
+}  // namespace shardlm

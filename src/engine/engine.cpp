@@ -1,0 +1,246 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace shardlm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+KvCacheShape cache_shape(const ModelSpec& s, int64_t block_size) {
+  KvCacheShape k;
+  k.num_layers = s.num_layers;
+  k.n_kv_heads = s.num_kv_heads;
+  k.head_dim = s.head_dim;
+  k.block_size = block_size;
+  return k;
+}
+
+// Blocks enough for max_seqs sequences of the full context: more would never be used.
+int64_t useful_blocks(const ModelSpec& s, const SchedulerConfig& c) {
+  const int64_t per_seq = (s.max_position_embeddings + c.block_size - 1) / c.block_size;
+  return std::max<int64_t>(1, per_seq * c.max_seqs);
+}
+
+}  // namespace
+
+Engine::Engine(Model& model, const Tokenizer& tokenizer, ComputeBackend& backend, const EngineConfig& cfg)
+    : model_(model),
+      tok_(tokenizer),
+      cfg_(cfg),
+      cache_(backend, cache_shape(model.spec(), cfg.scheduler.block_size), cfg.kv_cache_bytes,
+             useful_blocks(model.spec(), cfg.scheduler)),
+      blocks_(cache_.num_blocks()),
+      scheduler_(cfg.scheduler, blocks_) {
+  for (int32_t id : model.spec().eos_token_ids) eos_.insert(id);
+  for (int32_t id : tokenizer.eos_ids()) eos_.insert(id);
+  max_model_len_ = std::min<int64_t>(model.spec().max_position_embeddings, scheduler_.capacity_tokens());
+}
+
+std::unique_ptr<Sequence> Engine::prepare(const ParsedRequest& req, double now, RequestResult* err) const {
+  err->id = req.id;
+  err->line = req.line;
+  err->t_queued = err->t_first_token = err->t_finished = now;
+  err->finish_reason = FinishReason::kError;
+  if (!req.error.empty()) {
+    err->error = req.error;
+    return nullptr;
+  }
+  auto s = std::make_unique<Sequence>();
+  s->params = cfg_.defaults.resolved(req.overrides, req.id);
+  if (std::string bad = s->params.validate(); !bad.empty()) {
+    err->error = "line " + std::to_string(req.line) + ": " + bad;
+    return nullptr;
+  }
+  std::vector<int32_t> ids;
+  if (req.prompt_token_ids) {
+    ids = *req.prompt_token_ids;
+    const int64_t vocab = model_.spec().vocab_size;
+    for (int32_t id : ids) {
+      if (id < 0 || id >= vocab) {
+        err->error = "line " + std::to_string(req.line) + ": token id " + std::to_string(id) +
+                     " is outside the vocabulary [0, " + std::to_string(vocab) + ")";
+        return nullptr;
+      }
+    }
+  } else if (req.prompt) {
+    if (auto bos = tok_.bos_to_prepend()) ids.push_back(*bos);
+    std::vector<int32_t> body = tok_.encode(*req.prompt);
+    ids.insert(ids.end(), body.begin(), body.end());
+  }
+  if (ids.empty()) {
+    err->error = "line " + std::to_string(req.line) + ": empty prompt";
+    return nullptr;
+  }
+  if (static_cast<int64_t>(ids.size()) >= max_model_len_) {
+    err->prompt_tokens = ids;
+    err->error = "line " + std::to_string(req.line) + ": prompt of " + std::to_string(ids.size()) +
+                 " tokens leaves no room to generate within the context of " + std::to_string(max_model_len_) +
+                 " tokens";
+    return nullptr;
+  }
+  s->result.id = req.id;
+  s->result.line = req.line;
+  s->result.prompt_tokens = ids;
+  s->result.t_queued = now;
+  s->tokens = std::move(ids);
+  s->decoder = std::make_unique<StreamDecoder>(tok_);
+  return s;
+}
+
+bool Engine::append_token(Sequence& s, const Sample& smp, double now) {
+  RequestResult& r = s.result;
+  if (r.output_tokens.empty()) r.t_first_token = now;
+  r.output_tokens.push_back(smp.token);
+  r.token_logprobs.push_back(smp.logprob);
+  s.tokens.push_back(smp.token);
+  if (!s.params.ignore_eos && eos_.count(smp.token)) {
+    r.finish_reason = FinishReason::kStop;
+    return true;
+  }
+  if (!s.params.stop.empty()) {
+    const size_t before = s.text.size();
+    s.text += s.decoder->push(smp.token);
+    for (const std::string& stop : s.params.stop) {
+      // Only the new text and the stop string's length before it can hold a new match.
+      const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
+      const size_t at = s.text.find(stop, from);
+      if (at != std::string::npos) {
+        s.text.resize(at);
+        r.output_text = s.text;
+        s.text_final = true;
+        r.finish_reason = FinishReason::kStop;
+        return true;
+      }
+    }
+  }
+  if (static_cast<int64_t>(r.output_tokens.size()) >= s.params.max_tokens || s.len() >= max_model_len_) {
+    r.finish_reason = FinishReason::kLength;
+    return true;
+  }
+  return false;
+}
+
+void Engine::finalize(Sequence& s, double now) {
+  s.result.t_finished = now;
+  // A stop string has already cut the text; otherwise decode the whole output once.
+  if (!s.text_final) s.result.output_text = tok_.decode(s.result.output_tokens);
+}
+
+RunStats Engine::run(RequestSource& source, ResultSink& sink) {
+  const auto t0 = Clock::now();
+  RunStats stats;
+  const int64_t vocab = model_.spec().vocab_size;
+  const size_t lookahead = static_cast<size_t>(cfg_.scheduler.max_seqs) * 2 + 8;
+  bool source_done = false;
+  int64_t arrival = 0;
+  double last_progress = 0;
+
+  auto emit = [&](const RequestResult& r) {
+    ++stats.requests;
+    if (!r.error.empty()) ++stats.errors;
+    stats.prompt_tokens += static_cast<int64_t>(r.prompt_tokens.size());
+    stats.output_tokens += static_cast<int64_t>(r.output_tokens.size());
+    if (r.error.empty() && !r.output_tokens.empty()) {
+      stats.ttft_s.push_back(r.t_first_token - r.t_queued);
+      if (r.output_tokens.size() > 1) {
+        stats.tpot_s.push_back((r.t_finished - r.t_first_token) / static_cast<double>(r.output_tokens.size() - 1));
+      }
+    }
+    sink.on_result(r);
+  };
+
+  ForwardBatch batch;
+  for (;;) {
+    // Keep a bounded window of requests read ahead: the prompt file is streamed, never loaded.
+    while (!source_done && scheduler_.num_waiting() < lookahead) {
+      std::optional<ParsedRequest> req = source.next();
+      if (!req) {
+        source_done = true;
+        break;
+      }
+      RequestResult err;
+      std::unique_ptr<Sequence> s = prepare(*req, seconds_since(t0), &err);
+      if (!s) {
+        emit(err);
+        continue;
+      }
+      s->arrival = arrival++;
+      scheduler_.add(std::move(s));
+    }
+    if (scheduler_.idle() && source_done) break;
+
+    const double step_start = seconds_since(t0);
+    std::vector<ScheduledChunk> chunks = scheduler_.schedule();
+    SHARDLM_CHECK(!chunks.empty(), "scheduler made no progress with " << scheduler_.num_waiting() << " waiting and "
+                                                                      << scheduler_.num_running() << " running");
+    batch.tokens.clear();
+    batch.positions.clear();
+    batch.slots.clear();
+    batch.block_tables.clear();
+    batch.logit_rows.clear();
+    StepRecord rec;
+    rec.step = stats.steps;
+    rec.batch_size = static_cast<int32_t>(chunks.size());
+    const int64_t bs = cfg_.scheduler.block_size;
+    for (const ScheduledChunk& c : chunks) {
+      for (int64_t p = c.start; p < c.start + c.len; ++p) {
+        batch.tokens.push_back(c.seq->tokens[p]);
+        batch.positions.push_back(static_cast<int32_t>(p));
+        batch.slots.push_back(static_cast<int64_t>(c.seq->blocks[p / bs]) * bs + p % bs);
+        batch.block_tables.push_back(c.seq->blocks.data());
+      }
+      if (c.samples) batch.logit_rows.push_back(static_cast<int32_t>(batch.tokens.size() - 1));
+      // A chunk of one token past the prompt is decode; anything else is prefill (or recompute).
+      if (c.len == 1 && c.start >= c.seq->prompt_len()) {
+        rec.decode_tokens += 1;
+      } else {
+        rec.prefill_tokens += static_cast<int32_t>(c.len);
+      }
+    }
+    logits_.resize(batch.logit_rows.size() * static_cast<size_t>(vocab));
+    model_.forward(batch, cache_, logits_.data());
+
+    const double now = seconds_since(t0);
+    size_t row = 0;
+    std::vector<Sequence*> done;
+    for (const ScheduledChunk& c : chunks) {
+      c.seq->computed = c.start + c.len;
+      if (!c.samples) continue;
+      const Sample smp = sampler_.sample(logits_.data() + row * vocab, vocab, c.seq->params, c.seq->len());
+      ++row;
+      if (append_token(*c.seq, smp, now)) done.push_back(c.seq);
+    }
+    rec.kv_blocks_used = scheduler_.blocks_used();
+    for (Sequence* s : done) {
+      std::unique_ptr<Sequence> owned = scheduler_.finish(s);
+      finalize(*owned, now);
+      emit(owned->result);
+    }
+    rec.t_start = step_start;
+    rec.wall_s = now - step_start;
+    sink.on_step(rec);
+    ++stats.steps;
+
+    if (cfg_.progress_interval_s > 0 && now - last_progress >= cfg_.progress_interval_s) {
+      last_progress = now;
+      std::fprintf(stderr, "[shardlm] %lld/%s requests, %lld running, %lld waiting, %.1f output tok/s, KV %d/%d blocks\n",
+                   static_cast<long long>(stats.requests),
+                   cfg_.total_requests >= 0 ? std::to_string(cfg_.total_requests).c_str() : "?",
+                   static_cast<long long>(scheduler_.num_running()), static_cast<long long>(scheduler_.num_waiting()),
+                   stats.output_tokens / std::max(now, 1e-9), rec.kv_blocks_used, cache_.num_blocks());
+    }
+  }
+  stats.wall_s = seconds_since(t0);
+  stats.preemptions = scheduler_.preemptions();
+  return stats;
+}
+
+}  // namespace shardlm

@@ -1,0 +1,74 @@
+// Engine: the generation loop of one replica. Pulls requests from a source, tokenises them,
+// schedules continuous batches, runs the model, samples, detects stops, and hands finished
+// requests (and per-step records) to a sink as soon as they finish.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "arch/model.h"
+#include "engine/block_allocator.h"
+#include "engine/kv_cache.h"
+#include "engine/run_stats.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "io/request.h"
+#include "io/result_writer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace shardlm {
+
+class RequestSource {
+ public:
+  virtual ~RequestSource() = default;
+  virtual std::optional<ParsedRequest> next() = 0;
+};
+
+class ResultSink {
+ public:
+  virtual ~ResultSink() = default;
+  virtual void on_result(const RequestResult& r) = 0;
+  virtual void on_step(const StepRecord& s) = 0;
+};
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  SamplingParams defaults;        // run-wide sampling defaults (request fields override)
+  int64_t kv_cache_bytes = 4LL << 30;
+  double progress_interval_s = 2.0;  // <= 0: no progress lines
+  int64_t total_requests = -1;       // for the progress line; -1 when unknown
+};
+
+class Engine {
+ public:
+  Engine(Model& model, const Tokenizer& tokenizer, ComputeBackend& backend, const EngineConfig& cfg);
+
+  // Runs every request of `source` to completion. Returns the run's statistics.
+  RunStats run(RequestSource& source, ResultSink& sink);
+
+  int64_t max_model_len() const { return max_model_len_; }
+  int32_t kv_blocks() const { return cache_.num_blocks(); }
+
+ private:
+  // Turns a parsed line into a sequence, or fills `err` with a per-request error result.
+  std::unique_ptr<Sequence> prepare(const ParsedRequest& req, double now, RequestResult* err) const;
+  // Appends a sampled token; true when the sequence is finished.
+  bool append_token(Sequence& s, const Sample& smp, double now);
+  void finalize(Sequence& s, double now);
+
+  Model& model_;
+  const Tokenizer& tok_;
+  EngineConfig cfg_;
+  KvCache cache_;
+  BlockAllocator blocks_;
+  Scheduler scheduler_;
+  Sampler sampler_;
+  std::set<int32_t> eos_;
+  int64_t max_model_len_ = 0;
+  std::vector<float> logits_;
+};
+
+}  // namespace shardlm

@@ -1,0 +1,29 @@
+#include "engine/run_stats.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace shardlm {
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q / 100.0 * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(pos);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+std::string RunStats::summary() const {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "%lld requests (%lld errors) in %.2f s: %.1f req/s, %lld prompt + %lld output tokens, "
+                "%.1f output tok/s, %.1f total tok/s; TTFT p50 %.1f ms p99 %.1f ms; TPOT p50 %.2f ms p99 %.2f ms",
+                static_cast<long long>(requests), static_cast<long long>(errors), wall_s, requests_per_s(),
+                static_cast<long long>(prompt_tokens), static_cast<long long>(output_tokens), output_tokens_per_s(),
+                total_tokens_per_s(), 1e3 * percentile(ttft_s, 50), 1e3 * percentile(ttft_s, 99),
+                1e3 * percentile(tpot_s, 50), 1e3 * percentile(tpot_s, 99));
+  return buf;
+}
+
+}  // namespace shardlm

@@ -1,0 +1,28 @@
+// Run-level statistics: throughput and latency percentiles.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardlm {
+
+struct RunStats {
+  int64_t requests = 0, errors = 0;
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  int64_t steps = 0, preemptions = 0;
+  double wall_s = 0;
+  std::vector<double> ttft_s;  // per request, time to first token (from queueing)
+  std::vector<double> tpot_s;  // per request with >1 token: mean time per output token after the first
+
+  double output_tokens_per_s() const { return wall_s > 0 ? output_tokens / wall_s : 0; }
+  double total_tokens_per_s() const { return wall_s > 0 ? (prompt_tokens + output_tokens) / wall_s : 0; }
+  double requests_per_s() const { return wall_s > 0 ? requests / wall_s : 0; }
+  // One-line human summary.
+  std::string summary() const;
+};
+
+// q-th percentile (0..100), linear interpolation; 0 for an empty set.
+double percentile(std::vector<double> v, double q);
+
+}  // namespace shardlm

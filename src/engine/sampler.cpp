@@ -1,0 +1,93 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "engine/rng.h"
+
+namespace shardlm {
+
+float log_softmax_at(const float* logits, int64_t vocab, int64_t i) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < vocab; ++j) mx = std::max(mx, logits[j]);
+  double sum = 0;
+  for (int64_t j = 0; j < vocab; ++j) sum += std::exp(static_cast<double>(logits[j]) - mx);
+  return static_cast<float>(static_cast<double>(logits[i]) - mx - std::log(sum));
+}
+
+namespace {
+int32_t argmax(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t j = 1; j < n; ++j) {
+    if (x[j] > x[best]) best = j;  // ties keep the lowest id
+  }
+  return static_cast<int32_t>(best);
+}
+}  // namespace
+
+Sample Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p, int64_t position) {
+  Sample s;
+  if (p.temperature <= 0.0) {
+    s.token = argmax(logits, vocab);
+    s.logprob = log_softmax_at(logits, vocab, s.token);
+    return s;
+  }
+  // Candidates sorted by logit, descending, ties by id: a total order, so the pick is deterministic.
+  auto by_logit = [logits](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  order_.resize(vocab);
+  std::iota(order_.begin(), order_.end(), 0);
+  int64_t n = vocab;
+  if (p.top_k > 0 && p.top_k < vocab) {
+    n = p.top_k;
+    std::partial_sort(order_.begin(), order_.begin() + n, order_.end(), by_logit);
+  } else {
+    std::sort(order_.begin(), order_.end(), by_logit);
+  }
+  // Softmax of logits / T over the candidates (the first is the maximum).
+  probs_.resize(n);
+  const double inv_t = 1.0 / p.temperature;
+  const double top = logits[order_[0]];
+  double sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    probs_[j] = static_cast<float>(std::exp((logits[order_[j]] - top) * inv_t));
+    sum += probs_[j];
+  }
+  // top-p: the smallest prefix whose mass reaches p (at least one token).
+  if (p.top_p < 1.0) {
+    double cum = 0;
+    int64_t keep = n;
+    for (int64_t j = 0; j < n; ++j) {
+      cum += probs_[j] / sum;
+      if (cum >= p.top_p) {
+        keep = j + 1;
+        break;
+      }
+    }
+    n = keep;
+  }
+  // min-p: drop tokens below min_p times the most likely one.
+  if (p.min_p > 0.0) {
+    const double floor = p.min_p * probs_[0];
+    int64_t keep = 1;
+    while (keep < n && probs_[keep] >= floor) ++keep;
+    n = keep;
+  }
+  double mass = 0;
+  for (int64_t j = 0; j < n; ++j) mass += probs_[j];
+  const double u = static_cast<double>(uniform_at(p.seed, static_cast<uint64_t>(position))) * mass;
+  double cum = 0;
+  int64_t pick = n - 1;
+  for (int64_t j = 0; j < n; ++j) {
+    cum += probs_[j];
+    if (u < cum) {
+      pick = j;
+      break;
+    }
+  }
+  s.token = order_[pick];
+  s.logprob = log_softmax_at(logits, vocab, s.token);
+  return s;
+}
+
+}  // namespace shardlm

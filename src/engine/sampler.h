@@ -1,0 +1,30 @@
+// Token selection from one row of logits: greedy, or temperature with top-k / top-p / min-p
+// filtering, drawing from the counter-based stream of (seed, position).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/sampling_params.h"
+
+namespace shardlm {
+
+struct Sample {
+  int32_t token = 0;
+  float logprob = 0;  // log-softmax of the raw (unscaled, unfiltered) logits at `token`
+};
+
+class Sampler {
+ public:
+  // logits: [vocab]; position: the index the sampled token will take in the sequence.
+  Sample sample(const float* logits, int64_t vocab, const SamplingParams& p, int64_t position);
+
+ private:
+  std::vector<int32_t> order_;  // scratch, reused across calls
+  std::vector<float> probs_;
+};
+
+// log-softmax of logits at index i (fp64 accumulation).
+float log_softmax_at(const float* logits, int64_t vocab, int64_t i);
+
+}  // namespace shardlm

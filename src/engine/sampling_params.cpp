@@ -1,0 +1,34 @@
+#include "engine/sampling_params.h"
+
+#include <cmath>
+
+#include "engine/rng.h"
+
+namespace shardlm {
+
+SamplingParams SamplingParams::resolved(const SamplingOverrides& o, const std::string& request_id) const {
+  SamplingParams p = *this;
+  if (o.max_tokens) p.max_tokens = *o.max_tokens;
+  if (o.temperature) p.temperature = *o.temperature;
+  if (o.top_p) p.top_p = *o.top_p;
+  if (o.top_k) p.top_k = *o.top_k;
+  if (o.min_p) p.min_p = *o.min_p;
+  if (o.stop) p.stop = *o.stop;
+  if (o.ignore_eos) p.ignore_eos = *o.ignore_eos;
+  p.seed = o.seed ? *o.seed : hash_string64(request_id.data(), request_id.size(), seed);
+  return p;
+}
+
+std::string SamplingParams::validate() const {
+  if (max_tokens < 1) return "max_tokens must be >= 1";
+  if (!std::isfinite(temperature) || temperature < 0) return "temperature must be finite and >= 0";
+  if (!std::isfinite(top_p) || top_p <= 0 || top_p > 1) return "top_p must be in (0, 1]";
+  if (top_k < -1) return "top_k must be -1, 0 (off) or positive";
+  if (!std::isfinite(min_p) || min_p < 0 || min_p > 1) return "min_p must be in [0, 1]";
+  for (const auto& s : stop) {
+    if (s.empty()) return "stop strings must not be empty";
+  }
+  return {};
+}
+
+}  // namespace shardlm

@@ -1,0 +1,29 @@
+// Resolved sampling settings of one request (run defaults overridden per request).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/request.h"
+
+namespace shardlm {
+
+struct SamplingParams {
+  int64_t max_tokens = 128;
+  double temperature = 0.0;  // 0: greedy
+  double top_p = 1.0;        // 1: off
+  int64_t top_k = 0;         // 0 or -1: off
+  double min_p = 0.0;        // 0: off
+  uint64_t seed = 0;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+
+  // Applies a request's overrides on top of these defaults. A request without its own seed gets
+  // one derived from the run seed and its id, so its samples do not depend on its batch.
+  SamplingParams resolved(const SamplingOverrides& o, const std::string& request_id) const;
+  // Empty when valid, else the problem ("temperature must be finite and >= 0").
+  std::string validate() const;
+};
+
+}  // namespace shardlm

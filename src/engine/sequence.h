@@ -1,0 +1,31 @@
+// One request's state while it is scheduled: its tokens, KV blocks and output so far.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/sampling_params.h"
+#include "io/request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace shardlm {
+
+struct Sequence {
+  RequestResult result;          // id, prompt, output so far, timing
+  SamplingParams params;
+  std::vector<int32_t> tokens;   // prompt followed by the generated tokens
+  int64_t computed = 0;          // leading tokens whose K/V are in the cache
+  std::vector<int32_t> blocks;   // physical KV blocks, in logical order
+  int64_t arrival = 0;           // order in which it was read (FIFO admission)
+  int32_t preemptions = 0;
+  std::unique_ptr<StreamDecoder> decoder;  // detokenises the output incrementally
+  std::string text;                        // output text so far (for stop strings)
+  bool text_final = false;                 // text was cut at a stop string: it is the output
+
+  int64_t prompt_len() const { return static_cast<int64_t>(result.prompt_tokens.size()); }
+  int64_t len() const { return static_cast<int64_t>(tokens.size()); }
+};
+
+}  // namespace shardlm

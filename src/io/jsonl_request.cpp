@@ -1,0 +1,261 @@
+// One JSONL prompt line -> ParsedRequest. Plain lines:
+//   {"id": "a", "prompt": "Once upon" | "prompt_token_ids": [1, 2], "max_tokens": 16, ...}
+// OpenAI batch lines (recognised by "custom_id" and "body"):
+//   {"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {"prompt": "...", ...}}
+// Every problem becomes ParsedRequest::error ("line N: ..."), never an exception. Unknown fields
+// are ignored; a sampling field set to null counts as absent (OpenAI clients write nulls).
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "io/jsonl_request.h"
+#include "io/request_reader.h"
+#include "io/utf8.h"
+
+namespace shardlm {
+namespace {
+
+using json = nlohmann::json;
+
+// Thrown and caught inside this file only: the per-request error text, without the line prefix.
+struct BadRequest {
+  std::string msg;
+};
+[[noreturn]] void bad(std::string msg) { throw BadRequest{std::move(msg)}; }
+
+std::string quoted(const std::string& field) { return "field '" + field + "'"; }
+
+// The value at key, or nullptr when the key is absent or null.
+const json* get_opt(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
+int64_t get_int(const json& v, const std::string& field) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) bad(quoted(field) + " is out of range");
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {  // accept 16.0 (some writers emit every number as a float), not 1.5
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::trunc(d) && std::fabs(d) < 9.0e18) return static_cast<int64_t>(d);
+  }
+  bad(quoted(field) + " must be an integer");
+}
+
+double get_number(const json& v, const std::string& field) {
+  if (!v.is_number()) bad(quoted(field) + " must be a number");
+  const double d = v.get<double>();
+  if (!std::isfinite(d)) bad(quoted(field) + " must be finite");
+  return d;
+}
+
+std::string num_str(double d) { return json(d).dump(); }
+
+void parse_overrides(const json& o, const std::string& p, SamplingOverrides& s) {
+  if (const json* v = get_opt(o, "max_tokens")) {
+    const int64_t x = get_int(*v, p + "max_tokens");
+    if (x < 0) bad(quoted(p + "max_tokens") + " must be >= 0 (got " + std::to_string(x) + ")");
+    s.max_tokens = x;
+  }
+  if (const json* v = get_opt(o, "temperature")) {
+    const double x = get_number(*v, p + "temperature");
+    if (x < 0) bad(quoted(p + "temperature") + " must be >= 0 (got " + num_str(x) + ")");
+    s.temperature = x;
+  }
+  if (const json* v = get_opt(o, "top_p")) {
+    const double x = get_number(*v, p + "top_p");
+    if (!(x > 0 && x <= 1)) bad(quoted(p + "top_p") + " must be in (0, 1] (got " + num_str(x) + ")");
+    s.top_p = x;
+  }
+  if (const json* v = get_opt(o, "top_k")) {
+    const int64_t x = get_int(*v, p + "top_k");
+    if (x < -1) bad(quoted(p + "top_k") + " must be >= 1, or -1 or 0 for off (got " + std::to_string(x) + ")");
+    s.top_k = x;
+  }
+  if (const json* v = get_opt(o, "min_p")) {
+    const double x = get_number(*v, p + "min_p");
+    if (!(x >= 0 && x <= 1)) bad(quoted(p + "min_p") + " must be in [0, 1] (got " + num_str(x) + ")");
+    s.min_p = x;
+  }
+  if (const json* v = get_opt(o, "seed")) {
+    if (v->is_number_unsigned()) {
+      s.seed = v->get<uint64_t>();
+    } else {
+      const int64_t x = get_int(*v, p + "seed");
+      if (x < 0) bad(quoted(p + "seed") + " must be >= 0 (got " + std::to_string(x) + ")");
+      s.seed = static_cast<uint64_t>(x);
+    }
+  }
+  if (const json* v = get_opt(o, "stop")) {
+    const std::string f = quoted(p + "stop");
+    std::vector<std::string> stop;
+    if (v->is_string()) {
+      stop.push_back(v->get<std::string>());
+    } else if (v->is_array()) {
+      for (const json& e : *v) {
+        if (!e.is_string()) bad(f + " must be a string or a list of strings");
+        stop.push_back(e.get<std::string>());
+      }
+    } else {
+      bad(f + " must be a string or a list of strings");
+    }
+    for (const std::string& x : stop)
+      if (x.empty()) bad(f + " must not contain an empty string");
+    s.stop = std::move(stop);
+  }
+  if (const json* v = get_opt(o, "ignore_eos")) {
+    if (!v->is_boolean()) bad(quoted(p + "ignore_eos") + " must be true or false");
+    s.ignore_eos = v->get<bool>();
+  }
+}
+
+std::vector<int32_t> parse_token_ids(const json& v, const std::string& field) {
+  if (!v.is_array()) bad(quoted(field) + " must be a list of integers");
+  if (v.empty()) bad("empty prompt: " + quoted(field) + " is an empty list");
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string fi = field + "[" + std::to_string(i) + "]";
+    const int64_t x = get_int(v[i], fi);
+    if (x < 0) bad(quoted(fi) + " is a negative token id (" + std::to_string(x) + ")");
+    if (x > std::numeric_limits<int32_t>::max()) bad(quoted(fi) + " is out of range (" + std::to_string(x) + ")");
+    ids.push_back(static_cast<int32_t>(x));
+  }
+  return ids;
+}
+
+// "prompt" / "prompt_token_ids" of a plain line, or body.prompt of an OpenAI line (a string, a list
+// holding one string, or a list of token ids as the completions API allows).
+void parse_prompt(const json& o, const std::string& p, bool openai, ParsedRequest& r) {
+  const json* prompt = get_opt(o, "prompt");
+  const json* ids = openai ? nullptr : get_opt(o, "prompt_token_ids");
+  if (!prompt && !ids && o.contains("messages")) bad("chat messages need a chat template; not supported");
+  if (prompt && ids) bad("give either 'prompt' or 'prompt_token_ids', not both");
+  if (!prompt && !ids) bad("missing " + (openai ? quoted(p + "prompt") : "'prompt' (or 'prompt_token_ids')"));
+  if (ids) {
+    r.prompt_token_ids = parse_token_ids(*ids, p + "prompt_token_ids");
+    return;
+  }
+  const std::string f = p + "prompt";
+  if (openai && prompt->is_array()) {
+    if (prompt->size() == 1 && (*prompt)[0].is_string()) {
+      prompt = &(*prompt)[0];
+    } else if (!prompt->empty() && (*prompt)[0].is_number()) {
+      r.prompt_token_ids = parse_token_ids(*prompt, f);
+      return;
+    } else {
+      bad(quoted(f) + " must be a string or a list with one string");
+    }
+  }
+  if (!prompt->is_string()) bad(quoted(f) + (openai ? " must be a string or a list with one string" : " must be a string"));
+  std::string text = prompt->get<std::string>();
+  if (text.empty()) bad("empty prompt: " + quoted(f) + " is \"\"");
+  r.prompt = std::move(text);
+}
+
+std::string parse_id(const json& v, const std::string& field) {
+  if (v.is_string()) {
+    std::string s = v.get<std::string>();
+    if (s.empty()) bad(quoted(field) + " is empty");
+    return s;
+  }
+  if (v.is_number_unsigned()) return std::to_string(v.get<uint64_t>());
+  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+  if (v.is_number_float()) return v.dump();
+  bad(quoted(field) + " must be a string or a number");
+}
+
+// nlohmann's what() minus its "[json.exception.parse_error.101] parse error at line 1, " prefix,
+// capped (on a character boundary) so that a huge line does not make a huge message.
+std::string short_parse_error(const json::exception& e) {
+  std::string m = e.what();
+  if (auto pos = m.find("] "); pos != std::string::npos) m = m.substr(pos + 2);
+  if (m.rfind("parse error at line 1, ", 0) == 0) m = m.substr(23);
+  if (m.size() > 200) {
+    size_t cut = 200;
+    while (cut > 0 && (static_cast<unsigned char>(m[cut]) & 0xC0) == 0x80) --cut;  // keep whole characters
+    m = m.substr(0, cut) + "...";
+  }
+  return m;
+}
+
+bool has_replacement(const std::string& s) { return s.find("\xEF\xBF\xBD") != std::string::npos; }
+
+// The line held ill-formed UTF-8 and was parsed after repair_utf8. An error when the bad bytes
+// landed in a field the request uses; bytes in ignored fields are let through.
+void check_repaired_fields(const ParsedRequest& r, bool openai) {
+  if (r.prompt && has_replacement(*r.prompt)) bad("prompt is not valid UTF-8");
+  if (r.overrides.stop)
+    for (const std::string& s : *r.overrides.stop)
+      if (has_replacement(s)) bad(quoted(openai ? "body.stop" : "stop") + " is not valid UTF-8");
+}
+
+}  // namespace
+
+ParsedRequest parse_jsonl_request(const std::string& line, int64_t line_no, bool require_openai_batch) {
+  ParsedRequest r;
+  r.line = line_no;
+  r.id = std::to_string(line_no);
+  const std::string where = "line " + std::to_string(line_no) + ": ";
+
+  json doc;
+  bool repaired = false;
+  try {
+    doc = json::parse(line);
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
+    if (is_valid_utf8(line)) {
+      r.error = where + "not valid JSON (" + short_parse_error(e) + ")";
+      return r;
+    }
+    // nlohmann rejects ill-formed UTF-8 anywhere; parse a repaired copy to learn which field it is.
+    repaired = true;
+    try {
+      doc = json::parse(repair_utf8(line));
+    } catch (const json::exception& e2) {
+      r.error = where + "not valid JSON (" + short_parse_error(e2) + ")";
+      return r;
+    }
+  }
+
+  bool openai = false;
+  try {
+    if (!doc.is_object()) bad(std::string("expected a JSON object, got ") + doc.type_name());
+    openai = doc.contains("custom_id") && doc.contains("body");
+    if (require_openai_batch && !openai) bad("expected an OpenAI batch line with 'custom_id' and 'body'");
+    const char* id_key = openai ? "custom_id" : "id";
+    if (const json* id = get_opt(doc, id_key)) r.id = parse_id(*id, id_key);
+    if (repaired && has_replacement(r.id)) bad(quoted(id_key) + " is not valid UTF-8");
+    const json* body = &doc;
+    std::string prefix;
+    if (openai) {
+      body = &doc.at("body");
+      if (!body->is_object()) bad(quoted("body") + " must be an object");
+      prefix = "body.";
+    }
+    parse_prompt(*body, prefix, openai, r);
+    parse_overrides(*body, prefix, r.overrides);
+    if (repaired) check_repaired_fields(r, openai);
+  } catch (const BadRequest& e) {
+    r.error = where + e.msg;
+  } catch (const std::exception& e) {  // not expected: every access above is type-checked first
+    r.error = where + "cannot read the request: " + e.what();
+  }
+  if (!r.error.empty()) {
+    r.prompt.reset();
+    r.prompt_token_ids.reset();
+    r.overrides = SamplingOverrides{};
+  }
+  return r;
+}
+
+ParsedRequest parse_jsonl_line(const std::string& line, int64_t line_no) {
+  return parse_jsonl_request(line, line_no, false);
+}
+
+}  // namespace shardlm

@@ -1,0 +1,260 @@
+// ResultWriter: buffers finished requests and scheduler steps and appends them to the HDF5 file
+// column by column, a batch at a time.
+#include "io/result_writer.h"
+
+#include <cstdio>
+#include <deque>
+#include <exception>
+#include <optional>
+#include <vector>
+
+#include "core/error.h"
+#include "io/h5_column.h"
+#include "io/h5_util.h"
+#include "io/utf8.h"
+
+namespace shardlm {
+namespace {
+
+constexpr hsize_t kChunkRows = 256;
+constexpr size_t kStepBatch = 1024;  // steps are written once this many are buffered, and at flush
+
+using h5::Column;
+using h5::ColumnKind;
+
+template <typename T>
+hvl_t vlen_of(const std::vector<T>& v) {
+  hvl_t h;
+  h.len = v.size();
+  h.p = v.empty() ? nullptr : const_cast<T*>(v.data());
+  return h;
+}
+
+// The /requests columns, in schema order.
+struct RequestColumns {
+  Column id, line, prompt_tokens, output_tokens, output_text, finish_reason, token_logprobs, error, t_queued,
+      t_first_token, t_finished, replica;
+  RequestColumns(hid_t g, const std::string& ctx)
+      : id(g, "id", ColumnKind::kString, kChunkRows, ctx),
+        line(g, "line", ColumnKind::kInt64, kChunkRows, ctx),
+        prompt_tokens(g, "prompt_tokens", ColumnKind::kVlenInt32, kChunkRows, ctx),
+        output_tokens(g, "output_tokens", ColumnKind::kVlenInt32, kChunkRows, ctx),
+        output_text(g, "output_text", ColumnKind::kString, kChunkRows, ctx),
+        finish_reason(g, "finish_reason", ColumnKind::kString, kChunkRows, ctx),
+        token_logprobs(g, "token_logprobs", ColumnKind::kVlenFloat32, kChunkRows, ctx),
+        error(g, "error", ColumnKind::kString, kChunkRows, ctx),
+        t_queued(g, "t_queued", ColumnKind::kFloat64, kChunkRows, ctx),
+        t_first_token(g, "t_first_token", ColumnKind::kFloat64, kChunkRows, ctx),
+        t_finished(g, "t_finished", ColumnKind::kFloat64, kChunkRows, ctx),
+        replica(g, "replica", ColumnKind::kInt32, kChunkRows, ctx) {}
+};
+
+// The /steps columns.
+struct StepColumns {
+  Column step, batch_size, prefill_tokens, decode_tokens, kv_blocks_used, t_start, wall_s;
+  StepColumns(hid_t g, const std::string& ctx)
+      : step(g, "step", ColumnKind::kInt64, kChunkRows, ctx),
+        batch_size(g, "batch_size", ColumnKind::kInt32, kChunkRows, ctx),
+        prefill_tokens(g, "prefill_tokens", ColumnKind::kInt32, kChunkRows, ctx),
+        decode_tokens(g, "decode_tokens", ColumnKind::kInt32, kChunkRows, ctx),
+        kv_blocks_used(g, "kv_blocks_used", ColumnKind::kInt32, kChunkRows, ctx),
+        t_start(g, "t_start", ColumnKind::kFloat64, kChunkRows, ctx),
+        wall_s(g, "wall_s", ColumnKind::kFloat64, kChunkRows, ctx) {}
+};
+
+// Holds the C strings handed to HDF5 for one batch; text that is not UTF-8 is repaired into
+// `fixed` (a deque, so earlier pointers stay valid).
+struct StringBatch {
+  std::deque<std::string> fixed;
+  const char* add(const std::string& s) {
+    if (is_valid_utf8(s)) return s.c_str();
+    fixed.push_back(repair_utf8(s));
+    return fixed.back().c_str();
+  }
+};
+
+}  // namespace
+
+struct ResultWriter::Impl {
+  std::string path;
+  std::string ctx;  // "HDF5 output '<path>'", the prefix of every error
+  size_t flush_every;
+  hid_t file = H5I_INVALID_HID;
+  h5::Id requests_group, steps_group;
+  std::optional<RequestColumns> req;
+  std::optional<StepColumns> steps;
+  std::vector<RequestResult> pending;
+  std::vector<StepRecord> pending_steps;
+  int64_t rows_written = 0;
+  bool open = false;
+
+  void write_requests();
+  void write_steps();
+  void release_handles();
+};
+
+void ResultWriter::Impl::write_requests() {
+  const size_t n = pending.size();
+  if (n == 0) return;
+  StringBatch strings;
+  std::vector<const char*> ids(n), texts(n), reasons(n), errors(n);
+  std::vector<int64_t> lines(n);
+  std::vector<hvl_t> prompt_tokens(n), output_tokens(n), logprobs(n);
+  std::vector<double> t_queued(n), t_first(n), t_finished(n);
+  std::vector<int32_t> replicas(n);
+  for (size_t i = 0; i < n; ++i) {
+    const RequestResult& r = pending[i];
+    ids[i] = strings.add(r.id);
+    texts[i] = strings.add(r.output_text);
+    reasons[i] = finish_reason_name(r.finish_reason);
+    errors[i] = strings.add(r.error);
+    lines[i] = r.line;
+    prompt_tokens[i] = vlen_of(r.prompt_tokens);
+    output_tokens[i] = vlen_of(r.output_tokens);
+    logprobs[i] = vlen_of(r.token_logprobs);
+    t_queued[i] = r.t_queued;
+    t_first[i] = r.t_first_token;
+    t_finished[i] = r.t_finished;
+    replicas[i] = r.replica;
+  }
+  req->id.append(ids.data(), n);
+  req->line.append(lines.data(), n);
+  req->prompt_tokens.append(prompt_tokens.data(), n);
+  req->output_tokens.append(output_tokens.data(), n);
+  req->output_text.append(texts.data(), n);
+  req->finish_reason.append(reasons.data(), n);
+  req->token_logprobs.append(logprobs.data(), n);
+  req->error.append(errors.data(), n);
+  req->t_queued.append(t_queued.data(), n);
+  req->t_first_token.append(t_first.data(), n);
+  req->t_finished.append(t_finished.data(), n);
+  req->replica.append(replicas.data(), n);
+  rows_written += static_cast<int64_t>(n);
+  pending.clear();
+}
+
+void ResultWriter::Impl::write_steps() {
+  const size_t n = pending_steps.size();
+  if (n == 0) return;
+  std::vector<int64_t> step(n);
+  std::vector<int32_t> batch(n), prefill(n), decode(n), kv(n);
+  std::vector<double> t_start(n), wall(n);
+  for (size_t i = 0; i < n; ++i) {
+    const StepRecord& s = pending_steps[i];
+    step[i] = s.step;
+    batch[i] = s.batch_size;
+    prefill[i] = s.prefill_tokens;
+    decode[i] = s.decode_tokens;
+    kv[i] = s.kv_blocks_used;
+    t_start[i] = s.t_start;
+    wall[i] = s.wall_s;
+  }
+  steps->step.append(step.data(), n);
+  steps->batch_size.append(batch.data(), n);
+  steps->prefill_tokens.append(prefill.data(), n);
+  steps->decode_tokens.append(decode.data(), n);
+  steps->kv_blocks_used.append(kv.data(), n);
+  steps->t_start.append(t_start.data(), n);
+  steps->wall_s.append(wall.data(), n);
+  pending_steps.clear();
+}
+
+void ResultWriter::Impl::release_handles() {
+  req.reset();
+  steps.reset();
+  requests_group.reset();
+  steps_group.reset();
+}
+
+ResultWriter::ResultWriter(const std::string& path, int flush_every) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.path = path;
+  m.ctx = "HDF5 output '" + path + "'";
+  SHARDLM_CHECK(flush_every >= 1, m.ctx << ": flush_every must be >= 1 (got " << flush_every << ")");
+  m.flush_every = static_cast<size_t>(flush_every);
+  h5::silence_error_printing();
+  m.file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  h5::check(m.file, "creating the file", m.ctx);
+  m.open = true;
+  try {
+    m.requests_group = h5::Id(H5Gcreate2(m.file, "requests", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    h5::check(m.requests_group.get(), "creating group /requests", m.ctx);
+    m.steps_group = h5::Id(H5Gcreate2(m.file, "steps", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    h5::check(m.steps_group.get(), "creating group /steps", m.ctx);
+    m.req.emplace(m.requests_group.get(), m.ctx + " /requests");
+    m.steps.emplace(m.steps_group.get(), m.ctx + " /steps");
+    h5::check(H5Fflush(m.file, H5F_SCOPE_GLOBAL), "H5Fflush", m.ctx);
+  } catch (...) {
+    m.release_handles();
+    H5Fclose(m.file);
+    m.open = false;
+    throw;
+  }
+}
+
+ResultWriter::~ResultWriter() {
+  try {
+    close();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shardlm: closing the result file failed: %s\n", e.what());
+  }
+}
+
+void ResultWriter::append(const RequestResult& r) {
+  Impl& m = *impl_;
+  SHARDLM_CHECK(m.open, m.ctx << ": append after close");
+  m.pending.push_back(r);
+  if (m.pending.size() >= m.flush_every) flush();
+}
+
+void ResultWriter::append_step(const StepRecord& s) {
+  Impl& m = *impl_;
+  SHARDLM_CHECK(m.open, m.ctx << ": append_step after close");
+  m.pending_steps.push_back(s);
+  if (m.pending_steps.size() >= kStepBatch) m.write_steps();
+}
+
+void ResultWriter::set_attr(const std::string& name, const std::string& value) {
+  SHARDLM_CHECK(impl_->open, impl_->ctx << ": set_attr after close");
+  h5::write_attr(impl_->file, name, repair_utf8(value), impl_->ctx);
+}
+
+void ResultWriter::set_attr(const std::string& name, double value) {
+  SHARDLM_CHECK(impl_->open, impl_->ctx << ": set_attr after close");
+  h5::write_attr(impl_->file, name, value, impl_->ctx);
+}
+
+void ResultWriter::set_attr(const std::string& name, int64_t value) {
+  SHARDLM_CHECK(impl_->open, impl_->ctx << ": set_attr after close");
+  h5::write_attr(impl_->file, name, value, impl_->ctx);
+}
+
+void ResultWriter::flush() {
+  Impl& m = *impl_;
+  SHARDLM_CHECK(m.open, m.ctx << ": flush after close");
+  m.write_requests();
+  m.write_steps();
+  h5::check(H5Fflush(m.file, H5F_SCOPE_GLOBAL), "H5Fflush", m.ctx);
+}
+
+void ResultWriter::close() {
+  if (!impl_ || !impl_->open) return;
+  Impl& m = *impl_;
+  std::exception_ptr failure;
+  try {
+    m.write_requests();
+    m.write_steps();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  m.open = false;
+  m.release_handles();
+  const herr_t st = H5Fclose(m.file);
+  m.file = H5I_INVALID_HID;
+  if (failure) std::rethrow_exception(failure);
+  h5::check(st, "closing the file", m.ctx);
+}
+
+int64_t ResultWriter::rows() const { return impl_->rows_written + static_cast<int64_t>(impl_->pending.size()); }
+
+}  // namespace shardlm

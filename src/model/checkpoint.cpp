@@ -1,0 +1,138 @@
+#include "model/checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "model/mapped_file.h"
+#include "model/safetensors.h"
+
+namespace shardlm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  SHARDLM_CHECK(in, "cannot read " << path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+Checkpoint::~Checkpoint() = default;
+
+std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir) {
+  SHARDLM_CHECK(fs::is_directory(dir), "checkpoint directory " << dir << " does not exist or is not a directory");
+  std::unique_ptr<Checkpoint> ck(new Checkpoint());
+  ck->dir_ = dir;
+
+  const std::string index_path = (fs::path(dir) / "model.safetensors.index.json").string();
+  const std::string single_path = (fs::path(dir) / "model.safetensors").string();
+  std::vector<std::string> files;                      // shard paths, in first-seen order
+  std::map<std::string, std::string> index_map;        // tensor -> shard path (index only)
+  if (fs::exists(index_path)) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(read_text(index_path));
+    } catch (const nlohmann::json::exception& e) {
+      SHARDLM_FAIL(index_path << ": not valid JSON: " << e.what());
+    }
+    SHARDLM_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
+                  index_path << ": missing 'weight_map' object");
+    std::set<std::string> seen;
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      SHARDLM_CHECK(it->is_string(), index_path << ": weight_map entry for tensor '" << it.key()
+                                                << "' is not a file name");
+      const std::string shard = it->get<std::string>();
+      SHARDLM_CHECK(!shard.empty() && shard.find("..") == std::string::npos && shard[0] != '/',
+                    index_path << ": weight_map entry for tensor '" << it.key() << "' names an invalid file '"
+                               << shard << "'");
+      const std::string path = (fs::path(dir) / shard).string();
+      SHARDLM_CHECK(fs::exists(path), index_path << ": shard file " << path << " (holding tensor '" << it.key()
+                                                 << "') is missing");
+      if (seen.insert(path).second) files.push_back(path);
+      index_map[it.key()] = path;
+    }
+    SHARDLM_CHECK(!files.empty(), index_path << ": weight_map is empty");
+  } else if (fs::exists(single_path)) {
+    files.push_back(single_path);
+  } else {
+    SHARDLM_FAIL("checkpoint directory " << dir
+                                         << " holds neither model.safetensors nor model.safetensors.index.json");
+  }
+
+  for (const auto& path : files) {
+    auto mf = std::make_unique<MappedFile>(path);
+    SafetensorsHeader h = parse_safetensors_header(mf->data(), mf->size(), mf->size(), path);
+    for (const auto& e : h.entries) {
+      TensorView tv;
+      tv.name = e.name;
+      tv.file = path;
+      tv.dtype = e.dtype;
+      tv.shape = e.shape;
+      tv.nbytes = static_cast<size_t>(e.end - e.begin);
+      tv.data = mf->data() + h.data_offset + e.begin;
+      auto prev = ck->tensors_.find(e.name);
+      SHARDLM_CHECK(prev == ck->tensors_.end(), "tensor '" << e.name << "' appears in both " << prev->second.file
+                                                            << " and " << path);
+      if (!index_map.empty()) {
+        auto im = index_map.find(e.name);
+        // Extra tensors in a shard that the index does not list are tolerated (transformers does
+        // the same) but a tensor the index places elsewhere is an inconsistency.
+        SHARDLM_CHECK(im == index_map.end() || im->second == path,
+                      "tensor '" << e.name << "' is in " << path << " but " << index_path << " places it in "
+                                 << im->second);
+      }
+      ck->tensors_.emplace(e.name, std::move(tv));
+    }
+    ck->files_.push_back(std::move(mf));
+  }
+  for (const auto& [name, path] : index_map) {
+    SHARDLM_CHECK(ck->tensors_.count(name), index_path << ": tensor '" << name << "' is listed in weight_map for "
+                                                       << path << " but that file does not hold it");
+  }
+  return ck;
+}
+
+bool Checkpoint::has(const std::string& name) const { return tensors_.count(name) != 0; }
+
+const TensorView& Checkpoint::get(const std::string& name) const {
+  auto it = tensors_.find(name);
+  SHARDLM_CHECK(it != tensors_.end(), "checkpoint " << dir_ << " has no tensor '" << name << "'");
+  return it->second;
+}
+
+const TensorView& Checkpoint::get(const std::string& name, const std::vector<int64_t>& shape) const {
+  const TensorView& t = get(name);
+  SHARDLM_CHECK(t.shape == shape, t.file << ": tensor '" << name << "' has shape " << shape_str(t.shape)
+                                         << " but the model config expects " << shape_str(shape));
+  return t;
+}
+
+std::vector<std::string> Checkpoint::names() const {
+  std::vector<std::string> out;
+  out.reserve(tensors_.size());
+  for (const auto& kv : tensors_) out.push_back(kv.first);
+  return out;
+}
+
+size_t Checkpoint::total_bytes() const {
+  size_t n = 0;
+  for (const auto& kv : tensors_) n += kv.second.nbytes;
+  return n;
+}
+
+}  // namespace shardlm

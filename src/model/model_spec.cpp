@@ -1,0 +1,372 @@
+#include "model/model_spec.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace shardlm {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Defaults transformers applies per architecture when a key is absent from config.json.
+struct ArchDefaults {
+  const char* architecture;
+  const char* model_type;
+  int64_t max_position_embeddings;
+  int64_t head_dim;                // 0: hidden_size / num_attention_heads
+  bool qkv_bias_always;            // Qwen2: q/k/v carry a bias, o_proj none, attention_bias ignored
+  bool attention_bias_covers_o;    // Llama/Qwen3: attention_bias applies to o_proj too
+  bool attention_bias_from_config; // false for Mistral (never any bias)
+  bool mlp_bias_from_config;       // Llama only
+  bool qk_norm;                    // Qwen3
+  enum class Sliding { kNone, kAlways, kQwen } sliding;
+  int64_t sliding_window_default;  // when the key is absent
+};
+
+const ArchDefaults kArchs[] = {
+    {"LlamaForCausalLM", "llama", 2048, 0, false, true, true, true, false, ArchDefaults::Sliding::kNone, 0},
+    {"MistralForCausalLM", "mistral", 4096 * 32, 0, false, false, false, false, false,
+     ArchDefaults::Sliding::kAlways, 4096},
+    {"Qwen2ForCausalLM", "qwen2", 32768, 0, true, false, false, false, false, ArchDefaults::Sliding::kQwen, 4096},
+    {"Qwen3ForCausalLM", "qwen3", 32768, 128, false, true, true, false, true, ArchDefaults::Sliding::kQwen, 4096},
+};
+
+const ArchDefaults* find_arch(const std::string& name) {
+  for (const auto& a : kArchs)
+    if (name == a.architecture) return &a;
+  return nullptr;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  SHARDLM_CHECK(in, "cannot read " << path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Field accessors: every error names the file (origin) and the field.
+class Fields {
+ public:
+  Fields(const json& j, const std::string& origin) : j_(j), origin_(origin) {}
+
+  bool present(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  const json& at(const char* key) const { return j_[key]; }
+
+  int64_t integer(const char* key, std::optional<int64_t> dflt) const {
+    if (!present(key)) {
+      SHARDLM_CHECK(dflt.has_value(), origin_ << ": required field '" << key << "' is missing");
+      return *dflt;
+    }
+    const json& v = j_[key];
+    if (v.is_number_integer()) return v.get<int64_t>();
+    if (v.is_number_float()) {  // "4096.0" is tolerated when it is integral
+      double d = v.get<double>();
+      SHARDLM_CHECK(d == static_cast<double>(static_cast<int64_t>(d)),
+                    origin_ << ": field '" << key << "' must be an integer, got " << v.dump());
+      return static_cast<int64_t>(d);
+    }
+    SHARDLM_FAIL(origin_ << ": field '" << key << "' must be an integer, got " << v.dump());
+  }
+
+  double number(const char* key, double dflt) const {
+    if (!present(key)) return dflt;
+    const json& v = j_[key];
+    SHARDLM_CHECK(v.is_number(), origin_ << ": field '" << key << "' must be a number, got " << v.dump());
+    return v.get<double>();
+  }
+
+  bool boolean(const char* key, bool dflt) const {
+    if (!present(key)) return dflt;
+    const json& v = j_[key];
+    SHARDLM_CHECK(v.is_boolean(), origin_ << ": field '" << key << "' must be true or false, got " << v.dump());
+    return v.get<bool>();
+  }
+
+  std::string string(const char* key, const std::string& dflt) const {
+    if (!present(key)) return dflt;
+    const json& v = j_[key];
+    SHARDLM_CHECK(v.is_string(), origin_ << ": field '" << key << "' must be a string, got " << v.dump());
+    return v.get<std::string>();
+  }
+
+  // int, list of ints, or null/absent (empty).
+  std::vector<int32_t> int_list(const char* key) const {
+    std::vector<int32_t> out;
+    if (!present(key)) return out;
+    const json& v = j_[key];
+    auto one = [&](const json& x) {
+      SHARDLM_CHECK(x.is_number_integer() && x.get<int64_t>() >= 0 && x.get<int64_t>() <= INT32_MAX,
+                    origin_ << ": field '" << key << "' must be a token id or a list of token ids, got " << v.dump());
+      out.push_back(static_cast<int32_t>(x.get<int64_t>()));
+    };
+    if (v.is_array()) {
+      for (const auto& x : v) one(x);
+    } else {
+      one(v);
+    }
+    return out;
+  }
+
+ private:
+  const json& j_;
+  const std::string& origin_;
+};
+
+json parse_json(const std::string& text, const std::string& origin) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    SHARDLM_FAIL(origin << ": not valid JSON: " << e.what());
+  }
+  SHARDLM_CHECK(j.is_object(), origin << ": expected a JSON object at the top level");
+  return j;
+}
+
+DType parse_torch_dtype(const std::string& s, const std::string& origin, const char* field) {
+  if (s == "float32" || s == "float") return DType::F32;
+  if (s == "bfloat16") return DType::BF16;
+  if (s == "float16" || s == "half") return DType::F16;
+  SHARDLM_FAIL(origin << ": field '" << field << "' has unsupported value '" << s
+                      << "' (supported: float32, bfloat16, float16)");
+}
+
+// rope_scaling (or transformers v5's rope_parameters) object.
+RopeScaling parse_rope(const json& r, const std::string& origin, const std::string& field) {
+  RopeScaling rs;
+  if (r.is_null()) return rs;
+  SHARDLM_CHECK(r.is_object(), origin << ": field '" << field << "' must be an object or null, got " << r.dump());
+  std::string type_key = r.contains("rope_type") ? "rope_type" : "type";
+  SHARDLM_CHECK(r.contains(type_key) && r[type_key].is_string(),
+                origin << ": field '" << field << ".rope_type' is missing (expected \"linear\" or \"llama3\")");
+  const std::string type = r[type_key].get<std::string>();
+  const std::string sub_origin = origin;
+  auto num = [&](const char* k) -> double {
+    SHARDLM_CHECK(r.contains(k) && r[k].is_number(),
+                  origin << ": field '" << field << "." << k << "' is required for rope_type " << type);
+    return r[k].get<double>();
+  };
+  if (type == "default") return rs;
+  if (type == "linear") {
+    rs.kind = RopeScaling::Kind::kLinear;
+    rs.factor = num("factor");
+  } else if (type == "llama3") {
+    rs.kind = RopeScaling::Kind::kLlama3;
+    rs.factor = num("factor");
+    rs.low_freq_factor = num("low_freq_factor");
+    rs.high_freq_factor = num("high_freq_factor");
+    double omp = num("original_max_position_embeddings");
+    SHARDLM_CHECK(omp == static_cast<double>(static_cast<int64_t>(omp)),
+                  origin << ": field '" << field << ".original_max_position_embeddings' must be an integer");
+    rs.original_max_position_embeddings = static_cast<int64_t>(omp);
+  } else {
+    SHARDLM_FAIL(origin << ": field '" << field << "." << type_key << "' has unsupported value '" << type
+                        << "' (supported: null, \"default\", \"linear\", \"llama3\")");
+  }
+  SHARDLM_CHECK(rs.factor > 0, origin << ": field '" << field << ".factor' must be positive");
+  return rs;
+}
+
+std::string fnv1a64_hex(const std::string& bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+ModelSpec parse_impl(const std::string& config_json, const std::string& gen_json, const std::string& origin,
+                     const std::string& gen_origin) {
+  const json j = parse_json(config_json, origin);
+  Fields f(j, origin);
+  ModelSpec s;
+  s.config_hash = fnv1a64_hex(config_json);
+
+  // Architecture: "architectures"[0], else derived from model_type.
+  s.model_type = f.string("model_type", "");
+  if (f.present("architectures")) {
+    const json& a = j["architectures"];
+    SHARDLM_CHECK(a.is_array() && !a.empty() && a[0].is_string(),
+                  origin << ": field 'architectures' must be a non-empty list of names, got " << a.dump());
+    s.architecture = a[0].get<std::string>();
+  } else {
+    for (const auto& a : kArchs)
+      if (s.model_type == a.model_type) s.architecture = a.architecture;
+    SHARDLM_CHECK(!s.architecture.empty(), origin << ": field 'architectures' is missing and model_type '"
+                                                  << s.model_type << "' does not identify a supported one");
+  }
+  const ArchDefaults* arch = find_arch(s.architecture);
+  if (!arch) {
+    s.validate(origin);  // throws, listing the supported architectures
+  }
+  if (s.model_type.empty()) s.model_type = arch->model_type;
+
+  s.hidden_size = f.integer("hidden_size", std::nullopt);
+  s.intermediate_size = f.integer("intermediate_size", std::nullopt);
+  s.num_layers = f.integer("num_hidden_layers", std::nullopt);
+  s.num_heads = f.integer("num_attention_heads", std::nullopt);
+  SHARDLM_CHECK(s.num_heads > 0, origin << ": field 'num_attention_heads' must be positive, got " << s.num_heads);
+  s.num_kv_heads = f.integer("num_key_value_heads", s.num_heads);
+  s.head_dim = f.integer("head_dim", arch->head_dim ? arch->head_dim : s.hidden_size / s.num_heads);
+  s.vocab_size = f.integer("vocab_size", std::nullopt);
+  s.max_position_embeddings = f.integer("max_position_embeddings", arch->max_position_embeddings);
+  s.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
+  s.hidden_act = f.string("hidden_act", "silu");
+  s.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
+
+  // Biases and norms, as each architecture's modeling code builds them.
+  const bool attention_bias = f.boolean("attention_bias", false);
+  if (arch->qkv_bias_always) {
+    s.attention_bias = true;
+    s.o_proj_bias = false;
+  } else if (arch->attention_bias_from_config) {
+    s.attention_bias = attention_bias;
+    s.o_proj_bias = arch->attention_bias_covers_o && attention_bias;
+  }
+  s.mlp_bias = arch->mlp_bias_from_config && f.boolean("mlp_bias", false);
+  s.qk_norm = arch->qk_norm;
+
+  // Sliding window.
+  if (arch->sliding != ArchDefaults::Sliding::kNone) {
+    int64_t window = 0;
+    if (!j.contains("sliding_window")) {
+      window = arch->sliding_window_default;
+    } else if (!j["sliding_window"].is_null()) {
+      window = f.integer("sliding_window", std::nullopt);
+    }
+    if (arch->sliding == ArchDefaults::Sliding::kAlways) {
+      s.sliding_window = window;
+      s.sliding_window_first_layer = 0;
+    } else if (f.boolean("use_sliding_window", false) && window > 0) {
+      s.sliding_window = window;
+      s.sliding_window_first_layer = f.integer("max_window_layers", 28);
+      if (s.sliding_window_first_layer >= s.num_layers) s.sliding_window = 0;  // no layer slides
+    }
+  }
+
+  // RoPE: transformers <= 4.x writes rope_theta + rope_scaling; v5 writes rope_parameters.
+  const json* rope_params = (j.contains("rope_parameters") && j["rope_parameters"].is_object())
+                                ? &j["rope_parameters"] : nullptr;
+  if (f.present("rope_theta")) {
+    s.rope_theta = f.number("rope_theta", 10000.0);
+  } else if (rope_params && rope_params->contains("rope_theta")) {
+    SHARDLM_CHECK((*rope_params)["rope_theta"].is_number(),
+                  origin << ": field 'rope_parameters.rope_theta' must be a number");
+    s.rope_theta = (*rope_params)["rope_theta"].get<double>();
+  }
+  if (j.contains("rope_scaling")) {
+    s.rope_scaling = parse_rope(j["rope_scaling"], origin, "rope_scaling");
+  } else if (rope_params) {
+    s.rope_scaling = parse_rope(*rope_params, origin, "rope_parameters");
+  }
+
+  // dtype: "torch_dtype" (transformers 4.x) or "dtype" (v5).
+  if (f.present("torch_dtype")) {
+    s.torch_dtype = parse_torch_dtype(f.string("torch_dtype", ""), origin, "torch_dtype");
+  } else if (f.present("dtype")) {
+    s.torch_dtype = parse_torch_dtype(f.string("dtype", ""), origin, "dtype");
+  }
+
+  // Special tokens: config first, generation_config.json adds EOS ids and overrides BOS.
+  auto bos = f.int_list("bos_token_id");
+  SHARDLM_CHECK(bos.size() <= 1, origin << ": field 'bos_token_id' must be a single id");
+  if (!bos.empty()) s.bos_token_id = bos[0];
+  s.eos_token_ids = f.int_list("eos_token_id");
+  if (!gen_json.empty()) {
+    const json g = parse_json(gen_json, gen_origin);
+    Fields gf(g, gen_origin);
+    auto gbos = gf.int_list("bos_token_id");
+    SHARDLM_CHECK(gbos.size() <= 1, gen_origin << ": field 'bos_token_id' must be a single id");
+    if (!gbos.empty()) s.bos_token_id = gbos[0];
+    for (int32_t id : gf.int_list("eos_token_id"))
+      if (std::find(s.eos_token_ids.begin(), s.eos_token_ids.end(), id) == s.eos_token_ids.end())
+        s.eos_token_ids.push_back(id);
+  }
+
+  s.validate(origin);
+  return s;
+}
+
+}  // namespace
+
+const std::vector<std::string>& ModelSpec::supported_architectures() {
+  static const std::vector<std::string> v = [] {
+    std::vector<std::string> out;
+    for (const auto& a : kArchs) out.push_back(a.architecture);
+    return out;
+  }();
+  return v;
+}
+
+ModelSpec ModelSpec::load(const std::string& dir) {
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  const std::string gen_path = (fs::path(dir) / "generation_config.json").string();
+  SHARDLM_CHECK(fs::exists(config_path), "model directory " << dir << " has no config.json");
+  const std::string config = read_file(config_path);
+  const std::string gen = fs::exists(gen_path) ? read_file(gen_path) : std::string();
+  return parse_impl(config, gen, config_path, gen_path);
+}
+
+ModelSpec ModelSpec::parse(const std::string& config_json, const std::string& generation_config_json,
+                           const std::string& origin) {
+  std::string gen_origin = origin + " (generation config)";
+  fs::path p(origin);
+  if (p.filename() == "config.json") gen_origin = (p.parent_path() / "generation_config.json").string();
+  return parse_impl(config_json, generation_config_json, origin, gen_origin);
+}
+
+void ModelSpec::validate(const std::string& origin) const {
+  if (!find_arch(architecture)) {
+    std::string list;
+    for (const auto& a : supported_architectures()) list += (list.empty() ? "" : ", ") + a;
+    SHARDLM_FAIL(origin << ": field 'architectures': unsupported architecture '" << architecture
+                        << "' (supported: " << list << ")");
+  }
+  auto positive = [&](int64_t v, const char* field) {
+    SHARDLM_CHECK(v > 0, origin << ": field '" << field << "' must be positive, got " << v);
+  };
+  positive(hidden_size, "hidden_size");
+  positive(intermediate_size, "intermediate_size");
+  positive(num_layers, "num_hidden_layers");
+  positive(num_heads, "num_attention_heads");
+  positive(num_kv_heads, "num_key_value_heads");
+  positive(head_dim, "head_dim");
+  positive(vocab_size, "vocab_size");
+  positive(max_position_embeddings, "max_position_embeddings");
+  SHARDLM_CHECK(num_heads % num_kv_heads == 0, origin << ": field 'num_key_value_heads': num_attention_heads ("
+                                                      << num_heads << ") is not a multiple of num_key_value_heads ("
+                                                      << num_kv_heads << ")");
+  SHARDLM_CHECK(head_dim % 2 == 0, origin << ": field 'head_dim' must be even for RoPE, got " << head_dim);
+  SHARDLM_CHECK(rms_norm_eps > 0, origin << ": field 'rms_norm_eps' must be positive, got " << rms_norm_eps);
+  SHARDLM_CHECK(rope_theta > 0, origin << ": field 'rope_theta' must be positive, got " << rope_theta);
+  SHARDLM_CHECK(sliding_window >= 0, origin << ": field 'sliding_window' must be non-negative, got "
+                                            << sliding_window);
+  SHARDLM_CHECK(hidden_act == "silu" || hidden_act == "swish",
+                origin << ": field 'hidden_act' has unsupported value '" << hidden_act << "' (supported: silu)");
+  if (rope_scaling.kind == RopeScaling::Kind::kLlama3) {
+    SHARDLM_CHECK(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor && rope_scaling.low_freq_factor > 0,
+                  origin << ": field 'rope_scaling': llama3 needs 0 < low_freq_factor < high_freq_factor");
+    SHARDLM_CHECK(rope_scaling.original_max_position_embeddings > 0,
+                  origin << ": field 'rope_scaling.original_max_position_embeddings' must be positive");
+  }
+  SHARDLM_CHECK(bos_token_id < vocab_size, origin << ": field 'bos_token_id' (" << bos_token_id
+                                                  << ") is not below vocab_size (" << vocab_size << ")");
+  for (int32_t id : eos_token_ids)
+    SHARDLM_CHECK(id < vocab_size, origin << ": field 'eos_token_id' (" << id << ") is not below vocab_size ("
+                                          << vocab_size << ")");
+}
+
+}  // namespace shardlm

@@ -1,0 +1,203 @@
+#include "model/safetensors.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace shardlm {
+
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100ull * 1000 * 1000;  // the limit the reference reader uses
+
+uint64_t read_le64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Reads a JSON integer >= 0; false when it is not one.
+bool as_u64(const nlohmann::json& j, uint64_t* out) {
+  if (j.is_number_unsigned()) {
+    *out = j.get<uint64_t>();
+    return true;
+  }
+  if (j.is_number_integer() && j.get<int64_t>() >= 0) {
+    *out = static_cast<uint64_t>(j.get<int64_t>());
+    return true;
+  }
+  return false;
+}
+
+const char* known_dtypes() { return "F32, BF16, F16, F8_E4M3, I32, I64, U8"; }
+
+}  // namespace
+
+SafetensorsHeader parse_safetensors_header(const uint8_t* prefix, size_t prefix_len, uint64_t file_size,
+                                           const std::string& file) {
+  SHARDLM_CHECK(file_size >= 8 && prefix_len >= 8,
+                file << ": not a safetensors file: " << file_size << " bytes, fewer than the 8-byte header length");
+  const uint64_t n = read_le64(prefix);
+  SHARDLM_CHECK(n <= kMaxHeaderBytes, file << ": safetensors header length " << n << " exceeds the 100 MB limit"
+                                            << " (corrupt or not a safetensors file)");
+  SHARDLM_CHECK(n <= file_size - 8, file << ": safetensors header length " << n << " runs past the end of the file ("
+                                         << file_size << " bytes)");
+  SHARDLM_CHECK(8 + n <= prefix_len, file << ": internal: only " << prefix_len << " of the " << 8 + n
+                                          << " header bytes were provided");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(prefix + 8, prefix + 8 + n);
+  } catch (const nlohmann::json::exception& e) {
+    SHARDLM_FAIL(file << ": safetensors header is not valid JSON: " << e.what());
+  }
+  SHARDLM_CHECK(j.is_object(), file << ": safetensors header is not a JSON object");
+
+  SafetensorsHeader h;
+  h.data_offset = 8 + n;
+  const uint64_t data_len = file_size - h.data_offset;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& name = it.key();
+    if (name == "__metadata__") {
+      SHARDLM_CHECK(it->is_object(), file << ": __metadata__ is not a JSON object");
+      continue;
+    }
+    const auto& v = *it;
+    SHARDLM_CHECK(v.is_object(), file << ": tensor '" << name << "': header entry is not a JSON object");
+    SafetensorsEntry e;
+    e.name = name;
+    SHARDLM_CHECK(v.contains("dtype") && v["dtype"].is_string(),
+                  file << ": tensor '" << name << "': missing or non-string 'dtype'");
+    const std::string dt = v["dtype"].get<std::string>();
+    SHARDLM_CHECK(dtype_from_name(dt, &e.dtype), file << ": tensor '" << name << "': unknown dtype '" << dt
+                                                      << "' (supported: " << known_dtypes() << ")");
+    SHARDLM_CHECK(v.contains("shape") && v["shape"].is_array(),
+                  file << ": tensor '" << name << "': missing or non-array 'shape'");
+    unsigned __int128 numel = 1;
+    for (const auto& d : v["shape"]) {
+      uint64_t u;
+      SHARDLM_CHECK(as_u64(d, &u) && u <= static_cast<uint64_t>(INT64_MAX),
+                    file << ": tensor '" << name << "': shape " << v["shape"].dump()
+                         << " has an entry that is not a non-negative integer");
+      e.shape.push_back(static_cast<int64_t>(u));
+      numel *= u;
+      SHARDLM_CHECK(numel <= (static_cast<unsigned __int128>(1) << 64),
+                    file << ": tensor '" << name << "': shape " << v["shape"].dump() << " is too large");
+    }
+    SHARDLM_CHECK(v.contains("data_offsets") && v["data_offsets"].is_array() && v["data_offsets"].size() == 2 &&
+                      as_u64(v["data_offsets"][0], &e.begin) && as_u64(v["data_offsets"][1], &e.end),
+                  file << ": tensor '" << name << "': 'data_offsets' must be two non-negative integers, got "
+                       << (v.contains("data_offsets") ? v["data_offsets"].dump() : std::string("nothing")));
+    SHARDLM_CHECK(e.begin <= e.end, file << ": tensor '" << name << "': data_offsets [" << e.begin << ", " << e.end
+                                         << "] end before begin");
+    const unsigned __int128 want = numel * dtype_size(e.dtype);
+    SHARDLM_CHECK(want == e.end - e.begin,
+                  file << ": tensor '" << name << "': data_offsets [" << e.begin << ", " << e.end << "] hold "
+                       << (e.end - e.begin) << " bytes but shape " << shape_str(e.shape) << " of " << dt
+                       << " needs " << static_cast<uint64_t>(want));
+    SHARDLM_CHECK(e.end <= data_len,
+                  file << ": tensor '" << name << "': data_offsets [" << e.begin << ", " << e.end
+                       << "] run past the end of the data section (" << data_len << " bytes; file "
+                       << file_size << " bytes): the file is truncated or the header is corrupt");
+    h.entries.push_back(std::move(e));
+  }
+  // No two tensors may share bytes.
+  std::vector<const SafetensorsEntry*> order;
+  for (const auto& e : h.entries) order.push_back(&e);
+  std::sort(order.begin(), order.end(), [](const SafetensorsEntry* a, const SafetensorsEntry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  const SafetensorsEntry* prev = nullptr;
+  for (const auto* e : order) {
+    if (e->begin == e->end) continue;  // empty tensors occupy no bytes
+    if (prev) {
+      SHARDLM_CHECK(e->begin >= prev->end, file << ": tensors '" << prev->name << "' [" << prev->begin << ", "
+                                                << prev->end << ") and '" << e->name << "' [" << e->begin << ", "
+                                                << e->end << ") overlap");
+    }
+    prev = e;
+  }
+  return h;
+}
+
+// ---- writer ----
+
+SafetensorsStreamWriter::SafetensorsStreamWriter(const std::string& path, std::vector<SafetensorsTensorDecl> decls)
+    : path_(path), decls_(std::move(decls)) {
+  nlohmann::ordered_json j;
+  j["__metadata__"] = {{"format", "pt"}};
+  uint64_t off = 0;
+  for (const auto& d : decls_) {
+    SHARDLM_CHECK(!d.name.empty() && d.name != "__metadata__", path << ": invalid tensor name '" << d.name << "'");
+    SHARDLM_CHECK(!j.contains(d.name), path << ": tensor '" << d.name << "' declared twice");
+    uint64_t n = dtype_size(d.dtype);
+    for (auto s : d.shape) {
+      SHARDLM_CHECK(s >= 0, path << ": tensor '" << d.name << "' has a negative dimension");
+      n *= static_cast<uint64_t>(s);
+    }
+    j[d.name] = {{"dtype", dtype_name(d.dtype)}, {"shape", d.shape}, {"data_offsets", {off, off + n}}};
+    off += n;
+  }
+  std::string header = j.dump();
+  header.append((8 - header.size() % 8) % 8, ' ');  // keep the data section 8-byte aligned
+  FILE* f = std::fopen(path.c_str(), "wb");
+  SHARDLM_CHECK(f, "cannot create " << path << ": " << std::strerror(errno));
+  fp_ = f;
+  uint8_t len[8];
+  uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
+  SHARDLM_CHECK(std::fwrite(len, 1, 8, f) == 8 && std::fwrite(header.data(), 1, header.size(), f) == header.size(),
+                "write error on " << path);
+}
+
+SafetensorsStreamWriter::~SafetensorsStreamWriter() {
+  if (fp_) std::fclose(static_cast<FILE*>(fp_));
+}
+
+void SafetensorsStreamWriter::write_next(const void* data, size_t nbytes) {
+  SHARDLM_CHECK(fp_, path_ << ": write after finish()");
+  SHARDLM_CHECK(next_ < decls_.size(), path_ << ": more tensors written than declared");
+  const auto& d = decls_[next_];
+  uint64_t want = dtype_size(d.dtype);
+  for (auto s : d.shape) want *= static_cast<uint64_t>(s);
+  SHARDLM_CHECK(nbytes == want, path_ << ": tensor '" << d.name << "': " << nbytes << " bytes given, shape "
+                                      << shape_str(d.shape) << " needs " << want);
+  if (nbytes) {
+    SHARDLM_CHECK(std::fwrite(data, 1, nbytes, static_cast<FILE*>(fp_)) == nbytes,
+                  "write error on " << path_ << " (tensor '" << d.name << "')");
+  }
+  ++next_;
+}
+
+void SafetensorsStreamWriter::finish() {
+  SHARDLM_CHECK(fp_, path_ << ": finish() called twice");
+  SHARDLM_CHECK(next_ == decls_.size(), path_ << ": only " << next_ << " of " << decls_.size()
+                                              << " tensors were written");
+  FILE* f = static_cast<FILE*>(fp_);
+  fp_ = nullptr;
+  bool ok = std::fflush(f) == 0;
+  ok = (std::fclose(f) == 0) && ok;
+  SHARDLM_CHECK(ok, "write error on " << path_ << " when closing: " << std::strerror(errno));
+}
+
+void write_safetensors(const std::string& path, const std::vector<SafetensorsWriteItem>& items) {
+  std::vector<SafetensorsTensorDecl> decls;
+  for (const auto& it : items) decls.push_back({it.name, it.dtype, it.shape});
+  SafetensorsStreamWriter w(path, std::move(decls));
+  for (const auto& it : items) {
+    size_t n = dtype_size(it.dtype);
+    for (auto s : it.shape) n *= static_cast<size_t>(s);
+    w.write_next(it.data, n);
+  }
+  w.finish();
+}
+
+}  // namespace shardlm

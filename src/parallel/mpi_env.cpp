@@ -1,0 +1,64 @@
+#include "parallel/mpi_env.h"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace shardlm {
+
+MpiEnv::MpiEnv(int* argc, char*** argv) {
+  int provided = 0;
+  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  // Errors come back as codes that our checks turn into messages, not as silent aborts.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
+MpiEnv::~MpiEnv() {
+  if (initialized()) MPI_Finalize();
+}
+
+bool MpiEnv::initialized() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  return init && !fin;
+}
+
+int MpiEnv::rank() {
+  int r = 0;
+  if (initialized()) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int MpiEnv::size() {
+  int s = 1;
+  if (initialized()) MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+std::string MpiEnv::host() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+void MpiEnv::abort_job(const std::string& message, int code) {
+  std::fprintf(stderr, "[shardlm] rank %d on %s: %s\n", rank(), host().c_str(), message.c_str());
+  std::fflush(stderr);
+  if (initialized() && size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+std::string MpiEnv::library_version() {
+  char buf[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  MPI_Get_library_version(buf, &len);
+  std::string s(buf, static_cast<size_t>(len));
+  if (auto nl = s.find('\n'); nl != std::string::npos) s.resize(nl);
+  while (!s.empty() && (s.back() == ',' || s.back() == ' ' || s.back() == '\0')) s.pop_back();
+  return s;
+}
+
+}  // namespace shardlm

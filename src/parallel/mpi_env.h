@@ -1,0 +1,27 @@
+// The MPI environment of this process: init/finalize, rank, host, and the job-wide abort used by
+// every fatal error so that no other rank is left waiting in a collective.
+#pragma once
+
+#include <string>
+
+namespace shardlm {
+
+class MpiEnv {
+ public:
+  MpiEnv(int* argc, char*** argv);  // MPI_Init_thread(FUNNELED)
+  ~MpiEnv();                        // MPI_Finalize
+  MpiEnv(const MpiEnv&) = delete;
+  MpiEnv& operator=(const MpiEnv&) = delete;
+
+  static int rank();
+  static int size();
+  static std::string host();
+  static bool initialized();
+  // Prints "[shardlm] rank R on HOST: message" to stderr and ends the whole job (MPI_Abort when
+  // MPI is up and the world has more than one rank, else exit).
+  [[noreturn]] static void abort_job(const std::string& message, int code = 1);
+  // MPI library version string (first line).
+  static std::string library_version();
+};
+
+}  // namespace shardlm

@@ -1,0 +1,137 @@
+#include "tokenizer/utf8.h"
+
+#include <utf8proc.h>
+
+namespace shardlm::tok {
+
+size_t utf8_scan(const unsigned char* p, size_t n, bool& ok) {
+  const unsigned char c = p[0];
+  if (c < 0x80) {
+    ok = true;
+    return 1;
+  }
+  size_t need;
+  unsigned char lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) {
+    need = 1;
+  } else if (c == 0xE0) {
+    need = 2;
+    lo = 0xA0;
+  } else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) {
+    need = 2;
+  } else if (c == 0xED) {
+    need = 2;
+    hi = 0x9F;
+  } else if (c == 0xF0) {
+    need = 3;
+    lo = 0x90;
+  } else if (c >= 0xF1 && c <= 0xF3) {
+    need = 3;
+  } else if (c == 0xF4) {
+    need = 3;
+    hi = 0x8F;
+  } else {
+    ok = false;
+    return 1;
+  }
+  for (size_t i = 1; i <= need; ++i) {
+    if (i >= n || p[i] < lo || p[i] > hi) {
+      ok = false;
+      return i;
+    }
+    lo = 0x80;
+    hi = 0xBF;
+  }
+  ok = true;
+  return need + 1;
+}
+
+bool is_valid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t i = 0, n = s.size();
+  while (i < n) {
+    if (p[i] < 0x80) {
+      ++i;
+      continue;
+    }
+    bool ok;
+    i += utf8_scan(p + i, n - i, ok);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string utf8_lossy(std::string_view s) {
+  if (is_valid_utf8(s)) return std::string(s);
+  std::string out;
+  out.reserve(s.size() + 8);
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t i = 0, n = s.size();
+  while (i < n) {
+    bool ok;
+    size_t len = utf8_scan(p + i, n - i, ok);
+    if (ok) {
+      out.append(s.data() + i, len);
+    } else {
+      out.append(kReplacementChar);
+    }
+    i += len;
+  }
+  return out;
+}
+
+void append_utf8(std::string& out, char32_t cp) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+char32_t next_codepoint(std::string_view s, size_t& i) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  unsigned char c = p[i];
+  size_t len = utf8_len(c);
+  if (i + len > s.size()) len = s.size() - i;  // defensive: truncated input
+  char32_t cp;
+  switch (len) {
+    case 1: cp = c; break;
+    case 2: cp = ((c & 0x1F) << 6) | (p[i + 1] & 0x3F); break;
+    case 3: cp = ((c & 0x0F) << 12) | ((p[i + 1] & 0x3F) << 6) | (p[i + 2] & 0x3F); break;
+    default:
+      cp = ((c & 0x07) << 18) | ((p[i + 1] & 0x3F) << 12) | ((p[i + 2] & 0x3F) << 6) | (p[i + 3] & 0x3F);
+  }
+  i += len;
+  return cp;
+}
+
+bool is_unicode_space(char32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+         cp == 0x205F || cp == 0x3000;
+}
+
+bool is_word_char(char32_t cp) {
+  if (cp == '_') return true;
+  if (cp < 0x80) return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z');
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace shardlm::tok

@@ -1,0 +1,156 @@
+// The shardlm binary end to end: run -> HDF5, bad input lines, bad checkpoints, tokenize, job files.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/h5_read.h"
+#include "common/shared_data.h"
+
+namespace fs = std::filesystem;
+
+namespace shardlm {
+namespace {
+
+struct Proc {
+  int code;
+  std::string out;
+};
+
+Proc sh(const std::string& cmd) {
+  Proc p{0, {}};
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) p.out.append(buf, n);
+  const int st = pclose(f);
+  p.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  return p;
+}
+
+std::string bin() { return SHARDLM_BINARY; }
+
+fs::path tmpdir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("shardlm-cli-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+void write(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+
+std::vector<int32_t> read_ids(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<int32_t> ids;
+  int32_t v;
+  while (f >> v) ids.push_back(v);
+  return ids;
+}
+
+TEST(Cli, RunWritesEveryRequestAndPerLineErrors) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  fs::path d = tmpdir("run");
+  write(d / "p.jsonl",
+        "{\"id\": \"bos\", \"prompt_token_ids\": [1], \"max_tokens\": 200}\n"
+        "{\"id\": \"broken\", \"prompt\": \n"
+        "{\"id\": \"typed\", \"prompt\": \"Once\", \"temperature\": \"hot\"}\n"
+        "{\"id\": \"utf8\", \"prompt\": \"bad \xff\xfe bytes\"}\n"
+        "{\"id\": \"text\", \"prompt\": \"Once upon a time\", \"max_tokens\": 8}\n");
+  Proc p = sh(bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --out " +
+              (d / "o.h5").string() + " -q");
+  ASSERT_EQ(p.code, 0) << p.out;
+  test::H5Reader h(d / "o.h5");
+  ASSERT_TRUE(h.ok());
+  auto ids = h.strings("/requests/id");
+  auto errors = h.strings("/requests/error");
+  auto outs = h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32);
+  auto prompts = h.lists<int32_t>("/requests/prompt_tokens", H5T_NATIVE_INT32);
+  ASSERT_EQ(ids.size(), 5u);
+  std::map<std::string, size_t> row;
+  for (size_t i = 0; i < ids.size(); ++i) row[ids[i]] = i;
+  ASSERT_EQ(row.size(), 5u) << "ids: broken line keeps an id of its line number";
+  EXPECT_EQ(outs[row["bos"]], read_ids(model + "/expected_greedy_from_bos.ids"));
+  EXPECT_TRUE(errors[row["bos"]].empty());
+  EXPECT_EQ(prompts[row["text"]], (std::vector<int32_t>{1, 403, 407, 261, 378}));
+  EXPECT_EQ(outs[row["text"]].size(), 8u);
+  EXPECT_FALSE(errors[row["typed"]].empty());
+  EXPECT_NE(errors[row["typed"]].find("temperature"), std::string::npos) << errors[row["typed"]];
+  EXPECT_NE(errors[row["utf8"]].find("UTF-8"), std::string::npos) << errors[row["utf8"]];
+  bool broken_found = false;
+  for (const auto& [id, r] : row) broken_found |= (!errors[r].empty() && id != "typed" && id != "utf8");
+  EXPECT_TRUE(broken_found);
+  auto reasons = h.strings("/requests/finish_reason");
+  EXPECT_EQ(reasons[row["bos"]], "length");
+  EXPECT_EQ(reasons[row["typed"]], "error");
+  EXPECT_FALSE(h.string_attr("model_config_hash").empty());
+  EXPECT_NE(h.string_attr("summary").find("5 requests (3 errors)"), std::string::npos) << h.string_attr("summary");
+  EXPECT_NE(h.string_attr("config").find("max-new-tokens = 128"), std::string::npos);
+  EXPECT_GT(h.rows("/steps/wall_s"), 0u);
+}
+
+TEST(Cli, MissingWeightsFailAtLoadNamingTheDirectory) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  fs::path d = tmpdir("missing");
+  for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json"}) fs::copy_file(fs::path(model) / f, d / f);
+  write(d / "p.txt", "hello\n");
+  Proc p = sh(bin() + " run --model " + d.string() + " --prompts " + (d / "p.txt").string() + " --out " + (d / "o.h5").string());
+  EXPECT_NE(p.code, 0);
+  EXPECT_NE(p.out.find("safetensors"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find(d.string()), std::string::npos) << p.out;
+}
+
+TEST(Cli, TruncatedCheckpointNamesFileAndTensor) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  fs::path d = tmpdir("trunc");
+  for (const auto& e : fs::directory_iterator(model)) fs::copy_file(e.path(), d / e.path().filename());
+  fs::permissions(d / "model.safetensors", fs::perms::owner_write, fs::perm_options::add);
+  fs::resize_file(d / "model.safetensors", fs::file_size(d / "model.safetensors") - 1000);
+  write(d / "p.txt", "hello\n");
+  Proc p = sh(bin() + " run --model " + d.string() + " --prompts " + (d / "p.txt").string() + " --out " + (d / "o.h5").string());
+  EXPECT_NE(p.code, 0);
+  EXPECT_NE(p.out.find("model.safetensors"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("model.layers."), std::string::npos) << "names the tensor: " << p.out;
+}
+
+TEST(Cli, TokenizeEncodesAndDecodes) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  EXPECT_EQ(sh(bin() + " tokenize --model " + model + " --text 'Once upon a time'").out, "403 407 261 378\n");
+  EXPECT_EQ(sh(bin() + " tokenize --model " + model + " --bos --text 'Once upon a time'").out, "1 403 407 261 378\n");
+  EXPECT_EQ(sh(bin() + " tokenize --model " + model + " --decode '403 407 261 378'").out, "Once upon a time\n");
+  Proc bad = sh(bin() + " tokenize --model " + model + " --decode '403 x'");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("'x' is not a token id"), std::string::npos) << bad.out;
+}
+
+TEST(Cli, JobFileWithCommandLineOverride) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  fs::path d = tmpdir("ini");
+  write(d / "p.txt", "Once upon a time\nThe dog\n");
+  write(d / "job.ini", "model = " + model + "\nprompts = " + (d / "p.txt").string() + "\nout = " +
+                           (d / "o.h5").string() + "\nmax-new-tokens = 3\nquiet = true\n");
+  Proc p = sh(bin() + " run --config " + (d / "job.ini").string() + " --max-new-tokens 5");
+  ASSERT_EQ(p.code, 0) << p.out;
+  test::H5Reader h(d / "o.h5");
+  auto outs = h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32);
+  ASSERT_EQ(outs.size(), 2u);
+  EXPECT_EQ(outs[0].size(), 5u);
+  EXPECT_EQ(h.strings("/requests/id"), (std::vector<std::string>{"1", "2"}));
+}
+
+TEST(Cli, HelpListsOptionsWithDefaults) {
+  Proc p = sh(bin() + " run --help");
+  EXPECT_EQ(p.code, 0);
+  for (const char* opt : {"--model", "--prompts", "--out", "--max-new-tokens arg (=128)", "--temperature arg (=0)",
+                          "--top-p", "--top-k", "--min-p", "--seed", "--max-batch-tokens", "--max-seqs",
+                          "--kv-cache-gb", "--config"}) {
+    EXPECT_NE(p.out.find(opt), std::string::npos) << opt;
+  }
+  Proc bad = sh(bin() + " run --model x --prompts y --out z --temperature warm");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("temperature"), std::string::npos) << bad.out;
+}
+
+}  // namespace
+}  // namespace shardlm

@@ -1,0 +1,136 @@
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+
+#include "engine/scheduler.h"
+
+namespace shardlm {
+namespace {
+
+std::unique_ptr<Sequence> seq(const std::string& id, int64_t prompt_len, int64_t arrival) {
+  auto s = std::make_unique<Sequence>();
+  s->result.id = id;
+  s->result.prompt_tokens.assign(prompt_len, 7);
+  s->tokens = s->result.prompt_tokens;
+  s->arrival = arrival;
+  return s;
+}
+
+// Drives the scheduler as the engine does: a chunk that samples appends one token; sequences
+// finish after `out` tokens. Returns the number of steps.
+int drive(Scheduler& sch, int64_t out, std::map<std::string, int64_t>* finished_len, int max_steps = 10000) {
+  int steps = 0;
+  while (!sch.idle() && steps < max_steps) {
+    auto chunks = sch.schedule();
+    EXPECT_FALSE(chunks.empty());
+    int64_t tokens = 0;
+    std::vector<Sequence*> done;
+    for (auto& c : chunks) {
+      tokens += c.len;
+      EXPECT_EQ(c.start, c.seq->computed);
+      // Every token of the chunk has a block.
+      EXPECT_GE(static_cast<int64_t>(c.seq->blocks.size()) * sch.config().block_size, c.start + c.len);
+      c.seq->computed = c.start + c.len;
+      if (c.samples) {
+        c.seq->tokens.push_back(1);
+        c.seq->result.output_tokens.push_back(1);
+        if (static_cast<int64_t>(c.seq->result.output_tokens.size()) == out) done.push_back(c.seq);
+      }
+    }
+    EXPECT_LE(tokens, sch.config().max_batch_tokens);
+    for (Sequence* s : done) {
+      auto owned = sch.finish(s);
+      (*finished_len)[owned->result.id] = owned->len();
+    }
+    ++steps;
+  }
+  return steps;
+}
+
+TEST(Scheduler, ChunkedPrefillRespectsTokenBudget) {
+  BlockAllocator blocks(64);
+  SchedulerConfig cfg;
+  cfg.max_batch_tokens = 10;
+  cfg.max_seqs = 4;
+  cfg.block_size = 4;
+  Scheduler sch(cfg, blocks);
+  sch.add(seq("a", 25, 0));
+  auto c1 = sch.schedule();
+  ASSERT_EQ(c1.size(), 1u);
+  EXPECT_EQ(c1[0].len, 10);
+  EXPECT_FALSE(c1[0].samples);
+  c1[0].seq->computed = 10;
+  auto c2 = sch.schedule();
+  EXPECT_EQ(c2[0].start, 10);
+  EXPECT_EQ(c2[0].len, 10);
+  c2[0].seq->computed = 20;
+  auto c3 = sch.schedule();
+  EXPECT_EQ(c3[0].len, 5);
+  EXPECT_TRUE(c3[0].samples);
+}
+
+TEST(Scheduler, DecodeFirstThenFifoAdmission) {
+  BlockAllocator blocks(64);
+  SchedulerConfig cfg;
+  cfg.max_batch_tokens = 8;
+  cfg.max_seqs = 2;
+  cfg.block_size = 4;
+  Scheduler sch(cfg, blocks);
+  sch.add(seq("a", 3, 0));
+  sch.add(seq("b", 3, 1));
+  sch.add(seq("c", 3, 2));
+  auto c1 = sch.schedule();
+  ASSERT_EQ(c1.size(), 2u);  // max_seqs
+  EXPECT_EQ(c1[0].seq->result.id, "a");
+  EXPECT_EQ(c1[1].seq->result.id, "b");
+  EXPECT_EQ(sch.num_waiting(), 1u);
+  std::map<std::string, int64_t> fin;
+  for (auto& c : c1) {
+    c.seq->computed = c.start + c.len;
+    c.seq->tokens.push_back(1);
+  }
+  auto c2 = sch.schedule();
+  ASSERT_EQ(c2.size(), 2u);
+  EXPECT_EQ(c2[0].len, 1);  // decode tokens
+  EXPECT_EQ(c2[1].len, 1);
+}
+
+TEST(Scheduler, PreemptsNewestWhenCacheRunsOutAndEveryoneFinishes) {
+  BlockAllocator blocks(10);  // 40 tokens of cache
+  SchedulerConfig cfg;
+  cfg.max_batch_tokens = 64;
+  cfg.max_seqs = 8;
+  cfg.block_size = 4;
+  Scheduler sch(cfg, blocks);
+  for (int i = 0; i < 6; ++i) sch.add(seq("s" + std::to_string(i), 5, i));
+  std::map<std::string, int64_t> fin;
+  drive(sch, /*out=*/12, &fin);
+  EXPECT_TRUE(sch.idle());
+  ASSERT_EQ(fin.size(), 6u);
+  for (auto& [id, len] : fin) EXPECT_EQ(len, 17) << id;
+  EXPECT_GT(sch.preemptions(), 0);
+  EXPECT_EQ(blocks.num_free(), 10);
+}
+
+TEST(Scheduler, RejectsSequenceLargerThanCache) {
+  BlockAllocator blocks(2);
+  SchedulerConfig cfg;
+  cfg.block_size = 4;
+  Scheduler sch(cfg, blocks);
+  EXPECT_THROW(sch.add(seq("big", 9, 0)), std::exception);
+}
+
+TEST(BlockAllocator, AllOrNothing) {
+  BlockAllocator a(3);
+  std::vector<int32_t> t;
+  EXPECT_FALSE(a.allocate(4, &t));
+  EXPECT_TRUE(t.empty());
+  EXPECT_TRUE(a.allocate(3, &t));
+  EXPECT_EQ(a.num_free(), 0);
+  a.release(&t);
+  EXPECT_EQ(a.num_free(), 3);
+}
+
+}  // namespace
+}  // namespace shardlm

@@ -1,0 +1,170 @@
+// parse_jsonl_line on single lines: ids, prompts, every sampling override, OpenAI batch lines.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "io/request_reader.h"
+#include "io/utf8.h"
+
+namespace shardlm {
+namespace {
+
+TEST(JsonlLine, ParsesEveryOverride) {
+  const ParsedRequest r = parse_jsonl_line(
+      R"({"id": "q1", "prompt": "Once upon a time", "max_tokens": 32, "temperature": 0.7, "top_p": 0.9,)"
+      R"( "top_k": 40, "min_p": 0.05, "seed": 18446744073709551615, "stop": ["\n\n", "The end"],)"
+      R"( "ignore_eos": true, "unknown_extra": {"x": [1, 2]}})",
+      7);
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.id, "q1");
+  EXPECT_EQ(r.line, 7);
+  ASSERT_TRUE(r.prompt.has_value());
+  EXPECT_EQ(*r.prompt, "Once upon a time");
+  EXPECT_FALSE(r.prompt_token_ids.has_value());
+  const SamplingOverrides& o = r.overrides;
+  EXPECT_EQ(o.max_tokens, 32);
+  EXPECT_EQ(o.temperature, 0.7);
+  EXPECT_EQ(o.top_p, 0.9);
+  EXPECT_EQ(o.top_k, 40);
+  EXPECT_EQ(o.min_p, 0.05);
+  EXPECT_EQ(o.seed, UINT64_C(18446744073709551615));
+  ASSERT_TRUE(o.stop.has_value());
+  EXPECT_EQ(*o.stop, (std::vector<std::string>{"\n\n", "The end"}));
+  EXPECT_EQ(o.ignore_eos, true);
+}
+
+TEST(JsonlLine, UnsetOverridesStayUnset) {
+  const ParsedRequest r = parse_jsonl_line(R"({"prompt": "hi", "temperature": null, "stop": null})", 3);
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.id, "3");  // no id: the line number
+  EXPECT_FALSE(r.overrides.max_tokens || r.overrides.temperature || r.overrides.top_p || r.overrides.top_k ||
+               r.overrides.min_p || r.overrides.seed || r.overrides.stop || r.overrides.ignore_eos);
+}
+
+TEST(JsonlLine, IdsAndEdgeValues) {
+  EXPECT_EQ(parse_jsonl_line(R"({"id": 42, "prompt": "a"})", 1).id, "42");
+  EXPECT_EQ(parse_jsonl_line(R"({"id": -5, "prompt": "a"})", 1).id, "-5");
+  EXPECT_EQ(parse_jsonl_line(R"({"id": 2.5, "prompt": "a"})", 1).id, "2.5");
+  EXPECT_EQ(parse_jsonl_line(R"({"id": "caf\u00e9", "prompt": "a"})", 1).id, "caf\xC3\xA9");
+  const ParsedRequest r = parse_jsonl_line(
+      R"({"prompt": "a", "max_tokens": 0, "temperature": 0, "top_p": 1, "top_k": -1, "min_p": 0, "seed": 0,)"
+      R"( "stop": "END", "ignore_eos": false})",
+      1);
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.overrides.max_tokens, 0);
+  EXPECT_EQ(r.overrides.temperature, 0.0);
+  EXPECT_EQ(r.overrides.top_p, 1.0);
+  EXPECT_EQ(r.overrides.top_k, -1);
+  EXPECT_EQ(r.overrides.min_p, 0.0);
+  EXPECT_EQ(r.overrides.seed, 0u);
+  EXPECT_EQ(*r.overrides.stop, std::vector<std::string>{"END"});
+  EXPECT_EQ(r.overrides.ignore_eos, false);
+  // An integral float is taken as an integer (some writers emit every number as a float).
+  EXPECT_EQ(parse_jsonl_line(R"({"prompt": "a", "max_tokens": 16.0})", 1).overrides.max_tokens, 16);
+}
+
+TEST(JsonlLine, TokenIdPrompt) {
+  const ParsedRequest r = parse_jsonl_line(R"({"id": "t", "prompt_token_ids": [1, 0, 2147483647, 403]})", 2);
+  ASSERT_EQ(r.error, "");
+  EXPECT_FALSE(r.prompt.has_value());
+  ASSERT_TRUE(r.prompt_token_ids.has_value());
+  EXPECT_EQ(*r.prompt_token_ids, (std::vector<int32_t>{1, 0, 2147483647, 403}));
+}
+
+TEST(JsonlLine, OpenAiBatchLine) {
+  const ParsedRequest r = parse_jsonl_line(
+      R"({"custom_id": "req-1", "method": "POST", "url": "/v1/completions", "body": {"model": "x",)"
+      R"( "prompt": "Tell me a story", "max_tokens": 20, "temperature": 0.5, "top_p": 0.8, "seed": 9,)"
+      R"( "stop": ["\n"], "n": 1}})",
+      4);
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.id, "req-1");
+  EXPECT_EQ(*r.prompt, "Tell me a story");
+  EXPECT_EQ(r.overrides.max_tokens, 20);
+  EXPECT_EQ(r.overrides.temperature, 0.5);
+  EXPECT_EQ(r.overrides.top_p, 0.8);
+  EXPECT_EQ(r.overrides.seed, 9u);
+  EXPECT_EQ(*r.overrides.stop, std::vector<std::string>{"\n"});
+
+  const ParsedRequest list = parse_jsonl_line(R"({"custom_id": "req-2", "body": {"prompt": ["Only one"]}})", 5);
+  ASSERT_EQ(list.error, "");
+  EXPECT_EQ(*list.prompt, "Only one");
+
+  const ParsedRequest ids = parse_jsonl_line(R"({"custom_id": "req-3", "body": {"prompt": [5, 6, 7]}})", 6);
+  ASSERT_EQ(ids.error, "");
+  EXPECT_EQ(*ids.prompt_token_ids, (std::vector<int32_t>{5, 6, 7}));
+}
+
+TEST(JsonlLine, ChatMessagesAreAPerRequestError) {
+  const ParsedRequest r = parse_jsonl_line(
+      R"({"custom_id": "chat-1", "method": "POST", "url": "/v1/chat/completions",)"
+      R"( "body": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}})",
+      9);
+  EXPECT_EQ(r.id, "chat-1");
+  EXPECT_EQ(r.line, 9);
+  EXPECT_EQ(r.error, "line 9: chat messages need a chat template; not supported");
+  EXPECT_FALSE(r.prompt.has_value());
+}
+
+TEST(JsonlLine, BadUtf8InAnIgnoredFieldIsTolerated) {
+  const ParsedRequest r = parse_jsonl_line("{\"id\": \"k\", \"note\": \"\xFF\", \"prompt\": \"fine\"}", 1);
+  EXPECT_EQ(r.error, "");
+  EXPECT_EQ(*r.prompt, "fine");
+}
+
+// Random byte edits of valid lines: every result is either a request or an error, never a throw.
+TEST(JsonlLine, MutatedLinesNeverThrow) {
+  const std::vector<std::string> seeds = {
+      R"({"id": "q1", "prompt": "Once upon a time", "max_tokens": 32, "temperature": 0.7, "stop": ["\n"]})",
+      R"({"custom_id": "r", "body": {"prompt": ["café"], "top_p": 0.5, "seed": 3}})",
+      R"({"prompt_token_ids": [1, 2, 3], "top_k": -1, "ignore_eos": true, "min_p": 0.1})",
+  };
+  std::mt19937 rng(1234);
+  const char alphabet[] = "{}[]\":,.-+eE0123456789 \\u\xC3\xA9\xFF\x80tfn";
+  int ok = 0, errors = 0;
+  for (int iter = 0; iter < 20000; ++iter) {
+    std::string line = seeds[iter % seeds.size()];
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits && !line.empty(); ++e) {
+      const size_t pos = rng() % line.size();
+      switch (rng() % 3) {
+        case 0: line[pos] = alphabet[rng() % (sizeof alphabet - 1)]; break;
+        case 1: line.erase(pos, 1 + rng() % 3); break;
+        default: line.insert(pos, 1, alphabet[rng() % (sizeof alphabet - 1)]); break;
+      }
+    }
+    ParsedRequest r;
+    ASSERT_NO_THROW(r = parse_jsonl_line(line, iter + 1)) << line;
+    ASSERT_EQ(r.line, iter + 1);
+    if (r.error.empty()) {
+      ++ok;
+      ASSERT_TRUE(r.prompt.has_value() != r.prompt_token_ids.has_value()) << line;
+    } else {
+      ++errors;
+      ASSERT_EQ(r.error.rfind("line " + std::to_string(iter + 1) + ": ", 0), 0u) << r.error;
+      ASSERT_FALSE(r.prompt.has_value() || r.prompt_token_ids.has_value()) << line;
+    }
+  }
+  EXPECT_GT(ok, 100);
+  EXPECT_GT(errors, 100);
+}
+
+TEST(JsonlLine, ParseErrorMessagesStayShortAndUtf8) {
+  std::string line = R"({"prompt": ")";
+  for (int i = 0; i < 400; ++i) line += "\xC3\xA9";  // é
+  line += "\x01\"}";                                 // a raw control character: invalid JSON
+  const ParsedRequest r = parse_jsonl_line(line, 3);
+  EXPECT_EQ(r.error.rfind("line 3: not valid JSON (", 0), 0u) << r.error;
+  EXPECT_LT(r.error.size(), 260u);
+  EXPECT_TRUE(is_valid_utf8(r.error)) << r.error;
+}
+
+TEST(JsonlLine, DeepNestingIsAnErrorNotACrash) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_EQ(parse_jsonl_line(deep, 1).error, "line 1: expected a JSON object, got array");
+  const std::string nested = R"({"prompt": "x", "extra": )" + deep + "}";
+  EXPECT_EQ(parse_jsonl_line(nested, 2).error, "");
+}
+
+}  // namespace
+}  // namespace shardlm

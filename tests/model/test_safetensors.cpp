@@ -1,0 +1,138 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/checkpoint.h"
+#include "model/safetensors.h"
+#include "test_util.h"
+
+namespace shardlm {
+namespace {
+
+// Raw file: 8-byte little-endian length, header text, then DATA.
+std::string raw_file(const std::string& header, const std::string& data, uint64_t len_override = 0) {
+  uint64_t n = len_override ? len_override : header.size();
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return s + header + data;
+}
+
+SafetensorsHeader parse(const std::string& bytes, const std::string& file = "t/model.safetensors") {
+  return parse_safetensors_header(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), bytes.size(), file);
+}
+
+template <typename Fn>
+void expect_error(Fn fn, std::initializer_list<std::string> needles) {
+  try {
+    fn();
+    ADD_FAILURE() << "no Error thrown";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
+  }
+}
+
+const std::string k16(16, '\x01');
+
+TEST(Safetensors, ParsesValidHeader) {
+  auto h = parse(raw_file(R"({"__metadata__": {"format": "pt"},
+      "a": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+      "b": {"dtype": "BF16", "shape": [3], "data_offsets": [16, 22]},
+      "e": {"dtype": "I64", "shape": [0, 5], "data_offsets": [22, 22]}})",
+                         std::string(22, 'x')));
+  ASSERT_EQ(h.entries.size(), 3u);
+  std::map<std::string, SafetensorsEntry> m;
+  for (auto& e : h.entries) m[e.name] = e;
+  EXPECT_EQ(m["a"].dtype, DType::F32);
+  EXPECT_EQ(m["a"].shape, std::vector<int64_t>({2, 2}));
+  EXPECT_EQ(m["b"].dtype, DType::BF16);
+  EXPECT_EQ(m["b"].begin, 16u);
+  EXPECT_EQ(m["b"].end, 22u);
+  EXPECT_EQ(m["e"].shape, std::vector<int64_t>({0, 5}));
+}
+
+TEST(Safetensors, HugeHeaderLength) {
+  expect_error([] { parse(raw_file("{}", k16, 200ull * 1000 * 1000)); }, {"t/model.safetensors", "100 MB"});
+}
+
+TEST(Safetensors, HeaderBeyondEndOfFile) {
+  expect_error([] { parse(raw_file("{}", "", 4096)); }, {"t/model.safetensors", "past the end"});
+  expect_error([] { parse(std::string("\x02\0\0", 3)); }, {"t/model.safetensors"});
+}
+
+TEST(Safetensors, NotJson) {
+  expect_error([] { parse(raw_file("{\"a\": [1, 2", k16)); }, {"t/model.safetensors", "JSON"});
+  expect_error([] { parse(raw_file("[1, 2]", k16)); }, {"t/model.safetensors", "object"});
+}
+
+TEST(Safetensors, UnknownDtype) {
+  expect_error([] { parse(raw_file(R"({"w": {"dtype": "Q4_K", "shape": [4], "data_offsets": [0, 16]}})", k16)); },
+               {"t/model.safetensors", "'w'", "Q4_K"});
+}
+
+TEST(Safetensors, OffsetsOutOfRange) {
+  // Sizes agree with the shape, but the bytes are not in the file.
+  expect_error([] { parse(raw_file(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}})", k16)); },
+               {"t/model.safetensors", "'w'", "[8, 24]"});
+  expect_error([] { parse(raw_file(R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [9, 8]}})", k16)); },
+               {"t/model.safetensors", "'w'"});
+  expect_error([] { parse(raw_file(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [-1, 15]}})", k16)); },
+               {"t/model.safetensors", "'w'", "data_offsets"});
+}
+
+TEST(Safetensors, OverlappingTensors) {
+  expect_error([] {
+    parse(raw_file(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]},
+                       "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})", k16));
+  }, {"t/model.safetensors", "'a'", "'b'", "overlap"});
+}
+
+TEST(Safetensors, SizeMismatchWithShape) {
+  expect_error([] { parse(raw_file(R"({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 16]}})", k16)); },
+               {"t/model.safetensors", "'w'", "[2, 3]", "24"});
+  expect_error([] { parse(raw_file(R"({"w": {"dtype": "F32", "shape": [-4], "data_offsets": [0, 16]}})", k16)); },
+               {"t/model.safetensors", "'w'", "shape"});
+}
+
+TEST(Safetensors, TruncatedFileThroughCheckpoint) {
+  test::ScratchDir dir;
+  std::vector<float> a(8, 1.0f), b(1000, 2.0f);
+  write_safetensors(dir.file("model.safetensors"),
+                    {{"small", DType::F32, {8}, a.data()}, {"big.weight", DType::F32, {10, 100}, b.data()}});
+  std::string bytes = test::slurp(dir.file("model.safetensors"));
+  test::spit(dir.file("model.safetensors"), bytes.substr(0, bytes.size() - 100));
+  expect_error([&] { Checkpoint::open(dir.str()); }, {dir.file("model.safetensors"), "'big.weight'", "truncated"});
+}
+
+TEST(Safetensors, WriterRoundTrip) {
+  test::ScratchDir dir;
+  std::vector<float> a = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, 8.0f};
+  std::vector<uint16_t> b = {f32_to_bf16(0.5f), f32_to_bf16(-1.0f), f32_to_bf16(2.0f)};
+  const std::string path = dir.file("model.safetensors");
+  write_safetensors(path, {{"x.weight", DType::F32, {2, 3}, a.data()}, {"y", DType::BF16, {3}, b.data()}});
+  const std::string bytes = test::slurp(path);
+  auto h = parse(bytes, path);
+  EXPECT_EQ(h.data_offset % 8, 0u);  // header padded so data is aligned
+  ASSERT_EQ(h.entries.size(), 2u);
+  auto ck = Checkpoint::open(dir.str());
+  const auto& x = ck->get("x.weight", {2, 3});
+  EXPECT_EQ(x.dtype, DType::F32);
+  EXPECT_EQ(std::memcmp(x.data, a.data(), 24), 0);
+  const auto& y = ck->get("y", {3});
+  EXPECT_EQ(y.dtype, DType::BF16);
+  EXPECT_FLOAT_EQ(bf16_to_f32(static_cast<const uint16_t*>(y.data)[1]), -1.0f);
+  EXPECT_EQ(ck->total_bytes(), 24u + 6u);
+  EXPECT_EQ(ck->names(), std::vector<std::string>({"x.weight", "y"}));
+
+  // The streaming writer checks sizes and counts.
+  SafetensorsStreamWriter w(dir.file("s.safetensors"), {{"a", DType::F32, {2}}, {"b", DType::F32, {1}}});
+  expect_error([&] { w.write_next(a.data(), 4); }, {"s.safetensors", "'a'"});
+  w.write_next(a.data(), 8);
+  expect_error([&] { w.finish(); }, {"s.safetensors", "1 of 2"});
+}
+
+}  // namespace
+}  // namespace shardlm

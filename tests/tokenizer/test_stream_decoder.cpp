@@ -1,0 +1,77 @@
+// StreamDecoder: pushing ids one at a time reproduces decode() and never splits a character.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "common/shared_data.h"
+#include "tok_test_util.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
+
+namespace shardlm {
+namespace {
+
+// Streams ids; returns the concatenation and checks every piece is valid UTF-8.
+std::string stream_all(const Tokenizer& tok, const std::vector<int32_t>& ids, bool skip_special, int* empty_pushes) {
+  StreamDecoder sd(tok, skip_special);
+  std::string all;
+  for (int32_t id : ids) {
+    std::string piece = sd.push(id);
+    EXPECT_TRUE(tok::is_valid_utf8(piece)) << "invalid UTF-8 piece after id " << id;
+    if (piece.empty() && empty_pushes) ++*empty_pushes;
+    all += piece;
+  }
+  std::string rest = sd.flush();
+  EXPECT_TRUE(tok::is_valid_utf8(rest));
+  return all + rest;
+}
+
+const char* kMultilingual =
+    "Hello, world! Café crème brûlée, naïve résumé.\n"
+    "你好，世界！ 我们在学习分词器。\n"
+    "Emoji: 😀🚀👨‍👩‍👧 🦙🌍! Привет ការ 𝔸𝕓 αβγ";
+
+TEST(StreamDecoder, Qwen2MultilingualMatchesDecode) {
+  SHARDLM_REQUIRE_SHARED(path, "tokenizers/qwen2/tokenizer.json");
+  auto tok = Tokenizer::load(std::filesystem::path(path).parent_path().string());
+  auto ids = tok->encode(kMultilingual);
+  ASSERT_EQ(tok->decode(ids), kMultilingual);
+  int held = 0;
+  EXPECT_EQ(stream_all(*tok, ids, true, &held), tok->decode(ids));
+  // Some emoji / CJK characters span two byte-level tokens, so at least one push is held back.
+  EXPECT_GT(held, 0);
+  // Special tokens kept / skipped.
+  std::vector<int32_t> with_special{151644};
+  with_special.insert(with_special.end(), ids.begin(), ids.end());
+  with_special.push_back(151645);
+  EXPECT_EQ(stream_all(*tok, with_special, false, nullptr), tok->decode(with_special, false));
+  EXPECT_EQ(stream_all(*tok, with_special, true, nullptr), tok->decode(with_special, true));
+}
+
+TEST(StreamDecoder, ByteFallbackCharacterSplitAcrossTokens) {
+  SHARDLM_REQUIRE_SHARED(dir, "models/stories260K");
+  auto tok = Tokenizer::load(dir);
+  StreamDecoder sd(*tok);
+  EXPECT_EQ(sd.push(410), "");                   // "▁" alone: leading space stripped at start
+  EXPECT_EQ(sd.push(3 + 0xE4), "");              // first byte of 你: held
+  EXPECT_EQ(sd.push(3 + 0xBD), "");              // second byte: held
+  EXPECT_EQ(sd.push(3 + 0xA0), "\xE4\xBD\xA0");  // completes 你
+  EXPECT_EQ(sd.push(407), " upon");
+  EXPECT_EQ(sd.push(3 + 0xE5), "");              // incomplete at the end
+  EXPECT_EQ(sd.flush(), "\xEF\xBF\xBD");         // flushed as U+FFFD, as decode() does
+  EXPECT_EQ(tok->decode({410, 3 + 0xE4, 3 + 0xBD, 3 + 0xA0, 407, 3 + 0xE5}), "\xE4\xBD\xA0 upon\xEF\xBF\xBD");
+}
+
+TEST(StreamDecoder, StoriesGreedyOutputStreams) {
+  SHARDLM_REQUIRE_SHARED(dir, "models/stories260K");
+  auto tok = Tokenizer::load(dir);
+  auto ids = test::parse_ids(test::read_file(dir + "/expected_greedy_from_bos.ids"));
+  std::vector<int32_t> with_bos{1};
+  with_bos.insert(with_bos.end(), ids.begin(), ids.end());
+  EXPECT_EQ(stream_all(*tok, with_bos, true, nullptr), test::read_file(dir + "/expected_greedy_from_bos.txt"));
+  const std::string mixed = "Lily said \xE4\xBD\xA0\xE5\xA5\xBD to the cat \xF0\x9F\x90\xB1.";
+  EXPECT_EQ(stream_all(*tok, tok->encode(mixed), true, nullptr), mixed);
+}
+
+}  // namespace
+}  // namespace shardlm
