@@ -26,8 +26,8 @@ except ImportError as e:  # pragma: no cover
     print(f"hf_compare: skipped, {e.name} is not installed (pip install torch transformers)")
     sys.exit(77)
 
-ATOL = 1e-3
-RTOL = 1e-4
+ATOL = 1e-4
+RTOL = 1e-5
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

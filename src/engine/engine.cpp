@@ -70,7 +70,7 @@ std::unique_ptr<Sequence> Engine::prepare(const ParsedRequest& req, double now, 
         return nullptr;
       }
     }
-  } else if (req.prompt) {
+  } else if (req.prompt && !req.prompt->empty()) {
     if (auto bos = tok_.bos_to_prepend()) ids.push_back(*bos);
     std::vector<int32_t> body = tok_.encode(*req.prompt);
     ids.insert(ids.end(), body.begin(), body.end());

@@ -13,7 +13,7 @@
 
 #include "io/jsonl_request.h"
 #include "io/request_reader.h"
-#include "io/utf8.h"
+#include "core/utf8.h"
 
 namespace shardlm {
 namespace {

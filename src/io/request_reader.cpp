@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "io/jsonl_request.h"
-#include "io/utf8.h"
+#include "core/utf8.h"
 
 namespace shardlm {
 namespace {

@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "io/h5_column.h"
 #include "io/h5_util.h"
-#include "io/utf8.h"
+#include "core/utf8.h"
 
 namespace shardlm {
 namespace {

@@ -127,7 +127,7 @@ std::string Decoder::piece(std::string_view token) const {
 }
 
 std::string Decoder::finish(std::string bytes) const {
-  std::string s = utf8_lossy(bytes);
+  std::string s = repair_utf8(bytes);
   if (strip_start_ || strip_stop_) strip_chars(s, strip_content_, strip_start_, strip_stop_);
   return s;
 }

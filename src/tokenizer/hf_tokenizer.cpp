@@ -62,7 +62,7 @@ void HfTokenizer::encode_plain(const std::string& segment, bool at_text_start, s
 }
 
 std::vector<int32_t> HfTokenizer::encode(const std::string& text_in) const {
-  const std::string text = utf8_lossy(text_in);
+  const std::string text = repair_utf8(text_in);
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   std::vector<Segment> segs;

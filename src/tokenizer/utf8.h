@@ -1,22 +1,15 @@
-// UTF-8 helpers for the tokenizer: validation, lossy repair (U+FFFD), code point iteration.
+// Code point helpers for the tokenizer (validation and repair live in core/utf8.h).
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <string_view>
 
+#include "core/utf8.h"  // is_valid_utf8, repair_utf8
+
 namespace shardlm::tok {
 
-// Scans one UTF-8 sequence at p[0..n). Returns its length and sets ok=true when it is a complete,
-// well-formed character; otherwise ok=false and the return value is the length of the maximal
-// ill-formed subpart (Unicode "substitution of maximal subparts", as Rust's from_utf8_lossy).
-size_t utf8_scan(const unsigned char* p, size_t n, bool& ok);
-
-bool is_valid_utf8(std::string_view s);
-
-// Replaces each maximal ill-formed subsequence with U+FFFD. Valid input is returned unchanged.
-std::string utf8_lossy(std::string_view s);
-
+// Appends the UTF-8 encoding of cp.
 void append_utf8(std::string& out, char32_t cp);
 
 // Decodes the character at s[i] (s must be valid UTF-8) and advances i past it.

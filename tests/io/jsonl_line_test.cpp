@@ -4,7 +4,7 @@
 #include <random>
 
 #include "io/request_reader.h"
-#include "io/utf8.h"
+#include "core/utf8.h"
 
 namespace shardlm {
 namespace {

@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "h5_read.h"
+#include "common/h5_read.h"
 #include "io_test_util.h"
 
 namespace shardlm {

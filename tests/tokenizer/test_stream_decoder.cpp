@@ -17,12 +17,12 @@ std::string stream_all(const Tokenizer& tok, const std::vector<int32_t>& ids, bo
   std::string all;
   for (int32_t id : ids) {
     std::string piece = sd.push(id);
-    EXPECT_TRUE(tok::is_valid_utf8(piece)) << "invalid UTF-8 piece after id " << id;
+    EXPECT_TRUE(is_valid_utf8(piece)) << "invalid UTF-8 piece after id " << id;
     if (piece.empty() && empty_pushes) ++*empty_pushes;
     all += piece;
   }
   std::string rest = sd.flush();
-  EXPECT_TRUE(tok::is_valid_utf8(rest));
+  EXPECT_TRUE(is_valid_utf8(rest));
   return all + rest;
 }
 

@@ -1,4 +1,4 @@
-#include "io/utf8.h"
+#include "core/utf8.h"
 
 #include <cstdint>
 
