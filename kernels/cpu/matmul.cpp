@@ -11,7 +11,13 @@
 //    bit-identical whether M = 1 or M = 512. K is never split across threads.
 //  * Register tile MR rows of x × NR rows of W; threads split N; M is blocked so the x block stays
 //    in L2. With several row tiles per block, the bf16 weight tile is converted once to a packed
-//    fp32 panel (exact conversion, so results are unchanged) and reused from L1.
+//    fp32 panel (exact conversion, so results are unchanged) and reused from L1; the next tile
+//    is prefetched into L2 meanwhile.
+//  * Decode (M = 1, and M <= MR) streams the weights once with bf16 -> fp32 conversion in
+//    registers and a software prefetch of the next tile (the tile's short interleaved row
+//    streams defeat the hardware prefetcher: ~1.7x single-thread bandwidth with it).
+//  * Tunables (compile-time): SHARDLM_MM_MR / SHARDLM_MM_NR (AVX-512 tile, default 4 x 6),
+//    SHARDLM_MM_PFLOC (prefetch locality hint, default 2 = prefetcht1).
 #include "cpu/matmul.h"
 
 #include <omp.h>
@@ -143,6 +149,9 @@ inline float vreduce(vec v) {
 }
 #endif
 
+#ifndef SHARDLM_MM_PFT
+#define SHARDLM_MM_PFT 1  // prefetch this many tiles ahead
+#endif
 #ifndef SHARDLM_MM_PFLOC
 #define SHARDLM_MM_PFLOC 2
 #endif
@@ -166,7 +175,8 @@ inline void micro(const float* __restrict x, int64_t ldx, const WT* __restrict w
       // prefetcher picks up late, so prefetch the next tile's rows (contiguous after this tile's
       // when ldw == K), spread evenly over this tile's K steps. Prefetching never faults.
       constexpr int kLines = (NR * static_cast<int>(sizeof(WT)) * kLanes) / 64;
-      const char* next = reinterpret_cast<const char*>(w + NR * ldw) + k * NR * static_cast<int64_t>(sizeof(WT));
+      const char* next =
+          reinterpret_cast<const char*>(w + SHARDLM_MM_PFT * NR * ldw) + k * NR * static_cast<int64_t>(sizeof(WT));
       for (int j = 0; j < kLines; ++j) __builtin_prefetch(next + 64 * j, 0, SHARDLM_MM_PFLOC);
     }
     for (int n = 0; n < NR; ++n) {

@@ -38,6 +38,7 @@ po::options_description describe(RunOptions& o) {
     ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads per rank (0 = all cores)")
     ("flush-every", po::value(&o.flush_every)->default_value(o.flush_every), "flush the HDF5 file every N finished requests")
     ("progress-interval", po::value(&o.progress_interval)->default_value(o.progress_interval), "seconds between progress lines (0 = none)")
+    ("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout), "seconds a rank waits on another before failing the job")
     ("quiet,q", po::bool_switch(&o.quiet), "no progress lines");
   // clang-format on
   return d;
@@ -76,6 +77,7 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
   SHARDLM_CHECK(o.block_size >= 1 && o.block_size <= 1024, "--block-size must be in [1, 1024]");
   SHARDLM_CHECK(o.threads >= 0, "--threads must be >= 0");
   SHARDLM_CHECK(o.flush_every >= 1, "--flush-every must be >= 1");
+  SHARDLM_CHECK(o.comm_timeout > 0, "--comm-timeout must be positive");
   *out = o;
   return true;
 }
@@ -88,7 +90,7 @@ std::string to_ini(const RunOptions& o) {
   for (const auto& st : o.stop) s << "\nstop = " << st;
   s << "\nignore-eos = " << (o.ignore_eos ? "true" : "false") << "\nmax-batch-tokens = " << o.max_batch_tokens
     << "\nmax-seqs = " << o.max_seqs << "\nkv-cache-gb = " << o.kv_cache_gb << "\nblock-size = " << o.block_size
-    << "\nthreads = " << o.threads << "\nflush-every = " << o.flush_every << "\n";
+    << "\nthreads = " << o.threads << "\nflush-every = " << o.flush_every << "\ncomm-timeout = " << o.comm_timeout << "\n";
   return s.str();
 }
 

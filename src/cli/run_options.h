@@ -30,6 +30,7 @@ struct RunOptions {
   int threads = 0;                // CPU threads per rank; 0 = all cores
   int flush_every = 64;           // HDF5 flush period in finished requests
   double progress_interval = 2.0; // seconds between progress lines
+  double comm_timeout = 600;      // seconds a rank waits on another before failing the job
   bool quiet = false;
 };
 

@@ -86,6 +86,12 @@ std::unique_ptr<Sequence> Engine::prepare(const ParsedRequest& req, double now, 
                  " tokens";
     return nullptr;
   }
+  if (s->params.max_tokens == 0) {
+    // Nothing to generate: the request completes at once, without error.
+    err->prompt_tokens = ids;
+    err->finish_reason = FinishReason::kLength;
+    return nullptr;
+  }
   s->result.id = req.id;
   s->result.line = req.line;
   s->result.prompt_tokens = ids;
@@ -143,17 +149,9 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
   int64_t arrival = 0;
   double last_progress = 0;
 
-  auto emit = [&](const RequestResult& r) {
-    ++stats.requests;
-    if (!r.error.empty()) ++stats.errors;
-    stats.prompt_tokens += static_cast<int64_t>(r.prompt_tokens.size());
-    stats.output_tokens += static_cast<int64_t>(r.output_tokens.size());
-    if (r.error.empty() && !r.output_tokens.empty()) {
-      stats.ttft_s.push_back(r.t_first_token - r.t_queued);
-      if (r.output_tokens.size() > 1) {
-        stats.tpot_s.push_back((r.t_finished - r.t_first_token) / static_cast<double>(r.output_tokens.size() - 1));
-      }
-    }
+  auto emit = [&](RequestResult& r) {
+    r.replica = cfg_.replica;
+    stats.add_result(r);
     sink.on_result(r);
   };
 
@@ -188,6 +186,7 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
     batch.logit_rows.clear();
     StepRecord rec;
     rec.step = stats.steps;
+    rec.replica = cfg_.replica;
     rec.batch_size = static_cast<int32_t>(chunks.size());
     const int64_t bs = cfg_.scheduler.block_size;
     for (const ScheduledChunk& c : chunks) {
@@ -231,8 +230,8 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
 
     if (cfg_.progress_interval_s > 0 && now - last_progress >= cfg_.progress_interval_s) {
       last_progress = now;
-      std::fprintf(stderr, "[shardlm] %lld/%s requests, %lld running, %lld waiting, %.1f output tok/s, KV %d/%d blocks\n",
-                   static_cast<long long>(stats.requests),
+      std::fprintf(stderr, "[shardlm] replica %d: %lld/%s requests, %lld running, %lld waiting, %.1f output tok/s, KV %d/%d blocks\n",
+                   cfg_.replica, static_cast<long long>(stats.requests),
                    cfg_.total_requests >= 0 ? std::to_string(cfg_.total_requests).c_str() : "?",
                    static_cast<long long>(scheduler_.num_running()), static_cast<long long>(scheduler_.num_waiting()),
                    stats.output_tokens / std::max(now, 1e-9), rec.kv_blocks_used, cache_.num_blocks());

@@ -40,6 +40,7 @@ struct EngineConfig {
   int64_t kv_cache_bytes = 4LL << 30;
   double progress_interval_s = 2.0;  // <= 0: no progress lines
   int64_t total_requests = -1;       // for the progress line; -1 when unknown
+  int32_t replica = 0;               // recorded with every result and step
 };
 
 class Engine {
@@ -53,7 +54,8 @@ class Engine {
   int32_t kv_blocks() const { return cache_.num_blocks(); }
 
  private:
-  // Turns a parsed line into a sequence, or fills `err` with a per-request error result.
+  // Turns a parsed line into a sequence, or fills `err` with its final result (an error, or an
+  // empty completion for max_tokens 0).
   std::unique_ptr<Sequence> prepare(const ParsedRequest& req, double now, RequestResult* err) const;
   // Appends a sampled token; true when the sequence is finished.
   bool append_token(Sequence& s, const Sample& smp, double now);

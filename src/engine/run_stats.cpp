@@ -14,6 +14,19 @@ double percentile(std::vector<double> v, double q) {
   return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
 }
 
+void RunStats::add_result(const RequestResult& r) {
+  ++requests;
+  if (!r.error.empty()) ++errors;
+  prompt_tokens += static_cast<int64_t>(r.prompt_tokens.size());
+  output_tokens += static_cast<int64_t>(r.output_tokens.size());
+  if (r.error.empty() && !r.output_tokens.empty()) {
+    ttft_s.push_back(r.t_first_token - r.t_queued);
+    if (r.output_tokens.size() > 1) {
+      tpot_s.push_back((r.t_finished - r.t_first_token) / static_cast<double>(r.output_tokens.size() - 1));
+    }
+  }
+}
+
 std::string RunStats::summary() const {
   char buf[512];
   std::snprintf(buf, sizeof buf,

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "io/request.h"
+
 namespace shardlm {
 
 struct RunStats {
@@ -15,6 +17,8 @@ struct RunStats {
   std::vector<double> ttft_s;  // per request, time to first token (from queueing)
   std::vector<double> tpot_s;  // per request with >1 token: mean time per output token after the first
 
+  // Counts one finished request (tokens, errors, latencies).
+  void add_result(const RequestResult& r);
   double output_tokens_per_s() const { return wall_s > 0 ? output_tokens / wall_s : 0; }
   double total_tokens_per_s() const { return wall_s > 0 ? (prompt_tokens + output_tokens) / wall_s : 0; }
   double requests_per_s() const { return wall_s > 0 ? requests / wall_s : 0; }

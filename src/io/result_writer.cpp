@@ -51,9 +51,10 @@ struct RequestColumns {
 
 // The /steps columns.
 struct StepColumns {
-  Column step, batch_size, prefill_tokens, decode_tokens, kv_blocks_used, t_start, wall_s;
+  Column step, replica, batch_size, prefill_tokens, decode_tokens, kv_blocks_used, t_start, wall_s;
   StepColumns(hid_t g, const std::string& ctx)
       : step(g, "step", ColumnKind::kInt64, kChunkRows, ctx),
+        replica(g, "replica", ColumnKind::kInt32, kChunkRows, ctx),
         batch_size(g, "batch_size", ColumnKind::kInt32, kChunkRows, ctx),
         prefill_tokens(g, "prefill_tokens", ColumnKind::kInt32, kChunkRows, ctx),
         decode_tokens(g, "decode_tokens", ColumnKind::kInt32, kChunkRows, ctx),
@@ -137,11 +138,12 @@ void ResultWriter::Impl::write_steps() {
   const size_t n = pending_steps.size();
   if (n == 0) return;
   std::vector<int64_t> step(n);
-  std::vector<int32_t> batch(n), prefill(n), decode(n), kv(n);
+  std::vector<int32_t> replica(n), batch(n), prefill(n), decode(n), kv(n);
   std::vector<double> t_start(n), wall(n);
   for (size_t i = 0; i < n; ++i) {
     const StepRecord& s = pending_steps[i];
     step[i] = s.step;
+    replica[i] = s.replica;
     batch[i] = s.batch_size;
     prefill[i] = s.prefill_tokens;
     decode[i] = s.decode_tokens;
@@ -150,6 +152,7 @@ void ResultWriter::Impl::write_steps() {
     wall[i] = s.wall_s;
   }
   steps->step.append(step.data(), n);
+  steps->replica.append(replica.data(), n);
   steps->batch_size.append(batch.data(), n);
   steps->prefill_tokens.append(prefill.data(), n);
   steps->decode_tokens.append(decode.data(), n);

@@ -5,8 +5,9 @@
 //                        output_text, finish_reason, error (strings), token_logprobs (vlen float32),
 //                        t_queued, t_first_token, t_finished (float64 seconds since start),
 //                        replica (int32)
-//   /steps/<column>      a row per scheduler step: step, batch_size, prefill_tokens, decode_tokens
-//                        (int32/int64), kv_blocks_used (int32), wall_s, t_start (float64)
+//   /steps/<column>      a row per scheduler step of each replica: step (int64), replica,
+//                        batch_size, prefill_tokens, decode_tokens, kv_blocks_used (int32),
+//                        wall_s, t_start (float64)
 //   / attributes         strings and numbers set with set_attr()
 //
 // Rows are appended as requests finish and the file is flushed every `flush_every` rows and at
@@ -23,6 +24,7 @@ namespace shardlm {
 
 struct StepRecord {
   int64_t step = 0;
+  int32_t replica = 0;
   int32_t batch_size = 0;      // sequences in the step
   int32_t prefill_tokens = 0;
   int32_t decode_tokens = 0;

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "common/h5_read.h"
@@ -88,6 +90,41 @@ TEST(Cli, RunWritesEveryRequestAndPerLineErrors) {
   EXPECT_NE(h.string_attr("summary").find("5 requests (3 errors)"), std::string::npos) << h.string_attr("summary");
   EXPECT_NE(h.string_attr("config").find("max-new-tokens = 128"), std::string::npos);
   EXPECT_GT(h.rows("/steps/wall_s"), 0u);
+}
+
+// Three replicas split the prompts; the writer rank gathers them into one file whose rows equal a
+// single-rank run's, token for token, also at temperature > 0.
+TEST(Cli, ReplicasGiveTheSingleRankResult) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  fs::path d = tmpdir("replicas");
+  std::string lines;
+  const char* starts[] = {"Once upon a time", "The dog", "Lily saw a", "One day"};
+  for (int i = 0; i < 23; ++i) {
+    lines += "{\"id\": \"r" + std::to_string(i) + "\", \"prompt\": \"" + starts[i % 4] +
+             "\", \"max_tokens\": " + std::to_string(8 + i) + ", \"temperature\": 0.8}\n";
+  }
+  write(d / "p.jsonl", lines);
+  const std::string args = " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --threads 1 -q --seed 9";
+  Proc one = sh(bin() + args + " --out " + (d / "one.h5").string());
+  ASSERT_EQ(one.code, 0) << one.out;
+  Proc three = sh(std::string(SHARDLM_MPIEXEC) + " --oversubscribe -np 3 " + bin() + args + " --out " + (d / "three.h5").string());
+  ASSERT_EQ(three.code, 0) << three.out;
+  test::H5Reader a(d / "one.h5"), b(d / "three.h5");
+  auto collect = [](test::H5Reader& h) {
+    std::map<std::string, std::vector<int32_t>> m;
+    auto ids = h.strings("/requests/id");
+    auto outs = h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32);
+    for (size_t i = 0; i < ids.size(); ++i) m[ids[i]] = outs[i];
+    return m;
+  };
+  auto ma = collect(a), mb = collect(b);
+  ASSERT_EQ(ma.size(), 23u);
+  EXPECT_EQ(ma, mb);
+  auto replicas = b.scalars<int32_t>("/requests/replica", H5T_NATIVE_INT32);
+  EXPECT_EQ(std::set<int32_t>(replicas.begin(), replicas.end()), (std::set<int32_t>{0, 1, 2}));
+  EXPECT_EQ(b.string_attr("layout"), "world=3 replicas=3 pp=1 tp=1");
 }
 
 TEST(Cli, MissingWeightsFailAtLoadNamingTheDirectory) {

@@ -118,8 +118,12 @@ TEST(Stories260K, StopStringsEosAndErrors) {
   parse_error.error = "line 7: not JSON";
   ParsedRequest too_long = test::ids_request("long", std::vector<int32_t>(600, 5), 5);
   ParsedRequest good = test::ids_request("good", {1}, 10);
-  auto out = m.run({stop, bad_id, empty, parse_error, too_long, good});
-  ASSERT_EQ(out.results.size(), 6u);
+  ParsedRequest none = test::ids_request("none", {1, 403}, 0);
+  auto out = m.run({stop, bad_id, empty, parse_error, too_long, good, none});
+  ASSERT_EQ(out.results.size(), 7u);
+  EXPECT_TRUE(out.by_id("none").error.empty());
+  EXPECT_EQ(out.by_id("none").finish_reason, FinishReason::kLength);
+  EXPECT_TRUE(out.by_id("none").output_tokens.empty());
   const auto& s = out.by_id("stop");
   EXPECT_EQ(s.finish_reason, FinishReason::kStop);
   EXPECT_EQ(s.output_text, "Once upon a time, there was a little girl named ");

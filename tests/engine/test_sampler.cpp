@@ -116,7 +116,7 @@ TEST(SamplingParams, ValidateAndResolve) {
   bad.min_p = -0.1;
   EXPECT_FALSE(bad.validate().empty());
   bad = r;
-  bad.max_tokens = 0;
+  bad.max_tokens = -1;
   EXPECT_FALSE(bad.validate().empty());
 }
 

@@ -1,0 +1,106 @@
+#include "parallel/replica_results.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "core/error.h"
+#include "parallel/result_messages.h"
+
+namespace shardlm {
+
+namespace {
+
+enum Tag : int { kResult = 101, kStep = 102, kDone = 103 };
+
+void send(const std::string& bytes, int dest, int tag) {
+  SHARDLM_CHECK(bytes.size() < static_cast<size_t>(INT32_MAX), "result message of " << bytes.size() << " bytes is too large");
+  const int rc = MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest, tag, MPI_COMM_WORLD);
+  SHARDLM_CHECK(rc == MPI_SUCCESS, "sending results to the writer rank " << dest << " failed (MPI error " << rc << ")");
+}
+
+}  // namespace
+
+void RemoteSink::on_result(const RequestResult& r) { send(pack_result(r), writer_, kResult); }
+void RemoteSink::on_step(const StepRecord& s) { send(pack_step(s), writer_, kStep); }
+void RemoteSink::finish(const ReplicaTotals& t) {
+  std::string b(reinterpret_cast<const char*>(&t), sizeof t);
+  send(b, writer_, kDone);
+}
+
+ReplicaCollector::ReplicaCollector(ResultSink& sink, int world, double timeout_s)
+    : sink_(sink), world_(world), timeout_s_(timeout_s), done_(world, false) {
+  done_[0] = true;  // the writer itself
+  finished_ = 1;
+}
+
+bool ReplicaCollector::receive_one() {
+  int flag = 0;
+  MPI_Status st;
+  MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st);
+  if (!flag) return false;
+  int n = 0;
+  MPI_Get_count(&st, MPI_BYTE, &n);
+  std::string buf(static_cast<size_t>(n), '\0');
+  MPI_Recv(buf.data(), n, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  switch (st.MPI_TAG) {
+    case kResult:
+      sink_.on_result(unpack_result(buf));
+      break;
+    case kStep:
+      sink_.on_step(unpack_step(buf));
+      break;
+    case kDone: {
+      SHARDLM_CHECK(buf.size() == sizeof(ReplicaTotals), "malformed completion message from rank " << st.MPI_SOURCE);
+      ReplicaTotals t;
+      std::memcpy(&t, buf.data(), sizeof t);
+      totals_.steps += t.steps;
+      totals_.preemptions += t.preemptions;
+      if (!done_[st.MPI_SOURCE]) {
+        done_[st.MPI_SOURCE] = true;
+        ++finished_;
+      }
+      break;
+    }
+    default:
+      SHARDLM_FAIL("unexpected message tag " << st.MPI_TAG << " from rank " << st.MPI_SOURCE);
+  }
+  return true;
+}
+
+void ReplicaCollector::poll() {
+  while (receive_one()) {
+  }
+}
+
+void ReplicaCollector::drain() {
+  auto last = std::chrono::steady_clock::now();
+  while (finished_ < world_) {
+    if (receive_one()) {
+      last = std::chrono::steady_clock::now();
+      continue;
+    }
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - last).count() > timeout_s_) {
+      std::ostringstream silent;
+      for (int r = 0; r < world_; ++r) {
+        if (!done_[r]) silent << " " << r;
+      }
+      SHARDLM_FAIL("writer heard nothing for " << timeout_s_ << " s from unfinished replica rank(s)" << silent.str()
+                                              << " (raise --comm-timeout for very long steps)");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+std::optional<ParsedRequest> StripedSource::next() {
+  for (;;) {
+    std::optional<ParsedRequest> r = inner_.next();
+    if (!r) return r;
+    if (index_++ % world_ == rank_) return r;
+  }
+}
+
+}  // namespace shardlm

@@ -1,0 +1,65 @@
+// Replicas (independent model copies) send their finished requests and step records to the writer
+// rank, which owns the one HDF5 file. Senders never wait for the writer beyond MPI's own
+// buffering; the writer polls between its own steps and drains at the end.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/engine.h"
+
+namespace shardlm {
+
+struct ReplicaTotals {
+  int64_t steps = 0;
+  int64_t preemptions = 0;
+};
+
+// On a replica that is not the writer: forwards everything to the writer rank.
+class RemoteSink final : public ResultSink {
+ public:
+  explicit RemoteSink(int writer_rank) : writer_(writer_rank) {}
+  void on_result(const RequestResult& r) override;
+  void on_step(const StepRecord& s) override;
+  // Tells the writer this replica is done (its totals ride along).
+  void finish(const ReplicaTotals& totals);
+
+ private:
+  int writer_;
+};
+
+// On the writer rank: receives from every other rank into `sink`.
+class ReplicaCollector {
+ public:
+  // `timeout_s`: how long drain() waits without hearing from a rank that has not finished.
+  ReplicaCollector(ResultSink& sink, int world, double timeout_s);
+  // Takes whatever has arrived, without blocking.
+  void poll();
+  // Blocks until every other rank has finished; throws Error naming the silent ranks on timeout.
+  void drain();
+  const ReplicaTotals& totals() const { return totals_; }
+
+ private:
+  bool receive_one();
+
+  ResultSink& sink_;
+  int world_;
+  double timeout_s_;
+  int finished_ = 0;
+  std::vector<bool> done_;
+  ReplicaTotals totals_;
+};
+
+// Hands this replica every `world`-th request of the stream, starting at `rank`.
+class StripedSource final : public RequestSource {
+ public:
+  StripedSource(RequestSource& inner, int rank, int world) : inner_(inner), rank_(rank), world_(world) {}
+  std::optional<ParsedRequest> next() override;
+
+ private:
+  RequestSource& inner_;
+  int rank_, world_;
+  int64_t index_ = 0;
+};
+
+}  // namespace shardlm
