@@ -60,6 +60,26 @@ def compare(name, ours, ref):
     return ok
 
 
+TOKENIZER_TEXTS = ["Once upon a time, there was a little girl named Lily.",
+                   "  leading spaces, tabs\tand\nnewlines  ", "Caf\u00e9 na\u00efve \u4f60\u597d\u4e16\u754c 123456 don't",
+                   "\U0001F642 emoji and \u00c5ngstr\u00f6m"]
+
+
+def compare_tokenizer(name, binary, model_dir):
+    """shardlm tokenize against transformers' fast tokenizer on the same tokenizer.json."""
+    tok = transformers.AutoTokenizer.from_pretrained(model_dir)
+    ok = True
+    for text in TOKENIZER_TEXTS:
+        ours = subprocess.run([binary, "tokenize", "--model", model_dir, "--text", text], check=True,
+                              capture_output=True, text=True).stdout.split()
+        ref = tok.encode(text, add_special_tokens=False)
+        if [int(x) for x in ours] != ref:
+            ok = False
+            print(f"  tokenizer mismatch on {text!r}: shardlm {ours} transformers {ref}")
+    print(f"{name + ' tokenizer':32s} {len(TOKENIZER_TEXTS)} texts {'ok' if ok else 'FAIL'}")
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardlm", default=os.path.join(ROOT, "build", "shardlm"))
@@ -79,6 +99,7 @@ def main():
                 vocab = transformers.AutoConfig.from_pretrained(d).vocab_size
                 ids = [int(x) for x in rng.integers(0, vocab, size=args.tokens)]
                 ok &= compare(f"{cfg} {dtype}", shardlm_logits(args.shardlm, d, ids, tmp), hf_logits(d, ids))
+            ok &= compare_tokenizer(cfg, args.shardlm, d)
         stories = os.path.join(args.shared, "models", "stories260K")
         if os.path.isdir(stories):
             ids = [1] + [int(x) for x in open(os.path.join(stories, "expected_greedy_from_bos.ids")).read().split()][:150]

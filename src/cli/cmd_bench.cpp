@@ -119,8 +119,8 @@ int cmd_bench(int argc, char** argv) {
 
   std::printf("shardlm bench: %s (%s, %.1fM parameters, %.0f MB of weights), %d threads\n", model_dir.c_str(),
               spec.architecture.c_str(), params / 1e6, weight_bytes / 1e6, cpu::num_threads());
-  const double bw = cpu::measure_memory_bandwidth_gbs(5);
-  const double peak = cpu::measure_fma_peak_gflops(3);
+  const double bw = cpu::measure_memory_bandwidth(4).best();
+  const double peak = cpu::measure_fma_peak_gflops(300);
   std::printf("machine: memory bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s\n", bw, peak);
   std::printf("ceilings for this model: decode (batch 1, weights streamed once per token) %.1f tok/s; "
               "compute-bound tokens (prefill, batched decode) %.1f tok/s\n\n",
