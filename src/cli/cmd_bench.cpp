@@ -7,6 +7,7 @@
 
 #include "arch/model.h"
 #include "cli/commands.h"
+#include "cli/subcommand.h"
 #include "compute/backend.h"
 #include "core/error.h"
 #include "cpu/ceilings.h"
@@ -87,19 +88,10 @@ int cmd_bench(int argc, char** argv) {
     ("batch-out", po::value(&batch_out)->default_value(batch_out), "batched scenario: output tokens per sequence")
     ("threads", po::value(&threads)->default_value(threads), "CPU threads (0 = all cores)")
     ("kv-cache-gb", po::value(&kv_gb)->default_value(kv_gb), "KV cache budget, GiB")
-    ("help,h", "show this help");
+    ;
   // clang-format on
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(d).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    SHARDLM_FAIL("shardlm bench: " << e.what());
-  }
-  if (vm.count("help")) {
-    std::cout << "usage: shardlm bench --model DIR [options]\n\n" << d << "\n";
-    return 0;
-  }
+  if (!parse_subcommand(argc, argv, "bench", "shardlm bench --model DIR [options]", d, &vm)) return 0;
   SHARDLM_CHECK(!model_dir.empty(), "shardlm bench: --model is required");
   SHARDLM_CHECK(prompt_len > 0 && decode_tokens > 1 && batch > 0 && batch_in > 0 && batch_out > 1,
                 "shardlm bench: sizes must be positive (decode and batch-out at least 2)");

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/subcommand.h"
 #include "core/error.h"
 #include "model/make_model.h"
 
@@ -22,20 +23,10 @@ int cmd_make_model(int argc, char** argv) {
     ("out", po::value(&o.out_dir), "output directory")
     ("dtype", po::value(&dtype)->default_value(dtype), "weight dtype: bf16|fp32")
     ("seed", po::value(&o.seed)->default_value(o.seed), "random seed (same seed, same bytes)")
-    ("help,h", "show this help");
+    ;
   // clang-format on
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(d).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    SHARDLM_FAIL("shardlm make-model: " << e.what());
-  }
-  if (vm.count("help")) {
-    std::cout << "usage: shardlm make-model --config inputs/models/X.json --out DIR [--dtype bf16|fp32] [--seed S]\n\n"
-              << d << "\n";
-    return 0;
-  }
+  if (!parse_subcommand(argc, argv, "make-model", "shardlm make-model --config inputs/models/X.json --out DIR [--dtype bf16|fp32] [--seed S]", d, &vm)) return 0;
   SHARDLM_CHECK(!o.config_path.empty() && !o.out_dir.empty(), "shardlm make-model: --config and --out are required");
   o.dtype = parse_make_model_dtype(dtype);
   make_model(o);

@@ -9,6 +9,7 @@
 
 #include "arch/model.h"
 #include "cli/commands.h"
+#include "cli/subcommand.h"
 #include "compute/backend.h"
 #include "core/error.h"
 #include "cpu/threads.h"
@@ -49,18 +50,9 @@ int cmd_score(int argc, char** argv) {
   d.add_options()("model", po::value(&model_dir), "model directory")(
       "ids", po::value(&ids_text), "space-separated token ids (include BOS if wanted)")(
       "out", po::value(&out), "output .npy file: float32 logits [T, vocab]")(
-      "threads", po::value(&threads)->default_value(threads), "CPU threads (0 = all cores)")("help,h", "show this help");
+      "threads", po::value(&threads)->default_value(threads), "CPU threads (0 = all cores)");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(d).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    SHARDLM_FAIL("shardlm score: " << e.what());
-  }
-  if (vm.count("help")) {
-    std::cout << "usage: shardlm score --model DIR --ids \"1 2 3\" --out logits.npy\n\n" << d << "\n";
-    return 0;
-  }
+  if (!parse_subcommand(argc, argv, "score", "shardlm score --model DIR --ids \"1 2 3\" --out logits.npy", d, &vm)) return 0;
   SHARDLM_CHECK(!model_dir.empty() && !out.empty() && !ids_text.empty(), "shardlm score: --model, --ids and --out are required");
   cpu::set_num_threads(threads);
   ModelSpec spec = ModelSpec::load(model_dir);

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/subcommand.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
 
@@ -19,18 +20,9 @@ int cmd_tokenize(int argc, char** argv) {
       "text", po::value(&text), "text to encode; ids are printed separated by spaces")(
       "bos", po::bool_switch(&bos), "prepend BOS when the tokenizer config asks for one")(
       "decode", po::value(&decode), "space-separated ids to decode instead")(
-      "keep-special", po::bool_switch(&specials), "keep special tokens in decoded text")("help,h", "show this help");
+      "keep-special", po::bool_switch(&specials), "keep special tokens in decoded text");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(d).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    SHARDLM_FAIL("shardlm tokenize: " << e.what());
-  }
-  if (vm.count("help")) {
-    std::cout << "usage: shardlm tokenize --model DIR (--text TEXT | --decode \"IDS\")\n\n" << d << "\n";
-    return 0;
-  }
+  if (!parse_subcommand(argc, argv, "tokenize", "shardlm tokenize --model DIR (--text TEXT | --decode \"IDS\")", d, &vm)) return 0;
   SHARDLM_CHECK(!model.empty(), "shardlm tokenize: --model is required");
   SHARDLM_CHECK(vm.count("text") || vm.count("decode"), "shardlm tokenize: give --text or --decode");
   std::unique_ptr<Tokenizer> tok = Tokenizer::load(model);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_util.h"
 #include "model/mapped_file.h"
 #include "model/safetensors.h"
 
@@ -22,13 +23,6 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  SHARDLM_CHECK(in, "cannot read " << path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 }  // namespace
 
@@ -46,7 +40,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir) {
   if (fs::exists(index_path)) {
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(read_text(index_path));
+      j = nlohmann::json::parse(read_file(index_path));
     } catch (const nlohmann::json::exception& e) {
       SHARDLM_FAIL(index_path << ": not valid JSON: " << e.what());
     }

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_util.h"
 #include "model/bpe_trainer.h"
 #include "model/safetensors.h"
 
@@ -41,13 +42,6 @@ uint64_t fnv1a64(const std::string& s) {
   return h;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  SHARDLM_CHECK(in, "cannot read " << path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

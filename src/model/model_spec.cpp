@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_util.h"
 
 namespace shardlm {
 
@@ -46,13 +47,6 @@ const ArchDefaults* find_arch(const std::string& name) {
   return nullptr;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  SHARDLM_CHECK(in, "cannot read " << path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Field accessors: every error names the file (origin) and the field.
 class Fields {

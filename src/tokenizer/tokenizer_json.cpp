@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_util.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/tokenizer_json_sax.h"
 #include "tokenizer/tokenizer.h"
@@ -17,12 +18,9 @@ using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 json read_json(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  SHARDLM_CHECK(in.good(), "cannot open " << path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_file(path.string());
   try {
-    return json::parse(ss.str());
+    return json::parse(text);
   } catch (const json::exception& e) {
     SHARDLM_FAIL(path.string() << ": malformed JSON: " << e.what());
   }
@@ -115,14 +113,7 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& dir_or_file) {
   }
   const std::string fname = file.string();
   SHARDLM_CHECK(fs::exists(file), "tokenizer file " << fname << " does not exist");
-  std::string text;
-  {
-    std::ifstream in(file, std::ios::binary);
-    SHARDLM_CHECK(in.good(), "cannot open " << fname);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
-  }
+  std::string text = read_file(fname);
   auto data = tok::parse_tokenizer_json(text, fname);
   text.clear();
   const json& root = data.root;

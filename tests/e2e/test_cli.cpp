@@ -10,6 +10,7 @@
 
 #include "common/h5_read.h"
 #include "common/shared_data.h"
+#include "common/test_files.h"
 
 namespace fs = std::filesystem;
 
@@ -41,20 +42,11 @@ fs::path tmpdir(const std::string& name) {
   return d;
 }
 
-void write(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
-
-std::vector<int32_t> read_ids(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<int32_t> ids;
-  int32_t v;
-  while (f >> v) ids.push_back(v);
-  return ids;
-}
 
 TEST(Cli, RunWritesEveryRequestAndPerLineErrors) {
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
   fs::path d = tmpdir("run");
-  write(d / "p.jsonl",
+  test::write_file(d / "p.jsonl",
         "{\"id\": \"bos\", \"prompt_token_ids\": [1], \"max_tokens\": 200}\n"
         "{\"id\": \"broken\", \"prompt\": \n"
         "{\"id\": \"typed\", \"prompt\": \"Once\", \"temperature\": \"hot\"}\n"
@@ -73,7 +65,7 @@ TEST(Cli, RunWritesEveryRequestAndPerLineErrors) {
   std::map<std::string, size_t> row;
   for (size_t i = 0; i < ids.size(); ++i) row[ids[i]] = i;
   ASSERT_EQ(row.size(), 5u) << "ids: broken line keeps an id of its line number";
-  EXPECT_EQ(outs[row["bos"]], read_ids(model + "/expected_greedy_from_bos.ids"));
+  EXPECT_EQ(outs[row["bos"]], test::read_ids(model + "/expected_greedy_from_bos.ids"));
   EXPECT_TRUE(errors[row["bos"]].empty());
   EXPECT_EQ(prompts[row["text"]], (std::vector<int32_t>{1, 403, 407, 261, 378}));
   EXPECT_EQ(outs[row["text"]].size(), 8u);
@@ -105,7 +97,7 @@ TEST(Cli, ReplicasGiveTheSingleRankResult) {
     lines += "{\"id\": \"r" + std::to_string(i) + "\", \"prompt\": \"" + starts[i % 4] +
              "\", \"max_tokens\": " + std::to_string(8 + i) + ", \"temperature\": 0.8}\n";
   }
-  write(d / "p.jsonl", lines);
+  test::write_file(d / "p.jsonl", lines);
   const std::string args = " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --threads 1 -q --seed 9";
   Proc one = sh(bin() + args + " --out " + (d / "one.h5").string());
   ASSERT_EQ(one.code, 0) << one.out;
@@ -131,7 +123,7 @@ TEST(Cli, MissingWeightsFailAtLoadNamingTheDirectory) {
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
   fs::path d = tmpdir("missing");
   for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json"}) fs::copy_file(fs::path(model) / f, d / f);
-  write(d / "p.txt", "hello\n");
+  test::write_file(d / "p.txt", "hello\n");
   Proc p = sh(bin() + " run --model " + d.string() + " --prompts " + (d / "p.txt").string() + " --out " + (d / "o.h5").string());
   EXPECT_NE(p.code, 0);
   EXPECT_NE(p.out.find("safetensors"), std::string::npos) << p.out;
@@ -144,7 +136,7 @@ TEST(Cli, TruncatedCheckpointNamesFileAndTensor) {
   for (const auto& e : fs::directory_iterator(model)) fs::copy_file(e.path(), d / e.path().filename());
   fs::permissions(d / "model.safetensors", fs::perms::owner_write, fs::perm_options::add);
   fs::resize_file(d / "model.safetensors", fs::file_size(d / "model.safetensors") - 1000);
-  write(d / "p.txt", "hello\n");
+  test::write_file(d / "p.txt", "hello\n");
   Proc p = sh(bin() + " run --model " + d.string() + " --prompts " + (d / "p.txt").string() + " --out " + (d / "o.h5").string());
   EXPECT_NE(p.code, 0);
   EXPECT_NE(p.out.find("model.safetensors"), std::string::npos) << p.out;
@@ -164,8 +156,8 @@ TEST(Cli, TokenizeEncodesAndDecodes) {
 TEST(Cli, JobFileWithCommandLineOverride) {
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
   fs::path d = tmpdir("ini");
-  write(d / "p.txt", "Once upon a time\nThe dog\n");
-  write(d / "job.ini", "model = " + model + "\nprompts = " + (d / "p.txt").string() + "\nout = " +
+  test::write_file(d / "p.txt", "Once upon a time\nThe dog\n");
+  test::write_file(d / "job.ini", "model = " + model + "\nprompts = " + (d / "p.txt").string() + "\nout = " +
                            (d / "o.h5").string() + "\nmax-new-tokens = 3\nquiet = true\n");
   Proc p = sh(bin() + " run --config " + (d / "job.ini").string() + " --max-new-tokens 5");
   ASSERT_EQ(p.code, 0) << p.out;

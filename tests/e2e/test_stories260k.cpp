@@ -6,28 +6,15 @@
 
 #include "common/engine_harness.h"
 #include "common/shared_data.h"
+#include "common/test_files.h"
 
 namespace shardlm {
 namespace {
 
-std::vector<int32_t> read_ids(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<int32_t> ids;
-  int32_t v;
-  while (f >> v) ids.push_back(v);
-  return ids;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 TEST(Stories260K, GreedyFromBosMatchesReference) {
   SHARDLM_REQUIRE_SHARED(dir, "models/stories260K");
-  const auto expected = read_ids(dir + "/expected_greedy_from_bos.ids");
+  const auto expected = test::read_ids(dir + "/expected_greedy_from_bos.ids");
   ASSERT_EQ(expected.size(), 200u);
   test::LoadedModel m(dir);
   auto out = m.run({test::ids_request("bos", {1}, 200)});
@@ -35,7 +22,7 @@ TEST(Stories260K, GreedyFromBosMatchesReference) {
   const RequestResult& r = out.results[0];
   EXPECT_TRUE(r.error.empty()) << r.error;
   EXPECT_EQ(r.output_tokens, expected);
-  EXPECT_EQ(r.output_text, read_text(dir + "/expected_greedy_from_bos.txt"));
+  EXPECT_EQ(r.output_text, test::read_file(dir + "/expected_greedy_from_bos.txt"));
   EXPECT_EQ(r.finish_reason, FinishReason::kLength);
   ASSERT_EQ(r.token_logprobs.size(), 200u);
   for (float lp : r.token_logprobs) {
@@ -46,7 +33,7 @@ TEST(Stories260K, GreedyFromBosMatchesReference) {
 
 TEST(Stories260K, TextPromptGetsBosAndContinuesTheReference) {
   SHARDLM_REQUIRE_SHARED(dir, "models/stories260K");
-  const auto expected = read_ids(dir + "/expected_greedy_from_bos.ids");
+  const auto expected = test::read_ids(dir + "/expected_greedy_from_bos.ids");
   test::LoadedModel m(dir);
   auto out = m.run({test::text_request("t", "Once upon a time", 50)});
   const RequestResult& r = out.results[0];

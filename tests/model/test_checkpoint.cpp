@@ -36,7 +36,7 @@ TEST(Checkpoint, Stories260K) {
   EXPECT_EQ(t.file, dir + "/model.safetensors");
 
   // Read the first float straight from the file bytes: header length, header JSON offsets.
-  const std::string bytes = test::slurp(dir + "/model.safetensors");
+  const std::string bytes = test::read_file(dir + "/model.safetensors");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
   const std::string header = bytes.substr(8, n);
@@ -70,7 +70,7 @@ TEST(Checkpoint, ShardedIndex) {
   std::vector<float> a(6, 1.0f), b(4, 2.0f);
   write_safetensors(dir.file("model-00001-of-00002.safetensors"), {{"a", DType::F32, {2, 3}, a.data()}});
   write_safetensors(dir.file("model-00002-of-00002.safetensors"), {{"b", DType::F32, {4}, b.data()}});
-  test::spit(dir.file("model.safetensors.index.json"),
+  test::write_file(dir.file("model.safetensors.index.json"),
              R"({"metadata": {"total_size": 40}, "weight_map": {"a": "model-00001-of-00002.safetensors",
                  "b": "model-00002-of-00002.safetensors"}})");
   auto ck = Checkpoint::open(dir.str());
@@ -84,7 +84,7 @@ TEST(Checkpoint, MissingShardIsNamed) {
   test::ScratchDir dir;
   std::vector<float> a(6, 1.0f);
   write_safetensors(dir.file("model-00001-of-00002.safetensors"), {{"a", DType::F32, {2, 3}, a.data()}});
-  test::spit(dir.file("model.safetensors.index.json"),
+  test::write_file(dir.file("model.safetensors.index.json"),
              R"({"weight_map": {"a": "model-00001-of-00002.safetensors",
                  "b": "model-00002-of-00002.safetensors"}})");
   expect_error([&] { Checkpoint::open(dir.str()); },
@@ -95,7 +95,7 @@ TEST(Checkpoint, IndexListsTensorTheShardLacks) {
   test::ScratchDir dir;
   std::vector<float> a(6, 1.0f);
   write_safetensors(dir.file("s1.safetensors"), {{"a", DType::F32, {2, 3}, a.data()}});
-  test::spit(dir.file("model.safetensors.index.json"),
+  test::write_file(dir.file("model.safetensors.index.json"),
              R"({"weight_map": {"a": "s1.safetensors", "ghost": "s1.safetensors"}})");
   expect_error([&] { Checkpoint::open(dir.str()); }, {"'ghost'", "s1.safetensors"});
 }
@@ -108,7 +108,7 @@ TEST(Checkpoint, NoWeightsInDirectory) {
 
 TEST(Checkpoint, CorruptHeaderNamesFile) {
   test::ScratchDir dir;
-  test::spit(dir.file("model.safetensors"), std::string("\x05\0\0\0\0\0\0\0{oops", 13));
+  test::write_file(dir.file("model.safetensors"), std::string("\x05\0\0\0\0\0\0\0{oops", 13));
   expect_error([&] { Checkpoint::open(dir.str()); }, {dir.file("model.safetensors"), "JSON"});
 }
 

@@ -35,7 +35,7 @@ TEST_P(MakeModelRoundTrip, ReloadsThroughCheckpointAndSpec) {
   test::ScratchDir dir;
   make_model({input(c.config), dir.str(), c.dtype, 7, ""});
 
-  const ModelSpec in = ModelSpec::parse(test::slurp(input(c.config)), "", input(c.config));
+  const ModelSpec in = ModelSpec::parse(test::read_file(input(c.config)), "", input(c.config));
   const ModelSpec s = ModelSpec::load(dir.str());
   EXPECT_EQ(s.architecture, in.architecture);
   EXPECT_EQ(s.hidden_size, in.hidden_size);
@@ -89,7 +89,7 @@ TEST_P(MakeModelRoundTrip, ReloadsThroughCheckpointAndSpec) {
   }
 
   // Tokenizer files.
-  const auto tok = nlohmann::json::parse(test::slurp(dir.file("tokenizer.json")));
+  const auto tok = nlohmann::json::parse(test::read_file(dir.file("tokenizer.json")));
   EXPECT_EQ(tok["model"]["type"], "BPE");
   EXPECT_EQ(tok["decoder"]["type"], "ByteLevel");
   EXPECT_EQ(tok["pre_tokenizer"]["pretokenizers"][0]["type"], "Split");
@@ -113,11 +113,11 @@ TEST_P(MakeModelRoundTrip, ReloadsThroughCheckpointAndSpec) {
     const std::string a = m[0], b = m[1];
     ASSERT_TRUE(vocab.contains(a) && vocab.contains(b) && vocab.contains(a + b)) << a << " + " << b;
   }
-  const auto tc = nlohmann::json::parse(test::slurp(dir.file("tokenizer_config.json")));
+  const auto tc = nlohmann::json::parse(test::read_file(dir.file("tokenizer_config.json")));
   EXPECT_EQ(tc["add_bos_token"], true);
   EXPECT_EQ(tc["bos_token"], "<|bos|>");
   EXPECT_EQ(tc["eos_token"], "<|eos|>");
-  const auto gen = nlohmann::json::parse(test::slurp(dir.file("generation_config.json")));
+  const auto gen = nlohmann::json::parse(test::read_file(dir.file("generation_config.json")));
   EXPECT_EQ(gen["bos_token_id"], s.bos_token_id);
   EXPECT_EQ(gen["eos_token_id"], s.eos_token_ids[0]);
 }
@@ -139,12 +139,12 @@ TEST(MakeModel, SameSeedSameBytesOtherSeedDiffers) {
   make_model({input("tiny-qwen3.json"), a.str(), DType::BF16, 42, ""});
   make_model({input("tiny-qwen3.json"), b.str(), DType::BF16, 42, ""});
   make_model({input("tiny-qwen3.json"), c.str(), DType::BF16, 43, ""});
-  const std::string wa = test::slurp(a.file("model.safetensors"));
-  EXPECT_EQ(wa, test::slurp(b.file("model.safetensors")));
-  EXPECT_NE(wa, test::slurp(c.file("model.safetensors")));
-  EXPECT_EQ(wa.size(), test::slurp(c.file("model.safetensors")).size());
+  const std::string wa = test::read_file(a.file("model.safetensors"));
+  EXPECT_EQ(wa, test::read_file(b.file("model.safetensors")));
+  EXPECT_NE(wa, test::read_file(c.file("model.safetensors")));
+  EXPECT_EQ(wa.size(), test::read_file(c.file("model.safetensors")).size());
   for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
-    EXPECT_EQ(test::slurp(a.file(f)), test::slurp(c.file(f))) << f;
+    EXPECT_EQ(test::read_file(a.file(f)), test::read_file(c.file(f))) << f;
   // bf16 is the fp32 value rounded.
   test::ScratchDir d;
   make_model({input("tiny-qwen3.json"), d.str(), DType::F32, 42, ""});
@@ -183,7 +183,7 @@ TEST(MakeModel, Errors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no-such.json"), std::string::npos);
   }
-  test::spit(dir.file("small.json"),
+  test::write_file(dir.file("small.json"),
              R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 8, "intermediate_size": 8,
                  "num_hidden_layers": 1, "num_attention_heads": 2, "vocab_size": 100})");
   try {

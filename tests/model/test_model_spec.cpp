@@ -13,7 +13,7 @@ namespace {
 std::string inputs(const std::string& name) { return std::string(SHARDLM_SOURCE_DIR) + "/inputs/models/" + name; }
 
 ModelSpec parse_input(const std::string& name) {
-  return ModelSpec::parse(test::slurp(inputs(name)), "", inputs(name));
+  return ModelSpec::parse(test::read_file(inputs(name)), "", inputs(name));
 }
 
 // Expects fn to throw Error whose message holds every one of the needles.

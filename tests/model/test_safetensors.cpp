@@ -102,8 +102,8 @@ TEST(Safetensors, TruncatedFileThroughCheckpoint) {
   std::vector<float> a(8, 1.0f), b(1000, 2.0f);
   write_safetensors(dir.file("model.safetensors"),
                     {{"small", DType::F32, {8}, a.data()}, {"big.weight", DType::F32, {10, 100}, b.data()}});
-  std::string bytes = test::slurp(dir.file("model.safetensors"));
-  test::spit(dir.file("model.safetensors"), bytes.substr(0, bytes.size() - 100));
+  std::string bytes = test::read_file(dir.file("model.safetensors"));
+  test::write_file(dir.file("model.safetensors"), bytes.substr(0, bytes.size() - 100));
   expect_error([&] { Checkpoint::open(dir.str()); }, {dir.file("model.safetensors"), "'big.weight'", "truncated"});
 }
 
@@ -113,7 +113,7 @@ TEST(Safetensors, WriterRoundTrip) {
   std::vector<uint16_t> b = {f32_to_bf16(0.5f), f32_to_bf16(-1.0f), f32_to_bf16(2.0f)};
   const std::string path = dir.file("model.safetensors");
   write_safetensors(path, {{"x.weight", DType::F32, {2, 3}, a.data()}, {"y", DType::BF16, {3}, b.data()}});
-  const std::string bytes = test::slurp(path);
+  const std::string bytes = test::read_file(path);
   auto h = parse(bytes, path);
   EXPECT_EQ(h.data_offset % 8, 0u);  // header padded so data is aligned
   ASSERT_EQ(h.entries.size(), 2u);

@@ -1,6 +1,8 @@
 // Helpers shared by the model tests: scratch directories and whole-file I/O.
 #pragma once
 
+#include "common/test_files.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -34,16 +36,5 @@ class ScratchDir {
   std::filesystem::path path_;
 };
 
-inline std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-inline void spit(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
 
 }  // namespace shardlm::test

@@ -1,6 +1,8 @@
 // Helpers shared by the tokenizer tests.
 #pragma once
 
+#include "common/test_files.h"
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -11,17 +13,6 @@
 
 namespace shardlm::test {
 
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-inline void write_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-}
 
 // Fresh empty directory under the system temp dir.
 inline std::filesystem::path make_temp_dir(const std::string& tag) {
