@@ -133,7 +133,7 @@ int cmd_run(int argc, char** argv) {
   ec.kv_cache_bytes = static_cast<int64_t>(opt.kv_cache_gb * (1ull << 30));
   ec.progress_interval_s = opt.quiet ? 0 : opt.progress_interval;
   ec.total_requests = count_lines(opt.prompts);
-  if (ec.total_requests >= 0) ec.total_requests = (ec.total_requests + world - 1 - rank) / world;
+  if (ec.total_requests >= 0) ec.total_requests = (ec.total_requests + world - 1 - rank) / world;  // its stripe
   ec.replica = rank;
   Engine engine(*model, *tok, *backend, ec);
 
@@ -150,8 +150,8 @@ int cmd_run(int argc, char** argv) {
   }
 
   RequestReader reader(opt.prompts, prompt_format_from_name(opt.format));
-  ReaderSource file_source(reader);
-  StripedSource source(file_source, rank, world);
+  reader.set_stripe(rank, world);
+  ReaderSource source(reader);
   if (!writer_rank) {
     RemoteSink sink(0);
     RunStats local = engine.run(source, sink);

@@ -83,10 +83,17 @@ RequestReader::LineStatus RequestReader::read_line() {
   return LineStatus::kOk;
 }
 
+void RequestReader::set_stripe(int rank, int world) {
+  SHARDLM_CHECK(world >= 1 && rank >= 0 && rank < world, "bad stripe " << rank << " of " << world);
+  stripe_rank_ = rank;
+  stripe_world_ = world;
+}
+
 std::optional<ParsedRequest> RequestReader::next() {
   for (;;) {
     const LineStatus st = read_line();
     if (st == LineStatus::kEof) return std::nullopt;
+    if ((line_ - 1) % stripe_world_ != stripe_rank_) continue;  // another replica's line: not parsed
     if (st == LineStatus::kTooLong) {
       ParsedRequest r;
       r.line = line_;

@@ -25,6 +25,9 @@ class RequestReader {
   // (empty prompt), so ids stay equal to line numbers.
   std::optional<ParsedRequest> next();
   int64_t lines_read() const { return line_; }
+  // Replicas split a file by line: only lines L with (L - 1) % world == rank are parsed and
+  // returned; the others are read past without parsing.
+  void set_stripe(int rank, int world);
   // The format in use (kAuto resolved by extension).
   PromptFormat format() const { return format_; }
 
@@ -41,6 +44,7 @@ class RequestReader {
   std::string path_;
   PromptFormat format_;
   int64_t line_ = 0;
+  int stripe_rank_ = 0, stripe_world_ = 1;
   size_t max_line_bytes_ = kMaxLineBytes;
   std::string line_buf_;  // the current line, reused so that reading does not allocate per line
 };

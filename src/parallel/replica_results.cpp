@@ -95,12 +95,5 @@ void ReplicaCollector::drain() {
   }
 }
 
-std::optional<ParsedRequest> StripedSource::next() {
-  for (;;) {
-    std::optional<ParsedRequest> r = inner_.next();
-    if (!r) return r;
-    if (index_++ % world_ == rank_) return r;
-  }
-}
 
 }  // namespace shardlm

@@ -50,16 +50,5 @@ class ReplicaCollector {
   ReplicaTotals totals_;
 };
 
-// Hands this replica every `world`-th request of the stream, starting at `rank`.
-class StripedSource final : public RequestSource {
- public:
-  StripedSource(RequestSource& inner, int rank, int world) : inner_(inner), rank_(rank), world_(world) {}
-  std::optional<ParsedRequest> next() override;
-
- private:
-  RequestSource& inner_;
-  int rank_, world_;
-  int64_t index_ = 0;
-};
 
 }  // namespace shardlm

@@ -51,7 +51,7 @@ TEST(Stories260K, BatchInvariance) {
   std::vector<ParsedRequest> reqs;
   const char* starts[] = {"Once upon a time", "The little dog", "Lily and Ben", "One day, a bird", "Tom had a red"};
   for (int i = 0; i < 65; ++i) {
-    ParsedRequest r = test::text_request("r" + std::to_string(i), starts[i % 5], 40 + (i % 7) * 5);
+    ParsedRequest r = test::text_request(std::string("r").append(std::to_string(i)), starts[i % 5], 40 + (i % 7) * 5);
     r.overrides.temperature = 0.9;
     r.overrides.top_p = 0.95;
     r.overrides.seed = 1000 + i;

@@ -103,7 +103,7 @@ TEST(Scheduler, PreemptsNewestWhenCacheRunsOutAndEveryoneFinishes) {
   cfg.max_seqs = 8;
   cfg.block_size = 4;
   Scheduler sch(cfg, blocks);
-  for (int i = 0; i < 6; ++i) sch.add(seq("s" + std::to_string(i), 5, i));
+  for (int i = 0; i < 6; ++i) sch.add(seq(std::string("s").append(std::to_string(i)), 5, i));
   std::map<std::string, int64_t> fin;
   drive(sch, /*out=*/12, &fin);
   EXPECT_TRUE(sch.idle());

@@ -12,6 +12,33 @@ using test::read_all;
 using test::ScratchDir;
 using test::write_file;
 
+// Replicas each parse every world-th line; together they see every line exactly once, and a bad
+// line lands on the replica that owns it.
+TEST(RequestReader, StripesSplitTheFileByLine) {
+  ScratchDir dir;
+  const std::string path = dir.file("p.jsonl");
+  write_file(path,
+             "{\"id\": \"a\", \"prompt\": \"x\"}\n"
+             "not json\n"
+             "\n"
+             "{\"id\": \"d\", \"prompt\": \"x\"}\n"
+             "{\"id\": \"e\", \"prompt\": \"x\"}\n"
+             "{\"id\": \"f\", \"prompt\": \"x\"}\n"
+             "{\"id\": \"g\", \"prompt\": \"x\"}\n");
+  std::vector<std::vector<std::string>> seen(3);
+  for (int r = 0; r < 3; ++r) {
+    RequestReader reader(path, PromptFormat::kAuto);
+    reader.set_stripe(r, 3);
+    while (auto q = reader.next()) seen[r].push_back(q->error.empty() ? q->id : "error@" + std::to_string(q->line));
+    EXPECT_EQ(reader.lines_read(), 7);
+  }
+  EXPECT_EQ(seen[0], (std::vector<std::string>{"a", "d", "g"}));
+  EXPECT_EQ(seen[1], (std::vector<std::string>{"error@2", "e"}));
+  EXPECT_EQ(seen[2], (std::vector<std::string>{"f"}));  // line 3 is blank: no request
+  RequestReader bad(path, PromptFormat::kAuto);
+  EXPECT_THROW(bad.set_stripe(3, 3), Error);
+}
+
 TEST(RequestReader, JsonlFile) {
   ScratchDir dir;
   const std::string path = dir.file("p.jsonl");
