@@ -1,0 +1,68 @@
+// Communicator: collectives and point-to-point over one group of ranks (a tensor-parallel group,
+// pipeline neighbours, a replica, the world). Backends: MPI now; NCCL and libfabric later, behind
+// this same interface.
+//
+// Every wait has a deadline (timeout_s): when a peer does not answer in time the call throws
+// Error naming the group, this rank and the peer(s) still missing, and the top level aborts the
+// whole job. Buffers are backend memory (host memory for MPI).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace shardlm {
+
+enum class ReduceOp { kSum, kMax };
+enum class CommDType { kF32, kI32, kI64, kU8 };
+size_t comm_dtype_size(CommDType t);
+
+struct CommStats {
+  uint64_t bytes_sent = 0;  // payload bytes this rank sent (collectives: its contribution)
+  uint64_t calls = 0;
+  double seconds = 0;       // wall time inside calls
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;  // rank inside the group
+  virtual int size() const = 0;
+  virtual const std::string& name() const = 0;  // e.g. "tp(replica 0, stage 1)"
+  // World rank of group rank r (for messages that name a peer).
+  virtual int world_rank_of(int r) const = 0;
+
+  virtual void all_reduce(void* buf, size_t count, CommDType t, ReduceOp op) = 0;  // in place
+  // recv holds size() blocks of count elements, block r from group rank r.
+  virtual void all_gather(const void* send, void* recv, size_t count, CommDType t) = 0;
+  // send holds size() blocks of count elements; recv gets the reduction of block rank().
+  virtual void reduce_scatter(const void* send, void* recv, size_t count, CommDType t, ReduceOp op) = 0;
+  // Block r of send goes to rank r; block r of recv comes from rank r (count elements each).
+  virtual void all_to_all(const void* send, void* recv, size_t count, CommDType t) = 0;
+  // Variable sizes: counts and displacements in elements, one per rank.
+  virtual void all_to_allv(const void* send, const std::vector<size_t>& send_counts,
+                           const std::vector<size_t>& send_displs, void* recv,
+                           const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
+                           CommDType t) = 0;
+  virtual void broadcast(void* buf, size_t count, CommDType t, int root) = 0;
+  virtual void send(const void* buf, size_t count, CommDType t, int peer, int tag) = 0;
+  virtual void recv(void* buf, size_t count, CommDType t, int peer, int tag) = 0;
+  virtual void barrier() = 0;
+
+  const CommStats& stats() const { return stats_; }
+
+ protected:
+  CommStats stats_;
+};
+
+// Creates the communicator of `members` (world ranks, in group-rank order; this rank must be one
+// of them) on backend `backend` ("mpi"). Collective over `members` only: every member calls it
+// with the same list; other ranks do not take part.
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, const std::vector<int>& members,
+                                                const std::string& name, double timeout_s);
+std::vector<std::string> comm_backend_names();
+
+}  // namespace shardlm
