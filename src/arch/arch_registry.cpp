@@ -17,10 +17,12 @@ const std::vector<ArchEntry>& arch_registry() {
   return kArchs;
 }
 
-std::unique_ptr<Model> build_model(const ModelSpec& spec, const Checkpoint& ckpt, ComputeBackend& backend) {
+std::unique_ptr<Model> build_model(const ModelSpec& spec, const Checkpoint& ckpt, ComputeBackend& backend,
+                                   const ShardPlan& plan, const ShardComms& comms) {
+  const ShardPlan whole = plan.last_layer < 0 ? ShardPlan::make(spec) : plan;
   std::ostringstream known;
   for (const auto& e : arch_registry()) {
-    if (spec.architecture == e.architecture) return e.build(spec, ckpt, backend);
+    if (spec.architecture == e.architecture) return e.build(spec, ckpt, backend, whole, comms);
     known << " " << e.architecture;
   }
   SHARDLM_FAIL("architecture '" << spec.architecture << "' is not supported; supported:" << known.str());

@@ -9,6 +9,7 @@
 
 namespace shardlm {
 
-std::unique_ptr<Model> build_dense_decoder(const ModelSpec& spec, const Checkpoint& ckpt, ComputeBackend& backend);
+std::unique_ptr<Model> build_dense_decoder(const ModelSpec& spec, const Checkpoint& ckpt, ComputeBackend& backend,
+                                           const ShardPlan& plan, const ShardComms& comms);
 
 }  // namespace shardlm

@@ -1,4 +1,5 @@
-// Model: one forward step over a flattened batch of tokens from many sequences.
+// Model: one forward step over a flattened batch of tokens from many sequences, on this rank's
+// shard (its pipeline stage's layers, its tensor-parallel slice of each).
 #pragma once
 
 #include <cstdint>
@@ -6,41 +7,59 @@
 #include <string>
 #include <vector>
 
+#include "arch/shard_plan.h"
 #include "model/model_spec.h"
 
 namespace shardlm {
 
 class ComputeBackend;
 class Checkpoint;
-class KvCache;
 
 // The tokens of one step. Every token carries its position in its sequence, the KV slot it writes
-// and its sequence's block table; prefill chunks and decode tokens are handled alike.
+// and its sequence; prefill chunks and decode tokens are handled alike. Plain arrays, so the
+// replica leader can broadcast a step to the other ranks of its replica.
 struct ForwardBatch {
-  std::vector<int32_t> tokens;                // [T]
-  std::vector<int32_t> positions;             // [T]
-  std::vector<int64_t> slots;                 // [T] block * block_size + offset
-  std::vector<const int32_t*> block_tables;   // [T] host pointer to the sequence's block list
-  std::vector<int32_t> logit_rows;            // token indices whose next-token logits are wanted
+  std::vector<int32_t> tokens;           // [T]
+  std::vector<int32_t> positions;        // [T]
+  std::vector<int64_t> slots;            // [T] block * block_size + offset
+  std::vector<int32_t> token_seq;        // [T] index of the token's sequence in this batch
+  std::vector<int32_t> seq_block_start;  // [S + 1] where each sequence's blocks start in `blocks`
+  std::vector<int32_t> blocks;           // the batch's block tables, concatenated
+  std::vector<int32_t> logit_rows;       // token indices whose next-token logits are wanted
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  void clear();
+  // Appends the tokens [start, start + len) of a sequence whose block table is `table`.
+  void add_chunk(const int32_t* seq_tokens, int64_t start, int64_t len, const std::vector<int32_t>& table,
+                 int64_t block_size, bool wants_logits);
 };
 
 class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelSpec& spec() const = 0;
-  // Runs the batch, writes K/V into the cache, and fills logits [logit_rows.size(), vocab] (host).
-  virtual void forward(const ForwardBatch& batch, KvCache& cache, float* logits) = 0;
+  virtual const ShardPlan& shard() const = 0;
+  // Allocates this rank's KV cache: as many blocks of block_size tokens as fit in budget_bytes
+  // (capped at max_blocks), agreed across the replica so every rank holds the same block count.
+  // Returns that count. Every rank of a replica calls it once, before the first forward.
+  virtual int32_t allocate_kv_cache(int64_t budget_bytes, int64_t block_size, int64_t max_blocks) = 0;
+  // Runs this rank's part of the step. `logits` ([logit_rows.size(), vocab], host) is filled on
+  // the replica leader; other ranks pass nullptr.
+  virtual void forward(const ForwardBatch& batch, float* logits) = 0;
+  // Bytes of checkpoint data this rank loaded, and the seconds it took.
+  virtual size_t load_bytes() const = 0;
+  virtual double load_seconds() const = 0;
 };
 
 // Architecture registry (src/arch/arch_registry.cpp): config "architectures"[0] -> builder.
-using ModelBuilder = std::unique_ptr<Model> (*)(const ModelSpec&, const Checkpoint&, ComputeBackend&);
+using ModelBuilder = std::unique_ptr<Model> (*)(const ModelSpec&, const Checkpoint&, ComputeBackend&,
+                                                const ShardPlan&, const ShardComms&);
 struct ArchEntry {
   const char* architecture;
   ModelBuilder build;
 };
 const std::vector<ArchEntry>& arch_registry();
 // Throws Error listing the supported architectures when spec.architecture is unknown.
-std::unique_ptr<Model> build_model(const ModelSpec& spec, const Checkpoint& ckpt, ComputeBackend& backend);
+std::unique_ptr<Model> build_model(const ModelSpec& spec, const Checkpoint& ckpt, ComputeBackend& backend,
+                                   const ShardPlan& plan = {}, const ShardComms& comms = {});
 
 }  // namespace shardlm

@@ -57,10 +57,10 @@ struct Scenario {
   std::vector<RequestResult> results;
 };
 
-Scenario run_scenario(Model& model, const Tokenizer& tok, ComputeBackend& backend, EngineConfig ec, int64_t n,
+Scenario run_scenario(Model& model, const Tokenizer& tok, EngineConfig ec, int64_t n,
                       int64_t prompt_len, int64_t max_tokens) {
   ec.progress_interval_s = 0;
-  Engine engine(model, tok, backend, ec);
+  Engine engine(model, tok, ec);
   SyntheticSource src(n, prompt_len, max_tokens, model.spec().vocab_size);
   KeepSink sink;
   Scenario s;
@@ -124,14 +124,14 @@ int cmd_bench(int argc, char** argv) {
   ec.scheduler.max_batch_tokens = std::max<int64_t>(prompt_len, 2048);
 
   // 1. Prefill: one prompt in one step; the time to its first token is the prefill time.
-  Scenario pre = run_scenario(*model, *tok, *backend, ec, 1, prompt_len, 1);
+  Scenario pre = run_scenario(*model, *tok, ec, 1, prompt_len, 1);
   const double prefill_tps = prompt_len / (pre.results[0].t_first_token - pre.results[0].t_queued);
   std::printf("prefill  %5lld-token prompt:          %8.1f tok/s  (%.1f GFLOP/s, %.0f%% of FMA peak; llama.cpp BF16 2 threads: 181)\n",
               static_cast<long long>(prompt_len), prefill_tps, prefill_tps * flop_per_token / 1e9,
               100.0 * prefill_tps * flop_per_token / 1e9 / peak);
 
   // 2. Decode at batch 1: tokens after the first, over the time after the first.
-  Scenario dec = run_scenario(*model, *tok, *backend, ec, 1, 16, decode_tokens);
+  Scenario dec = run_scenario(*model, *tok, ec, 1, 16, decode_tokens);
   const RequestResult& r = dec.results[0];
   const double decode_tps = (r.output_tokens.size() - 1) / (r.t_finished - r.t_first_token);
   std::printf("decode   batch 1:                    %8.1f tok/s  (%.1f GB/s of weights, %.0f%% of bandwidth; llama.cpp: 33.5)\n",
@@ -139,7 +139,7 @@ int cmd_bench(int argc, char** argv) {
 
   // 3. Batched: many sequences of batch_in prompt + batch_out output, continuous batching.
   ec.scheduler.max_batch_tokens = 2048;
-  Scenario bat = run_scenario(*model, *tok, *backend, ec, batch, batch_in, batch_out);
+  Scenario bat = run_scenario(*model, *tok, ec, batch, batch_in, batch_out);
   const double total_tps = bat.stats.total_tokens_per_s();
   std::printf("batched  %lld x (%lld in + %lld out):   %8.1f tok/s total, %.1f output tok/s, %.1f s  (%.1f GFLOP/s, %.0f%% of FMA peak; llama.cpp: 47 total)\n",
               static_cast<long long>(batch), static_cast<long long>(batch_in), static_cast<long long>(batch_out),

@@ -1,83 +1,29 @@
-// shardlm run: the main job.
-#include <mpi.h>
-
+// shardlm run: the main job. Every rank runs this; its place in the layout decides its part.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 
 #include "arch/model.h"
+#include "arch/replica_steps.h"
 #include "cli/commands.h"
 #include "cli/run_info.h"
 #include "cli/run_options.h"
+#include "cli/run_sinks.h"
 #include "compute/backend.h"
 #include "core/build_info.h"
 #include "core/error.h"
 #include "cpu/threads.h"
-#include "engine/engine.h"
-#include "io/request_reader.h"
-#include "io/result_writer.h"
 #include "model/checkpoint.h"
 #include "model/model_spec.h"
+#include "parallel/communicator.h"
 #include "parallel/mpi_env.h"
-#include "parallel/replica_results.h"
+#include "parallel/rank_report.h"
+#include "parallel/topology.h"
 #include "tokenizer/tokenizer.h"
 
 namespace shardlm {
 
 namespace {
-
-class ReaderSource final : public RequestSource {
- public:
-  explicit ReaderSource(RequestReader& r) : r_(r) {}
-  std::optional<ParsedRequest> next() override { return r_.next(); }
-
- private:
-  RequestReader& r_;
-};
-
-// On the writer rank: every result (its own and other replicas') goes to the file and the totals.
-class WriterSink final : public ResultSink {
- public:
-  WriterSink(ResultWriter& w, RunStats& stats) : w_(w), stats_(stats) {}
-  void on_result(const RequestResult& r) override {
-    w_.append(r);
-    stats_.add_result(r);
-  }
-  void on_step(const StepRecord& s) override { w_.append_step(s); }
-
- private:
-  ResultWriter& w_;
-  RunStats& stats_;
-};
-
-// The writer rank's own engine: after each of its steps, take in what other replicas sent.
-class PollingSink final : public ResultSink {
- public:
-  PollingSink(ResultSink& inner, ReplicaCollector& c) : inner_(inner), c_(c) {}
-  void on_result(const RequestResult& r) override { inner_.on_result(r); }
-  void on_step(const StepRecord& s) override {
-    inner_.on_step(s);
-    c_.poll();
-  }
-
- private:
-  ResultSink& inner_;
-  ReplicaCollector& c_;
-};
-
-// Rank 0 prints one line per rank: where it runs and what it does.
-void print_layout(int world) {
-  char host[64] = {0};
-  std::snprintf(host, sizeof host, "%s", MpiEnv::host().c_str());
-  std::vector<char> all(static_cast<size_t>(world) * sizeof host);
-  MPI_Gather(host, sizeof host, MPI_CHAR, all.data(), sizeof host, MPI_CHAR, 0, MPI_COMM_WORLD);
-  if (MpiEnv::rank() != 0) return;
-  std::fprintf(stderr, "[shardlm] layout: %d rank(s), replicas=%d pp=1 tp=1\n[shardlm]   rank  host              replica\n",
-               world, world);
-  for (int r = 0; r < world; ++r) {
-    std::fprintf(stderr, "[shardlm]   %4d  %-16s  %7d\n", r, all.data() + static_cast<size_t>(r) * sizeof host, r);
-  }
-}
 
 // Lines in the prompt file, for the progress line's total (a streaming count, memory flat).
 int64_t count_lines(const std::string& path) {
@@ -98,25 +44,68 @@ double seconds(std::chrono::steady_clock::time_point a) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
 }
 
-}  // namespace
+struct Groups {
+  std::unique_ptr<Communicator> world, tp, pp, replica;
+  ShardComms shard() const { return {tp.get(), pp.get(), replica.get()}; }
+};
 
-int cmd_run(int argc, char** argv) {
-  RunOptions opt;
-  if (!parse_run_options(argc, argv, &opt)) return 0;
-  // Every rank is a replica: a whole model copy taking every world-th request; rank 0 also writes.
-  const int rank = MpiEnv::rank(), world = MpiEnv::size();
-  const bool writer_rank = rank == 0;
-  cpu::set_num_threads(opt.threads);
-  const std::string started = iso_time_now();
+// Communicators of this rank's groups; a group of one rank gets none. Every rank creates them in
+// the same order (world, tp, pp, replica).
+Groups make_groups(const Topology& topo, const RunOptions& opt) {
+  Groups g;
+  const Coords& c = topo.coords();
+  const std::string where = "replica " + std::to_string(c.replica);
+  std::vector<int> all(static_cast<size_t>(topo.layout().world()));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  if (all.size() > 1) g.world = make_communicator(opt.comm, all, "world", opt.comm_timeout);
+  if (topo.layout().tp > 1) {
+    g.tp = make_communicator(opt.comm, topo.tp_group(), "tp(" + where + ", stage " + std::to_string(c.pp) + ")",
+                             opt.comm_timeout);
+  }
+  if (topo.layout().pp > 1) {
+    g.pp = make_communicator(opt.comm, topo.pp_group(), "pp(" + where + ", tp " + std::to_string(c.tp) + ")",
+                             opt.comm_timeout);
+  }
+  if (topo.replica_group().size() > 1) {
+    g.replica = make_communicator(opt.comm, topo.replica_group(), where, opt.comm_timeout);
+  }
+  return g;
+}
 
-  const auto t_load = std::chrono::steady_clock::now();
-  ModelSpec spec = ModelSpec::load(opt.model);
-  std::unique_ptr<Tokenizer> tok = Tokenizer::load(opt.model);
-  std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(opt.model);
-  std::unique_ptr<ComputeBackend> backend = make_backend(opt.backend);
-  std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend);
-  const double load_s = seconds(t_load);
+RankRecord my_record(const Topology& topo, const Model& model, const Groups& g) {
+  RankRecord r;
+  r.rank = topo.world_rank();
+  r.replica = topo.coords().replica;
+  r.pp = topo.coords().pp;
+  r.tp = topo.coords().tp;
+  r.host = MpiEnv::host();
+  r.load_bytes = static_cast<int64_t>(model.load_bytes());
+  r.load_s = model.load_seconds();
+  r.peak_rss_bytes = peak_rss_bytes();
+  if (g.tp) r.tp_bytes_sent = static_cast<int64_t>(g.tp->stats().bytes_sent);
+  if (g.pp) r.pp_bytes_sent = static_cast<int64_t>(g.pp->stats().bytes_sent);
+  if (g.replica) r.replica_bytes_sent = static_cast<int64_t>(g.replica->stats().bytes_sent);
+  return r;
+}
 
+void print_header(const std::vector<RankRecord>& ranks, const Topology& topo, const ModelSpec& spec,
+                  const RunOptions& opt) {
+  std::fprintf(stderr, "[shardlm] shardlm %s (%s); layout %s on %zu rank(s); backend %s, comm %s\n", SHARDLM_VERSION,
+               SHARDLM_GIT_COMMIT, topo.layout().str().c_str(), ranks.size(), opt.backend.c_str(), opt.comm.c_str());
+  for (const auto& [lib, ver] : library_versions()) std::fprintf(stderr, "[shardlm]   %-14s %s\n", lib.c_str(), ver.c_str());
+  std::fprintf(stderr, "[shardlm] model %s: %s, %lld layers, hidden %lld, %lld heads (%lld KV), vocab %lld\n",
+               opt.model.c_str(), spec.architecture.c_str(), static_cast<long long>(spec.num_layers),
+               static_cast<long long>(spec.hidden_size), static_cast<long long>(spec.num_heads),
+               static_cast<long long>(spec.num_kv_heads), static_cast<long long>(spec.vocab_size));
+  std::fprintf(stderr, "[shardlm]   rank  host              replica  stage  tp  layers     loaded MB   GB/s\n");
+  for (const RankRecord& r : ranks) {
+    const auto [l0, l1] = topo.stage_layers(r.pp);
+    std::fprintf(stderr, "[shardlm]   %4d  %-16s  %7d  %5d  %2d  [%3d,%3d)  %9.1f  %5.2f\n", r.rank, r.host.c_str(),
+                 r.replica, r.pp, r.tp, l0, l1, r.load_bytes / 1e6, r.load_s > 0 ? r.load_bytes / r.load_s / 1e9 : 0.0);
+  }
+}
+
+EngineConfig engine_config(const RunOptions& opt, const Topology& topo, const std::string& prompts) {
   EngineConfig ec;
   ec.scheduler.max_batch_tokens = opt.max_batch_tokens;
   ec.scheduler.max_seqs = opt.max_seqs;
@@ -132,76 +121,133 @@ int cmd_run(int argc, char** argv) {
   SHARDLM_CHECK(ec.defaults.validate().empty(), "run defaults: " << ec.defaults.validate());
   ec.kv_cache_bytes = static_cast<int64_t>(opt.kv_cache_gb * (1ull << 30));
   ec.progress_interval_s = opt.quiet ? 0 : opt.progress_interval;
-  ec.total_requests = count_lines(opt.prompts);
-  if (ec.total_requests >= 0) ec.total_requests = (ec.total_requests + world - 1 - rank) / world;  // its stripe
-  ec.replica = rank;
-  Engine engine(*model, *tok, *backend, ec);
+  const int replicas = topo.layout().replicas, replica = topo.coords().replica;
+  ec.total_requests = count_lines(prompts);
+  if (ec.total_requests >= 0) ec.total_requests = (ec.total_requests + replicas - 1 - replica) / replicas;  // its stripe
+  ec.replica = replica;
+  return ec;
+}
 
-  if (!opt.quiet) print_layout(world);
-  if (!opt.quiet && writer_rank) {
-    std::fprintf(stderr,
-                 "[shardlm] %s: %s, %lld layers, hidden %lld, %lld heads (%lld KV), vocab %lld; %.2f GB of weights "
-                 "loaded in %.2f s; KV cache %d blocks x %lld tokens; backend %s, %d threads\n",
-                 opt.model.c_str(), spec.architecture.c_str(), static_cast<long long>(spec.num_layers),
-                 static_cast<long long>(spec.hidden_size), static_cast<long long>(spec.num_heads),
-                 static_cast<long long>(spec.num_kv_heads), static_cast<long long>(spec.vocab_size),
-                 ckpt->total_bytes() / 1e9, load_s, engine.kv_blocks(), static_cast<long long>(opt.block_size),
-                 backend->name().c_str(), cpu::num_threads());
+void write_attributes(ResultWriter& w, const RunOptions& opt, const ModelSpec& spec, const Topology& topo,
+                      const std::string& started, int argc, char** argv) {
+  w.set_attr("version", std::string(SHARDLM_VERSION));
+  w.set_attr("git_commit", std::string(SHARDLM_GIT_COMMIT));
+  w.set_attr("command_line", command_line(argc + 1, argv - 1));
+  w.set_attr("config", to_ini(opt));
+  w.set_attr("model_architecture", spec.architecture);
+  w.set_attr("model_config_hash", spec.config_hash);
+  w.set_attr("layout", "world=" + std::to_string(topo.layout().world()) + " " + topo.layout().str());
+  w.set_attr("backend", opt.backend);
+  w.set_attr("comm", opt.comm);
+  w.set_attr("seed", static_cast<int64_t>(opt.seed));
+  w.set_attr("start_time", started);
+  for (const auto& [lib, ver] : library_versions()) w.set_attr("version_" + lib, ver);
+}
+
+void write_summary(ResultWriter& w, const RunStats& stats) {
+  w.set_attr("end_time", iso_time_now());
+  w.set_attr("summary", stats.summary());
+  w.set_attr("requests", stats.requests);
+  w.set_attr("request_errors", stats.errors);
+  w.set_attr("prompt_tokens", stats.prompt_tokens);
+  w.set_attr("output_tokens", stats.output_tokens);
+  w.set_attr("wall_seconds", stats.wall_s);
+  w.set_attr("output_tokens_per_s", stats.output_tokens_per_s());
+  w.set_attr("total_tokens_per_s", stats.total_tokens_per_s());
+  w.set_attr("requests_per_s", stats.requests_per_s());
+  w.set_attr("steps", stats.steps);
+  w.set_attr("preemptions", stats.preemptions);
+  for (double q : {50.0, 90.0, 99.0}) {
+    const std::string p = std::to_string(static_cast<int>(q));
+    w.set_attr("ttft_p" + p + "_s", percentile(stats.ttft_s, q));
+    w.set_attr("tpot_p" + p + "_s", percentile(stats.tpot_s, q));
+  }
+}
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  RunOptions opt;
+  if (!parse_run_options(argc, argv, &opt)) return 0;
+  const int rank = MpiEnv::rank(), world = MpiEnv::size();
+  cpu::set_num_threads(opt.threads);
+  const std::string started = iso_time_now();
+
+  const ModelSpec spec = ModelSpec::load(opt.model);
+  Layout layout{opt.tp, opt.pp, opt.replicas > 0 ? opt.replicas : std::max(1, world / (opt.tp * opt.pp))};
+  Topology topo(layout, rank, world, spec);
+  if (!opt.pp_layers.empty()) {
+    topo.set_stage_layers(parse_stage_layers(opt.pp_layers, layout.pp, static_cast<int>(spec.num_layers)),
+                          static_cast<int>(spec.num_layers));
+  }
+  Groups groups = make_groups(topo, opt);
+  const Coords& c = topo.coords();
+  const auto [first_layer, last_layer] = topo.stage_layers(c.pp);
+  const ShardPlan plan = ShardPlan::make(spec, c.tp, layout.tp, c.pp, layout.pp, first_layer, last_layer);
+
+  std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(opt.model);
+  std::unique_ptr<ComputeBackend> backend = make_backend(opt.backend);
+  std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend, plan, groups.shard());
+  const EngineConfig ec = engine_config(opt, topo, opt.prompts);
+
+  // Load report: every rank's shard, printed once.
+  if (!opt.quiet) {
+    const auto records = gather_rank_records(groups.world.get(), my_record(topo, *model, groups));
+    if (rank == 0) print_header(records, topo, spec, opt);
   }
 
+  if (!topo.is_replica_leader()) {
+    serve_replica_steps(*model, *groups.replica, ec.kv_cache_bytes, ec.scheduler.block_size,
+                        kv_block_cap(spec, ec.scheduler));
+    gather_rank_records(groups.world.get(), my_record(topo, *model, groups));
+    return 0;
+  }
+
+  // A replica leader: reads its stripe of the prompts, schedules, samples, and sends results on.
+  std::unique_ptr<Tokenizer> tok = Tokenizer::load(opt.model);
+  std::unique_ptr<BroadcastingModel> broadcasting;
+  Model* leader_model = model.get();
+  if (groups.replica) {
+    broadcasting = std::make_unique<BroadcastingModel>(*model, *groups.replica);
+    leader_model = broadcasting.get();
+  }
+  Engine engine(*leader_model, *tok, ec);
   RequestReader reader(opt.prompts, prompt_format_from_name(opt.format));
-  reader.set_stripe(rank, world);
+  reader.set_stripe(c.replica, layout.replicas);
   ReaderSource source(reader);
-  if (!writer_rank) {
+
+  if (rank != 0) {
     RemoteSink sink(0);
     RunStats local = engine.run(source, sink);
+    if (broadcasting) broadcasting->finish();
     sink.finish({local.steps, local.preemptions});
+    gather_rank_records(groups.world.get(), my_record(topo, *model, groups));
     return 0;
   }
 
   ResultWriter writer(opt.out, opt.flush_every);
-  writer.set_attr("version", std::string(SHARDLM_VERSION));
-  writer.set_attr("git_commit", std::string(SHARDLM_GIT_COMMIT));
-  writer.set_attr("command_line", command_line(argc + 1, argv - 1));
-  writer.set_attr("config", to_ini(opt));
-  writer.set_attr("model_architecture", spec.architecture);
-  writer.set_attr("model_config_hash", spec.config_hash);
-  writer.set_attr("layout", "world=" + std::to_string(world) + " replicas=" + std::to_string(world) + " pp=1 tp=1");
-  writer.set_attr("backend", backend->name());
-  writer.set_attr("seed", static_cast<int64_t>(opt.seed));
-  writer.set_attr("start_time", started);
-  writer.set_attr("load_seconds", load_s);
-  writer.set_attr("load_bytes", static_cast<int64_t>(ckpt->total_bytes()));
-  for (const auto& [lib, ver] : library_versions()) writer.set_attr("version_" + lib, ver);
-
+  write_attributes(writer, opt, spec, topo, started, argc, argv);
   RunStats stats;  // every replica's requests
   WriterSink sink(writer, stats);
-  ReplicaCollector collector(sink, world, opt.comm_timeout);
+  std::vector<int> leaders = topo.replica_leaders();
+  leaders.erase(leaders.begin());  // all but this rank
+  ReplicaCollector collector(sink, leaders, opt.comm_timeout);
   PollingSink polling(sink, collector);
   const auto t_run = std::chrono::steady_clock::now();
   RunStats local = engine.run(source, polling);
+  if (broadcasting) broadcasting->finish();
   collector.drain();
   stats.wall_s = seconds(t_run);
   stats.steps = local.steps + collector.totals().steps;
   stats.preemptions = local.preemptions + collector.totals().preemptions;
 
-  writer.set_attr("end_time", iso_time_now());
-  writer.set_attr("summary", stats.summary());
-  writer.set_attr("requests", stats.requests);
-  writer.set_attr("request_errors", stats.errors);
-  writer.set_attr("prompt_tokens", stats.prompt_tokens);
-  writer.set_attr("output_tokens", stats.output_tokens);
-  writer.set_attr("wall_seconds", stats.wall_s);
-  writer.set_attr("output_tokens_per_s", stats.output_tokens_per_s());
-  writer.set_attr("total_tokens_per_s", stats.total_tokens_per_s());
-  writer.set_attr("requests_per_s", stats.requests_per_s());
-  writer.set_attr("steps", stats.steps);
-  writer.set_attr("preemptions", stats.preemptions);
-  for (double q : {50.0, 90.0, 99.0}) {
-    const std::string p = std::to_string(static_cast<int>(q));
-    writer.set_attr("ttft_p" + p + "_s", percentile(stats.ttft_s, q));
-    writer.set_attr("tpot_p" + p + "_s", percentile(stats.tpot_s, q));
-  }
+  const std::vector<RankRecord> ranks = gather_rank_records(groups.world.get(), my_record(topo, *model, groups));
+  int64_t load_bytes = 0;
+  for (const RankRecord& r : ranks) load_bytes += r.load_bytes;
+  writer.set_attr("load_bytes", load_bytes);
+  writer.set_attr("load_seconds", model->load_seconds());
+  writer.write_ranks(ranks);
+  write_summary(writer, stats);
   writer.close();
   std::fprintf(stderr, "[shardlm] done: %s -> %s\n", stats.summary().c_str(), opt.out.c_str());
   return 0;

@@ -13,7 +13,6 @@
 #include "compute/backend.h"
 #include "core/error.h"
 #include "cpu/threads.h"
-#include "engine/kv_cache.h"
 #include "model/checkpoint.h"
 #include "model/model_spec.h"
 
@@ -71,21 +70,16 @@ int cmd_score(int argc, char** argv) {
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(model_dir);
   std::unique_ptr<ComputeBackend> backend = make_backend("cpu");
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend);
-  KvCacheShape shape{spec.num_layers, spec.num_kv_heads, spec.head_dim, 16};
   const int64_t blocks = (T + 15) / 16;
-  KvCache cache(*backend, shape, blocks * shape.bytes_per_block(), blocks);
+  model->allocate_kv_cache(INT64_MAX / 2, 16, blocks);
   std::vector<int32_t> table(blocks);
   for (int64_t b = 0; b < blocks; ++b) table[b] = static_cast<int32_t>(b);
   ForwardBatch batch;
-  for (int64_t t = 0; t < T; ++t) {
-    batch.tokens.push_back(ids[t]);
-    batch.positions.push_back(static_cast<int32_t>(t));
-    batch.slots.push_back(t);
-    batch.block_tables.push_back(table.data());
-    batch.logit_rows.push_back(static_cast<int32_t>(t));
-  }
+  batch.clear();
+  batch.add_chunk(ids.data(), 0, T, table, 16, false);
+  for (int64_t t = 0; t < T; ++t) batch.logit_rows.push_back(static_cast<int32_t>(t));
   std::vector<float> logits(static_cast<size_t>(T * spec.vocab_size));
-  model->forward(batch, cache, logits.data());
+  model->forward(batch, logits.data());
   write_npy_f32(out, logits, T, spec.vocab_size);
   return 0;
 }

@@ -8,5 +8,6 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_make_model(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_score(int argc, char** argv);
+int cmd_bench_comm(int argc, char** argv);
 
 }  // namespace shardlm

@@ -25,6 +25,7 @@ const Command kCommands[] = {
     {"make-model", &shardlm::cmd_make_model, false, "write a random-weight model from a config (the embedded default)"},
     {"score", &shardlm::cmd_score, false, "write the logits at every position of a token sequence (.npy)"},
     {"bench", &shardlm::cmd_bench, false, "measure prefill and decode tokens/s against the machine's ceilings"},
+    {"bench-comm", &shardlm::cmd_bench_comm, true, "measure collective bandwidth and check results (like nccl-tests)"},
 };
 
 void usage() {

@@ -38,6 +38,11 @@ po::options_description describe(RunOptions& o) {
     ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads per rank (0 = all cores)")
     ("flush-every", po::value(&o.flush_every)->default_value(o.flush_every), "flush the HDF5 file every N finished requests")
     ("progress-interval", po::value(&o.progress_interval)->default_value(o.progress_interval), "seconds between progress lines (0 = none)")
+    ("tp", po::value(&o.tp)->default_value(o.tp), "tensor-parallel ranks per pipeline stage")
+    ("pp", po::value(&o.pp)->default_value(o.pp), "pipeline stages per replica")
+    ("replicas", po::value(&o.replicas)->default_value(o.replicas), "model copies splitting the prompts (0 = ranks / (tp x pp))")
+    ("pp-layers", po::value(&o.pp_layers), "layers per pipeline stage, e.g. 3,3,2 (default: balanced)")
+    ("comm", po::value(&o.comm)->default_value(o.comm), "communication backend")
     ("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout), "seconds a rank waits on another before failing the job")
     ("quiet,q", po::bool_switch(&o.quiet), "no progress lines");
   // clang-format on
@@ -78,6 +83,7 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
   SHARDLM_CHECK(o.threads >= 0, "--threads must be >= 0");
   SHARDLM_CHECK(o.flush_every >= 1, "--flush-every must be >= 1");
   SHARDLM_CHECK(o.comm_timeout > 0, "--comm-timeout must be positive");
+  SHARDLM_CHECK(o.tp >= 1 && o.pp >= 1 && o.replicas >= 0, "--tp and --pp must be >= 1, --replicas >= 0");
   *out = o;
   return true;
 }
@@ -90,7 +96,9 @@ std::string to_ini(const RunOptions& o) {
   for (const auto& st : o.stop) s << "\nstop = " << st;
   s << "\nignore-eos = " << (o.ignore_eos ? "true" : "false") << "\nmax-batch-tokens = " << o.max_batch_tokens
     << "\nmax-seqs = " << o.max_seqs << "\nkv-cache-gb = " << o.kv_cache_gb << "\nblock-size = " << o.block_size
-    << "\nthreads = " << o.threads << "\nflush-every = " << o.flush_every << "\ncomm-timeout = " << o.comm_timeout << "\n";
+    << "\nthreads = " << o.threads << "\nflush-every = " << o.flush_every << "\ntp = " << o.tp << "\npp = " << o.pp << "\nreplicas = " << o.replicas;
+  if (!o.pp_layers.empty()) s << "\npp-layers = " << o.pp_layers;
+  s << "\ncomm = " << o.comm << "\ncomm-timeout = " << o.comm_timeout << "\n";
   return s.str();
 }
 

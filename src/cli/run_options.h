@@ -30,6 +30,11 @@ struct RunOptions {
   int threads = 0;                // CPU threads per rank; 0 = all cores
   int flush_every = 64;           // HDF5 flush period in finished requests
   double progress_interval = 2.0; // seconds between progress lines
+  int tp = 1;                     // tensor-parallel ranks per stage
+  int pp = 1;                     // pipeline stages
+  int replicas = 0;               // model copies; 0 = world / (tp * pp)
+  std::string pp_layers;          // layers per stage, e.g. "3,3,2" (default: balanced)
+  std::string comm = "mpi";       // communication backend
   double comm_timeout = 600;      // seconds a rank waits on another before failing the job
   bool quiet = false;
 };

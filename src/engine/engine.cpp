@@ -14,30 +14,19 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-KvCacheShape cache_shape(const ModelSpec& s, int64_t block_size) {
-  KvCacheShape k;
-  k.num_layers = s.num_layers;
-  k.n_kv_heads = s.num_kv_heads;
-  k.head_dim = s.head_dim;
-  k.block_size = block_size;
-  return k;
-}
+}  // namespace
 
-// Blocks enough for max_seqs sequences of the full context: more would never be used.
-int64_t useful_blocks(const ModelSpec& s, const SchedulerConfig& c) {
+int64_t kv_block_cap(const ModelSpec& s, const SchedulerConfig& c) {
   const int64_t per_seq = (s.max_position_embeddings + c.block_size - 1) / c.block_size;
   return std::max<int64_t>(1, per_seq * c.max_seqs);
 }
 
-}  // namespace
-
-Engine::Engine(Model& model, const Tokenizer& tokenizer, ComputeBackend& backend, const EngineConfig& cfg)
+Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg)
     : model_(model),
       tok_(tokenizer),
       cfg_(cfg),
-      cache_(backend, cache_shape(model.spec(), cfg.scheduler.block_size), cfg.kv_cache_bytes,
-             useful_blocks(model.spec(), cfg.scheduler)),
-      blocks_(cache_.num_blocks()),
+      blocks_(model.allocate_kv_cache(cfg.kv_cache_bytes, cfg.scheduler.block_size,
+                                      kv_block_cap(model.spec(), cfg.scheduler))),
       scheduler_(cfg.scheduler, blocks_) {
   for (int32_t id : model.spec().eos_token_ids) eos_.insert(id);
   for (int32_t id : tokenizer.eos_ids()) eos_.insert(id);
@@ -179,24 +168,13 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
     std::vector<ScheduledChunk> chunks = scheduler_.schedule();
     SHARDLM_CHECK(!chunks.empty(), "scheduler made no progress with " << scheduler_.num_waiting() << " waiting and "
                                                                       << scheduler_.num_running() << " running");
-    batch.tokens.clear();
-    batch.positions.clear();
-    batch.slots.clear();
-    batch.block_tables.clear();
-    batch.logit_rows.clear();
+    batch.clear();
     StepRecord rec;
     rec.step = stats.steps;
     rec.replica = cfg_.replica;
     rec.batch_size = static_cast<int32_t>(chunks.size());
-    const int64_t bs = cfg_.scheduler.block_size;
     for (const ScheduledChunk& c : chunks) {
-      for (int64_t p = c.start; p < c.start + c.len; ++p) {
-        batch.tokens.push_back(c.seq->tokens[p]);
-        batch.positions.push_back(static_cast<int32_t>(p));
-        batch.slots.push_back(static_cast<int64_t>(c.seq->blocks[p / bs]) * bs + p % bs);
-        batch.block_tables.push_back(c.seq->blocks.data());
-      }
-      if (c.samples) batch.logit_rows.push_back(static_cast<int32_t>(batch.tokens.size() - 1));
+      batch.add_chunk(c.seq->tokens.data(), c.start, c.len, c.seq->blocks, cfg_.scheduler.block_size, c.samples);
       // A chunk of one token past the prompt is decode; anything else is prefill (or recompute).
       if (c.len == 1 && c.start >= c.seq->prompt_len()) {
         rec.decode_tokens += 1;
@@ -205,7 +183,7 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
       }
     }
     logits_.resize(batch.logit_rows.size() * static_cast<size_t>(vocab));
-    model_.forward(batch, cache_, logits_.data());
+    model_.forward(batch, logits_.data());
 
     const double now = seconds_since(t0);
     size_t row = 0;
@@ -234,7 +212,7 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
                    cfg_.replica, static_cast<long long>(stats.requests),
                    cfg_.total_requests >= 0 ? std::to_string(cfg_.total_requests).c_str() : "?",
                    static_cast<long long>(scheduler_.num_running()), static_cast<long long>(scheduler_.num_waiting()),
-                   stats.output_tokens / std::max(now, 1e-9), rec.kv_blocks_used, cache_.num_blocks());
+                   stats.output_tokens / std::max(now, 1e-9), rec.kv_blocks_used, blocks_.num_blocks());
     }
   }
   stats.wall_s = seconds_since(t0);

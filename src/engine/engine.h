@@ -11,7 +11,6 @@
 
 #include "arch/model.h"
 #include "engine/block_allocator.h"
-#include "engine/kv_cache.h"
 #include "engine/run_stats.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -43,15 +42,20 @@ struct EngineConfig {
   int32_t replica = 0;               // recorded with every result and step
 };
 
+// KV blocks enough for max_seqs sequences of the full context: a larger cache would never be used.
+int64_t kv_block_cap(const ModelSpec& spec, const SchedulerConfig& cfg);
+
 class Engine {
  public:
-  Engine(Model& model, const Tokenizer& tokenizer, ComputeBackend& backend, const EngineConfig& cfg);
+  // Allocates the model's KV cache (on every rank of the replica: the others do it in their own
+  // loop, see serve_replica_steps).
+  Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg);
 
   // Runs every request of `source` to completion. Returns the run's statistics.
   RunStats run(RequestSource& source, ResultSink& sink);
 
   int64_t max_model_len() const { return max_model_len_; }
-  int32_t kv_blocks() const { return cache_.num_blocks(); }
+  int32_t kv_blocks() const { return blocks_.num_blocks(); }
 
  private:
   // Turns a parsed line into a sequence, or fills `err` with its final result (an error, or an
@@ -64,7 +68,6 @@ class Engine {
   Model& model_;
   const Tokenizer& tok_;
   EngineConfig cfg_;
-  KvCache cache_;
   BlockAllocator blocks_;
   Scheduler scheduler_;
   Sampler sampler_;

@@ -210,6 +210,43 @@ void ResultWriter::append(const RequestResult& r) {
   if (m.pending.size() >= m.flush_every) flush();
 }
 
+void ResultWriter::write_ranks(const std::vector<RankRecord>& ranks) {
+  Impl& m = *impl_;
+  SHARDLM_CHECK(m.open, m.ctx << ": write_ranks after close");
+  h5::Id g(H5Gcreate2(m.file, "ranks", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  h5::check(g.get(), "creating group /ranks", m.ctx);
+  const std::string ctx = m.ctx + " /ranks";
+  const size_t n = ranks.size();
+  auto i32 = [&](const char* name, auto field) {
+    std::vector<int32_t> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = field(ranks[i]);
+    h5::Column(g.get(), name, h5::ColumnKind::kInt32, 64, ctx).append(v.data(), n);
+  };
+  auto i64 = [&](const char* name, auto field) {
+    std::vector<int64_t> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = field(ranks[i]);
+    h5::Column(g.get(), name, h5::ColumnKind::kInt64, 64, ctx).append(v.data(), n);
+  };
+  i32("rank", [](const RankRecord& r) { return r.rank; });
+  i32("replica", [](const RankRecord& r) { return r.replica; });
+  i32("pp", [](const RankRecord& r) { return r.pp; });
+  i32("tp", [](const RankRecord& r) { return r.tp; });
+  i64("load_bytes", [](const RankRecord& r) { return r.load_bytes; });
+  i64("peak_rss_bytes", [](const RankRecord& r) { return r.peak_rss_bytes; });
+  i64("tp_bytes_sent", [](const RankRecord& r) { return r.tp_bytes_sent; });
+  i64("pp_bytes_sent", [](const RankRecord& r) { return r.pp_bytes_sent; });
+  i64("replica_bytes_sent", [](const RankRecord& r) { return r.replica_bytes_sent; });
+  std::vector<double> load_s(n);
+  std::vector<const char*> hosts(n);
+  StringBatch strings;
+  for (size_t i = 0; i < n; ++i) {
+    load_s[i] = ranks[i].load_s;
+    hosts[i] = strings.add(ranks[i].host);
+  }
+  h5::Column(g.get(), "load_s", h5::ColumnKind::kFloat64, 64, ctx).append(load_s.data(), n);
+  h5::Column(g.get(), "host", h5::ColumnKind::kString, 64, ctx).append(hosts.data(), n);
+}
+
 void ResultWriter::append_step(const StepRecord& s) {
   Impl& m = *impl_;
   SHARDLM_CHECK(m.open, m.ctx << ": append_step after close");

@@ -8,6 +8,8 @@
 //   /steps/<column>      a row per scheduler step of each replica: step (int64), replica,
 //                        batch_size, prefill_tokens, decode_tokens, kv_blocks_used (int32),
 //                        wall_s, t_start (float64)
+//   /ranks/<column>      a row per rank: rank, replica, pp, tp (int32), host (string), load_bytes,
+//                        peak_rss_bytes, tp/pp/replica_bytes_sent (int64), load_s (float64)
 //   / attributes         strings and numbers set with set_attr()
 //
 // Rows are appended as requests finish and the file is flushed every `flush_every` rows and at
@@ -17,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "io/request.h"
 
@@ -33,6 +36,16 @@ struct StepRecord {
   double wall_s = 0;
 };
 
+// One rank of the job, for /ranks.
+struct RankRecord {
+  int32_t rank = 0, replica = 0, pp = 0, tp = 0;
+  std::string host;
+  int64_t load_bytes = 0;
+  double load_s = 0;
+  int64_t peak_rss_bytes = 0;
+  int64_t tp_bytes_sent = 0, pp_bytes_sent = 0, replica_bytes_sent = 0;
+};
+
 class ResultWriter {
  public:
   // Creates (truncates) path; throws Error naming the path when it cannot.
@@ -43,6 +56,8 @@ class ResultWriter {
 
   void append(const RequestResult& r);
   void append_step(const StepRecord& s);
+  // Writes /ranks (once, at the end of the run).
+  void write_ranks(const std::vector<RankRecord>& ranks);
   void set_attr(const std::string& name, const std::string& value);
   void set_attr(const std::string& name, double value);
   void set_attr(const std::string& name, int64_t value);

@@ -15,7 +15,7 @@
 
 namespace shardlm {
 
-enum class ReduceOp { kSum, kMax };
+enum class ReduceOp { kSum, kMax, kMin };
 enum class CommDType { kF32, kI32, kI64, kU8 };
 size_t comm_dtype_size(CommDType t);
 
@@ -50,6 +50,11 @@ class Communicator {
   virtual void broadcast(void* buf, size_t count, CommDType t, int root) = 0;
   virtual void send(const void* buf, size_t count, CommDType t, int peer, int tag) = 0;
   virtual void recv(void* buf, size_t count, CommDType t, int peer, int tag) = 0;
+  // Sends to `dest` and receives from `source` at the same time (a ring step, a pipeline shift),
+  // so that every rank of a ring can do both without deadlock. send_count must equal the count the
+  // matching receiver passes (likewise for send/recv), peers must differ from rank().
+  virtual void send_recv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
+                         CommDType t, int tag) = 0;
   virtual void barrier() = 0;
 
   const CommStats& stats() const { return stats_; }

@@ -31,11 +31,8 @@ void RemoteSink::finish(const ReplicaTotals& t) {
   send(b, writer_, kDone);
 }
 
-ReplicaCollector::ReplicaCollector(ResultSink& sink, int world, double timeout_s)
-    : sink_(sink), world_(world), timeout_s_(timeout_s), done_(world, false) {
-  done_[0] = true;  // the writer itself
-  finished_ = 1;
-}
+ReplicaCollector::ReplicaCollector(ResultSink& sink, std::vector<int> senders, double timeout_s)
+    : sink_(sink), senders_(std::move(senders)), timeout_s_(timeout_s), done_(senders_.size(), false) {}
 
 bool ReplicaCollector::receive_one() {
   int flag = 0;
@@ -59,9 +56,11 @@ bool ReplicaCollector::receive_one() {
       std::memcpy(&t, buf.data(), sizeof t);
       totals_.steps += t.steps;
       totals_.preemptions += t.preemptions;
-      if (!done_[st.MPI_SOURCE]) {
-        done_[st.MPI_SOURCE] = true;
-        ++finished_;
+      for (size_t i = 0; i < senders_.size(); ++i) {
+        if (senders_[i] == st.MPI_SOURCE && !done_[i]) {
+          done_[i] = true;
+          ++finished_;
+        }
       }
       break;
     }
@@ -78,18 +77,18 @@ void ReplicaCollector::poll() {
 
 void ReplicaCollector::drain() {
   auto last = std::chrono::steady_clock::now();
-  while (finished_ < world_) {
+  while (finished_ < senders_.size()) {
     if (receive_one()) {
       last = std::chrono::steady_clock::now();
       continue;
     }
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - last).count() > timeout_s_) {
       std::ostringstream silent;
-      for (int r = 0; r < world_; ++r) {
-        if (!done_[r]) silent << " " << r;
+      for (size_t i = 0; i < senders_.size(); ++i) {
+        if (!done_[i]) silent << " " << senders_[i];
       }
       SHARDLM_FAIL("writer heard nothing for " << timeout_s_ << " s from unfinished replica rank(s)" << silent.str()
-                                              << " (raise --comm-timeout for very long steps)");
+                                              << " (raise --comm-timeout for very long runs)");
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }

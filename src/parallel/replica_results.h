@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 
@@ -28,11 +29,12 @@ class RemoteSink final : public ResultSink {
   int writer_;
 };
 
-// On the writer rank: receives from every other rank into `sink`.
+// On the writer rank: receives from the other replicas' leaders into `sink`.
 class ReplicaCollector {
  public:
-  // `timeout_s`: how long drain() waits without hearing from a rank that has not finished.
-  ReplicaCollector(ResultSink& sink, int world, double timeout_s);
+  // `senders`: world ranks of the other replica leaders. `timeout_s`: how long drain() waits
+  // without hearing from a replica that has not finished.
+  ReplicaCollector(ResultSink& sink, std::vector<int> senders, double timeout_s);
   // Takes whatever has arrived, without blocking.
   void poll();
   // Blocks until every other rank has finished; throws Error naming the silent ranks on timeout.
@@ -43,10 +45,10 @@ class ReplicaCollector {
   bool receive_one();
 
   ResultSink& sink_;
-  int world_;
+  std::vector<int> senders_;
   double timeout_s_;
-  int finished_ = 0;
-  std::vector<bool> done_;
+  size_t finished_ = 0;
+  std::vector<bool> done_;  // per sender
   ReplicaTotals totals_;
 };
 

@@ -1,0 +1,30 @@
+#include "arch/model.h"
+
+namespace shardlm {
+
+void ForwardBatch::clear() {
+  tokens.clear();
+  positions.clear();
+  slots.clear();
+  token_seq.clear();
+  seq_block_start.assign(1, 0);
+  blocks.clear();
+  logit_rows.clear();
+}
+
+void ForwardBatch::add_chunk(const int32_t* seq_tokens, int64_t start, int64_t len, const std::vector<int32_t>& table,
+                             int64_t block_size, bool wants_logits) {
+  if (seq_block_start.empty()) seq_block_start.push_back(0);
+  const int32_t seq = static_cast<int32_t>(seq_block_start.size()) - 1;
+  blocks.insert(blocks.end(), table.begin(), table.end());
+  seq_block_start.push_back(static_cast<int32_t>(blocks.size()));
+  for (int64_t p = start; p < start + len; ++p) {
+    tokens.push_back(seq_tokens[p]);
+    positions.push_back(static_cast<int32_t>(p));
+    slots.push_back(static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size);
+    token_seq.push_back(seq);
+  }
+  if (wants_logits) logit_rows.push_back(static_cast<int32_t>(tokens.size()) - 1);
+}
+
+}  // namespace shardlm

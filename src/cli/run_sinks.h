@@ -1,0 +1,50 @@
+// Where `shardlm run` takes requests from and hands results to.
+#pragma once
+
+#include "engine/engine.h"
+#include "io/request_reader.h"
+#include "io/result_writer.h"
+#include "parallel/replica_results.h"
+
+namespace shardlm {
+
+class ReaderSource final : public RequestSource {
+ public:
+  explicit ReaderSource(RequestReader& r) : r_(r) {}
+  std::optional<ParsedRequest> next() override { return r_.next(); }
+
+ private:
+  RequestReader& r_;
+};
+
+// On the writer rank: every result (its own and other replicas') goes to the file and the totals.
+class WriterSink final : public ResultSink {
+ public:
+  WriterSink(ResultWriter& w, RunStats& stats) : w_(w), stats_(stats) {}
+  void on_result(const RequestResult& r) override {
+    w_.append(r);
+    stats_.add_result(r);
+  }
+  void on_step(const StepRecord& s) override { w_.append_step(s); }
+
+ private:
+  ResultWriter& w_;
+  RunStats& stats_;
+};
+
+// The writer rank's own engine: after each of its steps, take in what other replicas sent.
+class PollingSink final : public ResultSink {
+ public:
+  PollingSink(ResultSink& inner, ReplicaCollector& c) : inner_(inner), c_(c) {}
+  void on_result(const RequestResult& r) override { inner_.on_result(r); }
+  void on_step(const StepRecord& s) override {
+    inner_.on_step(s);
+    c_.poll();
+  }
+
+ private:
+  ResultSink& inner_;
+  ReplicaCollector& c_;
+};
+
+}  // namespace shardlm
