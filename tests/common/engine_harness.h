@@ -52,7 +52,7 @@ struct LoadedModel {
   CollectSink run(std::vector<ParsedRequest> reqs, EngineConfig cfg = {}) {
     cfg.progress_interval_s = 0;
     if (cfg.kv_cache_bytes == (4LL << 30)) cfg.kv_cache_bytes = 64LL << 20;
-    Engine engine(*model, *tok, *backend, cfg);
+    Engine engine(*model, *tok, cfg);
     VectorSource src(std::move(reqs));
     CollectSink sink;
     engine.run(src, sink);

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/cli_runner.h"
 #include "common/h5_read.h"
 #include "common/shared_data.h"
 #include "common/test_files.h"
@@ -17,30 +18,12 @@ namespace fs = std::filesystem;
 namespace shardlm {
 namespace {
 
-struct Proc {
-  int code;
-  std::string out;
-};
+using test::Proc;
+using test::sh;
 
-Proc sh(const std::string& cmd) {
-  Proc p{0, {}};
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) p.out.append(buf, n);
-  const int st = pclose(f);
-  p.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-  return p;
-}
+std::string bin() { return test::shardlm_bin(); }
 
-std::string bin() { return SHARDLM_BINARY; }
-
-fs::path tmpdir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("shardlm-cli-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path tmpdir(const std::string& name) { return test::fresh_dir("cli-" + name); }
 
 
 TEST(Cli, RunWritesEveryRequestAndPerLineErrors) {
@@ -88,8 +71,6 @@ TEST(Cli, RunWritesEveryRequestAndPerLineErrors) {
 // single-rank run's, token for token, also at temperature > 0.
 TEST(Cli, ReplicasGiveTheSingleRankResult) {
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   fs::path d = tmpdir("replicas");
   std::string lines;
   const char* starts[] = {"Once upon a time", "The dog", "Lily saw a", "One day"};
@@ -101,7 +82,7 @@ TEST(Cli, ReplicasGiveTheSingleRankResult) {
   const std::string args = " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --threads 1 -q --seed 9";
   Proc one = sh(bin() + args + " --out " + (d / "one.h5").string());
   ASSERT_EQ(one.code, 0) << one.out;
-  Proc three = sh(std::string(SHARDLM_MPIEXEC) + " --oversubscribe -np 3 " + bin() + args + " --out " + (d / "three.h5").string());
+  Proc three = sh(test::mpirun(3) + bin() + args + " --out " + (d / "three.h5").string());
   ASSERT_EQ(three.code, 0) << three.out;
   test::H5Reader a(d / "one.h5"), b(d / "three.h5");
   auto collect = [](test::H5Reader& h) {

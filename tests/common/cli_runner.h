@@ -1,0 +1,71 @@
+// Running the shardlm binary (plainly or under mpirun) from tests, and reading its results back.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/h5_read.h"
+
+namespace shardlm::test {
+
+struct Proc {
+  int code;
+  std::string out;  // stdout and stderr together
+};
+
+inline Proc sh(const std::string& cmd) {
+  Proc p{0, {}};
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) p.out.append(buf, n);
+  const int st = pclose(f);
+  p.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  return p;
+}
+
+inline std::string shardlm_bin() { return SHARDLM_BINARY; }
+
+// "mpirun --oversubscribe -np N" (Open MPI allowed to run as root, as CI does).
+inline std::string mpirun(int np) {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  return std::string(SHARDLM_MPIEXEC) + " --oversubscribe -np " + std::to_string(np) + " ";
+}
+
+inline std::filesystem::path fresh_dir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / ("shardlm-test-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+struct RunOutput {
+  std::map<std::string, std::vector<int32_t>> tokens;
+  std::map<std::string, std::vector<float>> logprobs;
+  std::map<std::string, std::string> errors;
+};
+
+inline RunOutput read_run(const std::string& h5) {
+  H5Reader h(h5);
+  RunOutput r;
+  auto ids = h.strings("/requests/id");
+  auto outs = h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32);
+  auto lps = h.lists<float>("/requests/token_logprobs", H5T_NATIVE_FLOAT);
+  auto errs = h.strings("/requests/error");
+  for (size_t i = 0; i < ids.size(); ++i) {
+    r.tokens[ids[i]] = outs[i];
+    r.logprobs[ids[i]] = lps[i];
+    r.errors[ids[i]] = errs[i];
+  }
+  return r;
+}
+
+}  // namespace shardlm::test

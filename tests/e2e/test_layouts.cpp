@@ -1,0 +1,125 @@
+// Every sharded layout gives the single-rank result: the same tokens, and log-probabilities of the
+// chosen tokens within a stated tolerance (tensor parallelism sums partial products in another
+// order, so logits differ in the last bits).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <csignal>
+#include <fstream>
+
+#include "common/cli_runner.h"
+#include "common/shared_data.h"
+#include "common/test_files.h"
+
+namespace fs = std::filesystem;
+
+namespace shardlm {
+namespace {
+
+using test::mpirun;
+using test::Proc;
+using test::sh;
+using test::shardlm_bin;
+
+constexpr float kLogprobTol = 1e-4f;
+
+struct Layout {
+  int tp, pp, replicas;
+};
+
+std::string name(const Layout& l) {
+  return "tp" + std::to_string(l.tp) + "_pp" + std::to_string(l.pp) + "_r" + std::to_string(l.replicas);
+}
+
+// Prompts of several lengths (some longer than a sliding window of 64), greedy and sampled.
+void write_prompts(const fs::path& p, int n, bool long_prompts) {
+  std::string s;
+  const char* starts[] = {"Once upon a time", "The little dog ran", "Lily and Ben went to the park", "One day"};
+  for (int i = 0; i < n; ++i) {
+    std::string prompt = starts[i % 4];
+    if (long_prompts && i % 3 == 0) {
+      for (int k = 0; k < 12; ++k) prompt += " and then the sun came out";
+    }
+    s += "{\"id\": \"q" + std::to_string(i) + "\", \"prompt\": \"" + prompt + "\", \"max_tokens\": " +
+         std::to_string(6 + 3 * i) + (i % 2 ? ", \"temperature\": 0.8" : "") + "}\n";
+  }
+  test::write_file(p, s);
+}
+
+void expect_same(const test::RunOutput& a, const test::RunOutput& b, const std::string& what) {
+  ASSERT_EQ(a.tokens.size(), b.tokens.size()) << what;
+  for (const auto& [id, toks] : a.tokens) {
+    ASSERT_TRUE(b.tokens.count(id)) << what << " " << id;
+    EXPECT_EQ(toks, b.tokens.at(id)) << what << " request " << id;
+    EXPECT_TRUE(b.errors.at(id).empty()) << what << " " << b.errors.at(id);
+    const auto& la = a.logprobs.at(id);
+    const auto& lb = b.logprobs.at(id);
+    ASSERT_EQ(la.size(), lb.size()) << what << " " << id;
+    float worst = 0;
+    for (size_t i = 0; i < la.size(); ++i) worst = std::max(worst, std::fabs(la[i] - lb[i]));
+    EXPECT_LE(worst, kLogprobTol) << what << " request " << id;
+  }
+}
+
+void check_layouts(const std::string& model, const std::vector<Layout>& layouts, bool long_prompts,
+                   const std::string& tag) {
+  fs::path d = test::fresh_dir("layouts-" + tag);
+  write_prompts(d / "p.jsonl", 12, long_prompts);
+  const std::string common = " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
+                             " --threads 1 -q --seed 3 --max-seqs 5 --max-batch-tokens 48 --comm-timeout 120";
+  Proc one = sh(shardlm_bin() + common + " --out " + (d / "one.h5").string());
+  ASSERT_EQ(one.code, 0) << one.out;
+  const test::RunOutput ref = test::read_run((d / "one.h5").string());
+  for (const Layout& l : layouts) {
+    const std::string out = (d / (name(l) + ".h5")).string();
+    Proc p = sh(mpirun(l.tp * l.pp * l.replicas) + shardlm_bin() + common + " --tp " + std::to_string(l.tp) + " --pp " +
+                std::to_string(l.pp) + " --out " + out);
+    ASSERT_EQ(p.code, 0) << name(l) << "\n" << p.out;
+    expect_same(ref, test::read_run(out), tag + " " + name(l));
+  }
+}
+
+TEST(Layouts, Stories260KEveryLayoutMatchesOneRank) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  check_layouts(model, {{2, 1, 1}, {4, 1, 1}, {1, 2, 1}, {1, 3, 1}, {2, 2, 1}, {1, 1, 2}, {2, 2, 2}}, false, "stories");
+}
+
+// Random models made here: KV heads fewer than tp (replicated), q/k/v bias with tied embeddings,
+// QK-norm with head_dim != hidden/heads, and a sliding window shorter than the prompts.
+TEST(Layouts, RandomModelsOfEachArchitecture) {
+  fs::path d = test::fresh_dir("layout-models");
+  struct Case {
+    const char* config;
+    std::vector<Layout> layouts;
+  };
+  const Case cases[] = {
+      {"tiny-llama", {{4, 1, 1}, {2, 2, 1}}},
+      {"tiny-qwen2", {{2, 2, 1}}},
+      {"tiny-qwen3", {{2, 1, 1}, {1, 2, 1}}},
+      {"tiny-mistral", {{2, 2, 1}}},
+  };
+  for (const Case& c : cases) {
+    const std::string dir = (d / c.config).string();
+    Proc made = sh(shardlm_bin() + " make-model --config " + std::string(SHARDLM_SOURCE_DIR) + "/inputs/models/" +
+                   c.config + ".json --out " + dir + " --dtype bf16 --seed 11");
+    ASSERT_EQ(made.code, 0) << made.out;
+    check_layouts(dir, c.layouts, true, c.config);
+  }
+}
+
+TEST(Layouts, RefusesLayoutsThatDoNotDivide) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  fs::path d = test::fresh_dir("layout-bad");
+  test::write_file(d / "p.txt", "hello\n");
+  const std::string args = " run --model " + model + " --prompts " + (d / "p.txt").string() + " --out " +
+                           (d / "o.h5").string() + " -q --threads 1";
+  Proc three = sh(mpirun(3) + shardlm_bin() + args + " --tp 3");
+  EXPECT_NE(three.code, 0);
+  EXPECT_NE(three.out.find("--tp 3 does not divide the 8 attention heads"), std::string::npos) << three.out;
+  Proc world = sh(mpirun(3) + shardlm_bin() + args + " --tp 2");
+  EXPECT_NE(world.code, 0);
+  EXPECT_NE(world.out.find("needs 2 ranks but the job has 3"), std::string::npos) << world.out;
+}
+
+}  // namespace
+}  // namespace shardlm
