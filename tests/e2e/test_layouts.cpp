@@ -5,7 +5,10 @@
 
 #include <cmath>
 #include <csignal>
+#include <chrono>
 #include <fstream>
+#include <iterator>
+#include <thread>
 
 #include "common/cli_runner.h"
 #include "common/shared_data.h"
@@ -119,6 +122,92 @@ TEST(Layouts, RefusesLayoutsThatDoNotDivide) {
   Proc world = sh(mpirun(3) + shardlm_bin() + args + " --tp 2");
   EXPECT_NE(world.code, 0);
   EXPECT_NE(world.out.find("needs 2 ranks but the job has 3"), std::string::npos) << world.out;
+}
+
+}  // namespace
+}  // namespace shardlm
+
+namespace shardlm {
+namespace {
+
+// World ranks of the shardlm processes whose command line contains `marker`, by pid.
+std::map<int, pid_t> ranks_of_job(const std::string& marker) {
+  std::map<int, pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmd(e.path() / "cmdline", std::ios::binary);
+    std::string cmdline((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    if (cmdline.find(marker) == std::string::npos || cmdline.find("shardlm") == std::string::npos ||
+        cmdline.rfind("mpirun", 0) == 0 || cmdline.find("mpiexec") != std::string::npos ||
+        cmdline.find("orterun") != std::string::npos) {
+      continue;
+    }
+    std::ifstream env(e.path() / "environ", std::ios::binary);
+    std::string vars((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
+    const std::string key = std::string("OMPI_COMM_WORLD_RANK=");
+    const size_t at = vars.find(key);
+    if (at == std::string::npos) continue;
+    out[std::atoi(vars.c_str() + at + key.size())] = static_cast<pid_t>(std::atoi(pid.c_str()));
+  }
+  return out;
+}
+
+struct FaultRun {
+  test::Proc proc;
+  double seconds;
+};
+
+// Starts a long tp=2 run, waits until both ranks are up, sends `sig` to world rank 1, and waits
+// for the job to end.
+FaultRun run_with_fault(int sig, const std::string& tag, double comm_timeout) {
+  const std::string model = test::shared_path("models/stories260K");
+  fs::path d = test::fresh_dir("fault-" + tag);
+  std::string lines;
+  for (int i = 0; i < 400; ++i) lines += "{\"id\": \"f" + std::to_string(i) + "\", \"prompt_token_ids\": [1], \"max_tokens\": 300, \"ignore_eos\": true}\n";
+  test::write_file(d / "p.jsonl", lines);
+  const std::string marker = (d / "fault.h5").string();
+  const std::string cmd = mpirun(2) + shardlm_bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
+                          " --tp 2 --threads 1 -q --max-seqs 4 --comm-timeout " + std::to_string(comm_timeout) +
+                          " --out " + marker;
+  const auto t0 = std::chrono::steady_clock::now();
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  std::map<int, pid_t> ranks;
+  for (int i = 0; i < 200 && ranks.size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ranks = ranks_of_job(marker);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // into the generation loop
+  if (ranks.count(1)) kill(ranks[1], sig);
+  FaultRun r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.proc.out.append(buf, n);
+  const int st = pclose(f);
+  r.proc.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (sig == SIGSTOP && ranks.count(1)) kill(ranks[1], SIGKILL);  // in case it is still there
+  EXPECT_EQ(ranks.size(), 2u) << "did not find both ranks of the job";
+  return r;
+}
+
+TEST(Faults, KilledRankEndsTheJobNamingIt) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  FaultRun r = run_with_fault(SIGKILL, "kill", 10);
+  EXPECT_NE(r.proc.code, 0) << r.proc.out;
+  EXPECT_LT(r.seconds, 60);
+  EXPECT_NE(r.proc.out.find("rank 1"), std::string::npos) << r.proc.out;
+}
+
+// A rank that stops answering (not dead, so the launcher does not notice) makes its peers' waits
+// time out: the job ends with a message naming the group and the silent rank, and does not hang.
+TEST(Faults, HungRankTimesOutNamingGroupAndPeer) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  FaultRun r = run_with_fault(SIGSTOP, "stop", 3);
+  EXPECT_NE(r.proc.code, 0) << r.proc.out;
+  EXPECT_LT(r.seconds, 60);
+  EXPECT_NE(r.proc.out.find("timed out after 3 s"), std::string::npos) << r.proc.out;
+  EXPECT_NE(r.proc.out.find("peers: world rank 1"), std::string::npos) << r.proc.out;
 }
 
 }  // namespace
