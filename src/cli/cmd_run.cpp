@@ -40,6 +40,9 @@ int64_t count_lines(const std::string& path) {
   return n + (last != '\n');
 }
 
+// Prompt lines a replica claims at a time: small enough to balance, large enough that claims are rare.
+constexpr int64_t kLinesPerClaim = 16;
+
 double seconds(std::chrono::steady_clock::time_point a) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
 }
@@ -97,11 +100,12 @@ void print_header(const std::vector<RankRecord>& ranks, const Topology& topo, co
                opt.model.c_str(), spec.architecture.c_str(), static_cast<long long>(spec.num_layers),
                static_cast<long long>(spec.hidden_size), static_cast<long long>(spec.num_heads),
                static_cast<long long>(spec.num_kv_heads), static_cast<long long>(spec.vocab_size));
-  std::fprintf(stderr, "[shardlm]   rank  host              replica  stage  tp  layers     loaded MB   GB/s\n");
+  std::fprintf(stderr, "[shardlm]   rank  host              local  replica  stage  tp  layers     loaded MB  seconds   GB/s\n");
   for (const RankRecord& r : ranks) {
     const auto [l0, l1] = topo.stage_layers(r.pp);
-    std::fprintf(stderr, "[shardlm]   %4d  %-16s  %7d  %5d  %2d  [%3d,%3d)  %9.1f  %5.2f\n", r.rank, r.host.c_str(),
-                 r.replica, r.pp, r.tp, l0, l1, r.load_bytes / 1e6, r.load_s > 0 ? r.load_bytes / r.load_s / 1e9 : 0.0);
+    std::fprintf(stderr, "[shardlm]   %4d  %-16s  %5d  %7d  %5d  %2d  [%3d,%3d)  %9.1f  %7.3f  %5.2f\n", r.rank,
+                 r.host.c_str(), r.local_rank, r.replica, r.pp, r.tp, l0, l1, r.load_bytes / 1e6, r.load_s,
+                 r.load_s > 0 ? r.load_bytes / r.load_s / 1e9 : 0.0);
   }
 }
 
@@ -121,10 +125,10 @@ EngineConfig engine_config(const RunOptions& opt, const Topology& topo, const st
   SHARDLM_CHECK(ec.defaults.validate().empty(), "run defaults: " << ec.defaults.validate());
   ec.kv_cache_bytes = static_cast<int64_t>(opt.kv_cache_gb * (1ull << 30));
   ec.progress_interval_s = opt.quiet ? 0 : opt.progress_interval;
-  const int replicas = topo.layout().replicas, replica = topo.coords().replica;
+  // With several replicas the share of each is not known in advance: the progress line shows the
+  // file's total.
   ec.total_requests = count_lines(prompts);
-  if (ec.total_requests >= 0) ec.total_requests = (ec.total_requests + replicas - 1 - replica) / replicas;  // its stripe
-  ec.replica = replica;
+  ec.replica = topo.coords().replica;
   return ec;
 }
 
@@ -181,6 +185,9 @@ int cmd_run(int argc, char** argv) {
                           static_cast<int>(spec.num_layers));
   }
   Groups groups = make_groups(topo, opt);
+  // Replicas claim windows of prompt lines from one queue; every rank takes part in its creation.
+  std::unique_ptr<LineQueue> queue;
+  if (layout.replicas > 1) queue = std::make_unique<LineQueue>(kLinesPerClaim);
   const Coords& c = topo.coords();
   const auto [first_layer, last_layer] = topo.stage_layers(c.pp);
   const ShardPlan plan = ShardPlan::make(spec, c.tp, layout.tp, c.pp, layout.pp, first_layer, last_layer);
@@ -203,7 +210,7 @@ int cmd_run(int argc, char** argv) {
     return 0;
   }
 
-  // A replica leader: reads its stripe of the prompts, schedules, samples, and sends results on.
+  // A replica leader: reads its share of the prompts, schedules, samples, and sends results on.
   std::unique_ptr<Tokenizer> tok = Tokenizer::load(opt.model);
   std::unique_ptr<BroadcastingModel> broadcasting;
   Model* leader_model = model.get();
@@ -213,8 +220,10 @@ int cmd_run(int argc, char** argv) {
   }
   Engine engine(*leader_model, *tok, ec);
   RequestReader reader(opt.prompts, prompt_format_from_name(opt.format));
-  reader.set_stripe(c.replica, layout.replicas);
-  ReaderSource source(reader);
+  ReaderSource whole_file(reader);
+  std::unique_ptr<ClaimingSource> claiming;
+  if (queue) claiming = std::make_unique<ClaimingSource>(reader, *queue);
+  RequestSource& source = queue ? static_cast<RequestSource&>(*claiming) : whole_file;
 
   if (rank != 0) {
     RemoteSink sink(0);

@@ -4,6 +4,7 @@
 #include "engine/engine.h"
 #include "io/request_reader.h"
 #include "io/result_writer.h"
+#include "parallel/line_queue.h"
 #include "parallel/replica_results.h"
 
 namespace shardlm {
@@ -15,6 +16,25 @@ class ReaderSource final : public RequestSource {
 
  private:
   RequestReader& r_;
+};
+
+// A replica's requests when several share the file: windows of lines claimed one after another
+// from the shared queue, so a faster replica takes more.
+class ClaimingSource final : public RequestSource {
+ public:
+  ClaimingSource(RequestReader& r, LineQueue& q) : r_(r), q_(q) { r_.set_window(1, 1); }
+  std::optional<ParsedRequest> next() override {
+    for (;;) {
+      if (auto req = r_.next()) return req;
+      if (r_.eof()) return std::nullopt;
+      const auto [first, end] = q_.claim();
+      r_.set_window(first, end);
+    }
+  }
+
+ private:
+  RequestReader& r_;
+  LineQueue& q_;
 };
 
 // On the writer rank: every result (its own and other replicas') goes to the file and the totals.

@@ -83,17 +83,23 @@ RequestReader::LineStatus RequestReader::read_line() {
   return LineStatus::kOk;
 }
 
-void RequestReader::set_stripe(int rank, int world) {
-  SHARDLM_CHECK(world >= 1 && rank >= 0 && rank < world, "bad stripe " << rank << " of " << world);
-  stripe_rank_ = rank;
-  stripe_world_ = world;
+void RequestReader::set_window(int64_t first_line, int64_t end_line) {
+  SHARDLM_CHECK(first_line > line_ && end_line >= first_line,
+                "prompt file '" << path_ << "': line window [" << first_line << ", " << end_line
+                                << ") must start after line " << line_ << ", already read");
+  window_first_ = first_line;
+  window_end_ = end_line;
 }
 
 std::optional<ParsedRequest> RequestReader::next() {
   for (;;) {
+    if (line_ + 1 >= window_end_) return std::nullopt;  // the next line is past the window: not read
     const LineStatus st = read_line();
-    if (st == LineStatus::kEof) return std::nullopt;
-    if ((line_ - 1) % stripe_world_ != stripe_rank_) continue;  // another replica's line: not parsed
+    if (st == LineStatus::kEof) {
+      eof_ = true;
+      return std::nullopt;
+    }
+    if (line_ < window_first_) continue;  // before the window (another replica's): not parsed
     if (st == LineStatus::kTooLong) {
       ParsedRequest r;
       r.line = line_;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -25,9 +26,12 @@ class RequestReader {
   // (empty prompt), so ids stay equal to line numbers.
   std::optional<ParsedRequest> next();
   int64_t lines_read() const { return line_; }
-  // Replicas split a file by line: only lines L with (L - 1) % world == rank are parsed and
-  // returned; the others are read past without parsing.
-  void set_stripe(int rank, int world);
+  // Restricts next() to lines [first_line, end_line) (1-based): lines before are read past without
+  // parsing, and next() returns nullopt, without reading further, once the window is done. Replicas
+  // take windows of the file in turn. first_line must be past every line already read.
+  void set_window(int64_t first_line, int64_t end_line);
+  // True once the end of the file has been reached.
+  bool eof() const { return eof_; }
   // The format in use (kAuto resolved by extension).
   PromptFormat format() const { return format_; }
 
@@ -44,7 +48,8 @@ class RequestReader {
   std::string path_;
   PromptFormat format_;
   int64_t line_ = 0;
-  int stripe_rank_ = 0, stripe_world_ = 1;
+  int64_t window_first_ = 1, window_end_ = INT64_MAX;
+  bool eof_ = false;
   size_t max_line_bytes_ = kMaxLineBytes;
   std::string line_buf_;  // the current line, reused so that reading does not allocate per line
 };

@@ -8,7 +8,7 @@
 //   /steps/<column>      a row per scheduler step of each replica: step (int64), replica,
 //                        batch_size, prefill_tokens, decode_tokens, kv_blocks_used (int32),
 //                        wall_s, t_start (float64)
-//   /ranks/<column>      a row per rank: rank, replica, pp, tp (int32), host (string), load_bytes,
+//   /ranks/<column>      a row per rank: rank, replica, pp, tp, local_rank (int32), host (string), load_bytes,
 //                        peak_rss_bytes, tp/pp/replica_bytes_sent (int64), load_s (float64)
 //   / attributes         strings and numbers set with set_attr()
 //
@@ -39,6 +39,7 @@ struct StepRecord {
 // One rank of the job, for /ranks.
 struct RankRecord {
   int32_t rank = 0, replica = 0, pp = 0, tp = 0;
+  int32_t local_rank = 0;  // index among the job's ranks on the same host (its device index)
   std::string host;
   int64_t load_bytes = 0;
   double load_s = 0;

@@ -27,8 +27,20 @@ int64_t peak_rss_bytes() {
   return static_cast<int64_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
+void assign_local_ranks(std::vector<RankRecord>* ranks) {
+  for (size_t i = 0; i < ranks->size(); ++i) {
+    int32_t before = 0;
+    for (size_t j = 0; j < i; ++j) before += (*ranks)[j].host == (*ranks)[i].host;
+    (*ranks)[i].local_rank = before;
+  }
+}
+
 std::vector<RankRecord> gather_rank_records(Communicator* world, const RankRecord& mine) {
-  if (!world) return {mine};
+  if (!world) {
+    std::vector<RankRecord> one{mine};
+    assign_local_ranks(&one);
+    return one;
+  }
   Packed p{};
   p.rank = mine.rank;
   p.replica = mine.replica;
@@ -59,6 +71,7 @@ std::vector<RankRecord> gather_rank_records(Communicator* world, const RankRecor
     r.replica_bytes_sent = q.replica_bytes_sent;
     out.push_back(r);
   }
+  assign_local_ranks(&out);
   return out;
 }
 

@@ -12,7 +12,9 @@ class Communicator;
 
 // Peak resident memory of this process, bytes.
 int64_t peak_rss_bytes();
-// Every rank's record, in world-rank order (world may be null for a one-rank job).
+// Numbers the ranks of each host 0, 1, ... in world-rank order (the device each would use).
+void assign_local_ranks(std::vector<RankRecord>* ranks);
+// Every rank's record, in world-rank order (world may be null for a one-rank job), local ranks set.
 std::vector<RankRecord> gather_rank_records(Communicator* world, const RankRecord& mine);
 
 }  // namespace shardlm

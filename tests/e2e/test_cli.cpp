@@ -67,14 +67,15 @@ TEST(Cli, RunWritesEveryRequestAndPerLineErrors) {
   EXPECT_GT(h.rows("/steps/wall_s"), 0u);
 }
 
-// Three replicas split the prompts; the writer rank gathers them into one file whose rows equal a
+// Three replicas claim windows of 16 prompt lines in turn (each claims one at start, so each gets
+// work); the writer rank gathers them into one file whose rows equal a
 // single-rank run's, token for token, also at temperature > 0.
 TEST(Cli, ReplicasGiveTheSingleRankResult) {
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
   fs::path d = tmpdir("replicas");
   std::string lines;
   const char* starts[] = {"Once upon a time", "The dog", "Lily saw a", "One day"};
-  for (int i = 0; i < 23; ++i) {
+  for (int i = 0; i < 40; ++i) {
     lines += "{\"id\": \"r" + std::to_string(i) + "\", \"prompt\": \"" + starts[i % 4] +
              "\", \"max_tokens\": " + std::to_string(8 + i) + ", \"temperature\": 0.8}\n";
   }
@@ -93,7 +94,7 @@ TEST(Cli, ReplicasGiveTheSingleRankResult) {
     return m;
   };
   auto ma = collect(a), mb = collect(b);
-  ASSERT_EQ(ma.size(), 23u);
+  ASSERT_EQ(ma.size(), 40u);
   EXPECT_EQ(ma, mb);
   auto replicas = b.scalars<int32_t>("/requests/replica", H5T_NATIVE_INT32);
   EXPECT_EQ(std::set<int32_t>(replicas.begin(), replicas.end()), (std::set<int32_t>{0, 1, 2}));

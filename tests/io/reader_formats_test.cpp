@@ -12,9 +12,9 @@ using test::read_all;
 using test::ScratchDir;
 using test::write_file;
 
-// Replicas each parse every world-th line; together they see every line exactly once, and a bad
-// line lands on the replica that owns it.
-TEST(RequestReader, StripesSplitTheFileByLine) {
+// Replicas take windows of lines in turn: a window's lines are parsed, lines before it are read
+// past unparsed, and reading stops at the window's end until the next window is set.
+TEST(RequestReader, LineWindows) {
   ScratchDir dir;
   const std::string path = dir.file("p.jsonl");
   write_file(path,
@@ -25,18 +25,22 @@ TEST(RequestReader, StripesSplitTheFileByLine) {
              "{\"id\": \"e\", \"prompt\": \"x\"}\n"
              "{\"id\": \"f\", \"prompt\": \"x\"}\n"
              "{\"id\": \"g\", \"prompt\": \"x\"}\n");
-  std::vector<std::vector<std::string>> seen(3);
-  for (int r = 0; r < 3; ++r) {
-    RequestReader reader(path, PromptFormat::kAuto);
-    reader.set_stripe(r, 3);
-    while (auto q = reader.next()) seen[r].push_back(q->error.empty() ? q->id : "error@" + std::to_string(q->line));
-    EXPECT_EQ(reader.lines_read(), 7);
-  }
-  EXPECT_EQ(seen[0], (std::vector<std::string>{"a", "d", "g"}));
-  EXPECT_EQ(seen[1], (std::vector<std::string>{"error@2", "e"}));
-  EXPECT_EQ(seen[2], (std::vector<std::string>{"f"}));  // line 3 is blank: no request
-  RequestReader bad(path, PromptFormat::kAuto);
-  EXPECT_THROW(bad.set_stripe(3, 3), Error);
+  RequestReader reader(path, PromptFormat::kAuto);
+  auto drain = [&] {
+    std::vector<std::string> seen;
+    while (auto q = reader.next()) seen.push_back(q->error.empty() ? q->id : "error@" + std::to_string(q->line));
+    return seen;
+  };
+  reader.set_window(2, 4);  // lines 2 and 3: a bad line and a blank one
+  EXPECT_EQ(drain(), (std::vector<std::string>{"error@2"}));
+  EXPECT_EQ(reader.lines_read(), 3);
+  EXPECT_FALSE(reader.eof());
+  reader.set_window(5, 7);  // skips line 4 unparsed
+  EXPECT_EQ(drain(), (std::vector<std::string>{"e", "f"}));
+  EXPECT_THROW(reader.set_window(5, 9), Error);  // already past line 5
+  reader.set_window(7, 100);
+  EXPECT_EQ(drain(), (std::vector<std::string>{"g"}));
+  EXPECT_TRUE(reader.eof());
 }
 
 TEST(RequestReader, JsonlFile) {

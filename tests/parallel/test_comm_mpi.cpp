@@ -1,0 +1,331 @@
+// The MPI communicator in a real job (run with 2, 3 and 4 ranks): every operation on several sizes
+// (0, odd counts, larger), int and float types, sum/max/min, on the world, on reordered and
+// concurrently created disjoint sub-groups, and with a tiny per-call count limit that drives the
+// >INT_MAX code paths (pieces, derived datatypes, alltoallw). Results are compared exactly.
+//
+// Control flow stays collective: checks use EXPECT_* (never ASSERT_*) so that a failing rank still
+// takes part in the next operation.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "parallel/comm_mpi.h"
+#include "parallel/communicator.h"
+#include "parallel/mpi_env.h"
+
+using namespace shardlm;
+
+namespace {
+
+constexpr double kTimeout = 60;
+
+int world_rank() { return MpiEnv::rank(); }
+int world_size() { return MpiEnv::size(); }
+
+// Small non-negative integers (u8 sums over 4 ranks fit), depending on the rank and the index.
+int64_t val(int g, size_t i) { return static_cast<int64_t>((static_cast<size_t>(g) * 5 + i * 3 + i / 11) % 13); }
+
+template <typename T> CommDType dtype();
+template <> CommDType dtype<float>() { return CommDType::kF32; }
+template <> CommDType dtype<int32_t>() { return CommDType::kI32; }
+template <> CommDType dtype<int64_t>() { return CommDType::kI64; }
+template <> CommDType dtype<uint8_t>() { return CommDType::kU8; }
+
+int64_t reduce(ReduceOp op, int64_t a, int64_t b) {
+  return op == ReduceOp::kSum ? a + b : op == ReduceOp::kMax ? std::max(a, b) : std::min(a, b);
+}
+
+const char* op_text(ReduceOp op) { return op == ReduceOp::kSum ? "sum" : op == ReduceOp::kMax ? "max" : "min"; }
+
+// Counts elements of `got` different from want(i); reports the first.
+template <typename T, typename F>
+void expect_all(const std::vector<T>& got, F want, const std::string& what) {
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != static_cast<T>(want(i))) {
+      if (bad++ == 0) first = i;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << ": first wrong element " << first << " = " << +got[first] << ", expected "
+                     << +static_cast<T>(want(first)) << " (world rank " << world_rank() << ")";
+}
+
+template <typename T>
+void check_all_reduce(Communicator& c, size_t count, ReduceOp op) {
+  const int n = c.size(), g = c.rank();
+  std::vector<T> buf(count);
+  for (size_t i = 0; i < count; ++i) buf[i] = static_cast<T>(val(g, i));
+  c.all_reduce(buf.data(), count, dtype<T>(), op);
+  expect_all(buf, [&](size_t i) {
+    int64_t s = val(0, i);
+    for (int q = 1; q < n; ++q) s = reduce(op, s, val(q, i));
+    return s;
+  }, c.name() + " all_reduce " + op_text(op) + " count " + std::to_string(count));
+}
+
+template <typename T>
+void check_all_gather(Communicator& c, size_t count) {
+  const int n = c.size(), g = c.rank();
+  std::vector<T> send(count), recv(count * n + 1, T(99));
+  for (size_t i = 0; i < count; ++i) send[i] = static_cast<T>(val(g, i));
+  c.all_gather(send.data(), recv.data(), count, dtype<T>());
+  expect_all(recv, [&](size_t i) { return i == count * n ? 99 : val(static_cast<int>(i / count), i % count); },
+             c.name() + " all_gather count " + std::to_string(count));
+  // In place: this rank's block already sits in the output.
+  std::vector<T> inplace(count * n, T(0));
+  std::copy(send.begin(), send.end(), inplace.begin() + count * g);
+  c.all_gather(inplace.data() + count * g, inplace.data(), count, dtype<T>());
+  expect_all(inplace, [&](size_t i) { return val(static_cast<int>(i / count), i % count); },
+             c.name() + " all_gather in place count " + std::to_string(count));
+}
+
+template <typename T>
+void check_reduce_scatter(Communicator& c, size_t count, ReduceOp op) {
+  const int n = c.size(), g = c.rank();
+  std::vector<T> send(count * n), recv(count + 1, T(99));
+  for (size_t i = 0; i < send.size(); ++i) send[i] = static_cast<T>(val(g, i));
+  c.reduce_scatter(send.data(), recv.data(), count, dtype<T>(), op);
+  expect_all(recv, [&](size_t i) {
+    if (i == count) return int64_t{99};
+    int64_t s = val(0, g * count + i);
+    for (int q = 1; q < n; ++q) s = reduce(op, s, val(q, g * count + i));
+    return s;
+  }, c.name() + " reduce_scatter " + op_text(op) + " count " + std::to_string(count));
+}
+
+template <typename T>
+void check_all_to_all(Communicator& c, size_t count) {
+  const int n = c.size(), g = c.rank();
+  std::vector<T> send(count * n), recv(count * n, T(99));
+  for (size_t i = 0; i < send.size(); ++i) send[i] = static_cast<T>(val(g, i));
+  c.all_to_all(send.data(), recv.data(), count, dtype<T>());
+  expect_all(recv, [&](size_t i) { return val(static_cast<int>(i / count), g * count + i % count); },
+             c.name() + " all_to_all count " + std::to_string(count));
+}
+
+// Rank s sends cnt(s, d) elements to d, val(s, 1000 d + k); blocks are laid out with gaps that
+// must stay untouched.
+template <typename T>
+void check_all_to_allv(Communicator& c, size_t base) {
+  const int n = c.size(), g = c.rank();
+  auto cnt = [&](int s, int d) { return static_cast<size_t>((s * 3 + d * 5 + static_cast<int>(base)) % 7) * (base + 1) / 2; };
+  std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
+  size_t so = 1, ro = 2;
+  for (int q = 0; q < n; ++q) {
+    sc[q] = cnt(g, q);
+    sd[q] = so;
+    so += sc[q] + 2;
+    rc[q] = cnt(q, g);
+    rd[q] = ro;
+    ro += rc[q] + 1;
+  }
+  std::vector<T> send(so, T(0)), recv(ro, T(99));
+  for (int q = 0; q < n; ++q)
+    for (size_t k = 0; k < sc[q]; ++k) send[sd[q] + k] = static_cast<T>(val(g, 1000 * q + k));
+  c.all_to_allv(send.data(), sc, sd, recv.data(), rc, rd, dtype<T>());
+  std::vector<int64_t> want(ro, 99);
+  for (int q = 0; q < n; ++q)
+    for (size_t k = 0; k < rc[q]; ++k) want[rd[q] + k] = val(q, 1000 * g + k);
+  expect_all(recv, [&](size_t i) { return want[i]; }, c.name() + " all_to_allv base " + std::to_string(base));
+}
+
+template <typename T>
+void check_broadcast(Communicator& c, size_t count) {
+  for (int root = 0; root < c.size(); ++root) {
+    std::vector<T> buf(count, T(99));
+    if (c.rank() == root)
+      for (size_t i = 0; i < count; ++i) buf[i] = static_cast<T>(val(root, i));
+    c.broadcast(buf.data(), count, dtype<T>(), root);
+    expect_all(buf, [&](size_t i) { return val(root, i); },
+               c.name() + " broadcast root " + std::to_string(root) + " count " + std::to_string(count));
+  }
+}
+
+template <typename T>
+void check_point_to_point(Communicator& c, size_t count) {
+  const int n = c.size(), g = c.rank();
+  if (n < 2) return;  // no peer to talk to
+  // Ring: send to g+1, receive from g-1, at once.
+  std::vector<T> send(count), recv(count, T(99));
+  for (size_t i = 0; i < count; ++i) send[i] = static_cast<T>(val(g, i));
+  c.send_recv(send.data(), count, (g + 1) % n, recv.data(), count, (g + n - 1) % n, dtype<T>(), 5);
+  expect_all(recv, [&](size_t i) { return val((g + n - 1) % n, i); }, c.name() + " send_recv count " + std::to_string(count));
+  // Pairs (0,1), (2,3), ...: even sends first, then the odd one answers with its own data.
+  const int partner = g % 2 == 0 ? g + 1 : g - 1;
+  if (partner < n) {
+    std::fill(recv.begin(), recv.end(), T(99));
+    if (g % 2 == 0) {
+      c.send(send.data(), count, dtype<T>(), partner, 11);
+      c.recv(recv.data(), count, dtype<T>(), partner, 12);
+    } else {
+      c.recv(recv.data(), count, dtype<T>(), partner, 11);
+      c.send(send.data(), count, dtype<T>(), partner, 12);
+    }
+    expect_all(recv, [&](size_t i) { return val(partner, i); }, c.name() + " send/recv count " + std::to_string(count));
+  }
+}
+
+template <typename T>
+void check_everything(Communicator& c, const std::vector<size_t>& counts) {
+  for (size_t count : counts) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
+      check_all_reduce<T>(c, count, op);
+      check_reduce_scatter<T>(c, count, op);
+    }
+    check_all_gather<T>(c, count);
+    check_all_to_all<T>(c, count);
+    check_all_to_allv<T>(c, count);
+    check_broadcast<T>(c, count);
+    check_point_to_point<T>(c, count);
+  }
+  c.barrier();
+}
+
+void check_all_types(Communicator& c, const std::vector<size_t>& counts) {
+  check_everything<float>(c, counts);
+  check_everything<int32_t>(c, counts);
+  check_everything<int64_t>(c, counts);
+  check_everything<uint8_t>(c, counts);
+}
+
+std::vector<int> ranks_where(bool (*pred)(int)) {
+  std::vector<int> r;
+  for (int q = 0; q < world_size(); ++q)
+    if (pred(q)) r.push_back(q);
+  return r;
+}
+
+}  // namespace
+
+TEST(CommMpi, WorldEveryOperation) {
+  auto c = make_communicator("mpi", ranks_where([](int) { return true; }), "world", kTimeout);
+  EXPECT_EQ(c->size(), world_size());
+  EXPECT_EQ(c->rank(), world_rank());
+  check_all_types(*c, {0, 1, 7, 64, 1001});
+  check_everything<float>(*c, {100003});
+}
+
+TEST(CommMpi, ReversedWorldRanksFollowMemberOrder) {
+  std::vector<int> members = ranks_where([](int) { return true; });
+  std::reverse(members.begin(), members.end());
+  auto c = make_communicator("mpi", members, "reversed", kTimeout);
+  EXPECT_EQ(c->rank(), world_size() - 1 - world_rank());
+  for (int r = 0; r < c->size(); ++r) EXPECT_EQ(c->world_rank_of(r), world_size() - 1 - r);
+  // Group rank 0 (the last world rank) broadcasts its world rank.
+  int32_t who = world_rank();
+  c->broadcast(&who, 1, CommDType::kI32, 0);
+  EXPECT_EQ(who, world_size() - 1);
+  check_everything<int32_t>(*c, {0, 3, 17});
+}
+
+TEST(CommMpi, EvenAndOddGroupsCreatedConcurrently) {
+  const bool even = world_rank() % 2 == 0;
+  auto c = even ? make_communicator("mpi", ranks_where([](int q) { return q % 2 == 0; }), "even", kTimeout)
+                : make_communicator("mpi", ranks_where([](int q) { return q % 2 == 1; }), "odd", kTimeout);
+  EXPECT_EQ(c->rank(), world_rank() / 2);
+  EXPECT_EQ(c->size(), even ? (world_size() + 1) / 2 : world_size() / 2);
+  // Each group sums its world ranks: the groups must not mix.
+  int64_t sum = world_rank();
+  c->all_reduce(&sum, 1, CommDType::kI64, ReduceOp::kSum);
+  int64_t want = 0;
+  for (int q = even ? 0 : 1; q < world_size(); q += 2) want += q;
+  EXPECT_EQ(sum, want);
+  if (c->size() > 1) check_all_types(*c, {0, 5, 33});
+  else check_everything<float>(*c, {0, 5});  // a group of one (np 2 or 3): copies only
+}
+
+TEST(CommMpi, TwoGroupsPerRankAndPairsCreatedConcurrently) {
+  if (world_size() < 4) GTEST_SKIP() << "needs 4 ranks";
+  // {0,1} and {2,3} at the same time, then {0,2} and {1,3}; a rank belongs to two live groups.
+  const int r = world_rank();
+  auto a = make_communicator("mpi", r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, "low/high", kTimeout);
+  auto b = make_communicator("mpi", r % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3}, "even/odd", kTimeout);
+  int64_t x = r + 1, y = r + 1;
+  a->all_reduce(&x, 1, CommDType::kI64, ReduceOp::kSum);
+  b->all_reduce(&y, 1, CommDType::kI64, ReduceOp::kSum);
+  EXPECT_EQ(x, r < 2 ? 3 : 7);
+  EXPECT_EQ(y, r % 2 == 0 ? 4 : 6);
+  check_everything<float>(*a, {9});
+  check_everything<int32_t>(*b, {9});
+}
+
+// max_count_per_call 7: every operation above 7 elements is split into pieces or carried by a
+// derived datatype, the paths that multi-GiB buffers take with the real limit (INT_MAX).
+TEST(CommMpi, CountsAboveThePerCallLimit) {
+  auto c = make_communicator("mpi", ranks_where([](int) { return true; }), "world/limit7", kTimeout);
+  static_cast<MpiCommunicator&>(*c).set_max_count_per_call(7);
+  check_all_types(*c, {0, 6, 7, 8, 15, 50});
+}
+
+TEST(CommMpi, StatsCountBytesCallsAndTime) {
+  auto c = make_communicator("mpi", ranks_where([](int) { return true; }), "stats", kTimeout);
+  std::vector<float> buf(10, 1.f), out(10 * world_size());
+  c->all_reduce(buf.data(), 10, CommDType::kF32, ReduceOp::kSum);
+  EXPECT_EQ(buf[3], static_cast<float>(world_size()));
+  c->all_gather(buf.data(), out.data(), 10, CommDType::kF32);
+  c->barrier();
+  EXPECT_EQ(c->stats().calls, 3u);
+  EXPECT_EQ(c->stats().bytes_sent, 80u);  // 40 + 40 contributed, barrier none
+  EXPECT_GT(c->stats().seconds, 0.0);
+}
+
+TEST(CommMpi, ArgumentErrorsThrowWithoutCommunicating) {
+  auto c = make_communicator("mpi", ranks_where([](int) { return true; }), "world", kTimeout);
+  int32_t x = 0;
+  EXPECT_THROW(c->send(&x, 1, CommDType::kI32, c->rank(), 0), Error);
+  EXPECT_THROW(c->recv(&x, 1, CommDType::kI32, c->size(), 0), Error);
+  EXPECT_THROW(c->broadcast(&x, 1, CommDType::kI32, -1), Error);
+  EXPECT_THROW(c->all_to_allv(&x, {1}, {0}, &x, {1}, {0}, CommDType::kI32), Error);
+  // A list without this rank fails before any MPI call.
+  std::vector<int> others;
+  for (int q = 0; q < world_size(); ++q)
+    if (q != world_rank()) others.push_back(q);
+  try {
+    make_communicator("mpi", others, "others", kTimeout);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("world rank " + std::to_string(world_rank()) + " is not a member"), std::string::npos)
+        << e.what();
+  }
+  c->barrier();
+}
+
+// Real buffers above INT_MAX elements (uint8: 2 GiB + 3), opt-in because it needs about 4 GiB per
+// rank: SHARDLM_TEST_BIG_COMM=1 mpiexec -np 2 test_comm_mpi --gtest_filter='*MultiGiB*'
+TEST(CommMpi, MultiGiBBuffersWhenEnabled) {
+  if (!std::getenv("SHARDLM_TEST_BIG_COMM")) GTEST_SKIP() << "set SHARDLM_TEST_BIG_COMM=1 (needs ~4 GiB per rank)";
+  auto c = make_communicator("mpi", ranks_where([](int) { return true; }), "world/big", 600);
+  const int n = c->size(), g = c->rank();
+  const size_t count = (size_t{1} << 31) + 3;
+  {
+    std::vector<uint8_t> buf(count);
+    for (size_t i = 0; i < count; ++i) buf[i] = static_cast<uint8_t>((i + g) % 7);
+    c->all_reduce(buf.data(), count, CommDType::kU8, ReduceOp::kSum);
+    expect_all(buf, [&](size_t i) {
+      int64_t s = 0;
+      for (int q = 0; q < n; ++q) s += static_cast<int64_t>((i + q) % 7);
+      return s;
+    }, "big all_reduce");
+    for (size_t i = 0; i < count; ++i) buf[i] = g == n - 1 ? static_cast<uint8_t>((i * 5 + 1) % 9) : 0;
+    c->broadcast(buf.data(), count, CommDType::kU8, n - 1);
+    expect_all(buf, [&](size_t i) { return static_cast<int64_t>((i * 5 + 1) % 9); }, "big broadcast");
+    std::vector<uint8_t> got(count, 0);
+    for (size_t i = 0; i < count; ++i) buf[i] = static_cast<uint8_t>((i + 3 * g) % 13);
+    c->send_recv(buf.data(), count, (g + 1) % n, got.data(), count, (g + n - 1) % n, CommDType::kU8, 1);
+    expect_all(got, [&](size_t i) { return static_cast<int64_t>((i + 3 * ((g + n - 1) % n)) % 13); }, "big send_recv");
+  }
+  {
+    std::vector<uint8_t> all(count * n, 0);
+    for (size_t i = 0; i < count; ++i) all[count * g + i] = static_cast<uint8_t>((i * 3 + g) % 11);
+    c->all_gather(all.data() + count * g, all.data(), count, CommDType::kU8);
+    expect_all(all, [&](size_t i) { return static_cast<int64_t>(((i % count) * 3 + i / count) % 11); }, "big all_gather");
+  }
+  c->barrier();
+}
