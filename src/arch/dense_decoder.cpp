@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -150,7 +151,63 @@ class DenseDecoder final : public Model {
     return cache_->num_blocks();
   }
 
+  // Pipelined on the leader of a multi-stage replica: stage 0's part runs now and the hidden state
+  // is handed to stage 1; the logits' receive is posted first, so the last stage can deliver them
+  // while the leader already works on the next micro-batch. The hidden state goes by a blocking
+  // send: MPI moves large messages only while the sender is inside MPI, and a send left pending
+  // through the next micro-batch's compute would hold stage 1 idle.
+  int max_steps_in_flight() const override { return leads_pipeline() ? plan_.stages : 1; }
+
+  void begin_step(const ForwardBatch& batch) override {
+    if (!leads_pipeline()) return Model::begin_step(batch);
+    InFlight f;
+    f.rows = static_cast<int64_t>(batch.logit_rows.size());
+    const int64_t T = batch.num_tokens();
+    if (T > 0) {
+      run_stage(batch);
+      if (f.rows > 0) {
+        f.logits.resize(static_cast<size_t>(f.rows * spec_.vocab_size));
+        f.recv = comms_.pp->irecv(f.logits.data(), f.logits.size(), CommDType::kF32, plan_.stages - 1, kTagLogits);
+      }
+      comms_.pp->send(scratch_.get(0, T * spec_.hidden_size), T * spec_.hidden_size, CommDType::kF32, 1, kTagHidden);
+    }
+    inflight_.push_back(std::move(f));
+  }
+
+  void end_step(float* logits) override {
+    if (!leads_pipeline()) return Model::end_step(logits);
+    SHARDLM_CHECK(!inflight_.empty(), "end_step without a begun step");
+    InFlight& f = inflight_.front();
+    if (f.recv) f.recv->wait();
+    std::copy(f.logits.begin(), f.logits.end(), logits);
+    inflight_.pop_front();
+  }
+
   void forward(const ForwardBatch& batch, float* logits) override {
+    const int64_t T = batch.num_tokens();
+    if (T == 0) return;
+    run_stage(batch);
+    const int64_t H = spec_.hidden_size;
+    float* residual = scratch_.get(0, T * H);
+    if (!plan_.last_stage()) {
+      // The leader gets the logits back from the last stage; post that receive before sending on.
+      std::unique_ptr<CommRequest> back;
+      if (plan_.first_stage() && plan_.tp_rank == 0 && !batch.logit_rows.empty()) {
+        back = comms_.pp->irecv(logits, batch.logit_rows.size() * spec_.vocab_size, CommDType::kF32,
+                                plan_.stages - 1, kTagLogits);
+      }
+      comms_.pp->send(residual, T * H, CommDType::kF32, plan_.stage + 1, kTagHidden);
+      if (back) back->wait();
+      return;
+    }
+    head(batch, logits);
+  }
+
+ private:
+  bool leads_pipeline() const { return plan_.stages > 1 && plan_.first_stage() && plan_.tp_rank == 0; }
+
+  // This stage's layers over the batch; the residual stream ends in scratch slot 0.
+  void run_stage(const ForwardBatch& batch) {
     SHARDLM_CHECK(cache_, "forward before allocate_kv_cache");
     const int64_t T = batch.num_tokens();
     if (T == 0) return;
@@ -222,15 +279,14 @@ class DenseDecoder final : public Model {
       tp_sum(proj, T * H);
     }
     b_.add(residual, proj, T * H);
-    if (!plan_.last_stage()) {
-      comms_.pp->send(residual, T * H, CommDType::kF32, plan_.stage + 1, kTagHidden);
-      // The leader (stage 0, tp 0) gets the logits back from the last stage.
-      if (plan_.first_stage() && plan_.tp_rank == 0 && !batch.logit_rows.empty()) {
-        comms_.pp->recv(logits, batch.logit_rows.size() * spec_.vocab_size, CommDType::kF32, plan_.stages - 1,
-                        kTagLogits);
-      }
-      return;
-    }
+  }
+
+  // The last stage: final norm and the vocabulary-parallel LM head on the rows that sample; the
+  // leader's copy of the logits goes to `logits` (or back to the leader over the pipeline).
+  void head(const ForwardBatch& batch, float* logits) {
+    const int64_t T = batch.num_tokens(), H = spec_.hidden_size;
+    const float eps = static_cast<float>(spec_.rms_norm_eps);
+    float* residual = scratch_.get(0, T * H);
     // Only the rows that will be sampled go through the final norm and the LM head.
     const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
     if (R == 0) return;
@@ -269,6 +325,12 @@ class DenseDecoder final : public Model {
   }
 
  private:
+  struct InFlight {
+    std::vector<float> logits;
+    std::unique_ptr<CommRequest> recv;
+    int64_t rows = 0;
+  };
+
   // Sums a row-parallel partial result over the tensor-parallel group (in host memory for now).
   void tp_sum(float* x, int64_t n) {
     if (comms_.tp) comms_.tp->all_reduce(x, static_cast<size_t>(n), CommDType::kF32, ReduceOp::kSum);
@@ -289,6 +351,7 @@ class DenseDecoder final : public Model {
   std::vector<const int32_t*> tables_;
   std::vector<int32_t> local_ids_;
   std::vector<float> host_logits_, gathered_;
+  std::deque<InFlight> inflight_;  // the leader's begun pipeline steps, oldest first
   size_t load_bytes_ = 0;
   double load_seconds_ = 0;
 };

@@ -1,5 +1,9 @@
 #include "arch/model.h"
 
+#include <algorithm>
+
+#include "core/error.h"
+
 namespace shardlm {
 
 void ForwardBatch::clear() {
@@ -25,6 +29,17 @@ void ForwardBatch::add_chunk(const int32_t* seq_tokens, int64_t start, int64_t l
     token_seq.push_back(seq);
   }
   if (wants_logits) logit_rows.push_back(static_cast<int32_t>(tokens.size()) - 1);
+}
+
+void Model::begin_step(const ForwardBatch& batch) {
+  finished_logits_.emplace_back(batch.logit_rows.size() * static_cast<size_t>(spec().vocab_size));
+  forward(batch, finished_logits_.back().data());
+}
+
+void Model::end_step(float* logits) {
+  SHARDLM_CHECK(!finished_logits_.empty(), "end_step without a begun step");
+  std::copy(finished_logits_.front().begin(), finished_logits_.front().end(), logits);
+  finished_logits_.pop_front();
 }
 
 }  // namespace shardlm

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,9 +46,21 @@ class Model {
   // Runs this rank's part of the step. `logits` ([logit_rows.size(), vocab], host) is filled on
   // the replica leader; other ranks pass nullptr.
   virtual void forward(const ForwardBatch& batch, float* logits) = 0;
+
+  // Pipelined use on the replica leader: begin_step issues a step and returns once this rank's
+  // part is done (the batch may be reused); end_step waits for the oldest begun step and writes its
+  // logits. Up to max_steps_in_flight() steps may be begun before the first is ended, so that
+  // pipeline stages work on different micro-batches at once. By default a step runs whole in
+  // begin_step.
+  virtual int max_steps_in_flight() const { return 1; }
+  virtual void begin_step(const ForwardBatch& batch);
+  virtual void end_step(float* logits);
   // Bytes of checkpoint data this rank loaded, and the seconds it took.
   virtual size_t load_bytes() const = 0;
   virtual double load_seconds() const = 0;
+
+ private:
+  std::deque<std::vector<float>> finished_logits_;  // default begin/end: results not yet taken
 };
 
 // Architecture registry (src/arch/arch_registry.cpp): config "architectures"[0] -> builder.

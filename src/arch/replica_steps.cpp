@@ -10,7 +10,11 @@ namespace shardlm {
 
 namespace {
 
-// Header of a broadcast step; num_tokens < 0 means "no more steps".
+constexpr int kTagStepHeader = 21, kTagStepInts = 22, kTagStepSlots = 23;
+// Steps whose sends may still be in progress; older ones are completed before their buffers go.
+constexpr size_t kMaxPendingSteps = 8;
+
+// Header of a step message; num_tokens < 0 means "no more steps".
 struct StepHeader {
   int64_t num_tokens = 0;
   int64_t seq_starts = 0;
@@ -18,53 +22,59 @@ struct StepHeader {
   int64_t logit_rows = 0;
 };
 
-void broadcast_step(Communicator& c, ForwardBatch& b, StepHeader& h) {
-  c.broadcast(&h, sizeof h / sizeof(int64_t), CommDType::kI64, 0);
-  if (h.num_tokens <= 0) return;
-  const size_t T = static_cast<size_t>(h.num_tokens);
-  b.tokens.resize(T);
-  b.positions.resize(T);
-  b.slots.resize(T);
-  b.token_seq.resize(T);
-  b.seq_block_start.resize(static_cast<size_t>(h.seq_starts));
-  b.blocks.resize(static_cast<size_t>(h.blocks));
-  b.logit_rows.resize(static_cast<size_t>(h.logit_rows));
-  // The int32 arrays travel as one message, the slots as another.
-  std::vector<int32_t> blob;
+std::vector<int32_t>* int_parts(ForwardBatch& b, size_t i) {
   std::vector<int32_t>* parts[] = {&b.tokens, &b.positions, &b.token_seq, &b.seq_block_start, &b.blocks, &b.logit_rows};
-  if (c.rank() == 0) {
-    for (auto* p : parts) blob.insert(blob.end(), p->begin(), p->end());
-  } else {
-    size_t n = 0;
-    for (auto* p : parts) n += p->size();
-    blob.resize(n);
-  }
-  c.broadcast(blob.data(), blob.size(), CommDType::kI32, 0);
-  if (c.rank() != 0) {
-    size_t at = 0;
-    for (auto* p : parts) {
-      std::memcpy(p->data(), blob.data() + at, p->size() * sizeof(int32_t));
-      at += p->size();
-    }
-  }
-  c.broadcast(b.slots.data(), T, CommDType::kI64, 0);
+  return parts[i];
 }
+constexpr size_t kIntParts = 6;
 
 }  // namespace
 
+// The step travels as point-to-point messages that the leader does not wait for: a collective
+// broadcast would hold the leader until every rank of the replica had finished its previous step,
+// and the pipeline stages would never overlap.
+void BroadcastingModel::send_step(const ForwardBatch& batch_in, bool last) {
+  ForwardBatch& batch = const_cast<ForwardBatch&>(batch_in);  // only read
+  while (pending_.size() >= kMaxPendingSteps) {
+    for (auto& r : pending_.front().requests) r->wait();
+    pending_.pop_front();
+  }
+  Outgoing& o = pending_.emplace_back();
+  o.header = {last ? -1 : batch.num_tokens(), static_cast<int64_t>(batch.seq_block_start.size()),
+              static_cast<int64_t>(batch.blocks.size()), static_cast<int64_t>(batch.logit_rows.size())};
+  for (size_t i = 0; i < kIntParts; ++i) {
+    const auto* p = int_parts(batch, i);
+    o.ints.insert(o.ints.end(), p->begin(), p->end());
+  }
+  o.slots = batch.slots;
+  for (int r = 1; r < replica_.size(); ++r) {
+    o.requests.push_back(replica_.isend(o.header.data(), o.header.size(), CommDType::kI64, r, kTagStepHeader));
+    if (batch.num_tokens() <= 0) continue;
+    o.requests.push_back(replica_.isend(o.ints.data(), o.ints.size(), CommDType::kI32, r, kTagStepInts));
+    o.requests.push_back(replica_.isend(o.slots.data(), o.slots.size(), CommDType::kI64, r, kTagStepSlots));
+  }
+}
+
 void BroadcastingModel::forward(const ForwardBatch& batch, float* logits) {
-  StepHeader h{batch.num_tokens(), static_cast<int64_t>(batch.seq_block_start.size()),
-               static_cast<int64_t>(batch.blocks.size()), static_cast<int64_t>(batch.logit_rows.size())};
-  broadcast_step(replica_, const_cast<ForwardBatch&>(batch), h);  // root only reads the batch
+  send_step(batch);
   inner_.forward(batch, logits);
+}
+
+void BroadcastingModel::begin_step(const ForwardBatch& batch) {
+  send_step(batch);
+  inner_.begin_step(batch);
 }
 
 void BroadcastingModel::finish() {
   if (finished_) return;
   finished_ = true;
-  StepHeader h{-1, 0, 0, 0};
   ForwardBatch none;
-  broadcast_step(replica_, none, h);
+  none.clear();
+  send_step(none, /*last=*/true);
+  for (auto& o : pending_) {
+    for (auto& r : o.requests) r->wait();
+  }
+  pending_.clear();
 }
 
 BroadcastingModel::~BroadcastingModel() {
@@ -76,11 +86,28 @@ void serve_replica_steps(Model& model, Communicator& replica, int64_t kv_budget_
                          int64_t max_blocks) {
   model.allocate_kv_cache(kv_budget_bytes, block_size, max_blocks);
   ForwardBatch batch;
+  std::vector<int32_t> ints;
   for (;;) {
     StepHeader h;
-    broadcast_step(replica, batch, h);
+    replica.recv(&h, sizeof h / sizeof(int64_t), CommDType::kI64, 0, kTagStepHeader);
     if (h.num_tokens < 0) return;
-    if (h.num_tokens > 0) model.forward(batch, nullptr);
+    if (h.num_tokens == 0) continue;
+    const size_t T = static_cast<size_t>(h.num_tokens);
+    const size_t sizes[kIntParts] = {T, T, T, static_cast<size_t>(h.seq_starts), static_cast<size_t>(h.blocks),
+                                     static_cast<size_t>(h.logit_rows)};
+    size_t total = 0;
+    for (size_t s : sizes) total += s;
+    ints.resize(total);
+    batch.slots.resize(T);
+    replica.recv(ints.data(), ints.size(), CommDType::kI32, 0, kTagStepInts);
+    replica.recv(batch.slots.data(), T, CommDType::kI64, 0, kTagStepSlots);
+    size_t at = 0;
+    for (size_t i = 0; i < kIntParts; ++i) {
+      auto* p = int_parts(batch, i);
+      p->assign(ints.begin() + static_cast<std::ptrdiff_t>(at), ints.begin() + static_cast<std::ptrdiff_t>(at + sizes[i]));
+      at += sizes[i];
+    }
+    model.forward(batch, nullptr);
   }
 }
 

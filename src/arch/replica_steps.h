@@ -1,13 +1,19 @@
 // Running one replica over several ranks: the leader (stage 0, tp 0) schedules and samples; every
-// step it broadcasts the step's batch to the other ranks of the replica, and all of them run their
+// step it sends the step's batch to the other ranks of the replica, and all of them run their
 // shard of it. Scheduling is decided once per replica, so every rank runs the same batch.
 #pragma once
 
+#include <deque>
+#include <memory>
+#include <vector>
+
 #include "arch/model.h"
+#include "parallel/communicator.h"
 
 namespace shardlm {
 
 class Communicator;
+class CommRequest;
 
 // On the leader: a Model whose forward() first broadcasts the batch to the replica.
 class BroadcastingModel final : public Model {
@@ -23,12 +29,27 @@ class BroadcastingModel final : public Model {
     return inner_.allocate_kv_cache(budget_bytes, block_size, max_blocks);
   }
   void forward(const ForwardBatch& batch, float* logits) override;
+  int max_steps_in_flight() const override { return inner_.max_steps_in_flight(); }
+  void begin_step(const ForwardBatch& batch) override;
+  void end_step(float* logits) override { inner_.end_step(logits); }
   size_t load_bytes() const override { return inner_.load_bytes(); }
   double load_seconds() const override { return inner_.load_seconds(); }
 
  private:
+  // Sends the step (or, with last, the end of the steps) to every other rank of the replica.
+  void send_step(const ForwardBatch& batch, bool last = false);
+
+  // A step's messages, kept until their sends complete.
+  struct Outgoing {
+    std::vector<int64_t> header;
+    std::vector<int32_t> ints;
+    std::vector<int64_t> slots;
+    std::vector<std::unique_ptr<CommRequest>> requests;
+  };
+
   Model& inner_;
   Communicator& replica_;
+  std::deque<Outgoing> pending_;
   bool finished_ = false;
 };
 

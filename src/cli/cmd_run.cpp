@@ -129,6 +129,7 @@ EngineConfig engine_config(const RunOptions& opt, const Topology& topo, const st
   // file's total.
   ec.total_requests = count_lines(prompts);
   ec.replica = topo.coords().replica;
+  if (topo.layout().replicas > 1) ec.lookahead = opt.max_seqs;
   return ec;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 
 #include "core/error.h"
 
@@ -26,11 +27,15 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
       tok_(tokenizer),
       cfg_(cfg),
       blocks_(model.allocate_kv_cache(cfg.kv_cache_bytes, cfg.scheduler.block_size,
-                                      kv_block_cap(model.spec(), cfg.scheduler))),
-      scheduler_(cfg.scheduler, blocks_) {
+                                      kv_block_cap(model.spec(), cfg.scheduler))) {
+  const int64_t m = std::max(1, model.max_steps_in_flight());
+  // Each micro-batch takes its share of the sequence cap; the token budget is per step.
+  SchedulerConfig per = cfg.scheduler;
+  per.max_seqs = std::max<int64_t>(1, (cfg.scheduler.max_seqs + m - 1) / m);
+  for (int64_t i = 0; i < m; ++i) schedulers_.push_back(std::make_unique<Scheduler>(per, blocks_));
   for (int32_t id : model.spec().eos_token_ids) eos_.insert(id);
   for (int32_t id : tokenizer.eos_ids()) eos_.insert(id);
-  max_model_len_ = std::min<int64_t>(model.spec().max_position_embeddings, scheduler_.capacity_tokens());
+  max_model_len_ = std::min<int64_t>(model.spec().max_position_embeddings, schedulers_[0]->capacity_tokens());
 }
 
 std::unique_ptr<Sequence> Engine::prepare(const ParsedRequest& req, double now, RequestResult* err) const {
@@ -133,7 +138,9 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
   const auto t0 = Clock::now();
   RunStats stats;
   const int64_t vocab = model_.spec().vocab_size;
-  const size_t lookahead = static_cast<size_t>(cfg_.scheduler.max_seqs) * 2 + 8;
+  const size_t M = schedulers_.size();
+  const size_t lookahead =
+      static_cast<size_t>(cfg_.lookahead > 0 ? cfg_.lookahead : cfg_.scheduler.max_seqs * 2 + 8);
   bool source_done = false;
   int64_t arrival = 0;
   double last_progress = 0;
@@ -143,11 +150,30 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
     stats.add_result(r);
     sink.on_result(r);
   };
+  auto count = [&](size_t (Scheduler::*what)() const) {
+    size_t n = 0;
+    for (const auto& s : schedulers_) n += ((*s).*what)();
+    return n;
+  };
+  auto all_idle = [&] {
+    for (const auto& s : schedulers_) {
+      if (!s->idle()) return false;
+    }
+    return true;
+  };
 
+  struct InFlight {
+    size_t m;
+    std::vector<ScheduledChunk> chunks;
+    StepRecord rec;
+  };
+  std::deque<InFlight> inflight;
+  std::vector<bool> busy(M, false);
+  size_t next_m = 0;
   ForwardBatch batch;
   for (;;) {
     // Keep a bounded window of requests read ahead: the prompt file is streamed, never loaded.
-    while (!source_done && scheduler_.num_waiting() < lookahead) {
+    while (!source_done && count(&Scheduler::num_waiting) < lookahead) {
       std::optional<ParsedRequest> req = source.next();
       if (!req) {
         source_done = true;
@@ -160,63 +186,84 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
         continue;
       }
       s->arrival = arrival++;
-      scheduler_.add(std::move(s));
-    }
-    if (scheduler_.idle() && source_done) break;
-
-    const double step_start = seconds_since(t0);
-    std::vector<ScheduledChunk> chunks = scheduler_.schedule();
-    SHARDLM_CHECK(!chunks.empty(), "scheduler made no progress with " << scheduler_.num_waiting() << " waiting and "
-                                                                      << scheduler_.num_running() << " running");
-    batch.clear();
-    StepRecord rec;
-    rec.step = stats.steps;
-    rec.replica = cfg_.replica;
-    rec.batch_size = static_cast<int32_t>(chunks.size());
-    for (const ScheduledChunk& c : chunks) {
-      batch.add_chunk(c.seq->tokens.data(), c.start, c.len, c.seq->blocks, cfg_.scheduler.block_size, c.samples);
-      // A chunk of one token past the prompt is decode; anything else is prefill (or recompute).
-      if (c.len == 1 && c.start >= c.seq->prompt_len()) {
-        rec.decode_tokens += 1;
-      } else {
-        rec.prefill_tokens += static_cast<int32_t>(c.len);
+      // To the micro-batch with the fewest sequences.
+      Scheduler* target = schedulers_[0].get();
+      for (const auto& sch : schedulers_) {
+        if (sch->num_waiting() + sch->num_running() < target->num_waiting() + target->num_running()) target = sch.get();
       }
+      target->add(std::move(s));
     }
-    logits_.resize(batch.logit_rows.size() * static_cast<size_t>(vocab));
-    model_.forward(batch, logits_.data());
+    if (all_idle() && source_done && inflight.empty()) break;
 
+    // Issue a step for every micro-batch that is not in flight and has work.
+    for (size_t k = 0; k < M; ++k) {
+      const size_t m = (next_m + k) % M;
+      if (busy[m]) continue;
+      std::vector<ScheduledChunk> chunks = schedulers_[m]->schedule();
+      if (chunks.empty()) continue;
+      InFlight f{m, std::move(chunks), {}};
+      f.rec.replica = cfg_.replica;
+      f.rec.batch_size = static_cast<int32_t>(f.chunks.size());
+      f.rec.t_start = seconds_since(t0);
+      batch.clear();
+      for (const ScheduledChunk& c : f.chunks) {
+        batch.add_chunk(c.seq->tokens.data(), c.start, c.len, c.seq->blocks, cfg_.scheduler.block_size, c.samples);
+        // A chunk of one token past the prompt is decode; anything else is prefill (or recompute).
+        if (c.len == 1 && c.start >= c.seq->prompt_len()) {
+          f.rec.decode_tokens += 1;
+        } else {
+          f.rec.prefill_tokens += static_cast<int32_t>(c.len);
+        }
+      }
+      model_.begin_step(batch);
+      busy[m] = true;
+      inflight.push_back(std::move(f));
+    }
+    next_m = (next_m + 1) % M;
+    SHARDLM_CHECK(!inflight.empty(), "scheduler made no progress with " << count(&Scheduler::num_waiting)
+                                                                      << " waiting and " << count(&Scheduler::num_running)
+                                                                      << " running");
+
+    // Finish the oldest step: sample, stop, and hand finished requests on.
+    InFlight f = std::move(inflight.front());
+    inflight.pop_front();
+    size_t rows = 0;
+    for (const ScheduledChunk& c : f.chunks) rows += c.samples;
+    logits_.resize(rows * static_cast<size_t>(vocab));
+    model_.end_step(logits_.data());
     const double now = seconds_since(t0);
     size_t row = 0;
     std::vector<Sequence*> done;
-    for (const ScheduledChunk& c : chunks) {
+    for (const ScheduledChunk& c : f.chunks) {
       c.seq->computed = c.start + c.len;
       if (!c.samples) continue;
       const Sample smp = sampler_.sample(logits_.data() + row * vocab, vocab, c.seq->params, c.seq->len());
       ++row;
       if (append_token(*c.seq, smp, now)) done.push_back(c.seq);
     }
-    rec.kv_blocks_used = scheduler_.blocks_used();
+    f.rec.kv_blocks_used = blocks_.num_used();
     for (Sequence* s : done) {
-      std::unique_ptr<Sequence> owned = scheduler_.finish(s);
+      std::unique_ptr<Sequence> owned = schedulers_[f.m]->finish(s);
       finalize(*owned, now);
       emit(owned->result);
     }
-    rec.t_start = step_start;
-    rec.wall_s = now - step_start;
-    sink.on_step(rec);
+    busy[f.m] = false;
+    f.rec.step = stats.steps;
+    f.rec.wall_s = now - f.rec.t_start;
+    sink.on_step(f.rec);
     ++stats.steps;
 
     if (cfg_.progress_interval_s > 0 && now - last_progress >= cfg_.progress_interval_s) {
       last_progress = now;
-      std::fprintf(stderr, "[shardlm] replica %d: %lld/%s requests, %lld running, %lld waiting, %.1f output tok/s, KV %d/%d blocks\n",
+      std::fprintf(stderr, "[shardlm] replica %d: %lld/%s requests, %zu running, %zu waiting, %.1f output tok/s, KV %d/%d blocks\n",
                    cfg_.replica, static_cast<long long>(stats.requests),
                    cfg_.total_requests >= 0 ? std::to_string(cfg_.total_requests).c_str() : "?",
-                   static_cast<long long>(scheduler_.num_running()), static_cast<long long>(scheduler_.num_waiting()),
-                   stats.output_tokens / std::max(now, 1e-9), rec.kv_blocks_used, blocks_.num_blocks());
+                   count(&Scheduler::num_running), count(&Scheduler::num_waiting),
+                   stats.output_tokens / std::max(now, 1e-9), blocks_.num_used(), blocks_.num_blocks());
     }
   }
   stats.wall_s = seconds_since(t0);
-  stats.preemptions = scheduler_.preemptions();
+  for (const auto& s : schedulers_) stats.preemptions += s->preemptions();
   return stats;
 }
 

@@ -40,6 +40,9 @@ struct EngineConfig {
   double progress_interval_s = 2.0;  // <= 0: no progress lines
   int64_t total_requests = -1;       // for the progress line; -1 when unknown
   int32_t replica = 0;               // recorded with every result and step
+  // Requests read ahead of the scheduler; 0 = 2 x max_seqs + 8. Replicas that share a prompt
+  // file keep it to max_seqs, so that one does not claim work another idle one could do.
+  int64_t lookahead = 0;
 };
 
 // KV blocks enough for max_seqs sequences of the full context: a larger cache would never be used.
@@ -56,6 +59,7 @@ class Engine {
 
   int64_t max_model_len() const { return max_model_len_; }
   int32_t kv_blocks() const { return blocks_.num_blocks(); }
+  size_t micro_batches() const { return schedulers_.size(); }
 
  private:
   // Turns a parsed line into a sequence, or fills `err` with its final result (an error, or an
@@ -69,7 +73,9 @@ class Engine {
   const Tokenizer& tok_;
   EngineConfig cfg_;
   BlockAllocator blocks_;
-  Scheduler scheduler_;
+  // One scheduler per micro-batch: with a pipeline of P stages, P micro-batches of disjoint
+  // sequences are in flight at once (one scheduler otherwise). They share the KV blocks.
+  std::vector<std::unique_ptr<Scheduler>> schedulers_;
   Sampler sampler_;
   std::set<int32_t> eos_;
   int64_t max_model_len_ = 0;

@@ -398,34 +398,60 @@ void MpiCommunicator::broadcast(void* buf, size_t count, CommDType t, int root) 
   wait_all(reqs, "broadcast", rank_ == root ? all_peers() : "root " + peer_text(root));
 }
 
-void MpiCommunicator::send(const void* buf, size_t count, CommDType t, int peer, int tag) {
+// The pieces of one nonblocking send or receive, completed together.
+class MpiRequest final : public CommRequest {
+ public:
+  MpiRequest(MpiCommunicator& c, const char* op, std::string peers) : c_(c), op_(op), peers_(std::move(peers)) {}
+  void wait() override {
+    if (!reqs_.empty()) c_.wait_all(reqs_, op_, peers_);
+    reqs_.clear();
+  }
+  std::vector<MPI_Request> reqs_;
+
+ private:
+  MpiCommunicator& c_;
+  const char* op_;
+  std::string peers_;
+};
+
+std::unique_ptr<CommRequest> MpiCommunicator::isend(const void* buf, size_t count, CommDType t, int peer, int tag) {
   check_peer(peer, "send");
   const size_t es = comm_dtype_size(t);
   StatScope st(stats_, count * es);
-  std::vector<MPI_Request> reqs;
+  auto r = std::make_unique<MpiRequest>(*this, "send", "receiver " + peer_text(peer));
   size_t off = 0;
   do {  // pieces match in order (MPI messages between a pair do not overtake)
     const size_t len = std::min(max_count_, count - off);
-    reqs.emplace_back(MPI_REQUEST_NULL);
-    check_mpi(MPI_Isend(cat(buf, off, es), static_cast<int>(len), mpi_type(t), peer, tag, comm_, &reqs.back()), "send");
+    r->reqs_.emplace_back(MPI_REQUEST_NULL);
+    check_mpi(MPI_Isend(cat(buf, off, es), static_cast<int>(len), mpi_type(t), peer, tag, comm_, &r->reqs_.back()),
+              "send");
     off += len;
   } while (off < count);
-  wait_all(reqs, "send", "receiver " + peer_text(peer));
+  return r;
 }
 
-void MpiCommunicator::recv(void* buf, size_t count, CommDType t, int peer, int tag) {
+std::unique_ptr<CommRequest> MpiCommunicator::irecv(void* buf, size_t count, CommDType t, int peer, int tag) {
   check_peer(peer, "recv");
   const size_t es = comm_dtype_size(t);
   StatScope st(stats_, 0);
-  std::vector<MPI_Request> reqs;
+  auto r = std::make_unique<MpiRequest>(*this, "recv", "sender " + peer_text(peer));
   size_t off = 0;
   do {
     const size_t len = std::min(max_count_, count - off);
-    reqs.emplace_back(MPI_REQUEST_NULL);
-    check_mpi(MPI_Irecv(at(buf, off, es), static_cast<int>(len), mpi_type(t), peer, tag, comm_, &reqs.back()), "recv");
+    r->reqs_.emplace_back(MPI_REQUEST_NULL);
+    check_mpi(MPI_Irecv(at(buf, off, es), static_cast<int>(len), mpi_type(t), peer, tag, comm_, &r->reqs_.back()),
+              "recv");
     off += len;
   } while (off < count);
-  wait_all(reqs, "recv", "sender " + peer_text(peer));
+  return r;
+}
+
+void MpiCommunicator::send(const void* buf, size_t count, CommDType t, int peer, int tag) {
+  isend(buf, count, t, peer, tag)->wait();
+}
+
+void MpiCommunicator::recv(void* buf, size_t count, CommDType t, int peer, int tag) {
+  irecv(buf, count, t, peer, tag)->wait();
 }
 
 void MpiCommunicator::send_recv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count,

@@ -60,6 +60,8 @@ class MpiCommunicator final : public Communicator {
   // Largest element count passed to one MPI call (default INT_MAX). Tests lower it to exercise
   // the piece-splitting and big-datatype paths with small buffers; every member must set the same.
   void set_max_count_per_call(size_t n);
+  std::unique_ptr<CommRequest> isend(const void* buf, size_t count, CommDType t, int peer, int tag) override;
+  std::unique_ptr<CommRequest> irecv(void* buf, size_t count, CommDType t, int peer, int tag) override;
 
   // The MPI_Comm_create_group tag for a member list: a hash of the sorted list, below tag_ub.
   static int group_tag(const std::vector<int>& members, int tag_ub);
@@ -67,6 +69,7 @@ class MpiCommunicator final : public Communicator {
  private:
   // Waits for all of reqs; throws the timeout Error "<op> on group ... peers: <peers>".
   void wait_all(std::vector<MPI_Request>& reqs, const char* op, const std::string& peers);
+  friend class MpiRequest;
   std::string all_peers() const;  // "world ranks a, b, c" (every member but this rank)
   std::string peer_text(int group_rank) const;
   void check_peer(int r, const char* op) const;

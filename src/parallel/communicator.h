@@ -25,6 +25,14 @@ struct CommStats {
   double seconds = 0;       // wall time inside calls
 };
 
+// A pending nonblocking send or receive. wait() completes it within the communicator's timeout
+// (throwing Error naming the peer otherwise); the buffer must stay untouched until then.
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  virtual void wait() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -50,6 +58,9 @@ class Communicator {
   virtual void broadcast(void* buf, size_t count, CommDType t, int root) = 0;
   virtual void send(const void* buf, size_t count, CommDType t, int peer, int tag) = 0;
   virtual void recv(void* buf, size_t count, CommDType t, int peer, int tag) = 0;
+  // Nonblocking forms, for pipelines: post early, overlap with compute, wait later.
+  virtual std::unique_ptr<CommRequest> isend(const void* buf, size_t count, CommDType t, int peer, int tag) = 0;
+  virtual std::unique_ptr<CommRequest> irecv(void* buf, size_t count, CommDType t, int peer, int tag) = 0;
   // Sends to `dest` and receives from `source` at the same time (a ring step, a pipeline shift),
   // so that every rank of a ring can do both without deadlock. send_count must equal the count the
   // matching receiver passes (likewise for send/recv), peers must differ from rank().

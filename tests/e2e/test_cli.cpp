@@ -67,8 +67,8 @@ TEST(Cli, RunWritesEveryRequestAndPerLineErrors) {
   EXPECT_GT(h.rows("/steps/wall_s"), 0u);
 }
 
-// Three replicas claim windows of 16 prompt lines in turn (each claims one at start, so each gets
-// work); the writer rank gathers them into one file whose rows equal a
+// Three replicas claim windows of 16 prompt lines in turn (with 4 sequences each, one window keeps
+// a replica busy for a while, so each gets work); the writer rank gathers them into one file whose rows equal a
 // single-rank run's, token for token, also at temperature > 0.
 TEST(Cli, ReplicasGiveTheSingleRankResult) {
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
@@ -80,7 +80,8 @@ TEST(Cli, ReplicasGiveTheSingleRankResult) {
              "\", \"max_tokens\": " + std::to_string(8 + i) + ", \"temperature\": 0.8}\n";
   }
   test::write_file(d / "p.jsonl", lines);
-  const std::string args = " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --threads 1 -q --seed 9";
+  const std::string args =
+      " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --threads 1 -q --seed 9 --max-seqs 4";
   Proc one = sh(bin() + args + " --out " + (d / "one.h5").string());
   ASSERT_EQ(one.code, 0) << one.out;
   Proc three = sh(test::mpirun(3) + bin() + args + " --out " + (d / "three.h5").string());
