@@ -79,6 +79,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir) {
       tv.shape = e.shape;
       tv.nbytes = static_cast<size_t>(e.end - e.begin);
       tv.data = mf->data() + h.data_offset + e.begin;
+      tv.file_offset = h.data_offset + e.begin;
       auto prev = ck->tensors_.find(e.name);
       SHARDLM_CHECK(prev == ck->tensors_.end(), "tensor '" << e.name << "' appears in both " << prev->second.file
                                                             << " and " << path);

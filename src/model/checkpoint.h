@@ -22,6 +22,7 @@ struct TensorView {
   std::vector<int64_t> shape;
   const void* data = nullptr;  // points into the mapped file
   size_t nbytes = 0;
+  uint64_t file_offset = 0;    // where `data` starts in `file`
 
   int64_t numel() const {
     int64_t n = 1;

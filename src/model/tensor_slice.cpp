@@ -1,5 +1,9 @@
 #include "model/tensor_slice.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 
 #include "core/error.h"
@@ -25,11 +29,27 @@ TensorView slice_cols(const TensorView& t, int64_t c0, int64_t n, std::vector<ui
   const size_t es = dtype_size(t.dtype);
   const int64_t rows = t.shape[0], cols = t.shape[1];
   storage->resize(static_cast<size_t>(rows * n) * es);
-  const auto* src = static_cast<const uint8_t*>(t.data);
+  // pread, not the mapping: a column slice holds part of every row, and copying it from the
+  // mapping would map (and count as this rank's memory) every page of the whole tensor.
+  const int fd = ::open(t.file.c_str(), O_RDONLY | O_CLOEXEC);
+  SHARDLM_CHECK(fd >= 0, t.file << ": cannot open to read tensor '" << t.name << "': " << std::strerror(errno));
+  const size_t row_bytes = static_cast<size_t>(n) * es;
   for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(storage->data() + static_cast<size_t>(r * n) * es, src + static_cast<size_t>(r * cols + c0) * es,
-                static_cast<size_t>(n) * es);
+    const uint64_t off = t.file_offset + static_cast<uint64_t>(r * cols + c0) * es;
+    uint8_t* dst = storage->data() + static_cast<size_t>(r) * row_bytes;
+    size_t done = 0;
+    while (done < row_bytes) {
+      const ssize_t got = ::pread(fd, dst + done, row_bytes - done, static_cast<off_t>(off + done));
+      if (got <= 0) {
+        const int err = errno;
+        ::close(fd);
+        SHARDLM_FAIL(t.file << ": reading columns of tensor '" << t.name << "' failed: "
+                            << (got == 0 ? "unexpected end of file" : std::strerror(err)));
+      }
+      done += static_cast<size_t>(got);
+    }
   }
+  ::close(fd);
   TensorView v = t;
   v.shape[1] = n;
   v.data = storage->data();

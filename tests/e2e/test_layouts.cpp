@@ -212,3 +212,54 @@ TEST(Faults, HungRankTimesOutNamingGroupAndPeer) {
 
 }  // namespace
 }  // namespace shardlm
+
+namespace shardlm {
+namespace {
+
+struct RankMemory {
+  std::vector<int64_t> rss, load;
+};
+
+RankMemory rank_memory(const std::string& h5) {
+  test::H5Reader h(h5);
+  return {h.scalars<int64_t>("/ranks/peak_rss_bytes", H5T_NATIVE_INT64), h.scalars<int64_t>("/ranks/load_bytes", H5T_NATIVE_INT64)};
+}
+
+// On a 41 MB model, a rank of a sharded layout loads 1/(tp x pp) of the weights, and its peak
+// resident memory is lower than a single rank's by most of what it did not load.
+TEST(Memory, RankHoldsAboutItsShard) {
+  fs::path d = test::fresh_dir("memory");
+  test::write_file(d / "config.json",
+                   R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+                       "intermediate_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 4,
+                       "num_key_value_heads": 2, "vocab_size": 32000, "max_position_embeddings": 256,
+                       "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false,
+                       "bos_token_id": 1, "eos_token_id": 2})");
+  const std::string model = (d / "model").string();
+  ASSERT_EQ(sh(shardlm_bin() + " make-model --config " + (d / "config.json").string() + " --out " + model +
+               " --dtype bf16 --seed 1").code, 0);
+  test::write_file(d / "p.jsonl", "{\"id\": \"a\", \"prompt_token_ids\": [1, 2, 3], \"max_tokens\": 4}\n");
+  const std::string args = " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " -q --threads 1 --kv-cache-gb 0.01";
+  ASSERT_EQ(sh(shardlm_bin() + args + " --out " + (d / "one.h5").string()).code, 0);
+  const RankMemory one = rank_memory((d / "one.h5").string());
+  ASSERT_EQ(one.load.size(), 1u);
+  EXPECT_GT(one.load[0], 40'000'000);
+  for (const Layout& l : {Layout{2, 1, 1}, Layout{2, 2, 1}}) {
+    const std::string out = (d / (name(l) + ".h5")).string();
+    Proc p = sh(mpirun(l.tp * l.pp) + shardlm_bin() + args + " --tp " + std::to_string(l.tp) + " --pp " +
+                std::to_string(l.pp) + " --out " + out);
+    ASSERT_EQ(p.code, 0) << p.out;
+    const RankMemory m = rank_memory(out);
+    ASSERT_EQ(m.load.size(), static_cast<size_t>(l.tp * l.pp));
+    for (size_t r = 0; r < m.load.size(); ++r) {
+      const int64_t not_loaded = one.load[0] - m.load[r];
+      // A stage also holds its share of the embedding or the LM head, so shards are near, not exactly, 1/n.
+      EXPECT_GT(not_loaded, one.load[0] / 3) << name(l) << " rank " << r;
+      EXPECT_GE(one.rss[0] - m.rss[r], not_loaded * 7 / 10)
+          << name(l) << " rank " << r << ": rss " << m.rss[r] << " vs one rank's " << one.rss[0];
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shardlm
