@@ -3,6 +3,9 @@
 #include <hdf5.h>
 #include <pcre2.h>
 #include <utf8proc.h>
+#ifdef SHARDLM_HAVE_LIBFABRIC
+#include <rdma/fabric.h>
+#endif
 
 #include <boost/version.hpp>
 #include <ctime>
@@ -25,6 +28,10 @@ std::vector<std::pair<std::string, std::string>> library_versions() {
   v.emplace_back("nlohmann_json", std::to_string(NLOHMANN_JSON_VERSION_MAJOR) + "." +
                                       std::to_string(NLOHMANN_JSON_VERSION_MINOR) + "." +
                                       std::to_string(NLOHMANN_JSON_VERSION_PATCH));
+#ifdef SHARDLM_HAVE_LIBFABRIC
+  const uint32_t fv = fi_version();
+  v.emplace_back("libfabric", std::to_string(FI_MAJOR(fv)) + "." + std::to_string(FI_MINOR(fv)));
+#endif
   return v;
 }
 

@@ -65,7 +65,7 @@ void expect_same(const test::RunOutput& a, const test::RunOutput& b, const std::
 }
 
 void check_layouts(const std::string& model, const std::vector<Layout>& layouts, bool long_prompts,
-                   const std::string& tag) {
+                   const std::string& tag, const std::string& extra = "") {
   fs::path d = test::fresh_dir("layouts-" + tag);
   write_prompts(d / "p.jsonl", 12, long_prompts);
   const std::string common = " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
@@ -76,9 +76,9 @@ void check_layouts(const std::string& model, const std::vector<Layout>& layouts,
   for (const Layout& l : layouts) {
     const std::string out = (d / (name(l) + ".h5")).string();
     Proc p = sh(mpirun(l.tp * l.pp * l.replicas) + shardlm_bin() + common + " --tp " + std::to_string(l.tp) + " --pp " +
-                std::to_string(l.pp) + " --out " + out);
+                std::to_string(l.pp) + extra + " --out " + out);
     ASSERT_EQ(p.code, 0) << name(l) << "\n" << p.out;
-    expect_same(ref, test::read_run(out), tag + " " + name(l));
+    expect_same(ref, test::read_run(out), tag + " " + name(l) + extra);
   }
 }
 
@@ -89,6 +89,12 @@ TEST(Layouts, Stories260KEveryLayoutMatchesOneRank) {
 
 // Random models made here: KV heads fewer than tp (replicated), q/k/v bias with tied embeddings,
 // QK-norm with head_dim != hidden/heads, and a sliding window shorter than the prompts.
+// Unbalanced stages given by hand: one layer on the first stage, four on the second.
+TEST(Layouts, StageLayersByHand) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  check_layouts(model, {{1, 2, 1}, {2, 2, 1}}, false, "pp-layers", " --pp-layers 1,4");
+}
+
 TEST(Layouts, RandomModelsOfEachArchitecture) {
   fs::path d = test::fresh_dir("layout-models");
   struct Case {
