@@ -414,36 +414,38 @@ class MpiRequest final : public CommRequest {
   std::string peers_;
 };
 
+// Posts a point-to-point transfer in pieces of at most max_count_ elements (pieces match in order:
+// MPI messages between a pair do not overtake).
+template <typename Post>
+std::unique_ptr<CommRequest> MpiCommunicator::post_pieces(size_t count, size_t es, const char* op,
+                                                          std::string peers, Post post) {
+  auto r = std::make_unique<MpiRequest>(*this, op, std::move(peers));
+  size_t off = 0;
+  do {
+    const size_t len = std::min(max_count_, count - off);
+    r->reqs_.emplace_back(MPI_REQUEST_NULL);
+    check_mpi(post(off * es, static_cast<int>(len), &r->reqs_.back()), op);
+    off += len;
+  } while (off < count);
+  return r;
+}
+
 std::unique_ptr<CommRequest> MpiCommunicator::isend(const void* buf, size_t count, CommDType t, int peer, int tag) {
   check_peer(peer, "send");
   const size_t es = comm_dtype_size(t);
   StatScope st(stats_, count * es);
-  auto r = std::make_unique<MpiRequest>(*this, "send", "receiver " + peer_text(peer));
-  size_t off = 0;
-  do {  // pieces match in order (MPI messages between a pair do not overtake)
-    const size_t len = std::min(max_count_, count - off);
-    r->reqs_.emplace_back(MPI_REQUEST_NULL);
-    check_mpi(MPI_Isend(cat(buf, off, es), static_cast<int>(len), mpi_type(t), peer, tag, comm_, &r->reqs_.back()),
-              "send");
-    off += len;
-  } while (off < count);
-  return r;
+  return post_pieces(count, es, "send", "receiver " + peer_text(peer), [&](size_t byte_off, int len, MPI_Request* q) {
+    return MPI_Isend(static_cast<const char*>(buf) + byte_off, len, mpi_type(t), peer, tag, comm_, q);
+  });
 }
 
 std::unique_ptr<CommRequest> MpiCommunicator::irecv(void* buf, size_t count, CommDType t, int peer, int tag) {
   check_peer(peer, "recv");
   const size_t es = comm_dtype_size(t);
   StatScope st(stats_, 0);
-  auto r = std::make_unique<MpiRequest>(*this, "recv", "sender " + peer_text(peer));
-  size_t off = 0;
-  do {
-    const size_t len = std::min(max_count_, count - off);
-    r->reqs_.emplace_back(MPI_REQUEST_NULL);
-    check_mpi(MPI_Irecv(at(buf, off, es), static_cast<int>(len), mpi_type(t), peer, tag, comm_, &r->reqs_.back()),
-              "recv");
-    off += len;
-  } while (off < count);
-  return r;
+  return post_pieces(count, es, "recv", "sender " + peer_text(peer), [&](size_t byte_off, int len, MPI_Request* q) {
+    return MPI_Irecv(static_cast<char*>(buf) + byte_off, len, mpi_type(t), peer, tag, comm_, q);
+  });
 }
 
 void MpiCommunicator::send(const void* buf, size_t count, CommDType t, int peer, int tag) {

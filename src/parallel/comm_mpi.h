@@ -70,6 +70,8 @@ class MpiCommunicator final : public Communicator {
   // Waits for all of reqs; throws the timeout Error "<op> on group ... peers: <peers>".
   void wait_all(std::vector<MPI_Request>& reqs, const char* op, const std::string& peers);
   friend class MpiRequest;
+  template <typename Post>
+  std::unique_ptr<CommRequest> post_pieces(size_t count, size_t es, const char* op, std::string peers, Post post);
   std::string all_peers() const;  // "world ranks a, b, c" (every member but this rank)
   std::string peer_text(int group_rank) const;
   void check_peer(int r, const char* op) const;

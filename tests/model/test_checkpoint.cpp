@@ -14,16 +14,7 @@
 namespace shardlm {
 namespace {
 
-template <typename Fn>
-void expect_error(Fn fn, std::initializer_list<std::string> needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "no Error thrown";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
-  }
-}
+using test::expect_error;
 
 TEST(Checkpoint, Stories260K) {
   SHARDLM_REQUIRE_SHARED(dir, "models/stories260K");

@@ -17,16 +17,7 @@ ModelSpec parse_input(const std::string& name) {
 }
 
 // Expects fn to throw Error whose message holds every one of the needles.
-template <typename Fn>
-void expect_error(Fn fn, std::initializer_list<std::string> needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "no Error thrown";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
-  }
-}
+using test::expect_error;
 
 const char* kMinimalLlama = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
   "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,

@@ -24,16 +24,7 @@ SafetensorsHeader parse(const std::string& bytes, const std::string& file = "t/m
   return parse_safetensors_header(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), bytes.size(), file);
 }
 
-template <typename Fn>
-void expect_error(Fn fn, std::initializer_list<std::string> needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "no Error thrown";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
-  }
-}
+using test::expect_error;
 
 const std::string k16(16, '\x01');
 

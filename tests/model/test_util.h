@@ -2,6 +2,7 @@
 #pragma once
 
 #include "common/test_files.h"
+#include "core/error.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -36,5 +37,17 @@ class ScratchDir {
   std::filesystem::path path_;
 };
 
+
+// Runs fn, which must throw shardlm::Error whose message contains every needle.
+template <typename Fn>
+void expect_error(Fn fn, std::initializer_list<std::string> needles) {
+  try {
+    fn();
+    ADD_FAILURE() << "no Error thrown";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
+  }
+}
 
 }  // namespace shardlm::test
