@@ -1,7 +1,10 @@
 // shardlm run: the main job. Every rank runs this; its place in the layout decides its part.
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <unordered_set>
 
 #include "arch/model.h"
 #include "arch/replica_steps.h"
@@ -12,6 +15,7 @@
 #include "compute/backend.h"
 #include "core/build_info.h"
 #include "core/error.h"
+#include "core/stop_signal.h"
 #include "cpu/threads.h"
 #include "model/checkpoint.h"
 #include "model/model_spec.h"
@@ -73,6 +77,32 @@ Groups make_groups(const Topology& topo, const RunOptions& opt) {
     g.replica = make_communicator(opt.comm, topo.replica_group(), where, opt.comm_timeout);
   }
   return g;
+}
+
+// Every rank gets rank 0's list (length-prefixed in one buffer).
+void share_strings(Communicator* world, std::vector<std::string>* v) {
+  if (!world) return;
+  std::string buf;
+  if (world->rank() == 0) {
+    for (const std::string& s : *v) {
+      const uint64_t n = s.size();
+      buf.append(reinterpret_cast<const char*>(&n), sizeof n);
+      buf += s;
+    }
+  }
+  int64_t size = static_cast<int64_t>(buf.size());
+  world->broadcast(&size, 1, CommDType::kI64, 0);
+  buf.resize(static_cast<size_t>(size));
+  world->broadcast(buf.data(), buf.size(), CommDType::kU8, 0);
+  if (world->rank() == 0) return;
+  v->clear();
+  for (size_t at = 0; at + sizeof(uint64_t) <= buf.size();) {
+    uint64_t n;
+    std::memcpy(&n, buf.data() + at, sizeof n);
+    at += sizeof n;
+    v->push_back(buf.substr(at, n));
+    at += n;
+  }
 }
 
 RankRecord my_record(const Topology& topo, const Model& model, const Groups& g) {
@@ -174,6 +204,7 @@ void write_summary(ResultWriter& w, const RunStats& stats) {
 int cmd_run(int argc, char** argv) {
   RunOptions opt;
   if (!parse_run_options(argc, argv, &opt)) return 0;
+  install_stop_handlers();
   const int rank = MpiEnv::rank(), world = MpiEnv::size();
   cpu::set_num_threads(opt.threads);
   const std::string started = iso_time_now();
@@ -186,6 +217,17 @@ int cmd_run(int argc, char** argv) {
                           static_cast<int>(spec.num_layers));
   }
   Groups groups = make_groups(topo, opt);
+  // The writer opens its file before any weight is read: a bad output path fails at once, and a
+  // resumed file says which requests are done.
+  std::unique_ptr<ResultWriter> writer;
+  std::vector<std::string> finished;
+  if (rank == 0) {
+    const bool resume = opt.resume && std::filesystem::exists(opt.out);
+    writer = std::make_unique<ResultWriter>(opt.out, opt.flush_every, resume, opt.flush_seconds);
+    if (resume) finished = writer->finished_ids();
+  }
+  share_strings(groups.world.get(), &finished);
+  const std::unordered_set<std::string> done(finished.begin(), finished.end());
   // Replicas claim windows of prompt lines from one queue; every rank takes part in its creation.
   std::unique_ptr<LineQueue> queue;
   if (layout.replicas > 1) queue = std::make_unique<LineQueue>(kLinesPerClaim);
@@ -224,7 +266,7 @@ int cmd_run(int argc, char** argv) {
   ReaderSource whole_file(reader);
   std::unique_ptr<ClaimingSource> claiming;
   if (queue) claiming = std::make_unique<ClaimingSource>(reader, *queue);
-  RequestSource& source = queue ? static_cast<RequestSource&>(*claiming) : whole_file;
+  SkipFinishedSource source(queue ? static_cast<RequestSource&>(*claiming) : whole_file, done);
 
   if (rank != 0) {
     RemoteSink sink(0);
@@ -232,13 +274,13 @@ int cmd_run(int argc, char** argv) {
     if (broadcasting) broadcasting->finish();
     sink.finish({local.steps, local.preemptions});
     gather_rank_records(groups.world.get(), my_record(topo, *model, groups));
-    return 0;
+    return local.interrupted_by ? 128 + local.interrupted_by : 0;
   }
 
-  ResultWriter writer(opt.out, opt.flush_every);
-  write_attributes(writer, opt, spec, topo, started, argc, argv);
+  write_attributes(*writer, opt, spec, topo, started, argc, argv);
+  if (!done.empty()) writer->set_attr("resumed_with_requests", static_cast<int64_t>(done.size()));
   RunStats stats;  // every replica's requests
-  WriterSink sink(writer, stats);
+  WriterSink sink(*writer, stats);
   std::vector<int> leaders = topo.replica_leaders();
   leaders.erase(leaders.begin());  // all but this rank
   ReplicaCollector collector(sink, leaders, opt.comm_timeout);
@@ -254,11 +296,20 @@ int cmd_run(int argc, char** argv) {
   const std::vector<RankRecord> ranks = gather_rank_records(groups.world.get(), my_record(topo, *model, groups));
   int64_t load_bytes = 0;
   for (const RankRecord& r : ranks) load_bytes += r.load_bytes;
-  writer.set_attr("load_bytes", load_bytes);
-  writer.set_attr("load_seconds", model->load_seconds());
-  writer.write_ranks(ranks);
-  write_summary(writer, stats);
-  writer.close();
+  writer->set_attr("load_bytes", load_bytes);
+  writer->set_attr("load_seconds", model->load_seconds());
+  writer->write_ranks(ranks);
+  write_summary(*writer, stats);
+  const int sig = local.interrupted_by;
+  writer->set_attr("interrupted_by_signal", static_cast<int64_t>(sig));
+  writer->close();
+  if (sig) {
+    std::fprintf(stderr,
+                 "[shardlm] stopped by signal %d: %s; %s holds every finished request (rerun with --resume to "
+                 "finish)\n",
+                 sig, stats.summary().c_str(), opt.out.c_str());
+    return 128 + sig;
+  }
   std::fprintf(stderr, "[shardlm] done: %s -> %s\n", stats.summary().c_str(), opt.out.c_str());
   return 0;
 }

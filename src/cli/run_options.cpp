@@ -37,6 +37,8 @@ po::options_description describe(RunOptions& o) {
     ("block-size", po::value(&o.block_size)->default_value(o.block_size), "tokens per KV cache block")
     ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads per rank (0 = all cores)")
     ("flush-every", po::value(&o.flush_every)->default_value(o.flush_every), "flush the HDF5 file every N finished requests")
+    ("flush-seconds", po::value(&o.flush_seconds)->default_value(o.flush_seconds), "... and at least every S seconds (0 = off)")
+    ("resume", po::bool_switch(&o.resume), "append to an existing --out, skipping the request ids it already holds (a fresh run when it does not exist)")
     ("progress-interval", po::value(&o.progress_interval)->default_value(o.progress_interval), "seconds between progress lines (0 = none)")
     ("tp", po::value(&o.tp)->default_value(o.tp), "tensor-parallel ranks per pipeline stage")
     ("pp", po::value(&o.pp)->default_value(o.pp), "pipeline stages per replica")
@@ -82,6 +84,7 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
   SHARDLM_CHECK(o.block_size >= 1 && o.block_size <= 1024, "--block-size must be in [1, 1024]");
   SHARDLM_CHECK(o.threads >= 0, "--threads must be >= 0");
   SHARDLM_CHECK(o.flush_every >= 1, "--flush-every must be >= 1");
+  SHARDLM_CHECK(o.flush_seconds >= 0, "--flush-seconds must be >= 0");
   SHARDLM_CHECK(o.comm_timeout > 0, "--comm-timeout must be positive");
   SHARDLM_CHECK(o.tp >= 1 && o.pp >= 1 && o.replicas >= 0, "--tp and --pp must be >= 1, --replicas >= 0");
   *out = o;
@@ -96,7 +99,8 @@ std::string to_ini(const RunOptions& o) {
   for (const auto& st : o.stop) s << "\nstop = " << st;
   s << "\nignore-eos = " << (o.ignore_eos ? "true" : "false") << "\nmax-batch-tokens = " << o.max_batch_tokens
     << "\nmax-seqs = " << o.max_seqs << "\nkv-cache-gb = " << o.kv_cache_gb << "\nblock-size = " << o.block_size
-    << "\nthreads = " << o.threads << "\nflush-every = " << o.flush_every << "\ntp = " << o.tp << "\npp = " << o.pp << "\nreplicas = " << o.replicas;
+    << "\nthreads = " << o.threads << "\nflush-every = " << o.flush_every << "\nflush-seconds = " << o.flush_seconds
+    << "\nresume = " << (o.resume ? "true" : "false") << "\ntp = " << o.tp << "\npp = " << o.pp << "\nreplicas = " << o.replicas;
   if (!o.pp_layers.empty()) s << "\npp-layers = " << o.pp_layers;
   s << "\ncomm = " << o.comm << "\ncomm-timeout = " << o.comm_timeout << "\n";
   return s.str();

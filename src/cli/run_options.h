@@ -29,6 +29,8 @@ struct RunOptions {
   int64_t block_size = 16;
   int threads = 0;                // CPU threads per rank; 0 = all cores
   int flush_every = 64;           // HDF5 flush period in finished requests
+  double flush_seconds = 10;      // ... and in seconds
+  bool resume = false;            // append to an existing output, skipping the ids it holds
   double progress_interval = 2.0; // seconds between progress lines
   int tp = 1;                     // tensor-parallel ranks per stage
   int pp = 1;                     // pipeline stages

@@ -1,6 +1,9 @@
 // Where `shardlm run` takes requests from and hands results to.
 #pragma once
 
+#include <string>
+#include <unordered_set>
+
 #include "engine/engine.h"
 #include "io/request_reader.h"
 #include "io/result_writer.h"
@@ -35,6 +38,25 @@ class ClaimingSource final : public RequestSource {
  private:
   RequestReader& r_;
   LineQueue& q_;
+};
+
+// Drops requests whose ids a resumed output already holds.
+class SkipFinishedSource final : public RequestSource {
+ public:
+  SkipFinishedSource(RequestSource& inner, const std::unordered_set<std::string>& done) : inner_(inner), done_(done) {}
+  std::optional<ParsedRequest> next() override {
+    for (;;) {
+      std::optional<ParsedRequest> r = inner_.next();
+      if (!r || !done_.count(r->id)) return r;
+      ++skipped_;
+    }
+  }
+  int64_t skipped() const { return skipped_; }
+
+ private:
+  RequestSource& inner_;
+  const std::unordered_set<std::string>& done_;
+  int64_t skipped_ = 0;
 };
 
 // On the writer rank: every result (its own and other replicas') goes to the file and the totals.

@@ -6,6 +6,7 @@
 #include <deque>
 
 #include "core/error.h"
+#include "core/stop_signal.h"
 
 namespace shardlm {
 
@@ -172,6 +173,19 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
   size_t next_m = 0;
   ForwardBatch batch;
   for (;;) {
+    if (stop_requested()) {
+      // Stop admitting and stop stepping: what is in flight is dropped (a resumed run redoes it);
+      // pipelined steps already begun are ended so every rank of the replica stays in step.
+      while (!inflight.empty()) {
+        size_t rows = 0;
+        for (const ScheduledChunk& c : inflight.front().chunks) rows += c.samples;
+        logits_.resize(rows * static_cast<size_t>(vocab));
+        model_.end_step(logits_.data());
+        inflight.pop_front();
+      }
+      stats.interrupted_by = stop_signal();
+      break;
+    }
     // Keep a bounded window of requests read ahead: the prompt file is streamed, never loaded.
     while (!source_done && count(&Scheduler::num_waiting) < lookahead) {
       std::optional<ParsedRequest> req = source.next();

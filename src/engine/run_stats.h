@@ -14,6 +14,7 @@ struct RunStats {
   int64_t prompt_tokens = 0, output_tokens = 0;
   int64_t steps = 0, preemptions = 0;
   double wall_s = 0;
+  int interrupted_by = 0;  // the signal that stopped the run early, 0 when it ran to the end
   std::vector<double> ttft_s;  // per request, time to first token (from queueing)
   std::vector<double> tpot_s;  // per request with >1 token: mean time per output token after the first
 

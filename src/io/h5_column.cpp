@@ -34,6 +34,22 @@ Column::Column(hid_t parent, const std::string& name, ColumnKind kind, hsize_t c
   mem_type_ = std::move(mem_type);
 }
 
+Column::Column(hid_t parent, const std::string& name, ColumnKind kind, const std::string& context)
+    : where_(context + " dataset '" + name + "'") {
+  dset_ = Id(H5Dopen2(parent, name.c_str(), H5P_DEFAULT));
+  check(dset_.get(), "opening the dataset to append (is this a shardlm output file?)", where_);
+  mem_type_ = std::move(types_for(kind).second);
+  Id space(H5Dget_space(dset_.get()));
+  check(space.get(), "H5Dget_space", where_);
+  check(H5Sget_simple_extent_dims(space.get(), &size_, nullptr), "H5Sget_simple_extent_dims", where_);
+}
+
+void Column::truncate(hsize_t n) {
+  if (n >= size_) return;
+  check(H5Dset_extent(dset_.get(), &n), "H5Dset_extent", where_);
+  size_ = n;
+}
+
 void Column::append(const void* data, size_t n) {
   if (n == 0) return;
   const hsize_t start = size_, count = n, new_size = size_ + n;

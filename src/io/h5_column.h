@@ -25,8 +25,12 @@ class Column {
   // Creates <parent>/<name> empty, unlimited, in chunks of chunk_rows rows. `context` names the
   // file in error messages.
   Column(hid_t parent, const std::string& name, ColumnKind kind, hsize_t chunk_rows, const std::string& context);
+  // Opens an existing <parent>/<name> (written by the constructor above) to append to it.
+  Column(hid_t parent, const std::string& name, ColumnKind kind, const std::string& context);
   // Writes n elements after the last row.
   void append(const void* data, size_t n);
+  // Drops rows past n (rows a crash left in some columns but not all).
+  void truncate(hsize_t n);
   hsize_t size() const { return size_; }
 
  private:

@@ -2,6 +2,8 @@
 // column by column, a batch at a time.
 #include "io/result_writer.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <deque>
 #include <exception>
@@ -34,33 +36,43 @@ hvl_t vlen_of(const std::vector<T>& v) {
 struct RequestColumns {
   Column id, line, prompt_tokens, output_tokens, output_text, finish_reason, token_logprobs, error, t_queued,
       t_first_token, t_finished, replica;
-  RequestColumns(hid_t g, const std::string& ctx)
-      : id(g, "id", ColumnKind::kString, kChunkRows, ctx),
-        line(g, "line", ColumnKind::kInt64, kChunkRows, ctx),
-        prompt_tokens(g, "prompt_tokens", ColumnKind::kVlenInt32, kChunkRows, ctx),
-        output_tokens(g, "output_tokens", ColumnKind::kVlenInt32, kChunkRows, ctx),
-        output_text(g, "output_text", ColumnKind::kString, kChunkRows, ctx),
-        finish_reason(g, "finish_reason", ColumnKind::kString, kChunkRows, ctx),
-        token_logprobs(g, "token_logprobs", ColumnKind::kVlenFloat32, kChunkRows, ctx),
-        error(g, "error", ColumnKind::kString, kChunkRows, ctx),
-        t_queued(g, "t_queued", ColumnKind::kFloat64, kChunkRows, ctx),
-        t_first_token(g, "t_first_token", ColumnKind::kFloat64, kChunkRows, ctx),
-        t_finished(g, "t_finished", ColumnKind::kFloat64, kChunkRows, ctx),
-        replica(g, "replica", ColumnKind::kInt32, kChunkRows, ctx) {}
+  // With a chunk size (m = kChunkRows) the columns are created; without, an existing file's are opened.
+  template <typename... Mode>
+  RequestColumns(hid_t g, const std::string& ctx, Mode... m)
+      : id(g, "id", ColumnKind::kString, m..., ctx),
+        line(g, "line", ColumnKind::kInt64, m..., ctx),
+        prompt_tokens(g, "prompt_tokens", ColumnKind::kVlenInt32, m..., ctx),
+        output_tokens(g, "output_tokens", ColumnKind::kVlenInt32, m..., ctx),
+        output_text(g, "output_text", ColumnKind::kString, m..., ctx),
+        finish_reason(g, "finish_reason", ColumnKind::kString, m..., ctx),
+        token_logprobs(g, "token_logprobs", ColumnKind::kVlenFloat32, m..., ctx),
+        error(g, "error", ColumnKind::kString, m..., ctx),
+        t_queued(g, "t_queued", ColumnKind::kFloat64, m..., ctx),
+        t_first_token(g, "t_first_token", ColumnKind::kFloat64, m..., ctx),
+        t_finished(g, "t_finished", ColumnKind::kFloat64, m..., ctx),
+        replica(g, "replica", ColumnKind::kInt32, m..., ctx) {}
+  std::vector<Column*> all() {
+    return {&id, &line, &prompt_tokens, &output_tokens, &output_text, &finish_reason, &token_logprobs, &error,
+            &t_queued, &t_first_token, &t_finished, &replica};
+  }
 };
 
 // The /steps columns.
 struct StepColumns {
   Column step, replica, batch_size, prefill_tokens, decode_tokens, kv_blocks_used, t_start, wall_s;
-  StepColumns(hid_t g, const std::string& ctx)
-      : step(g, "step", ColumnKind::kInt64, kChunkRows, ctx),
-        replica(g, "replica", ColumnKind::kInt32, kChunkRows, ctx),
-        batch_size(g, "batch_size", ColumnKind::kInt32, kChunkRows, ctx),
-        prefill_tokens(g, "prefill_tokens", ColumnKind::kInt32, kChunkRows, ctx),
-        decode_tokens(g, "decode_tokens", ColumnKind::kInt32, kChunkRows, ctx),
-        kv_blocks_used(g, "kv_blocks_used", ColumnKind::kInt32, kChunkRows, ctx),
-        t_start(g, "t_start", ColumnKind::kFloat64, kChunkRows, ctx),
-        wall_s(g, "wall_s", ColumnKind::kFloat64, kChunkRows, ctx) {}
+  template <typename... Mode>
+  StepColumns(hid_t g, const std::string& ctx, Mode... m)
+      : step(g, "step", ColumnKind::kInt64, m..., ctx),
+        replica(g, "replica", ColumnKind::kInt32, m..., ctx),
+        batch_size(g, "batch_size", ColumnKind::kInt32, m..., ctx),
+        prefill_tokens(g, "prefill_tokens", ColumnKind::kInt32, m..., ctx),
+        decode_tokens(g, "decode_tokens", ColumnKind::kInt32, m..., ctx),
+        kv_blocks_used(g, "kv_blocks_used", ColumnKind::kInt32, m..., ctx),
+        t_start(g, "t_start", ColumnKind::kFloat64, m..., ctx),
+        wall_s(g, "wall_s", ColumnKind::kFloat64, m..., ctx) {}
+  std::vector<Column*> all() {
+    return {&step, &replica, &batch_size, &prefill_tokens, &decode_tokens, &kv_blocks_used, &t_start, &wall_s};
+  }
 };
 
 // Holds the C strings handed to HDF5 for one batch; text that is not UTF-8 is repaired into
@@ -80,6 +92,8 @@ struct ResultWriter::Impl {
   std::string path;
   std::string ctx;  // "HDF5 output '<path>'", the prefix of every error
   size_t flush_every;
+  double flush_seconds = 0;
+  std::chrono::steady_clock::time_point last_flush;
   hid_t file = H5I_INVALID_HID;
   h5::Id requests_group, steps_group;
   std::optional<RequestColumns> req;
@@ -89,6 +103,11 @@ struct ResultWriter::Impl {
   int64_t rows_written = 0;
   bool open = false;
 
+  // Time-based flushes bound what a crash loses when requests finish slowly.
+  bool flush_due() const {
+    return flush_seconds > 0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - last_flush).count() >= flush_seconds;
+  }
   void write_requests();
   void write_steps();
   void release_handles();
@@ -169,23 +188,50 @@ void ResultWriter::Impl::release_handles() {
   steps_group.reset();
 }
 
-ResultWriter::ResultWriter(const std::string& path, int flush_every) : impl_(std::make_unique<Impl>()) {
+ResultWriter::ResultWriter(const std::string& path, int flush_every, bool resume, double flush_seconds)
+    : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.path = path;
   m.ctx = "HDF5 output '" + path + "'";
   SHARDLM_CHECK(flush_every >= 1, m.ctx << ": flush_every must be >= 1 (got " << flush_every << ")");
   m.flush_every = static_cast<size_t>(flush_every);
+  m.flush_seconds = flush_seconds;
+  m.last_flush = std::chrono::steady_clock::now();
   h5::silence_error_printing();
-  m.file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  h5::check(m.file, "creating the file", m.ctx);
+  m.file = resume ? H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT)
+                  : H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  h5::check(m.file, resume ? "opening the file to resume" : "creating the file", m.ctx);
   m.open = true;
   try {
-    m.requests_group = h5::Id(H5Gcreate2(m.file, "requests", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-    h5::check(m.requests_group.get(), "creating group /requests", m.ctx);
-    m.steps_group = h5::Id(H5Gcreate2(m.file, "steps", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-    h5::check(m.steps_group.get(), "creating group /steps", m.ctx);
-    m.req.emplace(m.requests_group.get(), m.ctx + " /requests");
-    m.steps.emplace(m.steps_group.get(), m.ctx + " /steps");
+    if (resume) {
+      m.requests_group = h5::Id(H5Gopen2(m.file, "requests", H5P_DEFAULT));
+      h5::check(m.requests_group.get(), "opening group /requests", m.ctx);
+      m.steps_group = h5::Id(H5Gopen2(m.file, "steps", H5P_DEFAULT));
+      h5::check(m.steps_group.get(), "opening group /steps", m.ctx);
+      m.req.emplace(m.requests_group.get(), m.ctx + " /requests");
+      m.steps.emplace(m.steps_group.get(), m.ctx + " /steps");
+      // A crash between flushes can leave some columns a batch longer than others: keep the rows
+      // every column has.
+      auto even_out = [](std::vector<Column*> cols) {
+        hsize_t n = cols.front()->size();
+        for (Column* c : cols) n = std::min(n, c->size());
+        for (Column* c : cols) c->truncate(n);
+        return n;
+      };
+      m.rows_written = static_cast<int64_t>(even_out(m.req->all()));
+      even_out(m.steps->all());
+      // /ranks describes the run that writes it: the resumed run writes it anew.
+      if (H5Lexists(m.file, "ranks", H5P_DEFAULT) > 0) {
+        h5::check(H5Ldelete(m.file, "ranks", H5P_DEFAULT), "removing the previous run's /ranks", m.ctx);
+      }
+    } else {
+      m.requests_group = h5::Id(H5Gcreate2(m.file, "requests", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+      h5::check(m.requests_group.get(), "creating group /requests", m.ctx);
+      m.steps_group = h5::Id(H5Gcreate2(m.file, "steps", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+      h5::check(m.steps_group.get(), "creating group /steps", m.ctx);
+      m.req.emplace(m.requests_group.get(), m.ctx + " /requests", kChunkRows);
+      m.steps.emplace(m.steps_group.get(), m.ctx + " /steps", kChunkRows);
+    }
     h5::check(H5Fflush(m.file, H5F_SCOPE_GLOBAL), "H5Fflush", m.ctx);
   } catch (...) {
     m.release_handles();
@@ -193,6 +239,25 @@ ResultWriter::ResultWriter(const std::string& path, int flush_every) : impl_(std
     m.open = false;
     throw;
   }
+}
+
+std::vector<std::string> ResultWriter::finished_ids() const {
+  const Impl& m = *impl_;
+  const hsize_t n = static_cast<hsize_t>(m.rows_written);
+  std::vector<std::string> out;
+  if (n == 0) return out;
+  h5::Id dset(H5Dopen2(m.requests_group.get(), "id", H5P_DEFAULT));
+  h5::check(dset.get(), "opening /requests/id", m.ctx);
+  h5::Id space(H5Dget_space(dset.get()));
+  const hsize_t start = 0;
+  h5::check(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, &start, nullptr, &n, nullptr), "H5Sselect_hyperslab", m.ctx);
+  h5::Id mem(H5Screate_simple(1, &n, nullptr));
+  h5::Id type = h5::make_utf8_string_type();
+  std::vector<char*> raw(n, nullptr);
+  h5::check(H5Dread(dset.get(), type.get(), mem.get(), space.get(), H5P_DEFAULT, raw.data()), "reading /requests/id", m.ctx);
+  for (char* p : raw) out.emplace_back(p ? p : "");
+  H5Dvlen_reclaim(type.get(), mem.get(), H5P_DEFAULT, raw.data());
+  return out;
 }
 
 ResultWriter::~ResultWriter() {
@@ -207,7 +272,7 @@ void ResultWriter::append(const RequestResult& r) {
   Impl& m = *impl_;
   SHARDLM_CHECK(m.open, m.ctx << ": append after close");
   m.pending.push_back(r);
-  if (m.pending.size() >= m.flush_every) flush();
+  if (m.pending.size() >= m.flush_every || m.flush_due()) flush();
 }
 
 void ResultWriter::write_ranks(const std::vector<RankRecord>& ranks) {
@@ -252,7 +317,11 @@ void ResultWriter::append_step(const StepRecord& s) {
   Impl& m = *impl_;
   SHARDLM_CHECK(m.open, m.ctx << ": append_step after close");
   m.pending_steps.push_back(s);
-  if (m.pending_steps.size() >= kStepBatch) m.write_steps();
+  if (m.flush_due()) {
+    flush();
+  } else if (m.pending_steps.size() >= kStepBatch) {
+    m.write_steps();
+  }
 }
 
 void ResultWriter::set_attr(const std::string& name, const std::string& value) {
@@ -276,6 +345,7 @@ void ResultWriter::flush() {
   m.write_requests();
   m.write_steps();
   h5::check(H5Fflush(m.file, H5F_SCOPE_GLOBAL), "H5Fflush", m.ctx);
+  m.last_flush = std::chrono::steady_clock::now();
 }
 
 void ResultWriter::close() {

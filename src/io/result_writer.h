@@ -12,8 +12,9 @@
 //                        peak_rss_bytes, tp/pp/replica_bytes_sent (int64), load_s (float64)
 //   / attributes         strings and numbers set with set_attr()
 //
-// Rows are appended as requests finish and the file is flushed every `flush_every` rows and at
-// close, so a crash leaves a readable file holding what finished before the last flush.
+// Rows are appended as requests finish and the file is flushed every `flush_every` rows, every
+// `flush_seconds` and at close, so a crash leaves a readable file holding what finished before the
+// last flush; a resumed run opens it, keeps those rows and appends the rest.
 #pragma once
 
 #include <cstdint>
@@ -49,8 +50,12 @@ struct RankRecord {
 
 class ResultWriter {
  public:
-  // Creates (truncates) path; throws Error naming the path when it cannot.
-  explicit ResultWriter(const std::string& path, int flush_every = 64);
+  // Creates (truncates) path, or with resume opens an existing result file to append to it; throws
+  // Error naming the path when it cannot. Buffered rows are flushed every flush_every requests
+  // and, when flush_seconds > 0, at the first row or step after flush_seconds.
+  explicit ResultWriter(const std::string& path, int flush_every = 64, bool resume = false, double flush_seconds = 0);
+  // Ids of the requests already in the file (on resume: what not to run again).
+  std::vector<std::string> finished_ids() const;
   ~ResultWriter();
   ResultWriter(const ResultWriter&) = delete;
   ResultWriter& operator=(const ResultWriter&) = delete;

@@ -1,0 +1,145 @@
+// Never lose finished work: a run stopped by SIGTERM closes a valid file and exits non-zero; a run
+// killed with SIGKILL leaves a readable file; --resume finishes either, and the final file holds
+// each id once with the tokens of an uninterrupted run.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include "common/cli_runner.h"
+#include "common/shared_data.h"
+#include "common/test_files.h"
+
+namespace fs = std::filesystem;
+
+namespace shardlm {
+namespace {
+
+using test::Proc;
+using test::sh;
+
+
+// Starts `shardlm run` in the background (its own process, not through a shell) and returns its pid.
+pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    FILE* f = std::freopen(log.c_str(), "w", stderr);
+    (void)f;
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+class Resume : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = test::shared_path("models/stories260K");
+    if (model_.empty()) GTEST_SKIP() << "reference data models/stories260K is absent";
+    dir_ = test::fresh_dir("resume");
+    std::string lines;
+    for (int i = 0; i < 160; ++i) {
+      lines += "{\"id\": \"r" + std::to_string(i) + "\", \"prompt\": \"Once upon a time\", \"max_tokens\": 120, " +
+               "\"ignore_eos\": true, \"temperature\": 0.7}\n";
+    }
+    test::write_file(dir_ / "p.jsonl", lines);
+    Proc full = sh(test::shardlm_bin() + " " + join(args("full.h5")));
+    ASSERT_EQ(full.code, 0) << full.out;
+    reference_ = test::read_run((dir_ / "full.h5").string());
+    ASSERT_EQ(reference_.tokens.size(), 160u);
+  }
+
+  std::vector<std::string> args(const std::string& out, bool resume = false) {
+    std::vector<std::string> a = {"run", "--model", model_, "--prompts", (dir_ / "p.jsonl").string(), "--out",
+                                  (dir_ / out).string(), "--threads", "1", "--max-seqs", "2", "-q", "--flush-every", "2",
+                                  "--seed", "4"};
+    if (resume) a.push_back("--resume");
+    return a;
+  }
+  static std::string join(const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : " ") + x;
+    return s;
+  }
+
+  // Runs for 0.9 s (about a third of the run), then sends `sig`; returns the exit code.
+  int interrupt(const std::string& out, int sig) {
+    std::vector<std::string> a = args(out);
+    a.insert(a.begin(), test::shardlm_bin());
+    const pid_t pid = spawn(a, (dir_ / (out + ".log")).string());
+    std::this_thread::sleep_for(std::chrono::milliseconds(900));
+    kill(pid, sig);
+    return wait_exit(pid);
+  }
+
+  void expect_complete(const std::string& out) {
+    test::H5Reader h(dir_ / out);
+    auto ids = h.strings("/requests/id");
+    EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()).size(), ids.size()) << "an id appears twice";
+    const test::RunOutput got = test::read_run((dir_ / out).string());
+    EXPECT_EQ(got.tokens, reference_.tokens);
+  }
+
+  std::string model_;
+  fs::path dir_;
+  test::RunOutput reference_;
+};
+
+TEST_F(Resume, SigtermClosesAValidFileAndResumeFinishes) {
+  const int code = interrupt("term.h5", SIGTERM);
+  EXPECT_EQ(code, 128 + SIGTERM);
+  const std::string log = test::read_file((dir_ / "term.h5.log").string());
+  EXPECT_NE(log.find("stopped by signal 15"), std::string::npos) << log;
+  size_t before;
+  {
+    test::H5Reader h(dir_ / "term.h5");
+    ASSERT_TRUE(h.ok());
+    before = h.rows("/requests/id");
+    EXPECT_EQ(h.scalar_attr<int64_t>("interrupted_by_signal", H5T_NATIVE_INT64), SIGTERM);
+  }
+  EXPECT_GT(before, 0u);
+  EXPECT_LT(before, 160u) << "the run finished before the signal: make it longer";
+  std::vector<std::string> a = args("term.h5", true);
+  Proc p = sh(test::shardlm_bin() + " " + join(a));
+  ASSERT_EQ(p.code, 0) << p.out;
+  expect_complete("term.h5");
+}
+
+TEST_F(Resume, SigkillLosesAtMostWhatWasInFlight) {
+  const int code = interrupt("kill.h5", SIGKILL);
+  EXPECT_EQ(code, 128 + SIGKILL);
+  size_t before;
+  {
+    test::H5Reader h(dir_ / "kill.h5");
+    ASSERT_TRUE(h.ok()) << "the file of a killed run must stay readable";
+    before = h.rows("/requests/id");
+  }
+  EXPECT_LT(before, 160u);
+  Proc p = sh(test::shardlm_bin() + " " + join(args("kill.h5", true)));
+  ASSERT_EQ(p.code, 0) << p.out;
+  expect_complete("kill.h5");
+}
+
+TEST_F(Resume, ResumeOfACompleteFileRunsNothing) {
+  fs::copy_file(dir_ / "full.h5", dir_ / "again.h5");
+  Proc p = sh(test::shardlm_bin() + " " + join(args("again.h5", true)));
+  ASSERT_EQ(p.code, 0) << p.out;
+  test::H5Reader h(dir_ / "again.h5");
+  EXPECT_EQ(h.rows("/requests/id"), 160u);
+  EXPECT_EQ(h.scalar_attr<int64_t>("resumed_with_requests", H5T_NATIVE_INT64), 160);
+  expect_complete("again.h5");
+}
+
+}  // namespace
+}  // namespace shardlm
