@@ -23,6 +23,8 @@
 #include "parallel/mpi_env.h"
 #include "parallel/rank_report.h"
 #include "parallel/topology.h"
+#include "telemetry/metrics_server.h"
+#include "telemetry/metrics_sink.h"
 #include "tokenizer/tokenizer.h"
 
 namespace shardlm {
@@ -280,7 +282,15 @@ int cmd_run(int argc, char** argv) {
   write_attributes(*writer, opt, spec, topo, started, argc, argv);
   if (!done.empty()) writer->set_attr("resumed_with_requests", static_cast<int64_t>(done.size()));
   RunStats stats;  // every replica's requests
-  WriterSink sink(*writer, stats);
+  WriterSink writer_sink(*writer, stats);
+  Metrics metrics;
+  MetricsSink sink(writer_sink, metrics, opt.metrics_file, 5.0);
+  std::unique_ptr<MetricsServer> metrics_server;
+  if (opt.metrics_port >= 0) {
+    metrics_server = std::make_unique<MetricsServer>(metrics, opt.metrics_bind, opt.metrics_port);
+    std::fprintf(stderr, "[shardlm] metrics at http://%s:%d/metrics\n", opt.metrics_bind.c_str(),
+                 metrics_server->port());
+  }
   std::vector<int> leaders = topo.replica_leaders();
   leaders.erase(leaders.begin());  // all but this rank
   ReplicaCollector collector(sink, leaders, opt.comm_timeout);
@@ -289,6 +299,7 @@ int cmd_run(int argc, char** argv) {
   RunStats local = engine.run(source, polling);
   if (broadcasting) broadcasting->finish();
   collector.drain();
+  sink.finish();
   stats.wall_s = seconds(t_run);
   stats.steps = local.steps + collector.totals().steps;
   stats.preemptions = local.preemptions + collector.totals().preemptions;

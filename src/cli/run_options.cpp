@@ -46,6 +46,9 @@ po::options_description describe(RunOptions& o) {
     ("pp-layers", po::value(&o.pp_layers), "layers per pipeline stage, e.g. 3,3,2 (default: balanced)")
     ("comm", po::value(&o.comm)->default_value(o.comm), "communication backend")
     ("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout), "seconds a rank waits on another before failing the job")
+    ("metrics-port", po::value(&o.metrics_port)->default_value(o.metrics_port), "serve Prometheus metrics at http://BIND:PORT/metrics on the writer rank (-1 = off, 0 = any free port)")
+    ("metrics-bind", po::value(&o.metrics_bind)->default_value(o.metrics_bind), "address the metrics endpoint listens on")
+    ("metrics-file", po::value(&o.metrics_file), "write the metrics to this file every few seconds (node_exporter textfile collector)")
     ("quiet,q", po::bool_switch(&o.quiet), "no progress lines");
   // clang-format on
   return d;
@@ -86,6 +89,7 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
   SHARDLM_CHECK(o.flush_every >= 1, "--flush-every must be >= 1");
   SHARDLM_CHECK(o.flush_seconds >= 0, "--flush-seconds must be >= 0");
   SHARDLM_CHECK(o.comm_timeout > 0, "--comm-timeout must be positive");
+  SHARDLM_CHECK(o.metrics_port >= -1 && o.metrics_port <= 65535, "--metrics-port must be -1 (off) or in [0, 65535]");
   SHARDLM_CHECK(o.tp >= 1 && o.pp >= 1 && o.replicas >= 0, "--tp and --pp must be >= 1, --replicas >= 0");
   *out = o;
   return true;

@@ -38,6 +38,9 @@ struct RunOptions {
   std::string pp_layers;          // layers per stage, e.g. "3,3,2" (default: balanced)
   std::string comm = "mpi";       // communication backend
   double comm_timeout = 600;      // seconds a rank waits on another before failing the job
+  int metrics_port = -1;                  // Prometheus endpoint on the writer rank (-1: off, 0: any port)
+  std::string metrics_bind = "127.0.0.1";  // address it listens on
+  std::string metrics_file;               // textfile-collector output, rewritten periodically
   bool quiet = false;
 };
 

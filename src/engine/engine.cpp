@@ -262,6 +262,8 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
       emit(owned->result);
     }
     busy[f.m] = false;
+    f.rec.running = static_cast<int32_t>(count(&Scheduler::num_running));
+    f.rec.waiting = static_cast<int32_t>(count(&Scheduler::num_waiting));
     f.rec.step = stats.steps;
     f.rec.wall_s = now - f.rec.t_start;
     sink.on_step(f.rec);
@@ -269,11 +271,20 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
 
     if (cfg_.progress_interval_s > 0 && now - last_progress >= cfg_.progress_interval_s) {
       last_progress = now;
-      std::fprintf(stderr, "[shardlm] replica %d: %lld/%s requests, %zu running, %zu waiting, %.1f output tok/s, KV %d/%d blocks\n",
+      // The ETA assumes the rest goes at the rate so far (of this replica, against the file's total).
+      std::string eta = "?";
+      if (cfg_.total_requests >= 0 && stats.requests > 0) {
+        const double left = static_cast<double>(std::max<int64_t>(0, cfg_.total_requests - stats.requests));
+        eta = std::to_string(static_cast<int64_t>(left * now / static_cast<double>(stats.requests))) + " s";
+      }
+      std::fprintf(stderr,
+                   "[shardlm] replica %d: %lld/%s requests, %zu running, %zu waiting, %.1f output tok/s, ETA %s, "
+                   "KV %d/%d blocks (%.0f%%)\n",
                    cfg_.replica, static_cast<long long>(stats.requests),
                    cfg_.total_requests >= 0 ? std::to_string(cfg_.total_requests).c_str() : "?",
                    count(&Scheduler::num_running), count(&Scheduler::num_waiting),
-                   stats.output_tokens / std::max(now, 1e-9), blocks_.num_used(), blocks_.num_blocks());
+                   stats.output_tokens / std::max(now, 1e-9), eta.c_str(), blocks_.num_used(), blocks_.num_blocks(),
+                   100.0 * blocks_.num_used() / std::max(1, blocks_.num_blocks()));
     }
   }
   stats.wall_s = seconds_since(t0);

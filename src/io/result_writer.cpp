@@ -59,7 +59,7 @@ struct RequestColumns {
 
 // The /steps columns.
 struct StepColumns {
-  Column step, replica, batch_size, prefill_tokens, decode_tokens, kv_blocks_used, t_start, wall_s;
+  Column step, replica, batch_size, prefill_tokens, decode_tokens, kv_blocks_used, running, waiting, t_start, wall_s;
   template <typename... Mode>
   StepColumns(hid_t g, const std::string& ctx, Mode... m)
       : step(g, "step", ColumnKind::kInt64, m..., ctx),
@@ -68,10 +68,13 @@ struct StepColumns {
         prefill_tokens(g, "prefill_tokens", ColumnKind::kInt32, m..., ctx),
         decode_tokens(g, "decode_tokens", ColumnKind::kInt32, m..., ctx),
         kv_blocks_used(g, "kv_blocks_used", ColumnKind::kInt32, m..., ctx),
+        running(g, "running", ColumnKind::kInt32, m..., ctx),
+        waiting(g, "waiting", ColumnKind::kInt32, m..., ctx),
         t_start(g, "t_start", ColumnKind::kFloat64, m..., ctx),
         wall_s(g, "wall_s", ColumnKind::kFloat64, m..., ctx) {}
   std::vector<Column*> all() {
-    return {&step, &replica, &batch_size, &prefill_tokens, &decode_tokens, &kv_blocks_used, &t_start, &wall_s};
+    return {&step, &replica, &batch_size, &prefill_tokens, &decode_tokens, &kv_blocks_used, &running, &waiting,
+            &t_start, &wall_s};
   }
 };
 
@@ -157,7 +160,7 @@ void ResultWriter::Impl::write_steps() {
   const size_t n = pending_steps.size();
   if (n == 0) return;
   std::vector<int64_t> step(n);
-  std::vector<int32_t> replica(n), batch(n), prefill(n), decode(n), kv(n);
+  std::vector<int32_t> replica(n), batch(n), prefill(n), decode(n), kv(n), running(n), waiting(n);
   std::vector<double> t_start(n), wall(n);
   for (size_t i = 0; i < n; ++i) {
     const StepRecord& s = pending_steps[i];
@@ -167,6 +170,8 @@ void ResultWriter::Impl::write_steps() {
     prefill[i] = s.prefill_tokens;
     decode[i] = s.decode_tokens;
     kv[i] = s.kv_blocks_used;
+    running[i] = s.running;
+    waiting[i] = s.waiting;
     t_start[i] = s.t_start;
     wall[i] = s.wall_s;
   }
@@ -176,6 +181,8 @@ void ResultWriter::Impl::write_steps() {
   steps->prefill_tokens.append(prefill.data(), n);
   steps->decode_tokens.append(decode.data(), n);
   steps->kv_blocks_used.append(kv.data(), n);
+  steps->running.append(running.data(), n);
+  steps->waiting.append(waiting.data(), n);
   steps->t_start.append(t_start.data(), n);
   steps->wall_s.append(wall.data(), n);
   pending_steps.clear();

@@ -6,7 +6,7 @@
 //                        t_queued, t_first_token, t_finished (float64 seconds since start),
 //                        replica (int32)
 //   /steps/<column>      a row per scheduler step of each replica: step (int64), replica,
-//                        batch_size, prefill_tokens, decode_tokens, kv_blocks_used (int32),
+//                        batch_size, prefill_tokens, decode_tokens, kv_blocks_used, running, waiting (int32),
 //                        wall_s, t_start (float64)
 //   /ranks/<column>      a row per rank: rank, replica, pp, tp, local_rank (int32), host (string), load_bytes,
 //                        peak_rss_bytes, tp/pp/replica_bytes_sent (int64), load_s (float64)
@@ -33,6 +33,8 @@ struct StepRecord {
   int32_t prefill_tokens = 0;
   int32_t decode_tokens = 0;
   int32_t kv_blocks_used = 0;
+  int32_t running = 0;         // sequences admitted and not finished (all micro-batches)
+  int32_t waiting = 0;         // sequences read and not yet admitted
   double t_start = 0;          // seconds since run start
   double wall_s = 0;
 };
