@@ -282,7 +282,7 @@ int cmd_run(int argc, char** argv) {
   write_attributes(*writer, opt, spec, topo, started, argc, argv);
   if (!done.empty()) writer->set_attr("resumed_with_requests", static_cast<int64_t>(done.size()));
   RunStats stats;  // every replica's requests
-  WriterSink writer_sink(*writer, stats);
+  WriterSink writer_sink(*writer, stats, finished);
   Metrics metrics;
   MetricsSink sink(writer_sink, metrics, opt.metrics_file, 5.0);
   std::unique_ptr<MetricsServer> metrics_server;

@@ -3,6 +3,7 @@
 
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "engine/engine.h"
 #include "io/request_reader.h"
@@ -60,18 +61,40 @@ class SkipFinishedSource final : public RequestSource {
 };
 
 // On the writer rank: every result (its own and other replicas') goes to the file and the totals.
+// An id seen before (a duplicate in the prompt file, or one a resumed file holds) is written as an
+// error row without output, so the file holds each id's output once.
 class WriterSink final : public ResultSink {
  public:
-  WriterSink(ResultWriter& w, RunStats& stats) : w_(w), stats_(stats) {}
+  WriterSink(ResultWriter& w, RunStats& stats, const std::vector<std::string>& ids_in_file) : w_(w), stats_(stats) {
+    for (const std::string& id : ids_in_file) seen_.insert(hash_id(id));
+  }
   void on_result(const RequestResult& r) override {
+    if (!seen_.insert(hash_id(r.id)).second) {
+      RequestResult dup;
+      dup.id = r.id;
+      dup.line = r.line;
+      dup.replica = r.replica;
+      dup.prompt_tokens = r.prompt_tokens;
+      dup.finish_reason = FinishReason::kError;
+      dup.error = "line " + std::to_string(r.line) + ": duplicate id '" + r.id + "' (an earlier request has it)";
+      dup.t_queued = r.t_queued;
+      dup.t_first_token = dup.t_finished = r.t_finished;
+      w_.append(dup);
+      stats_.add_result(dup);
+      return;
+    }
     w_.append(r);
     stats_.add_result(r);
   }
   void on_step(const StepRecord& s) override { w_.append_step(s); }
 
  private:
+  // 64-bit hashes, not the ids: 8 bytes a request however long the ids are.
+  static uint64_t hash_id(const std::string& id) { return std::hash<std::string>{}(id); }
+
   ResultWriter& w_;
   RunStats& stats_;
+  std::unordered_set<uint64_t> seen_;
 };
 
 // The writer rank's own engine: after each of its steps, take in what other replicas sent.

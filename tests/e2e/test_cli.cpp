@@ -102,6 +102,44 @@ TEST(Cli, ReplicasGiveTheSingleRankResult) {
   EXPECT_EQ(b.string_attr("layout"), "world=3 replicas=3 pp=1 tp=1");
 }
 
+TEST(Cli, DuplicateIdsBecomeErrorRows) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  fs::path d = tmpdir("dup");
+  test::write_file(d / "p.jsonl",
+                   "{\"id\": \"a\", \"prompt\": \"Once\", \"max_tokens\": 3}\n"
+                   "{\"id\": \"b\", \"prompt\": \"Once\", \"max_tokens\": 3}\n"
+                   "{\"id\": \"a\", \"prompt\": \"The dog\", \"max_tokens\": 3}\n");
+  Proc p = sh(bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --out " +
+              (d / "o.h5").string() + " -q");
+  ASSERT_EQ(p.code, 0) << p.out;
+  test::H5Reader h(d / "o.h5");
+  auto ids = h.strings("/requests/id");
+  auto errors = h.strings("/requests/error");
+  auto outs = h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32);
+  ASSERT_EQ(ids.size(), 3u);
+  int with_output = 0, duplicates = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] == "a" && !outs[i].empty()) ++with_output;
+    if (errors[i].find("duplicate id 'a'") != std::string::npos) {
+      ++duplicates;
+      EXPECT_TRUE(outs[i].empty());
+    }
+  }
+  EXPECT_EQ(with_output, 1);
+  EXPECT_EQ(duplicates, 1);
+}
+
+TEST(Cli, UnwritableOutputFailsBeforeLoading) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  fs::path d = tmpdir("unwritable");
+  test::write_file(d / "p.txt", "hello\n");
+  const std::string out = (d / "no" / "such" / "dir" / "o.h5").string();
+  Proc p = sh(bin() + " run --model " + model + " --prompts " + (d / "p.txt").string() + " --out " + out);
+  EXPECT_NE(p.code, 0);
+  EXPECT_NE(p.out.find(out), std::string::npos) << p.out;
+  EXPECT_EQ(p.out.find("[shardlm] model "), std::string::npos) << "failed only after loading: " << p.out;
+}
+
 TEST(Cli, MissingWeightsFailAtLoadNamingTheDirectory) {
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
   fs::path d = tmpdir("missing");
