@@ -9,5 +9,7 @@ int cmd_make_model(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_score(int argc, char** argv);
 int cmd_bench_comm(int argc, char** argv);
+int cmd_plan(int argc, char** argv);
+int cmd_report(int argc, char** argv);
 
 }  // namespace shardlm

@@ -26,6 +26,8 @@ const Command kCommands[] = {
     {"score", &shardlm::cmd_score, false, "write the logits at every position of a token sequence (.npy)"},
     {"bench", &shardlm::cmd_bench, false, "measure prefill and decode tokens/s against the machine's ceilings"},
     {"bench-comm", &shardlm::cmd_bench_comm, true, "measure collective bandwidth and check results (like nccl-tests)"},
+    {"plan", &shardlm::cmd_plan, false, "capacity planning: weights, KV cache and throughput ceilings per layout"},
+    {"report", &shardlm::cmd_report, false, "summarise a result file: throughput, latency percentiles, ranks (--plots, --json)"},
 };
 
 void usage() {

@@ -174,7 +174,9 @@ std::string parse_id(const json& v, const std::string& field) {
 // nlohmann's what() minus its "[json.exception.parse_error.101] parse error at line 1, " prefix,
 // capped (on a character boundary) so that a huge line does not make a huge message.
 std::string short_parse_error(const json::exception& e) {
-  std::string m = e.what();
+  // The "last read" excerpt can end inside a multi-byte character ("18\xEF" when a number runs
+  // into one): repair so that the message (written to UTF-8 outputs) stays valid UTF-8.
+  std::string m = repair_utf8(e.what());
   if (auto pos = m.find("] "); pos != std::string::npos) m = m.substr(pos + 2);
   if (m.rfind("parse error at line 1, ", 0) == 0) m = m.substr(23);
   if (m.size() > 200) {

@@ -38,6 +38,19 @@ bool as_u64(const nlohmann::json& j, uint64_t* out) {
   return false;
 }
 
+// A shape / data_offsets value for an error message. Nested values print as [...] / {...}: dump()
+// recurses, so a deeply nested value (a corrupt or hostile header) would overflow the stack.
+std::string brief_json(const nlohmann::json& j) {
+  if (!j.is_structured()) return j.dump();
+  if (!j.is_array()) return "{...}";
+  std::string s = "[";
+  for (size_t i = 0; i < j.size(); ++i) {
+    const auto& e = j[i];
+    s += (i ? "," : "") + (e.is_array() ? std::string("[...]") : e.is_object() ? std::string("{...}") : e.dump());
+  }
+  return s + "]";
+}
+
 const char* known_dtypes() { return "F32, BF16, F16, F8_E4M3, I32, I64, U8"; }
 
 }  // namespace
@@ -85,17 +98,17 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* prefix, size_t prefix_
     for (const auto& d : v["shape"]) {
       uint64_t u;
       SHARDLM_CHECK(as_u64(d, &u) && u <= static_cast<uint64_t>(INT64_MAX),
-                    file << ": tensor '" << name << "': shape " << v["shape"].dump()
+                    file << ": tensor '" << name << "': shape " << brief_json(v["shape"])
                          << " has an entry that is not a non-negative integer");
       e.shape.push_back(static_cast<int64_t>(u));
       numel *= u;
       SHARDLM_CHECK(numel <= (static_cast<unsigned __int128>(1) << 64),
-                    file << ": tensor '" << name << "': shape " << v["shape"].dump() << " is too large");
+                    file << ": tensor '" << name << "': shape " << brief_json(v["shape"]) << " is too large");
     }
     SHARDLM_CHECK(v.contains("data_offsets") && v["data_offsets"].is_array() && v["data_offsets"].size() == 2 &&
                       as_u64(v["data_offsets"][0], &e.begin) && as_u64(v["data_offsets"][1], &e.end),
                   file << ": tensor '" << name << "': 'data_offsets' must be two non-negative integers, got "
-                       << (v.contains("data_offsets") ? v["data_offsets"].dump() : std::string("nothing")));
+                       << (v.contains("data_offsets") ? brief_json(v["data_offsets"]) : std::string("nothing")));
     SHARDLM_CHECK(e.begin <= e.end, file << ": tensor '" << name << "': data_offsets [" << e.begin << ", " << e.end
                                          << "] end before begin");
     const unsigned __int128 want = numel * dtype_size(e.dtype);

@@ -1,0 +1,88 @@
+// The summary `shardlm report` prints for a result file: run identity, request outcomes,
+// throughput, latency percentiles recomputed from the rows, scheduler steps, per-rank load and
+// communication. As text (format_report) or as one JSON object (report_json).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "report/result_file.h"
+
+namespace shardlm::report {
+
+// Percentiles of one latency, in seconds (linear interpolation, as the run's own summary).
+struct Distribution {
+  int64_t n = 0;  // samples; all values are 0 when n == 0
+  double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
+};
+Distribution distribution(const std::vector<double>& v);
+
+struct RankSummary {
+  int64_t rank = 0, replica = 0, pp = 0, tp = 0, local_rank = 0;
+  std::string host;
+  int64_t load_bytes = 0;
+  double load_s = 0;
+  double load_gb_per_s = 0;  // load_bytes / load_s / 1e9; 0 when load_s is 0
+  int64_t peak_rss_bytes = 0;
+  int64_t tp_bytes_sent = 0, pp_bytes_sent = 0, replica_bytes_sent = 0;
+};
+
+struct ReplicaSummary {
+  int64_t requests = 0, output_tokens = 0, steps = 0;
+};
+
+struct ReportSummary {
+  std::string path;
+  // The run.
+  std::string version, git_commit, layout, command_line, start_time, end_time;
+  bool finished = false;            // the end-of-run attributes are there (the run ended, not crashed)
+  int64_t interrupted_by_signal = 0;  // the signal that stopped it early, 0 when none
+
+  // Requests. Errors are counted by kind: the first words of the message, without "line N: ".
+  int64_t requests = 0, ok = 0, errors = 0;
+  std::map<std::string, int64_t> error_kinds, finish_reasons;
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  std::map<int64_t, ReplicaSummary> replicas;
+
+  // Throughput over the run's wall time: the wall_seconds attribute, or (a file without it) the
+  // last t_finished.
+  double wall_s = 0;
+  std::string wall_source;  // "wall_seconds" or "last t_finished"
+  double output_tokens_per_s = 0, total_tokens_per_s = 0, requests_per_s = 0;
+
+  // Latencies of the requests without error that produced tokens: TTFT = t_first_token - t_queued,
+  // TPOT = (t_finished - t_first_token) / (n - 1) over those with n > 1 tokens, end-to-end =
+  // t_finished - t_queued.
+  Distribution ttft, tpot, e2e;
+
+  // Scheduler steps (all replicas).
+  int64_t steps = 0;
+  double mean_batch_size = 0;
+  int64_t step_prefill_tokens = 0, step_decode_tokens = 0;
+  double prefill_share = 0, decode_share = 0;  // of the tokens processed by the steps
+  double mean_step_wall_s = 0;
+  int64_t kv_blocks_used_max = 0;
+
+  // Ranks and communication: bytes each group's ranks sent, in all and per output token.
+  std::vector<RankSummary> ranks;
+  int64_t tp_bytes_sent = 0, pp_bytes_sent = 0, replica_bytes_sent = 0;
+  double tp_bytes_per_token = 0, pp_bytes_per_token = 0, replica_bytes_per_token = 0;
+  int64_t peak_rss_max = 0;
+};
+
+// "line 12: prompt of 300 tokens leaves no room..." -> "prompt of": up to three words, stopping
+// before a word with a digit or a parenthesis and after one ending in ':' or ','.
+std::string error_kind(const std::string& message);
+
+ReportSummary summarize(const RunData& data);
+
+// The human-readable report (several lines, ending with a newline).
+std::string format_report(const ReportSummary& s);
+// The same summary as one JSON object.
+nlohmann::json report_json(const ReportSummary& s);
+
+}  // namespace shardlm::report

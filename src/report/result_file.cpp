@@ -1,0 +1,287 @@
+#include "report/result_file.h"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <optional>
+
+#include "core/error.h"
+#include "io/h5_util.h"
+
+namespace shardlm::report {
+
+namespace {
+
+using h5::Id;
+
+// Read access to one open result file; every failure throws Error prefixed with ctx.
+class FileReader {
+ public:
+  explicit FileReader(const std::string& path) : ctx_("result file '" + path + "'") {
+    h5::silence_error_printing();
+    std::error_code ec;
+    SHARDLM_CHECK(std::filesystem::exists(path, ec), "cannot open result file '" << path << "': no such file");
+    SHARDLM_CHECK(!std::filesystem::is_directory(path, ec), "cannot open result file '" << path << "': it is a directory");
+    SHARDLM_CHECK(H5Fis_hdf5(path.c_str()) > 0,
+                  "cannot open result file '" << path << "': not an HDF5 file (expected the --out of shardlm run)");
+    file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    h5::check(file_, "opening", ctx_);
+  }
+  ~FileReader() {
+    if (file_ >= 0) H5Fclose(file_);
+  }
+  FileReader(const FileReader&) = delete;
+  FileReader& operator=(const FileReader&) = delete;
+
+  // Whether the object at an absolute path ("/requests/id") exists, checking each link on the way.
+  bool exists(const std::string& path) const {
+    std::string prefix;
+    size_t pos = 1;
+    while (pos <= path.size()) {
+      const size_t next = std::min(path.find('/', pos), path.size());
+      prefix = path.substr(0, next);
+      if (H5Lexists(file_, prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+      pos = next + 1;
+    }
+    return true;
+  }
+
+  std::optional<std::vector<int64_t>> ints(const std::string& path) const {
+    return numbers<int64_t>(path, H5T_NATIVE_INT64);
+  }
+  std::optional<std::vector<double>> doubles(const std::string& path) const {
+    return numbers<double>(path, H5T_NATIVE_DOUBLE);
+  }
+
+  std::optional<std::vector<std::string>> strings(const std::string& path) const {
+    if (!exists(path)) return std::nullopt;
+    const std::string where = ctx_ + " " + path;
+    Id d = open(path);
+    Id space(H5Dget_space(d.get()));
+    h5::check(space.get(), "H5Dget_space", where);
+    const hsize_t n = rows(space.get(), where);
+    Id ftype(H5Dget_type(d.get()));
+    h5::check(ftype.get(), "H5Dget_type", where);
+    SHARDLM_CHECK(H5Tget_class(ftype.get()) == H5T_STRING, where << ": expected a string column");
+    std::vector<std::string> out;
+    out.reserve(n);
+    if (n == 0) return out;
+    Id mem(H5Tcopy(H5T_C_S1));
+    h5::check(H5Tset_cset(mem.get(), H5Tget_cset(ftype.get())), "H5Tset_cset", where);
+    if (H5Tis_variable_str(ftype.get()) > 0) {
+      h5::check(H5Tset_size(mem.get(), H5T_VARIABLE), "H5Tset_size", where);
+      std::vector<char*> raw(n, nullptr);
+      h5::check(H5Dread(d.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), "reading", where);
+      for (char* p : raw) out.emplace_back(p ? p : "");
+      H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, raw.data());
+    } else {
+      const size_t size = H5Tget_size(ftype.get());
+      h5::check(H5Tset_size(mem.get(), size), "H5Tset_size", where);
+      std::vector<char> raw(n * size);
+      h5::check(H5Dread(d.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), "reading", where);
+      for (hsize_t i = 0; i < n; ++i) {
+        const char* p = raw.data() + i * size;
+        out.emplace_back(p, strnlen(p, size));
+      }
+    }
+    return out;
+  }
+
+  // The length of every row of a variable-length column (the rows themselves are dropped).
+  std::optional<std::vector<int64_t>> vlen_lengths(const std::string& path) const {
+    if (!exists(path)) return std::nullopt;
+    const std::string where = ctx_ + " " + path;
+    Id d = open(path);
+    Id space(H5Dget_space(d.get()));
+    h5::check(space.get(), "H5Dget_space", where);
+    const hsize_t n = rows(space.get(), where);
+    Id ftype(H5Dget_type(d.get()));
+    h5::check(ftype.get(), "H5Dget_type", where);
+    SHARDLM_CHECK(H5Tget_class(ftype.get()) == H5T_VLEN, where << ": expected a variable-length column");
+    std::vector<int64_t> out(n, 0);
+    if (n == 0) return out;
+    Id base(H5Tget_super(ftype.get()));
+    h5::check(base.get(), "H5Tget_super", where);
+    Id native(H5Tget_native_type(base.get(), H5T_DIR_ASCEND));
+    h5::check(native.get(), "H5Tget_native_type", where);
+    Id mem(H5Tvlen_create(native.get()));
+    h5::check(mem.get(), "H5Tvlen_create", where);
+    std::vector<hvl_t> raw(n);
+    h5::check(H5Dread(d.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), "reading", where);
+    for (hsize_t i = 0; i < n; ++i) out[i] = static_cast<int64_t>(raw[i].len);
+    H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, raw.data());
+    return out;
+  }
+
+  std::map<std::string, nlohmann::json> attributes() const {
+    std::map<std::string, nlohmann::json> out;
+    AttrVisit v{this, &out};
+    hsize_t idx = 0;
+    h5::check(H5Aiterate2(file_, H5_INDEX_NAME, H5_ITER_NATIVE, &idx, &FileReader::visit_attr, &v),
+              "reading the attributes", ctx_);
+    return out;
+  }
+
+ private:
+  struct AttrVisit {
+    const FileReader* self;
+    std::map<std::string, nlohmann::json>* out;
+  };
+
+  // One scalar attribute: strings, integers and floats are kept; anything else is skipped.
+  static herr_t visit_attr(hid_t loc, const char* name, const H5A_info_t*, void* data) {
+    auto* v = static_cast<AttrVisit*>(data);
+    const std::string where = v->self->ctx_ + " attribute '" + name + "'";
+    Id attr(H5Aopen(loc, name, H5P_DEFAULT));
+    if (attr.get() < 0) return -1;
+    Id space(H5Aget_space(attr.get()));
+    if (H5Sget_simple_extent_npoints(space.get()) != 1) return 0;
+    Id ftype(H5Aget_type(attr.get()));
+    switch (H5Tget_class(ftype.get())) {
+      case H5T_STRING: {
+        Id mem(H5Tcopy(H5T_C_S1));
+        H5Tset_cset(mem.get(), H5Tget_cset(ftype.get()));
+        if (H5Tis_variable_str(ftype.get()) > 0) {
+          H5Tset_size(mem.get(), H5T_VARIABLE);
+          char* p = nullptr;
+          if (H5Aread(attr.get(), mem.get(), &p) < 0) return -1;
+          (*v->out)[name] = std::string(p ? p : "");
+          if (p) H5free_memory(p);
+        } else {
+          const size_t size = H5Tget_size(ftype.get());
+          H5Tset_size(mem.get(), size);
+          std::vector<char> buf(size + 1, '\0');
+          if (H5Aread(attr.get(), mem.get(), buf.data()) < 0) return -1;
+          (*v->out)[name] = std::string(buf.data(), strnlen(buf.data(), size));
+        }
+        return 0;
+      }
+      case H5T_INTEGER: {
+        int64_t x = 0;
+        if (H5Aread(attr.get(), H5T_NATIVE_INT64, &x) < 0) return -1;
+        (*v->out)[name] = x;
+        return 0;
+      }
+      case H5T_FLOAT: {
+        double x = 0;
+        if (H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &x) < 0) return -1;
+        (*v->out)[name] = x;
+        return 0;
+      }
+      default:
+        return 0;
+    }
+  }
+
+  Id open(const std::string& path) const {
+    Id d(H5Dopen2(file_, path.c_str(), H5P_DEFAULT));
+    h5::check(d.get(), "opening", ctx_ + " " + path);
+    return d;
+  }
+
+  static hsize_t rows(hid_t space, const std::string& where) {
+    SHARDLM_CHECK(H5Sget_simple_extent_ndims(space) == 1, where << ": expected a 1-D column");
+    hsize_t n = 0;
+    h5::check(H5Sget_simple_extent_dims(space, &n, nullptr), "H5Sget_simple_extent_dims", where);
+    return n;
+  }
+
+  template <typename T>
+  std::optional<std::vector<T>> numbers(const std::string& path, hid_t mem_type) const {
+    if (!exists(path)) return std::nullopt;
+    const std::string where = ctx_ + " " + path;
+    Id d = open(path);
+    Id space(H5Dget_space(d.get()));
+    h5::check(space.get(), "H5Dget_space", where);
+    std::vector<T> out(rows(space.get(), where));
+    if (!out.empty()) {
+      h5::check(H5Dread(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), "reading", where);
+    }
+    return out;
+  }
+
+  hid_t file_ = H5I_INVALID_HID;
+  std::string ctx_;
+};
+
+// Columns of one group, cut to a common length: a crash can leave some columns a batch longer
+// than others, and a column missing altogether reads as default values.
+class GroupColumns {
+ public:
+  template <typename T>
+  void add(std::optional<std::vector<T>> col, std::vector<T>* dst) {
+    if (col) {
+      n_ = std::min(n_, col->size());
+      *dst = std::move(*col);
+    }
+    fits_.push_back([dst](size_t n) { dst->resize(n); });
+  }
+  void finish() {
+    const size_t n = n_ == SIZE_MAX ? 0 : n_;
+    for (auto& f : fits_) f(n);
+  }
+
+ private:
+  size_t n_ = SIZE_MAX;
+  std::vector<std::function<void(size_t)>> fits_;
+};
+
+}  // namespace
+
+RunData load_run(const std::string& path) {
+  FileReader f(path);
+  RunData d;
+  d.path = path;
+  d.attrs = f.attributes();
+  SHARDLM_CHECK(f.exists("/requests"), "result file '" << path << "' has no /requests group: not written by shardlm run");
+
+  RequestRows& r = d.requests;
+  GroupColumns rq;
+  rq.add(f.strings("/requests/id"), &r.id);
+  rq.add(f.strings("/requests/finish_reason"), &r.finish_reason);
+  rq.add(f.strings("/requests/error"), &r.error);
+  rq.add(f.vlen_lengths("/requests/prompt_tokens"), &r.prompt_len);
+  rq.add(f.vlen_lengths("/requests/output_tokens"), &r.output_len);
+  rq.add(f.doubles("/requests/t_queued"), &r.t_queued);
+  rq.add(f.doubles("/requests/t_first_token"), &r.t_first_token);
+  rq.add(f.doubles("/requests/t_finished"), &r.t_finished);
+  rq.add(f.ints("/requests/replica"), &r.replica);
+  rq.finish();
+
+  d.has_steps = f.exists("/steps");
+  StepRows& s = d.steps;
+  GroupColumns st;
+  st.add(f.ints("/steps/step"), &s.step);
+  st.add(f.ints("/steps/replica"), &s.replica);
+  st.add(f.ints("/steps/batch_size"), &s.batch_size);
+  st.add(f.ints("/steps/prefill_tokens"), &s.prefill_tokens);
+  st.add(f.ints("/steps/decode_tokens"), &s.decode_tokens);
+  st.add(f.ints("/steps/kv_blocks_used"), &s.kv_blocks_used);
+  st.add(f.doubles("/steps/t_start"), &s.t_start);
+  st.add(f.doubles("/steps/wall_s"), &s.wall_s);
+  st.finish();
+
+  d.has_ranks = f.exists("/ranks");
+  RankRows& k = d.ranks;
+  GroupColumns rk;
+  rk.add(f.ints("/ranks/rank"), &k.rank);
+  rk.add(f.ints("/ranks/replica"), &k.replica);
+  rk.add(f.ints("/ranks/pp"), &k.pp);
+  rk.add(f.ints("/ranks/tp"), &k.tp);
+  rk.add(f.ints("/ranks/local_rank"), &k.local_rank);
+  rk.add(f.strings("/ranks/host"), &k.host);
+  rk.add(f.ints("/ranks/load_bytes"), &k.load_bytes);
+  rk.add(f.doubles("/ranks/load_s"), &k.load_s);
+  rk.add(f.ints("/ranks/peak_rss_bytes"), &k.peak_rss_bytes);
+  rk.add(f.ints("/ranks/tp_bytes_sent"), &k.tp_bytes_sent);
+  rk.add(f.ints("/ranks/pp_bytes_sent"), &k.pp_bytes_sent);
+  rk.add(f.ints("/ranks/replica_bytes_sent"), &k.replica_bytes_sent);
+  rk.finish();
+  return d;
+}
+
+}  // namespace shardlm::report

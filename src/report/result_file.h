@@ -1,0 +1,53 @@
+// Reading a `shardlm run` result file back (schema in src/io/result_writer.h) for `shardlm report`:
+// whole columns of /requests, /steps and /ranks and the root attributes, through the HDF5 C API.
+//
+// Files cut short by a crash are read as they are: a group or column that is missing reads as
+// empty, and columns of one group that differ in length are cut to the shortest.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace shardlm::report {
+
+// The rows needed for the report (token ids and text are not kept: only their counts).
+struct RequestRows {
+  std::vector<std::string> id, finish_reason, error;
+  std::vector<int64_t> prompt_len, output_len;  // lengths of the prompt_tokens / output_tokens rows
+  std::vector<double> t_queued, t_first_token, t_finished;
+  std::vector<int64_t> replica;
+  size_t size() const { return id.size(); }
+};
+
+struct StepRows {
+  std::vector<int64_t> step, replica, batch_size, prefill_tokens, decode_tokens, kv_blocks_used;
+  std::vector<double> t_start, wall_s;
+  size_t size() const { return step.size(); }
+};
+
+struct RankRows {
+  std::vector<int64_t> rank, replica, pp, tp, local_rank;
+  std::vector<std::string> host;
+  std::vector<int64_t> load_bytes, peak_rss_bytes, tp_bytes_sent, pp_bytes_sent, replica_bytes_sent;
+  std::vector<double> load_s;
+  size_t size() const { return rank.size(); }
+};
+
+struct RunData {
+  std::string path;
+  // Root attributes by name: strings as JSON strings, integers and floats as JSON numbers.
+  std::map<std::string, nlohmann::json> attrs;
+  RequestRows requests;
+  StepRows steps;
+  RankRows ranks;
+  bool has_steps = false, has_ranks = false;  // whether the groups exist at all
+};
+
+// Reads the whole file. Throws Error naming the path when it is missing, not HDF5, or lacks /requests.
+RunData load_run(const std::string& path);
+
+}  // namespace shardlm::report
