@@ -12,5 +12,5 @@ mkdir -p out
 np=${NP:-2}
 threads=$(( $(nproc) / np )); [ "$threads" -ge 1 ] || threads=1
 mpirun -np "$np" build/shardlm run --config jobs/tiny.ini --threads "$threads" "$@"
-# What the file holds (read it with h5py: f["requests/output_tokens"][i], f["requests/output_text"][i]).
-command -v h5ls >/dev/null && h5ls -r out/demo.h5
+# What the run did (read the rows with h5py: f["requests/output_tokens"][i], f["requests/output_text"][i]).
+build/shardlm report out/demo.h5

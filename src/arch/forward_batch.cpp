@@ -32,13 +32,21 @@ void ForwardBatch::add_chunk(const int32_t* seq_tokens, int64_t start, int64_t l
 }
 
 void Model::begin_step(const ForwardBatch& batch) {
-  finished_logits_.emplace_back(batch.logit_rows.size() * static_cast<size_t>(spec().vocab_size));
-  forward(batch, finished_logits_.back().data());
+  // Buffers are reused step after step: a batch's logits are rows x vocab floats.
+  std::vector<float> buf;
+  if (!spare_logits_.empty()) {
+    buf = std::move(spare_logits_.back());
+    spare_logits_.pop_back();
+  }
+  buf.resize(batch.logit_rows.size() * static_cast<size_t>(spec().vocab_size));
+  forward(batch, buf.data());
+  finished_logits_.push_back(std::move(buf));
 }
 
 void Model::end_step(float* logits) {
   SHARDLM_CHECK(!finished_logits_.empty(), "end_step without a begun step");
   std::copy(finished_logits_.front().begin(), finished_logits_.front().end(), logits);
+  spare_logits_.push_back(std::move(finished_logits_.front()));
   finished_logits_.pop_front();
 }
 

@@ -61,6 +61,7 @@ class Model {
 
  private:
   std::deque<std::vector<float>> finished_logits_;  // default begin/end: results not yet taken
+  std::vector<std::vector<float>> spare_logits_;    // ... and buffers to reuse
 };
 
 // Architecture registry (src/arch/arch_registry.cpp): config "architectures"[0] -> builder.
