@@ -20,6 +20,7 @@
 #include "model/checkpoint.h"
 #include "model/model_spec.h"
 #include "parallel/communicator.h"
+#include "parallel/layout_groups.h"
 #include "parallel/mpi_env.h"
 #include "parallel/rank_report.h"
 #include "parallel/topology.h"
@@ -53,34 +54,6 @@ double seconds(std::chrono::steady_clock::time_point a) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
 }
 
-struct Groups {
-  std::unique_ptr<Communicator> world, tp, pp, replica;
-  ShardComms shard() const { return {tp.get(), pp.get(), replica.get()}; }
-};
-
-// Communicators of this rank's groups; a group of one rank gets none. Every rank creates them in
-// the same order (world, tp, pp, replica).
-Groups make_groups(const Topology& topo, const RunOptions& opt) {
-  Groups g;
-  const Coords& c = topo.coords();
-  const std::string where = "replica " + std::to_string(c.replica);
-  std::vector<int> all(static_cast<size_t>(topo.layout().world()));
-  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
-  if (all.size() > 1) g.world = make_communicator(opt.comm, all, "world", opt.comm_timeout);
-  if (topo.layout().tp > 1) {
-    g.tp = make_communicator(opt.comm, topo.tp_group(), "tp(" + where + ", stage " + std::to_string(c.pp) + ")",
-                             opt.comm_timeout);
-  }
-  if (topo.layout().pp > 1) {
-    g.pp = make_communicator(opt.comm, topo.pp_group(), "pp(" + where + ", tp " + std::to_string(c.tp) + ")",
-                             opt.comm_timeout);
-  }
-  if (topo.replica_group().size() > 1) {
-    g.replica = make_communicator(opt.comm, topo.replica_group(), where, opt.comm_timeout);
-  }
-  return g;
-}
-
 // Every rank gets rank 0's list (length-prefixed in one buffer).
 void share_strings(Communicator* world, std::vector<std::string>* v) {
   if (!world) return;
@@ -107,7 +80,7 @@ void share_strings(Communicator* world, std::vector<std::string>* v) {
   }
 }
 
-RankRecord my_record(const Topology& topo, const Model& model, const Groups& g) {
+RankRecord my_record(const Topology& topo, const Model& model, const LayoutGroups& g) {
   RankRecord r;
   r.rank = topo.world_rank();
   r.replica = topo.coords().replica;
@@ -218,7 +191,7 @@ int cmd_run(int argc, char** argv) {
     topo.set_stage_layers(parse_stage_layers(opt.pp_layers, layout.pp, static_cast<int>(spec.num_layers)),
                           static_cast<int>(spec.num_layers));
   }
-  Groups groups = make_groups(topo, opt);
+  LayoutGroups groups = make_layout_groups(topo, opt.comm, opt.comm_timeout);
   // The writer opens its file before any weight is read: a bad output path fails at once, and a
   // resumed file says which requests are done.
   std::unique_ptr<ResultWriter> writer;

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "arch/model.h"
+#include "arch/replica_steps.h"
 #include "cli/commands.h"
 #include "cli/subcommand.h"
 #include "compute/backend.h"
@@ -15,6 +16,9 @@
 #include "cpu/threads.h"
 #include "model/checkpoint.h"
 #include "model/model_spec.h"
+#include "parallel/layout_groups.h"
+#include "parallel/mpi_env.h"
+#include "parallel/topology.h"
 
 namespace po = boost::program_options;
 
@@ -43,15 +47,21 @@ void write_npy_f32(const std::string& path, const std::vector<float>& data, int6
 }  // namespace
 
 int cmd_score(int argc, char** argv) {
-  std::string model_dir, ids_text, out;
-  int threads = 0;
+  std::string model_dir, ids_text, out, comm = "mpi";
+  int threads = 0, tp = 1, pp = 1;
+  double comm_timeout = 600;
   po::options_description d("shardlm score options");
   d.add_options()("model", po::value(&model_dir), "model directory")(
       "ids", po::value(&ids_text), "space-separated token ids (include BOS if wanted)")(
       "out", po::value(&out), "output .npy file: float32 logits [T, vocab]")(
-      "threads", po::value(&threads)->default_value(threads), "CPU threads (0 = all cores)");
+      "threads", po::value(&threads)->default_value(threads), "CPU threads (0 = all cores)")(
+      "tp", po::value(&tp)->default_value(tp), "tensor-parallel ranks (mpirun -np tp x pp)")(
+      "pp", po::value(&pp)->default_value(pp), "pipeline stages")(
+      "comm", po::value(&comm)->default_value(comm), "communication backend")(
+      "comm-timeout", po::value(&comm_timeout)->default_value(comm_timeout), "seconds a rank waits on another");
   po::variables_map vm;
-  if (!parse_subcommand(argc, argv, "score", "shardlm score --model DIR --ids \"1 2 3\" --out logits.npy", d, &vm)) return 0;
+  const char* usage = "[mpirun -np TPxPP] shardlm score --model DIR --ids \"1 2 3\" --out logits.npy [--tp T] [--pp P]";
+  if (!parse_subcommand(argc, argv, "score", usage, d, &vm)) return 0;
   SHARDLM_CHECK(!model_dir.empty() && !out.empty() && !ids_text.empty(), "shardlm score: --model, --ids and --out are required");
   cpu::set_num_threads(threads);
   ModelSpec spec = ModelSpec::load(model_dir);
@@ -67,11 +77,26 @@ int cmd_score(int argc, char** argv) {
   }
   const int64_t T = static_cast<int64_t>(ids.size());
   SHARDLM_CHECK(T > 0 && T <= spec.max_position_embeddings, "shardlm score: need 1.." << spec.max_position_embeddings << " ids");
+  // One model copy over tp x pp ranks; the leader (rank 0) writes the file.
+  const Topology topo(Layout{tp, pp, 1}, MpiEnv::rank(), MpiEnv::size(), spec);
+  const LayoutGroups groups = make_layout_groups(topo, comm, comm_timeout);
+  const auto [first_layer, last_layer] = topo.stage_layers(topo.coords().pp);
+  const ShardPlan plan = ShardPlan::make(spec, topo.coords().tp, tp, topo.coords().pp, pp, first_layer, last_layer);
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(model_dir);
   std::unique_ptr<ComputeBackend> backend = make_backend("cpu");
-  std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend);
+  std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend, plan, groups.shard());
   const int64_t blocks = (T + 15) / 16;
-  model->allocate_kv_cache(INT64_MAX / 2, 16, blocks);
+  if (!topo.is_replica_leader()) {
+    serve_replica_steps(*model, *groups.replica, INT64_MAX / 2, 16, blocks);
+    return 0;
+  }
+  std::unique_ptr<BroadcastingModel> broadcasting;
+  Model* leader = model.get();
+  if (groups.replica) {
+    broadcasting = std::make_unique<BroadcastingModel>(*model, *groups.replica);
+    leader = broadcasting.get();
+  }
+  leader->allocate_kv_cache(INT64_MAX / 2, 16, blocks);
   std::vector<int32_t> table(blocks);
   for (int64_t b = 0; b < blocks; ++b) table[b] = static_cast<int32_t>(b);
   ForwardBatch batch;
@@ -79,7 +104,8 @@ int cmd_score(int argc, char** argv) {
   batch.add_chunk(ids.data(), 0, T, table, 16, false);
   for (int64_t t = 0; t < T; ++t) batch.logit_rows.push_back(static_cast<int32_t>(t));
   std::vector<float> logits(static_cast<size_t>(T * spec.vocab_size));
-  model->forward(batch, logits.data());
+  leader->forward(batch, logits.data());
+  if (broadcasting) broadcasting->finish();
   write_npy_f32(out, logits, T, spec.vocab_size);
   return 0;
 }

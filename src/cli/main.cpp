@@ -23,7 +23,7 @@ const Command kCommands[] = {
     {"run", &shardlm::cmd_run, true, "generate for every prompt of a file and write HDF5"},
     {"tokenize", &shardlm::cmd_tokenize, false, "encode text to ids (or --decode ids to text)"},
     {"make-model", &shardlm::cmd_make_model, false, "write a random-weight model from a config (the embedded default)"},
-    {"score", &shardlm::cmd_score, false, "write the logits at every position of a token sequence (.npy)"},
+    {"score", &shardlm::cmd_score, true, "write the logits at every position of a token sequence (.npy)"},
     {"bench", &shardlm::cmd_bench, false, "measure prefill and decode tokens/s against the machine's ceilings"},
     {"bench-comm", &shardlm::cmd_bench_comm, true, "measure collective bandwidth and check results (like nccl-tests)"},
     {"plan", &shardlm::cmd_plan, false, "capacity planning: weights, KV cache and throughput ceilings per layout"},

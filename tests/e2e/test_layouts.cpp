@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <csignal>
 #include <chrono>
 #include <fstream>
@@ -264,6 +265,51 @@ TEST(Memory, RankHoldsAboutItsShard) {
       EXPECT_GE(one.rss[0] - m.rss[r], not_loaded * 7 / 10)
           << name(l) << " rank " << r << ": rss " << m.rss[r] << " vs one rank's " << one.rss[0];
     }
+  }
+}
+
+}  // namespace
+}  // namespace shardlm
+
+namespace shardlm {
+namespace {
+
+// A float32 .npy file's values (the layout `shardlm score` writes).
+std::vector<float> read_npy_f32(const std::string& path) {
+  const std::string bytes = test::read_file(path);
+  if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) return {};
+  const size_t header = static_cast<uint8_t>(bytes[8]) | (static_cast<size_t>(static_cast<uint8_t>(bytes[9])) << 8);
+  const size_t at = 10 + header;
+  std::vector<float> v((bytes.size() - at) / sizeof(float));
+  std::memcpy(v.data(), bytes.data() + at, v.size() * sizeof(float));
+  return v;
+}
+
+// The full logits at every position, not only the chosen tokens': tensor parallelism sums partial
+// products in another order, so they agree within 1e-4 + 1e-5 x max|logit|; pipeline stages alone
+// give the same bits.
+TEST(Layouts, FullLogitsMatchOneRank) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  fs::path d = test::fresh_dir("logits");
+  const std::string ids = "1 403 407 261 378 432 383 286 261 376 298 315 421 395 317 426 338 401 396 267 337";
+  Proc one = sh(shardlm_bin() + " score --model " + model + " --ids '" + ids + "' --out " + (d / "one.npy").string());
+  ASSERT_EQ(one.code, 0) << one.out;
+  const std::vector<float> ref = read_npy_f32((d / "one.npy").string());
+  ASSERT_EQ(ref.size(), 21u * 512);
+  float scale = 0;
+  for (float x : ref) scale = std::max(scale, std::fabs(x));
+  const float tol = 1e-4f + 1e-5f * scale;
+  for (const Layout& l : {Layout{2, 1, 1}, Layout{4, 1, 1}, Layout{1, 3, 1}, Layout{2, 2, 1}}) {
+    const std::string out = (d / (name(l) + ".npy")).string();
+    Proc p = sh(mpirun(l.tp * l.pp) + shardlm_bin() + " score --model " + model + " --ids '" + ids + "' --threads 1 --tp " +
+                std::to_string(l.tp) + " --pp " + std::to_string(l.pp) + " --out " + out);
+    ASSERT_EQ(p.code, 0) << name(l) << "\n" << p.out;
+    const std::vector<float> got = read_npy_f32(out);
+    ASSERT_EQ(got.size(), ref.size()) << name(l);
+    float worst = 0;
+    for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(got[i] - ref[i]));
+    EXPECT_LE(worst, tol) << name(l);
+    if (l.tp == 1) EXPECT_EQ(worst, 0.0f) << name(l) << ": stages alone change no reduction order";
   }
 }
 

@@ -1,0 +1,24 @@
+#include "parallel/layout_groups.h"
+
+namespace shardlm {
+
+LayoutGroups make_layout_groups(const Topology& topo, const std::string& backend, double timeout_s) {
+  LayoutGroups g;
+  const Coords& c = topo.coords();
+  const std::string where = "replica " + std::to_string(c.replica);
+  std::vector<int> all(static_cast<size_t>(topo.layout().world()));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  if (all.size() > 1) g.world = make_communicator(backend, all, "world", timeout_s);
+  if (topo.layout().tp > 1) {
+    g.tp = make_communicator(backend, topo.tp_group(), "tp(" + where + ", stage " + std::to_string(c.pp) + ")",
+                             timeout_s);
+  }
+  if (topo.layout().pp > 1) {
+    g.pp = make_communicator(backend, topo.pp_group(), "pp(" + where + ", tp " + std::to_string(c.tp) + ")",
+                             timeout_s);
+  }
+  if (topo.replica_group().size() > 1) g.replica = make_communicator(backend, topo.replica_group(), where, timeout_s);
+  return g;
+}
+
+}  // namespace shardlm
