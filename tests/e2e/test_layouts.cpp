@@ -165,8 +165,8 @@ struct FaultRun {
   double seconds;
 };
 
-// Starts a long tp=2 run, waits until both ranks are up, sends `sig` to world rank 1, and waits
-// for the job to end.
+// Starts a long tp=2 run, waits until its progress line shows generation under way and both ranks
+// are found, sends `sig` to world rank 1, and waits for the job to end.
 FaultRun run_with_fault(int sig, const std::string& tag, double comm_timeout) {
   const std::string model = test::shared_path("models/stories260K");
   fs::path d = test::fresh_dir("fault-" + tag);
@@ -174,23 +174,22 @@ FaultRun run_with_fault(int sig, const std::string& tag, double comm_timeout) {
   for (int i = 0; i < 400; ++i) lines += "{\"id\": \"f" + std::to_string(i) + "\", \"prompt_token_ids\": [1], \"max_tokens\": 300, \"ignore_eos\": true}\n";
   test::write_file(d / "p.jsonl", lines);
   const std::string marker = (d / "fault.h5").string();
+  const std::string log = (d / "log").string();
   const std::string cmd = mpirun(2) + shardlm_bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
-                          " --tp 2 --threads 1 -q --max-seqs 4 --comm-timeout " + std::to_string(comm_timeout) +
-                          " --out " + marker;
+                          " --tp 2 --threads 1 --progress-interval 0.05 --max-seqs 4 --comm-timeout " +
+                          std::to_string(comm_timeout) + " --out " + marker + " > " + log + " 2>&1";
   const auto t0 = std::chrono::steady_clock::now();
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  FILE* f = popen(cmd.c_str(), "r");
   std::map<int, pid_t> ranks;
-  for (int i = 0; i < 200 && ranks.size() < 2; ++i) {
+  for (int i = 0; i < 600; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ranks = ranks_of_job(marker);
+    if (ranks.size() == 2 && test::read_file(log).find("[shardlm] replica 0:") != std::string::npos) break;
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // into the generation loop
   if (ranks.count(1)) kill(ranks[1], sig);
   FaultRun r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.proc.out.append(buf, n);
   const int st = pclose(f);
+  r.proc.out = test::read_file(log);
   r.proc.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (sig == SIGSTOP && ranks.count(1)) kill(ranks[1], SIGKILL);  // in case it is still there

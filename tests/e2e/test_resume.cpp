@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -62,7 +64,7 @@ class Resume : public ::testing::Test {
 
   std::vector<std::string> args(const std::string& out, bool resume = false) {
     std::vector<std::string> a = {"run", "--model", model_, "--prompts", (dir_ / "p.jsonl").string(), "--out",
-                                  (dir_ / out).string(), "--threads", "1", "--max-seqs", "2", "-q", "--flush-every", "2",
+                                  (dir_ / out).string(), "--threads", "1", "--max-seqs", "2", "--flush-every", "2",
                                   "--seed", "4"};
     if (resume) a.push_back("--resume");
     return a;
@@ -73,12 +75,25 @@ class Resume : public ::testing::Test {
     return s;
   }
 
-  // Runs for 0.9 s (about a third of the run), then sends `sig`; returns the exit code.
+  // Runs until its progress line reports at least 6 finished requests (whatever the machine's
+  // speed), then sends `sig`; returns the exit code.
   int interrupt(const std::string& out, int sig) {
     std::vector<std::string> a = args(out);
     a.insert(a.begin(), test::shardlm_bin());
-    const pid_t pid = spawn(a, (dir_ / (out + ".log")).string());
-    std::this_thread::sleep_for(std::chrono::milliseconds(900));
+    a.push_back("--progress-interval");
+    a.push_back("0.05");
+    const std::string log = (dir_ / (out + ".log")).string();
+    const pid_t pid = spawn(a, log);
+    const std::regex done("replica 0: ([0-9]+)/");
+    for (int i = 0; i < 600; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const std::string text = test::read_file(log);
+      int finished = 0;
+      for (std::sregex_iterator it(text.begin(), text.end(), done), end; it != end; ++it) {
+        finished = std::max(finished, std::stoi((*it)[1]));
+      }
+      if (finished >= 6) break;
+    }
     kill(pid, sig);
     return wait_exit(pid);
   }

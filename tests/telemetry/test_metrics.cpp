@@ -100,8 +100,11 @@ TEST(Metrics, RunServesAndWritesMetrics) {
     if (std::regex_search(text, mt, std::regex("metrics at http://127\\.0\\.0\\.1:([0-9]+)/metrics"))) port = std::stoi(mt[1]);
   }
   ASSERT_GT(port, 0) << test::read_file(log);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const std::string live = http_get(port, "/metrics");
+  std::string live;
+  for (int i = 0; i < 100 && live.find("shardlm_requests_running{replica=\"0\"} 2") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    live = http_get(port, "/metrics");
+  }
   EXPECT_NE(live.find("shardlm_requests_running{replica=\"0\"} 2"), std::string::npos) << live;
   EXPECT_NE(live.find("# TYPE shardlm_time_to_first_token_seconds histogram"), std::string::npos) << live;
   int st = 0;
