@@ -462,24 +462,17 @@ void MpiCommunicator::send_recv(const void* send, size_t send_count, int dest, v
   check_peer(source, "send_recv");
   const size_t es = comm_dtype_size(t);
   StatScope st(stats_, send_count * es);
-  std::vector<MPI_Request> reqs;
-  size_t off = 0;
-  do {
-    const size_t len = std::min(max_count_, recv_count - off);
-    reqs.emplace_back(MPI_REQUEST_NULL);
-    check_mpi(MPI_Irecv(at(recv, off, es), static_cast<int>(len), mpi_type(t), source, tag, comm_, &reqs.back()),
-              "send_recv");
-    off += len;
-  } while (off < recv_count);
-  off = 0;
-  do {
-    const size_t len = std::min(max_count_, send_count - off);
-    reqs.emplace_back(MPI_REQUEST_NULL);
-    check_mpi(MPI_Isend(cat(send, off, es), static_cast<int>(len), mpi_type(t), dest, tag, comm_, &reqs.back()),
-              "send_recv");
-    off += len;
-  } while (off < send_count);
-  wait_all(reqs, "send_recv", "receiver " + peer_text(dest) + ", sender " + peer_text(source));
+  // Both posted before either is waited on, so a ring of send_recv calls cannot deadlock.
+  auto r = post_pieces(recv_count, es, "send_recv", "sender " + peer_text(source),
+                       [&](size_t byte_off, int len, MPI_Request* q) {
+                         return MPI_Irecv(static_cast<char*>(recv) + byte_off, len, mpi_type(t), source, tag, comm_, q);
+                       });
+  auto s = post_pieces(send_count, es, "send_recv", "receiver " + peer_text(dest),
+                       [&](size_t byte_off, int len, MPI_Request* q) {
+                         return MPI_Isend(static_cast<const char*>(send) + byte_off, len, mpi_type(t), dest, tag, comm_, q);
+                       });
+  s->wait();
+  r->wait();
 }
 
 void MpiCommunicator::barrier() {
