@@ -3,9 +3,15 @@
 
 For every tiny config in inputs/models (Llama with llama3 RoPE scaling, Qwen2 with q/k/v bias and
 tied embeddings, Qwen3 with QK-norm and head_dim != hidden/heads, Mistral with a sliding window
-shorter than the sequence), in fp32 and bf16 weights, make-model writes a random checkpoint;
-`shardlm score` and transformers (fp32 math, eager attention) each compute the logits at every
-position of the same token sequence. Also stories260K when ../shared is present.
+shorter than the sequence; Mixtral, Qwen2-MoE with its gated shared expert, Qwen3-MoE with a dense
+mlp_only layer, DeepSeek-V3 with MLA, YaRN, group-limited sigmoid routing and a dense first layer,
+and a Kimi-K2-shaped model with one expert group), in fp32 and bf16 weights (and fp8 block-scaled
+for the DeepSeek-V3 shapes), make-model writes a random checkpoint; `shardlm score` and
+transformers (fp32 math, eager attention) each compute the logits at every position of the same
+token sequence. Also stories260K when ../shared is present.
+
+For fp8 checkpoints the reference model gets the weights dequantised by the reference formula
+(fp8 -> fp32, times the block's scale_inv, rounded to bf16) in torch.
 
 Passes when, for every model, max |logit difference| <= ATOL + RTOL * max |logit| and the argmax
 agrees at every position whose top-2 margin exceeds that tolerance. Prints the figures.
@@ -13,6 +19,7 @@ agrees at every position whose top-2 margin exceeds that tolerance. Prints the f
 Exit code 77 (CTest: skipped) when torch or transformers is not installed.
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -38,9 +45,50 @@ def shardlm_logits(binary, model_dir, ids, workdir):
     return np.load(out)
 
 
-def hf_logits(model_dir, ids):
-    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
-                                                              attn_implementation="eager")
+def hf_loadable(model_dir, workdir):
+    """A copy of model_dir that transformers loads natively: fp8 weights dequantised to bf16 (and
+    quantization_config dropped), Kimi's model_type mapped to deepseek_v3. model_dir itself when
+    nothing needs changing."""
+    import shutil
+    from safetensors.torch import load_file, save_file
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
+    if "quantization_config" not in config and config.get("model_type") != "kimi_k2":
+        return model_dir
+    out = os.path.join(workdir, os.path.basename(model_dir) + "-hf")
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(model_dir, out, ignore=shutil.ignore_patterns("*.safetensors"))
+    tensors = load_file(os.path.join(model_dir, "model.safetensors"))
+    plain = {}
+    for name, t in tensors.items():
+        if name.endswith("_scale_inv"):
+            continue
+        if t.dtype == torch.float8_e4m3fn:
+            s = tensors[name + "_scale_inv"].float()
+            rows, cols = t.shape
+            scale = s.repeat_interleave(128, 0)[:rows].repeat_interleave(128, 1)[:, :cols]
+            t = (t.float() * scale).to(torch.bfloat16)
+        plain[name] = t
+    save_file(plain, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    config.pop("quantization_config", None)
+    if config.get("model_type") == "kimi_k2":
+        config["model_type"] = "deepseek_v3"
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    return out
+
+
+def hf_logits(model_dir, ids, workdir=None):
+    if workdir is not None:
+        model_dir = hf_loadable(model_dir, workdir)
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
+                                                                    attn_implementation="eager",
+                                                                    output_loading_info=True)
+    # A weight transformers did not find would be randomly initialised: the comparison would be void.
+    missing = [k for k in ("missing_keys", "unexpected_keys", "mismatched_keys") if info.get(k)]
+    if missing:
+        raise SystemExit(f"hf_compare: transformers did not load {model_dir} cleanly: "
+                         + "; ".join(f"{k}: {sorted(info[k])[:8]}" for k in missing))
     model.eval()
     with torch.no_grad():
         out = model(torch.tensor([ids], dtype=torch.long))
@@ -59,6 +107,13 @@ def compare(name, ours, ref):
           f"max|logit|={scale:7.3f} tol={tol:.1e} argmax agree {agree.sum()}/{agree.size}  {'ok' if ok else 'FAIL'}")
     return ok
 
+
+MODELS = [("tiny-llama", ["fp32", "bf16"]), ("tiny-qwen2", ["fp32", "bf16"]), ("tiny-qwen3", ["fp32", "bf16"]),
+          ("tiny-mistral", ["fp32", "bf16"]), ("tiny-mixtral", ["fp32", "bf16"]), ("tiny-qwen2-moe", ["fp32", "bf16"]),
+          ("tiny-qwen3-moe", ["fp32", "bf16"]), ("tiny-deepseek-v3", ["fp32", "bf16", "fp8"]),
+          ("tiny-kimi-k2", ["fp32", "bf16", "fp8"])]
+# make-model writes the same tokenizer for every config: checking four is plenty.
+TOKENIZER_CHECKED = {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral"}
 
 TOKENIZER_TEXTS = ["Once upon a time, there was a little girl named Lily.",
                    "  leading spaces, tabs\tand\nnewlines  ", "Caf\u00e9 na\u00efve \u4f60\u597d\u4e16\u754c 123456 don't",
@@ -85,23 +140,30 @@ def main():
     ap.add_argument("--shardlm", default=os.path.join(ROOT, "build", "shardlm"))
     ap.add_argument("--shared", default=os.path.join(os.path.dirname(ROOT), "shared"))
     ap.add_argument("--tokens", type=int, default=100)
+    ap.add_argument("--only", nargs="*", help="config names to run (default: all)")
     args = ap.parse_args()
     torch.manual_seed(0)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
     ok = True
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
-        for cfg in ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral"]:
-            for dtype in ["fp32", "bf16"]:
+        for cfg, dtypes in MODELS:
+            if args.only and cfg not in args.only:
+                continue
+            for dtype in dtypes:
                 d = os.path.join(tmp, f"{cfg}-{dtype}")
                 subprocess.run([args.shardlm, "make-model", "--config", os.path.join(ROOT, "inputs", "models", cfg + ".json"),
                                 "--out", d, "--dtype", dtype, "--seed", "3"], check=True, capture_output=True)
-                vocab = transformers.AutoConfig.from_pretrained(d).vocab_size
+                with open(os.path.join(d, "config.json")) as f:
+                    vocab = json.load(f)["vocab_size"]
                 ids = [int(x) for x in rng.integers(0, vocab, size=args.tokens)]
-                ok &= compare(f"{cfg} {dtype}", shardlm_logits(args.shardlm, d, ids, tmp), hf_logits(d, ids))
-            ok &= compare_tokenizer(cfg, args.shardlm, d)
+                ok &= compare(f"{cfg} {dtype}", shardlm_logits(args.shardlm, d, ids, tmp), hf_logits(d, ids, tmp))
+            if cfg in TOKENIZER_CHECKED:
+                ok &= compare_tokenizer(cfg, args.shardlm, d)
         stories = os.path.join(args.shared, "models", "stories260K")
-        if os.path.isdir(stories):
+        if args.only:
+            pass
+        elif os.path.isdir(stories):
             ids = [1] + [int(x) for x in open(os.path.join(stories, "expected_greedy_from_bos.ids")).read().split()][:150]
             ok &= compare("stories260K fp32", shardlm_logits(args.shardlm, stories, ids, tmp), hf_logits(stories, ids))
         else:

@@ -1,6 +1,6 @@
 #include <sstream>
 
-#include "arch/dense_decoder.h"
+#include "arch/decoder.h"
 #include "arch/model.h"
 #include "core/error.h"
 
@@ -9,10 +9,14 @@ namespace shardlm {
 // One line per architecture. A new architecture is a new file with its builder plus a line here.
 const std::vector<ArchEntry>& arch_registry() {
   static const std::vector<ArchEntry> kArchs = {
-      {"LlamaForCausalLM", &build_dense_decoder},
-      {"MistralForCausalLM", &build_dense_decoder},
-      {"Qwen2ForCausalLM", &build_dense_decoder},
-      {"Qwen3ForCausalLM", &build_dense_decoder},
+      {"LlamaForCausalLM", &build_decoder},
+      {"MistralForCausalLM", &build_decoder},
+      {"Qwen2ForCausalLM", &build_decoder},
+      {"Qwen3ForCausalLM", &build_decoder},
+      {"MixtralForCausalLM", &build_decoder},
+      {"Qwen2MoeForCausalLM", &build_decoder},
+      {"Qwen3MoeForCausalLM", &build_decoder},
+      {"DeepseekV3ForCausalLM", &build_decoder},
   };
   return kArchs;
 }

@@ -34,6 +34,18 @@ struct ForwardBatch {
                  int64_t block_size, bool wants_logits);
 };
 
+// Per-step expert-parallel figures of a rank, summed over its MoE layers.
+struct MoeStepStats {
+  double dispatch_s = 0, combine_s = 0;
+  int64_t dispatch_bytes = 0, combine_bytes = 0;  // sent by this rank
+  std::vector<int64_t> expert_tokens;             // [num_experts] tokens routed from this rank
+  void reset(int64_t num_experts) {
+    dispatch_s = combine_s = 0;
+    dispatch_bytes = combine_bytes = 0;
+    expert_tokens.assign(static_cast<size_t>(num_experts), 0);
+  }
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -55,6 +67,13 @@ class Model {
   virtual int max_steps_in_flight() const { return 1; }
   virtual void begin_step(const ForwardBatch& batch);
   virtual void end_step(float* logits);
+  // True when every step must run on every rank, even with no tokens: expert-parallel groups
+  // pair their all-to-alls step by step.
+  virtual bool runs_empty_steps() const { return false; }
+  // MoE figures of the step last ended (end_step or forward); null for dense models. On the
+  // replica leader they cover its stage's MoE layers; tokens per expert are summed over the
+  // expert-parallel group.
+  virtual const MoeStepStats* last_step_moe() const { return nullptr; }
   // Bytes of checkpoint data this rank loaded, and the seconds it took.
   virtual size_t load_bytes() const = 0;
   virtual double load_seconds() const = 0;

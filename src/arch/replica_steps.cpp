@@ -91,7 +91,14 @@ void serve_replica_steps(Model& model, Communicator& replica, int64_t kv_budget_
     StepHeader h;
     replica.recv(&h, sizeof h / sizeof(int64_t), CommDType::kI64, 0, kTagStepHeader);
     if (h.num_tokens < 0) return;
-    if (h.num_tokens == 0) continue;
+    if (h.num_tokens == 0) {
+      // An empty step still runs where expert-parallel groups pair their all-to-alls step by step.
+      if (model.runs_empty_steps()) {
+        batch.clear();
+        model.forward(batch, nullptr);
+      }
+      continue;
+    }
     const size_t T = static_cast<size_t>(h.num_tokens);
     const size_t sizes[kIntParts] = {T, T, T, static_cast<size_t>(h.seq_starts), static_cast<size_t>(h.blocks),
                                      static_cast<size_t>(h.logit_rows)};

@@ -32,6 +32,8 @@ class BroadcastingModel final : public Model {
   int max_steps_in_flight() const override { return inner_.max_steps_in_flight(); }
   void begin_step(const ForwardBatch& batch) override;
   void end_step(float* logits) override { inner_.end_step(logits); }
+  bool runs_empty_steps() const override { return inner_.runs_empty_steps(); }
+  const MoeStepStats* last_step_moe() const override { return inner_.last_step_moe(); }
   size_t load_bytes() const override { return inner_.load_bytes(); }
   double load_seconds() const override { return inner_.load_seconds(); }
 

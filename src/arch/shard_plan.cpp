@@ -32,7 +32,34 @@ ShardPlan ShardPlan::make(const ModelSpec& spec, int tp_rank, int tp_size, int s
   p.inter0 = tp_rank * p.inter;
   p.vocab = spec.vocab_size / tp_size;
   p.vocab0 = tp_rank * p.vocab;
+  p.set_expert_parallel(spec, 0, 1);
   return p;
+}
+
+void ShardPlan::set_expert_parallel(const ModelSpec& spec, int rank, int size) {
+  ep_rank = rank;
+  ep_size = size;
+  const MoeSpec& m = spec.moe;
+  if (!m.enabled()) return;
+  SHARDLM_CHECK(size >= 1 && m.num_experts % size == 0,
+                "ep " << size << " does not divide the " << m.num_experts << " routed experts");
+  if (size == 1) {
+    SHARDLM_CHECK(m.expert_intermediate % tp_size == 0, "tp " << tp_size << " does not divide the expert intermediate size "
+                                                              << m.expert_intermediate);
+    experts = m.num_experts;
+    expert0 = 0;
+    expert_inter = m.expert_intermediate / tp_size;
+    expert_inter0 = tp_rank * expert_inter;
+  } else {
+    experts = m.num_experts / size;
+    expert0 = static_cast<int64_t>(rank) * experts;
+    expert_inter = m.expert_intermediate;
+    expert_inter0 = 0;
+  }
+  SHARDLM_CHECK(m.shared_intermediate % tp_size == 0,
+                "tp " << tp_size << " does not divide the shared expert intermediate size " << m.shared_intermediate);
+  shared_inter = m.shared_intermediate / tp_size;
+  shared_inter0 = tp_rank * shared_inter;
 }
 
 }  // namespace shardlm

@@ -86,6 +86,7 @@ RankRecord my_record(const Topology& topo, const Model& model, const LayoutGroup
   r.replica = topo.coords().replica;
   r.pp = topo.coords().pp;
   r.tp = topo.coords().tp;
+  r.dp = topo.coords().dp;
   r.host = MpiEnv::host();
   r.load_bytes = static_cast<int64_t>(model.load_bytes());
   r.load_s = model.load_seconds();
@@ -93,6 +94,7 @@ RankRecord my_record(const Topology& topo, const Model& model, const LayoutGroup
   if (g.tp) r.tp_bytes_sent = static_cast<int64_t>(g.tp->stats().bytes_sent);
   if (g.pp) r.pp_bytes_sent = static_cast<int64_t>(g.pp->stats().bytes_sent);
   if (g.replica) r.replica_bytes_sent = static_cast<int64_t>(g.replica->stats().bytes_sent);
+  if (g.ep) r.ep_bytes_sent = static_cast<int64_t>(g.ep->stats().bytes_sent);
   return r;
 }
 
@@ -105,11 +107,11 @@ void print_header(const std::vector<RankRecord>& ranks, const Topology& topo, co
                opt.model.c_str(), spec.architecture.c_str(), static_cast<long long>(spec.num_layers),
                static_cast<long long>(spec.hidden_size), static_cast<long long>(spec.num_heads),
                static_cast<long long>(spec.num_kv_heads), static_cast<long long>(spec.vocab_size));
-  std::fprintf(stderr, "[shardlm]   rank  host              local  replica  stage  tp  layers     loaded MB  seconds   GB/s\n");
+  std::fprintf(stderr, "[shardlm]   rank  host              local  replica  stage  dp  tp  layers     loaded MB  seconds   GB/s\n");
   for (const RankRecord& r : ranks) {
     const auto [l0, l1] = topo.stage_layers(r.pp);
-    std::fprintf(stderr, "[shardlm]   %4d  %-16s  %5d  %7d  %5d  %2d  [%3d,%3d)  %9.1f  %7.3f  %5.2f\n", r.rank,
-                 r.host.c_str(), r.local_rank, r.replica, r.pp, r.tp, l0, l1, r.load_bytes / 1e6, r.load_s,
+    std::fprintf(stderr, "[shardlm]   %4d  %-16s  %5d  %7d  %5d  %2d  %2d  [%3d,%3d)  %9.1f  %7.3f  %5.2f\n", r.rank,
+                 r.host.c_str(), r.local_rank, r.replica, r.pp, r.dp, r.tp, l0, l1, r.load_bytes / 1e6, r.load_s,
                  r.load_s > 0 ? r.load_bytes / r.load_s / 1e9 : 0.0);
   }
 }
@@ -133,8 +135,8 @@ EngineConfig engine_config(const RunOptions& opt, const Topology& topo, const st
   // With several replicas the share of each is not known in advance: the progress line shows the
   // file's total.
   ec.total_requests = count_lines(prompts);
-  ec.replica = topo.coords().replica;
-  if (topo.layout().replicas > 1) ec.lookahead = opt.max_seqs;
+  ec.replica = topo.engine_group();
+  if (topo.layout().engine_groups() > 1) ec.lookahead = opt.max_seqs;
   return ec;
 }
 
@@ -185,7 +187,8 @@ int cmd_run(int argc, char** argv) {
   const std::string started = iso_time_now();
 
   const ModelSpec spec = ModelSpec::load(opt.model);
-  Layout layout{opt.tp, opt.pp, opt.replicas > 0 ? opt.replicas : std::max(1, world / (opt.tp * opt.pp))};
+  Layout layout{opt.tp, opt.pp, opt.replicas > 0 ? opt.replicas : std::max(1, world / (opt.tp * opt.pp * opt.dp)),
+                opt.dp, opt.ep > 0 ? opt.ep : (spec.moe.enabled() && opt.dp > 1 ? opt.dp * opt.tp : 1)};
   Topology topo(layout, rank, world, spec);
   if (!opt.pp_layers.empty()) {
     topo.set_stage_layers(parse_stage_layers(opt.pp_layers, layout.pp, static_cast<int>(spec.num_layers)),
@@ -205,15 +208,17 @@ int cmd_run(int argc, char** argv) {
   const std::unordered_set<std::string> done(finished.begin(), finished.end());
   // Replicas claim windows of prompt lines from one queue; every rank takes part in its creation.
   std::unique_ptr<LineQueue> queue;
-  if (layout.replicas > 1) queue = std::make_unique<LineQueue>(kLinesPerClaim);
+  if (layout.engine_groups() > 1) queue = std::make_unique<LineQueue>(kLinesPerClaim);
   const Coords& c = topo.coords();
   const auto [first_layer, last_layer] = topo.stage_layers(c.pp);
-  const ShardPlan plan = ShardPlan::make(spec, c.tp, layout.tp, c.pp, layout.pp, first_layer, last_layer);
+  ShardPlan plan = ShardPlan::make(spec, c.tp, layout.tp, c.pp, layout.pp, first_layer, last_layer);
+  plan.set_expert_parallel(spec, layout.ep > 1 ? topo.ep_rank() : 0, layout.ep);
 
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(opt.model);
   std::unique_ptr<ComputeBackend> backend = make_backend(opt.backend);
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend, plan, groups.shard());
-  const EngineConfig ec = engine_config(opt, topo, opt.prompts);
+  EngineConfig ec = engine_config(opt, topo, opt.prompts);
+  ec.lockstep = groups.dp_leaders.get();
 
   // Load report: every rank's shard, printed once.
   if (!opt.quiet) {

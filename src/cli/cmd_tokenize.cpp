@@ -16,7 +16,8 @@ int cmd_tokenize(int argc, char** argv) {
   std::string model, text, decode;
   bool bos = false, specials = false;
   po::options_description d("shardlm tokenize options");
-  d.add_options()("model", po::value(&model), "directory holding tokenizer.json (and tokenizer_config.json)")(
+  d.add_options()("model", po::value(&model),
+                  "directory holding tokenizer.json or tiktoken.model (and tokenizer_config.json)")(
       "text", po::value(&text), "text to encode; ids are printed separated by spaces")(
       "bos", po::bool_switch(&bos), "prepend BOS when the tokenizer config asks for one")(
       "decode", po::value(&decode), "space-separated ids to decode instead")(

@@ -9,7 +9,9 @@ int cmd_make_model(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_score(int argc, char** argv);
 int cmd_bench_comm(int argc, char** argv);
+int cmd_bench_moe(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
 int cmd_report(int argc, char** argv);
+int cmd_merge(int argc, char** argv);
 
 }  // namespace shardlm

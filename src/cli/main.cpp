@@ -26,8 +26,10 @@ const Command kCommands[] = {
     {"score", &shardlm::cmd_score, true, "write the logits at every position of a token sequence (.npy)"},
     {"bench", &shardlm::cmd_bench, false, "measure prefill and decode tokens/s against the machine's ceilings"},
     {"bench-comm", &shardlm::cmd_bench_comm, true, "measure collective bandwidth and check results (like nccl-tests)"},
+    {"bench-moe", &shardlm::cmd_bench_moe, true, "time one MoE layer's route, dispatch, expert GEMMs and combine over EP ranks"},
     {"plan", &shardlm::cmd_plan, false, "capacity planning: weights, KV cache and throughput ceilings per layout"},
     {"report", &shardlm::cmd_report, false, "summarise a result file: throughput, latency percentiles, ranks (--plots, --json)"},
+    {"merge", &shardlm::cmd_merge, false, "merge result files of disjoint prompt shards (a job array) into one"},
 };
 
 void usage() {

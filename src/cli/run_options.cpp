@@ -42,7 +42,9 @@ po::options_description describe(RunOptions& o) {
     ("progress-interval", po::value(&o.progress_interval)->default_value(o.progress_interval), "seconds between progress lines (0 = none)")
     ("tp", po::value(&o.tp)->default_value(o.tp), "tensor-parallel ranks per pipeline stage")
     ("pp", po::value(&o.pp)->default_value(o.pp), "pipeline stages per replica")
-    ("replicas", po::value(&o.replicas)->default_value(o.replicas), "model copies splitting the prompts (0 = ranks / (tp x pp))")
+    ("replicas", po::value(&o.replicas)->default_value(o.replicas), "model copies splitting the prompts (0 = ranks / (tp x pp x dp))")
+    ("dp", po::value(&o.dp)->default_value(o.dp), "attention data-parallel groups per pipeline stage, each with its own batch (MoE: with --ep they share the experts)")
+    ("ep", po::value(&o.ep)->default_value(o.ep), "expert-parallel ranks per stage: 1 (every expert split over tp) or dp x tp (each rank holds 1/ep of the experts); 0 = dp x tp for an MoE model with dp > 1, else 1")
     ("pp-layers", po::value(&o.pp_layers), "layers per pipeline stage, e.g. 3,3,2 (default: balanced)")
     ("comm", po::value(&o.comm)->default_value(o.comm), "communication backend")
     ("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout), "seconds a rank waits on another before failing the job")
@@ -90,7 +92,8 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
   SHARDLM_CHECK(o.flush_seconds >= 0, "--flush-seconds must be >= 0");
   SHARDLM_CHECK(o.comm_timeout > 0, "--comm-timeout must be positive");
   SHARDLM_CHECK(o.metrics_port >= -1 && o.metrics_port <= 65535, "--metrics-port must be -1 (off) or in [0, 65535]");
-  SHARDLM_CHECK(o.tp >= 1 && o.pp >= 1 && o.replicas >= 0, "--tp and --pp must be >= 1, --replicas >= 0");
+  SHARDLM_CHECK(o.tp >= 1 && o.pp >= 1 && o.replicas >= 0 && o.dp >= 1 && o.ep >= 0,
+                "--tp, --pp and --dp must be >= 1, --replicas and --ep >= 0");
   *out = o;
   return true;
 }
@@ -104,7 +107,7 @@ std::string to_ini(const RunOptions& o) {
   s << "\nignore-eos = " << (o.ignore_eos ? "true" : "false") << "\nmax-batch-tokens = " << o.max_batch_tokens
     << "\nmax-seqs = " << o.max_seqs << "\nkv-cache-gb = " << o.kv_cache_gb << "\nblock-size = " << o.block_size
     << "\nthreads = " << o.threads << "\nflush-every = " << o.flush_every << "\nflush-seconds = " << o.flush_seconds
-    << "\nresume = " << (o.resume ? "true" : "false") << "\ntp = " << o.tp << "\npp = " << o.pp << "\nreplicas = " << o.replicas;
+    << "\nresume = " << (o.resume ? "true" : "false") << "\ntp = " << o.tp << "\npp = " << o.pp << "\nreplicas = " << o.replicas << "\ndp = " << o.dp << "\nep = " << o.ep;
   if (!o.pp_layers.empty()) s << "\npp-layers = " << o.pp_layers;
   s << "\ncomm = " << o.comm << "\ncomm-timeout = " << o.comm_timeout << "\n";
   return s.str();

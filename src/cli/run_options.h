@@ -34,7 +34,9 @@ struct RunOptions {
   double progress_interval = 2.0; // seconds between progress lines
   int tp = 1;                     // tensor-parallel ranks per stage
   int pp = 1;                     // pipeline stages
-  int replicas = 0;               // model copies; 0 = world / (tp * pp)
+  int replicas = 0;               // model copies; 0 = world / (tp * pp * dp)
+  int dp = 1;                     // attention data-parallel groups per stage
+  int ep = 0;                     // expert-parallel ranks per stage: 1 or dp * tp (0: dp * tp for MoE with dp > 1)
   std::string pp_layers;          // layers per stage, e.g. "3,3,2" (default: balanced)
   std::string comm = "mpi";       // communication backend
   double comm_timeout = 600;      // seconds a rank waits on another before failing the job

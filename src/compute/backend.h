@@ -62,6 +62,34 @@ class ComputeBackend {
                          const float* k_cache, const float* v_cache, int64_t block_size,
                          const int32_t* const* block_table, const int32_t* pos, int64_t window, float scale,
                          float* out) = 0;
+
+  // ---- Multi-head Latent Attention (DeepSeek-V2/V3, Kimi K2; see kernels/cpu/latent_attention.h) ----
+  // RoPE of rot_dim-wide vectors read with strides, written packed to out [T, n_heads, rot_dim]:
+  // the vector of token t, head h starts at x + t*x_stride + h*head_stride. Angle pos[t]*inv_freq[i]
+  // (fp32); cos and sin are multiplied by attention_factor. interleaved = false: pairs (i, i+half)
+  // (rotate-half); true: pairs (2i, 2i+1), written de-interleaved to (i, i+half) as transformers'
+  // apply_rotary_pos_emb_interleave does. out may equal x only when x is packed.
+  virtual void rope_strided(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
+                            int64_t rot_dim, const int32_t* pos, const float* inv_freq, bool interleaved,
+                            float attention_factor, float* out) = 0;
+  // Per-head linear: w is [n_heads * N, K] (head h's weight is rows [h*N, (h+1)*N)), N = w.rows /
+  // n_heads, K = w.cols. y [T, n_heads, N]:
+  //   y[t, h, n] = sum_k x[t*x_stride + h*head_stride + k] * w[h*N + n, k]
+  // reduced per element like linear(), independently of T.
+  virtual void head_linear(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
+                           const Matrix& w, float* y) = 0;
+  // Latent cache rows ([num_blocks, block_size, kv_lora + rope_dim]): row slots[t] = [latent[t] |
+  // k_rope[t]] for latent [T, kv_lora], k_rope [T, rope_dim]; negative slots are skipped.
+  virtual void latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots,
+                                  int64_t kv_lora, int64_t rope_dim, float* cache) = 0;
+  // Absorbed MLA attention over the latent cache. q_latent, out [T, n_heads, kv_lora]; q_rope
+  // [T, n_heads, rope_dim]. Token t attends causally to positions [0, pos[t]] of its sequence
+  // (blocks in block_table[t]); with cache rows (c_j, r_j):
+  //   s_j = (q_latent[t,h]·c_j + q_rope[t,h]·r_j) * scale;  out[t,h] = sum_j softmax(s)_j c_j.
+  virtual void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads,
+                                int64_t kv_lora, int64_t rope_dim, const float* cache, int64_t block_size,
+                                const int32_t* const* block_table, const int32_t* pos, float scale,
+                                float* out) = 0;
 };
 
 // Backend registry (src/compute/backend_registry.cpp): a backend is added by one file defining its

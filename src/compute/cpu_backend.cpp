@@ -6,10 +6,13 @@
 #include "core/error.h"
 #include "cpu/activation.h"
 #include "cpu/embedding.h"
+#include "cpu/head_matmul.h"
+#include "cpu/latent_attention.h"
 #include "cpu/matmul.h"
 #include "cpu/paged_attention.h"
 #include "cpu/rmsnorm.h"
 #include "cpu/rope.h"
+#include "cpu/rope_strided.h"
 #include "model/checkpoint.h"
 
 namespace shardlm {
@@ -175,6 +178,39 @@ void CpuBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t n
                 "cpu backend: n_heads " << n_heads << " is not a multiple of n_kv_heads " << n_kv_heads);
   cpu::paged_attention(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, block_size, block_table, pos,
                        window, scale, out);
+}
+
+void CpuBackend::rope_strided(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
+                              int64_t rot_dim, const int32_t* pos, const float* inv_freq, bool interleaved,
+                              float attention_factor, float* out) {
+  SHARDLM_CHECK(rot_dim % 2 == 0, "cpu backend: rope_strided rot_dim " << rot_dim << " is odd");
+  cpu::rope_strided(x, T, n_heads, x_stride, head_stride, rot_dim, pos, inv_freq, interleaved, attention_factor,
+                    out);
+}
+
+void CpuBackend::head_linear(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
+                             const Matrix& w, float* y) {
+  SHARDLM_CHECK(n_heads > 0 && w.rows % n_heads == 0,
+                "cpu backend: head_linear weight has " << w.rows << " rows, not a multiple of " << n_heads << " heads");
+  const int64_t N = w.rows / n_heads;
+  if (w.dtype == DType::BF16)
+    cpu::head_matmul_bf16w(x, T, n_heads, x_stride, head_stride, w.cols, static_cast<const uint16_t*>(w.data), N, y);
+  else if (w.dtype == DType::F32)
+    cpu::head_matmul_f32w(x, T, n_heads, x_stride, head_stride, w.cols, static_cast<const float*>(w.data), N, y);
+  else
+    SHARDLM_FAIL("cpu backend: head_linear weight dtype " << dtype_name(w.dtype) << " is not F32 or BF16");
+}
+
+void CpuBackend::latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots,
+                                    int64_t kv_lora, int64_t rope_dim, float* cache) {
+  cpu::latent_cache_write(latent, k_rope, T, slots, kv_lora, rope_dim, cache);
+}
+
+void CpuBackend::latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads,
+                                  int64_t kv_lora, int64_t rope_dim, const float* cache, int64_t block_size,
+                                  const int32_t* const* block_table, const int32_t* pos, float scale, float* out) {
+  cpu::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, block_table, pos, scale,
+                        out);
 }
 
 std::unique_ptr<ComputeBackend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }

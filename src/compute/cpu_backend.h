@@ -46,6 +46,17 @@ class CpuBackend : public ComputeBackend {
                  const float* k_cache, const float* v_cache, int64_t block_size,
                  const int32_t* const* block_table, const int32_t* pos, int64_t window, float scale,
                  float* out) override;
+  void rope_strided(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
+                    int64_t rot_dim, const int32_t* pos, const float* inv_freq, bool interleaved,
+                    float attention_factor, float* out) override;
+  void head_linear(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
+                   const Matrix& w, float* y) override;
+  void latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots,
+                          int64_t kv_lora, int64_t rope_dim, float* cache) override;
+  void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora,
+                        int64_t rope_dim, const float* cache, int64_t block_size,
+                        const int32_t* const* block_table, const int32_t* pos, float scale,
+                        float* out) override;
 
  private:
   float* alloc_floats(size_t n);  // owned weight storage (converted copies)

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <csignal>
 #include <deque>
 
 #include "core/error.h"
 #include "core/stop_signal.h"
+#include "parallel/communicator.h"
 
 namespace shardlm {
 
@@ -172,22 +174,12 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
   std::vector<bool> busy(M, false);
   size_t next_m = 0;
   ForwardBatch batch;
+  // Expert-parallel models run every step on every rank of the group, empty or not.
+  const bool lockstep = model_.runs_empty_steps();
   for (;;) {
-    if (stop_requested()) {
-      // Stop admitting and stop stepping: what is in flight is dropped (a resumed run redoes it);
-      // pipelined steps already begun are ended so every rank of the replica stays in step.
-      while (!inflight.empty()) {
-        size_t rows = 0;
-        for (const ScheduledChunk& c : inflight.front().chunks) rows += c.samples;
-        logits_.resize(rows * static_cast<size_t>(vocab));
-        model_.end_step(logits_.data());
-        inflight.pop_front();
-      }
-      stats.interrupted_by = stop_signal();
-      break;
-    }
+    bool stop = stop_requested();
     // Keep a bounded window of requests read ahead: the prompt file is streamed, never loaded.
-    while (!source_done && count(&Scheduler::num_waiting) < lookahead) {
+    while (!stop && !source_done && count(&Scheduler::num_waiting) < lookahead) {
       std::optional<ParsedRequest> req = source.next();
       if (!req) {
         source_done = true;
@@ -207,14 +199,37 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
       }
       target->add(std::move(s));
     }
-    if (all_idle() && source_done && inflight.empty()) break;
+    // Empty lockstep steps in flight are not work: a pipeline always has some.
+    const bool working = std::any_of(inflight.begin(), inflight.end(), [](const InFlight& f) { return !f.chunks.empty(); });
+    bool active = !(all_idle() && source_done && !working);
+    if (cfg_.lockstep) {
+      int64_t flags[2] = {stop ? 1 : 0, active ? 1 : 0};
+      cfg_.lockstep->all_reduce(flags, 2, CommDType::kI64, ReduceOp::kMax);
+      stop = flags[0] != 0;
+      active = flags[1] != 0;
+    }
+    if (stop || !active) {
+      // Stop admitting and stop stepping: what is in flight is dropped (a resumed run redoes it);
+      // pipelined steps already begun are ended so every rank of the replica stays in step. At
+      // the normal end only empty lockstep steps can be in flight.
+      while (!inflight.empty()) {
+        size_t rows = 0;
+        for (const ScheduledChunk& c : inflight.front().chunks) rows += c.samples;
+        logits_.resize(rows * static_cast<size_t>(vocab));
+        model_.end_step(logits_.data());
+        inflight.pop_front();
+      }
+      if (stop) stats.interrupted_by = stop_requested() ? stop_signal() : SIGTERM;
+      break;
+    }
 
     // Issue a step for every micro-batch that is not in flight and has work.
     for (size_t k = 0; k < M; ++k) {
       const size_t m = (next_m + k) % M;
       if (busy[m]) continue;
       std::vector<ScheduledChunk> chunks = schedulers_[m]->schedule();
-      if (chunks.empty()) continue;
+      // In lockstep an idle micro-batch still steps (empty), so every group begins as many steps.
+      if (chunks.empty() && !lockstep) continue;
       InFlight f{m, std::move(chunks), {}};
       f.rec.replica = cfg_.replica;
       f.rec.batch_size = static_cast<int32_t>(f.chunks.size());
@@ -255,13 +270,21 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
       ++row;
       if (append_token(*c.seq, smp, now)) done.push_back(c.seq);
     }
+    busy[f.m] = false;
+    if (f.chunks.empty()) continue;  // an empty lockstep step: nothing to record
     f.rec.kv_blocks_used = blocks_.num_used();
+    if (const MoeStepStats* moe = model_.last_step_moe()) {
+      f.rec.moe_dispatch_s = moe->dispatch_s;
+      f.rec.moe_combine_s = moe->combine_s;
+      f.rec.moe_dispatch_bytes = moe->dispatch_bytes;
+      f.rec.moe_combine_bytes = moe->combine_bytes;
+      f.rec.expert_tokens.assign(moe->expert_tokens.begin(), moe->expert_tokens.end());
+    }
     for (Sequence* s : done) {
       std::unique_ptr<Sequence> owned = schedulers_[f.m]->finish(s);
       finalize(*owned, now);
       emit(owned->result);
     }
-    busy[f.m] = false;
     f.rec.running = static_cast<int32_t>(count(&Scheduler::num_running));
     f.rec.waiting = static_cast<int32_t>(count(&Scheduler::num_waiting));
     f.rec.step = stats.steps;

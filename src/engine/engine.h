@@ -20,6 +20,8 @@
 
 namespace shardlm {
 
+class Communicator;
+
 class RequestSource {
  public:
   virtual ~RequestSource() = default;
@@ -43,6 +45,10 @@ struct EngineConfig {
   // Requests read ahead of the scheduler; 0 = 2 x max_seqs + 8. Replicas that share a prompt
   // file keep it to max_seqs, so that one does not claim work another idle one could do.
   int64_t lookahead = 0;
+  // The leaders of the dp groups of an expert-parallel replica (null otherwise). Their MoE layers
+  // pair all-to-alls step by step, so every step they agree whether any group has work or a stop
+  // signal, and a group without work runs empty steps until all are done.
+  Communicator* lockstep = nullptr;
 };
 
 // KV blocks enough for max_seqs sequences of the full context: a larger cache would never be used.

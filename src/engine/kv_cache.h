@@ -1,5 +1,6 @@
-// Paged KV cache storage: per layer, K and V of [num_blocks, block_size, n_kv_heads, head_dim]
-// fp32 in backend memory, sized from a byte budget.
+// Paged KV cache storage: per layer, a K side of [num_blocks, block_size, k_width] and a V side of
+// [num_blocks, block_size, v_width] fp32 in backend memory, sized from a byte budget. GQA keeps
+// n_kv_heads x head_dim on each side; MLA keeps its latent + rope key on the K side and no V side.
 #pragma once
 
 #include <cstdint>
@@ -11,11 +12,11 @@ namespace shardlm {
 
 struct KvCacheShape {
   int64_t num_layers = 0;
-  int64_t n_kv_heads = 0;
-  int64_t head_dim = 0;
+  int64_t k_width = 0;  // floats per token per layer, K side
+  int64_t v_width = 0;  // ... V side (0: none)
   int64_t block_size = 16;
 
-  int64_t bytes_per_block() const { return 2 * num_layers * block_size * n_kv_heads * head_dim * 4; }
+  int64_t bytes_per_block() const { return num_layers * block_size * (k_width + v_width) * 4; }
   int64_t bytes_per_token() const { return bytes_per_block() / block_size; }
 };
 
@@ -30,7 +31,7 @@ class KvCache {
   const KvCacheShape& shape() const { return shape_; }
   int32_t num_blocks() const { return num_blocks_; }
   float* k(int64_t layer) { return k_[layer]; }
-  float* v(int64_t layer) { return v_[layer]; }
+  float* v(int64_t layer) { return v_[layer]; }  // null when v_width is 0
 
  private:
   ComputeBackend& backend_;

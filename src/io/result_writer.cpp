@@ -59,7 +59,8 @@ struct RequestColumns {
 
 // The /steps columns.
 struct StepColumns {
-  Column step, replica, batch_size, prefill_tokens, decode_tokens, kv_blocks_used, running, waiting, t_start, wall_s;
+  Column step, replica, batch_size, prefill_tokens, decode_tokens, kv_blocks_used, running, waiting, t_start, wall_s,
+      moe_dispatch_s, moe_combine_s, moe_dispatch_bytes, moe_combine_bytes, expert_tokens;
   template <typename... Mode>
   StepColumns(hid_t g, const std::string& ctx, Mode... m)
       : step(g, "step", ColumnKind::kInt64, m..., ctx),
@@ -71,10 +72,16 @@ struct StepColumns {
         running(g, "running", ColumnKind::kInt32, m..., ctx),
         waiting(g, "waiting", ColumnKind::kInt32, m..., ctx),
         t_start(g, "t_start", ColumnKind::kFloat64, m..., ctx),
-        wall_s(g, "wall_s", ColumnKind::kFloat64, m..., ctx) {}
+        wall_s(g, "wall_s", ColumnKind::kFloat64, m..., ctx),
+        moe_dispatch_s(g, "moe_dispatch_s", ColumnKind::kFloat64, m..., ctx),
+        moe_combine_s(g, "moe_combine_s", ColumnKind::kFloat64, m..., ctx),
+        moe_dispatch_bytes(g, "moe_dispatch_bytes", ColumnKind::kInt64, m..., ctx),
+        moe_combine_bytes(g, "moe_combine_bytes", ColumnKind::kInt64, m..., ctx),
+        expert_tokens(g, "expert_tokens", ColumnKind::kVlenInt32, m..., ctx) {}
   std::vector<Column*> all() {
-    return {&step, &replica, &batch_size, &prefill_tokens, &decode_tokens, &kv_blocks_used, &running, &waiting,
-            &t_start, &wall_s};
+    return {&step,    &replica,        &batch_size,    &prefill_tokens,     &decode_tokens,
+            &kv_blocks_used, &running, &waiting,       &t_start,            &wall_s,
+            &moe_dispatch_s, &moe_combine_s, &moe_dispatch_bytes, &moe_combine_bytes, &expert_tokens};
   }
 };
 
@@ -161,9 +168,17 @@ void ResultWriter::Impl::write_steps() {
   if (n == 0) return;
   std::vector<int64_t> step(n);
   std::vector<int32_t> replica(n), batch(n), prefill(n), decode(n), kv(n), running(n), waiting(n);
-  std::vector<double> t_start(n), wall(n);
+  std::vector<double> t_start(n), wall(n), dispatch_s(n), combine_s(n);
+  std::vector<int64_t> dispatch_bytes(n), combine_bytes(n);
+  std::vector<hvl_t> experts(n);
   for (size_t i = 0; i < n; ++i) {
     const StepRecord& s = pending_steps[i];
+    dispatch_s[i] = s.moe_dispatch_s;
+    combine_s[i] = s.moe_combine_s;
+    dispatch_bytes[i] = s.moe_dispatch_bytes;
+    combine_bytes[i] = s.moe_combine_bytes;
+    experts[i].len = s.expert_tokens.size();
+    experts[i].p = const_cast<int32_t*>(s.expert_tokens.data());
     step[i] = s.step;
     replica[i] = s.replica;
     batch[i] = s.batch_size;
@@ -185,6 +200,11 @@ void ResultWriter::Impl::write_steps() {
   steps->waiting.append(waiting.data(), n);
   steps->t_start.append(t_start.data(), n);
   steps->wall_s.append(wall.data(), n);
+  steps->moe_dispatch_s.append(dispatch_s.data(), n);
+  steps->moe_combine_s.append(combine_s.data(), n);
+  steps->moe_dispatch_bytes.append(dispatch_bytes.data(), n);
+  steps->moe_combine_bytes.append(combine_bytes.data(), n);
+  steps->expert_tokens.append(experts.data(), n);
   pending_steps.clear();
 }
 
@@ -303,12 +323,14 @@ void ResultWriter::write_ranks(const std::vector<RankRecord>& ranks) {
   i32("replica", [](const RankRecord& r) { return r.replica; });
   i32("pp", [](const RankRecord& r) { return r.pp; });
   i32("tp", [](const RankRecord& r) { return r.tp; });
+  i32("dp", [](const RankRecord& r) { return r.dp; });
   i32("local_rank", [](const RankRecord& r) { return r.local_rank; });
   i64("load_bytes", [](const RankRecord& r) { return r.load_bytes; });
   i64("peak_rss_bytes", [](const RankRecord& r) { return r.peak_rss_bytes; });
   i64("tp_bytes_sent", [](const RankRecord& r) { return r.tp_bytes_sent; });
   i64("pp_bytes_sent", [](const RankRecord& r) { return r.pp_bytes_sent; });
   i64("replica_bytes_sent", [](const RankRecord& r) { return r.replica_bytes_sent; });
+  i64("ep_bytes_sent", [](const RankRecord& r) { return r.ep_bytes_sent; });
   std::vector<double> load_s(n);
   std::vector<const char*> hosts(n);
   StringBatch strings;

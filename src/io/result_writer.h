@@ -26,7 +26,8 @@
 
 namespace shardlm {
 
-struct StepRecord {
+// The fixed-size fields of a step (sent between ranks as raw bytes).
+struct StepFields {
   int64_t step = 0;
   int32_t replica = 0;
   int32_t batch_size = 0;      // sequences in the step
@@ -37,17 +38,27 @@ struct StepRecord {
   int32_t waiting = 0;         // sequences read and not yet admitted
   double t_start = 0;          // seconds since run start
   double wall_s = 0;
+  // MoE models: expert-parallel all-to-all time and bytes sent by the leader over its stage's
+  // MoE layers (zero without expert parallelism).
+  double moe_dispatch_s = 0, moe_combine_s = 0;
+  int64_t moe_dispatch_bytes = 0, moe_combine_bytes = 0;
+};
+
+struct StepRecord : StepFields {
+  // MoE models: tokens routed to each expert in the step, over the leader's stage's MoE layers and
+  // the whole expert-parallel group (load balance); empty for dense models.
+  std::vector<int32_t> expert_tokens;
 };
 
 // One rank of the job, for /ranks.
 struct RankRecord {
-  int32_t rank = 0, replica = 0, pp = 0, tp = 0;
+  int32_t rank = 0, replica = 0, pp = 0, tp = 0, dp = 0;
   int32_t local_rank = 0;  // index among the job's ranks on the same host (its device index)
   std::string host;
   int64_t load_bytes = 0;
   double load_s = 0;
   int64_t peak_rss_bytes = 0;
-  int64_t tp_bytes_sent = 0, pp_bytes_sent = 0, replica_bytes_sent = 0;
+  int64_t tp_bytes_sent = 0, pp_bytes_sent = 0, replica_bytes_sent = 0, ep_bytes_sent = 0;
 };
 
 class ResultWriter {

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "model/bpe_trainer.h"
+#include "model/fp8_block.h"
 #include "model/safetensors.h"
 
 namespace shardlm {
@@ -24,6 +25,7 @@ const unsigned char kCorpus[] = {
 };
 
 constexpr const char* kBos = "<|bos|>";
+constexpr int64_t kFp8Block = 128;
 constexpr const char* kEos = "<|eos|>";
 
 uint64_t splitmix64(uint64_t x) {
@@ -62,6 +64,8 @@ double init_std(const HfTensorDecl& t, const ModelSpec& spec) {
       return spec.tie_word_embeddings ? std::min(1.0, 4.0 / std::sqrt(static_cast<double>(spec.hidden_size))) : 1.0;
     case HfTensorDecl::Role::kLmHead: return 4.0 / std::sqrt(static_cast<double>(spec.hidden_size));
     case HfTensorDecl::Role::kProjection: return 1.0 / std::sqrt(static_cast<double>(t.shape[1]));
+    // Router logits of std ~1.5 spread the tokens over the experts with clear top-k margins.
+    case HfTensorDecl::Role::kRouter: return 1.5 / std::sqrt(static_cast<double>(t.shape[1]));
     case HfTensorDecl::Role::kBias: return 0.2;
     case HfTensorDecl::Role::kNorm: return 0.1;
   }
@@ -160,37 +164,100 @@ double make_model_normal(uint64_t seed, const std::string& name, uint64_t index)
 DType parse_make_model_dtype(const std::string& s) {
   if (s == "bf16" || s == "bfloat16" || s == "BF16") return DType::BF16;
   if (s == "fp32" || s == "f32" || s == "float32" || s == "F32") return DType::F32;
-  SHARDLM_FAIL("make-model: unsupported dtype '" << s << "' (supported: bf16, fp32)");
+  if (s == "fp8" || s == "f8_e4m3" || s == "F8_E4M3") return DType::F8_E4M3;
+  SHARDLM_FAIL("make-model: unsupported dtype '" << s << "' (supported: bf16, fp32, fp8)");
 }
 
+namespace {
+
+using R = HfTensorDecl::Role;
+
+void add_swiglu(std::vector<HfTensorDecl>* out, const std::string& p, const char* gate, const char* up,
+                const char* down, int64_t H, int64_t I, bool bias) {
+  out->push_back({p + gate + ".weight", {I, H}, R::kProjection});
+  if (bias) out->push_back({p + gate + ".bias", {I}, R::kBias});
+  out->push_back({p + up + ".weight", {I, H}, R::kProjection});
+  if (bias) out->push_back({p + up + ".bias", {I}, R::kBias});
+  out->push_back({p + down + ".weight", {H, I}, R::kProjection});
+  if (bias) out->push_back({p + down + ".bias", {H}, R::kBias});
+}
+
+void add_gqa(std::vector<HfTensorDecl>* out, const ModelSpec& s, const std::string& p) {
+  const int64_t H = s.hidden_size, q = s.num_heads * s.head_dim, kv = s.num_kv_heads * s.head_dim;
+  out->push_back({p + "self_attn.q_proj.weight", {q, H}, R::kProjection});
+  if (s.attention_bias) out->push_back({p + "self_attn.q_proj.bias", {q}, R::kBias});
+  out->push_back({p + "self_attn.k_proj.weight", {kv, H}, R::kProjection});
+  if (s.attention_bias) out->push_back({p + "self_attn.k_proj.bias", {kv}, R::kBias});
+  out->push_back({p + "self_attn.v_proj.weight", {kv, H}, R::kProjection});
+  if (s.attention_bias) out->push_back({p + "self_attn.v_proj.bias", {kv}, R::kBias});
+  out->push_back({p + "self_attn.o_proj.weight", {H, q}, R::kProjection});
+  if (s.o_proj_bias) out->push_back({p + "self_attn.o_proj.bias", {H}, R::kBias});
+  if (s.qk_norm) {
+    out->push_back({p + "self_attn.q_norm.weight", {s.head_dim}, R::kNorm});
+    out->push_back({p + "self_attn.k_norm.weight", {s.head_dim}, R::kNorm});
+  }
+}
+
+void add_mla(std::vector<HfTensorDecl>* out, const ModelSpec& s, const std::string& p) {
+  const MlaSpec& a = s.mla;
+  const int64_t H = s.hidden_size, nh = s.num_heads;
+  if (a.q_lora_rank > 0) {
+    out->push_back({p + "self_attn.q_a_proj.weight", {a.q_lora_rank, H}, R::kProjection});
+    out->push_back({p + "self_attn.q_a_layernorm.weight", {a.q_lora_rank}, R::kNorm});
+    out->push_back({p + "self_attn.q_b_proj.weight", {nh * a.qk_head_dim(), a.q_lora_rank}, R::kProjection});
+  } else {
+    out->push_back({p + "self_attn.q_proj.weight", {nh * a.qk_head_dim(), H}, R::kProjection});
+  }
+  out->push_back({p + "self_attn.kv_a_proj_with_mqa.weight", {a.kv_lora_rank + a.qk_rope_head_dim, H}, R::kProjection});
+  out->push_back({p + "self_attn.kv_a_layernorm.weight", {a.kv_lora_rank}, R::kNorm});
+  out->push_back({p + "self_attn.kv_b_proj.weight", {nh * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank},
+                  R::kProjection});
+  out->push_back({p + "self_attn.o_proj.weight", {H, nh * a.v_head_dim}, R::kProjection});
+}
+
+void add_moe(std::vector<HfTensorDecl>* out, const ModelSpec& s, const std::string& p) {
+  const MoeSpec& m = s.moe;
+  const int64_t H = s.hidden_size, E = m.num_experts, I = m.expert_intermediate;
+  if (m.naming == MoeSpec::Naming::kMixtral) {
+    out->push_back({p + "block_sparse_moe.gate.weight", {E, H}, R::kRouter});
+    for (int64_t e = 0; e < E; ++e) {
+      add_swiglu(out, p + "block_sparse_moe.experts." + std::to_string(e) + ".", "w1", "w3", "w2", H, I, false);
+    }
+    return;
+  }
+  out->push_back({p + "mlp.gate.weight", {E, H}, R::kRouter});
+  if (m.score_correction_bias) out->push_back({p + "mlp.gate.e_score_correction_bias", {E}, R::kBias});
+  for (int64_t e = 0; e < E; ++e) {
+    add_swiglu(out, p + "mlp.experts." + std::to_string(e) + ".", "gate_proj", "up_proj", "down_proj", H, I, false);
+  }
+  if (m.shared_intermediate > 0) {
+    const bool qwen = m.naming == MoeSpec::Naming::kQwen;
+    add_swiglu(out, p + (qwen ? "mlp.shared_expert." : "mlp.shared_experts."), "gate_proj", "up_proj", "down_proj",
+               H, m.shared_intermediate, false);
+    if (m.shared_expert_gate) out->push_back({p + "mlp.shared_expert_gate.weight", {1, H}, R::kRouter});
+  }
+}
+
+}  // namespace
+
 std::vector<HfTensorDecl> hf_tensor_list(const ModelSpec& s) {
-  using R = HfTensorDecl::Role;
-  const int64_t H = s.hidden_size, I = s.intermediate_size, V = s.vocab_size;
-  const int64_t q = s.num_heads * s.head_dim, kv = s.num_kv_heads * s.head_dim;
+  const int64_t H = s.hidden_size, V = s.vocab_size;
   std::vector<HfTensorDecl> out;
   out.push_back({"model.embed_tokens.weight", {V, H}, R::kEmbedding});
   for (int64_t l = 0; l < s.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     out.push_back({p + "input_layernorm.weight", {H}, R::kNorm});
-    out.push_back({p + "self_attn.q_proj.weight", {q, H}, R::kProjection});
-    if (s.attention_bias) out.push_back({p + "self_attn.q_proj.bias", {q}, R::kBias});
-    out.push_back({p + "self_attn.k_proj.weight", {kv, H}, R::kProjection});
-    if (s.attention_bias) out.push_back({p + "self_attn.k_proj.bias", {kv}, R::kBias});
-    out.push_back({p + "self_attn.v_proj.weight", {kv, H}, R::kProjection});
-    if (s.attention_bias) out.push_back({p + "self_attn.v_proj.bias", {kv}, R::kBias});
-    out.push_back({p + "self_attn.o_proj.weight", {H, q}, R::kProjection});
-    if (s.o_proj_bias) out.push_back({p + "self_attn.o_proj.bias", {H}, R::kBias});
-    if (s.qk_norm) {
-      out.push_back({p + "self_attn.q_norm.weight", {s.head_dim}, R::kNorm});
-      out.push_back({p + "self_attn.k_norm.weight", {s.head_dim}, R::kNorm});
+    if (s.mla.enabled()) {
+      add_mla(&out, s, p);
+    } else {
+      add_gqa(&out, s, p);
     }
     out.push_back({p + "post_attention_layernorm.weight", {H}, R::kNorm});
-    out.push_back({p + "mlp.gate_proj.weight", {I, H}, R::kProjection});
-    if (s.mlp_bias) out.push_back({p + "mlp.gate_proj.bias", {I}, R::kBias});
-    out.push_back({p + "mlp.up_proj.weight", {I, H}, R::kProjection});
-    if (s.mlp_bias) out.push_back({p + "mlp.up_proj.bias", {I}, R::kBias});
-    out.push_back({p + "mlp.down_proj.weight", {H, I}, R::kProjection});
-    if (s.mlp_bias) out.push_back({p + "mlp.down_proj.bias", {H}, R::kBias});
+    if (s.moe.layer_is_moe(l)) {
+      add_moe(&out, s, p);
+    } else {
+      add_swiglu(&out, p + "mlp.", "gate_proj", "up_proj", "down_proj", H, s.intermediate_size, s.mlp_bias);
+    }
   }
   out.push_back({"model.norm.weight", {H}, R::kNorm});
   if (!s.tie_word_embeddings) out.push_back({"lm_head.weight", {V, H}, R::kLmHead});
@@ -198,8 +265,12 @@ std::vector<HfTensorDecl> hf_tensor_list(const ModelSpec& s) {
 }
 
 void make_model(const MakeModelOptions& opts) {
-  SHARDLM_CHECK(opts.dtype == DType::BF16 || opts.dtype == DType::F32,
-                "make-model: dtype must be bf16 or fp32, got " << dtype_name(opts.dtype));
+  SHARDLM_CHECK(opts.dtype == DType::BF16 || opts.dtype == DType::F32 || opts.dtype == DType::F8_E4M3,
+                "make-model: dtype must be bf16, fp32 or fp8, got " << dtype_name(opts.dtype));
+  // fp8: projections in F8_E4M3 with 128 x 128 block scales, everything else in bf16, as
+  // DeepSeek-V3 and Kimi K2 ship.
+  const bool fp8 = opts.dtype == DType::F8_E4M3;
+  const DType plain = fp8 ? DType::BF16 : opts.dtype;
   SHARDLM_CHECK(!opts.out_dir.empty(), "make-model: no output directory given");
   const std::string config_text = read_file(opts.config_path);
   ModelSpec in_spec = ModelSpec::parse(config_text, "", opts.config_path);  // validates before writing
@@ -219,9 +290,17 @@ void make_model(const MakeModelOptions& opts) {
   } catch (const nlohmann::json::exception& e) {
     SHARDLM_FAIL(opts.config_path << ": not valid JSON: " << e.what());
   }
-  const char* dtype_str = opts.dtype == DType::BF16 ? "bfloat16" : "float32";
+  const char* dtype_str = plain == DType::BF16 ? "bfloat16" : "float32";
   config["torch_dtype"] = dtype_str;
   if (config.contains("dtype")) config["dtype"] = dtype_str;
+  if (fp8) {
+    config["quantization_config"] = {{"activation_scheme", "dynamic"},
+                                     {"fmt", "e4m3"},
+                                     {"quant_method", "fp8"},
+                                     {"weight_block_size", ojson::array({kFp8Block, kFp8Block})}};
+  } else {
+    config.erase("quantization_config");
+  }
   config["bos_token_id"] = bos;
   config["eos_token_id"] = eos;
 
@@ -241,7 +320,16 @@ void make_model(const MakeModelOptions& opts) {
   // Weights, streamed tensor by tensor.
   const auto tensors = hf_tensor_list(spec);
   std::vector<SafetensorsTensorDecl> decls;
-  for (const auto& t : tensors) decls.push_back({t.name, opts.dtype, t.shape});
+  auto quantised = [&](const HfTensorDecl& t) { return fp8 && t.role == HfTensorDecl::Role::kProjection; };
+  auto blocks = [](int64_t n) { return (n + kFp8Block - 1) / kFp8Block; };
+  for (const auto& t : tensors) {
+    if (quantised(t)) {
+      decls.push_back({t.name, DType::F8_E4M3, t.shape});
+      decls.push_back({t.name + "_scale_inv", DType::F32, {blocks(t.shape[0]), blocks(t.shape[1])}});
+    } else {
+      decls.push_back({t.name, plain, t.shape});
+    }
+  }
   const std::string st_path = (out / "model.safetensors").string();
   SafetensorsStreamWriter w(st_path, std::move(decls));
   std::vector<float> f32;
@@ -264,7 +352,13 @@ void make_model(const MakeModelOptions& opts) {
       const double scale = i >= first_unused ? 0.25 * stdev : stdev;
       dst[i] = static_cast<float>(mean + scale * normal_at(key, static_cast<uint64_t>(i)));
     }
-    if (opts.dtype == DType::F32) {
+    if (quantised(t)) {
+      std::vector<uint8_t> q(f32.size());
+      std::vector<float> scales(static_cast<size_t>(blocks(t.shape[0]) * blocks(t.shape[1])));
+      quantize_fp8_block(f32.data(), t.shape[0], t.shape[1], kFp8Block, kFp8Block, q.data(), scales.data());
+      w.write_next(q.data(), q.size());
+      w.write_next(scales.data(), scales.size() * 4);
+    } else if (plain == DType::F32) {
       w.write_next(f32.data(), f32.size() * 4);
     } else {
       b16.resize(f32.size());

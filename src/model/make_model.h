@@ -22,7 +22,7 @@ namespace shardlm {
 struct MakeModelOptions {
   std::string config_path;      // an HF config.json-style file (e.g. inputs/models/tiny-llama.json)
   std::string out_dir;          // created when absent; existing files of the same names are replaced
-  DType dtype = DType::BF16;    // BF16 or F32
+  DType dtype = DType::BF16;    // BF16, F32 or F8_E4M3 (block-scaled projections, the rest BF16)
   uint64_t seed = 0;
   std::string corpus_path;      // tokenizer training text; empty: the built-in inputs/tokenizer_corpus.txt
 };
@@ -32,9 +32,10 @@ DType parse_make_model_dtype(const std::string& s);
 
 void make_model(const MakeModelOptions& opts);
 
-// One tensor of a dense decoder checkpoint, in Hugging Face naming.
+// One tensor of a decoder checkpoint, in Hugging Face naming. Routers and gates are never
+// quantised; projections are quantised in fp8 checkpoints.
 struct HfTensorDecl {
-  enum class Role { kEmbedding, kLmHead, kProjection, kBias, kNorm };
+  enum class Role { kEmbedding, kLmHead, kProjection, kRouter, kBias, kNorm };
   std::string name;
   std::vector<int64_t> shape;
   Role role;

@@ -31,6 +31,8 @@ struct ArchDefaults {
   bool qk_norm;                    // Qwen3
   enum class Sliding { kNone, kAlways, kQwen } sliding;
   int64_t sliding_window_default;  // when the key is absent
+  enum class Ffn { kDense, kMixtral, kQwenMoe, kDeepseek } ffn = Ffn::kDense;
+  bool mla = false;                // Multi-head Latent Attention instead of GQA
 };
 
 const ArchDefaults kArchs[] = {
@@ -39,6 +41,14 @@ const ArchDefaults kArchs[] = {
      ArchDefaults::Sliding::kAlways, 4096},
     {"Qwen2ForCausalLM", "qwen2", 32768, 0, true, false, false, false, false, ArchDefaults::Sliding::kQwen, 4096},
     {"Qwen3ForCausalLM", "qwen3", 32768, 128, false, true, true, false, true, ArchDefaults::Sliding::kQwen, 4096},
+    {"MixtralForCausalLM", "mixtral", 4096 * 32, 0, false, false, false, false, false,
+     ArchDefaults::Sliding::kAlways, 0, ArchDefaults::Ffn::kMixtral},
+    {"Qwen2MoeForCausalLM", "qwen2_moe", 32768, 0, true, false, false, false, false, ArchDefaults::Sliding::kQwen,
+     4096, ArchDefaults::Ffn::kQwenMoe},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", 32768, 128, false, true, true, false, true, ArchDefaults::Sliding::kQwen,
+     4096, ArchDefaults::Ffn::kQwenMoe},
+    {"DeepseekV3ForCausalLM", "deepseek_v3", 4096, 0, false, false, false, false, false, ArchDefaults::Sliding::kNone,
+     0, ArchDefaults::Ffn::kDeepseek, true},
 };
 
 const ArchDefaults* find_arch(const std::string& name) {
@@ -163,12 +173,145 @@ RopeScaling parse_rope(const json& r, const std::string& origin, const std::stri
     SHARDLM_CHECK(omp == static_cast<double>(static_cast<int64_t>(omp)),
                   origin << ": field '" << field << ".original_max_position_embeddings' must be an integer");
     rs.original_max_position_embeddings = static_cast<int64_t>(omp);
+  } else if (type == "yarn") {
+    rs.kind = RopeScaling::Kind::kYarn;
+    rs.factor = num("factor");
+    const double omp = num("original_max_position_embeddings");
+    SHARDLM_CHECK(omp == static_cast<double>(static_cast<int64_t>(omp)) && omp > 0,
+                  origin << ": field '" << field << ".original_max_position_embeddings' must be a positive integer");
+    rs.original_max_position_embeddings = static_cast<int64_t>(omp);
+    auto opt = [&](const char* k, double dflt) {
+      if (!r.contains(k) || r[k].is_null()) return dflt;
+      SHARDLM_CHECK(r[k].is_number(), origin << ": field '" << field << "." << k << "' must be a number");
+      return r[k].get<double>();
+    };
+    // A zero beta falls back to the default, as transformers' `or` does.
+    rs.beta_fast = opt("beta_fast", 32.0);
+    if (rs.beta_fast == 0) rs.beta_fast = 32.0;
+    rs.beta_slow = opt("beta_slow", 1.0);
+    if (rs.beta_slow == 0) rs.beta_slow = 1.0;
+    rs.mscale = opt("mscale", 0.0);
+    rs.mscale_all_dim = opt("mscale_all_dim", 0.0);
+    rs.attention_factor = opt("attention_factor", 0.0);
+    if (r.contains("truncate") && !r["truncate"].is_null()) {
+      SHARDLM_CHECK(r["truncate"].is_boolean(), origin << ": field '" << field << ".truncate' must be true or false");
+      rs.truncate = r["truncate"].get<bool>();
+    }
   } else {
     SHARDLM_FAIL(origin << ": field '" << field << "." << type_key << "' has unsupported value '" << type
-                        << "' (supported: null, \"default\", \"linear\", \"llama3\")");
+                        << "' (supported: null, \"default\", \"linear\", \"llama3\", \"yarn\")");
   }
   SHARDLM_CHECK(rs.factor > 0, origin << ": field '" << field << ".factor' must be positive");
   return rs;
+}
+
+// Mixture-of-Experts fields, named as each architecture's config names them.
+void parse_moe(const json& j, const Fields& f, const ArchDefaults& arch, const std::string& origin, ModelSpec* s) {
+  MoeSpec& m = s->moe;
+  using Ffn = ArchDefaults::Ffn;
+  if (arch.ffn == Ffn::kDense) return;
+  m.experts_per_token = f.integer("num_experts_per_tok", std::nullopt);
+  if (arch.ffn == Ffn::kMixtral) {
+    m.naming = MoeSpec::Naming::kMixtral;
+    m.num_experts = f.integer("num_local_experts", std::nullopt);
+    m.expert_intermediate = s->intermediate_size;
+    m.norm_topk_prob = true;  // Mixtral always renormalises the chosen experts' weights
+  } else if (arch.ffn == Ffn::kQwenMoe) {
+    m.naming = MoeSpec::Naming::kQwen;
+    m.num_experts = f.integer("num_experts", std::nullopt);
+    m.expert_intermediate = f.integer("moe_intermediate_size", std::nullopt);
+    m.norm_topk_prob = f.boolean("norm_topk_prob", false);
+    m.sparse_step = f.integer("decoder_sparse_step", 1);
+    if (f.present("mlp_only_layers")) {
+      const json& v = j["mlp_only_layers"];
+      SHARDLM_CHECK(v.is_array(), origin << ": field 'mlp_only_layers' must be a list of layer indices");
+      for (const auto& x : v) {
+        SHARDLM_CHECK(x.is_number_integer(), origin << ": field 'mlp_only_layers' must be a list of layer indices");
+        m.mlp_only_layers.push_back(x.get<int64_t>());
+      }
+    }
+    if (s->architecture == "Qwen2MoeForCausalLM") {
+      m.shared_intermediate = f.integer("shared_expert_intermediate_size", std::nullopt);
+      m.shared_expert_gate = m.shared_intermediate > 0;
+    }
+  } else {
+    m.naming = MoeSpec::Naming::kDeepseek;
+    m.num_experts = f.integer("n_routed_experts", std::nullopt);
+    m.expert_intermediate = f.integer("moe_intermediate_size", std::nullopt);
+    m.norm_topk_prob = f.boolean("norm_topk_prob", true);
+    const std::string scoring = f.string("scoring_func", "sigmoid");
+    SHARDLM_CHECK(scoring == "sigmoid" || scoring == "softmax",
+                  origin << ": field 'scoring_func' has unsupported value '" << scoring << "' (supported: sigmoid, softmax)");
+    m.scoring = scoring == "sigmoid" ? MoeSpec::Scoring::kSigmoid : MoeSpec::Scoring::kSoftmax;
+    const std::string method = f.string("topk_method", "noaux_tc");
+    SHARDLM_CHECK(method == "noaux_tc" || method == "greedy" || method == "group_limited_greedy",
+                  origin << ": field 'topk_method' has unsupported value '" << method << "'");
+    m.score_correction_bias = method == "noaux_tc";
+    m.n_group = f.integer("n_group", 1);
+    m.topk_group = f.integer("topk_group", 1);
+    m.routed_scaling_factor = f.number("routed_scaling_factor", 1.0);
+    m.shared_intermediate = f.integer("n_shared_experts", 0) * m.expert_intermediate;
+    m.first_dense_layers = f.integer("first_k_dense_replace", 0);
+  }
+  auto positive = [&](int64_t v, const char* field) {
+    SHARDLM_CHECK(v > 0, origin << ": field '" << field << "' must be positive, got " << v);
+  };
+  positive(m.num_experts, "number of experts");
+  positive(m.experts_per_token, "num_experts_per_tok");
+  positive(m.expert_intermediate, "moe_intermediate_size");
+  positive(m.sparse_step, "decoder_sparse_step");
+  SHARDLM_CHECK(m.experts_per_token <= m.num_experts,
+                origin << ": field 'num_experts_per_tok' (" << m.experts_per_token << ") exceeds the "
+                       << m.num_experts << " experts");
+  SHARDLM_CHECK(m.n_group > 0 && m.num_experts % m.n_group == 0,
+                origin << ": field 'n_group' (" << m.n_group << ") must divide the " << m.num_experts << " experts");
+  SHARDLM_CHECK(m.topk_group > 0 && m.topk_group <= m.n_group,
+                origin << ": field 'topk_group' (" << m.topk_group << ") must be in [1, n_group " << m.n_group << "]");
+  SHARDLM_CHECK(m.experts_per_token <= m.topk_group * (m.num_experts / m.n_group),
+                origin << ": field 'num_experts_per_tok' exceeds the experts of topk_group groups");
+  SHARDLM_CHECK(m.routed_scaling_factor > 0, origin << ": field 'routed_scaling_factor' must be positive");
+}
+
+void parse_mla(const Fields& f, const ArchDefaults& arch, const std::string& origin, ModelSpec* s) {
+  if (!arch.mla) return;
+  MlaSpec& a = s->mla;
+  a.q_lora_rank = f.integer("q_lora_rank", 0);  // null: q_proj straight from the hidden state
+  a.kv_lora_rank = f.integer("kv_lora_rank", std::nullopt);
+  a.qk_nope_head_dim = f.integer("qk_nope_head_dim", std::nullopt);
+  a.qk_rope_head_dim = f.integer("qk_rope_head_dim", std::nullopt);
+  a.v_head_dim = f.integer("v_head_dim", std::nullopt);
+  a.rope_interleave = f.boolean("rope_interleave", true);
+  SHARDLM_CHECK(a.q_lora_rank >= 0, origin << ": field 'q_lora_rank' must not be negative");
+  SHARDLM_CHECK(a.kv_lora_rank > 0 && a.qk_nope_head_dim > 0 && a.v_head_dim > 0,
+                origin << ": fields 'kv_lora_rank', 'qk_nope_head_dim' and 'v_head_dim' must be positive");
+  SHARDLM_CHECK(a.qk_rope_head_dim > 0 && a.qk_rope_head_dim % 2 == 0,
+                origin << ": field 'qk_rope_head_dim' must be positive and even, got " << a.qk_rope_head_dim);
+  SHARDLM_CHECK(!f.boolean("attention_bias", false),
+                origin << ": field 'attention_bias': biases in Multi-head Latent Attention are not supported");
+  // RoPE runs over the rope part of each head only (transformers sets head_dim so).
+  s->head_dim = a.qk_rope_head_dim;
+}
+
+// quantization_config: only DeepSeek's fp8 e4m3 with 2-D weight blocks is understood.
+void parse_quant(const json& j, const std::string& origin, ModelSpec* s) {
+  if (!j.contains("quantization_config") || j["quantization_config"].is_null()) return;
+  const json& q = j["quantization_config"];
+  SHARDLM_CHECK(q.is_object(), origin << ": field 'quantization_config' must be an object");
+  const std::string method = q.value("quant_method", std::string());
+  SHARDLM_CHECK(method == "fp8", origin << ": field 'quantization_config.quant_method' has unsupported value '"
+                                        << method << "' (supported: fp8)");
+  const std::string fmt = q.value("fmt", std::string("e4m3"));
+  SHARDLM_CHECK(fmt == "e4m3", origin << ": field 'quantization_config.fmt' has unsupported value '" << fmt
+                                      << "' (supported: e4m3)");
+  s->quant.fp8_block = true;
+  if (q.contains("weight_block_size")) {
+    const json& b = q["weight_block_size"];
+    SHARDLM_CHECK(b.is_array() && b.size() == 2 && b[0].is_number_integer() && b[1].is_number_integer() &&
+                      b[0].get<int64_t>() > 0 && b[1].get<int64_t>() > 0,
+                  origin << ": field 'quantization_config.weight_block_size' must be two positive integers");
+    s->quant.block_rows = b[0].get<int64_t>();
+    s->quant.block_cols = b[1].get<int64_t>();
+  }
 }
 
 std::string fnv1a64_hex(const std::string& bytes) {
@@ -251,6 +394,10 @@ ModelSpec parse_impl(const std::string& config_json, const std::string& gen_json
     }
   }
 
+  parse_moe(j, f, *arch, origin, &s);
+  parse_mla(f, *arch, origin, &s);
+  parse_quant(j, origin, &s);
+
   // RoPE: transformers <= 4.x writes rope_theta + rope_scaling; v5 writes rope_parameters.
   const json* rope_params = (j.contains("rope_parameters") && j["rope_parameters"].is_object())
                                 ? &j["rope_parameters"] : nullptr;
@@ -295,6 +442,11 @@ ModelSpec parse_impl(const std::string& config_json, const std::string& gen_json
 }
 
 }  // namespace
+
+bool MoeSpec::layer_is_moe(int64_t layer) const {
+  if (!enabled() || layer < first_dense_layers || (layer + 1) % sparse_step != 0) return false;
+  return std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end();
+}
 
 const std::vector<std::string>& ModelSpec::supported_architectures() {
   static const std::vector<std::string> v = [] {
@@ -356,6 +508,10 @@ void ModelSpec::validate(const std::string& origin) const {
     SHARDLM_CHECK(rope_scaling.original_max_position_embeddings > 0,
                   origin << ": field 'rope_scaling.original_max_position_embeddings' must be positive");
   }
+  // The attention factor YaRN puts on cos/sin is applied by the MLA block only.
+  SHARDLM_CHECK(rope_scaling.kind != RopeScaling::Kind::kYarn || mla.enabled(),
+                origin << ": field 'rope_scaling': yarn is supported for Multi-head Latent Attention models "
+                          "(DeepSeek-V3, Kimi K2) only");
   SHARDLM_CHECK(bos_token_id < vocab_size, origin << ": field 'bos_token_id' (" << bos_token_id
                                                   << ") is not below vocab_size (" << vocab_size << ")");
   for (int32_t id : eos_token_ids)

@@ -10,12 +10,66 @@
 namespace shardlm {
 
 struct RopeScaling {
-  enum class Kind { kNone, kLinear, kLlama3 };
+  enum class Kind { kNone, kLinear, kLlama3, kYarn };
   Kind kind = Kind::kNone;
   double factor = 1.0;                        // linear and llama3
   double low_freq_factor = 1.0;               // llama3
   double high_freq_factor = 4.0;              // llama3
-  int64_t original_max_position_embeddings = 8192;  // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3 and yarn
+  double beta_fast = 32.0, beta_slow = 1.0;         // yarn: the band of wavelengths interpolated
+  double mscale = 0.0, mscale_all_dim = 0.0;        // yarn (DeepSeek): attention temperature terms (0: unset)
+  double attention_factor = 0.0;                    // yarn: explicit cos/sin scale (0: derived)
+  bool truncate = true;                             // yarn: round the correction range to whole dims
+};
+
+// Mixture-of-Experts feed-forward (Mixtral, Qwen2/3-MoE, DeepSeek-V3 / Kimi K2). Absent
+// (num_experts 0) for dense models.
+struct MoeSpec {
+  enum class Scoring { kSoftmax, kSigmoid };
+  // How the checkpoint names a layer's MoE tensors.
+  enum class Naming {
+    kMixtral,   // block_sparse_moe.gate, block_sparse_moe.experts.E.{w1,w3,w2}
+    kQwen,      // mlp.gate, mlp.experts.E.{gate,up,down}_proj, mlp.shared_expert{,_gate}
+    kDeepseek,  // mlp.gate (+ e_score_correction_bias), mlp.experts.E.*, mlp.shared_experts.*
+  };
+  int64_t num_experts = 0;          // routed experts; 0: no MoE layer
+  int64_t experts_per_token = 0;    // num_experts_per_tok
+  int64_t expert_intermediate = 0;  // moe_intermediate_size (Mixtral: intermediate_size)
+  Scoring scoring = Scoring::kSoftmax;
+  Naming naming = Naming::kMixtral;
+  bool norm_topk_prob = true;        // renormalise the chosen experts' weights to sum to 1
+  bool score_correction_bias = false;  // DeepSeek: e_score_correction_bias, for selection only
+  int64_t n_group = 1, topk_group = 1;  // group-limited routing (DeepSeek-V3: 8 groups, best 4)
+  double routed_scaling_factor = 1.0;
+  int64_t shared_intermediate = 0;  // shared expert(s) intermediate size in all; 0: none
+  bool shared_expert_gate = false;  // Qwen2-MoE: sigmoid(gate(x)) scales the shared expert
+  // Which layers are MoE: l >= first_dense_layers, (l + 1) % sparse_step == 0, l not in
+  // mlp_only_layers.
+  int64_t first_dense_layers = 0;   // first_k_dense_replace
+  int64_t sparse_step = 1;          // decoder_sparse_step
+  std::vector<int64_t> mlp_only_layers;
+
+  bool enabled() const { return num_experts > 0; }
+  bool layer_is_moe(int64_t layer) const;
+};
+
+// Multi-head Latent Attention (DeepSeek-V2/V3, Kimi K2). Absent (kv_lora_rank 0) for GQA models.
+struct MlaSpec {
+  int64_t q_lora_rank = 0;   // 0: q_proj directly from the hidden state
+  int64_t kv_lora_rank = 0;  // the compressed latent kept in the cache
+  int64_t qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  bool rope_interleave = true;  // the rope half of q/k is stored interleaved (HF rope_interleave)
+
+  bool enabled() const { return kv_lora_rank > 0; }
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  // Floats cached per token per layer: the latent and the shared rope key (576 for DeepSeek-V3).
+  int64_t cache_width() const { return kv_lora_rank + qk_rope_head_dim; }
+};
+
+// FP8 block quantisation of the checkpoint (config quantization_config, DeepSeek-V3 / Kimi K2).
+struct QuantSpec {
+  bool fp8_block = false;                  // quant_method "fp8", fmt e4m3
+  int64_t block_rows = 128, block_cols = 128;  // weight_block_size
 };
 
 struct ModelSpec {
@@ -46,6 +100,9 @@ struct ModelSpec {
   int32_t bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;  // from config and generation_config, merged
   std::string config_hash;             // hex FNV-1a 64 of config.json bytes
+  MoeSpec moe;
+  MlaSpec mla;
+  QuantSpec quant;
 
   // Reads DIR/config.json and, when present, DIR/generation_config.json. Throws Error naming the
   // file and the field on anything missing or inconsistent.

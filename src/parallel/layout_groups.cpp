@@ -17,7 +17,15 @@ LayoutGroups make_layout_groups(const Topology& topo, const std::string& backend
     g.pp = make_communicator(backend, topo.pp_group(), "pp(" + where + ", tp " + std::to_string(c.tp) + ")",
                              timeout_s);
   }
-  if (topo.replica_group().size() > 1) g.replica = make_communicator(backend, topo.replica_group(), where, timeout_s);
+  const std::string group_name = topo.layout().dp > 1 ? where + " dp " + std::to_string(c.dp) : where;
+  if (topo.replica_group().size() > 1) g.replica = make_communicator(backend, topo.replica_group(), group_name, timeout_s);
+  if (topo.layout().ep > 1) {
+    g.ep = make_communicator(backend, topo.ep_group(), "ep(" + where + ", stage " + std::to_string(c.pp) + ")",
+                             timeout_s);
+    if (topo.layout().dp > 1 && topo.is_replica_leader()) {
+      g.dp_leaders = make_communicator(backend, topo.dp_leaders(), "dp leaders(" + where + ")", timeout_s);
+    }
+  }
   return g;
 }
 

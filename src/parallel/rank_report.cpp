@@ -12,11 +12,11 @@ namespace {
 
 // Fixed-size image of a RankRecord for the all-gather.
 struct Packed {
-  int32_t rank, replica, pp, tp;
+  int32_t rank, replica, pp, tp, dp, pad;
   char host[64];
   int64_t load_bytes;
   double load_s;
-  int64_t peak_rss_bytes, tp_bytes_sent, pp_bytes_sent, replica_bytes_sent;
+  int64_t peak_rss_bytes, tp_bytes_sent, pp_bytes_sent, replica_bytes_sent, ep_bytes_sent;
 };
 
 }  // namespace
@@ -46,6 +46,7 @@ std::vector<RankRecord> gather_rank_records(Communicator* world, const RankRecor
   p.replica = mine.replica;
   p.pp = mine.pp;
   p.tp = mine.tp;
+  p.dp = mine.dp;
   std::strncpy(p.host, mine.host.c_str(), sizeof p.host - 1);
   p.load_bytes = mine.load_bytes;
   p.load_s = mine.load_s;
@@ -53,6 +54,7 @@ std::vector<RankRecord> gather_rank_records(Communicator* world, const RankRecor
   p.tp_bytes_sent = mine.tp_bytes_sent;
   p.pp_bytes_sent = mine.pp_bytes_sent;
   p.replica_bytes_sent = mine.replica_bytes_sent;
+  p.ep_bytes_sent = mine.ep_bytes_sent;
   std::vector<Packed> all(static_cast<size_t>(world->size()));
   world->all_gather(&p, all.data(), sizeof p, CommDType::kU8);
   std::vector<RankRecord> out;
@@ -62,6 +64,7 @@ std::vector<RankRecord> gather_rank_records(Communicator* world, const RankRecor
     r.replica = q.replica;
     r.pp = q.pp;
     r.tp = q.tp;
+    r.dp = q.dp;
     r.host = std::string(q.host, strnlen(q.host, sizeof q.host));
     r.load_bytes = q.load_bytes;
     r.load_s = q.load_s;
@@ -69,6 +72,7 @@ std::vector<RankRecord> gather_rank_records(Communicator* world, const RankRecor
     r.tp_bytes_sent = q.tp_bytes_sent;
     r.pp_bytes_sent = q.pp_bytes_sent;
     r.replica_bytes_sent = q.replica_bytes_sent;
+    r.ep_bytes_sent = q.ep_bytes_sent;
     out.push_back(r);
   }
   assign_local_ranks(&out);

@@ -108,13 +108,16 @@ RequestResult unpack_result(const std::string& bytes) {
 
 std::string pack_step(const StepRecord& s) {
   Out o;
-  o.pod(s);
+  o.pod(static_cast<const StepFields&>(s));
+  o.vec(s.expert_tokens);
   return o.take();
 }
 
 StepRecord unpack_step(const std::string& bytes) {
   In in(bytes);
-  StepRecord s = in.pod<StepRecord>();
+  StepRecord s;
+  static_cast<StepFields&>(s) = in.pod<StepFields>();
+  s.expert_tokens = in.vec<int32_t>();
   in.done();
   return s;
 }

@@ -8,15 +8,33 @@
 namespace shardlm {
 
 std::string Layout::str() const {
-  return "replicas=" + std::to_string(replicas) + " pp=" + std::to_string(pp) + " tp=" + std::to_string(tp);
+  std::string s = "replicas=" + std::to_string(replicas) + " pp=" + std::to_string(pp);
+  if (dp > 1) s += " dp=" + std::to_string(dp);
+  s += " tp=" + std::to_string(tp);
+  if (ep > 1) s += " ep=" + std::to_string(ep);
+  return s;
 }
 
 Topology::Topology(const Layout& layout, int world_rank, int world_size, const ModelSpec& spec)
     : layout_(layout), rank_(world_rank), num_layers_(static_cast<int>(spec.num_layers)) {
-  SHARDLM_CHECK(layout.tp >= 1 && layout.pp >= 1 && layout.replicas >= 1, "layout " << layout.str() << ": every axis must be >= 1");
+  SHARDLM_CHECK(layout.tp >= 1 && layout.pp >= 1 && layout.replicas >= 1 && layout.dp >= 1 && layout.ep >= 1,
+                "layout " << layout.str() << ": every axis must be >= 1");
   SHARDLM_CHECK(layout.world() == world_size, "layout " << layout.str() << " needs " << layout.world()
                                                         << " ranks but the job has " << world_size
-                                                        << " (mpirun -np must equal replicas x pp x tp)");
+                                                        << " (mpirun -np must equal replicas x pp x dp x tp)");
+  if (layout.ep > 1) {
+    SHARDLM_CHECK(spec.moe.enabled(), "--ep " << layout.ep << ": " << spec.architecture
+                                              << " has no experts to spread (expert parallelism needs an MoE model)");
+    SHARDLM_CHECK(layout.ep == layout.dp * layout.tp,
+                  "--ep " << layout.ep << " must be 1 or dp x tp = " << layout.dp * layout.tp
+                          << " (the experts of a stage are spread over all of its ranks)");
+    SHARDLM_CHECK(spec.moe.num_experts % layout.ep == 0, "--ep " << layout.ep << " does not divide the "
+                                                                  << spec.moe.num_experts << " routed experts");
+  } else if (spec.moe.enabled()) {
+    SHARDLM_CHECK(spec.moe.expert_intermediate % layout.tp == 0,
+                  "--tp " << layout.tp << " does not divide the expert intermediate size "
+                          << spec.moe.expert_intermediate << " (with --ep 1 every expert is split over tp)");
+  }
   const int tp = layout.tp;
   SHARDLM_CHECK(spec.num_heads % tp == 0, "--tp " << tp << " does not divide the " << spec.num_heads
                                                   << " attention heads (num_attention_heads)");
@@ -39,39 +57,59 @@ Topology::Topology(const Layout& layout, int world_rank, int world_size, const M
 Coords Topology::coords_of(int r) const {
   Coords c;
   c.tp = r % layout_.tp;
-  c.pp = (r / layout_.tp) % layout_.pp;
-  c.replica = r / (layout_.tp * layout_.pp);
+  c.dp = (r / layout_.tp) % layout_.dp;
+  c.pp = (r / (layout_.tp * layout_.dp)) % layout_.pp;
+  c.replica = r / (layout_.tp * layout_.dp * layout_.pp);
   return c;
 }
 
-int Topology::rank_of(const Coords& c) const { return (c.replica * layout_.pp + c.pp) * layout_.tp + c.tp; }
+int Topology::rank_of(const Coords& c) const {
+  return ((c.replica * layout_.pp + c.pp) * layout_.dp + c.dp) * layout_.tp + c.tp;
+}
 
 std::vector<int> Topology::tp_group() const {
   std::vector<int> g;
-  for (int t = 0; t < layout_.tp; ++t) g.push_back(rank_of({coords_.replica, coords_.pp, t}));
+  for (int t = 0; t < layout_.tp; ++t) g.push_back(rank_of({coords_.replica, coords_.pp, t, coords_.dp}));
   return g;
 }
 
 std::vector<int> Topology::pp_group() const {
   std::vector<int> g;
-  for (int s = 0; s < layout_.pp; ++s) g.push_back(rank_of({coords_.replica, s, coords_.tp}));
+  for (int s = 0; s < layout_.pp; ++s) g.push_back(rank_of({coords_.replica, s, coords_.tp, coords_.dp}));
   return g;
 }
 
 std::vector<int> Topology::replica_group() const {
   std::vector<int> g;
-  const int per = layout_.tp * layout_.pp;
-  for (int i = 0; i < per; ++i) g.push_back(coords_.replica * per + i);
+  for (int s = 0; s < layout_.pp; ++s) {
+    for (int t = 0; t < layout_.tp; ++t) g.push_back(rank_of({coords_.replica, s, t, coords_.dp}));
+  }
   return g;
 }
 
 std::vector<int> Topology::replica_leaders() const {
   std::vector<int> g;
-  for (int r = 0; r < layout_.replicas; ++r) g.push_back(rank_of({r, 0, 0}));
+  for (int r = 0; r < layout_.replicas; ++r) {
+    for (int d = 0; d < layout_.dp; ++d) g.push_back(rank_of({r, 0, 0, d}));
+  }
   return g;
 }
 
-int Topology::replica_leader() const { return rank_of({coords_.replica, 0, 0}); }
+int Topology::replica_leader() const { return rank_of({coords_.replica, 0, 0, coords_.dp}); }
+
+std::vector<int> Topology::ep_group() const {
+  std::vector<int> g;
+  for (int d = 0; d < layout_.dp; ++d) {
+    for (int t = 0; t < layout_.tp; ++t) g.push_back(rank_of({coords_.replica, coords_.pp, t, d}));
+  }
+  return g;
+}
+
+std::vector<int> Topology::dp_leaders() const {
+  std::vector<int> g;
+  for (int d = 0; d < layout_.dp; ++d) g.push_back(rank_of({coords_.replica, 0, 0, d}));
+  return g;
+}
 
 std::pair<int, int> Topology::stage_layers(int stage) const { return {stage_first_[stage], stage_first_[stage + 1]}; }
 

@@ -1,8 +1,10 @@
 // Topology: where each rank sits in the parallel layout.
 //
-// world = replicas x pp x tp, tp innermost (ranks of a tensor-parallel group are neighbours, so
-// they share a node), then pipeline stages, then replicas outermost. Attention data parallelism
-// and expert parallelism add their axes with the MoE work.
+// world = replicas x pp x dp x tp, tp innermost (ranks of a tensor-parallel group are neighbours,
+// so they share a node), then attention data-parallel groups, then pipeline stages, then replicas
+// outermost. Each (replica, dp group) has its own leader, scheduler and prompts: an "engine
+// group". The dp x tp ranks of one stage of a replica form its expert-parallel group when ep > 1:
+// they hold disjoint experts and step through MoE layers together.
 #pragma once
 
 #include <string>
@@ -13,15 +15,18 @@ namespace shardlm {
 struct ModelSpec;
 
 struct Layout {
-  int tp = 1;        // tensor-parallel ranks per stage
+  int tp = 1;        // tensor-parallel ranks per attention group
   int pp = 1;        // pipeline stages per replica
   int replicas = 1;  // independent model copies
-  int world() const { return tp * pp * replicas; }
-  std::string str() const;  // "replicas=R pp=P tp=T"
+  int dp = 1;        // attention data-parallel groups per stage
+  int ep = 1;        // expert-parallel ranks: 1 (experts split over tp) or dp x tp
+  int world() const { return tp * dp * pp * replicas; }
+  int engine_groups() const { return replicas * dp; }
+  std::string str() const;  // "replicas=R pp=P dp=D tp=T ep=E" (dp and ep only when > 1)
 };
 
 struct Coords {
-  int replica = 0, pp = 0, tp = 0;
+  int replica = 0, pp = 0, tp = 0, dp = 0;
 };
 
 class Topology {
@@ -37,12 +42,20 @@ class Topology {
   int rank_of(const Coords& c) const;
 
   // World ranks of this rank's groups, in group-rank order.
-  std::vector<int> tp_group() const;       // same replica and stage
-  std::vector<int> pp_group() const;       // same replica and tp index: stage 0 .. pp-1
-  std::vector<int> replica_group() const;  // every rank of this replica, world order
-  std::vector<int> replica_leaders() const;  // (replica r, stage 0, tp 0) for each r
+  std::vector<int> tp_group() const;       // same replica, stage and dp group
+  std::vector<int> pp_group() const;       // same replica, dp group and tp index: stage 0 .. pp-1
+  // This rank's engine group: same replica and dp group, every stage and tp index, leader first.
+  std::vector<int> replica_group() const;
+  std::vector<int> replica_leaders() const;  // every engine group's leader, world order
   int replica_leader() const;
   bool is_replica_leader() const { return coords_.pp == 0 && coords_.tp == 0; }
+  // Engine group index (replica x dp + dp group), recorded with results and steps.
+  int engine_group() const { return coords_.replica * layout_.dp + coords_.dp; }
+  // The dp x tp ranks of this stage of this replica (ep rank = dp x tp + tp index).
+  std::vector<int> ep_group() const;
+  int ep_rank() const { return coords_.dp * layout_.tp + coords_.tp; }
+  // The leaders of this replica's dp groups, which agree every step on whether to go on.
+  std::vector<int> dp_leaders() const;
 
   // Layers [first, last) of stage s: contiguous, balanced (earlier stages take the remainder),
   // or as given by stage_layers.

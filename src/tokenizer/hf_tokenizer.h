@@ -1,7 +1,8 @@
 // The Tokenizer implementation for Hugging Face tokenizer.json files (BPE model). Built by
-// Tokenizer::load (tokenizer_json.cpp); encode/decode live in hf_tokenizer.cpp.
+// load_tokenizer_json (tokenizer_json.cpp); encode/decode live in hf_tokenizer.cpp.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,5 +61,9 @@ class HfTokenizer final : public Tokenizer {
   std::optional<int32_t> bos_;
   std::vector<int32_t> eos_;
 };
+
+// Reads FILE (a tokenizer.json) plus the configs in DIR (see Tokenizer::load). Throws Error naming
+// the file on anything unsupported or malformed.
+std::unique_ptr<Tokenizer> load_tokenizer_json(const std::filesystem::path& dir, const std::filesystem::path& file);
 
 }  // namespace shardlm::tok

@@ -1,5 +1,6 @@
 // Tokenizer: Hugging Face tokenizer.json (byte-level BPE with Split-regex pre-tokeniser, or
-// SentencePiece-style BPE with byte fallback) plus tokenizer_config.json for BOS handling.
+// SentencePiece-style BPE with byte fallback), or a tiktoken BPE file (tiktoken.model, as Kimi K2
+// ships it), plus tokenizer_config.json for BOS handling (and the tiktoken specials).
 #pragma once
 
 #include <cstdint>
@@ -14,7 +15,8 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  // Loads DIR/tokenizer.json and DIR/tokenizer_config.json (optional) and
+  // Loads DIR/tokenizer.json (or DIR/tiktoken.model when there is no tokenizer.json; DIR may also
+  // name a tokenizer.json file) and DIR/tokenizer_config.json (optional) and
   // DIR/generation_config.json / config.json (optional, for BOS/EOS ids). Throws Error naming the
   // file on anything unsupported or malformed.
   static std::unique_ptr<Tokenizer> load(const std::string& dir);

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/cli_runner.h"
+#include "common/layout_check.h"
 #include "common/shared_data.h"
 #include "common/test_files.h"
 
@@ -25,8 +26,6 @@ using test::Proc;
 using test::sh;
 using test::shardlm_bin;
 
-constexpr float kLogprobTol = 1e-4f;
-
 struct Layout {
   int tp, pp, replicas;
 };
@@ -35,52 +34,14 @@ std::string name(const Layout& l) {
   return "tp" + std::to_string(l.tp) + "_pp" + std::to_string(l.pp) + "_r" + std::to_string(l.replicas);
 }
 
-// Prompts of several lengths (some longer than a sliding window of 64), greedy and sampled.
-void write_prompts(const fs::path& p, int n, bool long_prompts) {
-  std::string s;
-  const char* starts[] = {"Once upon a time", "The little dog ran", "Lily and Ben went to the park", "One day"};
-  for (int i = 0; i < n; ++i) {
-    std::string prompt = starts[i % 4];
-    if (long_prompts && i % 3 == 0) {
-      for (int k = 0; k < 12; ++k) prompt += " and then the sun came out";
-    }
-    s += "{\"id\": \"q" + std::to_string(i) + "\", \"prompt\": \"" + prompt + "\", \"max_tokens\": " +
-         std::to_string(6 + 3 * i) + (i % 2 ? ", \"temperature\": 0.8" : "") + "}\n";
-  }
-  test::write_file(p, s);
-}
-
-void expect_same(const test::RunOutput& a, const test::RunOutput& b, const std::string& what) {
-  ASSERT_EQ(a.tokens.size(), b.tokens.size()) << what;
-  for (const auto& [id, toks] : a.tokens) {
-    ASSERT_TRUE(b.tokens.count(id)) << what << " " << id;
-    EXPECT_EQ(toks, b.tokens.at(id)) << what << " request " << id;
-    EXPECT_TRUE(b.errors.at(id).empty()) << what << " " << b.errors.at(id);
-    const auto& la = a.logprobs.at(id);
-    const auto& lb = b.logprobs.at(id);
-    ASSERT_EQ(la.size(), lb.size()) << what << " " << id;
-    float worst = 0;
-    for (size_t i = 0; i < la.size(); ++i) worst = std::max(worst, std::fabs(la[i] - lb[i]));
-    EXPECT_LE(worst, kLogprobTol) << what << " request " << id;
-  }
-}
-
 void check_layouts(const std::string& model, const std::vector<Layout>& layouts, bool long_prompts,
                    const std::string& tag, const std::string& extra = "") {
-  fs::path d = test::fresh_dir("layouts-" + tag);
-  write_prompts(d / "p.jsonl", 12, long_prompts);
-  const std::string common = " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
-                             " --threads 1 -q --seed 3 --max-seqs 5 --max-batch-tokens 48 --comm-timeout 120";
-  Proc one = sh(shardlm_bin() + common + " --out " + (d / "one.h5").string());
-  ASSERT_EQ(one.code, 0) << one.out;
-  const test::RunOutput ref = test::read_run((d / "one.h5").string());
+  std::vector<test::LayoutRun> runs;
   for (const Layout& l : layouts) {
-    const std::string out = (d / (name(l) + ".h5")).string();
-    Proc p = sh(mpirun(l.tp * l.pp * l.replicas) + shardlm_bin() + common + " --tp " + std::to_string(l.tp) + " --pp " +
-                std::to_string(l.pp) + extra + " --out " + out);
-    ASSERT_EQ(p.code, 0) << name(l) << "\n" << p.out;
-    expect_same(ref, test::read_run(out), tag + " " + name(l) + extra);
+    runs.push_back({l.tp * l.pp * l.replicas,
+                    "--tp " + std::to_string(l.tp) + " --pp " + std::to_string(l.pp) + extra});
   }
+  test::check_layout_runs(model, runs, long_prompts, tag);
 }
 
 TEST(Layouts, Stories260KEveryLayoutMatchesOneRank) {

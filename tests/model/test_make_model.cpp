@@ -194,7 +194,8 @@ TEST(MakeModel, Errors) {
   }
   EXPECT_EQ(parse_make_model_dtype("bf16"), DType::BF16);
   EXPECT_EQ(parse_make_model_dtype("fp32"), DType::F32);
-  EXPECT_THROW(parse_make_model_dtype("fp8"), Error);
+  EXPECT_EQ(parse_make_model_dtype("fp8"), DType::F8_E4M3);
+  EXPECT_THROW(parse_make_model_dtype("int4"), Error);
 }
 
 TEST(BpeTrainer, ByteLevelAlphabet) {

@@ -1,0 +1,52 @@
+// SwiGLU MLP: down(silu(gate(x)) * up(x)), optional biases. Column-parallel gate/up, row-parallel
+// down: each tensor-parallel rank holds a slice of the intermediate dimension.
+#include <optional>
+
+#include "arch/layer_blocks.h"
+#include "arch/weight_loader.h"
+#include "compute/backend.h"
+
+namespace shardlm {
+
+namespace {
+
+class DenseMlp final : public FeedForwardBlock {
+ public:
+  DenseMlp(const ModelSpec& spec, const ShardPlan& plan, int64_t layer, WeightLoader& w) : inter_(plan.inter) {
+    const int64_t H = spec.hidden_size, I = spec.intermediate_size;
+    const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
+    gate_ = w.rows(p + "gate_proj.weight", I, H, plan.inter0, plan.inter);
+    up_ = w.rows(p + "up_proj.weight", I, H, plan.inter0, plan.inter);
+    down_ = w.cols(p + "down_proj.weight", H, I, plan.inter0, plan.inter);
+    if (spec.mlp_bias) {
+      gate_bias_ = w.vec(p + "gate_proj.bias", I, plan.inter0, plan.inter);
+      up_bias_ = w.vec(p + "up_proj.bias", I, plan.inter0, plan.inter);
+      if (plan.tp_rank == 0) down_bias_ = w.vec(p + "down_proj.bias", H);
+    }
+  }
+
+  void forward(const float* h, int64_t T, Scratch& scratch, float* out) override {
+    if (T == 0) return;
+    ComputeBackend& b = scratch.backend();
+    float* gate = scratch.get(Scratch::kFeedForward + 0, T * inter_);
+    float* up = scratch.get(Scratch::kFeedForward + 1, T * inter_);
+    b.linear(h, T, gate_, gate_bias_ ? &*gate_bias_ : nullptr, gate);
+    b.linear(h, T, up_, up_bias_ ? &*up_bias_ : nullptr, up);
+    b.silu_mul(gate, up, gate, T * inter_);
+    b.linear(gate, T, down_, down_bias_ ? &*down_bias_ : nullptr, out);
+  }
+
+ private:
+  int64_t inter_;
+  Matrix gate_, up_, down_;
+  std::optional<Vector> gate_bias_, up_bias_, down_bias_;
+};
+
+}  // namespace
+
+std::unique_ptr<FeedForwardBlock> make_dense_mlp(const ModelSpec& spec, const ShardPlan& plan, int64_t layer,
+                                                 WeightLoader& w) {
+  return std::make_unique<DenseMlp>(spec, plan, layer, w);
+}
+
+}  // namespace shardlm

@@ -1,0 +1,61 @@
+// The two halves of a decoder layer as interchangeable blocks: attention (GQA or MLA) and the
+// feed-forward (dense SwiGLU MLP or Mixture-of-Experts). The decoder owns the residual stream,
+// the norms, the pipeline and the tensor-parallel sums; a block maps the normed hidden state of a
+// step to this rank's partial output, which the decoder sums over the tensor-parallel group.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "arch/model.h"
+#include "arch/scratch.h"
+
+namespace shardlm {
+
+class WeightLoader;
+
+// What an attention block needs to know about the step besides the hidden state.
+struct StepContext {
+  const ForwardBatch* batch = nullptr;
+  int64_t T = 0;                          // tokens in the step
+  const int32_t* pos = nullptr;           // [T] positions (backend memory)
+  const int64_t* slots = nullptr;         // [T] KV slots (backend memory)
+  const int32_t* const* tables = nullptr; // [T] each token's block table (host)
+  int64_t block_size = 0;
+};
+
+class AttentionBlock {
+ public:
+  virtual ~AttentionBlock() = default;
+  // Floats per token this rank caches for the layer, K side and V side (V may be 0).
+  virtual int64_t k_width() const = 0;
+  virtual int64_t v_width() const = 0;
+  // out [T, hidden] = this rank's partial attention output for the normed hidden state h.
+  virtual void forward(const float* h, const StepContext& ctx, float* k_cache, float* v_cache, Scratch& scratch,
+                       float* out) = 0;
+};
+
+class FeedForwardBlock {
+ public:
+  virtual ~FeedForwardBlock() = default;
+  // out [T, hidden] = this rank's partial output for the normed hidden state h. Called on every
+  // rank of an expert-parallel group for every step, with T = 0 when the rank has no tokens, so
+  // that the group's all-to-alls pair up.
+  virtual void forward(const float* h, int64_t T, Scratch& scratch, float* out) = 0;
+};
+
+// MoeStepStats (per-step expert-parallel figures) is declared in arch/model.h.
+
+
+// Builders, one file each. `layer` is the checkpoint's layer index.
+std::unique_ptr<AttentionBlock> make_gqa_attention(const ModelSpec& spec, const ShardPlan& plan, int64_t layer,
+                                                   WeightLoader& w, const float* inv_freq_dev);
+std::unique_ptr<AttentionBlock> make_mla_attention(const ModelSpec& spec, const ShardPlan& plan, int64_t layer,
+                                                   WeightLoader& w);
+std::unique_ptr<FeedForwardBlock> make_dense_mlp(const ModelSpec& spec, const ShardPlan& plan, int64_t layer,
+                                                 WeightLoader& w);
+// `stats` outlives the block and collects its per-step figures.
+std::unique_ptr<FeedForwardBlock> make_moe_block(const ModelSpec& spec, const ShardPlan& plan, int64_t layer,
+                                                 WeightLoader& w, const ShardComms& comms, MoeStepStats* stats);
+
+}  // namespace shardlm

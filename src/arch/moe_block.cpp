@@ -1,0 +1,231 @@
+// Mixture-of-Experts feed-forward (Mixtral, Qwen2/3-MoE, DeepSeek-V3 / Kimi K2): a router picks
+// k of E SwiGLU experts per token (arch/moe_router.h), the chosen experts' outputs are summed with
+// the routing weights, and shared experts (DeepSeek; Qwen2-MoE with its sigmoid gate) are added.
+//
+// Sharding (ShardPlan::set_expert_parallel):
+//   ep_size 1  every rank holds every routed expert, each sliced over tp on its intermediate
+//              dimension like the dense MLP (gate/up rows, down columns); every tp rank runs all T
+//              tokens and its output is a partial sum. No communication.
+//   ep_size>1  each rank holds whole experts [expert0, expert0 + experts). The tp ranks of a dp
+//              group hold the same T tokens, so tp rank i routes only its contiguous share
+//              [T*i/tp, T*(i+1)/tp); the share's rows travel to their experts' owners over the ep
+//              group (arch/expert_dispatch.h) and come back combined; rows outside the share are
+//              zero in this rank's output, and the decoder's tp sum assembles the whole.
+// Shared experts are tp-sliced on all T tokens either way and added (a partial sum over tp; the
+// Qwen2 gate sigmoid(g(h)) is a scalar per token computed from the full h on every rank, so the
+// gated partials still sum to the gated whole).
+//
+// The routing, the combine and the shared-expert addition run in host memory (MPI needs host
+// buffers; on the CPU backend the copies are memcpy). The routed sum is taken in ascending expert
+// order from unsummed per-(token, expert) results, so the output is bit-identical across
+// expert-parallel layouts (see expert_dispatch.h).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "arch/expert_dispatch.h"
+#include "arch/layer_blocks.h"
+#include "arch/moe_router.h"
+#include "arch/weight_loader.h"
+#include "compute/backend.h"
+#include "core/error.h"
+#include "parallel/communicator.h"
+
+namespace shardlm {
+
+namespace {
+
+// Tensor names of one layer's MoE under the checkpoint's naming.
+struct MoeNames {
+  std::string router, bias, shared_gate;
+  std::string expert_prefix, gate, up, down;  // expert_prefix + E + gate
+  std::string shared_prefix;                  // shared_prefix + {gate,up,down}_proj.weight
+
+  MoeNames(const MoeSpec& m, int64_t layer) {
+    const std::string p = "model.layers." + std::to_string(layer) + ".";
+    switch (m.naming) {
+      case MoeSpec::Naming::kMixtral:
+        router = p + "block_sparse_moe.gate.weight";
+        expert_prefix = p + "block_sparse_moe.experts.";
+        gate = ".w1.weight";
+        up = ".w3.weight";
+        down = ".w2.weight";
+        break;
+      case MoeSpec::Naming::kQwen:
+        router = p + "mlp.gate.weight";
+        expert_prefix = p + "mlp.experts.";
+        gate = ".gate_proj.weight";
+        up = ".up_proj.weight";
+        down = ".down_proj.weight";
+        shared_prefix = p + "mlp.shared_expert.";
+        shared_gate = p + "mlp.shared_expert_gate.weight";
+        break;
+      case MoeSpec::Naming::kDeepseek:
+        router = p + "mlp.gate.weight";
+        bias = p + "mlp.gate.e_score_correction_bias";
+        expert_prefix = p + "mlp.experts.";
+        gate = ".gate_proj.weight";
+        up = ".up_proj.weight";
+        down = ".down_proj.weight";
+        shared_prefix = p + "mlp.shared_experts.";
+        break;
+    }
+  }
+};
+
+class MoeBlock final : public FeedForwardBlock {
+ public:
+  MoeBlock(const ModelSpec& spec, const ShardPlan& plan, int64_t layer, WeightLoader& w, const ShardComms& comms,
+           MoeStepStats* stats)
+      : m_(spec.moe), H_(spec.hidden_size), plan_(plan), stats_(stats),
+        dispatch_(plan.ep_size > 1 ? comms.ep : nullptr, spec.moe.num_experts, spec.hidden_size) {
+    const MoeSpec& m = spec.moe;
+    SHARDLM_CHECK(m.enabled(), "layer " << layer << ": MoE block without routed experts");
+    SHARDLM_CHECK(m.experts_per_token >= 1 && m.experts_per_token <= m.num_experts,
+                  "layer " << layer << ": " << m.experts_per_token << " experts per token of " << m.num_experts);
+    const int64_t E = m.num_experts, I = m.expert_intermediate, H = H_;
+    if (plan.ep_size > 1) {
+      SHARDLM_CHECK(comms.ep && comms.ep->size() == plan.ep_size && comms.ep->rank() == plan.ep_rank,
+                    "layer " << layer << ": expert parallelism over " << plan.ep_size
+                             << " ranks needs the ep communicator of that size (rank " << plan.ep_rank << ")");
+      SHARDLM_CHECK(plan.experts == E / plan.ep_size && plan.expert0 == plan.ep_rank * plan.experts &&
+                        plan.expert_inter == I,
+                    "layer " << layer << ": the shard plan's experts [" << plan.expert0 << ", +" << plan.experts
+                             << ") do not match ep rank " << plan.ep_rank << " of " << plan.ep_size);
+    } else {
+      SHARDLM_CHECK(plan.experts == E && plan.expert0 == 0,
+                    "layer " << layer << ": without expert parallelism every rank holds all " << E << " experts");
+    }
+    const MoeNames n(m, layer);
+    router_ = w.whole(n.router, E, H);
+    if (m.score_correction_bias) {
+      SHARDLM_CHECK(!n.bias.empty(), "layer " << layer << ": e_score_correction_bias needs the DeepSeek naming");
+      Vector b = w.vec(n.bias, E);
+      bias_.resize(static_cast<size_t>(E));
+      w.backend().copy_to_host(bias_.data(), b.data, bias_.size() * sizeof(float));
+    }
+    inter_ = plan.expert_inter;
+    const bool sliced = plan.expert_inter < I;
+    for (int64_t e = plan.expert0; e < plan.expert0 + plan.experts; ++e) {
+      const std::string ep = n.expert_prefix + std::to_string(e);
+      ExpertWeights x;
+      x.gate = w.rows(ep + n.gate, I, H, plan.expert_inter0, plan.expert_inter);
+      x.up = w.rows(ep + n.up, I, H, plan.expert_inter0, plan.expert_inter);
+      x.down = sliced ? w.cols(ep + n.down, H, I, plan.expert_inter0, plan.expert_inter) : w.whole(ep + n.down, H, I);
+      experts_.push_back(x);
+    }
+    if (m.shared_intermediate > 0) {
+      SHARDLM_CHECK(!n.shared_prefix.empty(), "layer " << layer << ": the Mixtral naming has no shared expert");
+      const int64_t S = m.shared_intermediate;
+      shared_inter_ = plan.shared_inter;
+      shared_.gate = w.rows(n.shared_prefix + "gate_proj.weight", S, H, plan.shared_inter0, plan.shared_inter);
+      shared_.up = w.rows(n.shared_prefix + "up_proj.weight", S, H, plan.shared_inter0, plan.shared_inter);
+      shared_.down = plan.shared_inter < S
+                         ? w.cols(n.shared_prefix + "down_proj.weight", H, S, plan.shared_inter0, plan.shared_inter)
+                         : w.whole(n.shared_prefix + "down_proj.weight", H, S);
+      has_shared_ = true;
+      if (m.shared_expert_gate) {
+        SHARDLM_CHECK(!n.shared_gate.empty(), "layer " << layer << ": shared_expert_gate needs the Qwen naming");
+        shared_gate_ = w.whole(n.shared_gate, 1, H);
+      }
+    }
+  }
+
+  void forward(const float* h, int64_t T, Scratch& scratch, float* out) override {
+    const bool ep = plan_.ep_size > 1;
+    if (T == 0 && !ep) return;
+    ComputeBackend& b = scratch.backend();
+    const int64_t H = H_, E = m_.num_experts;
+    // This rank's share of the tokens: all of them, or with ep and tp its contiguous tp share.
+    int64_t t0 = 0, t1 = T;
+    if (ep && plan_.tp_size > 1) {
+      t0 = T * plan_.tp_rank / plan_.tp_size;
+      t1 = T * (plan_.tp_rank + 1) / plan_.tp_size;
+    }
+    const int64_t Ts = t1 - t0;
+
+    // Route the share.
+    logits_.resize(static_cast<size_t>(Ts * E));
+    x_.resize(static_cast<size_t>(Ts * H));
+    if (Ts > 0) {
+      float* logits = scratch.get(Scratch::kFeedForward + 0, static_cast<size_t>(Ts * E));
+      b.linear(h + t0 * H, Ts, router_, nullptr, logits);
+      b.copy_to_host(logits_.data(), logits, logits_.size() * sizeof(float));
+      b.copy_to_host(x_.data(), h + t0 * H, x_.size() * sizeof(float));
+    }
+    route(m_, logits_.data(), Ts, bias_.empty() ? nullptr : bias_.data(), &routing_);
+
+    // Dispatch, the local experts, combine.
+    dispatch_.dispatch(x_.data(), routing_);
+    run_experts(scratch, experts_, inter_, H, dispatch_.input(), dispatch_.offsets(), dispatch_.output());
+    host_out_.resize(static_cast<size_t>(T * H));
+    std::fill(host_out_.begin(), host_out_.begin() + t0 * H, 0.0f);
+    std::fill(host_out_.begin() + t1 * H, host_out_.end(), 0.0f);
+    dispatch_.combine(host_out_.data() + t0 * H);
+
+    if (stats_) {
+      std::vector<int64_t>& per_expert = stats_->expert_tokens;
+      if (static_cast<int64_t>(per_expert.size()) < E) per_expert.resize(static_cast<size_t>(E), 0);
+      for (int32_t e : routing_.experts) ++per_expert[e];
+      stats_->dispatch_s += dispatch_.dispatch_seconds;
+      stats_->combine_s += dispatch_.combine_seconds;
+      stats_->dispatch_bytes += dispatch_.dispatch_bytes;
+      stats_->combine_bytes += dispatch_.combine_bytes;
+    }
+
+    if (has_shared_ && T > 0) add_shared(h, T, scratch);
+    if (T > 0) b.copy_to_device(out, host_out_.data(), host_out_.size() * sizeof(float));
+  }
+
+ private:
+  // host_out_ += g_t * shared(h) per token (g_t = sigmoid of the shared expert gate, or 1).
+  void add_shared(const float* h, int64_t T, Scratch& scratch) {
+    ComputeBackend& b = scratch.backend();
+    const int64_t H = H_, S = shared_inter_;
+    float* gate = scratch.get(Scratch::kFeedForward + 1, static_cast<size_t>(T * S));
+    float* up = scratch.get(Scratch::kFeedForward + 2, static_cast<size_t>(T * S));
+    float* y = scratch.get(Scratch::kFeedForward + 3, static_cast<size_t>(T * H));
+    b.linear(h, T, shared_.gate, nullptr, gate);
+    b.linear(h, T, shared_.up, nullptr, up);
+    b.silu_mul(gate, up, gate, T * S);
+    b.linear(gate, T, shared_.down, nullptr, y);
+    shared_y_.resize(static_cast<size_t>(T * H));
+    b.copy_to_host(shared_y_.data(), y, shared_y_.size() * sizeof(float));
+    gate_.assign(static_cast<size_t>(T), 1.0f);
+    if (shared_gate_) {
+      float* g = scratch.get(Scratch::kFeedForward + 0, static_cast<size_t>(T));
+      b.linear(h, T, *shared_gate_, nullptr, g);
+      b.copy_to_host(gate_.data(), g, gate_.size() * sizeof(float));
+      for (float& v : gate_) v = 1.0f / (1.0f + std::exp(-v));
+    }
+    for (int64_t t = 0; t < T; ++t) moe_accumulate(host_out_.data() + t * H, gate_[t], shared_y_.data() + t * H, H);
+  }
+
+  MoeSpec m_;
+  int64_t H_;
+  ShardPlan plan_;
+  MoeStepStats* stats_;
+  ExpertDispatch dispatch_;
+  Matrix router_;
+  std::vector<float> bias_;  // host copy of e_score_correction_bias (selection only)
+  int64_t inter_ = 0;
+  std::vector<ExpertWeights> experts_;
+  bool has_shared_ = false;
+  int64_t shared_inter_ = 0;
+  ExpertWeights shared_;
+  std::optional<Matrix> shared_gate_;
+  Routing routing_;
+  std::vector<float> logits_, x_, host_out_, shared_y_, gate_;
+};
+
+}  // namespace
+
+std::unique_ptr<FeedForwardBlock> make_moe_block(const ModelSpec& spec, const ShardPlan& plan, int64_t layer,
+                                                 WeightLoader& w, const ShardComms& comms, MoeStepStats* stats) {
+  return std::make_unique<MoeBlock>(spec, plan, layer, w, comms, stats);
+}
+
+}  // namespace shardlm

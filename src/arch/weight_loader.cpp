@@ -1,0 +1,56 @@
+#include "arch/weight_loader.h"
+
+#include "core/error.h"
+#include "model/fp8_block.h"
+#include "model/tensor_slice.h"
+
+namespace shardlm {
+
+namespace {
+
+std::string scale_name(const std::string& weight) { return weight + "_scale_inv"; }
+
+}  // namespace
+
+Matrix WeightLoader::rows(const std::string& name, int64_t R, int64_t C, int64_t r0, int64_t n) {
+  const TensorView& t = ckpt_.get(name, {R, C});
+  if (t.dtype == DType::F8_E4M3) return fp8_slice(t, r0, n, 0, C);
+  TensorView v = slice_rows(t, r0, n);
+  bytes_ += touch_pages(v);
+  return b_.load_matrix(v);
+}
+
+Matrix WeightLoader::cols(const std::string& name, int64_t R, int64_t C, int64_t c0, int64_t n) {
+  const TensorView& t = ckpt_.get(name, {R, C});
+  if (t.dtype == DType::F8_E4M3) return fp8_slice(t, 0, R, c0, n);
+  owned_.emplace_back();
+  TensorView v = slice_cols(t, c0, n, &owned_.back());
+  bytes_ += v.nbytes;
+  return b_.load_matrix(v);
+}
+
+Vector WeightLoader::vec(const std::string& name, int64_t N, int64_t r0, int64_t n) {
+  TensorView v = slice_rows(ckpt_.get(name, {N}), r0, n);
+  bytes_ += touch_pages(v);
+  return b_.load_vector(v);
+}
+
+Matrix WeightLoader::fp8_slice(const TensorView& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
+  const std::string sname = scale_name(w.name);
+  SHARDLM_CHECK(ckpt_.has(sname), w.file << ": tensor '" << w.name << "' is F8_E4M3 but its block scales '" << sname
+                                         << "' are missing");
+  const TensorView& s = ckpt_.get(sname);
+  owned_.emplace_back(static_cast<size_t>(nr * nc) * 2);
+  std::vector<uint8_t>& buf = owned_.back();
+  // The default block size is DeepSeek's 128 x 128; the scale tensor's shape must agree with it.
+  dequant_fp8_block(w, s, 128, 128, r0, nr, c0, nc, reinterpret_cast<uint16_t*>(buf.data()));
+  bytes_ += static_cast<size_t>(nr * nc) + static_cast<size_t>(s.nbytes);
+  TensorView v = w;
+  v.dtype = DType::BF16;
+  v.shape = {nr, nc};
+  v.data = buf.data();
+  v.nbytes = buf.size();
+  return b_.load_matrix(v);
+}
+
+}  // namespace shardlm

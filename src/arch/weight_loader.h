@@ -1,0 +1,45 @@
+// WeightLoader: this rank's slices of checkpoint tensors, handed to the backend. Rows of a weight
+// (output features) are contiguous in the file and stay views into the mapping; columns are read
+// with pread. FP8 e4m3 weights with 128x128 block scales (`<name>_scale_inv`) are dequantised at
+// load, exactly as the reference dequantisation does it (fp8 x fp32 scale, rounded to bf16).
+// The loader owns those copies, and the backend may use them in place: it must outlive the model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compute/backend.h"
+#include "model/checkpoint.h"
+
+namespace shardlm {
+
+class WeightLoader {
+ public:
+  WeightLoader(const Checkpoint& ckpt, ComputeBackend& backend) : ckpt_(ckpt), b_(backend) {}
+
+  bool has(const std::string& name) const { return ckpt_.has(name); }
+  // Rows [r0, r0 + n) of the [R, C] weight NAME.
+  Matrix rows(const std::string& name, int64_t R, int64_t C, int64_t r0, int64_t n);
+  Matrix whole(const std::string& name, int64_t R, int64_t C) { return rows(name, R, C, 0, R); }
+  // Columns [c0, c0 + n) of the [R, C] weight NAME.
+  Matrix cols(const std::string& name, int64_t R, int64_t C, int64_t c0, int64_t n);
+  // Elements [r0, r0 + n) of the length-N vector NAME.
+  Vector vec(const std::string& name, int64_t N, int64_t r0, int64_t n);
+  Vector vec(const std::string& name, int64_t N) { return vec(name, N, 0, N); }
+
+  // Bytes of checkpoint data read so far.
+  size_t bytes() const { return bytes_; }
+  ComputeBackend& backend() { return b_; }
+
+ private:
+  // FP8 block-scaled weight: the bf16 dequantisation of rows [r0, r0+nr) x cols [c0, c0+nc).
+  Matrix fp8_slice(const TensorView& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc);
+
+  const Checkpoint& ckpt_;
+  ComputeBackend& b_;
+  std::vector<std::vector<uint8_t>> owned_;  // gathered columns and dequantised slices
+  size_t bytes_ = 0;
+};
+
+}  // namespace shardlm

@@ -1,0 +1,211 @@
+// The MoE block with expert parallelism in a real MPI job (run with 2 and 4 ranks): every rank's
+// output must equal what the single-rank block (every expert local, no communication) gives for
+// its tokens. Layouts: ep = world with one and with two experts per rank; tp 2 x dp (world/2)
+// with ep = world, where each tp rank routes its share of the dp group's tokens. Uneven token
+// counts, a rank (and a dp group) with no token at all, experts that receive no token. The routed
+// sum is taken in a fixed order from unsummed results, so without a tp-sliced shared expert the
+// outputs are bit-identical; with one, the tp partial sums round differently (1e-5 relative).
+// Each rank loads 1/ep of the routed experts' bytes.
+//
+// Control flow stays collective: checks use EXPECT_* so a failing rank still takes part in the
+// next all-to-all.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "arch/moe_test_util.h"
+#include "parallel/communicator.h"
+#include "parallel/mpi_env.h"
+
+using namespace shardlm;
+using namespace shardlm::test;
+
+namespace {
+
+constexpr double kTimeout = 60;
+
+int world_rank() { return MpiEnv::rank(); }
+int world_size() { return MpiEnv::size(); }
+
+std::unique_ptr<Communicator> comm_of(const std::vector<int>& members, const std::string& name) {
+  return make_communicator("mpi", members, name, kTimeout);
+}
+
+std::vector<int> all_ranks() {
+  std::vector<int> r(static_cast<size_t>(world_size()));
+  for (size_t i = 0; i < r.size(); ++i) r[i] = static_cast<int>(i);
+  return r;
+}
+
+std::filesystem::path fresh_dir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / ("shardlm-test-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+// This rank's copy of the case's checkpoint (same bytes on every rank), removed at the end.
+struct CaseCheckpoint {
+  std::filesystem::path dir;
+  std::unique_ptr<Checkpoint> ck;
+  CaseCheckpoint(MoeCase& c, const std::string& name, uint64_t seed)
+      : dir(fresh_dir(name + "-r" + std::to_string(world_rank()))) {
+    c.write(dir, seed);
+    ck = Checkpoint::open(dir.string());
+  }
+  ~CaseCheckpoint() {
+    ck.reset();
+    std::filesystem::remove_all(dir);
+  }
+  const Checkpoint& operator*() const { return *ck; }
+};
+
+// Bytes of everything but the routed experts: router (f32), bias (f32), shared expert and gate.
+int64_t other_bytes(const MoeCase& c, int tp) {
+  const MoeSpec& m = c.moe();
+  const int64_t H = c.spec.hidden_size;
+  int64_t b = m.num_experts * H * 4;
+  if (!c.bias.empty()) b += m.num_experts * 4;
+  b += 3 * (m.shared_intermediate / tp) * H * 2;
+  if (!c.shared_gate.empty()) b += H * 2;
+  return b;
+}
+
+void expect_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i] != want[i] && bad++ == 0) first = i;
+  EXPECT_EQ(bad, 0u) << what << " (world rank " << world_rank() << "): first differing element " << first << " = "
+                     << got[first] << ", single-rank " << want[first];
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(static_cast<double>(got[i]) - want[i]) / (1e-3 + std::abs(want[i]));
+    if (err > worst) worst = err, at = i;
+  }
+  EXPECT_LE(worst, tol) << what << " (world rank " << world_rank() << "): element " << at << " = " << got[at]
+                        << ", single-rank " << want[at];
+}
+
+// ep = world, tp 1: T[rank] tokens per rank.
+void check_ep_world(MoeCase::Kind kind, int64_t per_rank, int64_t k, int64_t S, const std::vector<int64_t>& tokens,
+                    const std::string& name) {
+  const int n = world_size(), r = world_rank();
+  MoeCase c(kind, 16, per_rank * n, 12, k, S);
+  CaseCheckpoint ck(c, name, 11);
+  auto ep = comm_of(all_ranks(), "ep");
+  ShardComms comms;
+  comms.ep = ep.get();
+  const int64_t T = tokens[static_cast<size_t>(r) % tokens.size()];
+  const auto x = moe_hidden(100 + static_cast<uint64_t>(r), T, 16);
+
+  ShardPlan plan = ShardPlan::make(c.spec);
+  plan.set_expert_parallel(c.spec, r, n);
+  EXPECT_EQ(plan.experts, per_rank);
+  EXPECT_EQ(plan.expert0, r * per_rank);
+  MoeRun dist = run_moe_block(c, *ck, plan, comms, x, T);
+  MoeRun single = run_moe_block(c, *ck, ShardPlan::make(c.spec), ShardComms{}, x, T);
+  expect_bits(dist.out, single.out, name + " ep " + std::to_string(n));
+  EXPECT_EQ(static_cast<int64_t>(dist.bytes), other_bytes(c, 1) + c.routed_bytes() / n) << name;
+  EXPECT_EQ(dist.stats.expert_tokens, single.stats.expert_tokens) << name;
+  if (T == 0) {
+    EXPECT_EQ(dist.stats.dispatch_bytes, 0) << name;
+  }
+
+  // Over the group: every (token, expert) pair counted once; some experts got no token at all
+  // when the case is small enough.
+  std::vector<int64_t> per_expert = dist.stats.expert_tokens;
+  ep->all_reduce(per_expert.data(), per_expert.size(), CommDType::kI64, ReduceOp::kSum);
+  int64_t all_tokens = T, moved = dist.stats.dispatch_bytes + dist.stats.combine_bytes;
+  ep->all_reduce(&all_tokens, 1, CommDType::kI64, ReduceOp::kSum);
+  ep->all_reduce(&moved, 1, CommDType::kI64, ReduceOp::kSum);
+  int64_t pairs = 0, idle = 0;
+  for (int64_t v : per_expert) pairs += v, idle += v == 0;
+  EXPECT_EQ(pairs, all_tokens * k) << name;
+  if (all_tokens * k < c.moe().num_experts) {
+    EXPECT_GT(idle, 0) << name << ": the case should leave experts idle";
+  }
+  if (all_tokens >= 8) {
+    EXPECT_GT(moved, 0) << name << ": some rows must have crossed ranks";
+  }
+}
+
+TEST(MoeMpi, OneExpertPerRank) {
+  check_ep_world(MoeCase::Kind::kQwen3, 1, 1, 0, {5, 0, 3, 8}, "qwen3-e1");
+  check_ep_world(MoeCase::Kind::kQwen3, 1, 2, 0, {0, 7, 1, 2}, "qwen3-e1k2");
+}
+
+TEST(MoeMpi, TwoExpertsPerRank) {
+  check_ep_world(MoeCase::Kind::kMixtral, 2, 2, 0, {6, 0, 9, 1}, "mixtral-e2");
+  check_ep_world(MoeCase::Kind::kDeepseek, 2, 3, 8, {3, 11, 0, 4}, "deepseek-e2");
+  check_ep_world(MoeCase::Kind::kQwen2, 2, 3, 8, {4, 2, 5, 0}, "qwen2-e2");
+}
+
+TEST(MoeMpi, ExpertsWithoutTokens) {
+  // One token in all (on the last rank): most experts receive nothing.
+  std::vector<int64_t> t(static_cast<size_t>(world_size()), 0);
+  t.back() = 1;
+  check_ep_world(MoeCase::Kind::kDeepseek, 2, 2, 0, t, "deepseek-idle");
+  std::vector<int64_t> none(static_cast<size_t>(world_size()), 0);
+  check_ep_world(MoeCase::Kind::kMixtral, 2, 2, 0, none, "mixtral-empty");
+}
+
+// tp 2 x dp (world / 2), ep = world. tokens[d]: the dp group's token count.
+void check_tp_dp(MoeCase::Kind kind, int64_t k, int64_t S, const std::vector<int64_t>& tokens,
+                 const std::string& name) {
+  const int n = world_size(), r = world_rank();
+  if (n % 2 != 0) return;
+  const int tp = 2, tp_rank = r % tp, d = r / tp;
+  MoeCase c(kind, 16, n * 2, 12, k, S);
+  CaseCheckpoint ck(c, name, 13);
+  auto ep = comm_of(all_ranks(), "ep");
+  auto tpc = comm_of({d * tp, d * tp + 1}, "tp");
+  ShardComms comms;
+  comms.ep = ep.get();
+  comms.tp = tpc.get();
+  const int64_t T = tokens[static_cast<size_t>(d) % tokens.size()];
+  const auto x = moe_hidden(200 + static_cast<uint64_t>(d), T, 16);  // the same on both tp ranks
+  ShardPlan plan = ShardPlan::make(c.spec, tp_rank, tp);
+  plan.set_expert_parallel(c.spec, r, n);
+  MoeRun dist = run_moe_block(c, *ck, plan, comms, x, T);
+  EXPECT_EQ(static_cast<int64_t>(dist.bytes), other_bytes(c, tp) + c.routed_bytes() / n) << name;
+  // Rows outside this rank's share carry only the (partial) shared expert: zero without one.
+  const int64_t t0 = T * tp_rank / tp, t1 = T * (tp_rank + 1) / tp, H = 16;
+  int64_t share_tokens = 0;
+  for (int64_t v : dist.stats.expert_tokens) share_tokens += v;
+  EXPECT_EQ(share_tokens, (t1 - t0) * k) << name;
+  if (S == 0) {
+    size_t nonzero = 0;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < H; ++j)
+        if ((t < t0 || t >= t1) && dist.out[t * H + j] != 0.0f) ++nonzero;
+    EXPECT_EQ(nonzero, 0u) << name << ": rows outside the share";
+  }
+  // The decoder's tp sum assembles the whole.
+  std::vector<float> sum = dist.out;
+  tpc->all_reduce(sum.data(), sum.size(), CommDType::kF32, ReduceOp::kSum);
+  MoeRun single = run_moe_block(c, *ck, ShardPlan::make(c.spec), ShardComms{}, x, T);
+  if (S == 0) expect_bits(sum, single.out, name + " tp2 ep" + std::to_string(n));
+  else expect_close(sum, single.out, 1e-5, name + " tp2 ep" + std::to_string(n));
+}
+
+TEST(MoeMpi, TensorTimesDataParallel) {
+  check_tp_dp(MoeCase::Kind::kMixtral, 2, 0, {5, 0}, "mixtral-tp2");
+  check_tp_dp(MoeCase::Kind::kMixtral, 2, 0, {1, 8}, "mixtral-tp2b");  // a tp rank with an empty share
+  check_tp_dp(MoeCase::Kind::kQwen2, 3, 8, {7, 3}, "qwen2-tp2");
+  check_tp_dp(MoeCase::Kind::kDeepseek, 3, 8, {0, 6}, "deepseek-tp2");
+}
+
+}  // namespace

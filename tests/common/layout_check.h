@@ -1,0 +1,82 @@
+// Checks that sharded runs give the single-rank result: the same tokens, and log-probabilities of
+// the chosen tokens within kLogprobTol (tensor and expert parallelism sum partial products in
+// another order, so logits differ in the last bits).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/cli_runner.h"
+#include "common/test_files.h"
+
+namespace shardlm::test {
+
+constexpr float kLogprobTol = 1e-4f;
+
+// Prompts of several lengths (some longer than a sliding window of 64), greedy and sampled.
+inline void write_layout_prompts(const std::filesystem::path& p, int n, bool long_prompts) {
+  std::string s;
+  const char* starts[] = {"Once upon a time", "The little dog ran", "Lily and Ben went to the park", "One day"};
+  for (int i = 0; i < n; ++i) {
+    std::string prompt = starts[i % 4];
+    if (long_prompts && i % 3 == 0) {
+      for (int k = 0; k < 12; ++k) prompt += " and then the sun came out";
+    }
+    s += "{\"id\": \"q" + std::to_string(i) + "\", \"prompt\": \"" + prompt + "\", \"max_tokens\": " +
+         std::to_string(6 + 3 * i) + (i % 2 ? ", \"temperature\": 0.8" : "") + "}\n";
+  }
+  write_file(p, s);
+}
+
+inline void expect_same_run(const RunOutput& a, const RunOutput& b, const std::string& what) {
+  ASSERT_EQ(a.tokens.size(), b.tokens.size()) << what;
+  for (const auto& [id, toks] : a.tokens) {
+    ASSERT_TRUE(b.tokens.count(id)) << what << " " << id;
+    EXPECT_EQ(toks, b.tokens.at(id)) << what << " request " << id;
+    EXPECT_TRUE(b.errors.at(id).empty()) << what << " " << b.errors.at(id);
+    const auto& la = a.logprobs.at(id);
+    const auto& lb = b.logprobs.at(id);
+    ASSERT_EQ(la.size(), lb.size()) << what << " " << id;
+    float worst = 0;
+    for (size_t i = 0; i < la.size(); ++i) worst = std::max(worst, std::fabs(la[i] - lb[i]));
+    EXPECT_LE(worst, kLogprobTol) << what << " request " << id;
+  }
+}
+
+// One sharded run: its rank count and its layout flags ("--tp 2 --pp 2").
+struct LayoutRun {
+  int ranks;
+  std::string flags;
+};
+
+// Runs MODEL on one rank and then in every layout, on the same prompts; every layout must give
+// the single-rank result. Returns the path of each layout's output, in order.
+inline std::vector<std::string> check_layout_runs(const std::string& model, const std::vector<LayoutRun>& runs,
+                                                  bool long_prompts, const std::string& tag) {
+  std::filesystem::path d = fresh_dir("layouts-" + tag);
+  write_layout_prompts(d / "p.jsonl", 12, long_prompts);
+  const std::string common = " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
+                             " --threads 1 -q --seed 3 --max-seqs 5 --max-batch-tokens 48 --comm-timeout 120";
+  std::vector<std::string> outs;
+  Proc one = sh(shardlm_bin() + common + " --out " + (d / "one.h5").string());
+  EXPECT_EQ(one.code, 0) << one.out;
+  if (one.code != 0) return outs;
+  const RunOutput ref = read_run((d / "one.h5").string());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const LayoutRun& l = runs[i];
+    const std::string out = (d / ("layout" + std::to_string(i) + ".h5")).string();
+    Proc p = sh(mpirun(l.ranks) + shardlm_bin() + common + " " + l.flags + " --out " + out);
+    EXPECT_EQ(p.code, 0) << l.flags << "\n" << p.out;
+    if (p.code != 0) continue;
+    expect_same_run(ref, read_run(out), tag + " " + l.flags);
+    outs.push_back(out);
+  }
+  return outs;
+}
+
+}  // namespace shardlm::test

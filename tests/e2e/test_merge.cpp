@@ -1,0 +1,210 @@
+// shardlm merge: runs over disjoint line ranges of a prompt file (the shards of a Slurm job array)
+// merged into one file equal one run over the whole file, id for id: line, prompt and output tokens,
+// log-probs, text, finish reason, error. `shardlm report` reads the merged file; overlapping inputs
+// and an output that is also an input are refused. Shards are cut as slurm/split_prompts.py cuts
+// them (earlier lines left blank, so line numbers and the ids derived from them stay); the script
+// itself is run too when python3 is there. Uses the tiny random-weight model of `shardlm make-model`.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/cli_runner.h"
+#include "common/h5_read.h"
+#include "common/test_files.h"
+
+namespace fs = std::filesystem;
+
+namespace shardlm {
+namespace {
+
+using test::Proc;
+using test::sh;
+
+// Everything a request row holds but its timing and replica.
+struct Row {
+  int64_t line = 0;
+  std::vector<int32_t> prompt, output;
+  std::vector<float> logprobs;
+  std::string text, finish, error;
+  bool operator==(const Row&) const = default;
+};
+
+std::map<std::string, Row> read_rows(const fs::path& h5) {
+  test::H5Reader h(h5.string());
+  EXPECT_TRUE(h.ok()) << h5;
+  const auto ids = h.strings("/requests/id");
+  const auto lines = h.scalars<int64_t>("/requests/line", H5T_NATIVE_INT64);
+  const auto prompts = h.lists<int32_t>("/requests/prompt_tokens", H5T_NATIVE_INT32);
+  const auto outputs = h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32);
+  const auto logprobs = h.lists<float>("/requests/token_logprobs", H5T_NATIVE_FLOAT);
+  const auto texts = h.strings("/requests/output_text");
+  const auto finishes = h.strings("/requests/finish_reason");
+  const auto errors = h.strings("/requests/error");
+  std::map<std::string, Row> rows;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(rows.count(ids[i]), 0u) << "id " << ids[i] << " twice in " << h5;
+    rows[ids[i]] = Row{lines[i], prompts[i], outputs[i], logprobs[i], texts[i], finishes[i], errors[i]};
+  }
+  return rows;
+}
+
+std::vector<std::string> lines_of(const fs::path& p) {
+  std::istringstream in(test::read_file(p.string()));
+  std::vector<std::string> v;
+  for (std::string l; std::getline(in, l);) v.push_back(l);
+  return v;
+}
+
+// Lines [first, last] (1-based) of `lines`, at their own line numbers: the earlier ones blank.
+std::string shard(const std::vector<std::string>& lines, size_t first, size_t last) {
+  std::string s(first - 1, '\n');
+  for (size_t i = first; i <= last; ++i) s += lines[i - 1] + "\n";
+  return s;
+}
+
+class Merge : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(test::fresh_dir("merge"));
+    Proc m = sh(bin() + " make-model --config " + src("inputs/models/tiny-llama.json") + " --out " +
+                (*dir_ / "model").string() + " --dtype bf16 --seed 1");
+    ASSERT_EQ(m.code, 0) << m.out;
+    const auto lines = lines_of(src("inputs/prompts.jsonl"));
+    ASSERT_GT(lines.size(), 4u);
+    const size_t half = lines.size() / 2;
+    test::write_file(*dir_ / "a.jsonl", shard(lines, 1, half));
+    test::write_file(*dir_ / "b.jsonl", shard(lines, half + 1, lines.size()));
+    run(src("inputs/prompts.jsonl"), "full.h5");
+    run((*dir_ / "a.jsonl").string(), "a.h5");
+    run((*dir_ / "b.jsonl").string(), "b.h5", 2);  // two replicas: the layout does not matter
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+
+  static std::string bin() { return test::shardlm_bin(); }
+  static std::string src(const std::string& rel) { return std::string(SHARDLM_SOURCE_DIR) + "/" + rel; }
+  static std::string at(const std::string& name) { return (*dir_ / name).string(); }
+  static void run(const std::string& prompts, const std::string& out, int np = 1, const std::string& more = "") {
+    const std::string launch = np > 1 ? test::mpirun(np) : "";
+    Proc p = sh(launch + bin() + " run --config " + src("jobs/tiny.ini") + " --model " + at("model") + " --prompts " +
+                prompts + " --out " + at(out) + " --threads 1 -q " + more);
+    ASSERT_EQ(p.code, 0) << p.out;
+  }
+  static Proc merge(const std::string& args) { return sh(bin() + " merge " + args); }
+
+  static fs::path* dir_;
+};
+
+fs::path* Merge::dir_ = nullptr;
+
+TEST_F(Merge, HalvesMergedEqualOneRunIdForIdTokenForToken) {
+  Proc p = merge(at("m.h5") + " " + at("a.h5") + " " + at("b.h5"));
+  ASSERT_EQ(p.code, 0) << p.out;
+  const auto full = read_rows(at("full.h5"));
+  const auto merged = read_rows(at("m.h5"));
+  EXPECT_EQ(merged.size(), lines_of(src("inputs/prompts.jsonl")).size());
+  ASSERT_EQ(merged.size(), full.size());
+  for (const auto& [id, row] : full) {
+    ASSERT_EQ(merged.count(id), 1u) << id;
+    EXPECT_EQ(merged.at(id), row) << "request " << id << " (line " << row.line << ")";
+  }
+  // Rows come input by input: a's then b's.
+  test::H5Reader a(at("a.h5")), m(at("m.h5"));
+  const auto a_ids = a.strings("/requests/id"), m_ids = m.strings("/requests/id");
+  EXPECT_TRUE(std::equal(a_ids.begin(), a_ids.end(), m_ids.begin()));
+}
+
+TEST_F(Merge, ReportReadsTheMergedFileAndItsSummaryIsRecomputed) {
+  ASSERT_EQ(merge(at("r.h5") + " " + at("a.h5") + " " + at("b.h5")).code, 0);
+  Proc p = sh(bin() + " report " + at("r.h5") + " --json");
+  ASSERT_EQ(p.code, 0) << p.out;
+  const auto j = nlohmann::json::parse(p.out.substr(p.out.find('{')));
+  test::H5Reader full(at("full.h5")), r(at("r.h5"));
+  const int64_t requests = full.scalar_attr<int64_t>("requests", H5T_NATIVE_INT64);
+  EXPECT_EQ(j["requests"]["total"].get<int64_t>(), requests);
+  EXPECT_EQ(j["requests"]["output_tokens"].get<int64_t>(), full.scalar_attr<int64_t>("output_tokens", H5T_NATIVE_INT64));
+  EXPECT_TRUE(j["run"]["finished"].get<bool>());
+  EXPECT_FALSE(j["run"]["interrupted"].get<bool>());
+  EXPECT_EQ(j["ranks"].size(), 3u);  // a's rank and b's two
+  // The attributes a run writes, recomputed over both inputs.
+  EXPECT_EQ(r.scalar_attr<int64_t>("requests", H5T_NATIVE_INT64), requests);
+  EXPECT_EQ(r.scalar_attr<int64_t>("output_tokens", H5T_NATIVE_INT64),
+            full.scalar_attr<int64_t>("output_tokens", H5T_NATIVE_INT64));
+  EXPECT_EQ(r.scalar_attr<int64_t>("prompt_tokens", H5T_NATIVE_INT64),
+            full.scalar_attr<int64_t>("prompt_tokens", H5T_NATIVE_INT64));
+  EXPECT_EQ(r.scalar_attr<int64_t>("merged_from", H5T_NATIVE_INT64), 2);
+  EXPECT_GT(r.scalar_attr<double>("wall_seconds", H5T_NATIVE_DOUBLE), 0);
+  EXPECT_EQ(r.string_attr("model_config_hash"), full.string_attr("model_config_hash"));
+  EXPECT_NE(r.string_attr("command_line").find(" merge "), std::string::npos);
+  const auto inputs = nlohmann::json::parse(r.string_attr("merge_inputs"));
+  ASSERT_EQ(inputs.size(), 2u);
+  EXPECT_EQ(inputs[0]["path"], at("a.h5"));
+  EXPECT_EQ(inputs[0]["requests"]["first_row"], 0);
+  EXPECT_EQ(inputs[1]["requests"]["first_row"], inputs[0]["requests"]["rows"]);
+  EXPECT_EQ(inputs[0]["requests"]["rows"].get<int64_t>() + inputs[1]["requests"]["rows"].get<int64_t>(), requests);
+  EXPECT_EQ(inputs[1]["ranks"]["rows"], 2);
+  EXPECT_TRUE(inputs[1]["finished"].get<bool>());
+  EXPECT_NE(inputs[1]["attributes"]["config"].get<std::string>().find("prompts = " + at("b.jsonl")), std::string::npos);
+}
+
+TEST_F(Merge, RefusesAnIdFoundInTwoInputsAndLeavesNoFile) {
+  Proc p = merge(at("dup.h5") + " " + at("full.h5") + " " + at("a.h5"));
+  EXPECT_NE(p.code, 0);
+  const std::string first_id = test::H5Reader(at("a.h5")).strings("/requests/id").at(0);
+  EXPECT_NE(p.out.find("request id '" + first_id + "' is in " + at("full.h5")), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("every id must come from exactly one input"), std::string::npos) << p.out;
+  EXPECT_FALSE(fs::exists(at("dup.h5")));
+  for (const auto& e : fs::directory_iterator(*dir_)) EXPECT_EQ(e.path().string().find("merging"), std::string::npos) << e.path();
+  // The same file twice is the same mistake.
+  EXPECT_NE(merge(at("dup.h5") + " " + at("a.h5") + " " + at("a.h5")).code, 0);
+}
+
+TEST_F(Merge, RefusesToWriteOverAnInput) {
+  fs::copy_file(at("a.h5"), at("self.h5"), fs::copy_options::overwrite_existing);
+  Proc p = merge(at("self.h5") + " " + at("self.h5") + " " + at("b.h5"));
+  EXPECT_NE(p.code, 0);
+  EXPECT_NE(p.out.find("is also an input"), std::string::npos) << p.out;
+  EXPECT_EQ(read_rows(at("self.h5")), read_rows(at("a.h5")));
+}
+
+TEST_F(Merge, NamedOptionsAndMissingInputs) {
+  EXPECT_EQ(merge("--out " + at("n.h5") + " --in " + at("a.h5") + " --in " + at("b.h5")).code, 0);
+  EXPECT_EQ(read_rows(at("n.h5")), read_rows(at("full.h5")));
+  Proc p = merge(at("x.h5") + " " + at("a.h5") + " " + at("nonexistent.h5"));
+  EXPECT_NE(p.code, 0);
+  EXPECT_NE(p.out.find("nonexistent.h5"), std::string::npos) << p.out;
+  EXPECT_NE(merge(at("x.h5")).code, 0);  // no input
+}
+
+// slurm/split_prompts.py, as slurm/array.sh runs it: 3 shards of the JSONL file, and of the plain
+// text file (converted to JSONL lines carrying the ids the text reader gives): merged, one run.
+TEST_F(Merge, SplitScriptShardsMergedEqualOneRun) {
+  if (sh("python3 --version").code != 0) GTEST_SKIP() << "python3 is absent";
+  for (const std::string prompts : {"inputs/prompts.jsonl", "inputs/prompts.txt"}) {
+    SCOPED_TRACE(prompts);
+    const std::string stem = fs::path(prompts).extension() == ".txt" ? "txt" : "jsonl";
+    const fs::path shards = *dir_ / ("shards-" + stem);
+    Proc split = sh("python3 " + src("slurm/split_prompts.py") + " " + src(prompts) + " " + shards.string() + " 3");
+    ASSERT_EQ(split.code, 0) << split.out;
+    EXPECT_TRUE(split.out.ends_with("\n3\n")) << split.out;  // the shard count, last on stdout
+    std::string ins;
+    for (int k = 0; k < 3; ++k) {
+      const std::string out = stem + "-shard" + std::to_string(k) + ".h5";
+      run((shards / ("shard-00" + std::to_string(k) + ".jsonl")).string(), out);
+      ins.append(" ").append(at(out));
+    }
+    run(src(prompts), stem + "-whole.h5");
+    ASSERT_EQ(merge(at(stem + "-merged.h5") + ins).code, 0);
+    EXPECT_EQ(read_rows(at(stem + "-merged.h5")), read_rows(at(stem + "-whole.h5")));
+  }
+}
+
+}  // namespace
+}  // namespace shardlm

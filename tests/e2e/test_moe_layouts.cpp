@@ -1,0 +1,127 @@
+// Mixture-of-Experts models under expert, attention data, tensor and pipeline parallelism: every
+// layout gives the single-rank tokens, a rank holds 1/ep of the routed-expert bytes, and the
+// per-step expert figures reach /steps.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "common/cli_runner.h"
+#include "common/h5_read.h"
+#include "common/layout_check.h"
+#include "common/test_files.h"
+#include "model/checkpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace shardlm {
+namespace {
+
+using test::LayoutRun;
+using test::Proc;
+using test::sh;
+using test::shardlm_bin;
+
+std::string make(const std::string& config, const std::string& dtype) {
+  const fs::path d = test::fresh_dir("moe-model-" + config + "-" + dtype);
+  const std::string dir = (d / "m").string();
+  Proc made = sh(shardlm_bin() + " make-model --config " + std::string(SHARDLM_SOURCE_DIR) + "/inputs/models/" +
+                 config + ".json --out " + dir + " --dtype " + dtype + " --seed 5");
+  EXPECT_EQ(made.code, 0) << made.out;
+  return dir;
+}
+
+// DeepSeek-V3 shape (MLA, YaRN, 16 experts in 4 groups, a dense first layer, a shared expert):
+// expert parallelism over dp groups, over tp x dp, combined with pipeline stages, and the experts
+// split over tp instead (--ep 1).
+TEST(MoeLayouts, DeepseekV3EveryLayoutMatchesOneRank) {
+  const std::string model = make("tiny-deepseek-v3", "bf16");
+  test::check_layout_runs(model,
+                          {{2, "--dp 2 --ep 2"},
+                           {4, "--dp 4 --ep 4"},
+                           {4, "--dp 2 --tp 2 --ep 4"},
+                           {2, "--tp 2"},
+                           {4, "--pp 2 --dp 2 --ep 2"},
+                           {8, "--pp 2 --dp 2 --tp 2 --ep 4"}},
+                          true, "deepseek-v3");
+}
+
+// Mixtral's 8 experts over 8 ranks: one expert per rank, and with 12 prompts on 8 dp groups some
+// groups run out of work early and step empty while the others finish.
+TEST(MoeLayouts, MixtralOneExpertPerRank) {
+  const std::string model = make("tiny-mixtral", "bf16");
+  const auto outs = test::check_layout_runs(model, {{8, "--dp 8 --ep 8"}, {4, "--tp 2 --dp 2 --ep 4"}}, false,
+                                            "mixtral");
+  ASSERT_FALSE(outs.empty());
+  // Steps record dispatch/combine figures and the tokens each expert received over the group.
+  test::H5Reader h(outs[0]);
+  const auto experts = h.lists<int32_t>("/steps/expert_tokens", H5T_NATIVE_INT32);
+  const auto dispatch = h.scalars<int64_t>("/steps/moe_dispatch_bytes", H5T_NATIVE_INT64);
+  const auto prefill = h.scalars<int32_t>("/steps/prefill_tokens", H5T_NATIVE_INT32);
+  const auto decode = h.scalars<int32_t>("/steps/decode_tokens", H5T_NATIVE_INT32);
+  ASSERT_FALSE(experts.empty());
+  int64_t bytes = 0;
+  bool some_expert_idle = false;
+  for (size_t i = 0; i < experts.size(); ++i) {
+    ASSERT_EQ(experts[i].size(), 8u);
+    const int64_t routed = std::accumulate(experts[i].begin(), experts[i].end(), int64_t{0});
+    // Every token of every dp group goes to 2 experts in each of the 3 MoE layers: at least this
+    // group's own tokens are counted.
+    EXPECT_GE(routed, 2 * 3 * (prefill[i] + decode[i])) << "step " << i;
+    EXPECT_EQ(routed % 6, 0) << "step " << i;
+    for (int32_t n : experts[i]) some_expert_idle |= n == 0;
+    bytes += dispatch[i];
+  }
+  EXPECT_TRUE(some_expert_idle) << "no step left an expert without tokens";
+  EXPECT_GT(bytes, 0);
+}
+
+// Qwen2-MoE's gated shared expert and Qwen3-MoE's dense mlp_only layer, and a Kimi-K2-shaped model
+// (one expert group) in fp8 with block scales.
+TEST(MoeLayouts, QwenMoeAndKimiFp8) {
+  test::check_layout_runs(make("tiny-qwen2-moe", "bf16"), {{4, "--dp 2 --tp 2 --ep 4"}, {2, "--tp 2"}}, false,
+                          "qwen2-moe");
+  test::check_layout_runs(make("tiny-qwen3-moe", "bf16"), {{4, "--dp 4 --ep 4"}, {2, "--pp 2"}}, false, "qwen3-moe");
+  test::check_layout_runs(make("tiny-kimi-k2", "fp8"), {{4, "--dp 4 --ep 4"}, {4, "--dp 2 --tp 2 --ep 4"}}, false,
+                          "kimi-k2-fp8");
+}
+
+// With --ep 4 each rank reads every non-expert tensor and a quarter of the routed experts' bytes,
+// exactly.
+TEST(MoeLayouts, RankLoadsItsQuarterOfTheExperts) {
+  const std::string model = make("tiny-deepseek-v3", "bf16");
+  auto ckpt = Checkpoint::open(model);
+  int64_t experts = 0, total = 0;
+  for (const std::string& n : ckpt->names()) {
+    const int64_t b = static_cast<int64_t>(ckpt->get(n).nbytes);
+    total += b;
+    if (n.find(".mlp.experts.") != std::string::npos) experts += b;
+  }
+  ASSERT_GT(experts, total / 2);
+  const fs::path d = test::fresh_dir("moe-memory");
+  test::write_file(d / "p.jsonl", "{\"id\": \"a\", \"prompt_token_ids\": [1, 2, 3], \"max_tokens\": 2}\n");
+  const std::string out = (d / "o.h5").string();
+  Proc p = sh(test::mpirun(4) + shardlm_bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
+              " -q --threads 1 --dp 4 --ep 4 --out " + out);
+  ASSERT_EQ(p.code, 0) << p.out;
+  test::H5Reader h(out);
+  const auto load = h.scalars<int64_t>("/ranks/load_bytes", H5T_NATIVE_INT64);
+  ASSERT_EQ(load.size(), 4u);
+  for (int64_t l : load) EXPECT_EQ(l, total - experts + experts / 4);
+}
+
+TEST(MoeLayouts, RefusesExpertLayoutsThatDoNotFit) {
+  const std::string model = make("tiny-mixtral", "bf16");
+  const fs::path d = test::fresh_dir("moe-bad");
+  test::write_file(d / "p.txt", "hello\n");
+  const std::string args = " run --model " + model + " --prompts " + (d / "p.txt").string() + " --out " +
+                           (d / "o.h5").string() + " -q --threads 1";
+  Proc half = sh(test::mpirun(4) + shardlm_bin() + args + " --dp 4 --ep 2");
+  EXPECT_NE(half.code, 0);
+  EXPECT_NE(half.out.find("--ep 2 must be 1 or dp x tp = 4"), std::string::npos) << half.out;
+  Proc three = sh(test::mpirun(3) + shardlm_bin() + args + " --dp 3 --ep 3");
+  EXPECT_NE(three.code, 0);
+  EXPECT_NE(three.out.find("--ep 3 does not divide the 8 routed experts"), std::string::npos) << three.out;
+}
+
+}  // namespace
+}  // namespace shardlm
