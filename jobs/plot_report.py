@@ -9,6 +9,9 @@ Writes into OUTDIR (created if needed):
   steps.png         batch size and KV blocks used per scheduler step over time (by replica)
   replicas.png      requests in flight (queued..finished) and decoding (first token..finished) per
                     replica over time
+  experts.png       mixture-of-experts runs only (a non-empty /steps/expert_tokens row): a heatmap of
+                    the tokens routed to each expert per step (steps binned when there are many) and
+                    a bar chart of the tokens per expert over the run
 
 Latencies follow shardlm report: requests without error that produced tokens; TTFT = t_first_token -
 t_queued; TPOT = (t_finished - t_first_token) / (n - 1) for n > 1 tokens.
@@ -57,10 +60,27 @@ def load(path, np, h5py):
         steps = None
         if "steps" in f and "t_start" in f["steps"]:
             sg = f["steps"]
-            steps = {c: np.asarray(sg[c][()]) for c in sg.keys()}
+            # expert_tokens is variable-length (a list of counts per step): read it as a list.
+            steps = {c: (list(sg[c][()]) if c == "expert_tokens" else np.asarray(sg[c][()])) for c in sg.keys()}
             m = min(len(v) for v in steps.values())
             steps = {k: v[:m] for k, v in steps.items()}
     return meta, req, steps
+
+
+def expert_matrix(np, steps):
+    """(tokens [experts x steps with a non-empty expert_tokens row], their order by t_start), or None
+    when no step has expert counts (a dense model, or a file written before the column existed)."""
+    if steps is None or "expert_tokens" not in steps:
+        return None
+    rows = [(i, np.asarray(r, dtype=np.int64)) for i, r in enumerate(steps["expert_tokens"]) if len(r)]
+    if not rows:
+        return None
+    n_exp = max(len(r) for _, r in rows)
+    load = np.zeros((n_exp, len(rows)), dtype=np.int64)
+    for j, (_, r) in enumerate(rows):
+        load[: len(r), j] = r
+    t = np.asarray([steps["t_start"][i] for i, _ in rows], dtype=float)
+    return load, np.argsort(t, kind="stable")
 
 
 def percentile(np, v, q):
@@ -229,6 +249,42 @@ def main(argv):
     axes[0].set_title(f"Requests in flight per replica: {title}", fontsize=10)
     fig.tight_layout()
     save(fig, "replicas.png")
+
+    # ---- mixture of experts: tokens per expert over the steps, and over the run ----
+    experts = expert_matrix(np, steps)
+    if experts is not None:
+        counts, order = experts
+        n_exp, n_steps = counts.shape
+        # Steps in run order (by start time); at most 200 columns: bins of consecutive steps summed.
+        counts = counts[:, order]
+        cols = min(n_steps, 200)
+        edges = np.linspace(0, n_steps, cols + 1).round().astype(int)
+        binned = np.add.reduceat(counts, edges[:-1], axis=1) if n_steps else counts
+        per_bin = np.diff(edges)
+        fig, axes = plt.subplots(1, 2, figsize=(12, max(3.5, min(9.0, 1.5 + 0.12 * n_exp))),
+                                 gridspec_kw={"width_ratios": [3, 1]})
+        ax = axes[0]
+        # A square-root colour scale: prefill steps route many more tokens than decode steps.
+        im = ax.imshow(binned, aspect="auto", origin="lower", interpolation="nearest", cmap="viridis",
+                       norm=matplotlib.colors.PowerNorm(gamma=0.5, vmin=0, vmax=max(1, int(binned.max()))),
+                       extent=(0, n_steps, -0.5, n_exp - 0.5))
+        fig.colorbar(im, ax=ax, label="tokens" + (" per bin" if cols < n_steps else ""), fraction=0.05, pad=0.02)
+        ax.set_xlabel("step (all engine groups, in start-time order)" +
+                      (f"; bins of {per_bin.min()}-{per_bin.max()} steps" if cols < n_steps else ""))
+        ax.set_ylabel("expert")
+        ax.set_title(f"Tokens routed per expert: {title}", fontsize=10)
+        totals = counts.sum(axis=1)
+        ax = axes[1]
+        mean = totals.mean() if n_exp else 0.0
+        ax.barh(np.arange(n_exp), totals, color=["tab:red" if t == 0 else "tab:blue" for t in totals], height=0.8)
+        ax.axvline(mean, color="black", linestyle="--", linewidth=1)
+        ax.set_ylim(-0.5, n_exp - 0.5)
+        ax.set_xlabel("tokens over the run")
+        ax.set_title(f"{n_exp} experts, {int((totals == 0).sum())} idle\nmean {mean:.0f} (dashed)" +
+                     (f", max/mean {totals.max() / mean:.2f}" if mean > 0 else ""), fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+        fig.tight_layout()
+        save(fig, "experts.png")
 
     log(f"wrote {len(written)} plots into {outdir}")
     return 0

@@ -205,9 +205,11 @@ class Decoder final : public Model {
       tp_sum(proj, T * H);
     }
     if (T > 0) b_.add(residual, proj, T * H);
-    // Tokens per expert over the whole expert-parallel group, for the load-balance record.
-    if (comms_.ep && spec_.moe.enabled()) {
-      comms_.ep->all_reduce(moe_stats_.expert_tokens.data(), moe_stats_.expert_tokens.size(), CommDType::kI64,
+    // Tokens per expert routed from this engine group's batch: with expert parallelism each tp
+    // rank routes its share of the tokens, so the shares are summed over tp. (Each group records
+    // its own, so summing /steps rows counts every token once.)
+    if (comms_.ep && comms_.tp && spec_.moe.enabled()) {
+      comms_.tp->all_reduce(moe_stats_.expert_tokens.data(), moe_stats_.expert_tokens.size(), CommDType::kI64,
                             ReduceOp::kSum);
     }
   }

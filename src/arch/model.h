@@ -71,8 +71,8 @@ class Model {
   // pair their all-to-alls step by step.
   virtual bool runs_empty_steps() const { return false; }
   // MoE figures of the step last ended (end_step or forward); null for dense models. On the
-  // replica leader they cover its stage's MoE layers; tokens per expert are summed over the
-  // expert-parallel group.
+  // replica leader they cover its stage's MoE layers; tokens per expert count the step's tokens
+  // (this engine group's batch) routed to each expert.
   virtual const MoeStepStats* last_step_moe() const { return nullptr; }
   // Bytes of checkpoint data this rank loaded, and the seconds it took.
   virtual size_t load_bytes() const = 0;

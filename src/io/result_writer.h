@@ -45,8 +45,9 @@ struct StepFields {
 };
 
 struct StepRecord : StepFields {
-  // MoE models: tokens routed to each expert in the step, over the leader's stage's MoE layers and
-  // the whole expert-parallel group (load balance); empty for dense models.
+  // MoE models: tokens of the step routed to each expert, summed over the leader's stage's MoE
+  // layers (load balance); empty for dense models. Each engine group records its own steps, so
+  // the sum over rows counts every token once.
   std::vector<int32_t> expert_tokens;
 };
 

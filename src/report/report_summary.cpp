@@ -61,6 +61,51 @@ nlohmann::json dist_json(const Distribution& d) {
   return {{"n", d.n}, {"mean", d.mean}, {"p50", d.p50}, {"p90", d.p90}, {"p99", d.p99}, {"max", d.max}};
 }
 
+// The MoE figures of the steps (see MoeSummary); ep_bytes_sent is filled in from the ranks.
+MoeSummary summarize_moe(const StepRows& st, int64_t output_tokens, double steps_wall_s) {
+  MoeSummary m;
+  for (size_t i = 0; i < st.size(); ++i) {
+    const std::vector<int64_t>& row = st.expert_tokens[i];
+    if (row.empty()) continue;
+    ++m.steps;
+    if (row.size() > m.expert_tokens.size()) m.expert_tokens.resize(row.size(), 0);
+    for (size_t e = 0; e < row.size(); ++e) m.expert_tokens[e] += row[e];
+  }
+  m.present = m.steps > 0;
+  if (!m.present) return m;
+  m.experts = static_cast<int64_t>(m.expert_tokens.size());
+  for (size_t i = 0; i < st.size(); ++i) {
+    m.dispatch_s += st.moe_dispatch_s[i];
+    m.combine_s += st.moe_combine_s[i];
+    m.dispatch_bytes += st.moe_dispatch_bytes[i];
+    m.combine_bytes += st.moe_combine_bytes[i];
+  }
+  if (steps_wall_s > 0) {
+    m.dispatch_share = m.dispatch_s / steps_wall_s;
+    m.combine_share = m.combine_s / steps_wall_s;
+    m.all_to_all_share = (m.dispatch_s + m.combine_s) / steps_wall_s;
+  }
+  if (output_tokens > 0) {
+    m.dispatch_bytes_per_token = static_cast<double>(m.dispatch_bytes) / static_cast<double>(output_tokens);
+    m.combine_bytes_per_token = static_cast<double>(m.combine_bytes) / static_cast<double>(output_tokens);
+  }
+  const std::vector<int64_t>& load = m.expert_tokens;
+  m.routed_tokens = std::accumulate(load.begin(), load.end(), int64_t{0});
+  m.load_min = *std::min_element(load.begin(), load.end());
+  m.load_max = *std::max_element(load.begin(), load.end());
+  m.load_mean = static_cast<double>(m.routed_tokens) / static_cast<double>(m.experts);
+  m.imbalance = m.load_mean > 0 ? static_cast<double>(m.load_max) / m.load_mean : 0;
+  m.idle_experts = std::count(load.begin(), load.end(), int64_t{0});
+  std::vector<int64_t> order(load.size());
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return load[a] > load[b]; });
+  // The busiest experts among those that received tokens.
+  order.erase(std::remove_if(order.begin(), order.end(), [&](int64_t e) { return load[e] == 0; }), order.end());
+  order.resize(std::min<size_t>(order.size(), 5));
+  m.busiest = std::move(order);
+  return m;
+}
+
 }  // namespace
 
 Distribution distribution(const std::vector<double>& v) {
@@ -178,6 +223,7 @@ ReportSummary summarize(const RunData& d) {
   const int64_t step_tokens = s.step_prefill_tokens + s.step_decode_tokens;
   s.prefill_share = share(s.step_prefill_tokens, step_tokens);
   s.decode_share = share(s.step_decode_tokens, step_tokens);
+  s.moe = summarize_moe(st, s.output_tokens, wall_sum);
 
   // Ranks.
   const RankRows& k = d.ranks;
@@ -187,6 +233,7 @@ ReportSummary summarize(const RunData& d) {
     rs.replica = k.replica[i];
     rs.pp = k.pp[i];
     rs.tp = k.tp[i];
+    rs.dp = k.dp[i];
     rs.local_rank = k.local_rank[i];
     rs.host = k.host[i];
     rs.load_bytes = k.load_bytes[i];
@@ -196,6 +243,9 @@ ReportSummary summarize(const RunData& d) {
     rs.tp_bytes_sent = k.tp_bytes_sent[i];
     rs.pp_bytes_sent = k.pp_bytes_sent[i];
     rs.replica_bytes_sent = k.replica_bytes_sent[i];
+    rs.ep_bytes_sent = k.ep_bytes_sent[i];
+    s.moe.ep_bytes_sent += rs.ep_bytes_sent;
+    if (rs.dp != 0 || rs.ep_bytes_sent != 0) s.ranks_show_dp_ep = true;
     s.tp_bytes_sent += rs.tp_bytes_sent;
     s.pp_bytes_sent += rs.pp_bytes_sent;
     s.replica_bytes_sent += rs.replica_bytes_sent;
@@ -208,7 +258,9 @@ ReportSummary summarize(const RunData& d) {
     s.tp_bytes_per_token = static_cast<double>(s.tp_bytes_sent) / n;
     s.pp_bytes_per_token = static_cast<double>(s.pp_bytes_sent) / n;
     s.replica_bytes_per_token = static_cast<double>(s.replica_bytes_sent) / n;
+    s.moe.ep_bytes_per_token = static_cast<double>(s.moe.ep_bytes_sent) / n;
   }
+  if (s.moe.present) s.ranks_show_dp_ep = true;
   return s;
 }
 
@@ -276,22 +328,55 @@ std::string format_report(const ReportSummary& s) {
     row("KV blocks", "max " + std::to_string(s.kv_blocks_used_max) + " used");
   }
 
+  if (s.moe.present) {
+    const MoeSummary& m = s.moe;
+    o << "mixture of experts (" << m.experts << " experts, " << m.steps << " steps with expert counts)\n";
+    row("all-to-all", fmt("dispatch %.3f ms", 1e3 * m.dispatch_s) + fmt(" + combine %.3f ms", 1e3 * m.combine_s) +
+                          fmt(" = %.1f%%", 100 * m.all_to_all_share) + " of the steps' wall time" +
+                          fmt(" (dispatch %.1f%%", 100 * m.dispatch_share) +
+                          fmt(", combine %.1f%%)", 100 * m.combine_share));
+    row("dispatch", bytes(m.dispatch_bytes_per_token) + " per output token (" +
+                        bytes(static_cast<double>(m.dispatch_bytes)) + " in all, sent by the step leaders)");
+    row("combine", bytes(m.combine_bytes_per_token) + " per output token (" +
+                       bytes(static_cast<double>(m.combine_bytes)) + " in all, sent by the step leaders)");
+    row("expert load", "tokens per expert min " + std::to_string(m.load_min) + fmt(" / mean %.1f", m.load_mean) +
+                           " / max " + std::to_string(m.load_max) + fmt(", imbalance (max/mean) %.2f", m.imbalance) +
+                           " (" + std::to_string(m.routed_tokens) + " summed over the step rows)");
+    row("idle experts", std::to_string(m.idle_experts) + " of " + std::to_string(m.experts) +
+                            " never received a token");
+    std::string busy;
+    for (int64_t e : m.busiest) {
+      const int64_t n = m.expert_tokens[static_cast<size_t>(e)];
+      busy += (busy.empty() ? "" : ", ") + std::string("e") + std::to_string(e) + ": " + std::to_string(n) +
+              fmt(" (%.1f%%)", 100 * share(n, m.routed_tokens));
+    }
+    row("busiest", busy.empty() ? "-" : busy);
+  }
+
   o << "ranks\n";
   if (s.ranks.empty()) {
     o << "  (no /ranks in the file)\n";
   } else {
-    std::snprintf(line, sizeof line, "  %4s %7s %3s %3s %-16s %5s %11s %8s %11s %11s %11s %11s\n", "rank", "replica",
-                  "pp", "tp", "host", "local", "load", "GB/s", "peak RSS", "tp sent", "pp sent", "repl sent");
+    // The dp and ep-sent columns only where they say something (MoE or data-parallel runs).
+    const bool dpe = s.ranks_show_dp_ep;
+    std::snprintf(line, sizeof line, "  %4s %7s %3s %3s%s %-16s %5s %11s %8s %11s %11s %11s %11s%s\n", "rank", "replica",
+                  "pp", "tp", dpe ? "  dp" : "", "host", "local", "load", "GB/s", "peak RSS", "tp sent", "pp sent",
+                  "repl sent", dpe ? "     ep sent" : "");
     o << line;
     for (const RankSummary& r : s.ranks) {
-      std::snprintf(line, sizeof line, "  %4lld %7lld %3lld %3lld %-16s %5lld %11s %8.2f %11s %11s %11s %11s\n",
+      char dp[32] = "", ep[32] = "";
+      if (dpe) {
+        std::snprintf(dp, sizeof dp, " %3lld", static_cast<long long>(r.dp));
+        std::snprintf(ep, sizeof ep, " %11s", bytes(static_cast<double>(r.ep_bytes_sent)).c_str());
+      }
+      std::snprintf(line, sizeof line, "  %4lld %7lld %3lld %3lld%s %-16s %5lld %11s %8.2f %11s %11s %11s %11s%s\n",
                     static_cast<long long>(r.rank), static_cast<long long>(r.replica), static_cast<long long>(r.pp),
-                    static_cast<long long>(r.tp), r.host.substr(0, 16).c_str(), static_cast<long long>(r.local_rank),
+                    static_cast<long long>(r.tp), dp, r.host.substr(0, 16).c_str(), static_cast<long long>(r.local_rank),
                     bytes(static_cast<double>(r.load_bytes)).c_str(), r.load_gb_per_s,
                     bytes(static_cast<double>(r.peak_rss_bytes)).c_str(),
                     bytes(static_cast<double>(r.tp_bytes_sent)).c_str(),
                     bytes(static_cast<double>(r.pp_bytes_sent)).c_str(),
-                    bytes(static_cast<double>(r.replica_bytes_sent)).c_str());
+                    bytes(static_cast<double>(r.replica_bytes_sent)).c_str(), ep);
       o << line;
     }
   }
@@ -303,6 +388,9 @@ std::string format_report(const ReportSummary& s) {
   row("tp", bytes(s.tp_bytes_per_token) + " (" + bytes(static_cast<double>(s.tp_bytes_sent)) + " in all)");
   row("pp", bytes(s.pp_bytes_per_token) + " (" + bytes(static_cast<double>(s.pp_bytes_sent)) + " in all)");
   row("replica", bytes(s.replica_bytes_per_token) + " (" + bytes(static_cast<double>(s.replica_bytes_sent)) + " in all)");
+  if (s.ranks_show_dp_ep) {
+    row("ep", bytes(s.moe.ep_bytes_per_token) + " (" + bytes(static_cast<double>(s.moe.ep_bytes_sent)) + " in all)");
+  }
   return o.str();
 }
 
@@ -340,6 +428,39 @@ nlohmann::json report_json(const ReportSummary& s) {
                 {"decode_share", s.decode_share},
                 {"mean_wall_s", s.mean_step_wall_s},
                 {"kv_blocks_used_max", s.kv_blocks_used_max}};
+  if (s.moe.present) {
+    const MoeSummary& m = s.moe;
+    nlohmann::json busiest = nlohmann::json::array();
+    for (int64_t e : m.busiest) {
+      const int64_t n = m.expert_tokens[static_cast<size_t>(e)];
+      busiest.push_back({{"expert", e}, {"tokens", n}, {"share", share(n, m.routed_tokens)}});
+    }
+    j["moe"] = {{"experts", m.experts},
+                {"steps", m.steps},
+                {"dispatch_s", m.dispatch_s},
+                {"combine_s", m.combine_s},
+                {"all_to_all_s", m.dispatch_s + m.combine_s},
+                {"dispatch_wall_share", m.dispatch_share},
+                {"combine_wall_share", m.combine_share},
+                {"all_to_all_wall_share", m.all_to_all_share},
+                {"dispatch_bytes", m.dispatch_bytes},
+                {"combine_bytes", m.combine_bytes},
+                {"dispatch_bytes_per_output_token", m.dispatch_bytes_per_token},
+                {"combine_bytes_per_output_token", m.combine_bytes_per_token},
+                {"expert_tokens", m.expert_tokens},
+                {"routed_tokens", m.routed_tokens},
+                {"expert_load", {{"min", m.load_min},
+                                 {"mean", m.load_mean},
+                                 {"max", m.load_max},
+                                 {"imbalance", m.imbalance},
+                                 {"idle_experts", m.idle_experts},
+                                 {"busiest", busiest}}},
+                {"ep_bytes_sent", m.ep_bytes_sent},
+                {"ep_bytes_per_output_token", m.ep_bytes_per_token}};
+    nlohmann::json per_rank = nlohmann::json::array();
+    for (const RankSummary& r : s.ranks) per_rank.push_back({{"rank", r.rank}, {"dp", r.dp}, {"ep_bytes_sent", r.ep_bytes_sent}});
+    j["moe"]["ranks"] = per_rank;
+  }
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankSummary& r : s.ranks) {
     ranks.push_back({{"rank", r.rank},
@@ -355,6 +476,10 @@ nlohmann::json report_json(const ReportSummary& s) {
                      {"tp_bytes_sent", r.tp_bytes_sent},
                      {"pp_bytes_sent", r.pp_bytes_sent},
                      {"replica_bytes_sent", r.replica_bytes_sent}});
+    if (s.ranks_show_dp_ep) {
+      ranks.back()["dp"] = r.dp;
+      ranks.back()["ep_bytes_sent"] = r.ep_bytes_sent;
+    }
   }
   j["ranks"] = ranks;
   j["comm"] = {{"tp_bytes_sent", s.tp_bytes_sent},

@@ -1,6 +1,7 @@
 // The summary `shardlm report` prints for a result file: run identity, request outcomes,
-// throughput, latency percentiles recomputed from the rows, scheduler steps, per-rank load and
-// communication. As text (format_report) or as one JSON object (report_json).
+// throughput, latency percentiles recomputed from the rows, scheduler steps, mixture-of-experts
+// all-to-all and expert load (MoE runs only), per-rank load and communication. As text
+// (format_report) or as one JSON object (report_json).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -22,13 +23,39 @@ struct Distribution {
 Distribution distribution(const std::vector<double>& v);
 
 struct RankSummary {
-  int64_t rank = 0, replica = 0, pp = 0, tp = 0, local_rank = 0;
+  int64_t rank = 0, replica = 0, pp = 0, tp = 0, dp = 0, local_rank = 0;
   std::string host;
   int64_t load_bytes = 0;
   double load_s = 0;
   double load_gb_per_s = 0;  // load_bytes / load_s / 1e9; 0 when load_s is 0
   int64_t peak_rss_bytes = 0;
-  int64_t tp_bytes_sent = 0, pp_bytes_sent = 0, replica_bytes_sent = 0;
+  int64_t tp_bytes_sent = 0, pp_bytes_sent = 0, replica_bytes_sent = 0, ep_bytes_sent = 0;
+};
+
+// Mixture-of-experts figures, from the steps whose expert_tokens row is not empty. The step rows
+// are the engine-group leaders': all-to-all time and bytes are the leader's over its pipeline
+// stage's MoE layers, and each row's expert_tokens counts its whole expert-parallel group.
+struct MoeSummary {
+  bool present = false;  // some step has a non-empty expert_tokens row (else the rest is 0)
+  int64_t experts = 0;   // the longest expert_tokens row
+  int64_t steps = 0;     // steps with a non-empty expert_tokens row
+  // All-to-all seconds summed over the steps, and their share of the steps' summed wall_s.
+  double dispatch_s = 0, combine_s = 0;
+  double dispatch_share = 0, combine_share = 0, all_to_all_share = 0;
+  // Bytes the leaders sent, in all and per output token of the requests.
+  int64_t dispatch_bytes = 0, combine_bytes = 0;
+  double dispatch_bytes_per_token = 0, combine_bytes_per_token = 0;
+  // Tokens routed to each expert, summed over the steps (index = expert), and their spread.
+  std::vector<int64_t> expert_tokens;
+  int64_t routed_tokens = 0;  // sum of expert_tokens
+  int64_t load_min = 0, load_max = 0;
+  double load_mean = 0;
+  double imbalance = 0;  // load_max / load_mean; 0 when no token was routed
+  int64_t idle_experts = 0;  // experts that never received a token
+  std::vector<int64_t> busiest;  // up to 5 experts, most tokens first (ties: lower index first)
+  // Bytes sent over the expert-parallel groups by all ranks (/ranks/ep_bytes_sent).
+  int64_t ep_bytes_sent = 0;
+  double ep_bytes_per_token = 0;
 };
 
 struct ReplicaSummary {
@@ -72,6 +99,11 @@ struct ReportSummary {
   int64_t tp_bytes_sent = 0, pp_bytes_sent = 0, replica_bytes_sent = 0;
   double tp_bytes_per_token = 0, pp_bytes_per_token = 0, replica_bytes_per_token = 0;
   int64_t peak_rss_max = 0;
+  // Whether the rank table shows the dp and ep-sent columns: MoE runs, or a rank with dp or
+  // ep_bytes_sent non-zero.
+  bool ranks_show_dp_ep = false;
+
+  MoeSummary moe;
 };
 
 // "line 12: prompt of 300 tokens leaves no room..." -> "prompt of": up to three words, stopping

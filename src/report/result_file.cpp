@@ -50,6 +50,25 @@ class FileReader {
     return true;
   }
 
+  // An open column of class want: its dataset, dataspace, file type and row count.
+  struct Column {
+    std::string where;
+    Id d, space, ftype;
+    hsize_t n = 0;
+  };
+  Column column(const std::string& path, H5T_class_t want, const char* what) const {
+    Column c;
+    c.where = ctx_ + " " + path;
+    c.d = open(path);
+    c.space = Id(H5Dget_space(c.d.get()));
+    h5::check(c.space.get(), "H5Dget_space", c.where);
+    c.n = rows(c.space.get(), c.where);
+    c.ftype = Id(H5Dget_type(c.d.get()));
+    h5::check(c.ftype.get(), "H5Dget_type", c.where);
+    SHARDLM_CHECK(H5Tget_class(c.ftype.get()) == want, c.where << ": expected " << what << " column");
+    return c;
+  }
+
   std::optional<std::vector<int64_t>> ints(const std::string& path) const {
     return numbers<int64_t>(path, H5T_NATIVE_INT64);
   }
@@ -59,30 +78,25 @@ class FileReader {
 
   std::optional<std::vector<std::string>> strings(const std::string& path) const {
     if (!exists(path)) return std::nullopt;
-    const std::string where = ctx_ + " " + path;
-    Id d = open(path);
-    Id space(H5Dget_space(d.get()));
-    h5::check(space.get(), "H5Dget_space", where);
-    const hsize_t n = rows(space.get(), where);
-    Id ftype(H5Dget_type(d.get()));
-    h5::check(ftype.get(), "H5Dget_type", where);
-    SHARDLM_CHECK(H5Tget_class(ftype.get()) == H5T_STRING, where << ": expected a string column");
+    const Column c = column(path, H5T_STRING, "a string");
+    const std::string& where = c.where;
+    const hsize_t n = c.n;
     std::vector<std::string> out;
     out.reserve(n);
     if (n == 0) return out;
     Id mem(H5Tcopy(H5T_C_S1));
-    h5::check(H5Tset_cset(mem.get(), H5Tget_cset(ftype.get())), "H5Tset_cset", where);
-    if (H5Tis_variable_str(ftype.get()) > 0) {
+    h5::check(H5Tset_cset(mem.get(), H5Tget_cset(c.ftype.get())), "H5Tset_cset", where);
+    if (H5Tis_variable_str(c.ftype.get()) > 0) {
       h5::check(H5Tset_size(mem.get(), H5T_VARIABLE), "H5Tset_size", where);
       std::vector<char*> raw(n, nullptr);
-      h5::check(H5Dread(d.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), "reading", where);
+      h5::check(H5Dread(c.d.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), "reading", where);
       for (char* p : raw) out.emplace_back(p ? p : "");
-      H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, raw.data());
+      H5Dvlen_reclaim(mem.get(), c.space.get(), H5P_DEFAULT, raw.data());
     } else {
-      const size_t size = H5Tget_size(ftype.get());
+      const size_t size = H5Tget_size(c.ftype.get());
       h5::check(H5Tset_size(mem.get(), size), "H5Tset_size", where);
       std::vector<char> raw(n * size);
-      h5::check(H5Dread(d.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), "reading", where);
+      h5::check(H5Dread(c.d.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), "reading", where);
       for (hsize_t i = 0; i < n; ++i) {
         const char* p = raw.data() + i * size;
         out.emplace_back(p, strnlen(p, size));
@@ -93,28 +107,15 @@ class FileReader {
 
   // The length of every row of a variable-length column (the rows themselves are dropped).
   std::optional<std::vector<int64_t>> vlen_lengths(const std::string& path) const {
-    if (!exists(path)) return std::nullopt;
-    const std::string where = ctx_ + " " + path;
-    Id d = open(path);
-    Id space(H5Dget_space(d.get()));
-    h5::check(space.get(), "H5Dget_space", where);
-    const hsize_t n = rows(space.get(), where);
-    Id ftype(H5Dget_type(d.get()));
-    h5::check(ftype.get(), "H5Dget_type", where);
-    SHARDLM_CHECK(H5Tget_class(ftype.get()) == H5T_VLEN, where << ": expected a variable-length column");
-    std::vector<int64_t> out(n, 0);
-    if (n == 0) return out;
-    Id base(H5Tget_super(ftype.get()));
-    h5::check(base.get(), "H5Tget_super", where);
-    Id native(H5Tget_native_type(base.get(), H5T_DIR_ASCEND));
-    h5::check(native.get(), "H5Tget_native_type", where);
-    Id mem(H5Tvlen_create(native.get()));
-    h5::check(mem.get(), "H5Tvlen_create", where);
-    std::vector<hvl_t> raw(n);
-    h5::check(H5Dread(d.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), "reading", where);
-    for (hsize_t i = 0; i < n; ++i) out[i] = static_cast<int64_t>(raw[i].len);
-    H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, raw.data());
-    return out;
+    return vlen_rows<int64_t>(path, std::nullopt, [](const hvl_t& row) { return static_cast<int64_t>(row.len); });
+  }
+
+  // Every row of a variable-length integer column, its values converted to int64.
+  std::optional<std::vector<std::vector<int64_t>>> int_lists(const std::string& path) const {
+    return vlen_rows<std::vector<int64_t>>(path, H5T_NATIVE_INT64, [](const hvl_t& row) {
+      const auto* p = static_cast<const int64_t*>(row.p);
+      return std::vector<int64_t>(p, p + row.len);
+    });
   }
 
   std::map<std::string, nlohmann::json> attributes() const {
@@ -204,6 +205,31 @@ class FileReader {
     return out;
   }
 
+  // Reads a variable-length column and maps each row (an hvl_t of values of mem_base, or of the
+  // file's own base type in native form when mem_base is nullopt) through row_fn.
+  template <typename Row, typename RowFn>
+  std::optional<std::vector<Row>> vlen_rows(const std::string& path, std::optional<hid_t> mem_base,
+                                            RowFn row_fn) const {
+    if (!exists(path)) return std::nullopt;
+    const Column c = column(path, H5T_VLEN, "a variable-length");
+    const std::string& where = c.where;
+    const hsize_t n = c.n;
+    std::vector<Row> out;
+    out.reserve(n);
+    if (n == 0) return out;
+    Id base(H5Tget_super(c.ftype.get()));
+    h5::check(base.get(), "H5Tget_super", where);
+    Id native(mem_base ? H5Tcopy(*mem_base) : H5Tget_native_type(base.get(), H5T_DIR_ASCEND));
+    h5::check(native.get(), "H5Tget_native_type", where);
+    Id mem(H5Tvlen_create(native.get()));
+    h5::check(mem.get(), "H5Tvlen_create", where);
+    std::vector<hvl_t> raw(n);
+    h5::check(H5Dread(c.d.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), "reading", where);
+    for (const hvl_t& row : raw) out.push_back(row_fn(row));
+    H5Dvlen_reclaim(mem.get(), c.space.get(), H5P_DEFAULT, raw.data());
+    return out;
+  }
+
   hid_t file_ = H5I_INVALID_HID;
   std::string ctx_;
 };
@@ -263,6 +289,11 @@ RunData load_run(const std::string& path) {
   st.add(f.ints("/steps/kv_blocks_used"), &s.kv_blocks_used);
   st.add(f.doubles("/steps/t_start"), &s.t_start);
   st.add(f.doubles("/steps/wall_s"), &s.wall_s);
+  st.add(f.doubles("/steps/moe_dispatch_s"), &s.moe_dispatch_s);
+  st.add(f.doubles("/steps/moe_combine_s"), &s.moe_combine_s);
+  st.add(f.ints("/steps/moe_dispatch_bytes"), &s.moe_dispatch_bytes);
+  st.add(f.ints("/steps/moe_combine_bytes"), &s.moe_combine_bytes);
+  st.add(f.int_lists("/steps/expert_tokens"), &s.expert_tokens);
   st.finish();
 
   d.has_ranks = f.exists("/ranks");
@@ -272,6 +303,8 @@ RunData load_run(const std::string& path) {
   rk.add(f.ints("/ranks/replica"), &k.replica);
   rk.add(f.ints("/ranks/pp"), &k.pp);
   rk.add(f.ints("/ranks/tp"), &k.tp);
+  k.has_dp = f.exists("/ranks/dp");
+  rk.add(f.ints("/ranks/dp"), &k.dp);
   rk.add(f.ints("/ranks/local_rank"), &k.local_rank);
   rk.add(f.strings("/ranks/host"), &k.host);
   rk.add(f.ints("/ranks/load_bytes"), &k.load_bytes);
@@ -280,6 +313,8 @@ RunData load_run(const std::string& path) {
   rk.add(f.ints("/ranks/tp_bytes_sent"), &k.tp_bytes_sent);
   rk.add(f.ints("/ranks/pp_bytes_sent"), &k.pp_bytes_sent);
   rk.add(f.ints("/ranks/replica_bytes_sent"), &k.replica_bytes_sent);
+  k.has_ep_bytes_sent = f.exists("/ranks/ep_bytes_sent");
+  rk.add(f.ints("/ranks/ep_bytes_sent"), &k.ep_bytes_sent);
   rk.finish();
   return d;
 }

@@ -51,28 +51,29 @@ TEST(MoeLayouts, MixtralOneExpertPerRank) {
   const std::string model = make("tiny-mixtral", "bf16");
   const auto outs = test::check_layout_runs(model, {{8, "--dp 8 --ep 8"}, {4, "--tp 2 --dp 2 --ep 4"}}, false,
                                             "mixtral");
-  ASSERT_FALSE(outs.empty());
-  // Steps record dispatch/combine figures and the tokens each expert received over the group.
-  test::H5Reader h(outs[0]);
-  const auto experts = h.lists<int32_t>("/steps/expert_tokens", H5T_NATIVE_INT32);
-  const auto dispatch = h.scalars<int64_t>("/steps/moe_dispatch_bytes", H5T_NATIVE_INT64);
-  const auto prefill = h.scalars<int32_t>("/steps/prefill_tokens", H5T_NATIVE_INT32);
-  const auto decode = h.scalars<int32_t>("/steps/decode_tokens", H5T_NATIVE_INT32);
-  ASSERT_FALSE(experts.empty());
-  int64_t bytes = 0;
-  bool some_expert_idle = false;
-  for (size_t i = 0; i < experts.size(); ++i) {
-    ASSERT_EQ(experts[i].size(), 8u);
-    const int64_t routed = std::accumulate(experts[i].begin(), experts[i].end(), int64_t{0});
-    // Every token of every dp group goes to 2 experts in each of the 3 MoE layers: at least this
-    // group's own tokens are counted.
-    EXPECT_GE(routed, 2 * 3 * (prefill[i] + decode[i])) << "step " << i;
-    EXPECT_EQ(routed % 6, 0) << "step " << i;
-    for (int32_t n : experts[i]) some_expert_idle |= n == 0;
-    bytes += dispatch[i];
+  ASSERT_EQ(outs.size(), 2u);
+  // Steps record dispatch/combine figures and the tokens each expert received, in both layouts
+  // (with tp 2 each tp rank routes half of its group's tokens).
+  for (const std::string& out : outs) {
+    test::H5Reader h(out);
+    const auto experts = h.lists<int32_t>("/steps/expert_tokens", H5T_NATIVE_INT32);
+    const auto dispatch = h.scalars<int64_t>("/steps/moe_dispatch_bytes", H5T_NATIVE_INT64);
+    const auto prefill = h.scalars<int32_t>("/steps/prefill_tokens", H5T_NATIVE_INT32);
+    const auto decode = h.scalars<int32_t>("/steps/decode_tokens", H5T_NATIVE_INT32);
+    ASSERT_FALSE(experts.empty());
+    int64_t bytes = 0;
+    bool some_expert_idle = false;
+    for (size_t i = 0; i < experts.size(); ++i) {
+      ASSERT_EQ(experts[i].size(), 8u);
+      const int64_t routed = std::accumulate(experts[i].begin(), experts[i].end(), int64_t{0});
+      // Every token of the step goes to 2 experts in each of the 3 MoE layers.
+      EXPECT_EQ(routed, 2 * 3 * (prefill[i] + decode[i])) << out << " step " << i;
+      for (int32_t n : experts[i]) some_expert_idle |= n == 0;
+      bytes += dispatch[i];
+    }
+    EXPECT_TRUE(some_expert_idle) << out << ": no step left an expert without tokens";
+    EXPECT_GT(bytes, 0) << out;
   }
-  EXPECT_TRUE(some_expert_idle) << "no step left an expert without tokens";
-  EXPECT_GT(bytes, 0);
 }
 
 // Qwen2-MoE's gated shared expert and Qwen3-MoE's dense mlp_only layer, and a Kimi-K2-shaped model

@@ -1,15 +1,22 @@
 // shardlm report: a result file written with ResultWriter from known rows, read back and summarised
 // (counts, percentiles, throughput checked against hand-computed values), then the command itself:
-// text, --json, errors, and --plots.
+// text, --json, errors, and --plots. Then real runs of tiny random-weight models: a Mixtral-shaped
+// MoE model over 2 ranks (--dp 2 --ep 2), whose mixture-of-experts figures must agree with sums
+// taken from the file here, and a dense model, whose report must have no MoE section.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <string>
+#include <vector>
 
 #include "common/cli_runner.h"
+#include "common/h5_read.h"
 #include "common/shared_data.h"
 #include "core/error.h"
 #include "io/result_writer.h"
@@ -18,10 +25,26 @@
 
 namespace fs = std::filesystem;
 using shardlm::test::fresh_dir;
+using shardlm::test::mpirun;
 using shardlm::test::sh;
+using shardlm::test::shardlm_bin;
 
 namespace shardlm::report {
 namespace {
+
+// Each of NAMES is a PNG of some size in DIR, and the report's output lists it.
+void expect_pngs(const fs::path& dir, std::initializer_list<const char*> names, const std::string& out) {
+  for (const char* name : names) {
+    const fs::path png = dir / name;
+    ASSERT_TRUE(fs::exists(png)) << png << "\n" << out;
+    EXPECT_GT(fs::file_size(png), 1000u) << png;
+    std::ifstream in(png, std::ios::binary);
+    char magic[8] = {};
+    in.read(magic, 8);
+    EXPECT_EQ(std::string(magic + 1, 3), "PNG") << png;
+    EXPECT_NE(out.find(png.string()), std::string::npos) << "not listed: " << png << "\n" << out;
+  }
+}
 
 constexpr double kTol = 1e-12;
 
@@ -223,6 +246,126 @@ TEST_F(ReportTest, SummaryNumbers) {
   EXPECT_NEAR(s.replica_bytes_per_token, 20.0, kTol);
 }
 
+// The sample is a dense run (empty expert_tokens rows): no MoE section, no dp / ep columns.
+TEST_F(ReportTest, DenseRunHasNoMoeSection) {
+  const RunData d = load_run(file_);
+  ASSERT_EQ(d.steps.expert_tokens.size(), 4u);
+  for (const auto& row : d.steps.expert_tokens) EXPECT_TRUE(row.empty());
+  EXPECT_TRUE(d.ranks.has_dp);
+  const ReportSummary s = summarize(d);
+  EXPECT_FALSE(s.moe.present);
+  EXPECT_FALSE(s.ranks_show_dp_ep);
+  const std::string text = format_report(s);
+  EXPECT_EQ(text.find("mixture of experts"), std::string::npos) << text;
+  EXPECT_EQ(text.find("ep sent"), std::string::npos) << text;
+  EXPECT_FALSE(report_json(s).contains("moe"));
+  EXPECT_FALSE(report_json(s)["ranks"][0].contains("dp"));
+}
+
+// A file written before the MoE columns existed (they are deleted here) reads as a dense run.
+TEST_F(ReportTest, FileWithoutMoeColumnsReads) {
+  const std::string old = (dir_ / "old.h5").string();
+  fs::copy_file(file_, old);
+  {
+    const hid_t f = H5Fopen(old.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    for (const char* col : {"/steps/moe_dispatch_s", "/steps/moe_combine_s", "/steps/moe_dispatch_bytes",
+                            "/steps/moe_combine_bytes", "/steps/expert_tokens", "/ranks/dp", "/ranks/ep_bytes_sent"}) {
+      EXPECT_GE(H5Ldelete(f, col, H5P_DEFAULT), 0) << col;
+    }
+    H5Fclose(f);
+  }
+  const RunData d = load_run(old);
+  ASSERT_EQ(d.steps.size(), 4u);
+  EXPECT_EQ(d.steps.expert_tokens.size(), 4u);
+  EXPECT_EQ(d.steps.moe_dispatch_s, std::vector<double>(4, 0.0));
+  EXPECT_FALSE(d.ranks.has_dp);
+  EXPECT_FALSE(d.ranks.has_ep_bytes_sent);
+  ASSERT_EQ(d.ranks.size(), 2u);
+  EXPECT_EQ(d.ranks.dp, std::vector<int64_t>(2, 0));
+  const ReportSummary s = summarize(d);
+  EXPECT_FALSE(s.moe.present);
+  ReportSummary now = summarize(load_run(file_));
+  now.path = old;
+  EXPECT_EQ(format_report(s), format_report(now));
+}
+
+// Known MoE rows: the figures by hand.
+//   step 0: wall 0.2, dispatch 0.01 s / 100 B, combine 0.03 s / 300 B, experts [4, 0, 2, 6]
+//   step 1: wall 0.3, dispatch 0.02 s / 200 B, combine 0.04 s / 400 B, experts [2, 0, 0, 6, 4]
+//   step 2: wall 0.5, no expert counts (an older stage's row): times still count
+// Totals: experts [6, 0, 2, 12, 4] (24 routed, mean 4.8, max/mean 2.5), 1 idle; all-to-all
+// 0.03 + 0.07 = 0.1 s of 1.0 s; 10 output tokens: 30 B and 70 B per token.
+TEST_F(ReportTest, MoeFiguresByHand) {
+  const std::string f = (dir_ / "moe.h5").string();
+  {
+    ResultWriter w(f);
+    w.append(request("r1", 3, 10, FinishReason::kLength, 0.0, 0.1, 1.0, 0));
+    auto moe_step = [](int64_t n, double wall, double ds, int64_t db, double cs, int64_t cb, std::vector<int32_t> e) {
+      StepRecord st = step(n, static_cast<int>(n % 2), 1, 1, 0, 1, 0.1 * static_cast<double>(n), wall);
+      st.moe_dispatch_s = ds;
+      st.moe_dispatch_bytes = db;
+      st.moe_combine_s = cs;
+      st.moe_combine_bytes = cb;
+      st.expert_tokens = std::move(e);
+      return st;
+    };
+    w.append_step(moe_step(0, 0.2, 0.01, 100, 0.03, 300, {4, 0, 2, 6}));
+    w.append_step(moe_step(1, 0.3, 0.02, 200, 0.04, 400, {2, 0, 0, 6, 4}));
+    w.append_step(moe_step(2, 0.5, 0.0, 0, 0.0, 0, {}));
+    RankRecord r0 = rank(0, 0, "node-a", 1000, 1.0, 1 << 20, 0, 0, 0), r1 = r0;
+    r1.rank = 1;
+    r1.dp = 1;
+    r0.ep_bytes_sent = 1500;
+    r1.ep_bytes_sent = 500;
+    w.write_ranks({r0, r1});
+    w.set_attr("wall_seconds", 2.0);
+    w.close();
+  }
+  const ReportSummary s = summarize(load_run(f));
+  const MoeSummary& m = s.moe;
+  ASSERT_TRUE(m.present);
+  EXPECT_EQ(m.experts, 5);
+  EXPECT_EQ(m.steps, 2);
+  EXPECT_EQ(m.expert_tokens, (std::vector<int64_t>{6, 0, 2, 12, 4}));
+  EXPECT_EQ(m.routed_tokens, 24);
+  EXPECT_EQ(m.load_min, 0);
+  EXPECT_EQ(m.load_max, 12);
+  EXPECT_NEAR(m.load_mean, 4.8, kTol);
+  EXPECT_NEAR(m.imbalance, 2.5, kTol);
+  EXPECT_EQ(m.idle_experts, 1);
+  EXPECT_EQ(m.busiest, (std::vector<int64_t>{3, 0, 4, 2}));  // the idle expert is not listed
+  EXPECT_NEAR(m.dispatch_s, 0.03, kTol);
+  EXPECT_NEAR(m.combine_s, 0.07, kTol);
+  EXPECT_NEAR(m.all_to_all_share, 0.1, kTol);
+  EXPECT_NEAR(m.dispatch_share, 0.03, kTol);
+  EXPECT_EQ(m.dispatch_bytes, 300);
+  EXPECT_EQ(m.combine_bytes, 700);
+  EXPECT_NEAR(m.dispatch_bytes_per_token, 30.0, kTol);
+  EXPECT_NEAR(m.combine_bytes_per_token, 70.0, kTol);
+  EXPECT_EQ(m.ep_bytes_sent, 2000);
+  EXPECT_NEAR(m.ep_bytes_per_token, 200.0, kTol);
+  ASSERT_EQ(s.ranks.size(), 2u);
+  EXPECT_EQ(s.ranks[1].dp, 1);
+  EXPECT_TRUE(s.ranks_show_dp_ep);
+  const std::string text = format_report(s);
+  for (const char* want : {"mixture of experts (5 experts, 2 steps with expert counts)",
+                           "dispatch 30.000 ms + combine 70.000 ms = 10.0% of the steps' wall time (dispatch 3.0%, combine 7.0%)",
+                           "30 B per output token (300 B in all", "70 B per output token (700 B in all",
+                           "min 0 / mean 4.8 / max 12, imbalance (max/mean) 2.50 (24 summed over the step rows)",
+                           "1 of 5 never received a token", "e3: 12 (50.0%), e0: 6 (25.0%), e4: 4 (16.7%), e2: 2 (8.3%)",
+                           " dp ", "ep sent", "1.46 KiB", "200 B (1.95 KiB in all)"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << "missing '" << want << "' in:\n" << text;
+  }
+  const nlohmann::json j = report_json(s);
+  ASSERT_TRUE(j.contains("moe"));
+  EXPECT_EQ(j["moe"]["expert_tokens"], (std::vector<int64_t>{6, 0, 2, 12, 4}));
+  EXPECT_NEAR(j["moe"]["expert_load"]["imbalance"].get<double>(), 2.5, kTol);
+  EXPECT_EQ(j["moe"]["expert_load"]["busiest"][0]["expert"], 3);
+  EXPECT_EQ(j["moe"]["ranks"][1]["dp"], 1);
+  EXPECT_EQ(j["ranks"][0]["ep_bytes_sent"], 1500);
+}
+
 TEST_F(ReportTest, UnfinishedRunUsesTheLastFinishTime) {
   const std::string f = (dir_ / "crashed.h5").string();
   write_sample(f, /*finished=*/false);
@@ -338,16 +481,7 @@ TEST_F(ReportTest, PlotsArePngs) {
   const auto p = sh(report(file_ + " --plots " + plots.string()));
   ASSERT_EQ(p.code, 0) << p.out;
   EXPECT_NE(p.out.find("plots (" + plots.string() + ")"), std::string::npos) << p.out;
-  for (const char* name : {"throughput.png", "latency_hist.png", "steps.png", "replicas.png"}) {
-    const fs::path png = plots / name;
-    ASSERT_TRUE(fs::exists(png)) << png << "\n" << p.out;
-    EXPECT_GT(fs::file_size(png), 1000u) << png;
-    std::ifstream in(png, std::ios::binary);
-    char magic[8] = {};
-    in.read(magic, 8);
-    EXPECT_EQ(std::string(magic + 1, 3), "PNG") << png;
-    EXPECT_NE(p.out.find(png.string()), std::string::npos) << "not listed: " << png << "\n" << p.out;
-  }
+  expect_pngs(plots, {"throughput.png", "latency_hist.png", "steps.png", "replicas.png"}, p.out);
 }
 
 // A real run on the reference model: the report's counts and the run's own attributes agree.
@@ -370,6 +504,207 @@ TEST(ReportOfRealRun, AgreesWithTheRunsAttributes) {
   EXPECT_EQ(s.ranks.size(), 1u);
   EXPECT_TRUE(s.finished);
   fs::remove_all(dir);
+}
+
+// Real runs of tiny random-weight models, made and run once for the suite: Mixtral's shape (8
+// experts, 2 per token, 3 MoE layers) over 2 ranks with --dp 2 --ep 2, and Llama's (dense).
+class ReportOfModelRuns : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fresh_dir("report-moe"));
+    const std::string prompts = SHARDLM_SOURCE_DIR "/inputs/prompts.jsonl";
+    auto make = [&](const std::string& config) {
+      const std::string model = (*dir_ / config).string();
+      const auto p = sh(shardlm_bin() + " make-model --config " SHARDLM_SOURCE_DIR "/inputs/models/" + config +
+                        ".json --out " + model + " --dtype bf16");
+      return p.code == 0 ? model : "make-model " + config + " failed:\n" + p.out;
+    };
+    moe_model_ = new std::string(make("tiny-mixtral"));
+    dense_model_ = new std::string(make("tiny-llama"));
+    moe_ = new std::string((*dir_ / "moe.h5").string());
+    dense_ = new std::string((*dir_ / "dense.h5").string());
+    moe_run_ = new test::Proc(sh(mpirun(2) + shardlm_bin() + " run --model " + *moe_model_ + " --prompts " + prompts +
+                                 " --out " + *moe_ + " --dp 2 --ep 2 -q --threads 1"));
+    dense_run_ = new test::Proc(sh(shardlm_bin() + " run --model " + *dense_model_ + " --prompts " + prompts +
+                                   " --out " + *dense_ + " -q --threads 1"));
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+    delete moe_model_;
+    delete dense_model_;
+    delete moe_;
+    delete dense_;
+    delete moe_run_;
+    delete dense_run_;
+  }
+  void SetUp() override {
+    ASSERT_EQ(moe_run_->code, 0) << *moe_model_ << "\n" << moe_run_->out;
+    ASSERT_EQ(dense_run_->code, 0) << *dense_model_ << "\n" << dense_run_->out;
+  }
+  static std::string report(const std::string& args) { return shardlm_bin() + " report " + args; }
+
+  static inline fs::path* dir_ = nullptr;
+  static inline std::string *moe_model_ = nullptr, *dense_model_ = nullptr, *moe_ = nullptr, *dense_ = nullptr;
+  static inline test::Proc *moe_run_ = nullptr, *dense_run_ = nullptr;
+};
+
+// The summary's MoE figures against sums taken here from the columns, read with the tests' own
+// HDF5 reader.
+TEST_F(ReportOfModelRuns, MoeFiguresAgreeWithTheFile) {
+  test::H5Reader h(*moe_);
+  ASSERT_TRUE(h.ok());
+  const auto experts = h.lists<int32_t>("/steps/expert_tokens", H5T_NATIVE_INT32);
+  const auto wall = h.scalars<double>("/steps/wall_s", H5T_NATIVE_DOUBLE);
+  const auto dispatch_s = h.scalars<double>("/steps/moe_dispatch_s", H5T_NATIVE_DOUBLE);
+  const auto combine_s = h.scalars<double>("/steps/moe_combine_s", H5T_NATIVE_DOUBLE);
+  const auto dispatch_b = h.scalars<int64_t>("/steps/moe_dispatch_bytes", H5T_NATIVE_INT64);
+  const auto combine_b = h.scalars<int64_t>("/steps/moe_combine_bytes", H5T_NATIVE_INT64);
+  const auto outputs = h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32);
+  const auto rank_ids = h.scalars<int32_t>("/ranks/rank", H5T_NATIVE_INT32);
+  const auto dp = h.scalars<int32_t>("/ranks/dp", H5T_NATIVE_INT32);
+  const auto ep_sent = h.scalars<int64_t>("/ranks/ep_bytes_sent", H5T_NATIVE_INT64);
+  ASSERT_FALSE(experts.empty());
+  ASSERT_EQ(wall.size(), experts.size());
+
+  std::vector<int64_t> per_expert(8, 0);
+  int64_t steps_with_counts = 0, dispatch_bytes = 0, combine_bytes = 0, out_tokens = 0, ep_bytes = 0;
+  double wall_sum = 0, dispatch_sum = 0, combine_sum = 0;
+  for (size_t i = 0; i < experts.size(); ++i) {
+    ASSERT_EQ(experts[i].size(), 8u) << "step row " << i;  // every step of an MoE run has counts
+    ++steps_with_counts;
+    for (size_t e = 0; e < 8; ++e) per_expert[e] += experts[i][e];
+    wall_sum += wall[i];
+    dispatch_sum += dispatch_s[i];
+    combine_sum += combine_s[i];
+    dispatch_bytes += dispatch_b[i];
+    combine_bytes += combine_b[i];
+  }
+  for (const auto& o : outputs) out_tokens += static_cast<int64_t>(o.size());
+  for (int64_t b : ep_sent) ep_bytes += b;
+  const int64_t routed = std::accumulate(per_expert.begin(), per_expert.end(), int64_t{0});
+  const int64_t max_load = *std::max_element(per_expert.begin(), per_expert.end());
+
+  const ReportSummary s = summarize(load_run(*moe_));
+  const MoeSummary& m = s.moe;
+  ASSERT_TRUE(m.present);
+  EXPECT_EQ(m.experts, 8);
+  EXPECT_EQ(m.steps, steps_with_counts);
+  EXPECT_EQ(m.expert_tokens, per_expert);
+  EXPECT_EQ(m.routed_tokens, routed);
+  EXPECT_GT(routed, 0);
+  // Each token goes to 2 experts in each of the 3 MoE layers, and a row counts at least its own
+  // group's tokens (all of its expert-parallel group's: with both dp groups busy, more).
+  EXPECT_EQ(routed % (2 * 3), 0);
+  const auto prefill = h.scalars<int32_t>("/steps/prefill_tokens", H5T_NATIVE_INT32);
+  const auto decode = h.scalars<int32_t>("/steps/decode_tokens", H5T_NATIVE_INT32);
+  EXPECT_GE(routed, 2 * 3 * (std::accumulate(prefill.begin(), prefill.end(), int64_t{0}) +
+                             std::accumulate(decode.begin(), decode.end(), int64_t{0})));
+  EXPECT_EQ(m.load_min, *std::min_element(per_expert.begin(), per_expert.end()));
+  EXPECT_EQ(m.load_max, max_load);
+  EXPECT_NEAR(m.load_mean, static_cast<double>(routed) / 8, 1e-9);
+  EXPECT_NEAR(m.imbalance, static_cast<double>(max_load) / (static_cast<double>(routed) / 8), 1e-9);
+  EXPECT_EQ(m.idle_experts, std::count(per_expert.begin(), per_expert.end(), int64_t{0}));
+  ASSERT_FALSE(m.busiest.empty());
+  EXPECT_EQ(per_expert[static_cast<size_t>(m.busiest[0])], max_load);
+  for (size_t i = 1; i < m.busiest.size(); ++i) {
+    EXPECT_GE(per_expert[static_cast<size_t>(m.busiest[i - 1])], per_expert[static_cast<size_t>(m.busiest[i])]);
+  }
+  EXPECT_NEAR(m.dispatch_s, dispatch_sum, 1e-12);
+  EXPECT_NEAR(m.combine_s, combine_sum, 1e-12);
+  EXPECT_GT(m.dispatch_s + m.combine_s, 0);
+  EXPECT_NEAR(m.all_to_all_share, (dispatch_sum + combine_sum) / wall_sum, 1e-9);
+  EXPECT_LT(m.all_to_all_share, 1.0);  // part of the steps' time
+  EXPECT_EQ(m.dispatch_bytes, dispatch_bytes);
+  EXPECT_EQ(m.combine_bytes, combine_bytes);
+  // Requests go to whichever dp group asks first: when one group gets them all, its leader sends
+  // tokens out (dispatch) but receives none to send back (combine), so only the sum is sure.
+  EXPECT_GT(dispatch_bytes + combine_bytes, 0);
+  ASSERT_EQ(s.output_tokens, out_tokens);
+  EXPECT_NEAR(m.dispatch_bytes_per_token, static_cast<double>(dispatch_bytes) / static_cast<double>(out_tokens), 1e-9);
+  EXPECT_NEAR(m.combine_bytes_per_token, static_cast<double>(combine_bytes) / static_cast<double>(out_tokens), 1e-9);
+  EXPECT_EQ(m.ep_bytes_sent, ep_bytes);
+
+  // Two ranks, one per dp group, both sending over the expert-parallel group.
+  ASSERT_EQ(s.ranks.size(), 2u);
+  ASSERT_EQ(rank_ids.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& r = *std::find_if(s.ranks.begin(), s.ranks.end(), [&](const RankSummary& x) { return x.rank == rank_ids[i]; });
+    EXPECT_EQ(r.dp, dp[i]);
+    EXPECT_EQ(r.ep_bytes_sent, ep_sent[i]);
+    EXPECT_GT(r.ep_bytes_sent, 0);
+  }
+  EXPECT_EQ(s.ranks[0].dp, 0);
+  EXPECT_EQ(s.ranks[1].dp, 1);
+}
+
+// The command's text and --json carry the same MoE figures.
+TEST_F(ReportOfModelRuns, MoeSectionInTextAndJson) {
+  const ReportSummary s = summarize(load_run(*moe_));
+  const auto p = sh(report(*moe_));
+  ASSERT_EQ(p.code, 0) << p.out;
+  for (const std::string& want :
+       {std::string("mixture of experts (8 experts, ") + std::to_string(s.moe.steps) + " steps with expert counts)",
+        std::string("of the steps' wall time"), std::string(" / max ") + std::to_string(s.moe.load_max) + ", imbalance",
+        std::string("(") + std::to_string(s.moe.routed_tokens) + " summed over the step rows)",
+        std::to_string(s.moe.idle_experts) + " of 8 never received a token",
+        std::string("e") + std::to_string(s.moe.busiest[0]) + ": " + std::to_string(s.moe.load_max) + " (", std::string("ep sent")}) {
+    EXPECT_NE(p.out.find(want), std::string::npos) << "missing '" << want << "' in:\n" << p.out;
+  }
+  std::printf("%s", p.out.c_str());  // the report of the real run, for the log
+
+  const auto js = sh(std::string("(") + report(*moe_ + " --json") + " 2>/dev/null)");
+  ASSERT_EQ(js.code, 0) << js.out;
+  const nlohmann::json j = nlohmann::json::parse(js.out);
+  ASSERT_TRUE(j.contains("moe")) << js.out;
+  const nlohmann::json& m = j["moe"];
+  EXPECT_EQ(m["experts"], 8);
+  EXPECT_EQ(m["steps"], s.moe.steps);
+  EXPECT_EQ(m["expert_tokens"], s.moe.expert_tokens);
+  EXPECT_EQ(m["routed_tokens"], s.moe.routed_tokens);
+  EXPECT_NEAR(m["dispatch_s"].get<double>(), s.moe.dispatch_s, 1e-12);
+  EXPECT_NEAR(m["all_to_all_wall_share"].get<double>(), s.moe.all_to_all_share, 1e-12);
+  EXPECT_EQ(m["dispatch_bytes"], s.moe.dispatch_bytes);
+  EXPECT_NEAR(m["combine_bytes_per_output_token"].get<double>(), s.moe.combine_bytes_per_token, 1e-9);
+  EXPECT_EQ(m["expert_load"]["max"], s.moe.load_max);
+  EXPECT_NEAR(m["expert_load"]["imbalance"].get<double>(), s.moe.imbalance, 1e-12);
+  EXPECT_EQ(m["expert_load"]["idle_experts"], s.moe.idle_experts);
+  EXPECT_EQ(m["expert_load"]["busiest"].size(), s.moe.busiest.size());
+  EXPECT_EQ(m["ep_bytes_sent"], s.moe.ep_bytes_sent);
+  ASSERT_EQ(m["ranks"].size(), 2u);
+  EXPECT_EQ(m["ranks"][1]["dp"], 1);
+  EXPECT_EQ(j["ranks"][1]["ep_bytes_sent"], s.ranks[1].ep_bytes_sent);
+}
+
+// A dense model's report has no MoE section, no dp / ep columns and no "moe" key.
+TEST_F(ReportOfModelRuns, DenseRunHasNoMoeSection) {
+  const RunData d = load_run(*dense_);
+  ASSERT_GT(d.steps.size(), 0u);
+  for (const auto& row : d.steps.expert_tokens) EXPECT_TRUE(row.empty());
+  EXPECT_FALSE(summarize(d).moe.present);
+  const auto p = sh(report(*dense_));
+  ASSERT_EQ(p.code, 0) << p.out;
+  EXPECT_NE(p.out.find("steps\n"), std::string::npos) << p.out;
+  EXPECT_EQ(p.out.find("mixture of experts"), std::string::npos) << p.out;
+  EXPECT_EQ(p.out.find("ep sent"), std::string::npos) << p.out;
+  const auto js = sh(std::string("(") + report(*dense_ + " --json") + " 2>/dev/null)");
+  ASSERT_EQ(js.code, 0) << js.out;
+  EXPECT_FALSE(nlohmann::json::parse(js.out).contains("moe")) << js.out;
+}
+
+// jobs/plot_report.py draws experts.png for the MoE run and not for the dense one.
+TEST_F(ReportOfModelRuns, PlotsExpertsForMoeOnly) {
+  if (sh("python3 -c 'import h5py, matplotlib'").code != 0) {
+    GTEST_SKIP() << "python3 with h5py and matplotlib is not importable: --plots not checked";
+  }
+  const fs::path moe_plots = *dir_ / "moe-plots", dense_plots = *dir_ / "dense-plots";
+  const auto p = sh(report(*moe_ + " --plots " + moe_plots.string()));
+  ASSERT_EQ(p.code, 0) << p.out;
+  expect_pngs(moe_plots, {"throughput.png", "latency_hist.png", "steps.png", "replicas.png", "experts.png"}, p.out);
+  const auto q = sh(report(*dense_ + " --plots " + dense_plots.string()));
+  ASSERT_EQ(q.code, 0) << q.out;
+  EXPECT_TRUE(fs::exists(dense_plots / "steps.png")) << q.out;
+  EXPECT_FALSE(fs::exists(dense_plots / "experts.png")) << q.out;
 }
 
 }  // namespace
