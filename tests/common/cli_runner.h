@@ -40,6 +40,28 @@ inline std::string mpirun(int np) {
   return std::string(SHARDLM_MPIEXEC) + " --oversubscribe -np " + std::to_string(np) + " ";
 }
 
+// Starts ARGS (argv[0] a path, no shell) in the background with stderr to LOG; returns its pid.
+inline pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    FILE* f = std::freopen(log.c_str(), "w", stderr);
+    (void)f;
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits for PID; its exit code, or 128 + the signal that ended it.
+inline int wait_exit(pid_t pid) {
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 inline std::filesystem::path fresh_dir(const std::string& name) {
   auto d = std::filesystem::temp_directory_path() / ("shardlm-test-" + name + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(d);
