@@ -1,5 +1,7 @@
 #include "parallel/line_queue.h"
 
+#include <exception>
+
 #include "core/error.h"
 #include "parallel/mpi_env.h"
 
@@ -13,8 +15,10 @@ LineQueue::LineQueue(int64_t lines_per_claim) : chunk_(lines_per_claim) {
   SHARDLM_CHECK(rc == MPI_SUCCESS, "creating the work-queue window failed (MPI error " << rc << ")");
 }
 
+// MPI_Win_free is collective: while an error unwinds this rank the others may never get there, and
+// the job is being aborted anyway, so the window is left to MPI_Abort.
 LineQueue::~LineQueue() {
-  if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
+  if (win_ != MPI_WIN_NULL && std::uncaught_exceptions() == 0) MPI_Win_free(&win_);
 }
 
 std::pair<int64_t, int64_t> LineQueue::claim() {

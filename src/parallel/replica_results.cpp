@@ -16,19 +16,50 @@ namespace {
 
 enum Tag : int { kResult = 101, kStep = 102, kDone = 103 };
 
-void send(const std::string& bytes, int dest, int tag) {
-  SHARDLM_CHECK(bytes.size() < static_cast<size_t>(INT32_MAX), "result message of " << bytes.size() << " bytes is too large");
-  const int rc = MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest, tag, MPI_COMM_WORLD);
-  SHARDLM_CHECK(rc == MPI_SUCCESS, "sending results to the writer rank " << dest << " failed (MPI error " << rc << ")");
-}
-
 }  // namespace
 
-void RemoteSink::on_result(const RequestResult& r) { send(pack_result(r), writer_, kResult); }
-void RemoteSink::on_step(const StepRecord& s) { send(pack_step(s), writer_, kStep); }
+struct RemoteSink::Pending {
+  std::string bytes;
+  MPI_Request request = MPI_REQUEST_NULL;
+};
+
+RemoteSink::RemoteSink(int writer_rank) : writer_(writer_rank) {}
+
+// Unsent messages at destruction mean the run failed: the job is being aborted, and waiting here
+// could hang. The buffers are kept alive (leaked) since MPI may still read them.
+RemoteSink::~RemoteSink() {
+  for (auto& p : pending_) {
+    if (p->request != MPI_REQUEST_NULL) p.release();
+  }
+}
+
+void RemoteSink::post(std::string bytes, int tag) {
+  SHARDLM_CHECK(bytes.size() < static_cast<size_t>(INT32_MAX), "result message of " << bytes.size() << " bytes is too large");
+  auto p = std::make_unique<Pending>();
+  p->bytes = std::move(bytes);
+  const int rc = MPI_Isend(p->bytes.data(), static_cast<int>(p->bytes.size()), MPI_BYTE, writer_, tag, MPI_COMM_WORLD,
+                           &p->request);
+  SHARDLM_CHECK(rc == MPI_SUCCESS, "sending results to the writer rank " << writer_ << " failed (MPI error " << rc << ")");
+  pending_.push_back(std::move(p));
+  reap();
+}
+
+void RemoteSink::reap() {
+  while (!pending_.empty()) {
+    int done = 0;
+    MPI_Test(&pending_.front()->request, &done, MPI_STATUS_IGNORE);
+    if (!done) return;
+    pending_.pop_front();
+  }
+}
+
+void RemoteSink::on_result(const RequestResult& r) { post(pack_result(r), kResult); }
+void RemoteSink::on_step(const StepRecord& s) { post(pack_step(s), kStep); }
 void RemoteSink::finish(const ReplicaTotals& t) {
-  std::string b(reinterpret_cast<const char*>(&t), sizeof t);
-  send(b, writer_, kDone);
+  post(std::string(reinterpret_cast<const char*>(&t), sizeof t), kDone);
+  // The writer drains until every replica's completion message: these waits end.
+  for (auto& p : pending_) MPI_Wait(&p->request, MPI_STATUS_IGNORE);
+  pending_.clear();
 }
 
 ReplicaCollector::ReplicaCollector(ResultSink& sink, std::vector<int> senders, double timeout_s)

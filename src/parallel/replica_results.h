@@ -1,9 +1,13 @@
 // Replicas (independent model copies) send their finished requests and step records to the writer
-// rank, which owns the one HDF5 file. Senders never wait for the writer beyond MPI's own
-// buffering; the writer polls between its own steps and drains at the end.
+// rank, which owns the one HDF5 file. Senders never wait for the writer: messages go out
+// nonblocking (a blocking send of a large result would hold its sender until the writer polls,
+// and with dp groups in lockstep the writer may be waiting on that very sender); the writer polls
+// between its own steps and drains at the end.
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,14 +23,21 @@ struct ReplicaTotals {
 // On a replica that is not the writer: forwards everything to the writer rank.
 class RemoteSink final : public ResultSink {
  public:
-  explicit RemoteSink(int writer_rank) : writer_(writer_rank) {}
+  explicit RemoteSink(int writer_rank);
+  ~RemoteSink() override;
   void on_result(const RequestResult& r) override;
   void on_step(const StepRecord& s) override;
-  // Tells the writer this replica is done (its totals ride along).
+  // Tells the writer this replica is done (its totals ride along) and waits until every message
+  // has been delivered.
   void finish(const ReplicaTotals& totals);
 
  private:
+  struct Pending;  // a message in flight and its buffer
+  void post(std::string bytes, int tag);
+  void reap();  // forgets the messages already delivered
+
   int writer_;
+  std::deque<std::unique_ptr<Pending>> pending_;
 };
 
 // On the writer rank: receives from the other replicas' leaders into `sink`.
