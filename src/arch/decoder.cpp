@@ -43,7 +43,7 @@ class Decoder final : public Model {
     if (spec.moe.enabled()) moe_stats_.reset(spec.moe.num_experts);
     // The loader owns the gathered and dequantised slices the backend may use in place: it lives
     // as long as the model.
-    weights_ = std::make_unique<WeightLoader>(ckpt, b_);
+    weights_ = std::make_unique<WeightLoader>(ckpt, b_, spec.quant.block_rows, spec.quant.block_cols);
     WeightLoader& w = *weights_;
     if (plan.first_stage()) embed_ = w.rows("model.embed_tokens.weight", spec.vocab_size, H, plan.vocab0, plan.vocab);
     if (plan.last_stage()) {

@@ -42,8 +42,7 @@ Matrix WeightLoader::fp8_slice(const TensorView& w, int64_t r0, int64_t nr, int6
   const TensorView& s = ckpt_.get(sname);
   owned_.emplace_back(static_cast<size_t>(nr * nc) * 2);
   std::vector<uint8_t>& buf = owned_.back();
-  // The default block size is DeepSeek's 128 x 128; the scale tensor's shape must agree with it.
-  dequant_fp8_block(w, s, 128, 128, r0, nr, c0, nc, reinterpret_cast<uint16_t*>(buf.data()));
+  dequant_fp8_block(w, s, block_rows_, block_cols_, r0, nr, c0, nc, reinterpret_cast<uint16_t*>(buf.data()));
   bytes_ += static_cast<size_t>(nr * nc) + static_cast<size_t>(s.nbytes);
   TensorView v = w;
   v.dtype = DType::BF16;

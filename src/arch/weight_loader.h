@@ -1,6 +1,6 @@
 // WeightLoader: this rank's slices of checkpoint tensors, handed to the backend. Rows of a weight
 // (output features) are contiguous in the file and stay views into the mapping; columns are read
-// with pread. FP8 e4m3 weights with 128x128 block scales (`<name>_scale_inv`) are dequantised at
+// with pread. FP8 e4m3 weights with block scales (`<name>_scale_inv`) are dequantised at
 // load, exactly as the reference dequantisation does it (fp8 x fp32 scale, rounded to bf16).
 // The loader owns those copies, and the backend may use them in place: it must outlive the model.
 #pragma once
@@ -16,7 +16,9 @@ namespace shardlm {
 
 class WeightLoader {
  public:
-  WeightLoader(const Checkpoint& ckpt, ComputeBackend& backend) : ckpt_(ckpt), b_(backend) {}
+  // block_rows x block_cols: the fp8 scale blocks (the config's weight_block_size).
+  WeightLoader(const Checkpoint& ckpt, ComputeBackend& backend, int64_t block_rows = 128, int64_t block_cols = 128)
+      : ckpt_(ckpt), b_(backend), block_rows_(block_rows), block_cols_(block_cols) {}
 
   bool has(const std::string& name) const { return ckpt_.has(name); }
   // Rows [r0, r0 + n) of the [R, C] weight NAME.
@@ -38,6 +40,7 @@ class WeightLoader {
 
   const Checkpoint& ckpt_;
   ComputeBackend& b_;
+  int64_t block_rows_, block_cols_;
   std::vector<std::vector<uint8_t>> owned_;  // gathered columns and dequantised slices
   size_t bytes_ = 0;
 };

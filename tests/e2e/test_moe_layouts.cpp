@@ -178,6 +178,23 @@ TEST(MoeLayouts, SigtermStopsEveryGroupTogetherAndResumeFinishes) {
   EXPECT_EQ(test::read_run(out).tokens, reference.tokens);
 }
 
+// The fp8 scale blocks are the config's weight_block_size: a config that says 64 x 64 about a
+// checkpoint quantised in 128 x 128 blocks fails at load, naming the weight and its scales.
+TEST(MoeLayouts, Fp8BlockSizeComesFromTheConfig) {
+  const std::string model = make("tiny-kimi-k2", "fp8");
+  std::string config = test::read_file(fs::path(model) / "config.json");
+  const size_t at = config.find("\"weight_block_size\"");
+  ASSERT_NE(at, std::string::npos);
+  const size_t end = config.find(']', at);
+  config.replace(at, end + 1 - at, "\"weight_block_size\": [64, 64]");
+  test::write_file(fs::path(model) / "config.json", config);
+  Proc p = sh(shardlm_bin() + " score --model " + model + " --ids '1 2 3' --out " +
+              (fs::path(model) / "l.npy").string());
+  EXPECT_NE(p.code, 0);
+  EXPECT_NE(p.out.find("64x64 blocks needs scales of shape"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("_scale_inv"), std::string::npos) << p.out;
+}
+
 TEST(MoeLayouts, RefusesExpertLayoutsThatDoNotFit) {
   const std::string model = make("tiny-mixtral", "bf16");
   const fs::path d = test::fresh_dir("moe-bad");
