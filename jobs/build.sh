@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# Configures and builds shardlm into build/ (Release) with all cores.
+# Configures and builds shardlm into build/ (Release) with all cores. The CUDA backend is built
+# when nvcc is found (PATH, $CUDACXX or /usr/local/cuda); SHARDLM_REQUIRE_CUDA=1 makes its absence
+# an error (CI sets it: the CUDA sources must compile there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash jobs/setup.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export CUDACXX=/usr/local/cuda/bin/nvcc
+fi
+extra=()
+[ "${SHARDLM_REQUIRE_CUDA:-0}" = 1 ] && extra+=(-DSHARDLM_REQUIRE_CUDA=ON)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${extra[@]}" "$@" >/dev/null
 cmake --build build -j"$(nproc)"

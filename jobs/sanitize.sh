@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash jobs/setup.sh
 jobs="${SHARDLM_JOBS:-2}"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDLM_SANITIZE=ON -DSHARDLM_TESTS=ON >/dev/null
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDLM_SANITIZE=ON -DSHARDLM_TESTS=ON -DSHARDLM_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$jobs"
 
 # Open MPI refuses to start as root unless told; CI and containers run as root.

@@ -173,9 +173,13 @@ class Decoder final : public Model {
     ctx.block_size = cache_->shape().block_size;
     b_.copy_to_device(const_cast<int32_t*>(ctx.pos), batch.positions.data(), T * sizeof(int32_t));
     b_.copy_to_device(const_cast<int64_t*>(ctx.slots), batch.slots.data(), T * sizeof(int64_t));
-    tables_.resize(T);
-    for (int64_t t = 0; t < T; ++t) tables_[t] = batch.blocks.data() + batch.seq_block_start[batch.token_seq[t]];
-    ctx.tables = tables_.data();
+    table_start_.resize(T);
+    for (int64_t t = 0; t < T; ++t) table_start_[t] = batch.seq_block_start[batch.token_seq[t]];
+    int32_t* blocks = scratch_.get_as<int32_t>(6, std::max<size_t>(batch.blocks.size(), 1));
+    int32_t* start = scratch_.get_as<int32_t>(7, rows);
+    b_.copy_to_device(blocks, batch.blocks.data(), batch.blocks.size() * sizeof(int32_t));
+    b_.copy_to_device(start, table_start_.data(), T * sizeof(int32_t));
+    ctx.tables = BlockTables{blocks, start, batch.blocks.data(), table_start_.data()};
 
     if (plan_.first_stage()) {
       // Vocabulary-parallel embedding: each rank fills the rows of the ids it owns, zeros elsewhere.
@@ -283,7 +287,7 @@ class Decoder final : public Model {
   Vector final_norm_;
   std::vector<Layer> layers_;
   std::unique_ptr<KvCache> cache_;
-  std::vector<const int32_t*> tables_;
+  std::vector<int32_t> table_start_;
   std::vector<int32_t> local_ids_;
   std::vector<float> host_logits_, gathered_;
   std::deque<InFlight> inflight_;  // the leader's begun pipeline steps, oldest first

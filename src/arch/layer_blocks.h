@@ -20,7 +20,7 @@ struct StepContext {
   int64_t T = 0;                          // tokens in the step
   const int32_t* pos = nullptr;           // [T] positions (backend memory)
   const int64_t* slots = nullptr;         // [T] KV slots (backend memory)
-  const int32_t* const* tables = nullptr; // [T] each token's block table (host)
+  BlockTables tables;                     // each token's block list
   int64_t block_size = 0;
 };
 

@@ -15,9 +15,19 @@
 // Qwen2 gate sigmoid(g(h)) is a scalar per token computed from the full h on every rank, so the
 // gated partials still sum to the gated whole).
 //
-// The routing, the combine and the shared-expert addition run in host memory (MPI needs host
-// buffers; on the CPU backend the copies are memcpy). The routed sum is taken in ascending expert
-// order from unsummed per-(token, expert) results, so the output is bit-identical across
+// Two paths, the same arithmetic:
+//   ep_size 1  everything runs through backend ops (on the CUDA backend the layer stays on the
+//              device): router linear, moe_route, expert_permute, expert_gather, each expert's
+//              GEMMs on its contiguous rows, expert_combine, the shared expert through gated_add.
+//              The one host read is the permute's offsets [E + 1], which size each expert's GEMMs
+//              (and give the per-expert token counts of the statistics).
+//   ep_size>1  the routing, the combine and the shared-expert addition run in host memory: the
+//              all-to-all dispatch of expert_dispatch.h exchanges host buffers (MPI), so the
+//              router logits and hidden rows come to the host anyway (on the CPU backend the
+//              copies are memcpy).
+// Both sum the routed results in ascending expert order from unsummed per-(token, expert) rows
+// and route with the same router (the CPU backend's moe_route is arch/moe_router.h), so on the
+// CPU backend the two paths agree bit for bit and the output is bit-identical across
 // expert-parallel layouts (see expert_dispatch.h).
 #include <algorithm>
 #include <chrono>
@@ -101,10 +111,21 @@ class MoeBlock final : public FeedForwardBlock {
     }
     const MoeNames n(m, layer);
     router_ = w.whole(n.router, E, H);
+    // The router config reproduces route(m, ...): Mixtral always renormalises, softmax otherwise
+    // only with norm_topk_prob; the sigmoid selection uses the bias only when the spec has one.
+    cfg_.num_experts = E;
+    cfg_.k = m.experts_per_token;
+    cfg_.sigmoid = m.scoring == MoeSpec::Scoring::kSigmoid;
+    cfg_.renormalise = m.norm_topk_prob || m.naming == MoeSpec::Naming::kMixtral;
+    cfg_.norm_topk_prob = m.norm_topk_prob;
+    cfg_.scale = m.routed_scaling_factor;
+    cfg_.n_group = m.n_group;
+    cfg_.topk_group = m.topk_group;
     if (m.score_correction_bias) {
       SHARDLM_CHECK(!n.bias.empty(), "layer " << layer << ": e_score_correction_bias needs the DeepSeek naming");
       Vector b = w.vec(n.bias, E);
-      bias_.resize(static_cast<size_t>(E));
+      if (cfg_.sigmoid) cfg_.bias = b.data;
+      bias_.resize(static_cast<size_t>(E));  // for the host path
       w.backend().copy_to_host(bias_.data(), b.data, bias_.size() * sizeof(float));
     }
     inter_ = plan.expert_inter;
@@ -137,6 +158,10 @@ class MoeBlock final : public FeedForwardBlock {
   void forward(const float* h, int64_t T, Scratch& scratch, float* out) override {
     const bool ep = plan_.ep_size > 1;
     if (T == 0 && !ep) return;
+    if (!ep) {
+      forward_on_backend(h, T, scratch, out);
+      return;
+    }
     ComputeBackend& b = scratch.backend();
     const int64_t H = H_, E = m_.num_experts;
     // This rank's share of the tokens: all of them, or with ep and tp its contiguous tp share.
@@ -181,6 +206,70 @@ class MoeBlock final : public FeedForwardBlock {
   }
 
  private:
+  // ep_size 1, T > 0: the whole layer through backend ops (see the file comment). Slots
+  // kFeedForward + 0..3 as add_shared uses them, + 8 and up for the routed path.
+  void forward_on_backend(const float* h, int64_t T, Scratch& scratch, float* out) {
+    ComputeBackend& b = scratch.backend();
+    const int64_t H = H_, E = m_.num_experts, k = m_.experts_per_token, P = T * k;
+    float* logits = scratch.get(Scratch::kFeedForward + 0, static_cast<size_t>(T * E));
+    int32_t* ids = scratch.get_as<int32_t>(Scratch::kFeedForward + 8, static_cast<size_t>(P));
+    float* weights = scratch.get(Scratch::kFeedForward + 9, static_cast<size_t>(P));
+    int32_t* offsets = scratch.get_as<int32_t>(Scratch::kFeedForward + 10, static_cast<size_t>(E + 1));
+    int32_t* slot_row = scratch.get_as<int32_t>(Scratch::kFeedForward + 11, static_cast<size_t>(P));
+    int32_t* row_pair = scratch.get_as<int32_t>(Scratch::kFeedForward + 12, static_cast<size_t>(P));
+    b.linear(h, T, router_, nullptr, logits);
+    b.moe_route(logits, T, cfg_, ids, weights);
+    b.expert_permute(ids, T, k, 0, E, offsets, slot_row, row_pair);
+    host_offsets_.resize(static_cast<size_t>(E + 1));
+    b.copy_to_host(host_offsets_.data(), offsets, host_offsets_.size() * sizeof(int32_t));
+    const int64_t rows = host_offsets_[E];
+    SHARDLM_CHECK(rows == P, "moe block: " << rows << " expert rows for " << T << " tokens x top-" << k);
+
+    // Each expert's GEMMs on its contiguous rows, as run_experts does.
+    int64_t most = 0;
+    for (int64_t e = 0; e < E; ++e) most = std::max<int64_t>(most, host_offsets_[e + 1] - host_offsets_[e]);
+    const int64_t I = inter_;
+    float* xp = scratch.get(Scratch::kFeedForward + 13, static_cast<size_t>(rows * H));
+    float* gate = scratch.get(Scratch::kFeedForward + 14, static_cast<size_t>(most * I));
+    float* up = scratch.get(Scratch::kFeedForward + 15, static_cast<size_t>(most * I));
+    float* yp = scratch.get(Scratch::kFeedForward + 16, static_cast<size_t>(rows * H));
+    b.expert_gather(h, H, k, row_pair, rows, xp);
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t r0 = host_offsets_[e], n = host_offsets_[e + 1] - r0;
+      if (n == 0) continue;
+      const ExpertWeights& x = experts_[e];
+      b.linear(xp + r0 * H, n, x.gate, nullptr, gate);
+      b.linear(xp + r0 * H, n, x.up, nullptr, up);
+      b.silu_mul(gate, up, gate, n * I);
+      b.linear(gate, n, x.down, nullptr, yp + r0 * H);
+    }
+    b.expert_combine(yp, H, ids, weights, slot_row, T, k, out);
+
+    if (stats_) {
+      std::vector<int64_t>& per_expert = stats_->expert_tokens;
+      if (static_cast<int64_t>(per_expert.size()) < E) per_expert.resize(static_cast<size_t>(E), 0);
+      for (int64_t e = 0; e < E; ++e) per_expert[e] += host_offsets_[e + 1] - host_offsets_[e];
+      // Nothing is exchanged: dispatch and combine figures (all-to-all time and bytes) stay 0.
+    }
+
+    if (has_shared_) {
+      const int64_t S = shared_inter_;
+      float* sg = scratch.get(Scratch::kFeedForward + 1, static_cast<size_t>(T * S));
+      float* su = scratch.get(Scratch::kFeedForward + 2, static_cast<size_t>(T * S));
+      float* y = scratch.get(Scratch::kFeedForward + 3, static_cast<size_t>(T * H));
+      b.linear(h, T, shared_.gate, nullptr, sg);
+      b.linear(h, T, shared_.up, nullptr, su);
+      b.silu_mul(sg, su, sg, T * S);
+      b.linear(sg, T, shared_.down, nullptr, y);
+      float* g = nullptr;
+      if (shared_gate_) {
+        g = scratch.get(Scratch::kFeedForward + 0, static_cast<size_t>(T));  // the logits are used up
+        b.linear(h, T, *shared_gate_, nullptr, g);
+      }
+      b.gated_add(out, y, g, T, H);
+    }
+  }
+
   // host_out_ += g_t * shared(h) per token (g_t = sigmoid of the shared expert gate, or 1).
   void add_shared(const float* h, int64_t T, Scratch& scratch) {
     ComputeBackend& b = scratch.backend();
@@ -210,6 +299,7 @@ class MoeBlock final : public FeedForwardBlock {
   MoeStepStats* stats_;
   ExpertDispatch dispatch_;
   Matrix router_;
+  RouterConfig cfg_;         // the backend path's routing (its bias is backend memory)
   std::vector<float> bias_;  // host copy of e_score_correction_bias (selection only)
   int64_t inter_ = 0;
   std::vector<ExpertWeights> experts_;
@@ -219,6 +309,7 @@ class MoeBlock final : public FeedForwardBlock {
   std::optional<Matrix> shared_gate_;
   Routing routing_;
   std::vector<float> logits_, x_, host_out_, shared_y_, gate_;
+  std::vector<int32_t> host_offsets_;  // the backend path's per-expert row offsets
 };
 
 }  // namespace

@@ -40,6 +40,10 @@ Matrix WeightLoader::fp8_slice(const TensorView& w, int64_t r0, int64_t nr, int6
   SHARDLM_CHECK(ckpt_.has(sname), w.file << ": tensor '" << w.name << "' is F8_E4M3 but its block scales '" << sname
                                          << "' are missing");
   const TensorView& s = ckpt_.get(sname);
+  if (b_.dequantises_fp8()) {
+    bytes_ += static_cast<size_t>(nr * nc) + static_cast<size_t>(s.nbytes);
+    return b_.load_fp8_matrix(w, s, block_rows_, block_cols_, r0, nr, c0, nc);
+  }
   owned_.emplace_back(static_cast<size_t>(nr * nc) * 2);
   std::vector<uint8_t>& buf = owned_.back();
   dequant_fp8_block(w, s, block_rows_, block_cols_, r0, nr, c0, nc, reinterpret_cast<uint16_t*>(buf.data()));

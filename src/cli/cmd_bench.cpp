@@ -1,6 +1,8 @@
-// shardlm bench: prefill and decode tokens/s of a model on this machine, beside its measured
-// ceilings (memory bandwidth for decode, fp32 FMA peak for prefill and batched decode) and a
-// peer's published figure for the same shape.
+// shardlm bench: prefill and decode tokens/s of a model on this machine, beside its ceilings
+// (memory bandwidth for decode, the FLOP peak for prefill and batched decode) and a peer's
+// published figure for the same shape. On the CPU the ceilings are measured (bandwidth, fp32 FMA
+// peak); with --backend cuda they are the GPU's datasheet figures, with the measured device
+// bandwidth and cuBLAS GEMM TFLOP/s at the model's shapes beside them.
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
@@ -16,7 +18,11 @@
 #include "engine/rng.h"
 #include "model/checkpoint.h"
 #include "model/model_spec.h"
+#include "plan/gpu_specs.h"
 #include "tokenizer/tokenizer.h"
+#ifdef SHARDLM_HAVE_CUDA
+#include "compute/cuda_ceilings.h"
+#endif
 
 namespace po = boost::program_options;
 
@@ -70,10 +76,46 @@ Scenario run_scenario(Model& model, const Tokenizer& tok, EngineConfig ec, int64
   return s;
 }
 
+// The GPU's ceilings: the datasheet's (src/plan/gpu_specs.h) when the device is a known one, the
+// measured device bandwidth otherwise; cuBLAS GEMMs at the model's projection shapes are printed
+// beside them so that a slow model step can be told from a slow GEMM.
+void gpu_ceilings(const ModelSpec& spec, int64_t prompt_len, double* bw_gbs, double* peak_gflops) {
+#ifdef SHARDLM_HAVE_CUDA
+  const double measured_bw = cuda::measure_device_bandwidth() / 1e9;
+  const std::string name = cuda::device_spec_name();
+  if (!name.empty()) {
+    const plan::GpuSpec& g = plan::gpu_spec(name);
+    *bw_gbs = g.hbm_bw / 1e9;
+    *peak_gflops = g.bf16_flops / 1e9;
+    std::printf("device: %s: datasheet %.0f GB/s HBM, %.0f TFLOP/s dense bf16; measured device-to-device copy "
+                "%.0f GB/s (%.0f%%)\n",
+                g.description.c_str(), *bw_gbs, *peak_gflops / 1e3, measured_bw, 100.0 * measured_bw / *bw_gbs);
+  } else {
+    *bw_gbs = measured_bw;
+    *peak_gflops = 0;
+    std::printf("device: not in the spec table; measured device-to-device copy %.0f GB/s\n", measured_bw);
+  }
+  const int64_t H = spec.hidden_size, I = spec.intermediate_size;
+  const int64_t shapes[][3] = {{prompt_len, 3 * H, H}, {prompt_len, 2 * I, H}, {prompt_len, H, I}, {8192, 8192, 8192}};
+  for (const auto& s : shapes) {
+    const cuda::GemmFigure f = cuda::measure_gemm(s[0], s[1], s[2], /*bf16=*/true);
+    std::printf("  cuBLAS bf16 GEMM %lld x %lld x %lld: %.1f TFLOP/s (%.1f%% of peak)\n", static_cast<long long>(f.m),
+                static_cast<long long>(f.n), static_cast<long long>(f.k), f.tflops,
+                *peak_gflops > 0 ? 100.0 * f.tflops * 1e3 / *peak_gflops : 0.0);
+  }
+  if (*peak_gflops == 0) *peak_gflops = 1;  // unknown device: percentages are meaningless but finite
+#else
+  (void)spec;
+  (void)prompt_len;
+  *bw_gbs = *peak_gflops = 1;
+  SHARDLM_FAIL("shardlm bench: this build has no CUDA");
+#endif
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  std::string model_dir;
+  std::string model_dir, backend_name = "cpu";
   int64_t prompt_len = 512, decode_tokens = 128, batch = 64, batch_in = 128, batch_out = 128;
   int threads = 0;
   double kv_gb = 4.0;
@@ -86,6 +128,7 @@ int cmd_bench(int argc, char** argv) {
     ("batch", po::value(&batch)->default_value(batch), "batched scenario: sequences")
     ("batch-in", po::value(&batch_in)->default_value(batch_in), "batched scenario: prompt tokens per sequence")
     ("batch-out", po::value(&batch_out)->default_value(batch_out), "batched scenario: output tokens per sequence")
+    ("backend", po::value(&backend_name)->default_value(backend_name), "compute backend: cpu or cuda")
     ("threads", po::value(&threads)->default_value(threads), "CPU threads (0 = all cores)")
     ("kv-cache-gb", po::value(&kv_gb)->default_value(kv_gb), "KV cache budget, GiB")
     ;
@@ -100,7 +143,7 @@ int cmd_bench(int argc, char** argv) {
   ModelSpec spec = ModelSpec::load(model_dir);
   std::unique_ptr<Tokenizer> tok = Tokenizer::load(model_dir);
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(model_dir);
-  std::unique_ptr<ComputeBackend> backend = make_backend("cpu");
+  std::unique_ptr<ComputeBackend> backend = make_backend(backend_name);
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend);
   const double weight_bytes = static_cast<double>(ckpt->total_bytes());
   double params = 0;
@@ -109,11 +152,20 @@ int cmd_bench(int argc, char** argv) {
   const double embed = static_cast<double>(spec.vocab_size * spec.hidden_size);
   const double flop_per_token = 2.0 * (params - (spec.tie_word_embeddings ? 0.0 : embed));
 
-  std::printf("shardlm bench: %s (%s, %.1fM parameters, %.0f MB of weights), %d threads\n", model_dir.c_str(),
-              spec.architecture.c_str(), params / 1e6, weight_bytes / 1e6, cpu::num_threads());
-  const double bw = cpu::measure_memory_bandwidth(4).best();
-  const double peak = cpu::measure_fma_peak_gflops(300);
-  std::printf("machine: memory bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s\n", bw, peak);
+  const bool gpu = backend->name() == "cuda";
+  std::printf("shardlm bench: %s (%s, %.1fM parameters, %.0f MB of weights), backend %s, %d threads\n",
+              model_dir.c_str(), spec.architecture.c_str(), params / 1e6, weight_bytes / 1e6, backend->name().c_str(),
+              cpu::num_threads());
+  double bw = 0, peak = 0;  // GB/s, GFLOP/s
+  const char* peak_name = "fp32 FMA peak";
+  if (gpu) {
+    gpu_ceilings(spec, prompt_len, &bw, &peak);
+    peak_name = "bf16 tensor peak";
+  } else {
+    bw = cpu::measure_memory_bandwidth(4).best();
+    peak = cpu::measure_fma_peak_gflops(300);
+    std::printf("machine: memory bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s\n", bw, peak);
+  }
   std::printf("ceilings for this model: decode (batch 1, weights streamed once per token) %.1f tok/s; "
               "compute-bound tokens (prefill, batched decode) %.1f tok/s\n\n",
               bw * 1e9 / weight_bytes, peak * 1e9 / flop_per_token);
@@ -126,25 +178,27 @@ int cmd_bench(int argc, char** argv) {
   // 1. Prefill: one prompt in one step; the time to its first token is the prefill time.
   Scenario pre = run_scenario(*model, *tok, ec, 1, prompt_len, 1);
   const double prefill_tps = prompt_len / (pre.results[0].t_first_token - pre.results[0].t_queued);
-  std::printf("prefill  %5lld-token prompt:          %8.1f tok/s  (%.1f GFLOP/s, %.0f%% of FMA peak; llama.cpp BF16 2 threads: 181)\n",
+  std::printf("prefill  %5lld-token prompt:          %8.1f tok/s  (%.1f GFLOP/s, %.1f%% of %s%s)\n",
               static_cast<long long>(prompt_len), prefill_tps, prefill_tps * flop_per_token / 1e9,
-              100.0 * prefill_tps * flop_per_token / 1e9 / peak);
+              100.0 * prefill_tps * flop_per_token / 1e9 / peak, peak_name,
+              gpu ? "" : "; llama.cpp BF16 2 threads: 181");
 
   // 2. Decode at batch 1: tokens after the first, over the time after the first.
   Scenario dec = run_scenario(*model, *tok, ec, 1, 16, decode_tokens);
   const RequestResult& r = dec.results[0];
   const double decode_tps = (r.output_tokens.size() - 1) / (r.t_finished - r.t_first_token);
-  std::printf("decode   batch 1:                    %8.1f tok/s  (%.1f GB/s of weights, %.0f%% of bandwidth; llama.cpp: 33.5)\n",
-              decode_tps, decode_tps * weight_bytes / 1e9, 100.0 * decode_tps * weight_bytes / 1e9 / bw);
+  std::printf("decode   batch 1:                    %8.1f tok/s  (%.1f GB/s of weights, %.1f%% of bandwidth%s)\n",
+              decode_tps, decode_tps * weight_bytes / 1e9, 100.0 * decode_tps * weight_bytes / 1e9 / bw,
+              gpu ? "" : "; llama.cpp: 33.5");
 
   // 3. Batched: many sequences of batch_in prompt + batch_out output, continuous batching.
   ec.scheduler.max_batch_tokens = 2048;
   Scenario bat = run_scenario(*model, *tok, ec, batch, batch_in, batch_out);
   const double total_tps = bat.stats.total_tokens_per_s();
-  std::printf("batched  %lld x (%lld in + %lld out):   %8.1f tok/s total, %.1f output tok/s, %.1f s  (%.1f GFLOP/s, %.0f%% of FMA peak; llama.cpp: 47 total)\n",
+  std::printf("batched  %lld x (%lld in + %lld out):   %8.1f tok/s total, %.1f output tok/s, %.1f s  (%.1f GFLOP/s, %.1f%% of %s%s)\n",
               static_cast<long long>(batch), static_cast<long long>(batch_in), static_cast<long long>(batch_out),
               total_tps, bat.stats.output_tokens_per_s(), bat.stats.wall_s, total_tps * flop_per_token / 1e9,
-              100.0 * total_tps * flop_per_token / 1e9 / peak);
+              100.0 * total_tps * flop_per_token / 1e9 / peak, peak_name, gpu ? "" : "; llama.cpp: 47 total");
   return 0;
 }
 

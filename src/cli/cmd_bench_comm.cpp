@@ -2,7 +2,11 @@
 // send/recv, size by size, in the format of nccl-tests (time, algorithm and bus bandwidth,
 // #wrong), so that the same nodes can be compared with all_reduce_perf & co.
 //
-//   mpirun -np N shardlm bench-comm [--op all] [--min-bytes 8] [--max-bytes 64M] [--iters 20]
+//   mpirun -np N shardlm bench-comm [--comm mpi|nccl] [--op all] [--min-bytes 8] [--max-bytes 64M] [--iters 20]
+//
+// With --comm nccl the buffers are device memory (cudaMalloc; the input pattern is copied in and
+// the results copied back for the check), so the figures are NCCL's; each rank binds the GPU of
+// its local rank first. With mpi they are host memory.
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
@@ -20,7 +24,18 @@
 #include "cli/subcommand.h"
 #include "core/error.h"
 #include "parallel/communicator.h"
+#include "parallel/gpu_binding.h"
 #include "parallel/mpi_env.h"
+#include "parallel/node_local.h"
+
+#ifdef SHARDLM_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "cuda/device_info.h"
+#endif
+#ifdef SHARDLM_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 namespace po = boost::program_options;
 
@@ -169,6 +184,7 @@ struct Options {
   uint64_t min_bytes = 8, max_bytes = 64ull << 20;
   int step = 2, iters = 20, warmup = 5;
   bool check = true, inject_wrong = false;
+  bool device = false;  // device buffers (--comm nccl)
   std::string min_text, max_text;
 };
 
@@ -182,16 +198,72 @@ CommDType dtype_of() {
   return std::is_same_v<T, float> ? CommDType::kF32 : CommDType::kI32;
 }
 
+// The input and output of one size: host vectors, and for device runs their device copies, which
+// are what the communicator sees.
 template <typename T>
-void run_op(Communicator& comm, Op op, const std::vector<T>& send, std::vector<T>& recv, uint64_t block) {
+class Buffers {
+ public:
+  Buffers(size_t send_n, size_t recv_n, bool device) : send(send_n), recv(recv_n), device_(device) {
+#ifdef SHARDLM_HAVE_CUDA
+    // At least one element, so that every rank passes a real device pointer even for size 0.
+    if (device_) {
+      check(cudaMalloc(&dsend_, std::max<size_t>(send_n, 1) * sizeof(T)), "cudaMalloc");
+      check(cudaMalloc(&drecv_, std::max<size_t>(recv_n, 1) * sizeof(T)), "cudaMalloc");
+    }
+#else
+    SHARDLM_CHECK(!device_, "shardlm bench-comm: device buffers need a CUDA build");
+#endif
+  }
+  ~Buffers() {
+#ifdef SHARDLM_HAVE_CUDA
+    if (dsend_) cudaFree(dsend_);
+    if (drecv_) cudaFree(drecv_);
+#endif
+  }
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
+
+  const T* send_ptr() const { return device_ ? dsend_ : send.data(); }
+  T* recv_ptr() { return device_ ? drecv_ : recv.data(); }
+  // Host vectors to the device buffers (no-op for host runs).
+  void upload() {
+#ifdef SHARDLM_HAVE_CUDA
+    if (!device_) return;
+    if (!send.empty()) check(cudaMemcpy(dsend_, send.data(), send.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
+    if (!recv.empty()) check(cudaMemcpy(drecv_, recv.data(), recv.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
+#endif
+  }
+  // The device output back to the host vector (no-op for host runs).
+  void download() {
+#ifdef SHARDLM_HAVE_CUDA
+    if (device_ && !recv.empty())
+      check(cudaMemcpy(recv.data(), drecv_, recv.size() * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
+#endif
+  }
+
+  std::vector<T> send, recv;
+
+ private:
+#ifdef SHARDLM_HAVE_CUDA
+  static void check(cudaError_t e, const char* what) {
+    SHARDLM_CHECK(e == cudaSuccess, "shardlm bench-comm: " << what << ": " << cudaGetErrorString(e));
+  }
+#endif
+  bool device_;
+  T* dsend_ = nullptr;
+  T* drecv_ = nullptr;
+};
+
+template <typename T>
+void run_op(Communicator& comm, Op op, Buffers<T>& b, uint64_t block) {
   const CommDType t = dtype_of<T>();
   const int n = comm.size(), r = comm.rank();
   switch (op) {
-    case Op::kAllReduce: comm.all_reduce(recv.data(), block, t, ReduceOp::kSum); break;
-    case Op::kAllGather: comm.all_gather(send.data(), recv.data(), block, t); break;
-    case Op::kReduceScatter: comm.reduce_scatter(send.data(), recv.data(), block, t, ReduceOp::kSum); break;
-    case Op::kAllToAll: comm.all_to_all(send.data(), recv.data(), block, t); break;
-    case Op::kSendRecv: comm.send_recv(send.data(), block, (r + 1) % n, recv.data(), block, (r + n - 1) % n, t, 7); break;
+    case Op::kAllReduce: comm.all_reduce(b.recv_ptr(), block, t, ReduceOp::kSum); break;
+    case Op::kAllGather: comm.all_gather(b.send_ptr(), b.recv_ptr(), block, t); break;
+    case Op::kReduceScatter: comm.reduce_scatter(b.send_ptr(), b.recv_ptr(), block, t, ReduceOp::kSum); break;
+    case Op::kAllToAll: comm.all_to_all(b.send_ptr(), b.recv_ptr(), block, t); break;
+    case Op::kSendRecv: comm.send_recv(b.send_ptr(), block, (r + 1) % n, b.recv_ptr(), block, (r + n - 1) % n, t, 7); break;
   }
 }
 
@@ -200,23 +272,26 @@ Row bench_size(Communicator& comm, Op op, uint64_t bytes, const Options& o, cons
   const int n = comm.size(), r = comm.rank();
   const size_t es = sizeof(T);
   const uint64_t block = block_count(op, n, bytes, es);
-  std::vector<T> send(send_elems(op, n, block)), recv(recv_elems(op, n, block));
+  Buffers<T> b(send_elems(op, n, block), recv_elems(op, n, block), o.device);
+  std::vector<T>& recv = b.recv;
   auto fill = [&]() {
-    for (uint64_t i = 0; i < send.size(); ++i) send[i] = static_cast<T>(input_value(r, i));
-    if (op == Op::kAllReduce) recv = send;  // in place
+    for (uint64_t i = 0; i < b.send.size(); ++i) b.send[i] = static_cast<T>(input_value(r, i));
+    if (op == Op::kAllReduce) b.recv = b.send;  // in place
+    b.upload();
   };
   fill();
-  for (int i = 0; i < o.warmup; ++i) run_op(comm, op, send, recv, block);
+  for (int i = 0; i < o.warmup; ++i) run_op(comm, op, b, block);
   comm.barrier();
   const auto t0 = Clock::now();
-  for (int i = 0; i < o.iters; ++i) run_op(comm, op, send, recv, block);
+  for (int i = 0; i < o.iters; ++i) run_op(comm, op, b, block);
   int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count() / o.iters;
   comm.all_reduce(&ns, 1, CommDType::kI64, ReduceOp::kMax);
 
   int64_t wrong = -1;  // -1: not checked
   if (o.check) {
     fill();
-    run_op(comm, op, send, recv, block);
+    run_op(comm, op, b, block);
+    b.download();
     if (o.inject_wrong && r == n - 1 && !recv.empty()) recv[recv.size() / 2] += static_cast<T>(1);
     wrong = 0;
     for (uint64_t i = 0; i < recv.size(); ++i)
@@ -306,14 +381,16 @@ int bench_all(Communicator& comm, const Options& o, const char* type_name, const
 }  // namespace
 
 int cmd_bench_comm(int argc, char** argv) {
-  std::string backend = "mpi", group = "world", op_text = "all", dtype = "float";
+  std::string backend = "mpi", backend_alias, group = "world", op_text = "all", dtype = "float";
   Options o;
   o.min_text = "8";
   o.max_text = "64M";
   double timeout = 60;
   int check = 1;
   po::options_description d("shardlm bench-comm options");
-  d.add_options()("backend", po::value(&backend)->default_value(backend), "communicator backend (mpi)")(
+  d.add_options()("comm", po::value(&backend)->default_value(backend),
+                  "communicator backend: mpi (host buffers) or nccl (device buffers)")(
+      "backend", po::value(&backend_alias), "same as --comm")(
       "group", po::value(&group)->default_value(group), "ranks taking part: world")(
       "op", po::value(&op_text)->default_value(op_text),
       "all, or a comma list of all_reduce, all_gather, reduce_scatter, all_to_all, sendrecv")(
@@ -328,8 +405,14 @@ int cmd_bench_comm(int argc, char** argv) {
       "inject-wrong", po::bool_switch(&o.inject_wrong), "testing: corrupt one received element on the last rank");
   po::variables_map vm;
   if (!parse_subcommand(argc, argv, "bench-comm",
-                        "mpirun -np N shardlm bench-comm [--op all] [--min-bytes 8] [--max-bytes 64M] [--iters 20]", d, &vm))
+                        "mpirun -np N shardlm bench-comm [--comm mpi|nccl] [--op all] [--min-bytes 8] [--max-bytes 64M] [--iters 20]", d, &vm))
     return 0;
+  if (vm.count("backend")) {
+    SHARDLM_CHECK(vm["comm"].defaulted() || backend == backend_alias,
+                  "shardlm bench-comm: --comm " << backend << " and --backend " << backend_alias << " disagree");
+    backend = backend_alias;
+  }
+  o.device = backend == "nccl";
   o.min_bytes = parse_size(o.min_text, "--min-bytes");
   o.max_bytes = parse_size(o.max_text, "--max-bytes");
   o.ops = parse_ops(op_text);
@@ -342,14 +425,28 @@ int cmd_bench_comm(int argc, char** argv) {
 
   std::vector<int> members(static_cast<size_t>(MpiEnv::size()));
   for (size_t i = 0; i < members.size(); ++i) members[i] = static_cast<int>(i);
+  const int gpu = bind_local_gpu(node_local());  // collective: every rank calls it
   std::unique_ptr<Communicator> comm = make_communicator(backend, members, group, timeout);
   const std::string hosts = host_summary(*comm);
+  std::string buffers = "host memory";
+  if (o.device) {
+    buffers = "device memory (rank 0: GPU " + std::to_string(gpu);
+#ifdef SHARDLM_HAVE_CUDA
+    buffers += ", " + cuda::device_name(gpu);
+#endif
+    buffers += ")";
+#ifdef SHARDLM_HAVE_NCCL
+    int v = 0;
+    ncclGetVersion(&v);
+    buffers += ", NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+#endif
+  }
   char head[1024];
   std::snprintf(head, sizeof head,
                 "# shardlm bench-comm: backend %s, group %s, %d ranks on %s\n# MPI library: %s\n"
-                "# dtype %s, iters %d, warmup %d, check %s, timeout %g s\n",
+                "# buffers: %s\n# dtype %s, iters %d, warmup %d, check %s, timeout %g s\n",
                 backend.c_str(), group.c_str(), comm->size(), hosts.c_str(), MpiEnv::library_version().c_str(),
-                dtype.c_str(), o.iters, o.warmup, o.check ? "on" : "off", timeout);
+                buffers.c_str(), dtype.c_str(), o.iters, o.warmup, o.check ? "on" : "off", timeout);
   if (dtype == "float") return bench_all<float>(*comm, o, "float", head);
   return bench_all<int32_t>(*comm, o, "int32", head);
 }

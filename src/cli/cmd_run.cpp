@@ -20,6 +20,9 @@
 #include "model/checkpoint.h"
 #include "model/model_spec.h"
 #include "parallel/communicator.h"
+#include "parallel/fabric_preflight.h"
+#include "parallel/gpu_binding.h"
+#include "parallel/node_local.h"
 #include "parallel/layout_groups.h"
 #include "parallel/mpi_env.h"
 #include "parallel/rank_report.h"
@@ -156,6 +159,21 @@ void write_attributes(ResultWriter& w, const RunOptions& opt, const ModelSpec& s
   for (const auto& [lib, ver] : library_versions()) w.set_attr("version_" + lib, ver);
 }
 
+// The network preflight's findings (README "Network preflight"); "none" where a library is absent.
+void write_fabric_attributes(ResultWriter& w, const FabricReport& f) {
+  auto or_none = [](const std::string& s) { return s.empty() ? std::string("none") : s; };
+  w.set_attr("nodes", static_cast<int64_t>(f.nodes.size()));
+  w.set_attr("fabric_providers", or_none(f.providers()));
+  w.set_attr("fabric_efa_devices", f.efa_devices());
+  w.set_attr("fabric_nccl_net", or_none(f.nccl_net()));
+  w.set_attr("fabric_warnings", f.warnings_json());
+  w.set_attr("fabric_nodes", f.facts_json());
+  w.set_attr("nccl_version", or_none(f.nccl_version()));
+  w.set_attr("cuda_runtime_version", or_none(f.cuda_runtime()));
+  w.set_attr("cuda_driver_version", or_none(f.cuda_driver()));
+  w.set_attr("gpus_per_node", f.gpus_per_node());
+}
+
 void write_summary(ResultWriter& w, const RunStats& stats) {
   w.set_attr("end_time", iso_time_now());
   w.set_attr("summary", stats.summary());
@@ -186,6 +204,19 @@ int cmd_run(int argc, char** argv) {
   cpu::set_num_threads(opt.threads);
   const std::string started = iso_time_now();
 
+  // The network preflight comes first: its report is out before anything that could hang on a bad
+  // network (NCCL's bootstrap), and a job on the wrong one (--require-efa) ends here, on every rank.
+  FabricReport fabric;
+  {
+    std::unique_ptr<Communicator> all;
+    if (world > 1) {
+      std::vector<int> ranks(static_cast<size_t>(world));
+      for (int r = 0; r < world; ++r) ranks[static_cast<size_t>(r)] = r;
+      all = make_communicator("mpi", ranks, "world (fabric preflight)", opt.comm_timeout);
+    }
+    fabric = fabric_preflight(all.get(), opt.require_efa, fabric_report_mode(opt.fabric_report, world));
+  }
+
   const ModelSpec spec = ModelSpec::load(opt.model);
   Layout layout{opt.tp, opt.pp, opt.replicas > 0 ? opt.replicas : std::max(1, world / (opt.tp * opt.pp * opt.dp)),
                 opt.dp, opt.ep > 0 ? opt.ep : (spec.moe.enabled() && opt.dp > 1 ? opt.dp * opt.tp : 1)};
@@ -194,6 +225,9 @@ int cmd_run(int argc, char** argv) {
     topo.set_stage_layers(parse_stage_layers(opt.pp_layers, layout.pp, static_cast<int>(spec.num_layers)),
                           static_cast<int>(spec.num_layers));
   }
+  // A GPU per rank (round-robin over the node's GPUs by local rank) before any communicator is
+  // made: NCCL communicators and staged MPI buffers live on the current device.
+  if (opt.backend == "cuda" || opt.comm == "nccl") bind_local_gpu(node_local());
   LayoutGroups groups = make_layout_groups(topo, opt.comm, opt.comm_timeout);
   // The writer opens its file before any weight is read: a bad output path fails at once, and a
   // resumed file says which requests are done.
@@ -258,6 +292,7 @@ int cmd_run(int argc, char** argv) {
   }
 
   write_attributes(*writer, opt, spec, topo, started, argc, argv);
+  write_fabric_attributes(*writer, fabric);
   if (!done.empty()) writer->set_attr("resumed_with_requests", static_cast<int64_t>(done.size()));
   RunStats stats;  // every replica's requests
   WriterSink writer_sink(*writer, stats, finished);

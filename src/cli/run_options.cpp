@@ -51,6 +51,8 @@ po::options_description describe(RunOptions& o) {
     ("metrics-port", po::value(&o.metrics_port)->default_value(o.metrics_port), "serve Prometheus metrics at http://BIND:PORT/metrics on the writer rank (-1 = off, 0 = any free port)")
     ("metrics-bind", po::value(&o.metrics_bind)->default_value(o.metrics_bind), "address the metrics endpoint listens on")
     ("metrics-file", po::value(&o.metrics_file), "write the metrics to this file every few seconds (node_exporter textfile collector)")
+    ("require-efa", po::bool_switch(&o.require_efa), "fail at start, on every rank, unless every node's libfabric lists the efa provider (the report names the nodes and what they have instead)")
+    ("fabric-report", po::value(&o.fabric_report)->default_value(o.fabric_report), "network preflight report: auto (one line per kind of node and the warnings with several ranks, one line alone) | on | line | off")
     ("quiet,q", po::bool_switch(&o.quiet), "no progress lines");
   // clang-format on
   return d;
@@ -92,6 +94,9 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
   SHARDLM_CHECK(o.flush_seconds >= 0, "--flush-seconds must be >= 0");
   SHARDLM_CHECK(o.comm_timeout > 0, "--comm-timeout must be positive");
   SHARDLM_CHECK(o.metrics_port >= -1 && o.metrics_port <= 65535, "--metrics-port must be -1 (off) or in [0, 65535]");
+  SHARDLM_CHECK(o.fabric_report == "auto" || o.fabric_report == "on" || o.fabric_report == "line" ||
+                    o.fabric_report == "off",
+                "--fabric-report must be auto, on, line or off, not '" << o.fabric_report << "'");
   SHARDLM_CHECK(o.tp >= 1 && o.pp >= 1 && o.replicas >= 0 && o.dp >= 1 && o.ep >= 0,
                 "--tp, --pp and --dp must be >= 1, --replicas and --ep >= 0");
   *out = o;
@@ -109,7 +114,8 @@ std::string to_ini(const RunOptions& o) {
     << "\nthreads = " << o.threads << "\nflush-every = " << o.flush_every << "\nflush-seconds = " << o.flush_seconds
     << "\nresume = " << (o.resume ? "true" : "false") << "\ntp = " << o.tp << "\npp = " << o.pp << "\nreplicas = " << o.replicas << "\ndp = " << o.dp << "\nep = " << o.ep;
   if (!o.pp_layers.empty()) s << "\npp-layers = " << o.pp_layers;
-  s << "\ncomm = " << o.comm << "\ncomm-timeout = " << o.comm_timeout << "\n";
+  s << "\ncomm = " << o.comm << "\ncomm-timeout = " << o.comm_timeout
+    << "\nrequire-efa = " << (o.require_efa ? "true" : "false") << "\nfabric-report = " << o.fabric_report << "\n";
   return s.str();
 }
 

@@ -44,6 +44,8 @@ struct RunOptions {
   std::string metrics_bind = "127.0.0.1";  // address it listens on
   std::string metrics_file;               // textfile-collector output, rewritten periodically
   bool quiet = false;
+  bool require_efa = false;             // fail at start unless every node lists the efa libfabric provider
+  std::string fabric_report = "auto";   // network preflight report: auto|on|line|off
 };
 
 // Parses `shardlm run` arguments (argv[0] is "run"). Returns false after printing help.

@@ -23,6 +23,29 @@ struct Matrix {
   const void* data = nullptr;
 };
 
+// The paged-KV block lists of a step's tokens: token t's sequence holds its positions in cache
+// blocks blocks[start[t]], blocks[start[t] + 1], ... (position p in block p / block_size). Both
+// arrays are backend memory; host_blocks / host_start are the same arrays in host memory (backends
+// that run on the host may use either).
+struct BlockTables {
+  const int32_t* blocks = nullptr;
+  const int32_t* start = nullptr;  // [T]
+  const int32_t* host_blocks = nullptr;
+  const int32_t* host_start = nullptr;
+};
+
+// How a Mixture-of-Experts router picks k of num_experts experts per token (arch/moe_router.h
+// defines both modes exactly).
+struct RouterConfig {
+  int64_t num_experts = 0, k = 0;
+  bool sigmoid = false;       // DeepSeek-V3 / Kimi K2 scoring, group-limited; else softmax top-k
+  bool renormalise = false;   // softmax: divide the chosen probabilities by their sum
+  bool norm_topk_prob = false;  // sigmoid: divide the chosen scores by their sum
+  double scale = 1.0;         // routed_scaling_factor
+  int64_t n_group = 1, topk_group = 1;
+  const float* bias = nullptr;  // [num_experts] selection bias, backend memory; may be null
+};
+
 // A 1-D fp32 weight (norm scales, biases).
 struct Vector {
   int64_t n = 0;
@@ -37,6 +60,13 @@ class ComputeBackend {
   // Weight loading. Matrices in F32/BF16 may be used in place; other dtypes are converted.
   virtual Matrix load_matrix(const TensorView& t) = 0;
   virtual Vector load_vector(const TensorView& t) = 0;
+  // FP8 e4m3 weights with block scales (model/fp8_block.h): the bf16 matrix of rows [r0, r0 + nr)
+  // and columns [c0, c0 + nc) of w [R, C]. A backend that dequantises on its device moves the fp8
+  // bytes and the scales (about half the bytes of bf16) and says so with dequantises_fp8(); for
+  // the others the weight loader dequantises on the host and calls load_matrix.
+  virtual bool dequantises_fp8() const { return false; }
+  virtual Matrix load_fp8_matrix(const TensorView& w, const TensorView& scale_inv, int64_t block_rows,
+                                 int64_t block_cols, int64_t r0, int64_t nr, int64_t c0, int64_t nc);
 
   // Activation memory, owned by the backend, freed when the backend is destroyed or by free().
   virtual void* alloc(size_t bytes) = 0;
@@ -59,9 +89,8 @@ class ComputeBackend {
   virtual void kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
                         int64_t head_dim, float* k_cache, float* v_cache) = 0;
   virtual void attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                         const float* k_cache, const float* v_cache, int64_t block_size,
-                         const int32_t* const* block_table, const int32_t* pos, int64_t window, float scale,
-                         float* out) = 0;
+                         const float* k_cache, const float* v_cache, int64_t block_size, const BlockTables& tables,
+                         const int32_t* pos, int64_t window, float scale, float* out) = 0;
 
   // ---- Multi-head Latent Attention (DeepSeek-V2/V3, Kimi K2; see kernels/cpu/latent_attention.h) ----
   // RoPE of rot_dim-wide vectors read with strides, written packed to out [T, n_heads, rot_dim]:
@@ -84,12 +113,30 @@ class ComputeBackend {
                                   int64_t kv_lora, int64_t rope_dim, float* cache) = 0;
   // Absorbed MLA attention over the latent cache. q_latent, out [T, n_heads, kv_lora]; q_rope
   // [T, n_heads, rope_dim]. Token t attends causally to positions [0, pos[t]] of its sequence
-  // (blocks in block_table[t]); with cache rows (c_j, r_j):
+  // (its block list in tables); with cache rows (c_j, r_j):
   //   s_j = (q_latent[t,h]·c_j + q_rope[t,h]·r_j) * scale;  out[t,h] = sum_j softmax(s)_j c_j.
   virtual void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads,
                                 int64_t kv_lora, int64_t rope_dim, const float* cache, int64_t block_size,
-                                const int32_t* const* block_table, const int32_t* pos, float scale,
-                                float* out) = 0;
+                                const BlockTables& tables, const int32_t* pos, float scale, float* out) = 0;
+
+  // ---- Mixture-of-Experts (kernels/cpu/expert_permute.h defines the layouts) ----
+  // Router logits [T, num_experts] -> ids [T, k] (best first) and weights [T, k].
+  virtual void moe_route(const float* logits, int64_t T, const RouterConfig& cfg, int32_t* ids, float* weights) = 0;
+  // Groups the (token, slot) pairs routed to the local experts [e0, e0 + E) by expert, in
+  // ascending (token, slot) order within an expert: offsets [E + 1] (int32), slot_row [T, k] (the
+  // row of pair (t, j), -1 when its expert is not local), row_pair [T * k] (row -> t * k + j).
+  virtual void expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, int32_t* offsets,
+                              int32_t* slot_row, int32_t* row_pair) = 0;
+  // xp [rows, H]: row r is x[row_pair[r] / k]. rows = offsets[E] of the permute.
+  virtual void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, int64_t rows,
+                             float* xp) = 0;
+  // out [T, H] = for each token, from zero, + weights[t, j] * yp[slot_row[t, j]] over its local
+  // slots in ascending expert id (the sum does not depend on the layout's expert split order).
+  virtual void expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights,
+                              const int32_t* slot_row, int64_t T, int64_t k, float* out) = 0;
+  // out [T, H] += g_t * y, g_t = 1 / (1 + exp(-gate_logits[t])) in fp32, or 1 when gate_logits is
+  // null (a shared expert, Qwen2-MoE's gated one).
+  virtual void gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) = 0;
 };
 
 // Backend registry (src/compute/backend_registry.cpp): a backend is added by one file defining its

@@ -3,6 +3,9 @@
 
 #include "compute/backend.h"
 #include "compute/cpu_backend.h"
+#ifdef SHARDLM_HAVE_CUDA
+#include "compute/cuda_backend.h"
+#endif
 #include "core/error.h"
 
 namespace shardlm {
@@ -15,6 +18,9 @@ struct BackendEntry {
 
 const BackendEntry kBackends[] = {
     {"cpu", &make_cpu_backend},
+#ifdef SHARDLM_HAVE_CUDA
+    {"cuda", &make_cuda_backend},
+#endif
 };
 
 }  // namespace

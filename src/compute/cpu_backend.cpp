@@ -1,11 +1,15 @@
 #include "compute/cpu_backend.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
+#include "arch/moe_router.h"
 #include "core/error.h"
 #include "cpu/activation.h"
 #include "cpu/embedding.h"
+#include "cpu/expert_permute.h"
+#include "cpu/gated_add.h"
 #include "cpu/head_matmul.h"
 #include "cpu/latent_attention.h"
 #include "cpu/matmul.h"
@@ -172,12 +176,11 @@ void CpuBackend::kv_write(const float* k, const float* v, int64_t T, const int64
 
 void CpuBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                            const float* k_cache, const float* v_cache, int64_t block_size,
-                           const int32_t* const* block_table, const int32_t* pos, int64_t window, float scale,
-                           float* out) {
+                           const BlockTables& tables, const int32_t* pos, int64_t window, float scale, float* out) {
   SHARDLM_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0,
                 "cpu backend: n_heads " << n_heads << " is not a multiple of n_kv_heads " << n_kv_heads);
-  cpu::paged_attention(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, block_size, block_table, pos,
-                       window, scale, out);
+  cpu::paged_attention(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, block_size,
+                       token_tables(tables, T), pos, window, scale, out);
 }
 
 void CpuBackend::rope_strided(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
@@ -208,9 +211,53 @@ void CpuBackend::latent_cache_write(const float* latent, const float* k_rope, in
 
 void CpuBackend::latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads,
                                   int64_t kv_lora, int64_t rope_dim, const float* cache, int64_t block_size,
-                                  const int32_t* const* block_table, const int32_t* pos, float scale, float* out) {
-  cpu::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, block_table, pos, scale,
-                        out);
+                                  const BlockTables& tables, const int32_t* pos, float scale, float* out) {
+  cpu::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, token_tables(tables, T),
+                        pos, scale, out);
+}
+
+void CpuBackend::moe_route(const float* logits, int64_t T, const RouterConfig& cfg, int32_t* ids, float* weights) {
+  // The host router itself, so that both paths of the MoE block route identically.
+  Routing r;
+  if (cfg.sigmoid)
+    route_sigmoid_grouped(logits, T, cfg.num_experts, cfg.k, cfg.bias, cfg.n_group, cfg.topk_group,
+                          cfg.norm_topk_prob, cfg.scale, &r);
+  else
+    route_softmax_topk(logits, T, cfg.num_experts, cfg.k, cfg.renormalise, cfg.scale, &r);
+  if (T == 0) return;
+  std::memcpy(ids, r.experts.data(), r.experts.size() * sizeof(int32_t));
+  std::memcpy(weights, r.weights.data(), r.weights.size() * sizeof(float));
+}
+
+void CpuBackend::expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, int32_t* offsets,
+                                int32_t* slot_row, int32_t* row_pair) {
+  SHARDLM_CHECK(E >= 0 && e0 >= 0 && e0 + E <= INT32_MAX && T >= 0 && k >= 0 && T * k <= INT32_MAX,
+                "cpu backend: expert_permute of " << T << " x " << k << " slots over experts [" << e0 << ", +" << E
+                                                  << ")");
+  cpu::expert_permute(ids, T, k, static_cast<int32_t>(e0), E, offsets, slot_row, row_pair);
+}
+
+void CpuBackend::expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, int64_t rows,
+                               float* xp) {
+  cpu::expert_gather(x, H, k, row_pair, rows, xp);
+}
+
+void CpuBackend::expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights,
+                                const int32_t* slot_row, int64_t T, int64_t k, float* out) {
+  cpu::expert_combine(yp, H, ids, weights, slot_row, T, k, out);
+}
+
+void CpuBackend::gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) {
+  cpu::gated_add(out, y, gate_logits, T, H);
+}
+
+const int32_t* const* CpuBackend::token_tables(const BlockTables& tables, int64_t T) {
+  // Host memory is backend memory here, so either copy of the arrays will do.
+  const int32_t* blocks = tables.host_blocks ? tables.host_blocks : tables.blocks;
+  const int32_t* start = tables.host_start ? tables.host_start : tables.start;
+  token_tables_.resize(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) token_tables_[t] = blocks + start[t];
+  return token_tables_.data();
 }
 
 std::unique_ptr<ComputeBackend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }

@@ -44,8 +44,7 @@ class CpuBackend : public ComputeBackend {
                 int64_t head_dim, float* k_cache, float* v_cache) override;
   void attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                  const float* k_cache, const float* v_cache, int64_t block_size,
-                 const int32_t* const* block_table, const int32_t* pos, int64_t window, float scale,
-                 float* out) override;
+                 const BlockTables& tables, const int32_t* pos, int64_t window, float scale, float* out) override;
   void rope_strided(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
                     int64_t rot_dim, const int32_t* pos, const float* inv_freq, bool interleaved,
                     float attention_factor, float* out) override;
@@ -55,11 +54,23 @@ class CpuBackend : public ComputeBackend {
                           int64_t kv_lora, int64_t rope_dim, float* cache) override;
   void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora,
                         int64_t rope_dim, const float* cache, int64_t block_size,
-                        const int32_t* const* block_table, const int32_t* pos, float scale,
-                        float* out) override;
+                        const BlockTables& tables, const int32_t* pos, float scale, float* out) override;
+  // Mixture-of-Experts: the host router (arch/moe_router.h) and kernels/cpu/expert_permute.h,
+  // gated_add.h, so that a block running through these ops matches the host path bit for bit.
+  void moe_route(const float* logits, int64_t T, const RouterConfig& cfg, int32_t* ids, float* weights) override;
+  void expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, int32_t* offsets,
+                      int32_t* slot_row, int32_t* row_pair) override;
+  void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, int64_t rows,
+                     float* xp) override;
+  void expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights, const int32_t* slot_row,
+                      int64_t T, int64_t k, float* out) override;
+  void gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) override;
 
  private:
   float* alloc_floats(size_t n);  // owned weight storage (converted copies)
+  // The CPU kernels take one block-list pointer per token.
+  const int32_t* const* token_tables(const BlockTables& tables, int64_t T);
+  std::vector<const int32_t*> token_tables_;
 
   std::mutex mu_;
   std::unordered_set<void*> allocs_;  // activation memory from alloc()

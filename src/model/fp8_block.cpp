@@ -135,8 +135,8 @@ uint8_t f32_to_fp8_e4m3(float f) {
   return sign | static_cast<uint8_t>(k);
 }
 
-void dequant_fp8_block(const TensorView& w, const TensorView& scale_inv, int64_t block_rows, int64_t block_cols,
-                       int64_t r0, int64_t nr, int64_t c0, int64_t nc, uint16_t* out_bf16) {
+void check_fp8_slice(const TensorView& w, const TensorView& scale_inv, int64_t block_rows, int64_t block_cols,
+                     int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
   const std::string both = "fp8 weight " + describe(w) + " with block scales " + describe(scale_inv);
   SHARDLM_CHECK(w.dtype == DType::F8_E4M3,
                 both << ": the weight has dtype " << dtype_name(w.dtype) << ", expected F8_E4M3");
@@ -159,8 +159,30 @@ void dequant_fp8_block(const TensorView& w, const TensorView& scale_inv, int64_t
   SHARDLM_CHECK(r0 >= 0 && nr >= 0 && r0 <= R && nr <= R - r0 && c0 >= 0 && nc >= 0 && c0 <= C && nc <= C - c0,
                 both << ": slice rows [" << r0 << ", " << r0 + nr << ") x columns [" << c0 << ", " << c0 + nc
                      << ") is outside the weight shape " << shape_str(w.shape));
+}
+
+Fp8SliceScales fp8_slice_scales(const TensorView& scale_inv, int64_t block_rows, int64_t block_cols, int64_t r0,
+                                int64_t nr, int64_t c0, int64_t nc) {
+  Fp8SliceScales out;
+  if (nr <= 0 || nc <= 0) return out;
+  const int64_t br0 = r0 / block_rows, br1 = (r0 + nr - 1) / block_rows;
+  const int64_t bc0 = c0 / block_cols, bc1 = (c0 + nc - 1) / block_cols;
+  const int64_t all_cols = scale_inv.shape[1];
+  out.rows = br1 - br0 + 1;
+  out.cols = bc1 - bc0 + 1;
+  out.scales.resize(static_cast<size_t>(out.rows * out.cols));
+  for (int64_t i = 0; i < out.rows; ++i)
+    for (int64_t j = 0; j < out.cols; ++j) out.scales[i * out.cols + j] = read_scale(scale_inv, (br0 + i) * all_cols + bc0 + j);
+  return out;
+}
+
+void dequant_fp8_block(const TensorView& w, const TensorView& scale_inv, int64_t block_rows, int64_t block_cols,
+                       int64_t r0, int64_t nr, int64_t c0, int64_t nc, uint16_t* out_bf16) {
+  check_fp8_slice(w, scale_inv, block_rows, block_cols, r0, nr, c0, nc);
   if (nr == 0 || nc == 0) return;
-  SHARDLM_CHECK(out_bf16, both << ": null output buffer");
+  SHARDLM_CHECK(out_bf16, "fp8 weight '" << w.name << "': null output buffer");
+  const int64_t R = w.shape[0], C = w.shape[1];
+  const std::vector<int64_t> want = {ceil_div(R, block_rows), ceil_div(C, block_cols)};
 
   const auto& lut = decode_table();
   const uint8_t* W = static_cast<const uint8_t*>(w.data);

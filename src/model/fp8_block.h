@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "model/checkpoint.h"
 
@@ -19,6 +20,20 @@ uint8_t f32_to_fp8_e4m3(float f);
 // when the shapes of W and its scales do not agree.
 void dequant_fp8_block(const TensorView& w, const TensorView& scale_inv, int64_t block_rows, int64_t block_cols,
                        int64_t r0, int64_t nr, int64_t c0, int64_t nc, uint16_t* out_bf16);
+
+// The checks dequant_fp8_block makes (dtypes, the scales' shape for the block size, the slice
+// inside the weight); throws Error naming both tensors.
+void check_fp8_slice(const TensorView& w, const TensorView& scale_inv, int64_t block_rows, int64_t block_cols,
+                     int64_t r0, int64_t nr, int64_t c0, int64_t nc);
+
+// The fp32 scales of the blocks a slice touches: rows x cols of them, from block
+// (r0 / block_rows, c0 / block_cols). For a device dequantisation of the slice.
+struct Fp8SliceScales {
+  int64_t rows = 0, cols = 0;
+  std::vector<float> scales;
+};
+Fp8SliceScales fp8_slice_scales(const TensorView& scale_inv, int64_t block_rows, int64_t block_cols, int64_t r0,
+                                int64_t nr, int64_t c0, int64_t nc);
 
 // Quantises w [R, C] per block: scale = amax / 448 (1 for an all-zero block), q = fp8(w / scale);
 // scale_inv [ceil(R / br), ceil(C / bc)] receives the scales.

@@ -1,4 +1,9 @@
 // Backends by name: make_communicator looks the name up in one table.
+//
+// "mpi" is host MPI; where the CUDA runtime sees a GPU it is wrapped in StagedCommunicator so that
+// device buffers work too (through pinned host memory). On CPU-only machines it stays the plain
+// MPI communicator: no pointer checks on every call. "nccl" exists only in NCCL builds and needs
+// a GPU.
 #include <functional>
 #include <memory>
 #include <string>
@@ -7,6 +12,15 @@
 #include "core/error.h"
 #include "parallel/comm_mpi.h"
 #include "parallel/communicator.h"
+
+#ifdef SHARDLM_HAVE_CUDA
+#include "cuda/device_info.h"
+#include "parallel/comm_staged.h"
+#include "parallel/memory_space.h"
+#endif
+#ifdef SHARDLM_HAVE_NCCL
+#include "parallel/comm_nccl.h"
+#endif
 
 namespace shardlm {
 
@@ -22,8 +36,19 @@ struct Backend {
 const std::vector<Backend>& backends() {
   static const std::vector<Backend> table = {
       {"mpi", [](const std::vector<int>& m, const std::string& n, double t) -> std::unique_ptr<Communicator> {
-         return std::make_unique<MpiCommunicator>(m, n, t);
+         auto mpi = std::make_unique<MpiCommunicator>(m, n, t);
+#ifdef SHARDLM_HAVE_CUDA
+         if (cuda::device_count() > 0) return std::make_unique<StagedCommunicator>(std::move(mpi), cuda_memory_space());
+#endif
+         return mpi;
        }},
+#ifdef SHARDLM_HAVE_NCCL
+      {"nccl", [](const std::vector<int>& m, const std::string& n, double t) -> std::unique_ptr<Communicator> {
+         SHARDLM_CHECK(cuda::device_count() > 0, "communicator backend nccl for group " << n << ": no GPU on this host ("
+                                                     << cuda::why_none() << "); use --comm mpi");
+         return std::make_unique<NcclCommunicator>(m, n, t);
+       }},
+#endif
   };
   return table;
 }

@@ -4,26 +4,32 @@ namespace shardlm {
 
 LayoutGroups make_layout_groups(const Topology& topo, const std::string& backend, double timeout_s) {
   LayoutGroups g;
+  // With nccl only the tp and ep groups (the device collectives and the MoE all-to-all) use NCCL.
+  // Pipeline peers post the receive of the logits before the send of the hidden state, and NCCL
+  // runs a communicator's operations in issue order on its stream, so that pattern would deadlock;
+  // the world, replica and dp-leader groups carry host control messages. Those stay on MPI (staged
+  // through host memory for device buffers).
+  const std::string host_backend = backend == "nccl" ? "mpi" : backend;
   const Coords& c = topo.coords();
   const std::string where = "replica " + std::to_string(c.replica);
   std::vector<int> all(static_cast<size_t>(topo.layout().world()));
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
-  if (all.size() > 1) g.world = make_communicator(backend, all, "world", timeout_s);
+  if (all.size() > 1) g.world = make_communicator(host_backend, all, "world", timeout_s);
   if (topo.layout().tp > 1) {
     g.tp = make_communicator(backend, topo.tp_group(), "tp(" + where + ", stage " + std::to_string(c.pp) + ")",
                              timeout_s);
   }
   if (topo.layout().pp > 1) {
-    g.pp = make_communicator(backend, topo.pp_group(), "pp(" + where + ", tp " + std::to_string(c.tp) + ")",
+    g.pp = make_communicator(host_backend, topo.pp_group(), "pp(" + where + ", tp " + std::to_string(c.tp) + ")",
                              timeout_s);
   }
   const std::string group_name = topo.layout().dp > 1 ? where + " dp " + std::to_string(c.dp) : where;
-  if (topo.replica_group().size() > 1) g.replica = make_communicator(backend, topo.replica_group(), group_name, timeout_s);
+  if (topo.replica_group().size() > 1) g.replica = make_communicator(host_backend, topo.replica_group(), group_name, timeout_s);
   if (topo.layout().ep > 1) {
     g.ep = make_communicator(backend, topo.ep_group(), "ep(" + where + ", stage " + std::to_string(c.pp) + ")",
                              timeout_s);
     if (topo.layout().dp > 1 && topo.is_replica_leader()) {
-      g.dp_leaders = make_communicator(backend, topo.dp_leaders(), "dp leaders(" + where + ")", timeout_s);
+      g.dp_leaders = make_communicator(host_backend, topo.dp_leaders(), "dp leaders(" + where + ")", timeout_s);
     }
   }
   return g;

@@ -296,21 +296,23 @@ class Runner {
     std::vector<float> h;
     std::vector<int32_t> pos;
     std::vector<int64_t> slots;
-    std::vector<const int32_t*> tables;
+    std::vector<int32_t> blocks, start;
     for (const Chunk& c : chunks) {
       const Seq& s = seqs[c.seq];
+      const auto first = static_cast<int32_t>(blocks.size());
+      blocks.insert(blocks.end(), s.table.begin(), s.table.end());
       for (int64_t p = c.start; p < c.start + c.len; ++p) {
         for (double e : s.x[p]) h.push_back(static_cast<float>(e));
         pos.push_back(static_cast<int32_t>(p));
         slots.push_back(static_cast<int64_t>(s.table[p / kBlockSize]) * kBlockSize + p % kBlockSize);
-        tables.push_back(s.table.data());
+        start.push_back(first);
       }
     }
     StepContext ctx;
     ctx.T = static_cast<int64_t>(pos.size());
     ctx.pos = pos.data();
     ctx.slots = slots.data();
-    ctx.tables = tables.data();
+    ctx.tables = BlockTables{blocks.data(), start.data(), blocks.data(), start.data()};
     ctx.block_size = kBlockSize;
     std::vector<float> out(static_cast<size_t>(ctx.T * H_), NAN);
     block_->forward(h.data(), ctx, cache_.data(), nullptr, scratch_, out.data());

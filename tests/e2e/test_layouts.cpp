@@ -269,7 +269,9 @@ TEST(Layouts, FullLogitsMatchOneRank) {
     float worst = 0;
     for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(got[i] - ref[i]));
     EXPECT_LE(worst, tol) << name(l);
-    if (l.tp == 1) EXPECT_EQ(worst, 0.0f) << name(l) << ": stages alone change no reduction order";
+    if (l.tp == 1) {
+      EXPECT_EQ(worst, 0.0f) << name(l) << ": stages alone change no reduction order";
+    }
   }
 }
 

@@ -1,0 +1,58 @@
+#include "cpu/expert_permute.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace shardlm::cpu {
+
+void expert_permute(const int32_t* topk_ids, int64_t T, int64_t k, int32_t e0, int64_t E, int32_t* offsets,
+                    int32_t* slot_row, int32_t* row_pair) {
+  const int64_t P = T * k;
+  auto local = [&](int32_t id) { return static_cast<int64_t>(id) - e0; };
+  std::fill(offsets, offsets + E + 1, 0);
+  for (int64_t i = 0; i < P; ++i) {
+    const int64_t e = local(topk_ids[i]);
+    if (e >= 0 && e < E) ++offsets[e + 1];
+  }
+  for (int64_t e = 0; e < E; ++e) offsets[e + 1] += offsets[e];
+  std::vector<int32_t> next(offsets, offsets + E);
+  for (int64_t i = 0; i < P; ++i) {
+    const int64_t e = local(topk_ids[i]);
+    if (e >= 0 && e < E) {
+      const int32_t r = next[e]++;
+      slot_row[i] = r;
+      row_pair[r] = static_cast<int32_t>(i);
+    } else {
+      slot_row[i] = -1;
+    }
+  }
+}
+
+void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, int64_t rows, float* xp) {
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(xp + r * H, x + (row_pair[r] / k) * H, static_cast<size_t>(H) * sizeof(float));
+}
+
+void expert_combine(const float* yp, int64_t H, const int32_t* topk_ids, const float* topk_w,
+                    const int32_t* slot_row, int64_t T, int64_t k, float* out) {
+  std::vector<int64_t> order(static_cast<size_t>(k));
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t* ids = topk_ids + t * k;
+    const int32_t* rows = slot_row + t * k;
+    int64_t n = 0;
+    for (int64_t j = 0; j < k; ++j)
+      if (rows[j] >= 0) order[n++] = j;
+    std::sort(order.begin(), order.begin() + n,
+              [&](int64_t a, int64_t b) { return ids[a] < ids[b] || (ids[a] == ids[b] && a < b); });
+    float* o = out + t * H;
+    std::fill(o, o + H, 0.0f);
+    for (int64_t i = 0; i < n; ++i) {
+      const float w = topk_w[t * k + order[i]];
+      const float* y = yp + static_cast<int64_t>(rows[order[i]]) * H;
+      for (int64_t c = 0; c < H; ++c) o[c] += w * y[c];
+    }
+  }
+}
+
+}  // namespace shardlm::cpu

@@ -1,0 +1,56 @@
+// One thread block per row; the sum of squares goes through block_sum (a fixed order for a given
+// blockDim, so a row's result does not depend on the other rows). Every thread writes only the
+// elements it read itself, which is what makes out == x (and out == residual) safe.
+#include "cuda/rmsnorm.h"
+
+#include "cuda/block_reduce.cuh"
+
+namespace shardlm::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// 1 / sqrt(var + eps) with IEEE sqrt and division (no fast-math), as the CPU computes it.
+__device__ inline float inv_rms(float sumsq, int64_t dim, float eps) {
+  const float var = sumsq / static_cast<float>(dim);
+  return 1.0f / sqrtf(var + eps);
+}
+
+__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t dim, float eps, float* out) {
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float v = x[base + i];
+    ss += v * v;
+  }
+  const float r = inv_rms(block_sum(ss), dim, eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out[base + i] = w[i] * (x[base + i] * r);
+}
+
+__global__ void add_rmsnorm_kernel(float* residual, const float* x, const float* w, int64_t dim, float eps,
+                                   float* out) {
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float v = residual[base + i] + x[base + i];
+    residual[base + i] = v;
+    ss += v * v;
+  }
+  const float r = inv_rms(block_sum(ss), dim, eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out[base + i] = w[i] * (residual[base + i] * r);
+}
+
+}  // namespace
+
+void rmsnorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* out, cudaStream_t stream) {
+  if (rows <= 0 || dim <= 0) return;
+  rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, dim, eps, out);
+}
+
+void add_rmsnorm(float* residual, const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* out,
+                 cudaStream_t stream) {
+  if (rows <= 0 || dim <= 0) return;
+  add_rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(residual, x, w, dim, eps, out);
+}
+
+}  // namespace shardlm::cuda

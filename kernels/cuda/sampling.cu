@@ -1,0 +1,185 @@
+#include "cuda/sampling.h"
+
+#include <cstdint>
+
+#include "cuda/block_reduce.cuh"
+#include "cuda/block_reduce_wide.cuh"
+#include "philox.h"
+
+namespace shardlm::cuda {
+
+namespace {
+
+constexpr int kThreads = 512;
+using u64 = unsigned long long;
+
+// The position of token j in the host's candidate order (logit descending, id ascending) as a
+// 64-bit key: smaller is earlier. NaN ranks as -inf; -0 and +0 compare equal, as on the host.
+__device__ inline u64 order_key(float v, int64_t j) {
+  if (isnan(v)) v = -INFINITY;
+  if (v == 0.0f) v = 0.0f;
+  const uint32_t u = __float_as_uint(v);
+  const uint32_t ascending = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<u64>(~ascending) << 32) | static_cast<uint32_t>(j);
+}
+
+// log_softmax(x)[i] the host's way (log_softmax_at): fp32 max, fp64 sum of exp(x - max).
+__device__ float log_softmax_at(const float* x, int64_t V, int64_t i) {
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, x[j]);
+  mx = block_max(mx);
+  double sum = 0;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) sum += exp(static_cast<double>(x[j]) - mx);
+  sum = block_sum_f64(sum);
+  return static_cast<float>(static_cast<double>(x[i]) - mx - log(sum));
+}
+
+enum class Stat { kCount, kSum, kShare };
+
+// Over the tokens whose order key is <= q: their count, the sum of their probabilities p, or the
+// sum of p / div (the host's top-p cumulative share).
+__device__ double prefix_stat(const float* x, const float* p, int64_t V, u64 q, Stat stat, double div) {
+  if (stat == Stat::kCount) {
+    long long n = 0;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) n += order_key(x[j], j) <= q ? 1 : 0;
+    return static_cast<double>(block_sum_i64(n));
+  }
+  double acc = 0;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    if (order_key(x[j], j) <= q) acc += stat == Stat::kSum ? static_cast<double>(p[j]) : p[j] / div;
+  }
+  return block_sum_f64(acc);
+}
+
+// The smallest token key q in [lo, hi] (both token keys, pred(hi) true) with pred(q) true, pred
+// monotone in q. First the logit half of the key, then, among the tokens sharing that logit, the
+// id half. Every thread must call it; pred must return the same value on every thread.
+template <typename Pred>
+__device__ u64 search_key(const float* x, int64_t V, u64 lo, u64 hi, Pred pred) {
+  uint32_t klo = static_cast<uint32_t>(lo >> 32), khi = static_cast<uint32_t>(hi >> 32);
+  while (klo < khi) {
+    const uint32_t mid = klo + (khi - klo) / 2;
+    if (pred((static_cast<u64>(mid) << 32) | 0xffffffffull)) {
+      khi = mid;
+    } else {
+      klo = mid + 1;
+    }
+  }
+  // The ids of the tokens with this logit key: the answer is one of them.
+  u64 id_lo = ~0ull, id_hi = 0;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    const u64 key = order_key(x[j], j);
+    if (static_cast<uint32_t>(key >> 32) == klo) {
+      id_lo = min(id_lo, static_cast<u64>(j));
+      id_hi = max(id_hi, static_cast<u64>(j));
+    }
+  }
+  id_lo = block_min_u64(id_lo);
+  id_hi = block_max_u64(id_hi);
+  const u64 high = static_cast<u64>(klo) << 32;
+  while (id_lo < id_hi) {
+    const u64 mid = id_lo + (id_hi - id_lo) / 2;
+    if (pred(high | mid)) {
+      id_hi = mid;
+    } else {
+      id_lo = mid + 1;
+    }
+  }
+  return high | id_lo;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sample_kernel(const float* __restrict__ logits, int64_t R, int64_t V, const SamplingRow* __restrict__ params,
+                  float* __restrict__ scratch, int32_t* __restrict__ tokens, float* __restrict__ logprobs) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  for (int64_t row = blockIdx.x; row < R; row += gridDim.x) {
+    const float* x = logits + row * V;
+    float* p = scratch + row * V;
+    const SamplingRow sp = params[row];
+
+    // The first candidate (the host's argmax: ties to the lowest id) and the last.
+    u64 best = ~0ull, worst = 0;
+    for (int64_t j = tid; j < V; j += nt) {
+      const u64 key = order_key(x[j], j);
+      if (!isnan(x[j])) best = min(best, key);
+      worst = max(worst, key);
+    }
+    best = block_min_u64(best);
+    worst = block_max_u64(worst);
+
+    int64_t token;
+    if (sp.temperature <= 0.0) {
+      // The host keeps index 0 when it is NaN (nothing compares greater), and skips NaN elsewhere.
+      token = (isnan(x[0]) || best == ~0ull) ? 0 : static_cast<int64_t>(best & 0xffffffffull);
+    } else {
+      const double inv_t = 1.0 / sp.temperature;
+      const double top = x[best & 0xffffffffull];
+      for (int64_t j = tid; j < V; j += nt) p[j] = static_cast<float>(exp((x[j] - top) * inv_t));
+      __syncthreads();
+
+      u64 last = worst;  // key of the last candidate kept so far
+      if (sp.top_k > 0 && sp.top_k < V) {
+        const double k = static_cast<double>(sp.top_k);
+        last = search_key(x, V, best, last,
+                          [&](u64 q) { return prefix_stat(x, p, V, q, Stat::kCount, 0) >= k; });
+      }
+      if (sp.top_p < 1.0) {
+        const double sum = prefix_stat(x, p, V, last, Stat::kSum, 0);
+        // No prefix reaching top_p (rounding): the host keeps every candidate.
+        if (prefix_stat(x, p, V, last, Stat::kShare, sum) >= sp.top_p) {
+          last = search_key(x, V, best, last,
+                            [&](u64 q) { return prefix_stat(x, p, V, q, Stat::kShare, sum) >= sp.top_p; });
+        }
+      }
+      if (sp.min_p > 0.0) {
+        const double cutoff = sp.min_p * static_cast<double>(p[best & 0xffffffffull]);
+        u64 keep = best;  // the first candidate always stays
+        for (int64_t j = tid; j < V; j += nt) {
+          const u64 key = order_key(x[j], j);
+          if (key <= last && p[j] >= cutoff) keep = max(keep, key);
+        }
+        last = block_max_u64(keep);
+      }
+      const double mass = prefix_stat(x, p, V, last, Stat::kSum, 0);
+      const double u = static_cast<double>(rng::uniform_at(sp.seed, static_cast<uint64_t>(sp.position))) * mass;
+      // The first candidate whose cumulative mass exceeds u; the last one when rounding leaves none.
+      u64 pick = last;
+      if (mass > u)
+        pick = search_key(x, V, best, last, [&](u64 q) { return prefix_stat(x, p, V, q, Stat::kSum, 0) > u; });
+      token = static_cast<int64_t>(pick & 0xffffffffull);
+    }
+    const float lp = log_softmax_at(x, V, token);
+    if (tid == 0) {
+      tokens[row] = static_cast<int32_t>(token);
+      logprobs[row] = lp;
+    }
+    __syncthreads();  // p[] of this row is read until here
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    logprobs_kernel(const float* __restrict__ logits, int64_t R, int64_t V, const int32_t* __restrict__ tokens,
+                    float* __restrict__ logprobs) {
+  for (int64_t row = blockIdx.x; row < R; row += gridDim.x) {
+    const float lp = log_softmax_at(logits + row * V, V, tokens[row]);
+    if (threadIdx.x == 0) logprobs[row] = lp;
+  }
+}
+
+int grid_for(int64_t rows) { return static_cast<int>(rows < 65535 * 16 ? rows : 65535 * 16); }
+
+}  // namespace
+
+void launch_sample(const float* logits, int64_t R, int64_t V, const SamplingRow* params, float* scratch,
+                   int32_t* tokens, float* logprobs, cudaStream_t stream) {
+  if (R <= 0 || V <= 0) return;
+  sample_kernel<<<grid_for(R), kThreads, 0, stream>>>(logits, R, V, params, scratch, tokens, logprobs);
+}
+
+void launch_logprobs(const float* logits, int64_t R, int64_t V, const int32_t* tokens, float* logprobs,
+                     cudaStream_t stream) {
+  if (R <= 0 || V <= 0) return;
+  logprobs_kernel<<<grid_for(R), kThreads, 0, stream>>>(logits, R, V, tokens, logprobs);
+}
+
+}  // namespace shardlm::cuda

@@ -1,0 +1,418 @@
+#include "compute/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "compute/cuda_check.h"
+#include "core/error.h"
+#include "cuda/activation.h"
+#include "cuda/device_info.h"
+#include "cuda/elementwise.h"
+#include "cuda/embedding.h"
+#include "cuda/expert_permute.h"
+#include "cuda/fp8_dequant.h"
+#include "cuda/gated_add.h"
+#include "cuda/head_matmul.h"
+#include "cuda/kv_cache_write.h"
+#include "cuda/latent_attention.h"
+#include "cuda/moe_topk.h"
+#include "cuda/paged_attention.h"
+#include "cuda/rmsnorm.h"
+#include "cuda/rope.h"
+#include "model/checkpoint.h"
+#include "model/fp8_block.h"
+
+namespace shardlm {
+namespace {
+
+// The legacy default stream: see cuda_backend.h for why every op runs on it.
+constexpr cudaStream_t kStream = 0;
+// Two pinned buffers of this size carry weight uploads.
+constexpr size_t kStagingBytes = size_t{32} << 20;
+
+cublasHandle_t handle(void* p) { return static_cast<cublasHandle_t>(p); }
+
+// fp32 copy of a host tensor in F32, BF16 or F16 (vectors, F16 matrices).
+std::vector<float> host_f32(const TensorView& t) {
+  const int64_t n = t.numel();
+  std::vector<float> out(static_cast<size_t>(n));
+  switch (t.dtype) {
+    case DType::F32: std::memcpy(out.data(), t.data, n * sizeof(float)); break;
+    case DType::BF16: {
+      const auto* s = static_cast<const uint16_t*>(t.data);
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(s[i]);
+      break;
+    }
+    case DType::F16: {
+      const auto* s = static_cast<const uint16_t*>(t.data);
+      for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(s[i]);
+      break;
+    }
+    default:
+      SHARDLM_FAIL("cuda backend: tensor '" << t.name << "' in " << t.file << " has dtype " << dtype_name(t.dtype)
+                                            << "; expected F32, BF16 or F16");
+  }
+  return out;
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend() {
+  SHARDLM_CHECK(cuda::device_count() > 0, "--backend cuda: no CUDA device on this host (" << cuda::why_none() << ")");
+  SHARDLM_CUDA_CHECK(cudaGetDevice(&device_));
+  cublasHandle_t h = nullptr;
+  SHARDLM_CUBLAS_CHECK(cublasCreate(&h));
+  cublas_ = h;
+  SHARDLM_CUBLAS_CHECK(cublasSetStream(h, kStream));
+  // Exact fp32 SGEMM: no TF32 even where the environment would allow it.
+  SHARDLM_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  cudaStream_t s = nullptr;
+  SHARDLM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  copy_stream_ = s;
+  staging_bytes_ = kStagingBytes;
+  for (int i = 0; i < 2; ++i) {
+    SHARDLM_CUDA_CHECK(cudaMallocHost(&staging_[i], staging_bytes_));
+    cudaEvent_t e = nullptr;
+    SHARDLM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    staged_[i] = e;
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  // Errors are ignored here: a destructor may run while an earlier CUDA error unwinds the stack.
+  cudaDeviceSynchronize();
+  for (void* p : allocs_) cudaFree(p);
+  for (void* p : owned_) cudaFree(p);
+  cudaFree(bf16_ws_);
+  cudaFree(row_count_);
+  for (int i = 0; i < 2; ++i) {
+    if (staged_[i]) cudaEventDestroy(static_cast<cudaEvent_t>(staged_[i]));
+    if (staging_[i]) cudaFreeHost(staging_[i]);
+  }
+  if (copy_stream_) cudaStreamDestroy(static_cast<cudaStream_t>(copy_stream_));
+  if (cublas_) cublasDestroy(handle(cublas_));
+}
+
+void* CudaBackend::upload(const void* host, size_t bytes) {
+  void* dev = nullptr;
+  SHARDLM_CUDA_CHECK(cudaMalloc(&dev, std::max<size_t>(bytes, 1)));
+  owned_.push_back(dev);
+  weight_bytes_ += bytes;
+  auto* dst = static_cast<uint8_t*>(dev);
+  const auto* src = static_cast<const uint8_t*>(host);
+  auto stream = static_cast<cudaStream_t>(copy_stream_);
+  // Piece i is read from the checkpoint into staging buffer i % 2 while piece i - 1 is in flight.
+  for (size_t off = 0, i = 0; off < bytes; off += staging_bytes_, ++i) {
+    const size_t n = std::min(staging_bytes_, bytes - off);
+    auto done = static_cast<cudaEvent_t>(staged_[i % 2]);
+    SHARDLM_CUDA_CHECK(cudaEventSynchronize(done));
+    std::memcpy(staging_[i % 2], src + off, n);
+    SHARDLM_CUDA_CHECK(cudaMemcpyAsync(dst + off, staging_[i % 2], n, cudaMemcpyHostToDevice, stream));
+    SHARDLM_CUDA_CHECK(cudaEventRecord(done, stream));
+  }
+  // The weight must be on the device before any op reads it (ops run on another stream).
+  SHARDLM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return dev;
+}
+
+Matrix CudaBackend::load_matrix(const TensorView& t) {
+  SHARDLM_CHECK(t.shape.size() == 2, "cuda backend: tensor '" << t.name << "' in " << t.file << " has "
+                                                              << t.shape.size() << " dimensions; a matrix needs 2");
+  SHARDLM_CHECK(t.data != nullptr || t.numel() == 0, "cuda backend: tensor '" << t.name << "' has no data");
+  Matrix m;
+  m.rows = t.shape[0];
+  m.cols = t.shape[1];
+  if (t.dtype == DType::F32 || t.dtype == DType::BF16) {
+    m.dtype = t.dtype;
+    m.data = upload(t.data, static_cast<size_t>(t.numel()) * dtype_size(t.dtype));
+    return m;
+  }
+  SHARDLM_CHECK(t.dtype == DType::F16, "cuda backend: matrix '" << t.name << "' in " << t.file << " has dtype "
+                                                                << dtype_name(t.dtype) << "; expected F32, BF16 or F16");
+  const std::vector<float> f = host_f32(t);
+  m.dtype = DType::F32;
+  m.data = upload(f.data(), f.size() * sizeof(float));
+  return m;
+}
+
+Matrix CudaBackend::load_fp8_matrix(const TensorView& w, const TensorView& scale_inv, int64_t block_rows,
+                                    int64_t block_cols, int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
+  check_fp8_slice(w, scale_inv, block_rows, block_cols, r0, nr, c0, nc);
+  Matrix m;
+  m.dtype = DType::BF16;
+  m.rows = nr;
+  m.cols = nc;
+  void* out = nullptr;
+  SHARDLM_CUDA_CHECK(cudaMalloc(&out, std::max<size_t>(static_cast<size_t>(nr * nc) * 2, 1)));
+  owned_.push_back(out);
+  weight_bytes_ += static_cast<size_t>(nr * nc) * 2;
+  m.data = out;
+  if (nr == 0 || nc == 0) return m;
+  // The slice's fp8 bytes, packed (a column slice is strided in the checkpoint), and its scales.
+  const int64_t C = w.shape[1];
+  std::vector<uint8_t> bytes(static_cast<size_t>(nr * nc));
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  for (int64_t r = 0; r < nr; ++r) std::memcpy(&bytes[r * nc], src + (r0 + r) * C + c0, static_cast<size_t>(nc));
+  const Fp8SliceScales s = fp8_slice_scales(scale_inv, block_rows, block_cols, r0, nr, c0, nc);
+  // Staged uploads: freed below once the kernel has read them.
+  void* q = upload(bytes.data(), bytes.size());
+  void* sc = upload(s.scales.data(), s.scales.size() * sizeof(float));
+  cuda::launch_fp8_dequant_slice(static_cast<const uint8_t*>(q), static_cast<const float*>(sc), s.cols, nr, nc, r0, c0,
+                                 block_rows, block_cols, static_cast<uint16_t*>(out), kStream);
+  check_launch("fp8_dequant");
+  SHARDLM_CUDA_CHECK(cudaStreamSynchronize(kStream));
+  for (void* p : {q, sc}) {
+    owned_.erase(std::find(owned_.begin(), owned_.end(), p));
+    SHARDLM_CUDA_CHECK(cudaFree(p));
+  }
+  weight_bytes_ -= bytes.size() + s.scales.size() * sizeof(float);
+  return m;
+}
+
+Vector CudaBackend::load_vector(const TensorView& t) {
+  SHARDLM_CHECK(t.shape.size() == 1, "cuda backend: tensor '" << t.name << "' in " << t.file << " has "
+                                                              << t.shape.size() << " dimensions; a vector needs 1");
+  const std::vector<float> f = host_f32(t);
+  Vector v;
+  v.n = t.shape[0];
+  v.data = static_cast<const float*>(upload(f.data(), f.size() * sizeof(float)));
+  return v;
+}
+
+void* CudaBackend::alloc(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+  if (err != cudaSuccess) {
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    SHARDLM_FAIL("cuda backend: cudaMalloc of " << bytes << " bytes failed on device " << device_ << " ("
+                                                << cudaGetErrorString(err) << "; " << free_b << " of " << total_b
+                                                << " bytes free)");
+  }
+  allocs_.insert(p);
+  return p;
+}
+
+void CudaBackend::free(void* p) {
+  if (!p) return;
+  auto it = allocs_.find(p);
+  SHARDLM_CHECK(it != allocs_.end(), "cuda backend: free() of a pointer not from alloc()");
+  allocs_.erase(it);
+  SHARDLM_CUDA_CHECK(cudaFree(p));
+}
+
+void CudaBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
+  // cudaMemcpyDefault: the source may be host memory or (a device-to-device gather) the device.
+  // From pageable host memory the call returns once the source has been read, so the caller may
+  // reuse it at once.
+  if (bytes) SHARDLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, kStream));
+}
+
+void CudaBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, kStream));
+  SHARDLM_CUDA_CHECK(cudaStreamSynchronize(kStream));
+}
+
+void CudaBackend::synchronize() { SHARDLM_CUDA_CHECK(cudaStreamSynchronize(kStream)); }
+
+void CudaBackend::check_launch(const char* op) {
+  const cudaError_t err = cudaGetLastError();
+  SHARDLM_CHECK(err == cudaSuccess, "cuda backend: " << op << " kernel failed on device " << device_ << ": "
+                                                     << cudaGetErrorName(err) << " (" << cudaGetErrorString(err)
+                                                     << ")");
+}
+
+uint16_t* CudaBackend::bf16_workspace(size_t n) {
+  if (n > bf16_ws_n_) {
+    SHARDLM_CUDA_CHECK(cudaStreamSynchronize(kStream));  // the old workspace may still be read
+    SHARDLM_CUDA_CHECK(cudaFree(bf16_ws_));
+    bf16_ws_ = nullptr;
+    SHARDLM_CUDA_CHECK(cudaMalloc(&bf16_ws_, n * sizeof(uint16_t)));
+    bf16_ws_n_ = n;
+  }
+  return bf16_ws_;
+}
+
+void CudaBackend::embedding(const int32_t* ids, int64_t T, const Matrix& table, float* out) {
+  if (table.dtype == DType::BF16)
+    cuda::embedding_bf16(ids, T, static_cast<const uint16_t*>(table.data), table.cols, out, kStream);
+  else
+    cuda::embedding_f32(ids, T, static_cast<const float*>(table.data), table.cols, out, kStream);
+  check_launch("embedding");
+}
+
+void CudaBackend::rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, float* out) {
+  cuda::rmsnorm(x, w.data, rows, w.n, eps, out, kStream);
+  check_launch("rmsnorm");
+}
+
+void CudaBackend::add_rmsnorm(float* residual, const float* x, const Vector& w, int64_t rows, float eps,
+                              float* out) {
+  cuda::add_rmsnorm(residual, x, w.data, rows, w.n, eps, out, kStream);
+  check_launch("add_rmsnorm");
+}
+
+void CudaBackend::linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) {
+  if (M == 0 || w.rows == 0) return;
+  const int64_t N = w.rows, K = w.cols;
+  SHARDLM_CHECK(N <= INT32_MAX && K <= INT32_MAX && M <= INT32_MAX,
+                "cuda backend: linear of " << M << " x " << K << " by " << N << " exceeds cuBLAS's int sizes");
+  const float alpha = 1.0f, beta = 0.0f;
+  // Row-major y[M,N] = x[M,K] W^T is column-major y^T[N,M] = W^T(col-major [K,N])^T x^T([K,M]).
+  if (w.dtype == DType::BF16) {
+    uint16_t* xb = bf16_workspace(static_cast<size_t>(M * K));
+    cuda::f32_to_bf16(x, xb, M * K, kStream);
+    check_launch("f32_to_bf16");
+    SHARDLM_CUBLAS_CHECK(cublasGemmEx(handle(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
+                                      static_cast<int>(M), static_cast<int>(K), &alpha, w.data, CUDA_R_16BF,
+                                      static_cast<int>(K), xb, CUDA_R_16BF, static_cast<int>(K), &beta, y, CUDA_R_32F,
+                                      static_cast<int>(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  } else {
+    SHARDLM_CHECK(w.dtype == DType::F32, "cuda backend: linear weight dtype " << dtype_name(w.dtype)
+                                                                              << " is not F32 or BF16");
+    SHARDLM_CUBLAS_CHECK(cublasSgemm(handle(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
+                                     static_cast<int>(M), static_cast<int>(K), &alpha,
+                                     static_cast<const float*>(w.data), static_cast<int>(K), x, static_cast<int>(K),
+                                     &beta, y, static_cast<int>(N)));
+  }
+  if (bias && bias->data) {
+    SHARDLM_CHECK(bias->n == N, "cuda backend: linear bias has " << bias->n << " elements; weight has " << N
+                                                                   << " rows");
+    cuda::add_bias_rows(y, M, N, bias->data, kStream);
+    check_launch("add_bias_rows");
+  }
+}
+
+void CudaBackend::rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
+                       const float* inv_freq) {
+  cuda::rope_rotate_half(x, T, n_heads, head_dim, pos, inv_freq, kStream);
+  check_launch("rope");
+}
+
+void CudaBackend::silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  cuda::silu_mul(gate, up, out, n, kStream);
+  check_launch("silu_mul");
+}
+
+void CudaBackend::add(float* y, const float* x, int64_t n) {
+  cuda::add_inplace(y, x, n, kStream);
+  check_launch("add");
+}
+
+void CudaBackend::kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
+                           int64_t head_dim, float* k_cache, float* v_cache) {
+  cuda::kv_cache_write(k, v, T, slots, n_kv_heads, head_dim, k_cache, v_cache, kStream);
+  check_launch("kv_write");
+}
+
+void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                            const float* k_cache, const float* v_cache, int64_t block_size,
+                            const BlockTables& tables, const int32_t* pos, int64_t window, float scale, float* out) {
+  SHARDLM_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0,
+                "cuda backend: n_heads " << n_heads << " is not a multiple of n_kv_heads " << n_kv_heads);
+  SHARDLM_CHECK(head_dim <= 256, "cuda backend: attention supports head_dim up to 256, not " << head_dim);
+  cuda::paged_attention(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, block_size, tables.blocks, tables.start,
+                        pos, window, scale, out, kStream);
+  check_launch("paged_attention");
+}
+
+void CudaBackend::rope_strided(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
+                               int64_t rot_dim, const int32_t* pos, const float* inv_freq, bool interleaved,
+                               float attention_factor, float* out) {
+  SHARDLM_CHECK(rot_dim % 2 == 0, "cuda backend: rope_strided rot_dim " << rot_dim << " is odd");
+  cuda::rope_strided(x, T, n_heads, x_stride, head_stride, rot_dim, pos, inv_freq, interleaved, attention_factor, out,
+                     kStream);
+  check_launch("rope_strided");
+}
+
+void CudaBackend::head_linear(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
+                              const Matrix& w, float* y) {
+  SHARDLM_CHECK(n_heads > 0 && w.rows % n_heads == 0, "cuda backend: head_linear weight has "
+                                                          << w.rows << " rows, not a multiple of " << n_heads
+                                                          << " heads");
+  const int64_t N = w.rows / n_heads;
+  if (w.dtype == DType::BF16)
+    cuda::head_matmul_bf16w(x, T, n_heads, x_stride, head_stride, w.cols, static_cast<const uint16_t*>(w.data), N, y,
+                            kStream);
+  else if (w.dtype == DType::F32)
+    cuda::head_matmul_f32w(x, T, n_heads, x_stride, head_stride, w.cols, static_cast<const float*>(w.data), N, y,
+                           kStream);
+  else
+    SHARDLM_FAIL("cuda backend: head_linear weight dtype " << dtype_name(w.dtype) << " is not F32 or BF16");
+  check_launch("head_linear");
+}
+
+void CudaBackend::latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots,
+                                     int64_t kv_lora, int64_t rope_dim, float* cache) {
+  cuda::latent_cache_write(latent, k_rope, T, slots, kv_lora, rope_dim, cache, kStream);
+  check_launch("latent_cache_write");
+}
+
+void CudaBackend::latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads,
+                                   int64_t kv_lora, int64_t rope_dim, const float* cache, int64_t block_size,
+                                   const BlockTables& tables, const int32_t* pos, float scale, float* out) {
+  SHARDLM_CHECK(kv_lora <= 512 && rope_dim <= 64, "cuda backend: latent attention supports kv_lora_rank up to 512 and "
+                                                     "qk_rope_head_dim up to 64, not "
+                                                         << kv_lora << " and " << rope_dim);
+  cuda::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, tables.blocks,
+                         tables.start, pos, scale, out, kStream);
+  check_launch("latent_attention");
+}
+
+void CudaBackend::moe_route(const float* logits, int64_t T, const RouterConfig& cfg, int32_t* ids, float* weights) {
+  const int64_t E = cfg.num_experts, k = cfg.k;
+  SHARDLM_CHECK(k > 0 && k <= E && E <= INT32_MAX, "cuda backend: moe_route of " << k << " of " << E << " experts");
+  if (cfg.sigmoid) {
+    SHARDLM_CHECK(cfg.n_group > 0 && E % cfg.n_group == 0 && cfg.topk_group >= 1 && cfg.topk_group <= cfg.n_group &&
+                      k <= cfg.topk_group * (E / cfg.n_group),
+                  "cuda backend: moe_route: " << cfg.n_group << " groups, " << cfg.topk_group << " kept, k " << k
+                                              << " of " << E << " experts is not a valid group-limited routing");
+    cuda::launch_moe_topk_sigmoid(logits, T, static_cast<int>(E), static_cast<int>(k), cfg.bias,
+                                  static_cast<int>(cfg.n_group), static_cast<int>(cfg.topk_group), cfg.norm_topk_prob,
+                                  cfg.scale, ids, weights, kStream);
+  } else {
+    cuda::launch_moe_topk_softmax(logits, T, static_cast<int>(E), static_cast<int>(k), cfg.renormalise, cfg.scale, ids,
+                                  weights, kStream);
+  }
+  check_launch("moe_route");
+}
+
+void CudaBackend::expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, int32_t* offsets,
+                                 int32_t* slot_row, int32_t* row_pair) {
+  SHARDLM_CHECK(T * k <= INT32_MAX && E <= INT32_MAX, "cuda backend: expert_permute of " << T << " x " << k);
+  cuda::launch_expert_permute(ids, T, static_cast<int>(k), static_cast<int32_t>(e0), static_cast<int>(E), offsets,
+                              slot_row, row_pair, kStream);
+  check_launch("expert_permute");
+}
+
+void CudaBackend::expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, int64_t rows,
+                                float* xp) {
+  if (rows == 0) return;
+  // The kernel reads the row count from device memory (so that a step can be captured without a
+  // host read); here the caller knows it, so it goes up with the launch.
+  if (!row_count_) SHARDLM_CUDA_CHECK(cudaMalloc(&row_count_, sizeof(int32_t)));
+  const auto n = static_cast<int32_t>(rows);
+  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(row_count_, &n, sizeof n, cudaMemcpyHostToDevice, kStream));
+  cuda::launch_expert_gather(x, H, static_cast<int>(k), row_pair, row_count_, rows, xp, kStream);
+  check_launch("expert_gather");
+}
+
+void CudaBackend::expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights,
+                                 const int32_t* slot_row, int64_t T, int64_t k, float* out) {
+  cuda::launch_expert_combine(yp, H, ids, weights, slot_row, T, static_cast<int>(k), out, kStream);
+  check_launch("expert_combine");
+}
+
+void CudaBackend::gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) {
+  cuda::gated_add(out, y, gate_logits, T, H, kStream);
+  check_launch("gated_add");
+}
+
+std::unique_ptr<ComputeBackend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+}  // namespace shardlm

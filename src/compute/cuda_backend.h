@@ -1,0 +1,106 @@
+// CudaBackend: ComputeBackend on one CUDA device (the current device when it is made), running the
+// kernels of kernels/cuda and cuBLAS for the GEMMs.
+//
+// Streams: every op runs on the legacy default stream. Communicators that move device buffers on
+// their own streams (NCCL) create them blocking, and blocking streams are ordered against the
+// legacy stream both ways, so a collective on an activation starts after the kernels that wrote it
+// and the next kernel waits for it, with no events to pass between the backend and the
+// communicator. copy_to_host waits for the stream (the caller reads the data next).
+//
+// Weights: F32 and BF16 matrices stay in their dtype on the device (F16 becomes F32); FP8 block-
+// quantised slices go up as fp8 bytes plus their scales and are dequantised to bf16 there, with
+// the host's rounding (kernels/cuda/fp8_dequant.h), so the bf16 weights are the CPU backend's. A BF16
+// linear casts the activations to bf16 and runs cuBLAS bf16 x bf16 with fp32 accumulation and
+// fp32 output, the way GPU inference engines run bf16 checkpoints; an F32 linear runs SGEMM without
+// TF32, so an fp32 checkpoint gives the CPU backend's results to rounding. Uploads go through two
+// pinned staging buffers: reading the next piece of the (memory-mapped) checkpoint overlaps the
+// DMA of the previous one.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "compute/backend.h"
+
+namespace shardlm {
+
+class CudaBackend final : public ComputeBackend {
+ public:
+  CudaBackend();  // throws Error when there is no CUDA device
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  int device() const { return device_; }
+  // Bytes of device memory this backend holds for weights.
+  size_t weight_bytes() const { return weight_bytes_; }
+
+  Matrix load_matrix(const TensorView& t) override;
+  Vector load_vector(const TensorView& t) override;
+  bool dequantises_fp8() const override { return true; }
+  Matrix load_fp8_matrix(const TensorView& w, const TensorView& scale_inv, int64_t block_rows, int64_t block_cols,
+                         int64_t r0, int64_t nr, int64_t c0, int64_t nc) override;
+
+  void* alloc(size_t bytes) override;
+  void free(void* p) override;
+  void copy_to_device(void* dst, const void* src, size_t bytes) override;
+  void copy_to_host(void* dst, const void* src, size_t bytes) override;
+  void synchronize();
+
+  void embedding(const int32_t* ids, int64_t T, const Matrix& table, float* out) override;
+  void rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, float* out) override;
+  void add_rmsnorm(float* residual, const float* x, const Vector& w, int64_t rows, float eps, float* out) override;
+  void linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) override;
+  void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
+            const float* inv_freq) override;
+  void silu_mul(const float* gate, const float* up, float* out, int64_t n) override;
+  void add(float* y, const float* x, int64_t n) override;
+  void kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
+                int64_t head_dim, float* k_cache, float* v_cache) override;
+  void attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                 const float* k_cache, const float* v_cache, int64_t block_size, const BlockTables& tables,
+                 const int32_t* pos, int64_t window, float scale, float* out) override;
+  void rope_strided(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
+                    int64_t rot_dim, const int32_t* pos, const float* inv_freq, bool interleaved,
+                    float attention_factor, float* out) override;
+  void head_linear(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
+                   const Matrix& w, float* y) override;
+  void latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots,
+                          int64_t kv_lora, int64_t rope_dim, float* cache) override;
+  void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora,
+                        int64_t rope_dim, const float* cache, int64_t block_size, const BlockTables& tables,
+                        const int32_t* pos, float scale, float* out) override;
+  void moe_route(const float* logits, int64_t T, const RouterConfig& cfg, int32_t* ids, float* weights) override;
+  void expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, int32_t* offsets,
+                      int32_t* slot_row, int32_t* row_pair) override;
+  void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, int64_t rows, float* xp) override;
+  void expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights, const int32_t* slot_row,
+                      int64_t T, int64_t k, float* out) override;
+  void gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) override;
+
+ private:
+  void* upload(const void* host, size_t bytes);   // device copy of host bytes, owned by the backend
+  void check_launch(const char* op);              // throws on a failed kernel launch
+  uint16_t* bf16_workspace(size_t n);             // activations cast for a bf16 GEMM
+
+  int device_ = -1;
+  void* cublas_ = nullptr;  // cublasHandle_t
+  void* copy_stream_ = nullptr;  // cudaStream_t for weight uploads
+  void* staging_[2] = {nullptr, nullptr};
+  void* staged_[2] = {nullptr, nullptr};  // cudaEvent_t: staging buffer i may be refilled
+  size_t staging_bytes_ = 0;
+  std::unordered_set<void*> allocs_;  // alloc()
+  std::vector<void*> owned_;          // weights
+  size_t weight_bytes_ = 0;
+  uint16_t* bf16_ws_ = nullptr;
+  size_t bf16_ws_n_ = 0;
+  int32_t* row_count_ = nullptr;  // device copy of the row count expert_gather reads
+};
+
+std::unique_ptr<ComputeBackend> make_cuda_backend();
+
+}  // namespace shardlm

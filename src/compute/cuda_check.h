@@ -1,0 +1,28 @@
+// Error checks for CUDA runtime and cuBLAS calls in host code: a failure throws shardlm::Error
+// naming the call, the error and the device, so the top level can abort the whole job.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "core/error.h"
+
+#define SHARDLM_CUDA_CHECK(call)                                                                   \
+  do {                                                                                             \
+    const cudaError_t shardlm_cuda_err_ = (call);                                                  \
+    if (shardlm_cuda_err_ != cudaSuccess) {                                                        \
+      int shardlm_cuda_dev_ = -1;                                                                  \
+      cudaGetDevice(&shardlm_cuda_dev_);                                                           \
+      SHARDLM_FAIL(#call << " failed on CUDA device " << shardlm_cuda_dev_ << ": "                 \
+                         << cudaGetErrorName(shardlm_cuda_err_) << " (" << cudaGetErrorString(shardlm_cuda_err_) \
+                         << ")");                                                                  \
+    }                                                                                              \
+  } while (0)
+
+#define SHARDLM_CUBLAS_CHECK(call)                                                                 \
+  do {                                                                                             \
+    const cublasStatus_t shardlm_cublas_st_ = (call);                                              \
+    SHARDLM_CHECK(shardlm_cublas_st_ == CUBLAS_STATUS_SUCCESS,                                     \
+                  #call << " failed: " << cublasGetStatusName(shardlm_cublas_st_) << " ("          \
+                        << cublasGetStatusString(shardlm_cublas_st_) << ")");                      \
+  } while (0)

@@ -1,0 +1,401 @@
+#include "parallel/comm_nccl.h"
+
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <thread>
+
+#include "core/error.h"
+#include "parallel/memory_space.h"
+#include "parallel/mpi_env.h"
+#include "parallel/nccl_types.h"
+#include "parallel/unique_id_exchange.h"
+
+namespace shardlm {
+
+static_assert(sizeof(ncclUniqueId) == kUniqueIdBytes, "ncclUniqueId is not 128 bytes");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const char* cat(const void* p, size_t elems, size_t es) { return static_cast<const char*>(p) + elems * es; }
+char* at(void* p, size_t elems, size_t es) { return static_cast<char*>(p) + elems * es; }
+
+// Adds calls and wall time to the stats when the operation returns normally.
+class StatScope {
+ public:
+  StatScope(CommStats& s, uint64_t bytes) : s_(s), bytes_(bytes), t0_(Clock::now()) {}
+  ~StatScope() {
+    if (std::uncaught_exceptions() > 0) return;
+    s_.calls += 1;
+    s_.bytes_sent += bytes_;
+    s_.seconds += std::chrono::duration<double>(Clock::now() - t0_).count();
+  }
+
+ private:
+  CommStats& s_;
+  uint64_t bytes_;
+  Clock::time_point t0_;
+};
+
+bool ok_or_pending(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; }
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(const std::vector<int>& members, std::string name, double timeout_s)
+    : mpi_(std::make_unique<MpiCommunicator>(members, std::move(name), timeout_s)), timeout_s_(timeout_s) {
+  world_rank_ = mpi_->world_rank_of(mpi_->rank());
+  host_ = MpiEnv::initialized() ? MpiEnv::host() : "?";
+  cudaError_t e = cudaGetDevice(&device_);
+  SHARDLM_CHECK(e == cudaSuccess, "nccl communicator " << this->name() << " on world rank " << world_rank_ << " (host "
+                                                       << host_ << "): cudaGetDevice failed: " << cudaGetErrorString(e));
+  const UniqueIdBytes id_bytes = exchange_unique_id(*mpi_, [&]() {
+    ncclUniqueId id;
+    const ncclResult_t r = ncclGetUniqueId(&id);
+    SHARDLM_CHECK(r == ncclSuccess, "ncclGetUniqueId for group " << this->name() << " on world rank " << world_rank_
+                                                                 << " (host " << host_ << "): " << ncclGetErrorString(r)
+                                                                 << " (" << ncclGetLastError(nullptr) << ")");
+    UniqueIdBytes b;
+    std::memcpy(b.data(), &id, sizeof id);
+    return b;
+  });
+  ncclUniqueId id;
+  std::memcpy(&id, id_bytes.data(), sizeof id);
+  e = cudaStreamCreateWithFlags(&stream_, cudaStreamDefault);
+  SHARDLM_CHECK(e == cudaSuccess, "nccl communicator " << this->name() << " on world rank " << world_rank_ << " (host "
+                                                       << host_ << "): cudaStreamCreate failed: " << cudaGetErrorString(e));
+  try {
+    // Nonblocking: the init returns at once and is waited for below with a deadline, so a member
+    // that never joins is reported instead of hanging the job.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    check_enqueue(ncclCommInitRankConfig(&comm_, size(), id, rank(), &config), "ncclCommInitRankConfig");
+    wait_enqueued("ncclCommInitRankConfig", all_peers());
+  } catch (...) {
+    cudaStreamDestroy(stream_);
+    stream_ = nullptr;
+    throw;
+  }
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (comm_ != nullptr && !aborted_) {
+    // Finalize flushes what is queued; bounded, then abort, since a destructor must not hang.
+    bool ok = ok_or_pending(ncclCommFinalize(comm_));
+    const double limit = timeout_s_ > 0 ? timeout_s_ : 60;
+    const auto t0 = Clock::now();
+    while (ok) {
+      ncclResult_t state = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess || !ok_or_pending(state)) ok = false;
+      else if (state == ncclSuccess) break;
+      else if (std::chrono::duration<double>(Clock::now() - t0).count() > limit) ok = false;
+      else std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    if (ok) ncclCommDestroy(comm_);
+    else ncclCommAbort(comm_);
+  }
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+std::string NcclCommunicator::nccl_text(ncclResult_t r) const {
+  std::string s = ncclGetErrorString(r);
+  const char* last = ncclGetLastError(aborted_ ? nullptr : comm_);
+  if (last != nullptr && last[0] != '\0') s += std::string(" (") + last + ")";
+  return s;
+}
+
+void NcclCommunicator::abort_comm() {
+  if (comm_ != nullptr && !aborted_) ncclCommAbort(comm_);
+  aborted_ = true;
+}
+
+WaitContext NcclCommunicator::context(const char* op, const std::string& peers) const {
+  WaitContext c;
+  c.op = op;
+  c.group = name();
+  c.rank = rank();
+  c.world_rank = world_rank_;
+  c.host = host_;
+  c.timeout_s = timeout_s_;
+  c.peers = peers;
+  return c;
+}
+
+void NcclCommunicator::check_usable(const char* op) const {
+  SHARDLM_CHECK(!aborted_, op << " on group " << name() << " (world rank " << world_rank_
+                              << "): the NCCL communicator was aborted after an earlier error");
+}
+
+void NcclCommunicator::check_peer(int r, const char* op) const {
+  SHARDLM_CHECK(r >= 0 && r < size(), op << " on group " << name() << ": peer " << r << " outside [0, " << size() << ")");
+  SHARDLM_CHECK(r != rank(), op << " on group " << name() << ": peer " << r << " is this rank");
+}
+
+void NcclCommunicator::check_enqueue(ncclResult_t r, const char* op) {
+  if (ok_or_pending(r)) return;
+  const std::string text = nccl_text(r);
+  abort_comm();
+  SHARDLM_FAIL(op << " on group " << name() << " failed on rank " << rank() << " (world rank " << world_rank_
+                  << ", host " << host_ << "): " << text << " (communicator aborted)");
+}
+
+void NcclCommunicator::wait_enqueued(const char* op, const std::string& peers) {
+  wait_with_deadline(
+      context(op, peers),
+      [&]() -> PollResult {
+        ncclResult_t state = ncclSuccess;
+        const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+        if (r != ncclSuccess) return {PollState::kFailed, "ncclCommGetAsyncError: " + nccl_text(r)};
+        if (state == ncclInProgress) return {PollState::kPending, ""};
+        if (state != ncclSuccess) return {PollState::kFailed, nccl_text(state)};
+        return {PollState::kDone, ""};
+      },
+      [&]() { abort_comm(); });
+}
+
+void NcclCommunicator::wait_done(const char* op, const std::string& peers) {
+  wait_with_deadline(
+      context(op, peers),
+      [&]() -> PollResult {
+        ncclResult_t state = ncclSuccess;
+        const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+        if (r != ncclSuccess) return {PollState::kFailed, "ncclCommGetAsyncError: " + nccl_text(r)};
+        if (state == ncclInProgress) return {PollState::kPending, ""};  // not yet on the stream
+        if (state != ncclSuccess) return {PollState::kFailed, nccl_text(state)};
+        const cudaError_t e = cudaStreamQuery(stream_);
+        if (e == cudaSuccess) return {PollState::kDone, ""};
+        if (e == cudaErrorNotReady) return {PollState::kPending, ""};
+        cudaGetLastError();
+        return {PollState::kFailed, std::string("cudaStreamQuery: ") + cudaGetErrorString(e)};
+      },
+      [&]() { abort_comm(); });
+}
+
+std::string NcclCommunicator::all_peers() const {
+  std::string s = size() == 2 ? "world rank " : "world ranks ";
+  bool first = true;
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank()) continue;
+    if (!first) s += ", ";
+    s += std::to_string(world_rank_of(r));
+    first = false;
+  }
+  return s;
+}
+
+std::string NcclCommunicator::peer_text(int group_rank) const {
+  return "world rank " + std::to_string(world_rank_of(group_rank)) + " (group rank " + std::to_string(group_rank) + ")";
+}
+
+bool NcclCommunicator::device_call(const char* op,
+                                   std::initializer_list<std::pair<const char*, const void*>> bufs) const {
+  const MemorySpace& mem = *cuda_memory_space();
+  const char* device_name = nullptr;
+  const char* host_name = nullptr;
+  for (const auto& [label, p] : bufs) {
+    if (p == nullptr) continue;
+    if (mem.is_device(p)) device_name = label;
+    else host_name = label;
+  }
+  SHARDLM_CHECK(device_name == nullptr || host_name == nullptr,
+                op << " on group " << name() << " (world rank " << world_rank_ << "): the " << device_name
+                   << " buffer is device memory but the " << host_name
+                   << " buffer is host memory; the nccl communicator needs all buffers of one call on the same side "
+                      "(device: NCCL, host: MPI)");
+  return device_name != nullptr;
+}
+
+template <typename F>
+void NcclCommunicator::on_host(F f) {
+  const CommStats before = mpi_->stats();
+  f();
+  const CommStats& after = mpi_->stats();
+  stats_.calls += after.calls - before.calls;
+  stats_.bytes_sent += after.bytes_sent - before.bytes_sent;
+  stats_.seconds += after.seconds - before.seconds;
+}
+
+// Runs body (NCCL calls returning the first failure, or ncclSuccess) inside one NCCL group, so that
+// its sends and receives progress together; the group is always closed.
+template <typename Body>
+void NcclCommunicator::grouped(const char* op, Body body) {
+  check_enqueue(ncclGroupStart(), op);
+  const ncclResult_t first = body();
+  const ncclResult_t end = ncclGroupEnd();
+  check_enqueue(ok_or_pending(first) ? end : first, op);
+}
+
+void NcclCommunicator::all_reduce(void* buf, size_t count, CommDType t, ReduceOp op) {
+  if (!device_call("all_reduce", {{"reduction", buf}})) return on_host([&] { mpi_->all_reduce(buf, count, t, op); });
+  check_usable("all_reduce");
+  StatScope st(stats_, size() > 1 ? count * comm_dtype_size(t) : 0);
+  check_enqueue(ncclAllReduce(buf, buf, count, nccl_dtype(t), nccl_op(op), comm_, stream_), "all_reduce");
+  wait_done("all_reduce", all_peers());
+}
+
+void NcclCommunicator::all_gather(const void* send, void* recv, size_t count, CommDType t) {
+  if (!device_call("all_gather", {{"send", send}, {"receive", recv}}))
+    return on_host([&] { mpi_->all_gather(send, recv, count, t); });
+  check_usable("all_gather");
+  StatScope st(stats_, size() > 1 ? count * comm_dtype_size(t) : 0);
+  check_enqueue(ncclAllGather(send, recv, count, nccl_dtype(t), comm_, stream_), "all_gather");
+  wait_done("all_gather", all_peers());
+}
+
+void NcclCommunicator::reduce_scatter(const void* send, void* recv, size_t count, CommDType t, ReduceOp op) {
+  if (!device_call("reduce_scatter", {{"send", send}, {"receive", recv}}))
+    return on_host([&] { mpi_->reduce_scatter(send, recv, count, t, op); });
+  check_usable("reduce_scatter");
+  StatScope st(stats_, size() > 1 ? static_cast<size_t>(size()) * count * comm_dtype_size(t) : 0);
+  check_enqueue(ncclReduceScatter(send, recv, count, nccl_dtype(t), nccl_op(op), comm_, stream_), "reduce_scatter");
+  wait_done("reduce_scatter", all_peers());
+}
+
+void NcclCommunicator::all_to_all(const void* send, void* recv, size_t count, CommDType t) {
+  if (!device_call("all_to_all", {{"send", send}, {"receive", recv}}))
+    return on_host([&] { mpi_->all_to_all(send, recv, count, t); });
+  check_usable("all_to_all");
+  const size_t es = comm_dtype_size(t), n = static_cast<size_t>(size());
+  StatScope st(stats_, size() > 1 ? n * count * es : 0);
+  const ncclDataType_t dt = nccl_dtype(t);
+  // Block p to rank p and from rank p, this rank included (NCCL pairs a send and a receive to
+  // oneself inside a group).
+  grouped("all_to_all", [&]() {
+    for (size_t p = 0; p < n; ++p) {
+      ncclResult_t r = ncclSend(cat(send, p * count, es), count, dt, static_cast<int>(p), comm_, stream_);
+      if (!ok_or_pending(r)) return r;
+      r = ncclRecv(at(recv, p * count, es), count, dt, static_cast<int>(p), comm_, stream_);
+      if (!ok_or_pending(r)) return r;
+    }
+    return ncclSuccess;
+  });
+  wait_done("all_to_all", all_peers());
+}
+
+void NcclCommunicator::all_to_allv(const void* send, const std::vector<size_t>& send_counts,
+                                   const std::vector<size_t>& send_displs, void* recv,
+                                   const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
+                                   CommDType t) {
+  if (!device_call("all_to_allv", {{"send", send}, {"receive", recv}})) {
+    return on_host(
+        [&] { mpi_->all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, t); });
+  }
+  check_usable("all_to_allv");
+  const size_t n = static_cast<size_t>(size());
+  SHARDLM_CHECK(send_counts.size() == n && send_displs.size() == n && recv_counts.size() == n && recv_displs.size() == n,
+                "all_to_allv on group " << name() << ": counts and displacements need " << n << " entries each");
+  const size_t es = comm_dtype_size(t);
+  size_t total = 0;
+  for (size_t c : send_counts) total += c;
+  StatScope st(stats_, size() > 1 ? total * es : 0);
+  const ncclDataType_t dt = nccl_dtype(t);
+  // Empty blocks are skipped on both sides: rank a's send count to b is b's receive count from a.
+  grouped("all_to_allv", [&]() {
+    for (size_t p = 0; p < n; ++p) {
+      if (send_counts[p] > 0) {
+        const ncclResult_t r =
+            ncclSend(cat(send, send_displs[p], es), send_counts[p], dt, static_cast<int>(p), comm_, stream_);
+        if (!ok_or_pending(r)) return r;
+      }
+      if (recv_counts[p] > 0) {
+        const ncclResult_t r =
+            ncclRecv(at(recv, recv_displs[p], es), recv_counts[p], dt, static_cast<int>(p), comm_, stream_);
+        if (!ok_or_pending(r)) return r;
+      }
+    }
+    return ncclSuccess;
+  });
+  wait_done("all_to_allv", all_peers());
+}
+
+void NcclCommunicator::broadcast(void* buf, size_t count, CommDType t, int root) {
+  SHARDLM_CHECK(root >= 0 && root < size(), "broadcast on group " << name() << ": root " << root << " outside [0, "
+                                                                  << size() << ")");
+  if (!device_call("broadcast", {{"broadcast", buf}})) return on_host([&] { mpi_->broadcast(buf, count, t, root); });
+  check_usable("broadcast");
+  StatScope st(stats_, size() > 1 && root == rank() ? count * comm_dtype_size(t) : 0);
+  check_enqueue(ncclBroadcast(buf, buf, count, nccl_dtype(t), root, comm_, stream_), "broadcast");
+  wait_done("broadcast", rank() == root ? all_peers() : "root " + peer_text(root));
+}
+
+// A send or receive queued on the stream; wait() waits for the stream (so also for whatever was
+// queued before it).
+class NcclRequest final : public CommRequest {
+ public:
+  NcclRequest(NcclCommunicator& c, const char* op, std::string peers) : c_(c), op_(op), peers_(std::move(peers)) {}
+  void wait() override {
+    if (done_) return;
+    c_.wait_done(op_, peers_);
+    done_ = true;
+  }
+
+ private:
+  NcclCommunicator& c_;
+  const char* op_;
+  std::string peers_;
+  bool done_ = false;
+};
+
+std::unique_ptr<CommRequest> NcclCommunicator::isend(const void* buf, size_t count, CommDType t, int peer, int tag) {
+  check_peer(peer, "send");
+  if (!device_call("send", {{"send", buf}})) {
+    std::unique_ptr<CommRequest> r;
+    on_host([&] { r = mpi_->isend(buf, count, t, peer, tag); });
+    return r;
+  }
+  check_usable("send");
+  StatScope st(stats_, count * comm_dtype_size(t));
+  check_enqueue(ncclSend(buf, count, nccl_dtype(t), peer, comm_, stream_), "send");
+  const std::string peers = "receiver " + peer_text(peer);
+  wait_enqueued("send", peers);  // a nonblocking communicator takes no new call while one is in progress
+  return std::make_unique<NcclRequest>(*this, "send", peers);
+}
+
+std::unique_ptr<CommRequest> NcclCommunicator::irecv(void* buf, size_t count, CommDType t, int peer, int tag) {
+  check_peer(peer, "recv");
+  if (!device_call("recv", {{"receive", buf}})) {
+    std::unique_ptr<CommRequest> r;
+    on_host([&] { r = mpi_->irecv(buf, count, t, peer, tag); });
+    return r;
+  }
+  check_usable("recv");
+  StatScope st(stats_, 0);
+  check_enqueue(ncclRecv(buf, count, nccl_dtype(t), peer, comm_, stream_), "recv");
+  const std::string peers = "sender " + peer_text(peer);
+  wait_enqueued("recv", peers);
+  return std::make_unique<NcclRequest>(*this, "recv", peers);
+}
+
+void NcclCommunicator::send(const void* buf, size_t count, CommDType t, int peer, int tag) {
+  isend(buf, count, t, peer, tag)->wait();
+}
+
+void NcclCommunicator::recv(void* buf, size_t count, CommDType t, int peer, int tag) {
+  irecv(buf, count, t, peer, tag)->wait();
+}
+
+void NcclCommunicator::send_recv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count,
+                                 int source, CommDType t, int tag) {
+  check_peer(dest, "send_recv");
+  check_peer(source, "send_recv");
+  if (!device_call("send_recv", {{"send", send}, {"receive", recv}})) {
+    return on_host([&] { mpi_->send_recv(send, send_count, dest, recv, recv_count, source, t, tag); });
+  }
+  check_usable("send_recv");
+  const ncclDataType_t dt = nccl_dtype(t);
+  StatScope st(stats_, send_count * comm_dtype_size(t));
+  // One group, so that a ring of send_recv calls cannot deadlock.
+  grouped("send_recv", [&]() {
+    const ncclResult_t r = ncclSend(send, send_count, dt, dest, comm_, stream_);
+    if (!ok_or_pending(r)) return r;
+    return ncclRecv(recv, recv_count, dt, source, comm_, stream_);
+  });
+  wait_done("send_recv", "receiver " + peer_text(dest) + ", sender " + peer_text(source));
+}
+
+void NcclCommunicator::barrier() {
+  on_host([&] { mpi_->barrier(); });
+}
+
+}  // namespace shardlm

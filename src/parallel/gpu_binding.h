@@ -1,0 +1,13 @@
+// One GPU per rank: the ranks of a node take the node's GPUs round-robin by local rank. Called
+// once per process, before any device memory or communicator is made.
+#pragma once
+
+#include "parallel/node_local.h"
+
+namespace shardlm {
+
+// cudaSetDevice(local_rank % device_count) and returns that device; -1 (and nothing done) where
+// there is no GPU or the build has no CUDA. Throws Error when cudaSetDevice fails.
+int bind_local_gpu(const NodeLocal& node);
+
+}  // namespace shardlm

@@ -1,0 +1,17 @@
+// GPU tests: SHARDLM_REQUIRE_GPU() at the top of a test skips it, with the reason, on a machine
+// without a CUDA device (or on a build without CUDA).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#ifdef SHARDLM_HAVE_CUDA
+#include "cuda/device_info.h"
+#define SHARDLM_REQUIRE_GPU()                                                                  \
+  do {                                                                                         \
+    if (shardlm::cuda::device_count() == 0)                                                    \
+      GTEST_SKIP() << "no CUDA device here (" << shardlm::cuda::why_none()                     \
+                   << "); this test runs on a GPU machine (tests/gpu/run_gpu_checks.sh)";      \
+  } while (0)
+#else
+#define SHARDLM_REQUIRE_GPU() GTEST_SKIP() << "built without CUDA (no nvcc found at configure time)"
+#endif

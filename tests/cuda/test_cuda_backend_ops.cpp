@@ -1,0 +1,203 @@
+// CudaBackend against CpuBackend, op by op, through the ComputeBackend interface the model code
+// uses: the cuBLAS GEMM mapping (row-major y = x W^T, fp32 and bf16 weights, bias), the MoE ops,
+// the fp8 slice dequantisation at load (bit-identical to the host's, on slices that do not start
+// on a block boundary) and copies. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/gpu.h"
+#include "compute/backend.h"
+#include "compute/cpu_backend.h"
+#include "core/dtype.h"
+#include "model/checkpoint.h"
+#include "model/fp8_block.h"
+
+namespace shardlm {
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+TensorView view(const std::string& name, DType dt, std::vector<int64_t> shape, const void* data, size_t nbytes) {
+  TensorView t;
+  t.name = name;
+  t.file = "test";
+  t.dtype = dt;
+  t.shape = std::move(shape);
+  t.data = data;
+  t.nbytes = nbytes;
+  return t;
+}
+
+// Device copies of host arrays for one backend, and reading back.
+template <typename T>
+T* up(ComputeBackend& b, const std::vector<T>& h) {
+  auto* p = static_cast<T*>(b.alloc(std::max<size_t>(h.size(), 1) * sizeof(T)));
+  b.copy_to_device(p, h.data(), h.size() * sizeof(T));
+  return p;
+}
+template <typename T>
+std::vector<T> down(ComputeBackend& b, const T* p, size_t n) {
+  std::vector<T> h(n);
+  b.copy_to_host(h.data(), p, n * sizeof(T));
+  return h;
+}
+
+// |a - b| <= tol * (sum over the dot product of |x w|), per element of y = x W^T.
+void expect_gemm_close(const std::vector<float>& ref, const std::vector<float>& got, double rel, const char* what) {
+  ASSERT_EQ(ref.size(), got.size());
+  double scale = 0;
+  for (float v : ref) scale = std::max(scale, std::fabs(static_cast<double>(v)));
+  for (size_t i = 0; i < ref.size(); ++i)
+    ASSERT_NEAR(ref[i], got[i], rel * scale + 1e-6) << what << " element " << i;
+}
+
+class CudaBackendOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SHARDLM_REQUIRE_GPU();
+    gpu_ = make_backend("cuda");
+  }
+  CpuBackend cpu_;
+  std::unique_ptr<ComputeBackend> gpu_;
+};
+
+TEST_F(CudaBackendOps, LinearF32MatchesCpu) {
+  for (auto [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 96}, {7, 333, 129}, {128, 1024, 512}}) {
+    const auto x = randn(static_cast<size_t>(M * K), 1), w = randn(static_cast<size_t>(N * K), 2, 0.05f);
+    const auto bias = randn(static_cast<size_t>(N), 3);
+    const TensorView tw = view("w", DType::F32, {N, K}, w.data(), w.size() * 4);
+    const TensorView tb = view("b", DType::F32, {N}, bias.data(), bias.size() * 4);
+    Matrix wc = cpu_.load_matrix(tw), wg = gpu_->load_matrix(tw);
+    Vector bc = cpu_.load_vector(tb), bg = gpu_->load_vector(tb);
+    std::vector<float> yc(static_cast<size_t>(M * N));
+    cpu_.linear(x.data(), M, wc, &bc, yc.data());
+    float* xg = up(*gpu_, x);
+    auto* yg = static_cast<float*>(gpu_->alloc(yc.size() * 4));
+    gpu_->linear(xg, M, wg, &bg, yg);
+    // fp32 SGEMM without TF32: only the summation order differs.
+    expect_gemm_close(yc, down(*gpu_, yg, yc.size()), 1e-5, "f32 linear");
+  }
+}
+
+TEST_F(CudaBackendOps, LinearBf16WithinBf16ActivationRounding) {
+  const int64_t M = 33, K = 512, N = 257;
+  const auto x = randn(static_cast<size_t>(M * K), 4), wf = randn(static_cast<size_t>(N * K), 5, 0.05f);
+  std::vector<uint16_t> w(wf.size());
+  for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(wf[i]);
+  const TensorView tw = view("w", DType::BF16, {N, K}, w.data(), w.size() * 2);
+  Matrix wc = cpu_.load_matrix(tw), wg = gpu_->load_matrix(tw);
+  std::vector<float> yc(static_cast<size_t>(M * N));
+  cpu_.linear(x.data(), M, wc, nullptr, yc.data());
+  float* xg = up(*gpu_, x);
+  auto* yg = static_cast<float*>(gpu_->alloc(yc.size() * 4));
+  gpu_->linear(xg, M, wg, nullptr, yg);
+  // The GPU rounds the activations to bf16 (relative 2^-9 each); the error of a K-term sum of
+  // such products stays within a few 2^-9 of the largest output.
+  expect_gemm_close(yc, down(*gpu_, yg, yc.size()), 1e-2, "bf16 linear");
+}
+
+TEST_F(CudaBackendOps, Fp8SliceDequantIsBitIdenticalToHost) {
+  const int64_t R = 300, C = 200, br = 128, bc = 64;
+  std::mt19937 g(7);
+  std::vector<uint8_t> q(static_cast<size_t>(R * C));
+  for (auto& b : q) b = static_cast<uint8_t>(g() & 0xff);
+  for (auto& b : q)
+    if ((b & 0x7f) == 0x7f) b = 0x3c;  // keep NaN codes out: their bits are compared separately
+  const int64_t sr = (R + br - 1) / br, sc = (C + bc - 1) / bc;
+  std::vector<float> scales = randn(static_cast<size_t>(sr * sc), 8, 0.01f);
+  for (float& s : scales) s = std::fabs(s) + 1e-4f;
+  const TensorView tw = view("w", DType::F8_E4M3, {R, C}, q.data(), q.size());
+  const TensorView ts = view("w_scale_inv", DType::F32, {sr, sc}, scales.data(), scales.size() * 4);
+  // Whole, a row slice across a block boundary, a column slice off the block grid, and both.
+  for (auto [r0, nr, c0, nc] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{0, R, 0, C}, {100, 150, 0, C},
+                                {0, R, 37, 100}, {129, 60, 63, 2}}) {
+    std::vector<uint16_t> host(static_cast<size_t>(nr * nc));
+    dequant_fp8_block(tw, ts, br, bc, r0, nr, c0, nc, host.data());
+    const Matrix m = gpu_->load_fp8_matrix(tw, ts, br, bc, r0, nr, c0, nc);
+    ASSERT_EQ(m.dtype, DType::BF16);
+    ASSERT_EQ(m.rows, nr);
+    ASSERT_EQ(m.cols, nc);
+    const auto got = down(*gpu_, static_cast<const uint16_t*>(m.data), host.size());
+    EXPECT_EQ(std::memcmp(got.data(), host.data(), host.size() * 2), 0)
+        << "slice rows " << r0 << "+" << nr << " cols " << c0 << "+" << nc;
+  }
+}
+
+TEST_F(CudaBackendOps, MoeOpsMatchCpu) {
+  const int64_t T = 37, H = 96, E = 16, k = 4;
+  const auto logits = randn(static_cast<size_t>(T * E), 9), x = randn(static_cast<size_t>(T * H), 10);
+  const auto bias = randn(static_cast<size_t>(E), 11, 0.1f);
+  for (bool sigmoid : {false, true}) {
+    RouterConfig cfg;
+    cfg.num_experts = E;
+    cfg.k = k;
+    cfg.sigmoid = sigmoid;
+    cfg.renormalise = !sigmoid;
+    cfg.norm_topk_prob = sigmoid;
+    cfg.scale = sigmoid ? 2.5 : 1.0;
+    cfg.n_group = sigmoid ? 4 : 1;
+    cfg.topk_group = sigmoid ? 2 : 1;
+    std::vector<int32_t> ids_c(static_cast<size_t>(T * k));
+    std::vector<float> w_c(ids_c.size());
+    RouterConfig cfg_c = cfg, cfg_g = cfg;
+    cfg_c.bias = sigmoid ? bias.data() : nullptr;
+    float* bias_g = up(*gpu_, bias);
+    cfg_g.bias = sigmoid ? bias_g : nullptr;
+    cpu_.moe_route(logits.data(), T, cfg_c, ids_c.data(), w_c.data());
+    float* lg = up(*gpu_, logits);
+    auto* ids_g = static_cast<int32_t*>(gpu_->alloc(ids_c.size() * 4));
+    auto* w_g = static_cast<float*>(gpu_->alloc(w_c.size() * 4));
+    gpu_->moe_route(lg, T, cfg_g, ids_g, w_g);
+    EXPECT_EQ(down(*gpu_, ids_g, ids_c.size()), ids_c) << (sigmoid ? "sigmoid" : "softmax");
+    const auto wg = down(*gpu_, w_g, w_c.size());
+    for (size_t i = 0; i < w_c.size(); ++i) EXPECT_NEAR(wg[i], w_c[i], 1e-6 * std::fabs(w_c[i]) + 1e-7);
+
+    // Local experts [4, 12) of 16: permute, gather, a stand-in expert (y = 2x), combine, gated add.
+    const int64_t e0 = 4, El = 8;
+    std::vector<int32_t> off_c(static_cast<size_t>(El + 1)), slot_c(ids_c.size()), pair_c(ids_c.size());
+    cpu_.expert_permute(ids_c.data(), T, k, e0, El, off_c.data(), slot_c.data(), pair_c.data());
+    auto* off_g = static_cast<int32_t*>(gpu_->alloc(off_c.size() * 4));
+    auto* slot_g = static_cast<int32_t*>(gpu_->alloc(slot_c.size() * 4));
+    auto* pair_g = static_cast<int32_t*>(gpu_->alloc(pair_c.size() * 4));
+    int32_t* ids_in = up(*gpu_, ids_c);  // the same routing on both sides
+    float* w_in = up(*gpu_, w_c);
+    gpu_->expert_permute(ids_in, T, k, e0, El, off_g, slot_g, pair_g);
+    ASSERT_EQ(down(*gpu_, off_g, off_c.size()), off_c);
+    EXPECT_EQ(down(*gpu_, slot_g, slot_c.size()), slot_c);
+    const int64_t rows = off_c[El];
+    pair_c.resize(static_cast<size_t>(rows));
+    EXPECT_EQ(down(*gpu_, pair_g, static_cast<size_t>(rows)), pair_c);
+    std::vector<float> xp_c(static_cast<size_t>(rows * H));
+    cpu_.expert_gather(x.data(), H, k, pair_c.data(), rows, xp_c.data());
+    float* xg = up(*gpu_, x);
+    auto* xp_g = static_cast<float*>(gpu_->alloc(std::max<size_t>(xp_c.size(), 1) * 4));
+    gpu_->expert_gather(xg, H, k, pair_g, rows, xp_g);
+    EXPECT_EQ(down(*gpu_, xp_g, xp_c.size()), xp_c);
+    for (float& v : xp_c) v *= 2.0f;
+    float* yp_g = up(*gpu_, xp_c);
+    std::vector<float> out_c(static_cast<size_t>(T * H));
+    cpu_.expert_combine(xp_c.data(), H, ids_c.data(), w_c.data(), slot_c.data(), T, k, out_c.data());
+    auto* out_g = static_cast<float*>(gpu_->alloc(out_c.size() * 4));
+    gpu_->expert_combine(yp_g, H, ids_in, w_in, slot_g, T, k, out_g);
+    EXPECT_EQ(down(*gpu_, out_g, out_c.size()), out_c);
+    const auto gate = randn(static_cast<size_t>(T), 12);
+    float* gate_g = up(*gpu_, gate);
+    cpu_.gated_add(out_c.data(), x.data(), gate.data(), T, H);
+    gpu_->gated_add(out_g, xg, gate_g, T, H);
+    const auto og = down(*gpu_, out_g, out_c.size());
+    for (size_t i = 0; i < og.size(); ++i) EXPECT_NEAR(og[i], out_c[i], 1e-6 * (std::fabs(out_c[i]) + 1));
+  }
+}
+
+}  // namespace
+}  // namespace shardlm

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Every check that needs a GPU, in one run, with a log: the CUDA kernels against their CPU
+# references, the NCCL and staged-MPI communicator tests, --backend cuda end to end against the CPU
+# backend (stories260K and the tiny dense, MoE and MLA models; 2 ranks sharing the GPU with
+# --comm mpi), and the GPU benchmarks (decode and prefill tok/s, cuBLAS GEMM TFLOP/s beside the
+# H200's 4.8 TB/s and 989 TFLOP/s).
+#
+#   tests/gpu/run_gpu_checks.sh BUILD_DIR LOG_DIR [SHARED_DIR]
+#
+# BUILD_DIR is a CUDA build (cmake -DSHARDLM_CUDA=ON, the default where nvcc is found). The tests
+# carry the absolute paths of the tree they were built in; when this copy of the tree lives
+# elsewhere (a GPU host the tree was copied to), the script links the build-time paths to it.
+# SHARED_DIR (models/stories260K, tokenizers/) defaults to ../shared.
+set -uo pipefail
+build=${1:?usage: run_gpu_checks.sh BUILD_DIR LOG_DIR [SHARED_DIR]}
+logs=${2:?usage: run_gpu_checks.sh BUILD_DIR LOG_DIR [SHARED_DIR]}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+shared=${3:-$root/../shared}
+mkdir -p "$logs"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+step() { echo "== $* ($(date +%T))" | tee -a "$logs/summary.log"; }
+
+# The source tree, ../shared and mpiexec at the paths the build recorded.
+src_then=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
+if [ -n "$src_then" ] && [ "$src_then" != "$root" ] && [ ! -e "$src_then" ]; then
+  mkdir -p "$(dirname "$src_then")" && ln -sfn "$root" "$src_then"
+  echo "linked $src_then -> $root" | tee -a "$logs/summary.log"
+fi
+shared_then=$(cd "$src_then/.." 2>/dev/null && pwd)/shared
+if [ -d "$shared" ] && [ ! -e "$shared_then" ]; then
+  ln -sfn "$(cd "$shared" && pwd)" "$shared_then" && echo "linked $shared_then -> $shared" | tee -a "$logs/summary.log"
+fi
+mpiexec_then=$(sed -n 's/^MPIEXEC_EXECUTABLE:FILEPATH=//p' "$build/CMakeCache.txt")
+if [ -n "$mpiexec_then" ] && [ ! -x "$mpiexec_then" ] && command -v mpiexec >/dev/null; then
+  ln -sfn "$(command -v mpiexec)" "$mpiexec_then"
+fi
+
+step "machine"
+{ nvidia-smi; nvcc --version 2>/dev/null; "$build/shardlm" --version; } >"$logs/machine.log" 2>&1
+head -20 "$logs/machine.log" | tee -a "$logs/summary.log"
+
+status=0
+run() {  # name, command...
+  local name=$1; shift
+  step "$name"
+  if "$@" >"$logs/$name.log" 2>&1; then
+    echo "   ok" | tee -a "$logs/summary.log"
+  else
+    echo "   FAILED (exit $?), see $name.log" | tee -a "$logs/summary.log"; status=1
+  fi
+  grep -E "PASSED|FAILED|SKIPPED|tests passed|tok/s|TFLOP/s|GB/s" "$logs/$name.log" | tail -25 >>"$logs/summary.log"
+}
+
+# 1. Kernels against CPU references; NCCL and staged-MPI communicators on device buffers.
+run kernels ctest --test-dir "$build" --output-on-failure --timeout 300 -R "${SHARDLM_GPU_TESTS:-Cuda|Nccl|nccl|Staged|staged}" -E "CudaBackend\."
+# 2. --backend cuda against the CPU backend, 1 and 2 ranks on the GPU.
+run e2e ctest --test-dir "$build" --output-on-failure --timeout 600 -R CudaBackend
+# 3. Benchmarks: bench-1024 (254M parameters, bf16) on the GPU.
+model="$logs/../bench-model"
+"$build/shardlm" make-model --config "$root/inputs/models/bench-1024.json" --out "$model" --dtype bf16 --seed 1 \
+  >"$logs/make-model.log" 2>&1
+run bench "$build/shardlm" bench --model "$model" --backend cuda --prompt-len 2048 --decode-tokens 256 \
+  --batch 256 --batch-in 512 --batch-out 128
+step "done: status $status"
+exit $status
