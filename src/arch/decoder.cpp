@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
 #include <cmath>
+#include <deque>
+#include <iterator>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -123,6 +125,24 @@ class Decoder final : public Model {
   }
 
   bool runs_empty_steps() const override { return comms_.ep != nullptr; }
+
+  std::string enable_step_graphs() override {
+    std::string why;
+    if (!b_.supports_capture()) {
+      why = "backend " + b_.name() + " cannot capture graphs";
+    } else if (comms_.tp || comms_.pp || comms_.ep || comms_.replica || plan_.stages > 1 || plan_.tp_size > 1) {
+      // Collectives between ranks go through MPI, staged through host memory, which no graph can
+      // hold. NCCL collectives could be captured; that is left for later.
+      why = "graphs need a single rank per replica (no tp, pp or ep)";
+    } else {
+      for (int64_t l = plan_.first_layer; l < plan_.last_layer; ++l) {
+        // An MoE layer sizes its expert GEMMs from per-expert counts it copies to the host.
+        if (spec_.moe.layer_is_moe(l)) why = "MoE layers read routing results on the host";
+      }
+    }
+    graphs_on_ = why.empty();
+    return why;
+  }
   const MoeStepStats* last_step_moe() const override {
     return spec_.moe.enabled() ? (leads_pipeline() ? &last_moe_ : &moe_stats_) : nullptr;
   }
@@ -130,6 +150,7 @@ class Decoder final : public Model {
   void forward(const ForwardBatch& batch, float* logits) override {
     const int64_t T = batch.num_tokens();
     if (T == 0 && !runs_empty_steps()) return;
+    if (const int64_t bucket = graph_bucket(batch); bucket > 0) return graph_step(batch, bucket, logits);
     run_stage(batch);
     const int64_t H = spec_.hidden_size;
     float* residual = scratch_.get(0, std::max<int64_t>(T, 1) * H);
@@ -158,7 +179,6 @@ class Decoder final : public Model {
     if (spec_.moe.enabled()) moe_stats_.reset(spec_.moe.num_experts);
     if (T == 0 && !runs_empty_steps()) return;
     const int64_t H = spec_.hidden_size;
-    const float eps = static_cast<float>(spec_.rms_norm_eps);
     const size_t rows = static_cast<size_t>(std::max<int64_t>(T, 1));
 
     float* residual = scratch_.get(0, rows * H);
@@ -194,6 +214,20 @@ class Decoder final : public Model {
     } else {
       comms_.pp->recv(residual, T * H, CommDType::kF32, plan_.stage - 1, kTagHidden);
     }
+    run_layers(ctx, residual, h, proj);
+    // Tokens per expert routed from this engine group's batch: with expert parallelism each tp
+    // rank routes its share of the tokens, so the shares are summed over tp. (Each group records
+    // its own, so summing /steps rows counts every token once.)
+    if (comms_.ep && comms_.tp && spec_.moe.enabled()) {
+      comms_.tp->all_reduce(moe_stats_.expert_tokens.data(), moe_stats_.expert_tokens.size(), CommDType::kI64,
+                            ReduceOp::kSum);
+    }
+  }
+
+  // The layers over the residual stream (embedded or received); it ends in `residual`.
+  void run_layers(const StepContext& ctx, float* residual, float* h, float* proj) {
+    const int64_t T = ctx.T, H = spec_.hidden_size;
+    const float eps = static_cast<float>(spec_.rms_norm_eps);
     for (size_t i = 0; i < layers_.size(); ++i) {
       Layer& layer = layers_[i];
       if (i == 0) {
@@ -209,13 +243,129 @@ class Decoder final : public Model {
       tp_sum(proj, T * H);
     }
     if (T > 0) b_.add(residual, proj, T * H);
-    // Tokens per expert routed from this engine group's batch: with expert parallelism each tp
-    // rank routes its share of the tokens, so the shares are summed over tp. (Each group records
-    // its own, so summing /steps rows counts every token once.)
-    if (comms_.ep && comms_.tp && spec_.moe.enabled()) {
-      comms_.tp->all_reduce(moe_stats_.expert_tokens.data(), moe_stats_.expert_tokens.size(), CommDType::kI64,
-                            ReduceOp::kSum);
+  }
+
+  // ---- CUDA graphs for decode steps (--cuda-graphs) ----
+  //
+  // A step is graph-eligible when every row is a decode token (one token per sequence) and every
+  // row samples; enable_step_graphs() has checked the rest (one rank, no MoE layer, a backend that
+  // captures). Its T rows are padded to a bucket B, and the whole device part (embedding .. LM head
+  // output) of a B-row step is captured once per bucket and replayed with new inputs:
+  //  - inputs (ids, positions, KV slots, per-token block-list starts, block ids) are written into
+  //    their scratch slots before the capture or replay, never inside it;
+  //  - padding rows have id -1 (embedding gives zeros), position -1 (attention over no positions
+  //    gives zeros), slot -1 (no KV write) and block-list start 0 (never read); every op works row
+  //    by row, so they leave the real rows alone, and only the first T rows of the logits are read;
+  //  - the block-id slot is sized to a capacity that only grows (from the KV cache's block count:
+  //    without shared blocks a batch never lists more), so it rarely moves;
+  //  - a graph holds the scratch pointers it was captured with: when any slot is reallocated (the
+  //    scratch generation changes, e.g. a larger prefill ran eagerly) every graph is dropped and
+  //    recaptured on next use;
+  //  - before a bucket's first capture the step runs eagerly once: that sizes every scratch slot
+  //    and backend workspace the capture touches (nothing may be allocated while capturing). Run
+  //    twice, the step writes the same KV entries with the same values.
+  static constexpr int64_t kGraphBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+
+  // The bucket a step is padded to, or 0 when it runs eagerly.
+  int64_t graph_bucket(const ForwardBatch& batch) const {
+    if (!graphs_on_) return 0;
+    const int64_t T = batch.num_tokens();
+    if (T == 0 || T > kGraphBuckets[std::size(kGraphBuckets) - 1]) return 0;
+    if (static_cast<int64_t>(batch.logit_rows.size()) != T ||
+        static_cast<int64_t>(batch.seq_block_start.size()) != T + 1) {
+      return 0;
     }
+    for (int64_t t = 0; t < T; ++t) {
+      if (batch.token_seq[t] != t || batch.logit_rows[t] != t) return 0;
+    }
+    for (const int64_t b : kGraphBuckets) {
+      if (b >= T) return b;
+    }
+    return 0;
+  }
+
+  void drop_graphs() {
+    b_.drop_captures();
+    graph_handles_.clear();
+    graph_generation_ = scratch_.generation();
+  }
+
+  // Writes a graph step's padded inputs into their slots and returns its context (T = B).
+  StepContext upload_graph_inputs(const ForwardBatch& batch, int64_t B) {
+    const int64_t T = batch.num_tokens();
+    g_ids_.assign(static_cast<size_t>(B), -1);
+    g_pos_.assign(static_cast<size_t>(B), -1);
+    g_slots_.assign(static_cast<size_t>(B), -1);
+    g_start_.assign(static_cast<size_t>(B), 0);
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t id = batch.tokens[t] - plan_.vocab0;
+      g_ids_[t] = (id >= 0 && id < plan_.vocab) ? static_cast<int32_t>(id) : -1;
+      g_pos_[t] = batch.positions[t];
+      g_slots_[t] = batch.slots[t];
+      g_start_[t] = batch.seq_block_start[t];
+    }
+    if (block_capacity_ < static_cast<size_t>(cache_->num_blocks())) block_capacity_ = cache_->num_blocks();
+    if (batch.blocks.size() > block_capacity_) block_capacity_ = std::max(batch.blocks.size(), 2 * block_capacity_);
+    StepContext ctx;
+    ctx.batch = nullptr;  // a captured step must not read the batch: another one is there at replay
+    ctx.T = B;
+    ctx.block_size = cache_->shape().block_size;
+    int32_t* ids = scratch_.get_as<int32_t>(3, B);
+    ctx.pos = scratch_.get_as<int32_t>(4, B);
+    ctx.slots = scratch_.get_as<int64_t>(5, B);
+    int32_t* blocks = scratch_.get_as<int32_t>(6, std::max<size_t>(block_capacity_, 1));
+    int32_t* start = scratch_.get_as<int32_t>(7, B);
+    b_.copy_to_device(ids, g_ids_.data(), B * sizeof(int32_t));
+    b_.copy_to_device(const_cast<int32_t*>(ctx.pos), g_pos_.data(), B * sizeof(int32_t));
+    b_.copy_to_device(const_cast<int64_t*>(ctx.slots), g_slots_.data(), B * sizeof(int64_t));
+    b_.copy_to_device(blocks, batch.blocks.data(), batch.blocks.size() * sizeof(int32_t));
+    b_.copy_to_device(start, g_start_.data(), B * sizeof(int32_t));
+    // Backend memory only: the host arrays change from step to step, a replay reads the slots.
+    ctx.tables = BlockTables{blocks, start, nullptr, nullptr};
+    return ctx;
+  }
+
+  // The device part of a graph step: what is captured. Logits [B, vocab] end in slot 13.
+  void graph_device_work(const StepContext& ctx) {
+    const int64_t B = ctx.T, H = spec_.hidden_size;
+    const float eps = static_cast<float>(spec_.rms_norm_eps);
+    float* residual = scratch_.get(0, B * H);
+    float* h = scratch_.get(1, B * H);
+    float* proj = scratch_.get(2, B * H);
+    const int32_t* ids = scratch_.get_as<int32_t>(3, B);
+    b_.embedding(ids, B, embed_, residual);
+    run_layers(ctx, residual, h, proj);
+    float* rows = scratch_.get(12, B * H);
+    b_.rmsnorm(residual, final_norm_, B, eps, rows);
+    b_.linear(rows, B, lm_head_, nullptr, scratch_.get(13, B * plan_.vocab));
+  }
+
+  void graph_step(const ForwardBatch& batch, int64_t B, float* logits) {
+    SHARDLM_CHECK(cache_, "forward before allocate_kv_cache");
+    if (spec_.moe.enabled()) moe_stats_.reset(spec_.moe.num_experts);
+    const StepContext ctx = upload_graph_inputs(batch, B);
+    if (scratch_.generation() != graph_generation_) drop_graphs();
+    auto it = graph_handles_.find(B);
+    if (it == graph_handles_.end()) {
+      graph_device_work(ctx);  // the warm-up run (see above)
+      if (scratch_.generation() != graph_generation_) drop_graphs();
+      b_.begin_capture();
+      try {
+        graph_device_work(ctx);
+      } catch (...) {
+        // Leave the backend out of capture mode; the partial graph is of no use.
+        try {
+          b_.end_capture();
+        } catch (...) {
+        }
+        drop_graphs();
+        throw;
+      }
+      it = graph_handles_.emplace(B, b_.end_capture()).first;
+    }
+    b_.replay(it->second);
+    const int64_t T = batch.num_tokens();
+    b_.copy_to_host(logits, scratch_.get(13, B * plan_.vocab), T * spec_.vocab_size * sizeof(float));
   }
 
   // The last stage: final norm and the vocabulary-parallel LM head on the rows that sample; the
@@ -291,6 +441,13 @@ class Decoder final : public Model {
   std::vector<int32_t> local_ids_;
   std::vector<float> host_logits_, gathered_;
   std::deque<InFlight> inflight_;  // the leader's begun pipeline steps, oldest first
+  // CUDA graphs (see graph_step).
+  bool graphs_on_ = false;
+  std::map<int64_t, int64_t> graph_handles_;  // bucket -> backend capture handle
+  uint64_t graph_generation_ = 0;             // scratch generation the handles were captured at
+  size_t block_capacity_ = 0;                 // block ids the block-id slot is sized for
+  std::vector<int32_t> g_ids_, g_pos_, g_start_;
+  std::vector<int64_t> g_slots_;
   size_t load_bytes_ = 0;
   double load_seconds_ = 0;
 };

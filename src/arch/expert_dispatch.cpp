@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
+#include <climits>
 
 #include "core/error.h"
 #include "parallel/communicator.h"
@@ -15,38 +15,61 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-}  // namespace
+// Scratch slots (see the header). The outgoing and incoming row buffers of the dispatch are dead
+// once the owner has gathered its input, so the combine's result rows reuse them.
+constexpr int kSendRows = Scratch::kFeedForward + 20, kRecvRows = Scratch::kFeedForward + 21,
+              kInput = Scratch::kFeedForward + 22, kOutput = Scratch::kFeedForward + 23,
+              kSendIndex = Scratch::kFeedForward + 24, kInputIndex = Scratch::kFeedForward + 25,
+              kResultIndex = Scratch::kFeedForward + 26, kTokenStart = Scratch::kFeedForward + 27,
+              kTokenPairs = Scratch::kFeedForward + 28, kTokenWeights = Scratch::kFeedForward + 29;
 
-void moe_accumulate(float* out, float w, const float* y, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) out[j] += w * y[j];
+// Backend buffers are never null, even for zero elements: the NCCL communicator tells device from
+// host memory by the pointers, and every member must pass the same kind.
+float* floats(Scratch& s, int slot, int64_t n) { return s.get(slot, static_cast<size_t>(std::max<int64_t>(n, 1))); }
+
+// Backend copy of a host index array, in `slot`.
+template <typename T>
+T* upload(Scratch& s, int slot, const std::vector<T>& v) {
+  T* d = s.get_as<T>(slot, std::max<size_t>(v.size(), 1));
+  s.backend().copy_to_device(d, v.data(), v.size() * sizeof(T));
+  return d;
 }
+
+// Per-rank counts and displacements of `items[r]` blocks of `width` elements each.
+struct Layout {
+  std::vector<size_t> counts, displs;
+  size_t total = 0;
+  Layout(const std::vector<int64_t>& items, int64_t width) : counts(items.size()), displs(items.size()) {
+    for (size_t r = 0; r < items.size(); ++r) {
+      displs[r] = total;
+      counts[r] = static_cast<size_t>(items[r] * width);
+      total += counts[r];
+    }
+  }
+};
+
+}  // namespace
 
 void run_experts(Scratch& scratch, const std::vector<ExpertWeights>& experts, int64_t inter, int64_t H,
                  const float* in, const std::vector<int64_t>& offsets, float* out) {
   const int64_t L = static_cast<int64_t>(experts.size());
   SHARDLM_CHECK(static_cast<int64_t>(offsets.size()) == L + 1,
                 "run_experts: " << offsets.size() << " offsets for " << L << " experts");
-  const int64_t R = offsets[L];
-  if (R == 0) return;
+  if (offsets[L] == 0) return;
   ComputeBackend& b = scratch.backend();
   int64_t most = 0;
   for (int64_t e = 0; e < L; ++e) most = std::max(most, offsets[e + 1] - offsets[e]);
-  const size_t bytes = static_cast<size_t>(R * H) * sizeof(float);
-  float* x = scratch.get(Scratch::kFeedForward + 4, static_cast<size_t>(R * H));
   float* gate = scratch.get(Scratch::kFeedForward + 5, static_cast<size_t>(most * inter));
   float* up = scratch.get(Scratch::kFeedForward + 6, static_cast<size_t>(most * inter));
-  float* y = scratch.get(Scratch::kFeedForward + 7, static_cast<size_t>(R * H));
-  b.copy_to_device(x, in, bytes);
   for (int64_t e = 0; e < L; ++e) {
     const int64_t r0 = offsets[e], n = offsets[e + 1] - r0;
     if (n == 0) continue;
     const ExpertWeights& w = experts[e];
-    b.linear(x + r0 * H, n, w.gate, nullptr, gate);
-    b.linear(x + r0 * H, n, w.up, nullptr, up);
+    b.linear(in + r0 * H, n, w.gate, nullptr, gate);
+    b.linear(in + r0 * H, n, w.up, nullptr, up);
     b.silu_mul(gate, up, gate, n * inter);
-    b.linear(gate, n, w.down, nullptr, y + r0 * H);
+    b.linear(gate, n, w.down, nullptr, out + r0 * H);
   }
-  b.copy_to_host(out, y, bytes);
 }
 
 ExpertDispatch::ExpertDispatch(Communicator* ep, int64_t num_experts, int64_t hidden)
@@ -61,12 +84,17 @@ ExpertDispatch::ExpertDispatch(Communicator* ep, int64_t num_experts, int64_t hi
   offsets_.assign(static_cast<size_t>(per_rank_ + 1), 0);
 }
 
-float* ExpertDispatch::output() { return output_.data(); }
-
-void ExpertDispatch::dispatch(const float* x, const Routing& r) {
+void ExpertDispatch::dispatch(Scratch& scratch, const float* x, const Routing& r) {
+  ComputeBackend& b = scratch.backend();
+  b.synchronize();
   const auto t0 = Clock::now();
   T_ = r.T;
-  const int64_t k = r.k, P = T_ * k, H = H_;
+  k_ = r.k;
+  const int64_t k = k_, P = T_ * k, H = H_;
+  SHARDLM_CHECK(static_cast<int64_t>(r.experts.size()) == P && static_cast<int64_t>(r.weights.size()) == P,
+                "expert dispatch: routing of " << r.experts.size() << " ids and " << r.weights.size()
+                                               << " weights for " << T_ << " tokens x top-" << k);
+  SHARDLM_CHECK(P < INT32_MAX, "expert dispatch: " << P << " (token, expert) pairs do not fit int32 row indices");
   // This rank's pairs in ascending (expert, token) order (a stable counting sort by expert).
   std::vector<int64_t> start(static_cast<size_t>(E_ + 1), 0);
   for (int64_t i = 0; i < P; ++i) {
@@ -75,37 +103,51 @@ void ExpertDispatch::dispatch(const float* x, const Routing& r) {
     ++start[e + 1];
   }
   for (int64_t e = 0; e < E_; ++e) start[e + 1] += start[e];
-  pair_token_.resize(static_cast<size_t>(P));
-  pair_weight_.resize(static_cast<size_t>(P));
+  std::vector<int32_t> pair_token(static_cast<size_t>(P));
+  std::vector<float> pair_weight(static_cast<size_t>(P));
   {
     std::vector<int64_t> cur(start.begin(), start.end() - 1);
     for (int64_t t = 0; t < T_; ++t) {
       for (int64_t j = 0; j < k; ++j) {
         const int64_t pos = cur[r.experts[t * k + j]]++;
-        pair_token_[pos] = static_cast<int32_t>(t);
-        pair_weight_[pos] = r.weights[t * k + j];
+        pair_token[pos] = static_cast<int32_t>(t);
+        pair_weight[pos] = r.weights[t * k + j];
       }
+    }
+  }
+  // The combine's map: each token's pairs in ascending pair index, which is ascending expert.
+  token_pairs_.resize(static_cast<size_t>(P));
+  token_weights_.resize(static_cast<size_t>(P));
+  {
+    std::vector<int64_t> fill(static_cast<size_t>(T_), 0);
+    for (int64_t i = 0; i < P; ++i) {
+      const int32_t t = pair_token[i];
+      const int64_t pos = t * k + fill[t]++;
+      token_pairs_[pos] = static_cast<int32_t>(i);
+      token_weights_[pos] = pair_weight[i];
     }
   }
 
   if (!ep_) {
     // Every expert local: gather the rows per expert, in the pair order.
     offsets_.assign(start.begin(), start.end());
-    input_.resize(static_cast<size_t>(P * H));
-    for (int64_t i = 0; i < P; ++i) std::memcpy(&input_[i * H], x + pair_token_[i] * H, H * sizeof(float));
-    output_.resize(input_.size());
+    input_ = floats(scratch, kInput, P * H);
+    output_ = floats(scratch, kOutput, P * H);
+    b.gather_rows(x, H, upload(scratch, kSendIndex, pair_token), P, input_);
     dispatch_bytes = 0;
+    b.synchronize();
     dispatch_seconds = since(t0);
     return;
   }
 
   const int n = size_;
+  const int64_t L = per_rank_;
   pairs_to_.assign(static_cast<size_t>(n), 0);
-  for (int o = 0; o < n; ++o) pairs_to_[o] = start[(o + 1) * per_rank_] - start[o * per_rank_];
+  for (int o = 0; o < n; ++o) pairs_to_[o] = start[(o + 1) * L] - start[o * L];
 
-  // Records: one per (token, owner rank), the row then the local expert slots.
-  slots_ = std::min(k, per_rank_);
-  const int64_t rec_bytes = (H + slots_) * static_cast<int64_t>(sizeof(float));
+  // Records: one per (token, owner rank), in token order per owner: the row (by index) and the
+  // local expert slots.
+  const int64_t slots = std::min(k, L);
   std::vector<int64_t> recs_to(static_cast<size_t>(n), 0), recs_from(static_cast<size_t>(n), 0);
   std::vector<int32_t> sorted(static_cast<size_t>(k));
   auto token_experts = [&](int64_t t) {
@@ -115,56 +157,52 @@ void ExpertDispatch::dispatch(const float* x, const Routing& r) {
   for (int64_t t = 0; t < T_; ++t) {
     token_experts(t);
     for (int64_t j = 0; j < k; ++j)
-      if (j == 0 || sorted[j] / per_rank_ != sorted[j - 1] / per_rank_) ++recs_to[sorted[j] / per_rank_];
+      if (j == 0 || sorted[j] / L != sorted[j - 1] / L) ++recs_to[sorted[j] / L];
   }
-  std::vector<size_t> scount(n), sdispl(n), rcount(n), rdispl(n);
-  size_t total = 0;
-  for (int o = 0; o < n; ++o) {
-    sdispl[o] = total;
-    scount[o] = static_cast<size_t>(recs_to[o] * rec_bytes);
-    total += scount[o];
-  }
-  send_rec_.resize(total);
+  const Layout send_recs(recs_to, 1);
+  send_rows_.resize(send_recs.total);
+  send_slots_.resize(send_recs.total * static_cast<size_t>(slots));
   {
-    std::vector<size_t> cur(sdispl);
+    std::vector<size_t> cur(send_recs.displs);
     for (int64_t t = 0; t < T_; ++t) {
       token_experts(t);
       for (int64_t j = 0; j < k;) {
-        const int64_t o = sorted[j] / per_rank_;
-        uint8_t* rec = &send_rec_[cur[o]];
-        cur[o] += static_cast<size_t>(rec_bytes);
-        std::memcpy(rec, x + t * H, H * sizeof(float));
-        int32_t* slot = reinterpret_cast<int32_t*>(rec + H * sizeof(float));
+        const int64_t o = sorted[j] / L;
+        const size_t rec = cur[o]++;
+        send_rows_[rec] = static_cast<int32_t>(t);
+        int32_t* slot = &send_slots_[rec * static_cast<size_t>(slots)];
         int64_t s = 0;
-        for (; j < k && sorted[j] / per_rank_ == o; ++j) slot[s++] = static_cast<int32_t>(sorted[j] - o * per_rank_);
-        for (; s < slots_; ++s) slot[s] = -1;
+        for (; j < k && sorted[j] / L == o; ++j) slot[s++] = static_cast<int32_t>(sorted[j] - o * L);
+        for (; s < slots; ++s) slot[s] = -1;
       }
     }
   }
   ep_->all_to_all(recs_to.data(), recs_from.data(), 1, CommDType::kI64);
-  size_t rtotal = 0;
-  for (int s = 0; s < n; ++s) {
-    rdispl[s] = rtotal;
-    rcount[s] = static_cast<size_t>(recs_from[s] * rec_bytes);
-    rtotal += rcount[s];
-  }
-  recv_rec_.resize(rtotal);
-  ep_->all_to_allv(send_rec_.data(), scount, sdispl, recv_rec_.data(), rcount, rdispl, CommDType::kU8);
+  const Layout recv_recs(recs_from, 1);
+  SHARDLM_CHECK(recv_recs.total < INT32_MAX,
+                "expert dispatch: " << recv_recs.total << " received records do not fit int32 row indices");
+
+  // The rows, in backend memory; the slots, on the host.
+  float* send_x = floats(scratch, kSendRows, static_cast<int64_t>(send_recs.total) * H);
+  b.gather_rows(x, H, upload(scratch, kSendIndex, send_rows_), static_cast<int64_t>(send_recs.total), send_x);
+  float* recv_x = floats(scratch, kRecvRows, static_cast<int64_t>(recv_recs.total) * H);
+  const Layout send_f(recs_to, H), recv_f(recs_from, H);
+  ep_->all_to_allv(send_x, send_f.counts, send_f.displs, recv_x, recv_f.counts, recv_f.displs, CommDType::kF32);
+  recv_slots_.resize(recv_recs.total * static_cast<size_t>(slots));
+  const Layout send_s(recs_to, slots), recv_s(recs_from, slots);
+  ep_->all_to_allv(send_slots_.data(), send_s.counts, send_s.displs, recv_slots_.data(), recv_s.counts,
+                   recv_s.displs, CommDType::kI32);
   dispatch_bytes = 0;
   for (int o = 0; o < n; ++o)
-    if (o != rank_) dispatch_bytes += static_cast<int64_t>(scount[o]);
+    if (o != rank_) dispatch_bytes += recs_to[o] * (H + slots) * static_cast<int64_t>(sizeof(float));
 
   // Owner side: rows per local expert, ordered (expert, source rank, record).
-  const int64_t L = per_rank_;
   from_cnt_.assign(static_cast<size_t>(n * L), 0);
-  auto slots_of = [&](int s, int64_t i) {
-    return reinterpret_cast<const int32_t*>(&recv_rec_[rdispl[s] + static_cast<size_t>(i * rec_bytes)] +
-                                            H * sizeof(float));
-  };
+  auto slots_of = [&](size_t rec) { return &recv_slots_[rec * static_cast<size_t>(slots)]; };
   for (int s = 0; s < n; ++s) {
     for (int64_t i = 0; i < recs_from[s]; ++i) {
-      const int32_t* slot = slots_of(s, i);
-      for (int64_t j = 0; j < slots_ && slot[j] >= 0; ++j) {
+      const int32_t* slot = slots_of(recv_recs.displs[s] + static_cast<size_t>(i));
+      for (int64_t j = 0; j < slots && slot[j] >= 0; ++j) {
         SHARDLM_CHECK(slot[j] < L, "expert dispatch: received local expert " << slot[j] << " of " << L);
         ++from_cnt_[s * L + slot[j]];
       }
@@ -183,63 +221,72 @@ void ExpertDispatch::dispatch(const float* x, const Routing& r) {
   pairs_from_.assign(static_cast<size_t>(n), 0);
   for (int s = 0; s < n; ++s)
     for (int64_t e = 0; e < L; ++e) pairs_from_[s] += from_cnt_[s * L + e];
-  input_.resize(static_cast<size_t>(offsets_[L] * H));
-  output_.resize(input_.size());
+  const int64_t R = offsets_[L];
+  SHARDLM_CHECK(R < INT32_MAX, "expert dispatch: " << R << " expert rows do not fit int32 row indices");
+  input_rows_.resize(static_cast<size_t>(R));
   for (int s = 0; s < n; ++s) {
     for (int64_t i = 0; i < recs_from[s]; ++i) {
-      const float* row = reinterpret_cast<const float*>(&recv_rec_[rdispl[s] + static_cast<size_t>(i * rec_bytes)]);
-      const int32_t* slot = slots_of(s, i);
-      for (int64_t j = 0; j < slots_ && slot[j] >= 0; ++j)
-        std::memcpy(&input_[cur[s * L + slot[j]]++ * H], row, H * sizeof(float));
+      const size_t rec = recv_recs.displs[s] + static_cast<size_t>(i);
+      const int32_t* slot = slots_of(rec);
+      for (int64_t j = 0; j < slots && slot[j] >= 0; ++j)
+        input_rows_[cur[s * L + slot[j]]++] = static_cast<int32_t>(rec);
     }
   }
+  input_ = floats(scratch, kInput, R * H);
+  output_ = floats(scratch, kOutput, R * H);
+  b.gather_rows(recv_x, H, upload(scratch, kInputIndex, input_rows_), R, input_);
+  b.synchronize();
   dispatch_seconds = since(t0);
 }
 
-void ExpertDispatch::combine(float* out) {
+void ExpertDispatch::combine(Scratch& scratch, float* out, int64_t out_rows, int64_t first) {
+  ComputeBackend& b = scratch.backend();
+  b.synchronize();
   const auto t0 = Clock::now();
-  const int64_t H = H_;
-  const float* result = output_.data();
+  SHARDLM_CHECK(first >= 0 && first + T_ <= out_rows,
+                "expert dispatch: " << T_ << " tokens from row " << first << " of " << out_rows);
+  SHARDLM_CHECK(out_rows < INT32_MAX, "expert dispatch: " << out_rows << " output rows");
+  const int64_t H = H_, k = k_, P = T_ * k;
+  const float* result = output_;
+  combine_bytes = 0;
   if (ep_) {
     // Results back to their tokens' ranks: per source rank, ordered (local expert, record), which
     // is the source's (expert, token) pair order restricted to this rank's experts.
     const int n = size_;
     const int64_t L = per_rank_;
-    std::vector<size_t> scount(n), sdispl(n), rcount(n), rdispl(n);
-    size_t stotal = 0, rtotal = 0;
-    for (int s = 0; s < n; ++s) {
-      sdispl[s] = stotal;
-      scount[s] = static_cast<size_t>(pairs_from_[s] * H);
-      stotal += scount[s];
-      rdispl[s] = rtotal;
-      rcount[s] = static_cast<size_t>(pairs_to_[s] * H);
-      rtotal += rcount[s];
-    }
-    send_res_.resize(stotal);
+    std::vector<int64_t> row0(static_cast<size_t>(n * L));  // first row of (source, expert)
     for (int64_t e = 0; e < L; ++e) {
-      int64_t src = offsets_[e];  // rows of expert e, source by source
+      int64_t off = offsets_[e];
       for (int s = 0; s < n; ++s) {
-        const int64_t c = from_cnt_[s * L + e];
-        int64_t before = 0;  // pairs of source s for experts below e
-        for (int64_t e2 = 0; e2 < e; ++e2) before += from_cnt_[s * L + e2];
-        if (c > 0)
-          std::memcpy(&send_res_[sdispl[s] + static_cast<size_t>(before * H)], &output_[src * H],
-                      static_cast<size_t>(c * H) * sizeof(float));
-        src += c;
+        row0[s * L + e] = off;
+        off += from_cnt_[s * L + e];
       }
     }
-    recv_res_.resize(rtotal);
-    ep_->all_to_allv(send_res_.data(), scount, sdispl, recv_res_.data(), rcount, rdispl, CommDType::kF32);
-    combine_bytes = 0;
+    result_rows_.resize(static_cast<size_t>(offsets_[L]));
+    size_t pos = 0;
     for (int s = 0; s < n; ++s)
-      if (s != rank_) combine_bytes += static_cast<int64_t>(scount[s] * sizeof(float));
-    result = recv_res_.data();
-  } else {
-    combine_bytes = 0;
+      for (int64_t e = 0; e < L; ++e)
+        for (int64_t c = 0; c < from_cnt_[s * L + e]; ++c)
+          result_rows_[pos++] = static_cast<int32_t>(row0[s * L + e] + c);
+    const Layout send_f(pairs_from_, H), recv_f(pairs_to_, H);
+    SHARDLM_CHECK(static_cast<int64_t>(recv_f.total) == P * H,
+                  "expert dispatch: " << recv_f.total / static_cast<size_t>(H) << " results due for " << P << " pairs");
+    float* send_res = floats(scratch, kSendRows, static_cast<int64_t>(send_f.total));
+    b.gather_rows(output_, H, upload(scratch, kResultIndex, result_rows_), static_cast<int64_t>(result_rows_.size()),
+                  send_res);
+    float* recv_res = floats(scratch, kRecvRows, static_cast<int64_t>(recv_f.total));
+    ep_->all_to_allv(send_res, send_f.counts, send_f.displs, recv_res, recv_f.counts, recv_f.displs, CommDType::kF32);
+    for (int s = 0; s < n; ++s)
+      if (s != rank_) combine_bytes += static_cast<int64_t>(send_f.counts[s] * sizeof(float));
+    result = recv_res;
   }
-  std::fill(out, out + T_ * H, 0.0f);
-  const int64_t P = static_cast<int64_t>(pair_token_.size());
-  for (int64_t i = 0; i < P; ++i) moe_accumulate(out + pair_token_[i] * H, pair_weight_[i], result + i * H, H);
+  // Token first + t sums its pairs [t * k, (t + 1) * k) of token_pairs_; the other rows are empty.
+  token_start_.resize(static_cast<size_t>(out_rows + 1));
+  for (int64_t u = 0; u <= out_rows; ++u)
+    token_start_[u] = static_cast<int32_t>(std::clamp<int64_t>(u - first, 0, T_) * k);
+  b.combine_rows(result, H, upload(scratch, kTokenStart, token_start_), upload(scratch, kTokenPairs, token_pairs_),
+                 upload(scratch, kTokenWeights, token_weights_), out_rows, out);
+  b.synchronize();
   combine_seconds = since(t0);
 }
 

@@ -74,6 +74,9 @@ class Model {
   // replica leader they cover its stage's MoE layers; tokens per expert count the step's tokens
   // (this engine group's batch) routed to each expert.
   virtual const MoeStepStats* last_step_moe() const { return nullptr; }
+  // Opt-in CUDA graphs for decode steps (--cuda-graphs): returns "" when this model will capture
+  // and replay the steps that allow it (the others run eagerly), else why every step runs eagerly.
+  virtual std::string enable_step_graphs() { return "this model does not capture steps"; }
   // Bytes of checkpoint data this rank loaded, and the seconds it took.
   virtual size_t load_bytes() const = 0;
   virtual double load_seconds() const = 0;

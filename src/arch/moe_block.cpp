@@ -15,23 +15,20 @@
 // Qwen2 gate sigmoid(g(h)) is a scalar per token computed from the full h on every rank, so the
 // gated partials still sum to the gated whole).
 //
-// Two paths, the same arithmetic:
-//   ep_size 1  everything runs through backend ops (on the CUDA backend the layer stays on the
-//              device): router linear, moe_route, expert_permute, expert_gather, each expert's
-//              GEMMs on its contiguous rows, expert_combine, the shared expert through gated_add.
-//              The one host read is the permute's offsets [E + 1], which size each expert's GEMMs
-//              (and give the per-expert token counts of the statistics).
-//   ep_size>1  the routing, the combine and the shared-expert addition run in host memory: the
-//              all-to-all dispatch of expert_dispatch.h exchanges host buffers (MPI), so the
-//              router logits and hidden rows come to the host anyway (on the CPU backend the
-//              copies are memcpy).
-// Both sum the routed results in ascending expert order from unsummed per-(token, expert) rows
-// and route with the same router (the CPU backend's moe_route is arch/moe_router.h), so on the
-// CPU backend the two paths agree bit for bit and the output is bit-identical across
-// expert-parallel layouts (see expert_dispatch.h).
-#include <algorithm>
-#include <chrono>
-#include <cmath>
+// Two paths, the same arithmetic, both on backend ops (on the CUDA backend the activations stay
+// on the device):
+//   ep_size 1  router linear, moe_route, expert_permute, expert_gather, each expert's GEMMs on its
+//              contiguous rows, expert_combine. The one host read is the permute's offsets
+//              [E + 1], which size each expert's GEMMs (and give the per-expert token counts of
+//              the statistics).
+//   ep_size>1  router linear and moe_route on the share; its ids and weights ([T, k], small) come
+//              to the host, where expert_dispatch.h builds the index maps of the exchange; the
+//              rows travel in backend memory (NCCL on device buffers with --comm nccl) and are
+//              moved by gather_rows / combine_rows.
+// The shared expert goes through gated_add either way. Both sum the routed results in ascending
+// expert order from unsummed per-(token, expert) rows with the same rounding and route with the
+// same op, so on the CPU backend the two paths agree bit for bit and the output is bit-identical
+// across expert-parallel layouts (see expert_dispatch.h).
 #include <optional>
 #include <string>
 #include <vector>
@@ -125,8 +122,6 @@ class MoeBlock final : public FeedForwardBlock {
       SHARDLM_CHECK(!n.bias.empty(), "layer " << layer << ": e_score_correction_bias needs the DeepSeek naming");
       Vector b = w.vec(n.bias, E);
       if (cfg_.sigmoid) cfg_.bias = b.data;
-      bias_.resize(static_cast<size_t>(E));  // for the host path
-      w.backend().copy_to_host(bias_.data(), b.data, bias_.size() * sizeof(float));
     }
     inter_ = plan.expert_inter;
     const bool sliced = plan.expert_inter < I;
@@ -156,53 +151,11 @@ class MoeBlock final : public FeedForwardBlock {
   }
 
   void forward(const float* h, int64_t T, Scratch& scratch, float* out) override {
-    const bool ep = plan_.ep_size > 1;
-    if (T == 0 && !ep) return;
-    if (!ep) {
+    if (plan_.ep_size > 1) {
+      forward_expert_parallel(h, T, scratch, out);
+    } else if (T > 0) {
       forward_on_backend(h, T, scratch, out);
-      return;
     }
-    ComputeBackend& b = scratch.backend();
-    const int64_t H = H_, E = m_.num_experts;
-    // This rank's share of the tokens: all of them, or with ep and tp its contiguous tp share.
-    int64_t t0 = 0, t1 = T;
-    if (ep && plan_.tp_size > 1) {
-      t0 = T * plan_.tp_rank / plan_.tp_size;
-      t1 = T * (plan_.tp_rank + 1) / plan_.tp_size;
-    }
-    const int64_t Ts = t1 - t0;
-
-    // Route the share.
-    logits_.resize(static_cast<size_t>(Ts * E));
-    x_.resize(static_cast<size_t>(Ts * H));
-    if (Ts > 0) {
-      float* logits = scratch.get(Scratch::kFeedForward + 0, static_cast<size_t>(Ts * E));
-      b.linear(h + t0 * H, Ts, router_, nullptr, logits);
-      b.copy_to_host(logits_.data(), logits, logits_.size() * sizeof(float));
-      b.copy_to_host(x_.data(), h + t0 * H, x_.size() * sizeof(float));
-    }
-    route(m_, logits_.data(), Ts, bias_.empty() ? nullptr : bias_.data(), &routing_);
-
-    // Dispatch, the local experts, combine.
-    dispatch_.dispatch(x_.data(), routing_);
-    run_experts(scratch, experts_, inter_, H, dispatch_.input(), dispatch_.offsets(), dispatch_.output());
-    host_out_.resize(static_cast<size_t>(T * H));
-    std::fill(host_out_.begin(), host_out_.begin() + t0 * H, 0.0f);
-    std::fill(host_out_.begin() + t1 * H, host_out_.end(), 0.0f);
-    dispatch_.combine(host_out_.data() + t0 * H);
-
-    if (stats_) {
-      std::vector<int64_t>& per_expert = stats_->expert_tokens;
-      if (static_cast<int64_t>(per_expert.size()) < E) per_expert.resize(static_cast<size_t>(E), 0);
-      for (int32_t e : routing_.experts) ++per_expert[e];
-      stats_->dispatch_s += dispatch_.dispatch_seconds;
-      stats_->combine_s += dispatch_.combine_seconds;
-      stats_->dispatch_bytes += dispatch_.dispatch_bytes;
-      stats_->combine_bytes += dispatch_.combine_bytes;
-    }
-
-    if (has_shared_ && T > 0) add_shared(h, T, scratch);
-    if (T > 0) b.copy_to_device(out, host_out_.data(), host_out_.size() * sizeof(float));
   }
 
  private:
@@ -225,24 +178,12 @@ class MoeBlock final : public FeedForwardBlock {
     const int64_t rows = host_offsets_[E];
     SHARDLM_CHECK(rows == P, "moe block: " << rows << " expert rows for " << T << " tokens x top-" << k);
 
-    // Each expert's GEMMs on its contiguous rows, as run_experts does.
-    int64_t most = 0;
-    for (int64_t e = 0; e < E; ++e) most = std::max<int64_t>(most, host_offsets_[e + 1] - host_offsets_[e]);
-    const int64_t I = inter_;
+    // Each expert's GEMMs on its contiguous rows.
+    expert_offsets_.assign(host_offsets_.begin(), host_offsets_.end());
     float* xp = scratch.get(Scratch::kFeedForward + 13, static_cast<size_t>(rows * H));
-    float* gate = scratch.get(Scratch::kFeedForward + 14, static_cast<size_t>(most * I));
-    float* up = scratch.get(Scratch::kFeedForward + 15, static_cast<size_t>(most * I));
     float* yp = scratch.get(Scratch::kFeedForward + 16, static_cast<size_t>(rows * H));
     b.expert_gather(h, H, k, row_pair, rows, xp);
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t r0 = host_offsets_[e], n = host_offsets_[e + 1] - r0;
-      if (n == 0) continue;
-      const ExpertWeights& x = experts_[e];
-      b.linear(xp + r0 * H, n, x.gate, nullptr, gate);
-      b.linear(xp + r0 * H, n, x.up, nullptr, up);
-      b.silu_mul(gate, up, gate, n * I);
-      b.linear(gate, n, x.down, nullptr, yp + r0 * H);
-    }
+    run_experts(scratch, experts_, inter_, H, xp, expert_offsets_, yp);
     b.expert_combine(yp, H, ids, weights, slot_row, T, k, out);
 
     if (stats_) {
@@ -251,46 +192,69 @@ class MoeBlock final : public FeedForwardBlock {
       for (int64_t e = 0; e < E; ++e) per_expert[e] += host_offsets_[e + 1] - host_offsets_[e];
       // Nothing is exchanged: dispatch and combine figures (all-to-all time and bytes) stay 0.
     }
-
-    if (has_shared_) {
-      const int64_t S = shared_inter_;
-      float* sg = scratch.get(Scratch::kFeedForward + 1, static_cast<size_t>(T * S));
-      float* su = scratch.get(Scratch::kFeedForward + 2, static_cast<size_t>(T * S));
-      float* y = scratch.get(Scratch::kFeedForward + 3, static_cast<size_t>(T * H));
-      b.linear(h, T, shared_.gate, nullptr, sg);
-      b.linear(h, T, shared_.up, nullptr, su);
-      b.silu_mul(sg, su, sg, T * S);
-      b.linear(sg, T, shared_.down, nullptr, y);
-      float* g = nullptr;
-      if (shared_gate_) {
-        g = scratch.get(Scratch::kFeedForward + 0, static_cast<size_t>(T));  // the logits are used up
-        b.linear(h, T, *shared_gate_, nullptr, g);
-      }
-      b.gated_add(out, y, g, T, H);
-    }
+    if (has_shared_) add_shared(h, T, scratch, out);
   }
 
-  // host_out_ += g_t * shared(h) per token (g_t = sigmoid of the shared expert gate, or 1).
-  void add_shared(const float* h, int64_t T, Scratch& scratch) {
+  // ep_size > 1, any T (0 included: the all-to-alls must pair up on every ep rank). Slots
+  // kFeedForward + 0, 8, 9 for the routing, 5 and 6 for the experts (run_experts), 20 and up for
+  // the dispatch (expert_dispatch.h), 0..3 for the shared expert.
+  void forward_expert_parallel(const float* h, int64_t T, Scratch& scratch, float* out) {
+    ComputeBackend& b = scratch.backend();
+    const int64_t H = H_, E = m_.num_experts, k = m_.experts_per_token;
+    // This rank's share of the tokens: all of them, or with tp its contiguous tp share.
+    const int64_t t0 = T * plan_.tp_rank / plan_.tp_size, t1 = T * (plan_.tp_rank + 1) / plan_.tp_size;
+    const int64_t Ts = t1 - t0;
+
+    // Route the share on the backend; the ids and weights ([Ts, k], small) come to the host,
+    // where the dispatch builds its index maps.
+    routing_.T = Ts;
+    routing_.k = k;
+    routing_.experts.resize(static_cast<size_t>(Ts * k));
+    routing_.weights.resize(static_cast<size_t>(Ts * k));
+    if (Ts > 0) {
+      float* logits = scratch.get(Scratch::kFeedForward + 0, static_cast<size_t>(Ts * E));
+      int32_t* ids = scratch.get_as<int32_t>(Scratch::kFeedForward + 8, static_cast<size_t>(Ts * k));
+      float* weights = scratch.get(Scratch::kFeedForward + 9, static_cast<size_t>(Ts * k));
+      b.linear(h + t0 * H, Ts, router_, nullptr, logits);
+      b.moe_route(logits, Ts, cfg_, ids, weights);
+      b.copy_to_host(routing_.experts.data(), ids, routing_.experts.size() * sizeof(int32_t));
+      b.copy_to_host(routing_.weights.data(), weights, routing_.weights.size() * sizeof(float));
+    }
+
+    // Dispatch, the local experts, combine (rows outside the share zero).
+    dispatch_.dispatch(scratch, h + t0 * H, routing_);
+    run_experts(scratch, experts_, inter_, H, dispatch_.input(), dispatch_.offsets(), dispatch_.output());
+    dispatch_.combine(scratch, out, T, t0);
+
+    if (stats_) {
+      std::vector<int64_t>& per_expert = stats_->expert_tokens;
+      if (static_cast<int64_t>(per_expert.size()) < E) per_expert.resize(static_cast<size_t>(E), 0);
+      for (int32_t e : routing_.experts) ++per_expert[e];
+      stats_->dispatch_s += dispatch_.dispatch_seconds;
+      stats_->combine_s += dispatch_.combine_seconds;
+      stats_->dispatch_bytes += dispatch_.dispatch_bytes;
+      stats_->combine_bytes += dispatch_.combine_bytes;
+    }
+    if (has_shared_ && T > 0) add_shared(h, T, scratch, out);
+  }
+
+  // out [T, H] += g_t * shared(h) per token (g_t = sigmoid of the shared expert gate, or 1).
+  void add_shared(const float* h, int64_t T, Scratch& scratch, float* out) {
     ComputeBackend& b = scratch.backend();
     const int64_t H = H_, S = shared_inter_;
-    float* gate = scratch.get(Scratch::kFeedForward + 1, static_cast<size_t>(T * S));
-    float* up = scratch.get(Scratch::kFeedForward + 2, static_cast<size_t>(T * S));
+    float* sg = scratch.get(Scratch::kFeedForward + 1, static_cast<size_t>(T * S));
+    float* su = scratch.get(Scratch::kFeedForward + 2, static_cast<size_t>(T * S));
     float* y = scratch.get(Scratch::kFeedForward + 3, static_cast<size_t>(T * H));
-    b.linear(h, T, shared_.gate, nullptr, gate);
-    b.linear(h, T, shared_.up, nullptr, up);
-    b.silu_mul(gate, up, gate, T * S);
-    b.linear(gate, T, shared_.down, nullptr, y);
-    shared_y_.resize(static_cast<size_t>(T * H));
-    b.copy_to_host(shared_y_.data(), y, shared_y_.size() * sizeof(float));
-    gate_.assign(static_cast<size_t>(T), 1.0f);
+    b.linear(h, T, shared_.gate, nullptr, sg);
+    b.linear(h, T, shared_.up, nullptr, su);
+    b.silu_mul(sg, su, sg, T * S);
+    b.linear(sg, T, shared_.down, nullptr, y);
+    float* g = nullptr;
     if (shared_gate_) {
-      float* g = scratch.get(Scratch::kFeedForward + 0, static_cast<size_t>(T));
+      g = scratch.get(Scratch::kFeedForward + 0, static_cast<size_t>(T));  // the logits are used up
       b.linear(h, T, *shared_gate_, nullptr, g);
-      b.copy_to_host(gate_.data(), g, gate_.size() * sizeof(float));
-      for (float& v : gate_) v = 1.0f / (1.0f + std::exp(-v));
     }
-    for (int64_t t = 0; t < T; ++t) moe_accumulate(host_out_.data() + t * H, gate_[t], shared_y_.data() + t * H, H);
+    b.gated_add(out, y, g, T, H);
   }
 
   MoeSpec m_;
@@ -299,17 +263,16 @@ class MoeBlock final : public FeedForwardBlock {
   MoeStepStats* stats_;
   ExpertDispatch dispatch_;
   Matrix router_;
-  RouterConfig cfg_;         // the backend path's routing (its bias is backend memory)
-  std::vector<float> bias_;  // host copy of e_score_correction_bias (selection only)
+  RouterConfig cfg_;  // the routing (its bias is backend memory)
   int64_t inter_ = 0;
   std::vector<ExpertWeights> experts_;
   bool has_shared_ = false;
   int64_t shared_inter_ = 0;
   ExpertWeights shared_;
   std::optional<Matrix> shared_gate_;
-  Routing routing_;
-  std::vector<float> logits_, x_, host_out_, shared_y_, gate_;
-  std::vector<int32_t> host_offsets_;  // the backend path's per-expert row offsets
+  Routing routing_;                      // the expert-parallel path's routing, host copy
+  std::vector<int32_t> host_offsets_;    // the backend path's per-expert row offsets
+  std::vector<int64_t> expert_offsets_;  // the same, as run_experts takes them
 };
 
 }  // namespace

@@ -1,8 +1,11 @@
 // Activation scratch for one step, in backend memory, grown on demand (never shrunk: steps are
 // similar in size). Slots are numbered; each block of the model uses its own range of slots.
+// generation() counts reallocations: a captured CUDA graph holds the slot pointers it was
+// captured with, so it is valid only while the generation is the one it was captured at.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "compute/backend.h"
@@ -24,6 +27,9 @@ class Scratch {
     auto& s = slots_[idx];
     if (s.n < n) {
       b_.free(s.p);
+      s.p = nullptr;  // a failed alloc below must not leave a freed pointer behind
+      s.n = 0;
+      ++generation_;
       s.p = static_cast<float*>(b_.alloc(n * sizeof(float)));
       s.n = n;
     }
@@ -34,6 +40,8 @@ class Scratch {
     return reinterpret_cast<T*>(get(idx, (n * sizeof(T) + sizeof(float) - 1) / sizeof(float)));
   }
   ComputeBackend& backend() { return b_; }
+  // Incremented whenever a slot's pointer changes (see the file comment).
+  uint64_t generation() const { return generation_; }
 
   // Slot ranges: the decoder's own, attention blocks', feed-forward blocks'.
   static constexpr int kDecoder = 0, kAttention = 20, kFeedForward = 40;
@@ -45,6 +53,7 @@ class Scratch {
   };
   ComputeBackend& b_;
   std::vector<Slot> slots_;
+  uint64_t generation_ = 0;
 };
 
 }  // namespace shardlm

@@ -38,7 +38,9 @@
 #include "model/checkpoint.h"
 #include "model/model_spec.h"
 #include "parallel/communicator.h"
+#include "parallel/gpu_binding.h"
 #include "parallel/mpi_env.h"
+#include "parallel/node_local.h"
 
 namespace po = boost::program_options;
 
@@ -119,7 +121,7 @@ enum Field {
 
 int cmd_bench_moe(int argc, char** argv) {
   int64_t H = 1024, E = 64, I = 256, k = 8, groups = 8, topk_groups = 4, shared = 1;
-  std::string tokens_text = "128,4096", dtype = "bf16", scoring = "sigmoid";
+  std::string tokens_text = "128,4096", dtype = "bf16", scoring = "sigmoid", backend_name = "cpu", comm_name = "mpi";
   int iters = 10, warmup = 2, threads = 0;
   double timeout = 120, scale = 2.5;
   po::options_description d("shardlm bench-moe options");
@@ -137,6 +139,8 @@ int cmd_bench_moe(int argc, char** argv) {
       "iters,n", po::value(&iters)->default_value(iters), "timed iterations per token count")(
       "warmup,w", po::value(&warmup)->default_value(warmup), "untimed iterations per token count")(
       "threads", po::value(&threads)->default_value(threads), "CPU threads per rank (0: cores / ranks)")(
+      "backend", po::value(&backend_name)->default_value(backend_name), "compute backend: cpu or cuda")(
+      "comm", po::value(&comm_name)->default_value(comm_name), "communicator of the ep group: mpi or nccl")(
       "timeout", po::value(&timeout)->default_value(timeout), "seconds any rank waits for its peers before failing");
   po::variables_map vm;
   if (!parse_subcommand(argc, argv, "bench-moe",
@@ -155,7 +159,9 @@ int cmd_bench_moe(int argc, char** argv) {
 
   std::vector<int> members(static_cast<size_t>(MpiEnv::size()));
   for (size_t i = 0; i < members.size(); ++i) members[i] = static_cast<int>(i);
-  std::unique_ptr<Communicator> comm = make_communicator("mpi", members, "ep", timeout);
+  // One GPU per rank before the communicator: NCCL and staged MPI buffers live on it.
+  if (backend_name == "cuda" || comm_name == "nccl") bind_local_gpu(node_local());
+  std::unique_ptr<Communicator> comm = make_communicator(comm_name, members, "ep", timeout);
   const int n = comm->size(), rank = comm->rank();
   SHARDLM_CHECK(E % n == 0, "shardlm bench-moe: " << n << " ranks do not divide " << E << " experts");
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -176,7 +182,7 @@ int cmd_bench_moe(int argc, char** argv) {
 
   // Weights: the router (f32, as DeepSeek-V3 keeps it), the correction bias, this rank's experts
   // and the shared expert (whole on every rank: tp 1).
-  auto backend = make_backend("cpu");
+  auto backend = make_backend(backend_name);
   ComputeBackend& b = *backend;
   const DType wdt = dtype == "bf16" ? DType::BF16 : DType::F32;
   std::vector<std::vector<uint8_t>> store;
@@ -184,6 +190,19 @@ int cmd_bench_moe(int argc, char** argv) {
   const Matrix router = random_matrix(b, store, E, H, DType::F32, 1, 4.0f * ws);
   std::vector<float> bias(static_cast<size_t>(E));
   fill_random(bias.data(), bias.size(), 2, 0.02f);
+  float* bias_dev = static_cast<float*>(b.alloc(bias.size() * sizeof(float)));
+  b.copy_to_device(bias_dev, bias.data(), bias.size() * sizeof(float));
+  // The routing the MoE block derives from the spec (arch/moe_block.cpp).
+  RouterConfig cfg;
+  cfg.num_experts = E;
+  cfg.k = k;
+  cfg.sigmoid = m.scoring == MoeSpec::Scoring::kSigmoid;
+  cfg.renormalise = m.norm_topk_prob;
+  cfg.norm_topk_prob = m.norm_topk_prob;
+  cfg.scale = m.routed_scaling_factor;
+  cfg.n_group = m.n_group;
+  cfg.topk_group = m.topk_group;
+  if (cfg.sigmoid) cfg.bias = bias_dev;
   const int64_t L = E / n, e0 = static_cast<int64_t>(rank) * L;
   std::vector<ExpertWeights> experts;
   for (int64_t e = e0; e < e0 + L; ++e) {
@@ -238,38 +257,53 @@ int cmd_bench_moe(int argc, char** argv) {
 
   Scratch scratch(b);
   for (int64_t T : tokens) {
-    std::vector<float> x(static_cast<size_t>(T * H)), out(static_cast<size_t>(T * H)), shared_y(x.size()),
-        logits(static_cast<size_t>(T * E));
+    std::vector<float> x(static_cast<size_t>(T * H));
     fill_random(x.data(), x.size(), 1000 + static_cast<uint64_t>(rank) * 7919 + static_cast<uint64_t>(T), 1.0f);
-    float* h = static_cast<float*>(b.alloc(std::max<size_t>(x.size(), 1) * sizeof(float)));
-    float* ldev = static_cast<float*>(b.alloc(std::max<size_t>(logits.size(), 1) * sizeof(float)));
+    // Activations in backend memory: the input, the output, the shared expert's result, the
+    // router's logits, ids and weights.
+    auto dev = [&](int64_t floats) { return static_cast<float*>(b.alloc(std::max<size_t>(floats, 1) * 4)); };
+    float* h = dev(T * H);
+    float* out = dev(T * H);
+    float* shared_y = dev(T * H);
+    float* ldev = dev(T * E);
+    int32_t* ids = reinterpret_cast<int32_t*>(dev(T * k));
+    float* wdev = dev(T * k);
     b.copy_to_device(h, x.data(), x.size() * sizeof(float));
     ExpertDispatch disp(n > 1 ? comm.get() : nullptr, E, H);
     Routing routing;
+    routing.T = T;
+    routing.k = k;
+    routing.experts.resize(static_cast<size_t>(T * k));
+    routing.weights.resize(static_cast<size_t>(T * k));
     std::vector<std::vector<double>> t(kFields);
     int64_t dbytes = 0, cbytes = 0, rows = 0;
     for (int it = 0; it < warmup + iters; ++it) {
       comm->barrier();
       const auto t0 = Clock::now();
-      if (T > 0) b.linear(h, T, router, nullptr, ldev);
-      b.copy_to_host(logits.data(), ldev, logits.size() * sizeof(float));
-      route(m, logits.data(), T, bias.data(), &routing);
+      if (T > 0) {
+        b.linear(h, T, router, nullptr, ldev);
+        b.moe_route(ldev, T, cfg, ids, wdev);
+        b.copy_to_host(routing.experts.data(), ids, routing.experts.size() * sizeof(int32_t));
+        b.copy_to_host(routing.weights.data(), wdev, routing.weights.size() * sizeof(float));
+      }
       const double route_s = since(t0);
-      disp.dispatch(x.data(), routing);
+      disp.dispatch(scratch, h, routing);
       const auto t1 = Clock::now();
       run_experts(scratch, experts, I, H, disp.input(), disp.offsets(), disp.output());
+      b.synchronize();
       const double gemm_s = since(t1);
       // Ranks finish their experts at different times (uneven rows per rank); wait here so that
       // the combine's time is its own and the imbalance shows as the wait.
       const auto tw = Clock::now();
       comm->barrier();
       const double wait_s = since(tw);
-      disp.combine(out.data());
+      disp.combine(scratch, out);
       const auto t2 = Clock::now();
       if (S > 0 && T > 0) {
-        run_experts(scratch, shared_w, S, H, x.data(), {0, T}, shared_y.data());
-        for (int64_t i = 0; i < T; ++i) moe_accumulate(out.data() + i * H, 1.0f, shared_y.data() + i * H, H);
+        run_experts(scratch, shared_w, S, H, h, {0, T}, shared_y);
+        b.gated_add(out, shared_y, nullptr, T, H);
       }
+      b.synchronize();
       const double shared_s = since(t2);
       const double total_s = since(t0);
       if (it < warmup) continue;
@@ -305,8 +339,8 @@ int cmd_bench_moe(int argc, char** argv) {
     mine[kCombineBytes] = cbytes;
     mine[kRows] = rows;
     comm->all_gather(mine.data(), all.data(), kFields, CommDType::kI64);
-    b.free(h);
-    b.free(ldev);
+    for (float* p : {h, out, shared_y, ldev, wdev}) b.free(p);
+    b.free(ids);
     if (rank != 0) continue;
 
     auto field = [&](int f) {
@@ -323,7 +357,7 @@ int cmd_bench_moe(int argc, char** argv) {
     };
     auto per_ns = [](double amount, int64_t ns) { return ns > 0 ? amount / static_cast<double>(ns) : 0.0; };
     char buf[512];
-    line("route", kRoute, "router GEMM + top-k on host");
+    line("route", kRoute, "router GEMM + top-k, ids and weights to the host");
     // Dispatch / combine: mean bytes a rank sends to its peers; the slowest rank's rate.
     auto rate = [&](int bytes_field, int time_field) {
       const auto bytes = field(bytes_field), ns = field(time_field);
@@ -384,6 +418,7 @@ int cmd_bench_moe(int argc, char** argv) {
                 "#   DeepEP (low-latency kernels) on ConnectX-7: dispatch ~43 us, combine ~72 us\n");
     std::fflush(stdout);
   }
+  b.free(bias_dev);
   return 0;
 }
 

@@ -103,8 +103,9 @@ RankRecord my_record(const Topology& topo, const Model& model, const LayoutGroup
 
 void print_header(const std::vector<RankRecord>& ranks, const Topology& topo, const ModelSpec& spec,
                   const RunOptions& opt) {
-  std::fprintf(stderr, "[shardlm] shardlm %s (%s); layout %s on %zu rank(s); backend %s, comm %s\n", SHARDLM_VERSION,
-               SHARDLM_GIT_COMMIT, topo.layout().str().c_str(), ranks.size(), opt.backend.c_str(), opt.comm.c_str());
+  std::fprintf(stderr, "[shardlm] shardlm %s (%s); layout %s on %zu rank(s); backend %s%s, comm %s\n", SHARDLM_VERSION,
+               SHARDLM_GIT_COMMIT, topo.layout().str().c_str(), ranks.size(), opt.backend.c_str(),
+               opt.cuda_graphs ? " (CUDA graphs)" : "", opt.comm.c_str());
   for (const auto& [lib, ver] : library_versions()) std::fprintf(stderr, "[shardlm]   %-14s %s\n", lib.c_str(), ver.c_str());
   std::fprintf(stderr, "[shardlm] model %s: %s, %lld layers, hidden %lld, %lld heads (%lld KV), vocab %lld\n",
                opt.model.c_str(), spec.architecture.c_str(), static_cast<long long>(spec.num_layers),
@@ -153,6 +154,7 @@ void write_attributes(ResultWriter& w, const RunOptions& opt, const ModelSpec& s
   w.set_attr("model_config_hash", spec.config_hash);
   w.set_attr("layout", "world=" + std::to_string(topo.layout().world()) + " " + topo.layout().str());
   w.set_attr("backend", opt.backend);
+  w.set_attr("cuda_graphs", static_cast<int64_t>(opt.cuda_graphs));
   w.set_attr("comm", opt.comm);
   w.set_attr("seed", static_cast<int64_t>(opt.seed));
   w.set_attr("start_time", started);
@@ -251,6 +253,13 @@ int cmd_run(int argc, char** argv) {
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(opt.model);
   std::unique_ptr<ComputeBackend> backend = make_backend(opt.backend);
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend, plan, groups.shard());
+  // --cuda-graphs is a request: a layout or model that cannot replay graphs runs eagerly, and says
+  // why once.
+  if (opt.cuda_graphs) {
+    const std::string why = model->enable_step_graphs();
+    if (!why.empty() && rank == 0)
+      std::fprintf(stderr, "[shardlm] --cuda-graphs: every step runs eagerly: %s\n", why.c_str());
+  }
   EngineConfig ec = engine_config(opt, topo, opt.prompts);
   ec.lockstep = groups.dp_leaders.get();
 

@@ -15,6 +15,7 @@ struct RunOptions {
   std::string format = "auto";    // prompt file format
   std::string config;             // INI job file
   std::string backend = "cpu";    // compute backend
+  bool cuda_graphs = false;       // replay decode steps as CUDA graphs (--backend cuda only)
   int64_t max_new_tokens = 128;   // default per-request max_tokens
   double temperature = 0.0;       // 0 = greedy
   double top_p = 1.0;

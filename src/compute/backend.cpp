@@ -12,4 +12,14 @@ Matrix ComputeBackend::load_fp8_matrix(const TensorView& w, const TensorView&, i
                           << "'): the weight loader must dequantise them on the host");
 }
 
+void ComputeBackend::begin_capture() {
+  SHARDLM_FAIL("backend " << name() << " cannot capture steps as graphs (--cuda-graphs needs --backend cuda)");
+}
+
+int64_t ComputeBackend::end_capture() { SHARDLM_FAIL("backend " << name() << " cannot capture steps as graphs"); }
+
+void ComputeBackend::replay(int64_t) { SHARDLM_FAIL("backend " << name() << " cannot replay captured graphs"); }
+
+void ComputeBackend::drop_captures() {}
+
 }  // namespace shardlm

@@ -74,6 +74,19 @@ class ComputeBackend {
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
 
+  // ---- Capture (CUDA graphs), optional ----
+  // Between begin_capture and end_capture the ops are recorded, not executed; end_capture returns
+  // a handle whose replay runs them again on the pointers and sizes they were issued with (the
+  // caller rewrites the input buffers in place before each replay). No alloc, free or
+  // copy_to_host may happen while capturing: they throw. Handles stay valid until
+  // drop_captures(). The defaults (backends that cannot capture) throw, but drop_captures, which
+  // has nothing to drop.
+  virtual bool supports_capture() const { return false; }
+  virtual void begin_capture();
+  virtual int64_t end_capture();
+  virtual void replay(int64_t handle);
+  virtual void drop_captures();
+
   // ---- ops (shapes row-major; see kernels/ for exact semantics) ----
   virtual void embedding(const int32_t* ids, int64_t T, const Matrix& table, float* out) = 0;
   virtual void rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, float* out) = 0;
@@ -137,6 +150,19 @@ class ComputeBackend {
   // out [T, H] += g_t * y, g_t = 1 / (1 + exp(-gate_logits[t])) in fp32, or 1 when gate_logits is
   // null (a shared expert, Qwen2-MoE's gated one).
   virtual void gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) = 0;
+
+  // ---- Expert-parallel data movement (arch/expert_dispatch.h; kernels/cpu/expert_rows.h defines
+  // them). The host builds the index arrays (backend memory); only activation rows move. ----
+  // dst [n, H]: dst[i] = src[rows[i]].
+  virtual void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) = 0;
+  // out [T, H]: per token, from zero, + weights[i] * y[rows[i]] for i in [token_start[t],
+  // token_start[t + 1]) (token_start [T + 1]) in that order, each product rounded before the add
+  // (the rounding of expert_combine); a token with an empty range gets zeros.
+  virtual void combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows,
+                            const float* weights, int64_t T, float* out) = 0;
+  // Returns when every op issued so far has finished (timing a phase; backends that run each op
+  // to completion do nothing).
+  virtual void synchronize() = 0;
 };
 
 // Backend registry (src/compute/backend_registry.cpp): a backend is added by one file defining its

@@ -9,6 +9,7 @@
 #include "cpu/activation.h"
 #include "cpu/embedding.h"
 #include "cpu/expert_permute.h"
+#include "cpu/expert_rows.h"
 #include "cpu/gated_add.h"
 #include "cpu/head_matmul.h"
 #include "cpu/latent_attention.h"
@@ -249,6 +250,15 @@ void CpuBackend::expert_combine(const float* yp, int64_t H, const int32_t* ids, 
 
 void CpuBackend::gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) {
   cpu::gated_add(out, y, gate_logits, T, H);
+}
+
+void CpuBackend::gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
+  cpu::gather_rows(src, H, rows, n, dst);
+}
+
+void CpuBackend::combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows,
+                              const float* weights, int64_t T, float* out) {
+  cpu::combine_rows(y, H, token_start, rows, weights, T, out);
 }
 
 const int32_t* const* CpuBackend::token_tables(const BlockTables& tables, int64_t T) {

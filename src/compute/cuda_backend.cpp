@@ -14,6 +14,7 @@
 #include "cuda/elementwise.h"
 #include "cuda/embedding.h"
 #include "cuda/expert_permute.h"
+#include "cuda/expert_rows.h"
 #include "cuda/fp8_dequant.h"
 #include "cuda/gated_add.h"
 #include "cuda/head_matmul.h"
@@ -35,6 +36,11 @@ constexpr cudaStream_t kStream = 0;
 constexpr size_t kStagingBytes = size_t{32} << 20;
 
 cublasHandle_t handle(void* p) { return static_cast<cublasHandle_t>(p); }
+cudaStream_t as_stream(void* p) { return static_cast<cudaStream_t>(p); }
+
+// cuBLAS's workspace while capturing: with one of its own it allocates nothing inside the capture.
+// 32 MiB is what the cuBLAS documentation recommends for Hopper (more than enough for the rest).
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 // fp32 copy of a host tensor in F32, BF16 or F16 (vectors, F16 matrices).
 std::vector<float> host_f32(const TensorView& t) {
@@ -83,10 +89,20 @@ CudaBackend::CudaBackend() {
 }
 
 CudaBackend::~CudaBackend() {
-  // Errors are ignored here: a destructor may run while an earlier CUDA error unwinds the stack.
+  // Errors are ignored here: a destructor may run while an earlier CUDA error unwinds the stack
+  // (a capture left open by an exception is ended first: synchronising inside it would fail).
+  if (capturing_) {
+    cudaGraph_t g = nullptr;
+    cudaStreamEndCapture(as_stream(capture_stream_), &g);
+    if (g) cudaGraphDestroy(g);
+  }
   cudaDeviceSynchronize();
+  for (auto& [id, exec] : graphs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
   for (void* p : allocs_) cudaFree(p);
   for (void* p : owned_) cudaFree(p);
+  for (void* p : retired_) cudaFree(p);
+  cudaFree(cublas_ws_);
+  if (capture_stream_) cudaStreamDestroy(as_stream(capture_stream_));
   cudaFree(bf16_ws_);
   cudaFree(row_count_);
   for (int i = 0; i < 2; ++i) {
@@ -184,6 +200,8 @@ Vector CudaBackend::load_vector(const TensorView& t) {
 }
 
 void* CudaBackend::alloc(size_t bytes) {
+  SHARDLM_CHECK(!capturing_, "cuda backend: alloc of " << bytes << " bytes while capturing a CUDA graph (the caller "
+                             "must size its buffers before the capture)");
   void* p = nullptr;
   const cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 1));
   if (err != cudaSuccess) {
@@ -199,6 +217,7 @@ void* CudaBackend::alloc(size_t bytes) {
 
 void CudaBackend::free(void* p) {
   if (!p) return;
+  SHARDLM_CHECK(!capturing_, "cuda backend: free while capturing a CUDA graph");
   auto it = allocs_.find(p);
   SHARDLM_CHECK(it != allocs_.end(), "cuda backend: free() of a pointer not from alloc()");
   allocs_.erase(it);
@@ -209,16 +228,94 @@ void CudaBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
   // cudaMemcpyDefault: the source may be host memory or (a device-to-device gather) the device.
   // From pageable host memory the call returns once the source has been read, so the caller may
   // reuse it at once.
-  if (bytes) SHARDLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, kStream));
+  if (bytes) SHARDLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream_)));
 }
 
 void CudaBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
   if (!bytes) return;
-  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, kStream));
-  SHARDLM_CUDA_CHECK(cudaStreamSynchronize(kStream));
+  SHARDLM_CHECK(!capturing_, "cuda backend: copy_to_host while capturing a CUDA graph (a captured step cannot read "
+                             "the device from the host)");
+  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream_)));
+  SHARDLM_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
 }
 
-void CudaBackend::synchronize() { SHARDLM_CUDA_CHECK(cudaStreamSynchronize(kStream)); }
+void CudaBackend::synchronize() {
+  SHARDLM_CHECK(!capturing_, "cuda backend: synchronize while capturing a CUDA graph");
+  SHARDLM_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
+}
+
+// cublasSetStream resets the handle's workspace to cuBLAS's own pool, so the workspace is set
+// again after every stream change.
+void CudaBackend::bind_cublas(void* stream, bool own_workspace) {
+  SHARDLM_CUBLAS_CHECK(cublasSetStream(handle(cublas_), as_stream(stream)));
+  if (own_workspace) SHARDLM_CUBLAS_CHECK(cublasSetWorkspace(handle(cublas_), cublas_ws_, kCublasWorkspaceBytes));
+}
+
+// Capture runs on a non-blocking stream of the backend's own: the legacy default stream cannot be
+// captured, and a non-blocking stream keeps the capture apart from work other code issues on the
+// legacy stream meanwhile. Thread-local mode: only this thread's unsafe calls (cudaMalloc, a
+// synchronisation) fail the capture, not those of other threads (a communicator's progress thread).
+// Nothing is executed while capturing; replay launches the graph on the legacy stream, so it is
+// ordered after the input uploads before it and before the logits' copy after it, as eager ops are.
+void CudaBackend::begin_capture() {
+  SHARDLM_CHECK(!capturing_, "cuda backend: begin_capture while already capturing");
+  if (!capture_stream_) {
+    cudaStream_t s = nullptr;
+    SHARDLM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    capture_stream_ = s;
+  }
+  if (!cublas_ws_) SHARDLM_CUDA_CHECK(cudaMalloc(&cublas_ws_, kCublasWorkspaceBytes));
+  bind_cublas(capture_stream_, true);
+  const cudaError_t err = cudaStreamBeginCapture(as_stream(capture_stream_), cudaStreamCaptureModeThreadLocal);
+  if (err != cudaSuccess) {
+    bind_cublas(nullptr, false);
+    SHARDLM_CUDA_CHECK(err);
+  }
+  stream_ = capture_stream_;
+  capturing_ = true;
+}
+
+int64_t CudaBackend::end_capture() {
+  SHARDLM_CHECK(capturing_, "cuda backend: end_capture without begin_capture");
+  // Back to eager mode before anything can throw: the stream, cuBLAS and the flag.
+  capturing_ = false;
+  stream_ = nullptr;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(as_stream(capture_stream_), &graph);
+  bind_cublas(nullptr, false);
+  if (ended != cudaSuccess) {
+    if (graph) cudaGraphDestroy(graph);
+    SHARDLM_FAIL("cuda backend: capturing a CUDA graph failed on device "
+                 << device_ << ": " << cudaGetErrorName(ended) << " (" << cudaGetErrorString(ended)
+                 << "); an op of the step is not capturable");
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);  // the executable graph is independent of it
+  SHARDLM_CUDA_CHECK(made);
+  const int64_t id = next_graph_++;
+  graphs_[id] = exec;
+  return id;
+}
+
+void CudaBackend::replay(int64_t handle) {
+  SHARDLM_CHECK(!capturing_, "cuda backend: replay while capturing");
+  auto it = graphs_.find(handle);
+  SHARDLM_CHECK(it != graphs_.end(), "cuda backend: replay of unknown graph " << handle);
+  SHARDLM_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(it->second), as_stream(stream_)));
+  check_launch("graph replay");
+}
+
+void CudaBackend::drop_captures() {
+  SHARDLM_CHECK(!capturing_, "cuda backend: drop_captures while capturing");
+  if (graphs_.empty() && retired_.empty()) return;
+  // A launched graph may still run: its executable and the workspaces it reads go once it is done.
+  SHARDLM_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
+  for (auto& [id, exec] : graphs_) SHARDLM_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec)));
+  graphs_.clear();
+  for (void* p : retired_) SHARDLM_CUDA_CHECK(cudaFree(p));
+  retired_.clear();
+}
 
 void CudaBackend::check_launch(const char* op) {
   const cudaError_t err = cudaGetLastError();
@@ -229,8 +326,15 @@ void CudaBackend::check_launch(const char* op) {
 
 uint16_t* CudaBackend::bf16_workspace(size_t n) {
   if (n > bf16_ws_n_) {
-    SHARDLM_CUDA_CHECK(cudaStreamSynchronize(kStream));  // the old workspace may still be read
-    SHARDLM_CUDA_CHECK(cudaFree(bf16_ws_));
+    SHARDLM_CHECK(!capturing_, "cuda backend: the bf16 GEMM workspace must grow to "
+                                   << n << " elements while capturing a CUDA graph (run the step once before "
+                                   "capturing it)");
+    SHARDLM_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));  // the old workspace may still be read
+    // A captured graph holds the old pointer: it stays allocated until the graphs are dropped.
+    if (graphs_.empty())
+      SHARDLM_CUDA_CHECK(cudaFree(bf16_ws_));
+    else if (bf16_ws_)
+      retired_.push_back(bf16_ws_);
     bf16_ws_ = nullptr;
     SHARDLM_CUDA_CHECK(cudaMalloc(&bf16_ws_, n * sizeof(uint16_t)));
     bf16_ws_n_ = n;
@@ -240,20 +344,20 @@ uint16_t* CudaBackend::bf16_workspace(size_t n) {
 
 void CudaBackend::embedding(const int32_t* ids, int64_t T, const Matrix& table, float* out) {
   if (table.dtype == DType::BF16)
-    cuda::embedding_bf16(ids, T, static_cast<const uint16_t*>(table.data), table.cols, out, kStream);
+    cuda::embedding_bf16(ids, T, static_cast<const uint16_t*>(table.data), table.cols, out, as_stream(stream_));
   else
-    cuda::embedding_f32(ids, T, static_cast<const float*>(table.data), table.cols, out, kStream);
+    cuda::embedding_f32(ids, T, static_cast<const float*>(table.data), table.cols, out, as_stream(stream_));
   check_launch("embedding");
 }
 
 void CudaBackend::rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, float* out) {
-  cuda::rmsnorm(x, w.data, rows, w.n, eps, out, kStream);
+  cuda::rmsnorm(x, w.data, rows, w.n, eps, out, as_stream(stream_));
   check_launch("rmsnorm");
 }
 
 void CudaBackend::add_rmsnorm(float* residual, const float* x, const Vector& w, int64_t rows, float eps,
                               float* out) {
-  cuda::add_rmsnorm(residual, x, w.data, rows, w.n, eps, out, kStream);
+  cuda::add_rmsnorm(residual, x, w.data, rows, w.n, eps, out, as_stream(stream_));
   check_launch("add_rmsnorm");
 }
 
@@ -266,7 +370,7 @@ void CudaBackend::linear(const float* x, int64_t M, const Matrix& w, const Vecto
   // Row-major y[M,N] = x[M,K] W^T is column-major y^T[N,M] = W^T(col-major [K,N])^T x^T([K,M]).
   if (w.dtype == DType::BF16) {
     uint16_t* xb = bf16_workspace(static_cast<size_t>(M * K));
-    cuda::f32_to_bf16(x, xb, M * K, kStream);
+    cuda::f32_to_bf16(x, xb, M * K, as_stream(stream_));
     check_launch("f32_to_bf16");
     SHARDLM_CUBLAS_CHECK(cublasGemmEx(handle(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
                                       static_cast<int>(M), static_cast<int>(K), &alpha, w.data, CUDA_R_16BF,
@@ -283,30 +387,30 @@ void CudaBackend::linear(const float* x, int64_t M, const Matrix& w, const Vecto
   if (bias && bias->data) {
     SHARDLM_CHECK(bias->n == N, "cuda backend: linear bias has " << bias->n << " elements; weight has " << N
                                                                    << " rows");
-    cuda::add_bias_rows(y, M, N, bias->data, kStream);
+    cuda::add_bias_rows(y, M, N, bias->data, as_stream(stream_));
     check_launch("add_bias_rows");
   }
 }
 
 void CudaBackend::rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
                        const float* inv_freq) {
-  cuda::rope_rotate_half(x, T, n_heads, head_dim, pos, inv_freq, kStream);
+  cuda::rope_rotate_half(x, T, n_heads, head_dim, pos, inv_freq, as_stream(stream_));
   check_launch("rope");
 }
 
 void CudaBackend::silu_mul(const float* gate, const float* up, float* out, int64_t n) {
-  cuda::silu_mul(gate, up, out, n, kStream);
+  cuda::silu_mul(gate, up, out, n, as_stream(stream_));
   check_launch("silu_mul");
 }
 
 void CudaBackend::add(float* y, const float* x, int64_t n) {
-  cuda::add_inplace(y, x, n, kStream);
+  cuda::add_inplace(y, x, n, as_stream(stream_));
   check_launch("add");
 }
 
 void CudaBackend::kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
                            int64_t head_dim, float* k_cache, float* v_cache) {
-  cuda::kv_cache_write(k, v, T, slots, n_kv_heads, head_dim, k_cache, v_cache, kStream);
+  cuda::kv_cache_write(k, v, T, slots, n_kv_heads, head_dim, k_cache, v_cache, as_stream(stream_));
   check_launch("kv_write");
 }
 
@@ -317,7 +421,7 @@ void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t 
                 "cuda backend: n_heads " << n_heads << " is not a multiple of n_kv_heads " << n_kv_heads);
   SHARDLM_CHECK(head_dim <= 256, "cuda backend: attention supports head_dim up to 256, not " << head_dim);
   cuda::paged_attention(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, block_size, tables.blocks, tables.start,
-                        pos, window, scale, out, kStream);
+                        pos, window, scale, out, as_stream(stream_));
   check_launch("paged_attention");
 }
 
@@ -326,7 +430,7 @@ void CudaBackend::rope_strided(const float* x, int64_t T, int64_t n_heads, int64
                                float attention_factor, float* out) {
   SHARDLM_CHECK(rot_dim % 2 == 0, "cuda backend: rope_strided rot_dim " << rot_dim << " is odd");
   cuda::rope_strided(x, T, n_heads, x_stride, head_stride, rot_dim, pos, inv_freq, interleaved, attention_factor, out,
-                     kStream);
+                     as_stream(stream_));
   check_launch("rope_strided");
 }
 
@@ -338,10 +442,10 @@ void CudaBackend::head_linear(const float* x, int64_t T, int64_t n_heads, int64_
   const int64_t N = w.rows / n_heads;
   if (w.dtype == DType::BF16)
     cuda::head_matmul_bf16w(x, T, n_heads, x_stride, head_stride, w.cols, static_cast<const uint16_t*>(w.data), N, y,
-                            kStream);
+                            as_stream(stream_));
   else if (w.dtype == DType::F32)
     cuda::head_matmul_f32w(x, T, n_heads, x_stride, head_stride, w.cols, static_cast<const float*>(w.data), N, y,
-                           kStream);
+                           as_stream(stream_));
   else
     SHARDLM_FAIL("cuda backend: head_linear weight dtype " << dtype_name(w.dtype) << " is not F32 or BF16");
   check_launch("head_linear");
@@ -349,7 +453,7 @@ void CudaBackend::head_linear(const float* x, int64_t T, int64_t n_heads, int64_
 
 void CudaBackend::latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots,
                                      int64_t kv_lora, int64_t rope_dim, float* cache) {
-  cuda::latent_cache_write(latent, k_rope, T, slots, kv_lora, rope_dim, cache, kStream);
+  cuda::latent_cache_write(latent, k_rope, T, slots, kv_lora, rope_dim, cache, as_stream(stream_));
   check_launch("latent_cache_write");
 }
 
@@ -360,7 +464,7 @@ void CudaBackend::latent_attention(const float* q_latent, const float* q_rope, i
                                                      "qk_rope_head_dim up to 64, not "
                                                          << kv_lora << " and " << rope_dim);
   cuda::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, tables.blocks,
-                         tables.start, pos, scale, out, kStream);
+                         tables.start, pos, scale, out, as_stream(stream_));
   check_launch("latent_attention");
 }
 
@@ -374,10 +478,10 @@ void CudaBackend::moe_route(const float* logits, int64_t T, const RouterConfig& 
                                               << " of " << E << " experts is not a valid group-limited routing");
     cuda::launch_moe_topk_sigmoid(logits, T, static_cast<int>(E), static_cast<int>(k), cfg.bias,
                                   static_cast<int>(cfg.n_group), static_cast<int>(cfg.topk_group), cfg.norm_topk_prob,
-                                  cfg.scale, ids, weights, kStream);
+                                  cfg.scale, ids, weights, as_stream(stream_));
   } else {
     cuda::launch_moe_topk_softmax(logits, T, static_cast<int>(E), static_cast<int>(k), cfg.renormalise, cfg.scale, ids,
-                                  weights, kStream);
+                                  weights, as_stream(stream_));
   }
   check_launch("moe_route");
 }
@@ -386,7 +490,7 @@ void CudaBackend::expert_permute(const int32_t* ids, int64_t T, int64_t k, int64
                                  int32_t* slot_row, int32_t* row_pair) {
   SHARDLM_CHECK(T * k <= INT32_MAX && E <= INT32_MAX, "cuda backend: expert_permute of " << T << " x " << k);
   cuda::launch_expert_permute(ids, T, static_cast<int>(k), static_cast<int32_t>(e0), static_cast<int>(E), offsets,
-                              slot_row, row_pair, kStream);
+                              slot_row, row_pair, as_stream(stream_));
   check_launch("expert_permute");
 }
 
@@ -397,20 +501,31 @@ void CudaBackend::expert_gather(const float* x, int64_t H, int64_t k, const int3
   // host read); here the caller knows it, so it goes up with the launch.
   if (!row_count_) SHARDLM_CUDA_CHECK(cudaMalloc(&row_count_, sizeof(int32_t)));
   const auto n = static_cast<int32_t>(rows);
-  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(row_count_, &n, sizeof n, cudaMemcpyHostToDevice, kStream));
-  cuda::launch_expert_gather(x, H, static_cast<int>(k), row_pair, row_count_, rows, xp, kStream);
+  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(row_count_, &n, sizeof n, cudaMemcpyHostToDevice, as_stream(stream_)));
+  cuda::launch_expert_gather(x, H, static_cast<int>(k), row_pair, row_count_, rows, xp, as_stream(stream_));
   check_launch("expert_gather");
 }
 
 void CudaBackend::expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights,
                                  const int32_t* slot_row, int64_t T, int64_t k, float* out) {
-  cuda::launch_expert_combine(yp, H, ids, weights, slot_row, T, static_cast<int>(k), out, kStream);
+  cuda::launch_expert_combine(yp, H, ids, weights, slot_row, T, static_cast<int>(k), out, as_stream(stream_));
   check_launch("expert_combine");
 }
 
 void CudaBackend::gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) {
-  cuda::gated_add(out, y, gate_logits, T, H, kStream);
+  cuda::gated_add(out, y, gate_logits, T, H, as_stream(stream_));
   check_launch("gated_add");
+}
+
+void CudaBackend::gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
+  cuda::launch_gather_rows(src, H, rows, n, dst, as_stream(stream_));
+  check_launch("gather_rows");
+}
+
+void CudaBackend::combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows,
+                               const float* weights, int64_t T, float* out) {
+  cuda::launch_combine_rows(y, H, token_start, rows, weights, T, out, as_stream(stream_));
+  check_launch("combine_rows");
 }
 
 std::unique_ptr<ComputeBackend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }

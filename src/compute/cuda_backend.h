@@ -7,6 +7,12 @@
 // and the next kernel waits for it, with no events to pass between the backend and the
 // communicator. copy_to_host waits for the stream (the caller reads the data next).
 //
+// CUDA graphs (begin_capture .. end_capture, replay): while capturing, ops are issued to a
+// non-blocking capture stream of the backend's own (stream_ names the stream ops go to) and cuBLAS
+// uses a preallocated workspace; alloc, free and copy_to_host throw. A replay launches the graph on
+// the legacy stream, so it is ordered like the eager ops it stands for. A workspace that grows
+// after a capture keeps its old buffer until drop_captures(): the graph still points at it.
+//
 // Weights: F32 and BF16 matrices stay in their dtype on the device (F16 becomes F32); FP8 block-
 // quantised slices go up as fp8 bytes plus their scales and are dequantised to bf16 there, with
 // the host's rounding (kernels/cuda/fp8_dequant.h), so the bf16 weights are the CPU backend's. A BF16
@@ -20,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -49,7 +56,13 @@ class CudaBackend final : public ComputeBackend {
   void free(void* p) override;
   void copy_to_device(void* dst, const void* src, size_t bytes) override;
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
-  void synchronize();
+  void synchronize() override;
+
+  bool supports_capture() const override { return true; }
+  void begin_capture() override;
+  int64_t end_capture() override;
+  void replay(int64_t handle) override;
+  void drop_captures() override;
 
   void embedding(const int32_t* ids, int64_t T, const Matrix& table, float* out) override;
   void rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, float* out) override;
@@ -99,6 +112,22 @@ class CudaBackend final : public ComputeBackend {
   uint16_t* bf16_ws_ = nullptr;
   size_t bf16_ws_n_ = 0;
   int32_t* row_count_ = nullptr;  // device copy of the row count expert_gather reads
+
+  // CUDA graphs (see the file comment).
+  void bind_cublas(void* stream, bool own_workspace);  // cuBLAS on `stream`, with cublas_ws_ or not
+  void* stream_ = nullptr;          // cudaStream_t ops are issued to: null (legacy) or capture_stream_
+  void* capture_stream_ = nullptr;  // cudaStream_t, made at the first capture
+  bool capturing_ = false;
+  void* cublas_ws_ = nullptr;       // cuBLAS workspace while capturing
+  std::unordered_map<int64_t, void*> graphs_;  // handle -> cudaGraphExec_t
+  int64_t next_graph_ = 0;
+  std::vector<void*> retired_;  // workspaces replaced since the graphs were captured
+
+ public:
+  // Expert-parallel data movement (kernels/cuda/expert_rows.h).
+  void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override;
+  void combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows, const float* weights,
+                    int64_t T, float* out) override;
 };
 
 std::unique_ptr<ComputeBackend> make_cuda_backend();

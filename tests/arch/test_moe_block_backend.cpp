@@ -1,8 +1,8 @@
 // The MoE block without expert parallelism runs through backend ops (moe_route, expert_permute,
 // expert_gather, expert_combine, gated_add); on the CPU backend its output must equal, bit for bit,
 // the host path it replaced: route() on host logits, ExpertDispatch's single-rank gather,
-// run_experts(), the host combine and the host shared-expert epilogue, on the same weights and
-// inputs. Softmax (Mixtral, Qwen2-MoE with its gated shared expert) and sigmoid group-limited
+// run_experts(), ExpertDispatch's combine (combine_rows from host-built maps) and the host
+// shared-expert epilogue, on the same weights and inputs. Softmax (Mixtral, Qwen2-MoE with its gated shared expert) and sigmoid group-limited
 // routing (DeepSeek-V3's shape: bias, 4 groups of which 2 kept, scaling, shared expert), at tp 1 and
 // on each tp 2 slice.
 #include <gtest/gtest.h>
@@ -75,11 +75,13 @@ HostPathResult host_path(const MoeCase& c, const Checkpoint& ck, const ShardPlan
   route(m, logits.data(), T, bias.empty() ? nullptr : bias.data(), &r);
 
   ExpertDispatch d(nullptr, E, H);
-  d.dispatch(x.data(), r);
+  d.dispatch(scratch, h, r);
   run_experts(scratch, experts, plan.expert_inter, H, d.input(), d.offsets(), d.output());
   HostPathResult res;
   res.out.resize(static_cast<size_t>(T * H));
-  d.combine(res.out.data());
+  float* out = scratch.get(6, static_cast<size_t>(T * H));
+  d.combine(scratch, out);
+  b->copy_to_host(res.out.data(), out, res.out.size() * sizeof(float));
   res.expert_tokens.assign(static_cast<size_t>(E), 0);
   for (int32_t e : r.experts) ++res.expert_tokens[e];
 
@@ -100,7 +102,8 @@ HostPathResult host_path(const MoeCase& c, const Checkpoint& ck, const ShardPlan
       b->copy_to_host(gate.data(), gl, gate.size() * sizeof(float));
       for (float& v : gate) v = 1.0f / (1.0f + std::exp(-v));
     }
-    for (int64_t t = 0; t < T; ++t) moe_accumulate(res.out.data() + t * H, gate[t], hy.data() + t * H, H);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < H; ++j) res.out[t * H + j] += gate[t] * hy[t * H + j];
   }
   return res;
 }

@@ -1,14 +1,19 @@
 // CudaBackend against CpuBackend, op by op, through the ComputeBackend interface the model code
 // uses: the cuBLAS GEMM mapping (row-major y = x W^T, fp32 and bf16 weights, bias), the MoE ops,
 // the fp8 slice dequantisation at load (bit-identical to the host's, on slices that do not start
-// on a block boundary) and copies. Skips without a GPU.
+// on a block boundary), copies, and the expert-parallel row movement (gather_rows, combine_rows,
+// the single-rank ExpertDispatch) bit for bit. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
+#include "arch/expert_dispatch.h"
+#include "arch/moe_router.h"
+#include "arch/scratch.h"
 #include "common/gpu.h"
 #include "compute/backend.h"
 #include "compute/cpu_backend.h"
@@ -197,6 +202,79 @@ TEST_F(CudaBackendOps, MoeOpsMatchCpu) {
     const auto og = down(*gpu_, out_g, out_c.size());
     for (size_t i = 0; i < og.size(); ++i) EXPECT_NEAR(og[i], out_c[i], 1e-6 * (std::fabs(out_c[i]) + 1));
   }
+}
+
+// Expert-parallel row movement: gather_rows and combine_rows give the CPU backend's bits (the
+// combine's products and sums are separately rounded on both), with repeated and unordered row
+// indices, H below, at and above one block's threads, tokens with empty ranges, more tokens than
+// one grid pass would cover only with the stride loop, and zero sizes.
+TEST_F(CudaBackendOps, ExpertRowOpsMatchCpu) {
+  std::mt19937 g(21);
+  using Case = std::tuple<int64_t, int64_t, int64_t>;  // source rows, H, tokens
+  for (auto [R, H, T] : {Case{1, 1, 1}, Case{13, 96, 37}, Case{40, 300, 9}, Case{64, 1024, 5000}}) {
+    const auto src = randn(static_cast<size_t>(R * H), 22);
+    float* src_g = up(*gpu_, src);
+    for (const int64_t n : {int64_t{0}, int64_t{1}, T * 3}) {
+      std::vector<int32_t> rows(static_cast<size_t>(n));
+      for (auto& r : rows) r = static_cast<int32_t>(g() % R);
+      std::vector<float> dst_c(static_cast<size_t>(n * H), -1.0f);
+      cpu_.gather_rows(src.data(), H, rows.data(), n, dst_c.data());
+      int32_t* rows_g = up(*gpu_, rows);
+      float* dst_g = up(*gpu_, std::vector<float>(dst_c.size(), -1.0f));
+      gpu_->gather_rows(src_g, H, rows_g, n, dst_g);
+      EXPECT_EQ(down(*gpu_, dst_g, dst_c.size()), dst_c) << "gather R " << R << " H " << H << " n " << n;
+    }
+    // Ranges of 0..5 entries per token (a third of the tokens empty or nearly so).
+    std::vector<int32_t> start(static_cast<size_t>(T + 1), 0);
+    for (int64_t t = 0; t < T; ++t) start[t + 1] = start[t] + static_cast<int32_t>(g() % 6);
+    std::vector<int32_t> rows(static_cast<size_t>(start[T]));
+    for (auto& r : rows) r = static_cast<int32_t>(g() % R);
+    const auto w = randn(rows.size(), 23);
+    std::vector<float> out_c(static_cast<size_t>(T * H), 7.0f);
+    cpu_.combine_rows(src.data(), H, start.data(), rows.data(), w.data(), T, out_c.data());
+    float* out_g = up(*gpu_, std::vector<float>(out_c.size(), 7.0f));
+    gpu_->combine_rows(src_g, H, up(*gpu_, start), up(*gpu_, rows), up(*gpu_, w), T, out_g);
+    gpu_->synchronize();
+    const auto og = down(*gpu_, out_g, out_c.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < og.size(); ++i) differ += std::memcmp(&og[i], &out_c[i], sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0u) << "combine R " << R << " H " << H << " T " << T;
+    // No token: out untouched.
+    gpu_->combine_rows(src_g, H, up(*gpu_, start), up(*gpu_, rows), up(*gpu_, w), 0, out_g);
+    EXPECT_EQ(down(*gpu_, out_g, out_c.size()), og);
+  }
+}
+
+// The single-rank ExpertDispatch on each backend: the same gathered input and, from the same
+// expert results, the same combined bits (into a larger output: rows outside the tokens zero).
+TEST_F(CudaBackendOps, ExpertDispatchMatchesCpu) {
+  const int64_t T = 29, E = 8, k = 3, H = 80, first = 2, out_rows = T + 4;
+  const auto logits = randn(static_cast<size_t>(T * E), 24), x = randn(static_cast<size_t>(T * H), 25);
+  Routing r;
+  route_softmax_topk(logits.data(), T, E, k, true, 1.0, &r);
+  const auto y = randn(static_cast<size_t>(T * k * H), 26);
+
+  Scratch sc(cpu_);
+  ExpertDispatch dc(nullptr, E, H);
+  dc.dispatch(sc, x.data(), r);
+  ASSERT_EQ(dc.rows(), T * k);
+  const std::vector<float> in_c(dc.input(), dc.input() + T * k * H);
+  std::copy(y.begin(), y.end(), dc.output());
+  std::vector<float> out_c(static_cast<size_t>(out_rows * H), 3.0f);
+  dc.combine(sc, out_c.data(), out_rows, first);
+
+  Scratch sg(*gpu_);
+  ExpertDispatch dg(nullptr, E, H);
+  dg.dispatch(sg, up(*gpu_, x), r);
+  ASSERT_EQ(dg.offsets(), dc.offsets());
+  EXPECT_EQ(down(*gpu_, dg.input(), in_c.size()), in_c);
+  gpu_->copy_to_device(dg.output(), y.data(), y.size() * sizeof(float));
+  float* out_g = up(*gpu_, std::vector<float>(out_c.size(), 3.0f));
+  dg.combine(sg, out_g, out_rows, first);
+  const auto og = down(*gpu_, out_g, out_c.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < og.size(); ++i) differ += std::memcmp(&og[i], &out_c[i], sizeof(float)) != 0;
+  EXPECT_EQ(differ, 0u);
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 // group-limited with and without bias), expert_permute / expert_gather / expert_combine against
 // ExpertDispatch's single-rank path (offsets, gathered rows, combined sum) and against a direct
 // reference for a local expert subset [e0, e0 + E), gated_add against the host shared-expert
-// epilogue (moe_accumulate with sigmoid(gate) or 1). All comparisons are exact (memcmp).
+// epilogue (out += sigmoid(gate) * y, or 1 * y). All comparisons are exact (memcmp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -53,6 +53,11 @@ class Buf {
   size_t n_;
   T* p_;
 };
+
+// out[j] += w * y[j], the product rounded before the add: the host form of every combine.
+void accumulate(float* out, float w, const float* y, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) out[j] += w * y[j];
+}
 
 template <typename T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
@@ -139,8 +144,9 @@ TEST(CpuMoeOps, PermuteGatherCombineMatchTheHostDispatch) {
     route_softmax_topk(logits.data(), T, E, k, true, 1.0, &r);
     const auto x = randn(static_cast<size_t>(T * H), 4);
 
+    Scratch scratch(*b);  // the CPU backend's memory is host memory: d's buffers are read directly
     ExpertDispatch d(nullptr, E, H);
-    d.dispatch(x.data(), r);
+    d.dispatch(scratch, x.data(), r);
     ASSERT_EQ(d.rows(), P);
 
     Buf<int32_t> ids(*b, r.experts), offsets(*b, static_cast<size_t>(E + 1)), slot_row(*b, static_cast<size_t>(P)),
@@ -169,7 +175,7 @@ TEST(CpuMoeOps, PermuteGatherCombineMatchTheHostDispatch) {
     const auto y = randn(static_cast<size_t>(P * H), 5);
     std::copy(y.begin(), y.end(), d.output());
     std::vector<float> want(static_cast<size_t>(T * H));
-    d.combine(want.data());
+    d.combine(scratch, want.data());
     Buf<float> yp(*b, y), out(*b, static_cast<size_t>(T * H));
     b->copy_to_device(out.get(), randn(static_cast<size_t>(T * H), 6).data(), static_cast<size_t>(T * H) * 4);
     b->expert_combine(yp.get(), H, ids.get(), w.get(), slot_row.get(), T, k, out.get());
@@ -232,7 +238,7 @@ TEST(CpuMoeOps, LocalExpertSubset) {
     for (int64_t e = e0; e < e0 + E; ++e)
       for (int64_t j = 0; j < k; ++j)
         if (r.experts[t * k + j] == e) {
-          moe_accumulate(&want[t * H], r.weights[t * k + j], &y[sr[t * k + j] * H], H);
+          accumulate(&want[t * H], r.weights[t * k + j], &y[sr[t * k + j] * H], H);
           ++n;
         }
     empty_tokens += n == 0;
@@ -253,7 +259,7 @@ TEST(CpuMoeOps, GatedAddMatchesTheHostEpilogue) {
     std::vector<float> want = out0;
     for (int64_t t = 0; t < T; ++t) {
       const float gt = gated ? 1.0f / (1.0f + std::exp(-g[t])) : 1.0f;
-      moe_accumulate(&want[t * H], gt, &y[t * H], H);
+      accumulate(&want[t * H], gt, &y[t * H], H);
     }
     EXPECT_TRUE(same_bits(out.host(), want)) << (gated ? "gated" : "ungated") << ": "
                                              << count_differing(out.host(), want) << " values differ";

@@ -1,0 +1,26 @@
+#include "cpu/expert_rows.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace shardlm::cpu {
+
+void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(dst + i * H, src + static_cast<int64_t>(rows[i]) * H, static_cast<size_t>(H) * sizeof(float));
+}
+
+void combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows, const float* weights,
+                  int64_t T, float* out) {
+  for (int64_t t = 0; t < T; ++t) {
+    float* o = out + t * H;
+    std::fill(o, o + H, 0.0f);
+    for (int32_t i = token_start[t]; i < token_start[t + 1]; ++i) {
+      const float w = weights[i];
+      const float* r = y + static_cast<int64_t>(rows[i]) * H;
+      for (int64_t c = 0; c < H; ++c) o[c] += w * r[c];
+    }
+  }
+}
+
+}  // namespace shardlm::cpu

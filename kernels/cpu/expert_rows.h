@@ -1,0 +1,22 @@
+// Row movement of expert-parallel dispatch and combine (src/arch/expert_dispatch.h): the host
+// builds the index arrays, these kernels move the activation rows, so the rows never leave
+// backend memory. The reference the CUDA kernels of kernels/cuda/expert_rows.h are tested against.
+//
+//   gather   dst[i] = src[rows[i]] for i < n (rows of H floats).
+//   combine  out[t] = sum of weights[i] * y[rows[i]] over i in [token_start[t], token_start[t+1]),
+//            accumulated from 0 in that order, each product rounded to fp32 before it is added (no
+//            fused multiply-add: the rounding of expert_combine in expert_permute.h, so a combine
+//            fed in ascending expert order matches it bit for bit). out is overwritten; a token
+//            with an empty range gets zeros.
+#pragma once
+
+#include <cstdint>
+
+namespace shardlm::cpu {
+
+void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst);
+
+void combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows, const float* weights,
+                  int64_t T, float* out);
+
+}  // namespace shardlm::cpu

@@ -1,0 +1,22 @@
+// Device form of kernels/cpu/expert_rows.h (read its header for the definitions): the row
+// movement of expert-parallel dispatch and combine, with index arrays built on the host and
+// uploaded. Same rows, same summation order and rounding as the CPU reference, so the combined
+// bits are the same.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace shardlm::cuda {
+
+// dst[i] = src[rows[i]] (rows of H floats) for i < n.
+void launch_gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst,
+                        cudaStream_t stream);
+
+// out [T, H]: per token, from 0, + weights[i] * y[rows[i]] for i in [token_start[t],
+// token_start[t + 1]) in that order (multiply and add rounded separately); empty range: zeros.
+void launch_combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows,
+                         const float* weights, int64_t T, float* out, cudaStream_t stream);
+
+}  // namespace shardlm::cuda

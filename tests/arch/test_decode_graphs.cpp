@@ -1,0 +1,313 @@
+// Decode steps as captured graphs (--cuda-graphs) against eager steps, on the CPU: the recording
+// backend (tests/common/recording_backend.h) captures and replays the way a CUDA graph does, so
+// the decoder's graph path (padding to a bucket, inputs written before capture, recapture after
+// scratch growth) runs here exactly as on the GPU. Tokens and logprobs must be bit-identical to
+// eager runs on the plain CPU backend: the CPU kernels compute every row independently of the
+// row count, so padding changes nothing.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "arch/model.h"
+#include "common/engine_harness.h"
+#include "common/recording_backend.h"
+#include "compute/backend.h"
+#include "engine/engine.h"
+#include "model/checkpoint.h"
+#include "model/make_model.h"
+#include "model/model_spec.h"
+#include "tokenizer/tokenizer.h"
+
+namespace shardlm {
+namespace {
+
+// A random checkpoint of an inputs/models config, made once per config and process.
+std::string model_dir(const std::string& config) {
+  static std::map<std::string, std::string> made;
+  auto it = made.find(config);
+  if (it != made.end()) return it->second;
+  const auto root = std::filesystem::temp_directory_path() /
+                    ("shardlm-test-graphs-" + config + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  const std::string dir = (root / "m").string();
+  make_model({std::string(SHARDLM_SOURCE_DIR) + "/inputs/models/" + config + ".json", dir, DType::F32, 7, ""});
+  return made[config] = dir;
+}
+
+// Two copies of a model: eager on the CPU backend, and with graphs on the recording backend.
+struct Pair {
+  explicit Pair(const std::string& config)
+      : dir(model_dir(config)),
+        spec(ModelSpec::load(dir)),
+        ckpt(Checkpoint::open(dir)),
+        cpu(make_backend("cpu")),
+        eager(build_model(spec, *ckpt, *cpu)),
+        graphed(build_model(spec, *ckpt, rec)) {
+    EXPECT_EQ(graphed->enable_step_graphs(), "");
+  }
+  std::string dir;
+  ModelSpec spec;
+  std::unique_ptr<Checkpoint> ckpt;
+  std::unique_ptr<ComputeBackend> cpu;
+  test::RecordingBackend rec;
+  std::unique_ptr<Model> eager, graphed;
+};
+
+// ---- Model level: exact logits and the capture counters ----
+
+constexpr int64_t kBlockSize = 4, kBlocksPerSeq = 16;
+
+// A sequence of the test: its tokens so far and its own block list.
+struct Seq {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> table;
+};
+
+Seq make_seq(int index, int64_t prompt_len) {
+  Seq s;
+  for (int64_t i = 0; i < prompt_len; ++i) s.tokens.push_back(static_cast<int32_t>((index * 37 + i * 11) % 500));
+  for (int64_t b = 0; b < kBlocksPerSeq; ++b) s.table.push_back(static_cast<int32_t>(index * kBlocksPerSeq + b));
+  return s;
+}
+
+// Runs a step on both models and checks the logits are the same bits; returns them.
+std::vector<float> step_both(Pair& p, const ForwardBatch& batch) {
+  const size_t n = batch.logit_rows.size() * static_cast<size_t>(p.spec.vocab_size);
+  std::vector<float> a(n), b(n, -1.0f);
+  p.eager->forward(batch, a.data());
+  p.graphed->forward(batch, b.data());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0) << "logits differ";
+  return a;
+}
+
+// Prefill of whole prompts (several tokens per sequence: never a graph step).
+ForwardBatch prefill(const std::vector<Seq*>& seqs) {
+  ForwardBatch b;
+  b.clear();
+  for (Seq* s : seqs) {
+    b.add_chunk(s->tokens.data(), 0, static_cast<int64_t>(s->tokens.size()), s->table, kBlockSize, true);
+  }
+  return b;
+}
+
+// One decode token per sequence: the last token of each, whose KV entry is not written yet.
+ForwardBatch decode(const std::vector<Seq*>& seqs) {
+  ForwardBatch b;
+  b.clear();
+  for (Seq* s : seqs) {
+    b.add_chunk(s->tokens.data(), static_cast<int64_t>(s->tokens.size()) - 1, 1, s->table, kBlockSize, true);
+  }
+  return b;
+}
+
+// Greedy next token of each row; appended to the sequences.
+void advance(Pair& p, const std::vector<Seq*>& seqs, const std::vector<float>& logits) {
+  const int64_t V = p.spec.vocab_size;
+  for (size_t r = 0; r < seqs.size(); ++r) {
+    const float* row = logits.data() + r * V;
+    int32_t best = 0;
+    for (int64_t v = 1; v < V; ++v) best = row[v] > row[best] ? static_cast<int32_t>(v) : best;
+    seqs[r]->tokens.push_back(best);
+  }
+}
+
+TEST(DecodeGraphs, BucketsCapturesAndRecapture) {
+  Pair p("tiny-llama");
+  for (Model* m : {p.eager.get(), p.graphed.get()}) m->allocate_kv_cache(64LL << 20, kBlockSize, 9 * kBlocksPerSeq);
+  std::vector<Seq> seqs;
+  for (int i = 0; i < 8; ++i) seqs.push_back(make_seq(i, 3 + 2 * i));
+  auto ptrs = [&](int from, int to) {
+    std::vector<Seq*> v;
+    for (int i = from; i < to; ++i) v.push_back(&seqs[i]);
+    return v;
+  };
+
+  // Prefill runs eagerly.
+  advance(p, ptrs(0, 3), step_both(p, prefill(ptrs(0, 3))));
+  EXPECT_EQ(p.rec.captures(), 0);
+  EXPECT_EQ(p.rec.replays(), 0);
+
+  // 3 decode rows: bucket 4, captured once, replayed every step.
+  for (int s = 0; s < 3; ++s) advance(p, ptrs(0, 3), step_both(p, decode(ptrs(0, 3))));
+  EXPECT_EQ(p.rec.captures(), 1);
+  EXPECT_EQ(p.rec.replays(), 3);
+
+  // 1 row: bucket 1; 2 rows: bucket 2; 3 rows again: bucket 4's graph is reused.
+  advance(p, ptrs(0, 1), step_both(p, decode(ptrs(0, 1))));
+  advance(p, ptrs(1, 3), step_both(p, decode(ptrs(1, 3))));
+  advance(p, ptrs(0, 3), step_both(p, decode(ptrs(0, 3))));
+  EXPECT_EQ(p.rec.captures(), 3);
+  EXPECT_EQ(p.rec.replays(), 6);
+  EXPECT_EQ(p.rec.drops(), 0);
+
+  // 5 more sequences prefilled together: a larger step than any before grows the scratch, so
+  // every graph is dropped; 3 rows (bucket 4, captured before) and then 8 rows (bucket 8) are
+  // captured again.
+  advance(p, ptrs(3, 8), step_both(p, prefill(ptrs(3, 8))));
+  EXPECT_EQ(p.rec.captures(), 3);
+  advance(p, ptrs(0, 3), step_both(p, decode(ptrs(0, 3))));
+  EXPECT_EQ(p.rec.drops(), 1);
+  EXPECT_EQ(p.rec.captures(), 4);
+  // Bucket 8's warm-up grows the head's slots (8 rows; no step before had more than 5 logit
+  // rows): bucket 4's new graph is dropped too, and captured once more after.
+  for (int s = 0; s < 2; ++s) advance(p, ptrs(0, 8), step_both(p, decode(ptrs(0, 8))));
+  EXPECT_EQ(p.rec.captures(), 5);
+  EXPECT_EQ(p.rec.drops(), 2);
+  EXPECT_EQ(p.rec.live_graphs(), 1);
+  advance(p, ptrs(2, 5), step_both(p, decode(ptrs(2, 5))));
+  advance(p, ptrs(2, 5), step_both(p, decode(ptrs(2, 5))));
+  EXPECT_EQ(p.rec.captures(), 6);
+  EXPECT_EQ(p.rec.live_graphs(), 2);  // buckets 8 and 4
+  EXPECT_EQ(p.rec.replays(), 11);
+
+  // A step mixing a decode token and a prefill chunk runs eagerly.
+  ForwardBatch mixed;
+  mixed.clear();
+  Seq extra = make_seq(8, 3);
+  mixed.add_chunk(seqs[0].tokens.data(), static_cast<int64_t>(seqs[0].tokens.size()) - 1, 1, seqs[0].table,
+                  kBlockSize, true);
+  mixed.add_chunk(extra.tokens.data(), 0, 3, extra.table, kBlockSize, true);
+  step_both(p, mixed);
+  EXPECT_EQ(p.rec.captures(), 6);
+  EXPECT_EQ(p.rec.replays(), 11);
+}
+
+// Rows that do not all sample (a prefill chunk of one token that wants no logits) run eagerly.
+TEST(DecodeGraphs, RowsWithoutLogitsRunEagerly) {
+  Pair p("tiny-llama");
+  for (Model* m : {p.eager.get(), p.graphed.get()}) m->allocate_kv_cache(16LL << 20, kBlockSize, 2 * kBlocksPerSeq);
+  Seq a = make_seq(0, 1), b = make_seq(1, 1);
+  ForwardBatch batch;
+  batch.clear();
+  batch.add_chunk(a.tokens.data(), 0, 1, a.table, kBlockSize, true);
+  batch.add_chunk(b.tokens.data(), 0, 1, b.table, kBlockSize, false);
+  step_both(p, batch);
+  EXPECT_EQ(p.rec.captures(), 0);
+  EXPECT_EQ(p.rec.replays(), 0);
+}
+
+TEST(DecodeGraphs, CpuBackendCannotCapture) {
+  const std::string dir = model_dir("tiny-llama");
+  const ModelSpec spec = ModelSpec::load(dir);
+  auto ckpt = Checkpoint::open(dir);
+  auto cpu = make_backend("cpu");
+  auto model = build_model(spec, *ckpt, *cpu);
+  EXPECT_NE(model->enable_step_graphs().find("cannot capture"), std::string::npos);
+  EXPECT_THROW(cpu->begin_capture(), Error);
+}
+
+TEST(DecodeGraphs, MoeModelsRunEagerly) {
+  const std::string dir = model_dir("tiny-mixtral");
+  const ModelSpec spec = ModelSpec::load(dir);
+  auto ckpt = Checkpoint::open(dir);
+  test::RecordingBackend rec;
+  auto model = build_model(spec, *ckpt, rec);
+  EXPECT_NE(model->enable_step_graphs().find("MoE"), std::string::npos);
+}
+
+TEST(DecodeGraphs, RecorderRefusesAllocationWhileCapturing) {
+  test::RecordingBackend rec;
+  void* p = rec.alloc(16);
+  rec.begin_capture();
+  EXPECT_THROW(rec.alloc(16), Error);
+  EXPECT_THROW(rec.free(p), Error);
+  float host = 0;
+  EXPECT_THROW(rec.copy_to_host(&host, p, sizeof host), Error);
+  // A recorded op runs at replay, not before.
+  const float one = 1.0f;
+  rec.copy_to_device(p, &one, sizeof one);
+  const int64_t g = rec.end_capture();
+  rec.copy_to_host(&host, p, sizeof host);
+  EXPECT_NE(host, 1.0f);
+  rec.replay(g);
+  rec.copy_to_host(&host, p, sizeof host);
+  EXPECT_EQ(host, 1.0f);
+  rec.free(p);
+}
+
+// ---- Engine level: whole runs, greedy and sampled ----
+
+std::vector<ParsedRequest> requests(int n, int first_len, int max_tokens) {
+  std::vector<ParsedRequest> reqs;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> ids;
+    for (int k = 0; k < first_len + 3 * i; ++k) ids.push_back(static_cast<int32_t>((i * 53 + k * 29 + 1) % 500));
+    // Lengths differ so that the batch shrinks as requests finish: the bucket changes.
+    ParsedRequest r = test::ids_request("r" + std::to_string(i), ids, max_tokens + 2 * i);
+    r.overrides.ignore_eos = true;
+    if (i % 2) {
+      r.overrides.temperature = 0.9;
+      r.overrides.seed = 100 + i;
+    }
+    reqs.push_back(std::move(r));
+  }
+  return reqs;
+}
+
+void expect_same_results(const test::CollectSink& a, const test::CollectSink& b) {
+  ASSERT_EQ(a.results.size(), b.results.size());
+  for (const RequestResult& r : a.results) {
+    const RequestResult& g = b.by_id(r.id);
+    EXPECT_TRUE(r.error.empty() && g.error.empty()) << r.error << g.error;
+    EXPECT_EQ(r.output_tokens, g.output_tokens) << r.id;
+    ASSERT_EQ(r.token_logprobs.size(), g.token_logprobs.size()) << r.id;
+    for (size_t i = 0; i < r.token_logprobs.size(); ++i)
+      EXPECT_EQ(r.token_logprobs[i], g.token_logprobs[i]) << r.id << " token " << i;
+  }
+}
+
+test::CollectSink run(Model& model, const Tokenizer& tok, std::vector<ParsedRequest> reqs, EngineConfig cfg) {
+  cfg.progress_interval_s = 0;
+  cfg.kv_cache_bytes = 32LL << 20;
+  Engine engine(model, tok, cfg);
+  test::VectorSource src(std::move(reqs));
+  test::CollectSink sink;
+  engine.run(src, sink);
+  return sink;
+}
+
+class DecodeGraphsEngine : public ::testing::TestWithParam<int> {};
+
+// Batches of 1, 3 (padded to 4) and 5 (padded to 8) sequences, half greedy, half sampled.
+TEST_P(DecodeGraphsEngine, SameTokensAndLogprobsAsEager) {
+  const int n = GetParam();
+  for (const char* config : {"tiny-llama", "tiny-qwen2"}) {
+    Pair p(config);
+    auto tok = Tokenizer::load(p.dir);
+    EngineConfig cfg;
+    cfg.scheduler.block_size = 8;
+    const auto a = run(*p.eager, *tok, requests(n, 6, 12), cfg);
+    const auto b = run(*p.graphed, *tok, requests(n, 6, 12), cfg);
+    expect_same_results(a, b);
+    EXPECT_GT(p.rec.replays(), 0) << config;
+    EXPECT_GE(p.rec.captures(), 1) << config;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Batch, DecodeGraphsEngine, ::testing::Values(1, 3, 5));
+
+// Sequences admitted while others decode (max_seqs 2, prompts growing): mixed steps run eagerly,
+// a longer prompt than any before grows the scratch and the graphs are captured again.
+TEST(DecodeGraphs, EngineAdmissionsAndRecaptureMatchEager) {
+  Pair p("tiny-llama");
+  auto tok = Tokenizer::load(p.dir);
+  EngineConfig cfg;
+  cfg.scheduler.block_size = 8;
+  cfg.scheduler.max_seqs = 2;
+  std::vector<ParsedRequest> reqs = requests(5, 4, 6);
+  const auto a = run(*p.eager, *tok, reqs, cfg);
+  const auto b = run(*p.graphed, *tok, reqs, cfg);
+  expect_same_results(a, b);
+  EXPECT_GE(p.rec.drops(), 1);
+  EXPECT_GT(p.rec.captures(), 2);
+}
+
+}  // namespace
+}  // namespace shardlm
