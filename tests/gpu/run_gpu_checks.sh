@@ -55,9 +55,9 @@ run() {  # name, command...
 # 1. Kernels against CPU references; NCCL and staged-MPI communicators on device buffers.
 run kernels ctest --test-dir "$build" --output-on-failure --timeout 300 -R "${SHARDLM_GPU_TESTS:-Cuda|Nccl|nccl|Staged|staged}" -E "CudaBackend\."
 # 2. --backend cuda against the CPU backend, 1 and 2 ranks on the GPU.
-run e2e ctest --test-dir "$build" --output-on-failure --timeout 600 -R CudaBackend
+run e2e ctest --test-dir "$build" --output-on-failure --timeout 600 -R "^CudaBackend\."
 # 3. Benchmarks: bench-1024 (254M parameters, bf16) on the GPU.
-model="$logs/../bench-model"
+model="${TMPDIR:-/tmp}/shardlm-bench-model"
 "$build/shardlm" make-model --config "$root/inputs/models/bench-1024.json" --out "$model" --dtype bf16 --seed 1 \
   >"$logs/make-model.log" 2>&1
 run bench "$build/shardlm" bench --model "$model" --backend cuda --prompt-len 2048 --decode-tokens 256 \
