@@ -96,7 +96,15 @@ class Decoder final : public Model {
   // through the next micro-batch's compute would hold stage 1 idle.
   int max_steps_in_flight() const override { return leads_pipeline() ? plan_.stages : 1; }
 
+  // With the whole vocabulary here the step runs now and its logits stay in device scratch until
+  // end_step copies them out or end_step_sampled samples them there (one step in flight at most:
+  // max_steps_in_flight() is 1 without stages).
   void begin_step(const ForwardBatch& batch) override {
+    if (whole_vocab_here()) {
+      SHARDLM_CHECK(!device_step_, "begin_step before the previous step was ended");
+      device_step_ = DeviceStep{step_to_device(batch), static_cast<int64_t>(batch.logit_rows.size())};
+      return;
+    }
     if (!leads_pipeline()) return Model::begin_step(batch);
     InFlight f;
     f.rows = static_cast<int64_t>(batch.logit_rows.size());
@@ -115,6 +123,11 @@ class Decoder final : public Model {
   }
 
   void end_step(float* logits) override {
+    if (whole_vocab_here()) {
+      const DeviceStep step = take_device_step();
+      if (step.rows > 0) b_.copy_to_host(logits, step.logits, step.rows * spec_.vocab_size * sizeof(float));
+      return;
+    }
     if (!leads_pipeline()) return Model::end_step(logits);
     SHARDLM_CHECK(!inflight_.empty(), "end_step without a begun step");
     InFlight& f = inflight_.front();
@@ -122,6 +135,23 @@ class Decoder final : public Model {
     std::copy(f.logits.begin(), f.logits.end(), logits);
     if (spec_.moe.enabled()) last_moe_ = std::move(f.moe);
     inflight_.pop_front();
+  }
+
+  // Sampling on the device needs the logits of the whole vocabulary on this rank's device: with
+  // tp > 1 the LM head is split by vocabulary over the ranks and the slices are gathered on the
+  // host, and with pipeline stages the logits travel from the last stage to the leader through
+  // host memory; both (pipelined leaders included) take the default host path.
+  void end_step_sampled(const std::vector<SampleRow>& rows, std::vector<int32_t>* tokens,
+                        std::vector<float>* logprobs) override {
+    if (!whole_vocab_here()) return Model::end_step_sampled(rows, tokens, logprobs);
+    const DeviceStep step = take_device_step();
+    SHARDLM_CHECK(static_cast<int64_t>(rows.size()) == step.rows,
+                  "end_step_sampled with " << rows.size() << " rows for a step of " << step.rows << " logit rows");
+    tokens->resize(rows.size());
+    logprobs->resize(rows.size());
+    if (step.rows > 0) {
+      b_.sample(step.logits, step.rows, spec_.vocab_size, rows.data(), tokens->data(), logprobs->data());
+    }
   }
 
   bool runs_empty_steps() const override { return comms_.ep != nullptr; }
@@ -150,7 +180,11 @@ class Decoder final : public Model {
   void forward(const ForwardBatch& batch, float* logits) override {
     const int64_t T = batch.num_tokens();
     if (T == 0 && !runs_empty_steps()) return;
-    if (const int64_t bucket = graph_bucket(batch); bucket > 0) return graph_step(batch, bucket, logits);
+    if (const int64_t bucket = graph_bucket(batch); bucket > 0) {
+      const float* dev = graph_step(batch, bucket);
+      b_.copy_to_host(logits, dev, T * spec_.vocab_size * sizeof(float));
+      return;
+    }
     run_stage(batch);
     const int64_t H = spec_.hidden_size;
     float* residual = scratch_.get(0, std::max<int64_t>(T, 1) * H);
@@ -170,6 +204,33 @@ class Decoder final : public Model {
 
  private:
   bool leads_pipeline() const { return plan_.stages > 1 && plan_.first_stage() && plan_.tp_rank == 0; }
+  // One rank holds the whole LM head and runs the last stage: the step's logits end whole in this
+  // rank's backend memory (see end_step_sampled).
+  bool whole_vocab_here() const {
+    return plan_.tp_size == 1 && plan_.stages == 1 && plan_.vocab == spec_.vocab_size;
+  }
+
+  // A begun step whose logits ([rows, vocab]) wait in backend memory (whole_vocab_here()).
+  struct DeviceStep {
+    const float* logits = nullptr;  // null when no row samples
+    int64_t rows = 0;
+  };
+  DeviceStep take_device_step() {
+    SHARDLM_CHECK(device_step_, "end_step without a begun step");
+    const DeviceStep step = *device_step_;
+    device_step_.reset();
+    return step;
+  }
+
+  // Runs the whole step (graph or eager) and returns its logits in backend memory, or null when no
+  // row samples. Only with whole_vocab_here().
+  const float* step_to_device(const ForwardBatch& batch) {
+    const int64_t T = batch.num_tokens();
+    if (T == 0 && !runs_empty_steps()) return nullptr;
+    if (const int64_t bucket = graph_bucket(batch); bucket > 0) return graph_step(batch, bucket);
+    run_stage(batch);
+    return head_to_device(batch);
+  }
 
   // This stage's layers over the batch; the residual stream ends in scratch slot 0. With expert
   // parallelism it runs even on an empty step, so that the all-to-alls of its MoE layers pair up.
@@ -340,7 +401,9 @@ class Decoder final : public Model {
     b_.linear(rows, B, lm_head_, nullptr, scratch_.get(13, B * plan_.vocab));
   }
 
-  void graph_step(const ForwardBatch& batch, int64_t B, float* logits) {
+  // Replays (capturing first if need be) the step's bucket; returns the logits slot, [B, vocab] in
+  // backend memory, of which the first T rows are the step's.
+  const float* graph_step(const ForwardBatch& batch, int64_t B) {
     SHARDLM_CHECK(cache_, "forward before allocate_kv_cache");
     if (spec_.moe.enabled()) moe_stats_.reset(spec_.moe.num_experts);
     const StepContext ctx = upload_graph_inputs(batch, B);
@@ -364,19 +427,18 @@ class Decoder final : public Model {
       it = graph_handles_.emplace(B, b_.end_capture()).first;
     }
     b_.replay(it->second);
-    const int64_t T = batch.num_tokens();
-    b_.copy_to_host(logits, scratch_.get(13, B * plan_.vocab), T * spec_.vocab_size * sizeof(float));
+    return scratch_.get(13, B * plan_.vocab);
   }
 
-  // The last stage: final norm and the vocabulary-parallel LM head on the rows that sample; the
-  // leader's copy of the logits goes to `logits` (or back to the leader over the pipeline).
-  void head(const ForwardBatch& batch, float* logits) {
+  // The last stage: final norm and the vocabulary-parallel LM head on the rows that sample, into
+  // backend memory ([R, plan_.vocab], this rank's slice of the vocabulary); null when no row samples.
+  float* head_to_device(const ForwardBatch& batch) {
     const int64_t T = batch.num_tokens(), H = spec_.hidden_size;
     const float eps = static_cast<float>(spec_.rms_norm_eps);
     float* residual = scratch_.get(0, T * H);
     // Only the rows that will be sampled go through the final norm and the LM head.
     const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
-    if (R == 0) return;
+    if (R == 0) return nullptr;
     float* rows = scratch_.get(12, R * H);
     for (int64_t r = 0; r < R; ++r) {
       // Device-to-device gather; on the CPU backend both copies are memcpy.
@@ -384,9 +446,18 @@ class Decoder final : public Model {
       b_.copy_to_device(rows + r * H, residual + static_cast<int64_t>(t) * H, H * sizeof(float));
     }
     b_.rmsnorm(rows, final_norm_, R, eps, rows);
-    const int64_t V = spec_.vocab_size, Vl = plan_.vocab;
-    float* local = scratch_.get(13, R * Vl);
+    float* local = scratch_.get(13, R * plan_.vocab);
     b_.linear(rows, R, lm_head_, nullptr, local);
+    return local;
+  }
+
+  // The last stage's head; the leader's copy of the whole logits goes to `logits` (or back to the
+  // leader over the pipeline).
+  void head(const ForwardBatch& batch, float* logits) {
+    const float* local = head_to_device(batch);
+    if (!local) return;
+    const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
+    const int64_t V = spec_.vocab_size, Vl = plan_.vocab;
     std::vector<float>& host = host_logits_;
     host.resize(static_cast<size_t>(R * V));
     if (comms_.tp) {
@@ -441,6 +512,7 @@ class Decoder final : public Model {
   std::vector<int32_t> local_ids_;
   std::vector<float> host_logits_, gathered_;
   std::deque<InFlight> inflight_;  // the leader's begun pipeline steps, oldest first
+  std::optional<DeviceStep> device_step_;  // the begun step, with whole_vocab_here()
   // CUDA graphs (see graph_step).
   bool graphs_on_ = false;
   std::map<int64_t, int64_t> graph_handles_;  // bucket -> backend capture handle

@@ -50,4 +50,18 @@ void Model::end_step(float* logits) {
   finished_logits_.pop_front();
 }
 
+void Model::end_step_sampled(const std::vector<SampleRow>& rows, std::vector<int32_t>* tokens,
+                             std::vector<float>* logprobs) {
+  const int64_t V = spec().vocab_size;
+  sampled_logits_.resize(rows.size() * static_cast<size_t>(V));
+  end_step(sampled_logits_.data());
+  tokens->resize(rows.size());
+  logprobs->resize(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const Sample s = sampler_.sample(sampled_logits_.data() + static_cast<int64_t>(r) * V, V, rows[r]);
+    (*tokens)[r] = s.token;
+    (*logprobs)[r] = s.logprob;
+  }
+}
+
 }  // namespace shardlm

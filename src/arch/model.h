@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "arch/shard_plan.h"
+#include "compute/backend.h"
+#include "engine/sampler.h"
 #include "model/model_spec.h"
 
 namespace shardlm {
@@ -67,6 +69,12 @@ class Model {
   virtual int max_steps_in_flight() const { return 1; }
   virtual void begin_step(const ForwardBatch& batch);
   virtual void end_step(float* logits);
+  // end_step, then the choice of each logit row: rows[r] holds row r's settings (as many rows as
+  // the step has logit rows); tokens and logprobs receive rows.size() values. By default the
+  // logits come to the host (end_step) and the host Sampler runs on them; a model whose logits are
+  // whole on its device samples there, so only the choices come back.
+  virtual void end_step_sampled(const std::vector<SampleRow>& rows, std::vector<int32_t>* tokens,
+                                std::vector<float>* logprobs);
   // True when every step must run on every rank, even with no tokens: expert-parallel groups
   // pair their all-to-alls step by step.
   virtual bool runs_empty_steps() const { return false; }
@@ -84,6 +92,8 @@ class Model {
  private:
   std::deque<std::vector<float>> finished_logits_;  // default begin/end: results not yet taken
   std::vector<std::vector<float>> spare_logits_;    // ... and buffers to reuse
+  std::vector<float> sampled_logits_;               // default end_step_sampled: the step's logits
+  Sampler sampler_;
 };
 
 // Architecture registry (src/arch/arch_registry.cpp): config "architectures"[0] -> builder.

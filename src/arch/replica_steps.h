@@ -32,6 +32,12 @@ class BroadcastingModel final : public Model {
   int max_steps_in_flight() const override { return inner_.max_steps_in_flight(); }
   void begin_step(const ForwardBatch& batch) override;
   void end_step(float* logits) override { inner_.end_step(logits); }
+  // Ending a step sends nothing (the replica's ranks got the step in begin_step): the inner model
+  // ends and samples it, on its device or on the host.
+  void end_step_sampled(const std::vector<SampleRow>& rows, std::vector<int32_t>* tokens,
+                        std::vector<float>* logprobs) override {
+    inner_.end_step_sampled(rows, tokens, logprobs);
+  }
   bool runs_empty_steps() const override { return inner_.runs_empty_steps(); }
   const MoeStepStats* last_step_moe() const override { return inner_.last_step_moe(); }
   size_t load_bytes() const override { return inner_.load_bytes(); }

@@ -46,6 +46,18 @@ struct RouterConfig {
   const float* bias = nullptr;  // [num_experts] selection bias, backend memory; may be null
 };
 
+// One row's sampling settings: the fields of SamplingParams the sampler's choice depends on, in
+// the same types (kernels/cuda/sampling.h's SamplingRow has the same), plus the position the
+// sampled token takes in its sequence (the Philox counter).
+struct SampleRow {
+  double temperature = 0.0;  // <= 0: greedy
+  double top_p = 1.0;        // >= 1: off
+  double min_p = 0.0;        // <= 0: off
+  int64_t top_k = 0;         // <= 0 or >= V: off
+  uint64_t seed = 0;
+  int64_t position = 0;
+};
+
 // A 1-D fp32 weight (norm scales, biases).
 struct Vector {
   int64_t n = 0;
@@ -160,6 +172,15 @@ class ComputeBackend {
   // (the rounding of expert_combine); a token with an empty range gets zeros.
   virtual void combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows,
                             const float* weights, int64_t T, float* out) = 0;
+
+  // ---- Sampling ----
+  // The host sampler's choice (src/engine/sampler.h) per row of logits [R, V] (backend memory)
+  // with rows[r]'s settings (host): tokens[r] and logprobs[r] (host; log-softmax of the raw row at
+  // the token). Only the choices cross to the host, so the logits never leave the device. Reads
+  // backend memory and writes host memory: like copy_to_host, never while capturing.
+  virtual void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, int32_t* tokens,
+                      float* logprobs) = 0;
+
   // Returns when every op issued so far has finished (timing a phase; backends that run each op
   // to completion do nothing).
   virtual void synchronize() = 0;

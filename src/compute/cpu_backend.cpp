@@ -270,6 +270,15 @@ const int32_t* const* CpuBackend::token_tables(const BlockTables& tables, int64_
   return token_tables_.data();
 }
 
+void CpuBackend::sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, int32_t* tokens,
+                        float* logprobs) {
+  for (int64_t r = 0; r < R; ++r) {
+    const Sample s = sampler_.sample(logits + r * V, V, rows[r]);
+    tokens[r] = s.token;
+    logprobs[r] = s.logprob;
+  }
+}
+
 std::unique_ptr<ComputeBackend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
 }  // namespace shardlm

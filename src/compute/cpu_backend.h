@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compute/backend.h"
+#include "engine/sampler.h"
 
 namespace shardlm {
 
@@ -70,6 +71,9 @@ class CpuBackend : public ComputeBackend {
   void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override;
   void combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows, const float* weights,
                     int64_t T, float* out) override;
+  // The host Sampler on each row: the engine's choice before sampling moved behind the backend.
+  void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, int32_t* tokens,
+              float* logprobs) override;
   void synchronize() override {}
 
  private:
@@ -77,6 +81,7 @@ class CpuBackend : public ComputeBackend {
   // The CPU kernels take one block-list pointer per token.
   const int32_t* const* token_tables(const BlockTables& tables, int64_t T);
   std::vector<const int32_t*> token_tables_;
+  Sampler sampler_;
 
   std::mutex mu_;
   std::unordered_set<void*> allocs_;  // activation memory from alloc()

@@ -24,6 +24,7 @@
 #include "cuda/paged_attention.h"
 #include "cuda/rmsnorm.h"
 #include "cuda/rope.h"
+#include "cuda/sampling.h"
 #include "model/checkpoint.h"
 #include "model/fp8_block.h"
 
@@ -105,6 +106,7 @@ CudaBackend::~CudaBackend() {
   if (capture_stream_) cudaStreamDestroy(as_stream(capture_stream_));
   cudaFree(bf16_ws_);
   cudaFree(row_count_);
+  for (void* p : sample_buf_) cudaFree(p);
   for (int i = 0; i < 2; ++i) {
     if (staged_[i]) cudaEventDestroy(static_cast<cudaEvent_t>(staged_[i]));
     if (staging_[i]) cudaFreeHost(staging_[i]);
@@ -526,6 +528,46 @@ void CudaBackend::combine_rows(const float* y, int64_t H, const int32_t* token_s
                                const float* weights, int64_t T, float* out) {
   cuda::launch_combine_rows(y, H, token_start, rows, weights, T, out, as_stream(stream_));
   check_launch("combine_rows");
+}
+
+void* CudaBackend::sample_buffer(int i, size_t bytes) {
+  if (bytes > sample_bytes_[i]) {
+    // The previous sample() waited for its kernel, so nothing reads the old buffer any more.
+    SHARDLM_CUDA_CHECK(cudaFree(sample_buf_[i]));
+    sample_buf_[i] = nullptr;
+    sample_bytes_[i] = 0;
+    SHARDLM_CUDA_CHECK(cudaMalloc(&sample_buf_[i], bytes));
+    sample_bytes_[i] = bytes;
+  }
+  return sample_buf_[i];
+}
+
+void CudaBackend::sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, int32_t* tokens,
+                         float* logprobs) {
+  if (R == 0) return;
+  SHARDLM_CHECK(!capturing_, "cuda backend: sample while capturing a CUDA graph (it writes host memory)");
+  const size_t n = static_cast<size_t>(R);
+  std::vector<cuda::SamplingRow> host(n);
+  for (size_t r = 0; r < n; ++r) {
+    host[r].temperature = rows[r].temperature;
+    host[r].top_p = rows[r].top_p;
+    host[r].min_p = rows[r].min_p;
+    host[r].top_k = rows[r].top_k;
+    host[r].seed = rows[r].seed;
+    host[r].position = rows[r].position;
+  }
+  auto* d_rows = static_cast<cuda::SamplingRow*>(sample_buffer(0, n * sizeof(cuda::SamplingRow)));
+  auto* d_scratch = static_cast<float*>(sample_buffer(1, n * static_cast<size_t>(V) * sizeof(float)));
+  auto* d_tokens = static_cast<int32_t*>(sample_buffer(2, n * sizeof(int32_t)));
+  auto* d_logprobs = static_cast<float*>(sample_buffer(3, n * sizeof(float)));
+  const cudaStream_t s = as_stream(stream_);
+  // From pageable memory the copy returns once `host` has been read: it may go out of scope.
+  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(d_rows, host.data(), n * sizeof(cuda::SamplingRow), cudaMemcpyHostToDevice, s));
+  cuda::launch_sample(logits, R, V, d_rows, d_scratch, d_tokens, d_logprobs, s);
+  check_launch("sample");
+  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(tokens, d_tokens, n * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(logprobs, d_logprobs, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+  SHARDLM_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 std::unique_ptr<ComputeBackend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }

@@ -94,6 +94,10 @@ class CudaBackend final : public ComputeBackend {
   void expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights, const int32_t* slot_row,
                       int64_t T, int64_t k, float* out) override;
   void gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) override;
+  // kernels/cuda/sampling.h on the device's logits: the rows go up, the tokens and logprobs come
+  // back (R values each), and that copy is the only wait for the stream.
+  void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, int32_t* tokens,
+              float* logprobs) override;
 
  private:
   void* upload(const void* host, size_t bytes);   // device copy of host bytes, owned by the backend
@@ -112,6 +116,12 @@ class CudaBackend final : public ComputeBackend {
   uint16_t* bf16_ws_ = nullptr;
   size_t bf16_ws_n_ = 0;
   int32_t* row_count_ = nullptr;  // device copy of the row count expert_gather reads
+  // sample(): device buffers that only grow (never used inside a capture, so freed at once when
+  // they grow): the rows, the tempered-probability scratch [R, V], the tokens and the logprobs.
+  void* sample_buffer(int i, size_t bytes);
+  static constexpr int kSampleBuffers = 4;
+  void* sample_buf_[kSampleBuffers] = {};
+  size_t sample_bytes_[kSampleBuffers] = {};
 
   // CUDA graphs (see the file comment).
   void bind_cublas(void* stream, bool own_workspace);  // cuBLAS on `stream`, with cublas_ws_ or not

@@ -174,6 +174,9 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
   std::vector<bool> busy(M, false);
   size_t next_m = 0;
   ForwardBatch batch;
+  std::vector<SampleRow> sample_rows;  // the ended step's sampling rows, in logit-row order
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
   // Expert-parallel models run every step on every rank of the group, empty or not.
   const bool lockstep = model_.runs_empty_steps();
   for (;;) {
@@ -256,17 +259,20 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
     // Finish the oldest step: sample, stop, and hand finished requests on.
     InFlight f = std::move(inflight.front());
     inflight.pop_front();
-    size_t rows = 0;
-    for (const ScheduledChunk& c : f.chunks) rows += c.samples;
-    logits_.resize(rows * static_cast<size_t>(vocab));
-    model_.end_step(logits_.data());
+    // The model samples where its logits are (on the device when one rank holds the whole
+    // vocabulary); each row's token takes the index len() in its sequence.
+    sample_rows.clear();
+    for (const ScheduledChunk& c : f.chunks) {
+      if (c.samples) sample_rows.push_back(sample_row(c.seq->params, c.seq->len()));
+    }
+    model_.end_step_sampled(sample_rows, &tokens, &logprobs);
     const double now = seconds_since(t0);
     size_t row = 0;
     std::vector<Sequence*> done;
     for (const ScheduledChunk& c : f.chunks) {
       c.seq->computed = c.start + c.len;
       if (!c.samples) continue;
-      const Sample smp = sampler_.sample(logits_.data() + row * vocab, vocab, c.seq->params, c.seq->len());
+      const Sample smp{tokens[row], logprobs[row]};
       ++row;
       if (append_token(*c.seq, smp, now)) done.push_back(c.seq);
     }

@@ -82,7 +82,6 @@ class Engine {
   // One scheduler per micro-batch: with a pipeline of P stages, P micro-batches of disjoint
   // sequences are in flight at once (one scheduler otherwise). They share the KV blocks.
   std::vector<std::unique_ptr<Scheduler>> schedulers_;
-  Sampler sampler_;
   std::set<int32_t> eos_;
   int64_t max_model_len_ = 0;
   std::vector<float> logits_;

@@ -26,6 +26,29 @@ int32_t argmax(const float* x, int64_t n) {
 }
 }  // namespace
 
+SampleRow sample_row(const SamplingParams& p, int64_t position) {
+  SampleRow r;
+  r.temperature = p.temperature;
+  r.top_p = p.top_p;
+  r.min_p = p.min_p;
+  r.top_k = p.top_k;
+  r.seed = p.seed;
+  r.position = position;
+  return r;
+}
+
+Sample Sampler::sample(const float* logits, int64_t vocab, const SampleRow& row) {
+  // The choice below reads temperature, top_k, top_p, min_p and seed; the other fields
+  // (max_tokens, stop, ignore_eos) only decide when a sequence ends.
+  SamplingParams p;
+  p.temperature = row.temperature;
+  p.top_p = row.top_p;
+  p.min_p = row.min_p;
+  p.top_k = row.top_k;
+  p.seed = row.seed;
+  return sample(logits, vocab, p, row.position);
+}
+
 Sample Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p, int64_t position) {
   Sample s;
   if (p.temperature <= 0.0) {

@@ -4,8 +4,8 @@
 // and end_capture each op is recorded (a closure over its arguments: the pointers, sizes and
 // weight handles it was issued with) and NOT executed, as a stream capture executes nothing; a
 // replay runs the recording again, reading whatever the buffers hold by then. alloc, free,
-// copy_to_host and synchronize throw while recording, as the CUDA backend refuses them, so a
-// model whose graph path passes here issues exactly the calls a CUDA capture accepts.
+// copy_to_host, sample and synchronize throw while recording, as the CUDA backend refuses them,
+// so a model whose graph path passes here issues exactly the calls a CUDA capture accepts.
 // copy_to_device is recorded (a captured memcpy).
 #pragma once
 
@@ -93,6 +93,13 @@ class RecordingBackend final : public ComputeBackend {
     cpu_.copy_to_host(dst, src, bytes);
   }
   void synchronize() override { refuse("synchronize"); }
+  // Reads backend memory and writes host memory, as copy_to_host: never recorded, refused while
+  // capturing; called after a replay it reads what the replayed ops wrote.
+  void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, int32_t* tokens,
+              float* logprobs) override {
+    refuse("sample");
+    cpu_.sample(logits, R, V, rows, tokens, logprobs);
+  }
 
   void embedding(const int32_t* ids, int64_t T, const Matrix& table, float* out) override {
     op([=, this] { cpu_.embedding(ids, T, table, out); });

@@ -1,7 +1,9 @@
 // --backend cuda end to end against the CPU backend on the same weights and prompts. With fp32
 // checkpoints the GPU runs fp32 GEMMs (no TF32), so the tokens must be the CPU's and the logprobs
 // within the layout tolerance; bf16 checkpoints run bf16 GEMMs on the GPU (fp32 activations on the
-// CPU), so there only the greedy first tokens are compared. Every test skips without a GPU.
+// CPU), so there only the greedy first tokens are compared. On one rank the tokens are chosen on
+// the device (ComputeBackend::sample on the logits the LM head left there), so these comparisons
+// cover device sampling against the CPU backend's host Sampler too. Every test skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <filesystem>
