@@ -94,32 +94,10 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();
-    float cm = m;
-    for (int j = 0; j < cnt; ++j) cm = fmaxf(cm, sc[j]);
-    const float corr = expf(m - cm);  // 0 on the first round (m = -inf)
-    l *= corr;
-#pragma unroll
-    for (int a = 0; a < kAccPerThread; ++a) acc[a] *= corr;
-    for (int j = 0; j < cnt; ++j) {
-      const float e = expf(sc[j] - cm);
-      l += e;
-      const float* c = cache + srow[j];
-#pragma unroll
-      for (int a = 0; a < kAccPerThread; ++a) {
-        const int64_t d = threadIdx.x + a * kThreads;
-        if (d < kv_lora) acc[a] += e * c[d];
-      }
-    }
-    m = cm;
+    detail::fold_round<kThreads>(sc, srow, cnt, cache, kv_lora, m, l, acc);
     __syncthreads();  // sc / srow are rewritten by the next round
   }
-
-  const float inv = 1.0f / l;
-#pragma unroll
-  for (int a = 0; a < kAccPerThread; ++a) {
-    const int64_t d = threadIdx.x + a * kThreads;
-    if (d < kv_lora) o[d] = acc[a] * inv;
-  }
+  detail::write_normalised<kThreads>(o, kv_lora, l, acc);
 }
 
 }  // namespace

@@ -76,32 +76,10 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();
-    float cm = m;
-    for (int j = 0; j < cnt; ++j) cm = fmaxf(cm, sc[j]);
-    const float corr = expf(m - cm);  // 0 on the first round (m = -inf)
-    l *= corr;
-#pragma unroll
-    for (int a = 0; a < kAccPerThread; ++a) acc[a] *= corr;
-    for (int j = 0; j < cnt; ++j) {
-      const float e = expf(sc[j] - cm);
-      l += e;
-      const float* vr = v_cache + srow[j];
-#pragma unroll
-      for (int a = 0; a < kAccPerThread; ++a) {
-        const int64_t d = threadIdx.x + a * kThreads;
-        if (d < head_dim) acc[a] += e * vr[d];
-      }
-    }
-    m = cm;
+    detail::fold_round<kThreads>(sc, srow, cnt, v_cache, head_dim, m, l, acc);
     __syncthreads();  // sc / srow are rewritten by the next round
   }
-
-  const float inv = 1.0f / l;
-#pragma unroll
-  for (int a = 0; a < kAccPerThread; ++a) {
-    const int64_t d = threadIdx.x + a * kThreads;
-    if (d < head_dim) o[d] = acc[a] * inv;
-  }
+  detail::write_normalised<kThreads>(o, head_dim, l, acc);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "parallel/comm_mpi.h"
+#include "parallel/comm_stats_scope.h"
 
 #include <sched.h>
 
@@ -42,25 +43,9 @@ MPI_Op mpi_op(ReduceOp op) {
   SHARDLM_FAIL("unknown ReduceOp " << static_cast<int>(op));
 }
 
-const char* cat(const void* p, size_t elems, size_t es) { return static_cast<const char*>(p) + elems * es; }
-char* at(void* p, size_t elems, size_t es) { return static_cast<char*>(p) + elems * es; }
-
-// Adds calls and wall time to the stats when the operation returns normally.
-class StatScope {
- public:
-  StatScope(CommStats& s, uint64_t bytes) : s_(s), bytes_(bytes), t0_(Clock::now()) {}
-  ~StatScope() {
-    if (std::uncaught_exceptions() > 0) return;
-    s_.calls += 1;
-    s_.bytes_sent += bytes_;
-    s_.seconds += std::chrono::duration<double>(Clock::now() - t0_).count();
-  }
-
- private:
-  CommStats& s_;
-  uint64_t bytes_;
-  Clock::time_point t0_;
-};
+using comm_detail::at;
+using comm_detail::cat;
+using comm_detail::StatScope;
 
 // Derived datatypes freed at scope exit (after the wait: MPI allows freeing earlier, but keeping
 // them makes the lifetime obvious).

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <numeric>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -286,5 +287,16 @@ inline MoeRun run_moe_block(const MoeCase& c, const Checkpoint& ck, const ShardP
   b->free(out);
   return r;
 }
+
+// One parameterised MoE block case: a name for the test, the layer's kind and sizes (experts,
+// expert intermediate, top-k, shared intermediate) and the router weight's dtype.
+struct MoeParam {
+  const char* name;
+  MoeCase::Kind kind;
+  int64_t E, I, k, S;
+  DType router_dtype;
+};
+
+inline void PrintTo(const MoeParam& p, std::ostream* os) { *os << p.name; }
 
 }  // namespace shardlm::test

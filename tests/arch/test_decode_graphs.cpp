@@ -18,6 +18,7 @@
 #include "arch/model.h"
 #include "common/engine_harness.h"
 #include "common/recording_backend.h"
+#include "common/tiny_model.h"
 #include "compute/backend.h"
 #include "engine/engine.h"
 #include "model/checkpoint.h"
@@ -28,18 +29,7 @@
 namespace shardlm {
 namespace {
 
-// A random checkpoint of an inputs/models config, made once per config and process.
-std::string model_dir(const std::string& config) {
-  static std::map<std::string, std::string> made;
-  auto it = made.find(config);
-  if (it != made.end()) return it->second;
-  const auto root = std::filesystem::temp_directory_path() /
-                    ("shardlm-test-graphs-" + config + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(root);
-  const std::string dir = (root / "m").string();
-  make_model({std::string(SHARDLM_SOURCE_DIR) + "/inputs/models/" + config + ".json", dir, DType::F32, 7, ""});
-  return made[config] = dir;
-}
+std::string model_dir(const std::string& config) { return test::tiny_model_dir(config, DType::F32, 7); }
 
 // Two copies of a model: eager on the CPU backend, and with graphs on the recording backend.
 struct Pair {

@@ -39,14 +39,7 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
   EXPECT_LE(worst, tol) << what << ": element " << at << " = " << got[at] << ", reference " << want[at];
 }
 
-struct Param {
-  const char* name;
-  MoeCase::Kind kind;
-  int64_t E, I, k, S;
-  DType router_dtype;
-};
-
-void PrintTo(const Param& p, std::ostream* os) { *os << p.name; }
+using Param = test::MoeParam;
 
 class MoeBlockTest : public testing::TestWithParam<Param> {};
 

@@ -108,14 +108,7 @@ HostPathResult host_path(const MoeCase& c, const Checkpoint& ck, const ShardPlan
   return res;
 }
 
-struct Param {
-  const char* name;
-  MoeCase::Kind kind;
-  int64_t E, I, k, S;
-  DType router_dtype;
-};
-
-void PrintTo(const Param& p, std::ostream* os) { *os << p.name; }
+using Param = test::MoeParam;
 
 class MoeBackendPath : public testing::TestWithParam<Param> {};
 

@@ -17,6 +17,7 @@
 
 #include "arch/model.h"
 #include "common/recording_backend.h"
+#include "common/tiny_model.h"
 #include "compute/backend.h"
 #include "core/error.h"
 #include "engine/sampler.h"
@@ -28,18 +29,7 @@
 namespace shardlm {
 namespace {
 
-// A random fp32 checkpoint of an inputs/models config, made once per config and process.
-std::string model_dir(const std::string& config) {
-  static std::map<std::string, std::string> made;
-  auto it = made.find(config);
-  if (it != made.end()) return it->second;
-  const auto root = std::filesystem::temp_directory_path() /
-                    ("shardlm-test-sampled-" + config + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(root);
-  const std::string dir = (root / "m").string();
-  make_model({std::string(SHARDLM_SOURCE_DIR) + "/inputs/models/" + config + ".json", dir, DType::F32, 11, ""});
-  return made[config] = dir;
-}
+std::string model_dir(const std::string& config) { return test::tiny_model_dir(config, DType::F32, 11); }
 
 // Forwards everything to a decoder but end_step_sampled, so that Model's default runs.
 class HostSampled final : public Model {
