@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Prepares what tests/gpu/run_gpu_checks.sh needs on a GPU host that has the NVIDIA libraries but
+# not the rest, small enough to carry there (the device tool carries at most 64 MiB):
+#   build-gpu/   a CUDA build of shardlm and of the test executables with GPU tests, pruned to
+#                the binaries and CTest files (about 13 MB);
+#   .device/     ../shared/device/stage.sh's Open MPI, HDF5 and other libraries for those binaries,
+#                plus .device/shared/models/stories260K (../shared does not travel).
+# Then, on the GPU host:
+#   source .device/env.sh && tests/gpu/run_gpu_checks.sh build-gpu "$OUT/gpu" .device/shared
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+shared=${1:-../shared}
+targets=(shardlm test_cuda_model_kernels test_cuda_attention test_moe_kernels test_sampling_kernels
+         test_cuda_backend_ops test_comm_staged test_comm_nccl_bootstrap test_cuda_backend)
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSHARDLM_REQUIRE_CUDA=ON >/dev/null
+cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}"
+# Only binaries, CMakeCache.txt and the CTest files are needed there: CMakeFiles (objects,
+# dependency files, compiler probes), static libraries and Makefiles stay behind.
+find build-gpu -name CMakeFiles -type d -prune -exec rm -rf {} +
+find build-gpu \( -name '*.a' -o -name Makefile -o -name cmake_install.cmake \) -delete
+bins=(build-gpu/shardlm)
+for t in "${targets[@]:1}"; do bins+=("$(find build-gpu/tests -type f -name "$t" -perm -u+x | head -1)"); done
+bash "$shared/device/stage.sh" "${bins[@]}"
+mkdir -p .device/shared/models
+cp -r "$shared/models/stories260K" .device/shared/models/
+echo "carry: build-gpu $(du -sh build-gpu | cut -f1), .device $(du -sh .device | cut -f1) (64 MiB at most together)"
