@@ -123,17 +123,24 @@ void* CudaBackend::upload(const void* host, size_t bytes) {
   auto* dst = static_cast<uint8_t*>(dev);
   const auto* src = static_cast<const uint8_t*>(host);
   auto stream = static_cast<cudaStream_t>(copy_stream_);
-  // Piece i is read from the checkpoint into staging buffer i % 2 while piece i - 1 is in flight.
-  for (size_t off = 0, i = 0; off < bytes; off += staging_bytes_, ++i) {
+  // Piece i is read from the checkpoint into staging buffer i % 2 while piece i - 1 is in flight,
+  // and across calls: the next weight's first piece is read while this one's last is copied.
+  // The host waits only before refilling a staging buffer; the source may be freed on return.
+  cudaEvent_t last = nullptr;
+  for (size_t off = 0; off < bytes; off += staging_bytes_) {
     const size_t n = std::min(staging_bytes_, bytes - off);
-    auto done = static_cast<cudaEvent_t>(staged_[i % 2]);
+    const int b = next_staging_;
+    next_staging_ ^= 1;
+    auto done = static_cast<cudaEvent_t>(staged_[b]);
     SHARDLM_CUDA_CHECK(cudaEventSynchronize(done));
-    std::memcpy(staging_[i % 2], src + off, n);
-    SHARDLM_CUDA_CHECK(cudaMemcpyAsync(dst + off, staging_[i % 2], n, cudaMemcpyHostToDevice, stream));
+    std::memcpy(staging_[b], src + off, n);
+    SHARDLM_CUDA_CHECK(cudaMemcpyAsync(dst + off, staging_[b], n, cudaMemcpyHostToDevice, stream));
     SHARDLM_CUDA_CHECK(cudaEventRecord(done, stream));
+    last = done;
   }
-  // The weight must be on the device before any op reads it (ops run on another stream).
-  SHARDLM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  // Ops run on the legacy stream, which the copy stream is not ordered with: make it wait for the
+  // copy (on the device; the host goes on reading).
+  if (last) SHARDLM_CUDA_CHECK(cudaStreamWaitEvent(kStream, last, 0));
   return dev;
 }
 

@@ -19,8 +19,9 @@
 // linear casts the activations to bf16 and runs cuBLAS bf16 x bf16 with fp32 accumulation and
 // fp32 output, the way GPU inference engines run bf16 checkpoints; an F32 linear runs SGEMM without
 // TF32, so an fp32 checkpoint gives the CPU backend's results to rounding. Uploads go through two
-// pinned staging buffers: reading the next piece of the (memory-mapped) checkpoint overlaps the
-// DMA of the previous one.
+// pinned staging buffers on a copy stream: reading the next piece of the (memory-mapped)
+// checkpoint, of this weight or the next, overlaps the DMA of the previous one; the host waits
+// only for a staging buffer to free up, and the op stream waits for the copies on the device.
 #pragma once
 
 #include <cstdint>
@@ -109,6 +110,7 @@ class CudaBackend final : public ComputeBackend {
   void* copy_stream_ = nullptr;  // cudaStream_t for weight uploads
   void* staging_[2] = {nullptr, nullptr};
   void* staged_[2] = {nullptr, nullptr};  // cudaEvent_t: staging buffer i may be refilled
+  int next_staging_ = 0;                   // the staging buffer the next piece goes to
   size_t staging_bytes_ = 0;
   std::unordered_set<void*> allocs_;  // alloc()
   std::vector<void*> owned_;          // weights
