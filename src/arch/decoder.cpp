@@ -180,9 +180,11 @@ class Decoder final : public Model {
   void forward(const ForwardBatch& batch, float* logits) override {
     const int64_t T = batch.num_tokens();
     if (T == 0 && !runs_empty_steps()) return;
-    if (const int64_t bucket = graph_bucket(batch); bucket > 0) {
-      const float* dev = graph_step(batch, bucket);
-      b_.copy_to_host(logits, dev, T * spec_.vocab_size * sizeof(float));
+    if (whole_vocab_here()) {
+      // The same device step as begin_step (graph or eager), then its logits to the host.
+      const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
+      if (const float* dev = step_to_device(batch); dev && R > 0)
+        b_.copy_to_host(logits, dev, R * spec_.vocab_size * sizeof(float));
       return;
     }
     run_stage(batch);
@@ -440,11 +442,9 @@ class Decoder final : public Model {
     const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
     if (R == 0) return nullptr;
     float* rows = scratch_.get(12, R * H);
-    for (int64_t r = 0; r < R; ++r) {
-      // Device-to-device gather; on the CPU backend both copies are memcpy.
-      const int32_t t = batch.logit_rows[r];
-      b_.copy_to_device(rows + r * H, residual + static_cast<int64_t>(t) * H, H * sizeof(float));
-    }
+    int32_t* which = scratch_.get_as<int32_t>(8, R);
+    b_.copy_to_device(which, batch.logit_rows.data(), R * sizeof(int32_t));
+    b_.gather_rows(residual, H, which, R, rows);  // one gather, not a copy per row
     b_.rmsnorm(rows, final_norm_, R, eps, rows);
     float* local = scratch_.get(13, R * plan_.vocab);
     b_.linear(rows, R, lm_head_, nullptr, local);
