@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <iterator>
 #include <map>
@@ -30,7 +31,8 @@ struct Layer {
   std::unique_ptr<FeedForwardBlock> ffn;
 };
 
-// Pipeline messages between stages: the residual stream, then logits back to the leader.
+// Pipeline messages between stages: the residual stream, then the step's logits back to the
+// leader, or, for a step with sample rows, the choices (R tokens, then R logprobs' bits).
 constexpr int kTagHidden = 11, kTagLogits = 12;
 
 class Decoder final : public Model {
@@ -96,22 +98,28 @@ class Decoder final : public Model {
   // through the next micro-batch's compute would hold stage 1 idle.
   int max_steps_in_flight() const override { return leads_pipeline() ? plan_.stages : 1; }
 
-  // With the whole vocabulary here the step runs now and its logits stay in device scratch until
-  // end_step copies them out or end_step_sampled samples them there (one step in flight at most:
-  // max_steps_in_flight() is 1 without stages).
+  // With one stage the step runs now and its whole logits (gathered over tp) stay in device
+  // scratch until end_step copies them out or end_step_sampled samples them there (one step in
+  // flight at most: max_steps_in_flight() is 1 without stages).
   void begin_step(const ForwardBatch& batch) override {
-    if (whole_vocab_here()) {
+    const bool sampled = batch.sampled();
+    if (logits_end_here()) {
       SHARDLM_CHECK(!device_step_, "begin_step before the previous step was ended");
-      device_step_ = DeviceStep{step_to_device(batch), static_cast<int64_t>(batch.logit_rows.size())};
+      device_step_ = DeviceStep{step_to_device(batch), static_cast<int64_t>(batch.logit_rows.size()),
+                                batch.sample_rows};
       return;
     }
     if (!leads_pipeline()) return Model::begin_step(batch);
     InFlight f;
     f.rows = static_cast<int64_t>(batch.logit_rows.size());
+    f.sampled = sampled;
     const int64_t T = batch.num_tokens();
     if (T > 0 || runs_empty_steps()) {
       run_stage(batch);
-      if (f.rows > 0) {
+      if (f.rows > 0 && sampled) {
+        f.choices.resize(static_cast<size_t>(2 * f.rows));
+        f.recv = comms_.pp->irecv(f.choices.data(), f.choices.size(), CommDType::kI32, plan_.stages - 1, kTagLogits);
+      } else if (f.rows > 0) {
         f.logits.resize(static_cast<size_t>(f.rows * spec_.vocab_size));
         f.recv = comms_.pp->irecv(f.logits.data(), f.logits.size(), CommDType::kF32, plan_.stages - 1, kTagLogits);
       }
@@ -123,35 +131,33 @@ class Decoder final : public Model {
   }
 
   void end_step(float* logits) override {
-    if (whole_vocab_here()) {
-      const DeviceStep step = take_device_step();
+    if (logits_end_here()) {
+      const DeviceStep step = take_device_step(false);
       if (step.rows > 0) b_.copy_to_host(logits, step.logits, step.rows * spec_.vocab_size * sizeof(float));
       return;
     }
     if (!leads_pipeline()) return Model::end_step(logits);
-    SHARDLM_CHECK(!inflight_.empty(), "end_step without a begun step");
-    InFlight& f = inflight_.front();
-    if (f.recv) f.recv->wait();
+    InFlight f = take_inflight(false);
     std::copy(f.logits.begin(), f.logits.end(), logits);
-    if (spec_.moe.enabled()) last_moe_ = std::move(f.moe);
-    inflight_.pop_front();
   }
 
-  // Sampling on the device needs the logits of the whole vocabulary on this rank's device: with
-  // tp > 1 the LM head is split by vocabulary over the ranks and the slices are gathered on the
-  // host, and with pipeline stages the logits travel from the last stage to the leader through
-  // host memory; both (pipelined leaders included) take the default host path.
-  void end_step_sampled(const std::vector<SampleRow>& rows, std::vector<int32_t>* tokens,
-                        std::vector<float>* logprobs) override {
-    if (!whole_vocab_here()) return Model::end_step_sampled(rows, tokens, logprobs);
-    const DeviceStep step = take_device_step();
-    SHARDLM_CHECK(static_cast<int64_t>(rows.size()) == step.rows,
-                  "end_step_sampled with " << rows.size() << " rows for a step of " << step.rows << " logit rows");
-    tokens->resize(rows.size());
-    logprobs->resize(rows.size());
-    if (step.rows > 0) {
-      b_.sample(step.logits, step.rows, spec_.vocab_size, rows.data(), tokens->data(), logprobs->data());
+  // The choices are made where the logits end, by the backend's sample op (on the device): here
+  // with one stage (after the tp gather), on the last stage's tp rank 0 with several, which sends
+  // back only the tokens and logprobs (2R values instead of R x vocab logits).
+  void end_step_sampled(std::vector<int32_t>* tokens, std::vector<float>* logprobs) override {
+    if (logits_end_here()) {
+      const DeviceStep step = take_device_step(true);
+      tokens->resize(static_cast<size_t>(step.rows));
+      logprobs->resize(static_cast<size_t>(step.rows));
+      if (step.rows > 0) {
+        b_.sample(step.logits, step.rows, spec_.vocab_size, step.sample_rows.data(), tokens->data(),
+                  logprobs->data());
+      }
+      return;
     }
+    if (!leads_pipeline()) return Model::end_step_sampled(tokens, logprobs);
+    InFlight f = take_inflight(true);
+    unpack_choices(f.choices, f.rows, tokens, logprobs);
   }
 
   bool runs_empty_steps() const override { return comms_.ep != nullptr; }
@@ -180,10 +186,11 @@ class Decoder final : public Model {
   void forward(const ForwardBatch& batch, float* logits) override {
     const int64_t T = batch.num_tokens();
     if (T == 0 && !runs_empty_steps()) return;
-    if (whole_vocab_here()) {
-      // The same device step as begin_step (graph or eager), then its logits to the host.
+    if (logits_end_here()) {
+      // The same device step as begin_step (graph or eager), then its logits to the host (the
+      // other tp ranks pass no buffer).
       const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
-      if (const float* dev = step_to_device(batch); dev && R > 0)
+      if (const float* dev = step_to_device(batch); dev && R > 0 && logits)
         b_.copy_to_host(logits, dev, R * spec_.vocab_size * sizeof(float));
       return;
     }
@@ -194,6 +201,8 @@ class Decoder final : public Model {
       // The leader gets the logits back from the last stage; post that receive before sending on.
       std::unique_ptr<CommRequest> back;
       if (plan_.first_stage() && plan_.tp_rank == 0 && !batch.logit_rows.empty()) {
+        SHARDLM_CHECK(!batch.sampled(), "a sampled step through pipeline stages is run with begin_step and "
+                                        "end_step_sampled (the last stage returns choices, not logits)");
         back = comms_.pp->irecv(logits, batch.logit_rows.size() * spec_.vocab_size, CommDType::kF32,
                                 plan_.stages - 1, kTagLogits);
       }
@@ -201,37 +210,69 @@ class Decoder final : public Model {
       if (back) back->wait();
       return;
     }
-    head(batch, logits);
+    head(batch);
   }
 
  private:
   bool leads_pipeline() const { return plan_.stages > 1 && plan_.first_stage() && plan_.tp_rank == 0; }
-  // One rank holds the whole LM head and runs the last stage: the step's logits end whole in this
-  // rank's backend memory (see end_step_sampled).
-  bool whole_vocab_here() const {
-    return plan_.tp_size == 1 && plan_.stages == 1 && plan_.vocab == spec_.vocab_size;
-  }
+  // One stage: the step's logits end whole (gathered over tp) in this rank's backend memory, and
+  // the leader samples them there (see end_step_sampled).
+  bool logits_end_here() const { return plan_.stages == 1; }
 
-  // A begun step whose logits ([rows, vocab]) wait in backend memory (whole_vocab_here()).
+  // A begun step whose logits ([rows, vocab]) wait in backend memory (logits_end_here()).
   struct DeviceStep {
     const float* logits = nullptr;  // null when no row samples
     int64_t rows = 0;
+    std::vector<SampleRow> sample_rows;
   };
-  DeviceStep take_device_step() {
-    SHARDLM_CHECK(device_step_, "end_step without a begun step");
-    const DeviceStep step = *device_step_;
+  DeviceStep take_device_step(bool sampled) {
+    SHARDLM_CHECK(device_step_, "ending a step that was not begun");
+    DeviceStep step = std::move(*device_step_);
     device_step_.reset();
+    check_end(sampled, !step.sample_rows.empty(), step.rows);
     return step;
+  }
+  // The pipelined leader's oldest step, its result received.
+  struct InFlight;
+  InFlight take_inflight(bool sampled) {
+    SHARDLM_CHECK(!inflight_.empty(), "ending a step that was not begun");
+    InFlight f = std::move(inflight_.front());
+    inflight_.pop_front();
+    if (f.recv) f.recv->wait();
+    if (spec_.moe.enabled()) last_moe_ = std::move(f.moe);
+    check_end(sampled, f.sampled, f.rows);
+    return f;
+  }
+  // A step with sample rows is ended by end_step_sampled, one without by end_step.
+  static void check_end(bool by_sampled, bool sampled, int64_t rows) {
+    if (rows == 0) return;
+    SHARDLM_CHECK(by_sampled == sampled, (sampled ? "end_step on a step begun with sample rows (end it with end_step_sampled)"
+                                                  : "end_step_sampled on a step begun without sample rows (end it "
+                                                    "with end_step)"));
+  }
+  // The last stage's message for a sampled step: R tokens, then the R logprobs' bits.
+  static void pack_choices(const std::vector<int32_t>& tokens, const std::vector<float>& logprobs,
+                           std::vector<int32_t>* out) {
+    const size_t R = tokens.size();
+    out->resize(2 * R);
+    std::copy(tokens.begin(), tokens.end(), out->begin());
+    if (R > 0) std::memcpy(out->data() + R, logprobs.data(), R * sizeof(float));
+  }
+  static void unpack_choices(const std::vector<int32_t>& in, int64_t R, std::vector<int32_t>* tokens,
+                             std::vector<float>* logprobs) {
+    tokens->assign(in.begin(), in.begin() + R);
+    logprobs->resize(static_cast<size_t>(R));
+    if (R > 0) std::memcpy(logprobs->data(), in.data() + R, static_cast<size_t>(R) * sizeof(float));
   }
 
   // Runs the whole step (graph or eager) and returns its logits in backend memory, or null when no
-  // row samples. Only with whole_vocab_here().
+  // row samples. Only with logits_end_here().
   const float* step_to_device(const ForwardBatch& batch) {
     const int64_t T = batch.num_tokens();
     if (T == 0 && !runs_empty_steps()) return nullptr;
     if (const int64_t bucket = graph_bucket(batch); bucket > 0) return graph_step(batch, bucket);
     run_stage(batch);
-    return head_to_device(batch);
+    return logits_to_device(batch);
   }
 
   // This stage's layers over the batch; the residual stream ends in scratch slot 0. With expert
@@ -432,9 +473,10 @@ class Decoder final : public Model {
     return scratch_.get(13, B * plan_.vocab);
   }
 
-  // The last stage: final norm and the vocabulary-parallel LM head on the rows that sample, into
-  // backend memory ([R, plan_.vocab], this rank's slice of the vocabulary); null when no row samples.
-  float* head_to_device(const ForwardBatch& batch) {
+  // The last stage: final norm and the vocabulary-parallel LM head on the rows that sample, then
+  // the slices gathered over tp, into backend memory ([R, vocab], on every tp rank); null when no
+  // row samples.
+  const float* logits_to_device(const ForwardBatch& batch) {
     const int64_t T = batch.num_tokens(), H = spec_.hidden_size;
     const float eps = static_cast<float>(spec_.rms_norm_eps);
     float* residual = scratch_.get(0, T * H);
@@ -448,43 +490,52 @@ class Decoder final : public Model {
     b_.rmsnorm(rows, final_norm_, R, eps, rows);
     float* local = scratch_.get(13, R * plan_.vocab);
     b_.linear(rows, R, lm_head_, nullptr, local);
-    return local;
+    return comms_.tp ? gather_vocab(local, R) : local;
   }
 
-  // The last stage's head; the leader's copy of the whole logits goes to `logits` (or back to the
-  // leader over the pipeline).
-  void head(const ForwardBatch& batch, float* logits) {
-    const float* local = head_to_device(batch);
-    if (!local) return;
-    const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
-    const int64_t V = spec_.vocab_size, Vl = plan_.vocab;
-    std::vector<float>& host = host_logits_;
-    host.resize(static_cast<size_t>(R * V));
-    if (comms_.tp) {
-      // Vocabulary-parallel head: gather the slices ([tp][R][V/tp]) and interleave them per row.
-      gathered_.resize(static_cast<size_t>(R * V));
-      std::vector<float> mine(static_cast<size_t>(R * Vl));
-      b_.copy_to_host(mine.data(), local, mine.size() * sizeof(float));
-      comms_.tp->all_gather(mine.data(), gathered_.data(), mine.size(), CommDType::kF32);
-      if (plan_.tp_rank != 0) return;
-      for (int s = 0; s < plan_.tp_size; ++s) {
-        for (int64_t r = 0; r < R; ++r) {
-          std::copy_n(gathered_.data() + (static_cast<int64_t>(s) * R + r) * Vl, Vl, host.data() + r * V + s * Vl);
-        }
-      }
-    } else {
-      b_.copy_to_host(host.data(), local, host.size() * sizeof(float));
+  // Vocabulary-parallel head: the slices [R, V/tp] are all-gathered in backend memory (NCCL moves
+  // them between GPUs) as [tp][R][V/tp] and interleaved into whole rows [R, V] by one row gather.
+  const float* gather_vocab(const float* local, int64_t R) {
+    const int64_t tp = plan_.tp_size, Vl = plan_.vocab;
+    SHARDLM_CHECK(tp * Vl == spec_.vocab_size, "vocabulary slices of " << Vl << " x tp " << tp << " are not the "
+                                                                        << spec_.vocab_size << " vocabulary");
+    float* all = scratch_.get(14, tp * R * Vl);
+    comms_.tp->all_gather(local, all, static_cast<size_t>(R * Vl), CommDType::kF32);
+    vocab_order_.resize(static_cast<size_t>(tp * R));
+    for (int64_t r = 0; r < R; ++r) {
+      for (int64_t s = 0; s < tp; ++s) vocab_order_[r * tp + s] = static_cast<int32_t>(s * R + r);
     }
-    if (plan_.first_stage()) {
-      std::copy(host.begin(), host.end(), logits);
-    } else {
-      comms_.pp->send(host.data(), host.size(), CommDType::kF32, 0, kTagLogits);
+    int32_t* order = scratch_.get_as<int32_t>(16, vocab_order_.size());
+    b_.copy_to_device(order, vocab_order_.data(), vocab_order_.size() * sizeof(int32_t));
+    float* whole = scratch_.get(15, R * spec_.vocab_size);
+    b_.gather_rows(all, Vl, order, tp * R, whole);
+    return whole;
+  }
+
+  // The last of several stages: the step's whole logits go back to the leader, or, for a step
+  // with sample rows, the choices made here (tp rank 0 sends).
+  void head(const ForwardBatch& batch) {
+    const float* dev = logits_to_device(batch);
+    if (!dev || plan_.tp_rank != 0) return;
+    const int64_t R = static_cast<int64_t>(batch.logit_rows.size()), V = spec_.vocab_size;
+    if (batch.sampled()) {
+      std::vector<int32_t> tokens(static_cast<size_t>(R));
+      std::vector<float> logprobs(static_cast<size_t>(R));
+      b_.sample(dev, R, V, batch.sample_rows.data(), tokens.data(), logprobs.data());
+      pack_choices(tokens, logprobs, &choices_);
+      comms_.pp->send(choices_.data(), choices_.size(), CommDType::kI32, 0, kTagLogits);
+      return;
     }
+    host_logits_.resize(static_cast<size_t>(R * V));
+    b_.copy_to_host(host_logits_.data(), dev, host_logits_.size() * sizeof(float));
+    comms_.pp->send(host_logits_.data(), host_logits_.size(), CommDType::kF32, 0, kTagLogits);
   }
 
  private:
   struct InFlight {
     std::vector<float> logits;
+    std::vector<int32_t> choices;  // a sampled step's (pack_choices)
+    bool sampled = false;
     std::unique_ptr<CommRequest> recv;
     int64_t rows = 0;
     MoeStepStats moe;  // of this step's stage-0 MoE layers
@@ -510,9 +561,10 @@ class Decoder final : public Model {
   std::unique_ptr<KvCache> cache_;
   std::vector<int32_t> table_start_;
   std::vector<int32_t> local_ids_;
-  std::vector<float> host_logits_, gathered_;
+  std::vector<float> host_logits_;
+  std::vector<int32_t> vocab_order_, choices_;
   std::deque<InFlight> inflight_;  // the leader's begun pipeline steps, oldest first
-  std::optional<DeviceStep> device_step_;  // the begun step, with whole_vocab_here()
+  std::optional<DeviceStep> device_step_;  // the begun step, with logits_end_here()
   // CUDA graphs (see graph_step).
   bool graphs_on_ = false;
   std::map<int64_t, int64_t> graph_handles_;  // bucket -> backend capture handle

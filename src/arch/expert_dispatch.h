@@ -56,10 +56,16 @@ struct ExpertWeights {
 
 // The experts' GEMMs: for local expert e, rows [offsets[e], offsets[e+1]) of in [R, H] (backend
 // memory) go through down(silu(gate(x)) * up(x)) into the same rows of out [R, H] (backend
-// memory), as plain linears on contiguous rows (an expert with no row is skipped). Uses scratch
-// slots Scratch::kFeedForward + 5 and + 6.
+// memory) (an expert with no row is skipped). Each projection runs as one grouped_linear over all
+// experts, so a backend with grouped GEMMs launches three GEMMs per layer, not three per expert.
+// To bound the gate/up scratch, the experts go in consecutive chunks of at most
+// max(max_chunk_rows, the largest expert's rows) rows (usually one chunk). A row's result does not
+// depend on the chunking (each row's linear is batch invariant; silu_mul is elementwise). Uses
+// scratch slots Scratch::kFeedForward + 5 and + 6 (chunk rows x inter floats each).
+constexpr int64_t kExpertChunkRows = 16384;
 void run_experts(Scratch& scratch, const std::vector<ExpertWeights>& experts, int64_t inter, int64_t H,
-                 const float* in, const std::vector<int64_t>& offsets, float* out);
+                 const float* in, const std::vector<int64_t>& offsets, float* out,
+                 int64_t max_chunk_rows = kExpertChunkRows);
 
 class ExpertDispatch {
  public:

@@ -14,6 +14,13 @@ void ForwardBatch::clear() {
   seq_block_start.assign(1, 0);
   blocks.clear();
   logit_rows.clear();
+  sample_rows.clear();
+}
+
+bool ForwardBatch::sampled() const {
+  SHARDLM_CHECK(sample_rows.empty() || sample_rows.size() == logit_rows.size(),
+                "a step with " << logit_rows.size() << " logit rows carries " << sample_rows.size() << " sample rows");
+  return !sample_rows.empty();
 }
 
 void ForwardBatch::add_chunk(const int32_t* seq_tokens, int64_t start, int64_t len, const std::vector<int32_t>& table,
@@ -39,8 +46,10 @@ void Model::begin_step(const ForwardBatch& batch) {
     spare_logits_.pop_back();
   }
   buf.resize(batch.logit_rows.size() * static_cast<size_t>(spec().vocab_size));
+  batch.sampled();
   forward(batch, buf.data());
   finished_logits_.push_back(std::move(buf));
+  finished_rows_.push_back(batch.sample_rows);
 }
 
 void Model::end_step(float* logits) {
@@ -48,13 +57,17 @@ void Model::end_step(float* logits) {
   std::copy(finished_logits_.front().begin(), finished_logits_.front().end(), logits);
   spare_logits_.push_back(std::move(finished_logits_.front()));
   finished_logits_.pop_front();
+  finished_rows_.pop_front();
 }
 
-void Model::end_step_sampled(const std::vector<SampleRow>& rows, std::vector<int32_t>* tokens,
-                             std::vector<float>* logprobs) {
+void Model::end_step_sampled(std::vector<int32_t>* tokens, std::vector<float>* logprobs) {
+  SHARDLM_CHECK(!finished_rows_.empty(), "end_step_sampled without a begun step");
+  const std::vector<SampleRow> rows = std::move(finished_rows_.front());
   const int64_t V = spec().vocab_size;
-  sampled_logits_.resize(rows.size() * static_cast<size_t>(V));
-  end_step(sampled_logits_.data());
+  sampled_logits_.resize(finished_logits_.front().size());
+  end_step(sampled_logits_.data());  // ends the step either way, like the decoder
+  SHARDLM_CHECK(rows.size() * static_cast<size_t>(V) == sampled_logits_.size(),
+                "end_step_sampled on a step begun without sample rows (end it with end_step)");
   tokens->resize(rows.size());
   logprobs->resize(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {

@@ -29,7 +29,13 @@ struct ForwardBatch {
   std::vector<int32_t> seq_block_start;  // [S + 1] where each sequence's blocks start in `blocks`
   std::vector<int32_t> blocks;           // the batch's block tables, concatenated
   std::vector<int32_t> logit_rows;       // token indices whose next-token logits are wanted
+  // Empty, or one row of sampling settings per logit row: then the step is sampled where its
+  // logits end (the last pipeline stage, on its device) and ended with end_step_sampled; without
+  // them the logits themselves are wanted (forward, end_step).
+  std::vector<SampleRow> sample_rows;
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  // True when the step carries sample rows; throws when they do not match the logit rows.
+  bool sampled() const;
   void clear();
   // Appends the tokens [start, start + len) of a sequence whose block table is `table`.
   void add_chunk(const int32_t* seq_tokens, int64_t start, int64_t len, const std::vector<int32_t>& table,
@@ -69,12 +75,12 @@ class Model {
   virtual int max_steps_in_flight() const { return 1; }
   virtual void begin_step(const ForwardBatch& batch);
   virtual void end_step(float* logits);
-  // end_step, then the choice of each logit row: rows[r] holds row r's settings (as many rows as
-  // the step has logit rows); tokens and logprobs receive rows.size() values. By default the
-  // logits come to the host (end_step) and the host Sampler runs on them; a model whose logits are
-  // whole on its device samples there, so only the choices come back.
-  virtual void end_step_sampled(const std::vector<SampleRow>& rows, std::vector<int32_t>* tokens,
-                                std::vector<float>* logprobs);
+  // Ends the oldest begun step, which carried sample rows (batch.sample_rows), with the choice of
+  // each logit row: tokens and logprobs receive one value per row. By default the logits come to
+  // the host and the host Sampler runs on them; the decoder samples on the rank where the logits
+  // end (ComputeBackend::sample, on its device), so only the choices travel back. A step with
+  // logit rows but no sample rows is ended with end_step instead.
+  virtual void end_step_sampled(std::vector<int32_t>* tokens, std::vector<float>* logprobs);
   // True when every step must run on every rank, even with no tokens: expert-parallel groups
   // pair their all-to-alls step by step.
   virtual bool runs_empty_steps() const { return false; }
@@ -91,6 +97,7 @@ class Model {
 
  private:
   std::deque<std::vector<float>> finished_logits_;  // default begin/end: results not yet taken
+  std::deque<std::vector<SampleRow>> finished_rows_;  // ... and their steps' sample rows
   std::vector<std::vector<float>> spare_logits_;    // ... and buffers to reuse
   std::vector<float> sampled_logits_;               // default end_step_sampled: the step's logits
   Sampler sampler_;

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <exception>
+#include <type_traits>
 
 #include "core/error.h"
 #include "parallel/communicator.h"
@@ -10,7 +11,7 @@ namespace shardlm {
 
 namespace {
 
-constexpr int kTagStepHeader = 21, kTagStepInts = 22, kTagStepSlots = 23;
+constexpr int kTagStepHeader = 21, kTagStepInts = 22, kTagStepSlots = 23, kTagStepSampleRows = 24;
 // Steps whose sends may still be in progress; older ones are completed before their buffers go.
 constexpr size_t kMaxPendingSteps = 8;
 
@@ -20,7 +21,9 @@ struct StepHeader {
   int64_t seq_starts = 0;
   int64_t blocks = 0;
   int64_t logit_rows = 0;
+  int64_t sample_rows = 0;  // 0 or logit_rows: the last stage samples the step (ForwardBatch::sample_rows)
 };
+static_assert(std::is_trivially_copyable_v<SampleRow>, "sample rows travel as bytes");
 
 std::vector<int32_t>* int_parts(ForwardBatch& b, size_t i) {
   std::vector<int32_t>* parts[] = {&b.tokens, &b.positions, &b.token_seq, &b.seq_block_start, &b.blocks, &b.logit_rows};
@@ -40,18 +43,25 @@ void BroadcastingModel::send_step(const ForwardBatch& batch_in, bool last) {
     pending_.pop_front();
   }
   Outgoing& o = pending_.emplace_back();
+  batch.sampled();
   o.header = {last ? -1 : batch.num_tokens(), static_cast<int64_t>(batch.seq_block_start.size()),
-              static_cast<int64_t>(batch.blocks.size()), static_cast<int64_t>(batch.logit_rows.size())};
+              static_cast<int64_t>(batch.blocks.size()), static_cast<int64_t>(batch.logit_rows.size()),
+              static_cast<int64_t>(batch.sample_rows.size())};
   for (size_t i = 0; i < kIntParts; ++i) {
     const auto* p = int_parts(batch, i);
     o.ints.insert(o.ints.end(), p->begin(), p->end());
   }
   o.slots = batch.slots;
+  o.sample_rows = batch.sample_rows;
   for (int r = 1; r < replica_.size(); ++r) {
     o.requests.push_back(replica_.isend(o.header.data(), o.header.size(), CommDType::kI64, r, kTagStepHeader));
     if (batch.num_tokens() <= 0) continue;
     o.requests.push_back(replica_.isend(o.ints.data(), o.ints.size(), CommDType::kI32, r, kTagStepInts));
     o.requests.push_back(replica_.isend(o.slots.data(), o.slots.size(), CommDType::kI64, r, kTagStepSlots));
+    if (!o.sample_rows.empty()) {
+      o.requests.push_back(replica_.isend(o.sample_rows.data(), o.sample_rows.size() * sizeof(SampleRow),
+                                          CommDType::kU8, r, kTagStepSampleRows));
+    }
   }
 }
 
@@ -108,6 +118,11 @@ void serve_replica_steps(Model& model, Communicator& replica, int64_t kv_budget_
     batch.slots.resize(T);
     replica.recv(ints.data(), ints.size(), CommDType::kI32, 0, kTagStepInts);
     replica.recv(batch.slots.data(), T, CommDType::kI64, 0, kTagStepSlots);
+    batch.sample_rows.resize(static_cast<size_t>(h.sample_rows));
+    if (h.sample_rows > 0) {
+      replica.recv(batch.sample_rows.data(), batch.sample_rows.size() * sizeof(SampleRow), CommDType::kU8, 0,
+                   kTagStepSampleRows);
+    }
     size_t at = 0;
     for (size_t i = 0; i < kIntParts; ++i) {
       auto* p = int_parts(batch, i);

@@ -32,11 +32,10 @@ class BroadcastingModel final : public Model {
   int max_steps_in_flight() const override { return inner_.max_steps_in_flight(); }
   void begin_step(const ForwardBatch& batch) override;
   void end_step(float* logits) override { inner_.end_step(logits); }
-  // Ending a step sends nothing (the replica's ranks got the step in begin_step): the inner model
-  // ends and samples it, on its device or on the host.
-  void end_step_sampled(const std::vector<SampleRow>& rows, std::vector<int32_t>* tokens,
-                        std::vector<float>* logprobs) override {
-    inner_.end_step_sampled(rows, tokens, logprobs);
+  // Ending a step sends nothing (the replica's ranks got the step, sample rows included, in
+  // begin_step): the inner model ends it, with the choices made where the logits ended.
+  void end_step_sampled(std::vector<int32_t>* tokens, std::vector<float>* logprobs) override {
+    inner_.end_step_sampled(tokens, logprobs);
   }
   bool runs_empty_steps() const override { return inner_.runs_empty_steps(); }
   const MoeStepStats* last_step_moe() const override { return inner_.last_step_moe(); }
@@ -52,6 +51,7 @@ class BroadcastingModel final : public Model {
     std::vector<int64_t> header;
     std::vector<int32_t> ints;
     std::vector<int64_t> slots;
+    std::vector<SampleRow> sample_rows;
     std::vector<std::unique_ptr<CommRequest>> requests;
   };
 

@@ -237,8 +237,8 @@ int cmd_bench_moe(int argc, char** argv) {
 
   if (rank == 0) {
     std::printf("# shardlm bench-moe: %d rank%s (ep %d, %" PRId64 " experts per rank), %d threads per rank, "
-                "cpu backend\n",
-                n, n == 1 ? "" : "s", n, L, cpu::num_threads());
+                "%s backend\n",
+                n, n == 1 ? "" : "s", n, L, cpu::num_threads(), b.name().c_str());
     std::printf("# MPI library: %s\n", MpiEnv::library_version().c_str());
     std::printf("# layer: hidden %" PRId64 ", %" PRId64 " routed experts x intermediate %" PRId64 " (%s), top-%" PRId64
                 ", %s routing", H, E, I, dtype.c_str(), k, scoring.c_str());
@@ -412,6 +412,8 @@ int cmd_bench_moe(int argc, char** argv) {
     std::fflush(stdout);
   }
   if (rank == 0) {
+    // Said after the runs: a backend may change path on its first grouped GEMM (cuBLAS refusing a type).
+    std::printf("# expert GEMMs ran as: %s\n", b.grouped_linear_path().c_str());
     std::printf("#\n# published, for context (DeepSeek-V3 size: hidden 7168, FP8 dispatch / BF16 combine, GPUs):\n"
                 "#   Perplexity, 8x H200 over NVLink, EP8, 128 tokens: dispatch ~50 us, combine ~64 us\n"
                 "#   Perplexity, EP16 over EFA: dispatch ~215 us, combine ~242 us\n"

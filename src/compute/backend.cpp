@@ -22,4 +22,27 @@ void ComputeBackend::replay(int64_t) { SHARDLM_FAIL("backend " << name() << " ca
 
 void ComputeBackend::drop_captures() {}
 
+void check_grouped_linear(const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w, const char* who) {
+  SHARDLM_CHECK(offsets.size() == w.size() + 1,
+                who << ": grouped_linear got " << offsets.size() << " offsets for " << w.size() << " groups");
+  SHARDLM_CHECK(offsets[0] >= 0, who << ": grouped_linear offsets start at " << offsets[0]);
+  for (size_t g = 0; g < w.size(); ++g) {
+    SHARDLM_CHECK(offsets[g + 1] >= offsets[g], who << ": grouped_linear offsets decrease at group " << g << " ("
+                                                    << offsets[g] << " then " << offsets[g + 1] << ")");
+    SHARDLM_CHECK(w[g] != nullptr, who << ": grouped_linear weight " << g << " is null");
+    SHARDLM_CHECK(w[g]->rows == w[0]->rows && w[g]->cols == w[0]->cols,
+                  who << ": grouped_linear weight " << g << " is [" << w[g]->rows << ", " << w[g]->cols
+                      << "], weight 0 is [" << w[0]->rows << ", " << w[0]->cols << "]");
+  }
+}
+
+void ComputeBackend::grouped_linear(const float* x, const std::vector<int64_t>& offsets,
+                                    const std::vector<const Matrix*>& w, float* y) {
+  check_grouped_linear(offsets, w, name().c_str());
+  for (size_t g = 0; g < w.size(); ++g) {
+    const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
+    if (n > 0) linear(x + r0 * w[g]->cols, n, *w[g], nullptr, y + r0 * w[g]->rows);
+  }
+}
+
 }  // namespace shardlm

@@ -107,6 +107,18 @@ class ComputeBackend {
                            float* out) = 0;
   // y[M, W.rows] = x[M, W.cols] · W^T (+ bias)
   virtual void linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) = 0;
+  // G linears on consecutive row ranges, in one call where the backend can (Mixture-of-Experts:
+  // every local expert's projection at once). offsets (host) has G + 1 nondecreasing entries,
+  // offsets[0] >= 0; every w[g] has the same rows N and cols K (checked) and should have the same
+  // dtype (mixed dtypes may fall back to one linear per group); for each g, rows
+  // [offsets[g], offsets[g+1]) of x [offsets[G], K] times w[g]^T go into the same rows of
+  // y [offsets[G], N]. Empty groups are skipped; other rows of y are not written. Each row's
+  // result is what linear() gives it up to the backend's GEMM summation order (on the CPU backend,
+  // where the default runs linear() per non-empty group, bit for bit).
+  virtual void grouped_linear(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
+                              float* y);
+  // How grouped_linear runs here, in a few words (benchmark headers).
+  virtual std::string grouped_linear_path() const { return "one linear per group"; }
   virtual void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
                     const float* inv_freq) = 0;
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;
@@ -185,6 +197,10 @@ class ComputeBackend {
   // to completion do nothing).
   virtual void synchronize() = 0;
 };
+
+// Checks grouped_linear's arguments (see there): G + 1 nondecreasing offsets from >= 0 for
+// G = w.size(), no null weight, one shape for all. `who` prefixes the error.
+void check_grouped_linear(const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w, const char* who);
 
 // Backend registry (src/compute/backend_registry.cpp): a backend is added by one file defining its
 // factory and one line in that table.

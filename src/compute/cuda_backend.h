@@ -69,6 +69,15 @@ class CudaBackend final : public ComputeBackend {
   void rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, float* out) override;
   void add_rmsnorm(float* residual, const float* x, const Vector& w, int64_t rows, float eps, float* out) override;
   void linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) override;
+  // One cuBLAS grouped batched GEMM for all non-empty groups (one problem per group: their row
+  // counts differ). BF16 weights: the rows are cast to bf16 once, fp32 output; should cuBLAS refuse
+  // bf16 x bf16 -> fp32 there, bf16 output cast to fp32 after, and should it refuse that too, one
+  // GEMM per group (each downgrade once, said on stderr). F32 weights: grouped SGEMM, or one GEMM
+  // per group when refused. While capturing, with mixed dtypes or with one non-empty group: one
+  // linear() per group (the pointer arrays go up by pageable copies, which a graph cannot hold).
+  void grouped_linear(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
+                      float* y) override;
+  std::string grouped_linear_path() const override;
   void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
             const float* inv_freq) override;
   void silu_mul(const float* gate, const float* up, float* out, int64_t n) override;
@@ -124,6 +133,26 @@ class CudaBackend final : public ComputeBackend {
   static constexpr int kSampleBuffers = 4;
   void* sample_buf_[kSampleBuffers] = {};
   size_t sample_bytes_[kSampleBuffers] = {};
+
+  // grouped_linear: the path bf16 weights take (downgraded at most twice, never back), whether
+  // fp32 weights may use grouped SGEMM, and the weight dtype of the last grouped call (for
+  // grouped_linear_path). Device buffers that only grow, never used inside a capture, so freed at
+  // once when they grow: the A, B, C pointer arrays, and the bf16 output of the second path.
+  enum class GroupedBf16 { kF32Out, kBf16Out, kPerGroup };
+  // One grouped GEMM over the groups in `live`: CUBLAS_STATUS_SUCCESS (0), or the status cuBLAS
+  // refused it with as unsupported (any other failure throws).
+  int grouped_gemm(const float* x, const uint16_t* xb, const std::vector<int64_t>& offsets,
+                   const std::vector<const Matrix*>& w, const std::vector<size_t>& live, bool bf16, GroupedBf16 path,
+                   float* y);
+  void** grouped_pointers(size_t n);
+  GroupedBf16 grouped_bf16_ = GroupedBf16::kF32Out;
+  bool grouped_f32_ok_ = true;
+  bool grouped_last_f32_ = false;
+  void** grouped_ptrs_ = nullptr;
+  size_t grouped_ptrs_n_ = 0;
+  uint16_t* grouped_out_ws_ = nullptr;
+  size_t grouped_out_ws_n_ = 0;
+  std::vector<const void*> grouped_host_ptrs_;
 
   // CUDA graphs (see the file comment).
   void bind_cublas(void* stream, bool own_workspace);  // cuBLAS on `stream`, with cublas_ws_ or not

@@ -140,7 +140,6 @@ void Engine::finalize(Sequence& s, double now) {
 RunStats Engine::run(RequestSource& source, ResultSink& sink) {
   const auto t0 = Clock::now();
   RunStats stats;
-  const int64_t vocab = model_.spec().vocab_size;
   const size_t M = schedulers_.size();
   const size_t lookahead =
       static_cast<size_t>(cfg_.lookahead > 0 ? cfg_.lookahead : cfg_.scheduler.max_seqs * 2 + 8);
@@ -174,7 +173,6 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
   std::vector<bool> busy(M, false);
   size_t next_m = 0;
   ForwardBatch batch;
-  std::vector<SampleRow> sample_rows;  // the ended step's sampling rows, in logit-row order
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
   // Expert-parallel models run every step on every rank of the group, empty or not.
@@ -216,10 +214,7 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
       // pipelined steps already begun are ended so every rank of the replica stays in step. At
       // the normal end only empty lockstep steps can be in flight.
       while (!inflight.empty()) {
-        size_t rows = 0;
-        for (const ScheduledChunk& c : inflight.front().chunks) rows += c.samples;
-        logits_.resize(rows * static_cast<size_t>(vocab));
-        model_.end_step(logits_.data());
+        model_.end_step_sampled(&tokens, &logprobs);
         inflight.pop_front();
       }
       if (stop) stats.interrupted_by = stop_requested() ? stop_signal() : SIGTERM;
@@ -240,6 +235,9 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
       batch.clear();
       for (const ScheduledChunk& c : f.chunks) {
         batch.add_chunk(c.seq->tokens.data(), c.start, c.len, c.seq->blocks, cfg_.scheduler.block_size, c.samples);
+        // The sampled token takes index len() in its sequence, which no other step in flight
+        // changes (a sequence belongs to one micro-batch, with one step in flight).
+        if (c.samples) batch.sample_rows.push_back(sample_row(c.seq->params, c.seq->len()));
         // A chunk of one token past the prompt is decode; anything else is prefill (or recompute).
         if (c.len == 1 && c.start >= c.seq->prompt_len()) {
           f.rec.decode_tokens += 1;
@@ -259,13 +257,9 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
     // Finish the oldest step: sample, stop, and hand finished requests on.
     InFlight f = std::move(inflight.front());
     inflight.pop_front();
-    // The model samples where its logits are (on the device when one rank holds the whole
-    // vocabulary); each row's token takes the index len() in its sequence.
-    sample_rows.clear();
-    for (const ScheduledChunk& c : f.chunks) {
-      if (c.samples) sample_rows.push_back(sample_row(c.seq->params, c.seq->len()));
-    }
-    model_.end_step_sampled(sample_rows, &tokens, &logprobs);
+    // The model sampled where its logits ended (the last stage's device), with the rows the step
+    // was begun with.
+    model_.end_step_sampled(&tokens, &logprobs);
     const double now = seconds_since(t0);
     size_t row = 0;
     std::vector<Sequence*> done;

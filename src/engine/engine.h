@@ -84,7 +84,6 @@ class Engine {
   std::vector<std::unique_ptr<Scheduler>> schedulers_;
   std::set<int32_t> eos_;
   int64_t max_model_len_ = 0;
-  std::vector<float> logits_;
 };
 
 }  // namespace shardlm

@@ -331,7 +331,8 @@ std::unique_ptr<CommRequest> NcclCommunicator::isend(const void* buf, size_t cou
   }
   check_usable("send");
   StatScope st(stats_, count * comm_dtype_size(t));
-  check_enqueue(ncclSend(buf, count, nccl_dtype(t), peer, comm_, stream_), "send");
+  // An empty message (a pipeline's empty lockstep step) posts nothing: both sides know the count.
+  if (count > 0) check_enqueue(ncclSend(buf, count, nccl_dtype(t), peer, comm_, stream_), "send");
   const std::string peers = "receiver " + peer_text(peer);
   wait_enqueued("send", peers);  // a nonblocking communicator takes no new call while one is in progress
   return std::make_unique<NcclRequest>(*this, "send", peers);
@@ -346,7 +347,7 @@ std::unique_ptr<CommRequest> NcclCommunicator::irecv(void* buf, size_t count, Co
   }
   check_usable("recv");
   StatScope st(stats_, 0);
-  check_enqueue(ncclRecv(buf, count, nccl_dtype(t), peer, comm_, stream_), "recv");
+  if (count > 0) check_enqueue(ncclRecv(buf, count, nccl_dtype(t), peer, comm_, stream_), "recv");
   const std::string peers = "sender " + peer_text(peer);
   wait_enqueued("recv", peers);
   return std::make_unique<NcclRequest>(*this, "recv", peers);

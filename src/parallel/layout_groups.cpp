@@ -4,11 +4,12 @@ namespace shardlm {
 
 LayoutGroups make_layout_groups(const Topology& topo, const std::string& backend, double timeout_s) {
   LayoutGroups g;
-  // With nccl only the tp and ep groups (the device collectives and the MoE all-to-all) use NCCL.
-  // Pipeline peers post the receive of the logits before the send of the hidden state, and NCCL
-  // runs a communicator's operations in issue order on its stream, so that pattern would deadlock;
-  // the world, replica and dp-leader groups carry host control messages. Those stay on MPI (staged
-  // through host memory for device buffers).
+  // With nccl the groups that move activations use NCCL: tp (the device collectives and the
+  // vocabulary gather), pp (hidden states between stages) and ep (the MoE all-to-all). The pp
+  // group's other messages, the step's choices or logits sent back to the leader, are host
+  // buffers and so travel on the NCCL communicator's inner MPI one: the leader's receive posted
+  // before its hidden-state send is never queued behind it on NCCL's stream. The world, replica
+  // and dp-leader groups carry only host control messages and stay on MPI.
   const std::string host_backend = backend == "nccl" ? "mpi" : backend;
   const Coords& c = topo.coords();
   const std::string where = "replica " + std::to_string(c.replica);
@@ -20,7 +21,7 @@ LayoutGroups make_layout_groups(const Topology& topo, const std::string& backend
                              timeout_s);
   }
   if (topo.layout().pp > 1) {
-    g.pp = make_communicator(host_backend, topo.pp_group(), "pp(" + where + ", tp " + std::to_string(c.tp) + ")",
+    g.pp = make_communicator(backend, topo.pp_group(), "pp(" + where + ", tp " + std::to_string(c.tp) + ")",
                              timeout_s);
   }
   const std::string group_name = topo.layout().dp > 1 ? where + " dp " + std::to_string(c.dp) : where;

@@ -31,7 +31,8 @@ namespace {
 
 std::string model_dir(const std::string& config) { return test::tiny_model_dir(config, DType::F32, 11); }
 
-// Forwards everything to a decoder but end_step_sampled, so that Model's default runs.
+// Forwards forward() to a decoder and nothing else, so that Model's default begin_step,
+// end_step and end_step_sampled run (logits to the host, then the host Sampler).
 class HostSampled final : public Model {
  public:
   explicit HostSampled(Model& inner) : inner_(inner) {}
@@ -41,8 +42,6 @@ class HostSampled final : public Model {
     return inner_.allocate_kv_cache(budget_bytes, block_size, max_blocks);
   }
   void forward(const ForwardBatch& batch, float* logits) override { inner_.forward(batch, logits); }
-  void begin_step(const ForwardBatch& batch) override { inner_.begin_step(batch); }
-  void end_step(float* logits) override { inner_.end_step(logits); }
   size_t load_bytes() const override { return inner_.load_bytes(); }
   double load_seconds() const override { return inner_.load_seconds(); }
 
@@ -115,13 +114,16 @@ void reference_step(Model& m, const std::vector<Seq>& seqs, const ForwardBatch& 
   }
 }
 
+ForwardBatch with_sample_rows(const std::vector<Seq>& seqs, ForwardBatch batch) {
+  for (size_t r = 0; r < batch.logit_rows.size(); ++r)
+    batch.sample_rows.push_back(sample_row(seqs[r].params, static_cast<int64_t>(seqs[r].tokens.size())));
+  return batch;
+}
+
 void sampled_step(Model& m, const std::vector<Seq>& seqs, const ForwardBatch& batch, std::vector<int32_t>* tokens,
                   std::vector<float>* logprobs) {
-  std::vector<SampleRow> rows;
-  for (size_t r = 0; r < batch.logit_rows.size(); ++r)
-    rows.push_back(sample_row(seqs[r].params, static_cast<int64_t>(seqs[r].tokens.size())));
-  m.begin_step(batch);
-  m.end_step_sampled(rows, tokens, logprobs);
+  m.begin_step(with_sample_rows(seqs, batch));
+  m.end_step_sampled(tokens, logprobs);
 }
 
 // Runs `steps` steps on the reference and on each model under test; every step's choices must be
@@ -191,29 +193,47 @@ TEST(SampledSteps, GraphStepsSampleTheGraphsLogits) {
   EXPECT_GT(rec.replays(), 0);
 }
 
-// A step without tokens (or whose chunks all skip sampling) ends with no choices.
+// A step without tokens (or whose chunks all skip sampling) ends with no choices; sample rows
+// must match the logit rows, and each step is ended the way it was begun. The decoder and
+// Model's default alike.
 TEST(SampledSteps, StepsWithoutRowsGiveNoChoices) {
   const std::string dir = model_dir("tiny-llama");
   const ModelSpec spec = ModelSpec::load(dir);
   auto ckpt = Checkpoint::open(dir);
   auto backend = make_backend("cpu");
-  auto model = build_model(spec, *ckpt, *backend);
-  model->allocate_kv_cache(16LL << 20, kBlockSize, kBlocksPerSeq);
-  std::vector<int32_t> tokens(2, 1);
-  std::vector<float> logprobs(2, 1.0f);
-  ForwardBatch empty;
-  empty.clear();
-  model->begin_step(empty);
-  model->end_step_sampled({}, &tokens, &logprobs);
-  EXPECT_TRUE(tokens.empty());
-  EXPECT_TRUE(logprobs.empty());
-  std::vector<Seq> seqs = make_seqs(1);
-  model->begin_step(next_batch(seqs, 0));
-  model->end_step_sampled({}, &tokens, &logprobs);
-  EXPECT_TRUE(tokens.empty());
-  // Rows must match the step's logit rows.
-  model->begin_step(next_batch(seqs, 1));
-  EXPECT_THROW(model->end_step_sampled({}, &tokens, &logprobs), Error);
+  auto decoder = build_model(spec, *ckpt, *backend);
+  auto inner = build_model(spec, *ckpt, *backend);
+  HostSampled host(*inner);
+  for (Model* model : {decoder.get(), static_cast<Model*>(&host)}) {
+    model->allocate_kv_cache(16LL << 20, kBlockSize, kBlocksPerSeq);
+    std::vector<int32_t> tokens(2, 1);
+    std::vector<float> logprobs(2, 1.0f);
+    ForwardBatch empty;
+    empty.clear();
+    model->begin_step(empty);
+    model->end_step_sampled(&tokens, &logprobs);
+    EXPECT_TRUE(tokens.empty());
+    EXPECT_TRUE(logprobs.empty());
+    std::vector<Seq> seqs = make_seqs(1);
+    model->begin_step(next_batch(seqs, 0));
+    model->end_step_sampled(&tokens, &logprobs);
+    EXPECT_TRUE(tokens.empty());
+    // Sample rows must match the step's logit rows.
+    ForwardBatch two_rows = with_sample_rows(seqs, next_batch(seqs, 1));
+    two_rows.sample_rows.push_back(two_rows.sample_rows[0]);
+    EXPECT_THROW(model->begin_step(two_rows), Error);
+    // A step begun without sample rows has no choices to give, and one begun with them no logits.
+    std::vector<float> logits(static_cast<size_t>(spec.vocab_size));
+    model->begin_step(next_batch(seqs, 1));
+    EXPECT_THROW(model->end_step_sampled(&tokens, &logprobs), Error);
+    model->begin_step(with_sample_rows(seqs, next_batch(seqs, 1)));
+    if (model == decoder.get()) {
+      EXPECT_THROW(model->end_step(logits.data()), Error);
+    } else {
+      model->end_step_sampled(&tokens, &logprobs);
+      EXPECT_EQ(tokens.size(), 1u);
+    }
+  }
 }
 
 }  // namespace

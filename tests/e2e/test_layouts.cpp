@@ -192,6 +192,35 @@ RankMemory rank_memory(const std::string& h5) {
   return {h.scalars<int64_t>("/ranks/peak_rss_bytes", H5T_NATIVE_INT64), h.scalars<int64_t>("/ranks/load_bytes", H5T_NATIVE_INT64)};
 }
 
+// Through pipeline stages, the last stage samples each step on its own backend and sends the
+// leader only the choices: 4 bytes of token and 4 of logprob per generated token, not a row of
+// logits (2 KiB each here). The tokens are the single-rank ones (Stories260KEveryLayoutMatchesOneRank).
+TEST(Layouts, LastStageSendsChoicesNotLogits) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  fs::path d = test::fresh_dir("choices");
+  test::write_layout_prompts(d / "p.jsonl", 12, false);
+  for (const Layout& l : {Layout{1, 2, 1}, Layout{2, 2, 1}}) {
+    const std::string out = (d / (name(l) + ".h5")).string();
+    Proc p = sh(mpirun(l.tp * l.pp) + shardlm_bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
+                " --threads 1 -q --seed 3 --max-seqs 5 --max-batch-tokens 48 --tp " + std::to_string(l.tp) + " --pp " +
+                std::to_string(l.pp) + " --out " + out);
+    ASSERT_EQ(p.code, 0) << name(l) << "\n" << p.out;
+    const test::RunOutput run = test::read_run(out);
+    int64_t generated = 0;
+    for (const auto& [id, toks] : run.tokens) generated += static_cast<int64_t>(toks.size());
+    ASSERT_GT(generated, 100) << name(l);
+    test::H5Reader h(out);
+    const auto stage = h.scalars<int32_t>("/ranks/pp", H5T_NATIVE_INT32);
+    const auto tp = h.scalars<int32_t>("/ranks/tp", H5T_NATIVE_INT32);
+    const auto sent = h.scalars<int64_t>("/ranks/pp_bytes_sent", H5T_NATIVE_INT64);
+    ASSERT_EQ(sent.size(), static_cast<size_t>(l.tp * l.pp)) << name(l);
+    for (size_t r = 0; r < sent.size(); ++r) {
+      if (stage[r] != l.pp - 1) continue;
+      EXPECT_EQ(sent[r], tp[r] == 0 ? 8 * generated : 0) << name(l) << " rank " << r;
+    }
+  }
+}
+
 // On a 41 MB model, a rank of a sharded layout loads 1/(tp x pp) of the weights, and its peak
 // resident memory is lower than a single rank's by most of what it did not load.
 TEST(Memory, RankHoldsAboutItsShard) {

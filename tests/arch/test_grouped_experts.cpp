@@ -1,0 +1,156 @@
+// run_experts through grouped_linear, on the CPU backend: the output must equal, bit for bit, the
+// former loop of three linears and a silu_mul per expert, whatever the chunking (one chunk,
+// chunks that split the experts with empty experts at and inside a boundary, one expert per
+// chunk), for bf16 and fp32 weights. Also ComputeBackend::grouped_linear's default (one linear
+// per non-empty group, rows outside the groups untouched) and its argument checks.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "arch/expert_dispatch.h"
+#include "arch/scratch.h"
+#include "compute/cpu_backend.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "model/checkpoint.h"
+
+namespace shardlm {
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+// Random weights [rows, cols] in `dtype`, kept alive in the fixture (the CPU backend may use them
+// in place).
+class GroupedExperts : public ::testing::Test {
+ protected:
+  Matrix weight(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
+    const std::vector<float> f = randn(static_cast<size_t>(rows * cols), seed, 0.1f);
+    std::vector<uint8_t>& bytes = store_.emplace_back();
+    if (dtype == DType::BF16) {
+      bytes.resize(f.size() * 2);
+      auto* p = reinterpret_cast<uint16_t*>(bytes.data());
+      for (size_t i = 0; i < f.size(); ++i) p[i] = f32_to_bf16(f[i]);
+    } else {
+      bytes.resize(f.size() * 4);
+      std::memcpy(bytes.data(), f.data(), bytes.size());
+    }
+    TensorView t;
+    t.name = "w";
+    t.name += std::to_string(seed);
+    t.file = "test";
+    t.dtype = dtype;
+    t.shape = {rows, cols};
+    t.data = bytes.data();
+    t.nbytes = bytes.size();
+    return cpu_.load_matrix(t);
+  }
+  std::vector<ExpertWeights> experts(DType dtype, int64_t L, int64_t H, int64_t inter) {
+    std::vector<ExpertWeights> ex(static_cast<size_t>(L));
+    for (int64_t e = 0; e < L; ++e) {
+      const auto s = static_cast<uint32_t>(100 + 3 * e);
+      ex[e] = {weight(dtype, inter, H, s), weight(dtype, inter, H, s + 1), weight(dtype, H, inter, s + 2)};
+    }
+    return ex;
+  }
+  std::vector<std::vector<uint8_t>> store_;
+  CpuBackend cpu_;
+};
+
+// The former run_experts: per expert, gate and up linears, silu_mul, the down linear.
+std::vector<float> per_expert_loop(ComputeBackend& b, const std::vector<ExpertWeights>& ex, int64_t inter, int64_t H,
+                                   const std::vector<float>& in, const std::vector<int64_t>& offsets) {
+  std::vector<float> out(in.size(), 0.0f);
+  for (size_t e = 0; e < ex.size(); ++e) {
+    const int64_t r0 = offsets[e], n = offsets[e + 1] - r0;
+    if (n == 0) continue;
+    std::vector<float> gate(static_cast<size_t>(n * inter)), up(gate.size());
+    b.linear(in.data() + r0 * H, n, ex[e].gate, nullptr, gate.data());
+    b.linear(in.data() + r0 * H, n, ex[e].up, nullptr, up.data());
+    b.silu_mul(gate.data(), up.data(), gate.data(), n * inter);
+    b.linear(gate.data(), n, ex[e].down, nullptr, out.data() + r0 * H);
+  }
+  return out;
+}
+
+void expect_bits_equal(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    uint32_t x, y;
+    std::memcpy(&x, &a[i], 4);
+    std::memcpy(&y, &b[i], 4);
+    ASSERT_EQ(x, y) << what << ": element " << i << " is " << b[i] << ", expected " << a[i];
+  }
+}
+
+TEST_F(GroupedExperts, RunExpertsMatchesPerExpertLoopBitForBit) {
+  const int64_t H = 48, inter = 40;
+  // Experts 1 and 4 empty; with 32-row chunks (limit 33, the largest expert) the chunks are
+  // experts [0, 2) (ending on the empty expert 1), [2, 3) and [3, 7) (empty expert 4 inside).
+  const std::vector<int64_t> rows = {5, 0, 33, 1, 0, 20, 9};
+  std::vector<int64_t> offsets{0};
+  for (int64_t n : rows) offsets.push_back(offsets.back() + n);
+  const int64_t R = offsets.back();
+  const std::vector<float> in = randn(static_cast<size_t>(R * H), 7, 1.0f);
+  for (DType dt : {DType::BF16, DType::F32}) {
+    const auto ex = experts(dt, static_cast<int64_t>(rows.size()), H, inter);
+    const std::vector<float> want = per_expert_loop(cpu_, ex, inter, H, in, offsets);
+    for (int64_t chunk : {kExpertChunkRows, int64_t{32}, int64_t{1}}) {
+      Scratch scratch(cpu_);
+      std::vector<float> got(in.size(), 0.0f);
+      run_experts(scratch, ex, inter, H, in.data(), offsets, got.data(), chunk);
+      expect_bits_equal(want, got, std::string(dtype_name(dt)) + ", chunks of " + std::to_string(chunk) + " rows");
+    }
+  }
+}
+
+TEST_F(GroupedExperts, NoRowsWritesNothing) {
+  const int64_t H = 16, inter = 8;
+  const auto ex = experts(DType::F32, 3, H, inter);
+  Scratch scratch(cpu_);
+  std::vector<float> out(4, 5.0f);
+  run_experts(scratch, ex, inter, H, nullptr, {0, 0, 0, 0}, out.data());
+  for (float v : out) EXPECT_EQ(v, 5.0f);
+}
+
+TEST_F(GroupedExperts, DefaultGroupedLinearIsOneLinearPerGroup) {
+  const int64_t N = 24, K = 20;
+  // Groups start at row 2: rows 0 and 1 of y stay as they were.
+  const std::vector<int64_t> offsets = {2, 5, 5, 12, 13};
+  const std::vector<float> x = randn(static_cast<size_t>(offsets.back() * K), 9, 1.0f);
+  for (DType dt : {DType::BF16, DType::F32}) {
+    std::vector<Matrix> w;
+    for (uint32_t g = 0; g < 4; ++g) w.push_back(weight(dt, N, K, 200 + g));
+    const std::vector<const Matrix*> wp = {&w[0], &w[1], &w[2], &w[3]};
+    std::vector<float> want(static_cast<size_t>(offsets.back() * N), -1.0f), got(want);
+    for (size_t g = 0; g < 4; ++g) {
+      const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
+      if (n > 0) cpu_.linear(x.data() + r0 * K, n, w[g], nullptr, want.data() + r0 * N);
+    }
+    cpu_.grouped_linear(x.data(), offsets, wp, got.data());
+    expect_bits_equal(want, got, std::string("grouped_linear ") + dtype_name(dt));
+  }
+  EXPECT_EQ(cpu_.grouped_linear_path(), "one linear per group");
+}
+
+TEST_F(GroupedExperts, GroupedLinearChecksItsArguments) {
+  const Matrix a = weight(DType::F32, 8, 4, 300), b = weight(DType::F32, 8, 4, 301), c = weight(DType::F32, 4, 8, 302);
+  std::vector<float> x(64), y(64);
+  EXPECT_THROW(cpu_.grouped_linear(x.data(), {0, 1}, {&a, &b}, y.data()), Error);          // offsets count
+  EXPECT_THROW(cpu_.grouped_linear(x.data(), {0, 3, 2}, {&a, &b}, y.data()), Error);       // decreasing
+  EXPECT_THROW(cpu_.grouped_linear(x.data(), {-1, 0, 2}, {&a, &b}, y.data()), Error);      // negative start
+  EXPECT_THROW(cpu_.grouped_linear(x.data(), {0, 1, 2}, {&a, &c}, y.data()), Error);       // shapes differ
+  EXPECT_THROW(cpu_.grouped_linear(x.data(), {0, 1, 2}, {&a, nullptr}, y.data()), Error);  // null weight
+  EXPECT_NO_THROW(cpu_.grouped_linear(x.data(), {0}, {}, y.data()));                        // no group
+}
+
+}  // namespace
+}  // namespace shardlm

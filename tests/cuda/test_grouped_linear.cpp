@@ -1,0 +1,191 @@
+// CudaBackend::grouped_linear (cuBLAS grouped batched GEMM, or its downgrades) against
+//   (a) CudaBackend::linear run per group: the same bf16 / fp32 GEMM one group at a time, so only
+//       the summation order may differ: |d| <= 1e-5 |ref| + 1e-5, plus 2^-8 |ref| when the path
+//       in use writes bf16 (read from grouped_linear_path() after the call);
+//   (b) the CPU backend's grouped_linear, with test_cuda_backend_ops's linear tolerances (1e-5
+//       of the largest output for fp32 weights, 1e-2 for bf16: the GPU rounds activations to bf16).
+// Groups with empty ones among them, all rows in one group, all groups empty, groups starting
+// past row 0 (earlier rows of y untouched), K = 80 and 72, bf16 and fp32 weights, and mixed
+// dtypes (run per group: bit for bit linear's). Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/gpu.h"
+#include "compute/backend.h"
+#include "compute/cpu_backend.h"
+#include "core/dtype.h"
+#include "model/checkpoint.h"
+
+namespace shardlm {
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+template <typename T>
+T* up(ComputeBackend& b, const std::vector<T>& h) {
+  auto* p = static_cast<T*>(b.alloc(std::max<size_t>(h.size(), 1) * sizeof(T)));
+  b.copy_to_device(p, h.data(), h.size() * sizeof(T));
+  return p;
+}
+template <typename T>
+std::vector<T> down(ComputeBackend& b, const T* p, size_t n) {
+  std::vector<T> h(n);
+  b.copy_to_host(h.data(), p, n * sizeof(T));
+  return h;
+}
+
+constexpr float kUntouched = 12345.0f;  // y's rows before the first group keep it
+
+class CudaGroupedLinear : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SHARDLM_REQUIRE_GPU();
+    gpu_ = make_backend("cuda");
+  }
+
+  // A random weight [N, K] in `dtype`, loaded on both backends (host bytes kept alive: the CPU
+  // backend may use them in place).
+  std::pair<Matrix, Matrix> weight(DType dtype, int64_t N, int64_t K, uint32_t seed) {
+    const std::vector<float> f = randn(static_cast<size_t>(N * K), seed, 0.05f);
+    std::vector<uint8_t>& bytes = store_.emplace_back();
+    if (dtype == DType::BF16) {
+      bytes.resize(f.size() * 2);
+      auto* p = reinterpret_cast<uint16_t*>(bytes.data());
+      for (size_t i = 0; i < f.size(); ++i) p[i] = f32_to_bf16(f[i]);
+    } else {
+      bytes.resize(f.size() * 4);
+      std::memcpy(bytes.data(), f.data(), bytes.size());
+    }
+    TensorView t;
+    t.name = "w";
+    t.name += std::to_string(seed);
+    t.file = "test";
+    t.dtype = dtype;
+    t.shape = {N, K};
+    t.data = bytes.data();
+    t.nbytes = bytes.size();
+    return {cpu_.load_matrix(t), gpu_->load_matrix(t)};
+  }
+
+  // One case: groups of `rows` after `first` leading rows, weights of `dtypes[g]`.
+  void check(const std::vector<int64_t>& rows, int64_t first, int64_t N, int64_t K, const std::vector<DType>& dtypes,
+             const std::string& what) {
+    SCOPED_TRACE(what);
+    const size_t G = rows.size();
+    std::vector<int64_t> offsets{first};
+    for (int64_t n : rows) offsets.push_back(offsets.back() + n);
+    const int64_t R = offsets.back();
+    std::vector<Matrix> wc, wg;
+    for (size_t g = 0; g < G; ++g) {
+      auto [c, d] = weight(dtypes[g], N, K, static_cast<uint32_t>(1000 + 17 * g + K));
+      wc.push_back(c);
+      wg.push_back(d);
+    }
+    std::vector<const Matrix*> pc, pg;
+    for (size_t g = 0; g < G; ++g) {
+      pc.push_back(&wc[g]);
+      pg.push_back(&wg[g]);
+    }
+    const std::vector<float> x = randn(static_cast<size_t>(R * K), static_cast<uint32_t>(R + K), 1.0f);
+    const std::vector<float> fill(static_cast<size_t>(R * N), kUntouched);
+
+    std::vector<float> y_cpu(fill);
+    cpu_.grouped_linear(x.data(), offsets, pc, y_cpu.data());
+
+    float* xg = up(*gpu_, x);
+    float* yg = up(*gpu_, fill);
+    float* yl = up(*gpu_, fill);
+    gpu_->grouped_linear(xg, offsets, pg, yg);
+    for (size_t g = 0; g < G; ++g) {
+      const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
+      if (n > 0) gpu_->linear(xg + r0 * K, n, wg[g], nullptr, yl + r0 * N);
+    }
+    const std::vector<float> got = down(*gpu_, static_cast<const float*>(yg), fill.size());
+    const std::vector<float> per_group = down(*gpu_, static_cast<const float*>(yl), fill.size());
+    const std::string path = gpu_->grouped_linear_path();
+    std::printf("[ grouped ] %s: %s\n", what.c_str(), path.c_str());
+    const bool bf16_out = path.find("bf16 out") != std::string::npos;
+    bool mixed = false, all_bf16 = true;
+    for (DType d : dtypes) {
+      mixed = mixed || d != dtypes[0];
+      all_bf16 = all_bf16 && d == DType::BF16;
+    }
+
+    double scale = 0;
+    for (float v : y_cpu) scale = std::max(scale, std::fabs(static_cast<double>(v)));
+    const double cpu_rel = all_bf16 || mixed ? 1e-2 : 1e-5;
+    for (int64_t i = 0; i < first * N; ++i) ASSERT_EQ(got[i], kUntouched) << "row " << i / N << " written";
+    for (size_t i = static_cast<size_t>(first * N); i < got.size(); ++i) {
+      const double ref = per_group[i];
+      if (mixed) {
+        // Mixed dtypes run linear() per group: the very same GEMMs.
+        ASSERT_EQ(got[i], per_group[i]) << "element " << i;
+      } else {
+        const double tol = (bf16_out ? std::ldexp(1.0, -8) * std::fabs(ref) : 0.0) + 1e-5 * std::fabs(ref) + 1e-5;
+        ASSERT_NEAR(ref, got[i], tol) << "against per-group linear, element " << i;
+      }
+      ASSERT_NEAR(y_cpu[i], got[i], cpu_rel * scale + 1e-6) << "against the CPU backend, element " << i;
+    }
+  }
+
+  CpuBackend cpu_;
+  std::unique_ptr<ComputeBackend> gpu_;
+  std::vector<std::vector<uint8_t>> store_;
+};
+
+const std::vector<int64_t> kMixedRows = {3, 0, 17, 1, 0, 64, 5, 2};
+const std::vector<int64_t> kOneGroup = {0, 0, 0, 92, 0, 0, 0, 0};
+const std::vector<int64_t> kNoRows = {0, 0, 0, 0, 0, 0, 0, 0};
+
+TEST_F(CudaGroupedLinear, Bf16MatchesPerGroupAndCpu) {
+  const std::vector<DType> bf16(8, DType::BF16);
+  for (int64_t K : {80, 72}) {
+    const std::string k = std::string(", K ") + std::to_string(K);
+    check(kMixedRows, 0, 96, K, bf16, "bf16, uneven groups" + k);
+    check(kMixedRows, 3, 96, K, bf16, "bf16, uneven groups from row 3" + k);
+    check(kOneGroup, 0, 96, K, bf16, "bf16, one group" + k);
+    check(kNoRows, 0, 96, K, bf16, "bf16, no rows" + k);
+  }
+}
+
+TEST_F(CudaGroupedLinear, F32MatchesPerGroupAndCpu) {
+  const std::vector<DType> f32(8, DType::F32);
+  for (int64_t K : {80, 72}) {
+    const std::string k = std::string(", K ") + std::to_string(K);
+    check(kMixedRows, 0, 96, K, f32, "f32, uneven groups" + k);
+    check(kMixedRows, 5, 96, K, f32, "f32, uneven groups from row 5" + k);
+    check(kOneGroup, 0, 96, K, f32, "f32, one group" + k);
+    check(kNoRows, 0, 96, K, f32, "f32, no rows" + k);
+  }
+}
+
+TEST_F(CudaGroupedLinear, MixedDtypesRunPerGroup) {
+  std::vector<DType> mixed(8, DType::BF16);
+  mixed[2] = DType::F32;
+  check(kMixedRows, 0, 96, 80, mixed, "mixed dtypes");
+}
+
+// Repeated calls of growing sizes reuse and grow the pointer array and workspaces.
+TEST_F(CudaGroupedLinear, GrowingCallsStayCorrect) {
+  const std::vector<DType> bf16(12, DType::BF16);
+  check({1, 2}, 0, 64, 48, {DType::BF16, DType::BF16}, "two groups");
+  check({4, 0, 9, 33, 1, 7, 0, 2, 150, 3, 6, 11}, 0, 64, 48, bf16, "twelve groups");
+  check({1, 2}, 0, 64, 48, {DType::BF16, DType::BF16}, "two groups again");
+}
+
+}  // namespace
+}  // namespace shardlm
