@@ -1,6 +1,7 @@
-// Same scheme as paged_attention.cu (one thread block per (token, head), online softmax over rounds
-// of kAttnChunk positions, a warp per score, every thread folding the round), with the key split in
-// its latent and rope parts and the value being the latent itself.
+// Same scheme as paged_attention.cu (attention_util.cuh): one thread block per (token, group of up
+// to kAttnHeadsPerBlock heads), one warp per head; every head reads the same latent cache, so each
+// round's rows are staged in shared memory once per block instead of read once per head. The key
+// is the whole row (latent and rope parts), the value its latent part.
 #include "cuda/latent_attention.h"
 
 #include "cuda/attention_util.cuh"
@@ -10,14 +11,12 @@
 namespace shardlm::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
 constexpr int kMaxLora = 512;
 constexpr int kMaxRope = 64;
 constexpr int kLoraPerLane = kMaxLora / 32;
 constexpr int kRopePerLane = kMaxRope / 32;
-constexpr int kAccPerThread = kMaxLora / kThreads;
-constexpr int kChunk = detail::kAttnChunk;
+constexpr int kTile = detail::kAttnTile;
+constexpr int kMaxThreads = detail::kAttnHeadsPerBlock * 32;
 
 __global__ void latent_cache_write_kernel(const float* latent, const float* k_rope, int64_t T, const int64_t* slots,
                                           int64_t kv_lora, int64_t rope_dim, float* cache) {
@@ -31,73 +30,81 @@ __global__ void latent_cache_write_kernel(const float* latent, const float* k_ro
   }
 }
 
-__global__ void __launch_bounds__(kThreads)
-    latent_attention_kernel(const float* q_latent, const float* q_rope, int64_t n_heads, int64_t kv_lora,
-                            int64_t rope_dim, const float* cache, int64_t block_size, const int32_t* blocks,
-                            const int32_t* table_start, const int32_t* pos, float scale, float* out) {
-  __shared__ float sc[kChunk];
-  __shared__ int64_t srow[kChunk];  // offset of position j's cache row
-  const int64_t th = blockIdx.x;    // t * n_heads + h
-  const int64_t t = th / n_heads;
-  const int64_t row = kv_lora + rope_dim;
+// blockIdx.x = t * blocks_per_token + b; warp w takes head b * heads_per_block + w, idle past
+// n_heads (idle warps still stage rows and meet every barrier).
+__global__ void __launch_bounds__(kMaxThreads)
+    latent_attention_kernel(const float* q_latent, const float* q_rope, int64_t n_heads, int kv_lora, int rope_dim,
+                            const float* cache, int64_t block_size, const int32_t* blocks, const int32_t* table_start,
+                            const int32_t* pos, float scale, float* out, int heads_per_block, int blocks_per_token) {
+  __shared__ float sc[kTile * (kMaxLora + kMaxRope)];  // the round's cache rows [cnt][row]
+  const int64_t t = blockIdx.x / blocks_per_token;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t h = static_cast<int64_t>(blockIdx.x % blocks_per_token) * heads_per_block + warp;
+  const bool active = h < n_heads;  // warp-uniform
+  const int row = kv_lora + rope_dim;
+  const int64_t th = t * n_heads + h;
   float* o = out + th * kv_lora;
 
   const int64_t n = static_cast<int64_t>(pos[t]) + 1;
   if (n <= 0) {  // padding token; the condition is the same for the whole block
-    for (int64_t d = threadIdx.x; d < kv_lora; d += kThreads) o[d] = 0.0f;
+    if (active) {
+      for (int d = lane; d < kv_lora; d += 32) o[d] = 0.0f;
+    }
     return;
   }
   const int32_t* bt = blocks + table_start[t];
 
-  const float* qlv = q_latent + th * kv_lora;
-  const float* qrv = q_rope + th * rope_dim;
   float ql[kLoraPerLane], qr[kRopePerLane];
 #pragma unroll
   for (int k = 0; k < kLoraPerLane; ++k) {
-    const int64_t d = lane + 32 * k;
-    ql[k] = d < kv_lora ? qlv[d] : 0.0f;
+    const int d = lane + 32 * k;
+    ql[k] = active && d < kv_lora ? q_latent[th * kv_lora + d] : 0.0f;
   }
 #pragma unroll
   for (int k = 0; k < kRopePerLane; ++k) {
-    const int64_t d = lane + 32 * k;
-    qr[k] = d < rope_dim ? qrv[d] : 0.0f;
+    const int d = lane + 32 * k;
+    qr[k] = active && d < rope_dim ? q_rope[th * rope_dim + d] : 0.0f;
   }
-
   float m = -INFINITY, l = 0.0f;
-  float acc[kAccPerThread];
+  float acc[kLoraPerLane];
 #pragma unroll
-  for (int a = 0; a < kAccPerThread; ++a) acc[a] = 0.0f;
+  for (int a = 0; a < kLoraPerLane; ++a) acc[a] = 0.0f;
 
-  for (int64_t base = 0; base < n; base += kChunk) {
-    const int cnt = static_cast<int>(n - base < kChunk ? n - base : kChunk);
-    // Warp-uniform loop: every lane of a warp runs the same iterations, as warp_sum requires.
-    for (int j = warp; j < cnt; j += kWarps) {
-      const int64_t off = detail::cache_slot(bt, base + j, block_size) * row;
-      const float* c = cache + off;
-      float sl = 0.0f, sr = 0.0f;
-#pragma unroll
-      for (int k = 0; k < kLoraPerLane; ++k) {
-        const int64_t d = lane + 32 * k;
-        if (d < kv_lora) sl += ql[k] * c[d];
-      }
-#pragma unroll
-      for (int k = 0; k < kRopePerLane; ++k) {
-        const int64_t d = lane + 32 * k;
-        if (d < rope_dim) sr += qr[k] * c[kv_lora + d];
-      }
-      sl = warp_sum(sl);
-      sr = warp_sum(sr);
-      if (lane == 0) {
-        sc[j] = (sl + sr) * scale;
-        srow[j] = off;
-      }
+  for (int64_t base = 0; base < n; base += kTile) {
+    const int cnt = static_cast<int>(n - base < kTile ? n - base : kTile);
+    // The whole block stages the round's rows (consecutive threads, consecutive columns of a row).
+    for (int i = threadIdx.x; i < cnt * row; i += blockDim.x) {
+      const int j = i / row, c = i - j * row;
+      sc[i] = cache[detail::cache_slot(bt, base + j, block_size) * row + c];
     }
     __syncthreads();
-    detail::fold_round<kThreads>(sc, srow, cnt, cache, kv_lora, m, l, acc);
-    __syncthreads();  // sc / srow are rewritten by the next round
+    if (active) {
+      float s[kTile];
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kTile; ++j) {
+        if (j >= cnt) break;  // cnt is the same in every lane, as warp_sum requires
+        const float* c = sc + j * row;
+        float part = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kLoraPerLane; ++k) {
+          const int d = lane + 32 * k;
+          if (d < kv_lora) part += ql[k] * c[d];
+        }
+#pragma unroll
+        for (int k = 0; k < kRopePerLane; ++k) {
+          const int d = lane + 32 * k;
+          if (d < rope_dim) part += qr[k] * c[kv_lora + d];
+        }
+        s[j] = warp_sum(part) * scale;
+        tile_max = fmaxf(tile_max, s[j]);
+      }
+      // The value is the latent part of the same rows.
+      detail::warp_fold_tile(s, cnt, tile_max, sc, row, kv_lora, m, l, acc);
+    }
+    __syncthreads();  // sc is restaged by the next round
   }
-  detail::write_normalised<kThreads>(o, kv_lora, l, acc);
+  if (active) detail::warp_write_normalised(o, kv_lora, l, acc);
 }
 
 }  // namespace
@@ -114,8 +121,12 @@ void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int
                       int64_t rope_dim, const float* cache, int64_t block_size, const int32_t* blocks,
                       const int32_t* table_start, const int32_t* pos, float scale, float* out, cudaStream_t stream) {
   if (T <= 0 || n_heads <= 0 || kv_lora <= 0) return;
-  latent_attention_kernel<<<static_cast<unsigned>(T * n_heads), kThreads, 0, stream>>>(
-      q_latent, q_rope, n_heads, kv_lora, rope_dim, cache, block_size, blocks, table_start, pos, scale, out);
+  const int heads_per_block =
+      static_cast<int>(n_heads < detail::kAttnHeadsPerBlock ? n_heads : detail::kAttnHeadsPerBlock);
+  const int blocks_per_token = static_cast<int>((n_heads + heads_per_block - 1) / heads_per_block);
+  latent_attention_kernel<<<static_cast<unsigned>(T * blocks_per_token), heads_per_block * 32, 0, stream>>>(
+      q_latent, q_rope, n_heads, static_cast<int>(kv_lora), static_cast<int>(rope_dim), cache, block_size, blocks,
+      table_start, pos, scale, out, heads_per_block, blocks_per_token);
 }
 
 }  // namespace shardlm::cuda

@@ -130,8 +130,11 @@ TEST(CudaAttention, PagedAttentionMatchesCpu) {
   DeviceBuffer<int32_t> d_blocks(pool.blocks);
   DeviceBuffer<int64_t> d_slots(slots);
 
+  // Query heads per KV head: 4, 1 (MHA), 12 (a block of 8 heads and one of 4 with idle warps),
+  // 16 (two full blocks), 8 at head_dim 256 (the largest staged round).
   for (const GqaCase& c : {GqaCase{8, 2, 64, 0}, GqaCase{8, 2, 128, 0}, GqaCase{8, 2, 128, 37}, GqaCase{4, 4, 96, 0},
-                           GqaCase{32, 8, 128, 0}}) {
+                           GqaCase{32, 8, 128, 0}, GqaCase{24, 2, 64, 0}, GqaCase{16, 1, 128, 21},
+                           GqaCase{8, 1, 256, 0}}) {
     SCOPED_TRACE(testing::Message() << "heads " << c.n_heads << "/" << c.n_kv << ", head_dim " << c.head_dim
                                     << ", window " << c.window);
     const int64_t row = c.n_kv * c.head_dim;
@@ -179,7 +182,9 @@ TEST(CudaAttention, LatentAttentionMatchesCpu) {
   SHARDLM_REQUIRE_GPU();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   // DeepSeek-V3 / Kimi K2 shapes (a tensor-parallel shard of 16 heads), and odd sizes.
-  for (const MlaCase& c : {MlaCase{16, 512, 64, 64}, MlaCase{16, 512, 64, 16}, MlaCase{3, 80, 16, 16}}) {
+  // Heads per block: 8 (two full blocks), 3 (one partial block), 20 (8 + 8 + 4 with idle warps), 1.
+  for (const MlaCase& c : {MlaCase{16, 512, 64, 64}, MlaCase{16, 512, 64, 16}, MlaCase{3, 80, 16, 16},
+                           MlaCase{20, 512, 64, 16}, MlaCase{1, 96, 32, 16}}) {
     SCOPED_TRACE(testing::Message() << "heads " << c.n_heads << ", kv_lora " << c.kv_lora << ", rope " << c.rope_dim
                                     << ", block " << c.block_size);
     const Pool pool(c.block_size, {1, 45, 100, 300}, 3, 9);
