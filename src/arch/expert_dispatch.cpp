@@ -62,7 +62,7 @@ void run_experts(Scratch& scratch, const std::vector<ExpertWeights>& experts, in
     SHARDLM_CHECK(offsets[e + 1] >= offsets[e], "run_experts: offsets decrease at expert " << e);
     most = std::max(most, offsets[e + 1] - offsets[e]);
   }
-  const int64_t limit = std::max(max_chunk_rows, most);
+  const int64_t limit = std::max(max_chunk_rows < 0 ? b.grouped_linear_rows() : max_chunk_rows, most);
   // Chunks [first[c], first[c + 1]) of experts, each as many whole experts as fit in `limit` rows.
   std::vector<int64_t> first{0};
   int64_t chunk_rows = 0;

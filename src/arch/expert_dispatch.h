@@ -56,16 +56,16 @@ struct ExpertWeights {
 
 // The experts' GEMMs: for local expert e, rows [offsets[e], offsets[e+1]) of in [R, H] (backend
 // memory) go through down(silu(gate(x)) * up(x)) into the same rows of out [R, H] (backend
-// memory) (an expert with no row is skipped). Each projection runs as one grouped_linear over all
-// experts, so a backend with grouped GEMMs launches three GEMMs per layer, not three per expert.
-// To bound the gate/up scratch, the experts go in consecutive chunks of at most
-// max(max_chunk_rows, the largest expert's rows) rows (usually one chunk). A row's result does not
-// depend on the chunking (each row's linear is batch invariant; silu_mul is elementwise). Uses
+// memory) (an expert with no row is skipped). Each projection runs as one grouped_linear over a
+// chunk of consecutive experts, so a backend with grouped GEMMs launches three GEMMs per chunk, not
+// three per expert. A chunk holds at most max(max_chunk_rows, the largest expert's rows) rows,
+// which bounds the gate/up scratch; max_chunk_rows < 0 takes the backend's
+// grouped_linear_rows() (CUDA: 16384 rows, usually one chunk; CPU: 0, so experts go one by one,
+// small ones merged, and the gate/up rows stay in cache between the GEMMs). A row's result does
+// not depend on the chunking (each row's linear is batch invariant; silu_mul is elementwise). Uses
 // scratch slots Scratch::kFeedForward + 5 and + 6 (chunk rows x inter floats each).
-constexpr int64_t kExpertChunkRows = 16384;
 void run_experts(Scratch& scratch, const std::vector<ExpertWeights>& experts, int64_t inter, int64_t H,
-                 const float* in, const std::vector<int64_t>& offsets, float* out,
-                 int64_t max_chunk_rows = kExpertChunkRows);
+                 const float* in, const std::vector<int64_t>& offsets, float* out, int64_t max_chunk_rows = -1);
 
 class ExpertDispatch {
  public:

@@ -119,6 +119,9 @@ class ComputeBackend {
                               float* y);
   // How grouped_linear runs here, in a few words (benchmark headers).
   virtual std::string grouped_linear_path() const { return "one linear per group"; }
+  // Rows a grouped_linear call should take at most (callers bound their scratch with it): 0 when
+  // grouping gains nothing here and smaller calls keep the data in cache (the default).
+  virtual int64_t grouped_linear_rows() const { return 0; }
   virtual void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
                     const float* inv_freq) = 0;
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;

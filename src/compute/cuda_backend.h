@@ -78,6 +78,7 @@ class CudaBackend final : public ComputeBackend {
   void grouped_linear(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
                       float* y) override;
   std::string grouped_linear_path() const override;
+  int64_t grouped_linear_rows() const override { return 16384; }
   void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
             const float* inv_freq) override;
   void silu_mul(const float* gate, const float* up, float* out, int64_t n) override;

@@ -103,7 +103,7 @@ TEST_F(GroupedExperts, RunExpertsMatchesPerExpertLoopBitForBit) {
   for (DType dt : {DType::BF16, DType::F32}) {
     const auto ex = experts(dt, static_cast<int64_t>(rows.size()), H, inter);
     const std::vector<float> want = per_expert_loop(cpu_, ex, inter, H, in, offsets);
-    for (int64_t chunk : {kExpertChunkRows, int64_t{32}, int64_t{1}}) {
+    for (int64_t chunk : {int64_t{-1}, int64_t{16384}, int64_t{32}, int64_t{1}}) {
       Scratch scratch(cpu_);
       std::vector<float> got(in.size(), 0.0f);
       run_experts(scratch, ex, inter, H, in.data(), offsets, got.data(), chunk);
