@@ -4,7 +4,11 @@
 // peak); with --backend cuda they are the GPU's datasheet figures, with the measured device
 // bandwidth and cuBLAS GEMM TFLOP/s at the model's shapes beside them.
 #include <boost/program_options.hpp>
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <random>
+#include <vector>
 #include <iostream>
 
 #include "arch/model.h"
@@ -112,6 +116,44 @@ void gpu_ceilings(const ModelSpec& spec, int64_t prompt_len, double* bw_gbs, dou
 #endif
 }
 
+// Microseconds per row of the backend's sample op on R random rows of V logits (backend memory),
+// best of a few runs, for greedy, temperature and temperature + top-p rows; the ceiling is one
+// read of a row at the memory bandwidth (every mode reads the row at least once).
+void print_sampling(ComputeBackend& b, int64_t V, double bw_gbs) {
+  constexpr int64_t R = 64;
+  std::vector<float> host(static_cast<size_t>(R * V));
+  std::mt19937 g(5);
+  std::normal_distribution<float> d(0.0f, 4.0f);
+  for (float& x : host) x = d(g);
+  float* logits = static_cast<float*>(b.alloc(host.size() * sizeof(float)));
+  b.copy_to_device(logits, host.data(), host.size() * sizeof(float));
+  std::vector<int32_t> tokens(R);
+  std::vector<float> logprobs(R);
+  auto per_row_us = [&](double temperature, double top_p) {
+    std::vector<SampleRow> rows(R);
+    for (int64_t r = 0; r < R; ++r) {
+      rows[r].temperature = temperature;
+      rows[r].top_p = top_p;
+      rows[r].seed = 17;
+      rows[r].position = r;
+    }
+    double best = 1e30;
+    for (int it = 0; it < 4; ++it) {  // the first run also sizes the backend's buffers
+      const auto t0 = std::chrono::steady_clock::now();
+      b.sample(logits, R, V, rows.data(), tokens.data(), logprobs.data());
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (it > 0) best = std::min(best, s);
+    }
+    return best * 1e6 / R;
+  };
+  const double greedy = per_row_us(0.0, 1.0), temp = per_row_us(0.8, 1.0), top_p = per_row_us(0.8, 0.9);
+  std::printf("sampling %lld rows x %lld vocab:      greedy %.1f, temperature 0.8 %.1f, + top-p 0.9 %.1f us/row  "
+              "(one read of a row at %.0f GB/s: %.2f us)\n",
+              static_cast<long long>(R), static_cast<long long>(V), greedy, temp, top_p, bw_gbs,
+              static_cast<double>(V) * 4.0 / (bw_gbs * 1e3));
+  b.free(logits);
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -199,6 +241,9 @@ int cmd_bench(int argc, char** argv) {
               static_cast<long long>(batch), static_cast<long long>(batch_in), static_cast<long long>(batch_out),
               total_tps, bat.stats.output_tokens_per_s(), bat.stats.wall_s, total_tps * flop_per_token / 1e9,
               100.0 * total_tps * flop_per_token / 1e9 / peak, peak_name, gpu ? "" : "; llama.cpp: 47 total");
+
+  // 4. Sampling: the backend's sample op (where the engine samples) on rows of the model's vocabulary.
+  print_sampling(*backend, spec.vocab_size, bw);
   return 0;
 }
 

@@ -57,15 +57,18 @@ Sample Sampler::sample(const float* logits, int64_t vocab, const SamplingParams&
     return s;
   }
   // Candidates sorted by logit, descending, ties by id: a total order, so the pick is deterministic.
-  auto by_logit = [logits](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  order_.resize(vocab);
-  std::iota(order_.begin(), order_.end(), 0);
   int64_t n = vocab;
   if (p.top_k > 0 && p.top_k < vocab) {
+    // Only the first top_k are ordered: a partial sort rejects most ids with one comparison.
+    auto by_logit = [logits](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    };
+    order_.resize(vocab);
+    std::iota(order_.begin(), order_.end(), 0);
     n = p.top_k;
     std::partial_sort(order_.begin(), order_.begin() + n, order_.end(), by_logit);
   } else {
-    std::sort(order_.begin(), order_.end(), by_logit);
+    sorter_.sort(logits, vocab, &order_);  // the same order, in linear time
   }
   // Softmax of logits / T over the candidates (the first is the maximum).
   probs_.resize(n);

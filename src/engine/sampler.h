@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "compute/backend.h"
+#include "engine/logit_order.h"
 #include "engine/sampling_params.h"
 
 namespace shardlm {
@@ -23,6 +24,7 @@ class Sampler {
   Sample sample(const float* logits, int64_t vocab, const SampleRow& row);
 
  private:
+  LogitOrder sorter_;
   std::vector<int32_t> order_;  // scratch, reused across calls
   std::vector<float> probs_;
 };
