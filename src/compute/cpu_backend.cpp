@@ -1,5 +1,8 @@
 #include "compute/cpu_backend.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +21,7 @@
 #include "cpu/rmsnorm.h"
 #include "cpu/rope.h"
 #include "cpu/rope_strided.h"
+#include "cpu/threads.h"
 #include "model/checkpoint.h"
 
 namespace shardlm {
@@ -272,8 +276,14 @@ const int32_t* const* CpuBackend::token_tables(const BlockTables& tables, int64_
 
 void CpuBackend::sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, int32_t* tokens,
                         float* logprobs) {
+  // Rows are independent and each costs several passes over the vocabulary: one sampler (its
+  // scratch) per thread. A row's choice does not depend on the thread that makes it.
+  const int threads = std::max(1, std::min<int>(cpu::num_threads(), static_cast<int>(R)));
+  if (static_cast<int>(samplers_.size()) < threads) samplers_.resize(static_cast<size_t>(threads));
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1)
   for (int64_t r = 0; r < R; ++r) {
-    const Sample s = sampler_.sample(logits + r * V, V, rows[r]);
+    const int me = threads > 1 ? omp_get_thread_num() : 0;
+    const Sample s = samplers_[static_cast<size_t>(me)].sample(logits + r * V, V, rows[r]);
     tokens[r] = s.token;
     logprobs[r] = s.logprob;
   }

@@ -81,7 +81,7 @@ class CpuBackend : public ComputeBackend {
   // The CPU kernels take one block-list pointer per token.
   const int32_t* const* token_tables(const BlockTables& tables, int64_t T);
   std::vector<const int32_t*> token_tables_;
-  Sampler sampler_;
+  std::vector<Sampler> samplers_;  // sample(): one per thread
 
   std::mutex mu_;
   std::unordered_set<void*> allocs_;  // activation memory from alloc()
