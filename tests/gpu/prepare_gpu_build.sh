@@ -20,6 +20,8 @@ find build-gpu -name CMakeFiles -type d -prune -exec rm -rf {} +
 find build-gpu \( -name '*.a' -o -name Makefile -o -name cmake_install.cmake \) -delete
 bins=(build-gpu/shardlm)
 for t in "${targets[@]:1}"; do bins+=("$(find build-gpu/tests -type f -name "$t" -perm -u+x | head -1)"); done
+# Symbol tables are not needed to run them (about 8% of their size).
+strip --strip-unneeded "${bins[@]}"
 bash "$shared/device/stage.sh" "${bins[@]}"
 mkdir -p .device/shared/models
 cp -r "$shared/models/stories260K" .device/shared/models/
