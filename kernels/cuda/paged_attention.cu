@@ -97,6 +97,7 @@ void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_he
                      cudaStream_t stream) {
   if (T <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0) return;
   const int64_t group = n_heads / n_kv_heads;
+  if (group <= 0) return;  // fewer query than KV heads: not a layout (the backend refuses it)
   const int heads_per_block = static_cast<int>(group < detail::kAttnHeadsPerBlock ? group : detail::kAttnHeadsPerBlock);
   const int blocks_per_kv = static_cast<int>((group + heads_per_block - 1) / heads_per_block);
   paged_attention_kernel<<<static_cast<unsigned>(T * n_kv_heads * blocks_per_kv), heads_per_block * 32, 0, stream>>>(
