@@ -12,6 +12,7 @@
 
 #include "arch/expert_dispatch.h"
 #include "arch/scratch.h"
+#include "common/backend_data.h"
 #include "compute/cpu_backend.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -20,38 +21,12 @@
 namespace shardlm {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
+using test::randn;
 
-// Random weights [rows, cols] in `dtype`, kept alive in the fixture (the CPU backend may use them
-// in place).
 class GroupedExperts : public ::testing::Test {
  protected:
   Matrix weight(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
-    const std::vector<float> f = randn(static_cast<size_t>(rows * cols), seed, 0.1f);
-    std::vector<uint8_t>& bytes = store_.emplace_back();
-    if (dtype == DType::BF16) {
-      bytes.resize(f.size() * 2);
-      auto* p = reinterpret_cast<uint16_t*>(bytes.data());
-      for (size_t i = 0; i < f.size(); ++i) p[i] = f32_to_bf16(f[i]);
-    } else {
-      bytes.resize(f.size() * 4);
-      std::memcpy(bytes.data(), f.data(), bytes.size());
-    }
-    TensorView t;
-    t.name = "w";
-    t.name += std::to_string(seed);
-    t.file = "test";
-    t.dtype = dtype;
-    t.shape = {rows, cols};
-    t.data = bytes.data();
-    t.nbytes = bytes.size();
-    return cpu_.load_matrix(t);
+    return cpu_.load_matrix(store_.random(dtype, rows, cols, seed, 0.1f));
   }
   std::vector<ExpertWeights> experts(DType dtype, int64_t L, int64_t H, int64_t inter) {
     std::vector<ExpertWeights> ex(static_cast<size_t>(L));
@@ -61,7 +36,7 @@ class GroupedExperts : public ::testing::Test {
     }
     return ex;
   }
-  std::vector<std::vector<uint8_t>> store_;
+  test::WeightStore store_;
   CpuBackend cpu_;
 };
 

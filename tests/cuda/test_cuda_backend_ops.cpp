@@ -16,6 +16,7 @@
 #include "arch/expert_dispatch.h"
 #include "arch/moe_router.h"
 #include "arch/scratch.h"
+#include "common/backend_data.h"
 #include "common/gpu.h"
 #include "compute/backend.h"
 #include "compute/cpu_backend.h"
@@ -26,37 +27,12 @@
 namespace shardlm {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
+using test::down;
+using test::randn;
+using test::up;
 
 TensorView view(const std::string& name, DType dt, std::vector<int64_t> shape, const void* data, size_t nbytes) {
-  TensorView t;
-  t.name = name;
-  t.file = "test";
-  t.dtype = dt;
-  t.shape = std::move(shape);
-  t.data = data;
-  t.nbytes = nbytes;
-  return t;
-}
-
-// Device copies of host arrays for one backend, and reading back.
-template <typename T>
-T* up(ComputeBackend& b, const std::vector<T>& h) {
-  auto* p = static_cast<T*>(b.alloc(std::max<size_t>(h.size(), 1) * sizeof(T)));
-  b.copy_to_device(p, h.data(), h.size() * sizeof(T));
-  return p;
-}
-template <typename T>
-std::vector<T> down(ComputeBackend& b, const T* p, size_t n) {
-  std::vector<T> h(n);
-  b.copy_to_host(h.data(), p, n * sizeof(T));
-  return h;
+  return test::tensor_view(name, dt, std::move(shape), data, nbytes);
 }
 
 // |a - b| <= tol * (sum over the dot product of |x w|), per element of y = x W^T.

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/backend_data.h"
 #include "common/gpu.h"
 #include "compute/backend.h"
 #include "compute/cpu_backend.h"
@@ -27,26 +28,9 @@
 namespace shardlm {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
-
-template <typename T>
-T* up(ComputeBackend& b, const std::vector<T>& h) {
-  auto* p = static_cast<T*>(b.alloc(std::max<size_t>(h.size(), 1) * sizeof(T)));
-  b.copy_to_device(p, h.data(), h.size() * sizeof(T));
-  return p;
-}
-template <typename T>
-std::vector<T> down(ComputeBackend& b, const T* p, size_t n) {
-  std::vector<T> h(n);
-  b.copy_to_host(h.data(), p, n * sizeof(T));
-  return h;
-}
+using test::down;
+using test::randn;
+using test::up;
 
 constexpr float kUntouched = 12345.0f;  // y's rows before the first group keep it
 
@@ -60,24 +44,7 @@ class CudaGroupedLinear : public ::testing::Test {
   // A random weight [N, K] in `dtype`, loaded on both backends (host bytes kept alive: the CPU
   // backend may use them in place).
   std::pair<Matrix, Matrix> weight(DType dtype, int64_t N, int64_t K, uint32_t seed) {
-    const std::vector<float> f = randn(static_cast<size_t>(N * K), seed, 0.05f);
-    std::vector<uint8_t>& bytes = store_.emplace_back();
-    if (dtype == DType::BF16) {
-      bytes.resize(f.size() * 2);
-      auto* p = reinterpret_cast<uint16_t*>(bytes.data());
-      for (size_t i = 0; i < f.size(); ++i) p[i] = f32_to_bf16(f[i]);
-    } else {
-      bytes.resize(f.size() * 4);
-      std::memcpy(bytes.data(), f.data(), bytes.size());
-    }
-    TensorView t;
-    t.name = "w";
-    t.name += std::to_string(seed);
-    t.file = "test";
-    t.dtype = dtype;
-    t.shape = {N, K};
-    t.data = bytes.data();
-    t.nbytes = bytes.size();
+    const TensorView t = store_.random(dtype, N, K, seed, 0.05f);
     return {cpu_.load_matrix(t), gpu_->load_matrix(t)};
   }
 
@@ -144,7 +111,7 @@ class CudaGroupedLinear : public ::testing::Test {
 
   CpuBackend cpu_;
   std::unique_ptr<ComputeBackend> gpu_;
-  std::vector<std::vector<uint8_t>> store_;
+  test::WeightStore store_;
 };
 
 const std::vector<int64_t> kMixedRows = {3, 0, 17, 1, 0, 64, 5, 2};

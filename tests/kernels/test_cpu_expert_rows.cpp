@@ -13,33 +13,16 @@
 
 #include "arch/expert_dispatch.h"
 #include "arch/moe_router.h"
+#include "common/backend_data.h"
 #include "compute/backend.h"
 
 using namespace shardlm;
 
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
-
-template <typename T>
-T* up(ComputeBackend& b, const std::vector<T>& v) {
-  auto* p = static_cast<T*>(b.alloc(std::max<size_t>(v.size(), 1) * sizeof(T)));
-  b.copy_to_device(p, v.data(), v.size() * sizeof(T));
-  return p;
-}
-
-template <typename T>
-std::vector<T> down(ComputeBackend& b, const T* p, size_t n) {
-  std::vector<T> v(n);
-  b.copy_to_host(v.data(), p, n * sizeof(T));
-  return v;
-}
+using test::down;
+using test::randn;
+using test::up;
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
