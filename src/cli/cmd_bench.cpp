@@ -13,6 +13,7 @@
 
 #include "arch/model.h"
 #include "cli/commands.h"
+#include "cli/device_ceilings.h"
 #include "cli/subcommand.h"
 #include "compute/backend.h"
 #include "core/error.h"
@@ -85,20 +86,10 @@ Scenario run_scenario(Model& model, const Tokenizer& tok, EngineConfig ec, int64
 // beside them so that a slow model step can be told from a slow GEMM.
 void gpu_ceilings(const ModelSpec& spec, int64_t prompt_len, double* bw_gbs, double* peak_gflops) {
 #ifdef SHARDLM_HAVE_CUDA
-  const double measured_bw = cuda::measure_device_bandwidth() / 1e9;
-  const std::string name = cuda::device_spec_name();
-  if (!name.empty()) {
-    const plan::GpuSpec& g = plan::gpu_spec(name);
-    *bw_gbs = g.hbm_bw / 1e9;
-    *peak_gflops = g.bf16_flops / 1e9;
-    std::printf("device: %s: datasheet %.0f GB/s HBM, %.0f TFLOP/s dense bf16; measured device-to-device copy "
-                "%.0f GB/s (%.0f%%)\n",
-                g.description.c_str(), *bw_gbs, *peak_gflops / 1e3, measured_bw, 100.0 * measured_bw / *bw_gbs);
-  } else {
-    *bw_gbs = measured_bw;
-    *peak_gflops = 0;
-    std::printf("device: not in the spec table; measured device-to-device copy %.0f GB/s\n", measured_bw);
-  }
+  const DeviceCeilings c = measure_device_ceilings();
+  std::printf("%s\n", c.text.c_str());
+  *bw_gbs = c.bw_gbs;
+  *peak_gflops = c.peak_gflops;
   const int64_t H = spec.hidden_size, I = spec.intermediate_size;
   const int64_t shapes[][3] = {{prompt_len, 3 * H, H}, {prompt_len, 2 * I, H}, {prompt_len, H, I}, {8192, 8192, 8192}};
   for (const auto& s : shapes) {

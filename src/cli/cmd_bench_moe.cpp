@@ -29,6 +29,7 @@
 #include "arch/moe_router.h"
 #include "arch/scratch.h"
 #include "cli/commands.h"
+#include "cli/device_ceilings.h"
 #include "cli/subcommand.h"
 #include "compute/backend.h"
 #include "core/dtype.h"
@@ -114,6 +115,7 @@ double median(std::vector<double> v) {
 enum Field {
   kRoute, kDispatch, kGemm, kWait, kCombine, kShared, kTotal, kA2a,  // median seconds (as ns)
   kDispatchBytes, kCombineBytes, kRows,
+  kWeightBytes,  // bytes of the weights of this rank's experts that had rows (read once each)
   kFields
 };
 
@@ -222,18 +224,29 @@ int cmd_bench_moe(int argc, char** argv) {
     shared_w.push_back(x);
   }
 
-  // Ceilings, measured on rank 0 alone while the others wait: the fp32 FMA peak of one rank's
-  // threads and the memory bandwidth. When the ranks' threads outnumber the cores, a rank's fair
-  // share of the FMA peak is scaled down accordingly.
+  // Ceilings, measured on rank 0 alone while the others wait. CPU: the fp32 FMA peak of one rank's
+  // threads and the memory bandwidth; when the ranks' threads outnumber the cores, a rank's fair
+  // share of the FMA peak is scaled down accordingly. GPU: the device's bf16 peak and HBM
+  // bandwidth (each rank has its own GPU).
+  const bool gpu = b.name() == "cuda";
   comm->barrier();
   float ceil[2] = {0, 0};
-  if (rank == 0) {
+  std::string device_text;
+  if (rank == 0 && gpu) {
+    const DeviceCeilings c = measure_device_ceilings();
+    ceil[0] = static_cast<float>(c.peak_gflops);
+    ceil[1] = static_cast<float>(c.bw_gbs);
+    device_text = c.text;
+  } else if (rank == 0) {
     ceil[0] = static_cast<float>(cpu::measure_fma_peak_gflops(100));
     ceil[1] = static_cast<float>(cpu::measure_memory_bandwidth(2).best());
   }
   comm->broadcast(ceil, 2, CommDType::kF32, 0);
   const double peak_alone = ceil[0], membw = ceil[1];
-  const double peak_rank = peak_alone * std::min(1.0, static_cast<double>(hw) / (n * cpu::num_threads()));
+  const double peak_rank =
+      gpu ? peak_alone : peak_alone * std::min(1.0, static_cast<double>(hw) / (n * cpu::num_threads()));
+  const char* peak_name = gpu ? "the bf16 tensor peak" : "its FMA peak share";
+  const int64_t weight_elem_bytes = wdt == DType::BF16 ? 2 : 4;
 
   if (rank == 0) {
     std::printf("# shardlm bench-moe: %d rank%s (ep %d, %" PRId64 " experts per rank), %d threads per rank, "
@@ -248,8 +261,12 @@ int cmd_bench_moe(int argc, char** argv) {
     std::printf("# activations fp32 on the wire: dispatch one row (%" PRId64 " B + slots) per (token, destination "
                 "rank), combine one row per (token, expert)\n",
                 H * 4);
-    std::printf("# ceilings: %d cores; fp32 FMA peak %.1f GFLOP/s for one rank's threads alone, %.1f GFLOP/s per rank "
-                "when all run (cores shared); memory bandwidth %.1f GB/s\n", hw, peak_alone, peak_rank, membw);
+    if (gpu) {
+      std::printf("# ceilings: %s\n", device_text.c_str());
+    } else {
+      std::printf("# ceilings: %d cores; fp32 FMA peak %.1f GFLOP/s for one rank's threads alone, %.1f GFLOP/s per "
+                  "rank when all run (cores shared); memory bandwidth %.1f GB/s\n", hw, peak_alone, peak_rank, membw);
+    }
     std::printf("# times: median over %d iterations on each rank, the slowest rank shown (fastest in brackets)\n#\n",
                 iters);
     std::printf("# %9s  %-13s %11s %11s  %s\n", "tok/rank", "phase", "median(us)", "[fastest]", "detail");
@@ -276,7 +293,7 @@ int cmd_bench_moe(int argc, char** argv) {
     routing.experts.resize(static_cast<size_t>(T * k));
     routing.weights.resize(static_cast<size_t>(T * k));
     std::vector<std::vector<double>> t(kFields);
-    int64_t dbytes = 0, cbytes = 0, rows = 0;
+    int64_t dbytes = 0, cbytes = 0, rows = 0, wbytes = 0;
     for (int it = 0; it < warmup + iters; ++it) {
       comm->barrier();
       const auto t0 = Clock::now();
@@ -317,6 +334,10 @@ int cmd_bench_moe(int argc, char** argv) {
       dbytes = disp.dispatch_bytes;
       cbytes = disp.combine_bytes;
       rows = disp.rows();
+      wbytes = 0;
+      for (size_t e = 0; e + 1 < disp.offsets().size(); ++e) {
+        if (disp.offsets()[e + 1] > disp.offsets()[e]) wbytes += 3 * I * H * weight_elem_bytes;
+      }
     }
 
     // The all-to-all ceiling: equal blocks carrying the largest rank's dispatch bytes.
@@ -338,6 +359,7 @@ int cmd_bench_moe(int argc, char** argv) {
     mine[kDispatchBytes] = dbytes;
     mine[kCombineBytes] = cbytes;
     mine[kRows] = rows;
+    mine[kWeightBytes] = wbytes;
     comm->all_gather(mine.data(), all.data(), kFields, CommDType::kI64);
     for (float* p : {h, out, shared_y, ldev, wdev}) b.free(p);
     b.free(ids);
@@ -380,20 +402,25 @@ int cmd_bench_moe(int argc, char** argv) {
       std::snprintf(buf, sizeof buf, "one rank: rows gathered per expert in memory, nothing sent");
     }
     line("dispatch", kDispatch, buf);
-    const auto rw = field(kRows), gt = field(kGemm);
+    // Few rows per expert (decode) are bound by reading the experts' weights, many by the FMA peak:
+    // both rates, on the slowest rank.
+    const auto rw = field(kRows), gt = field(kGemm), wb = field(kWeightBytes);
     int64_t rmin = rw[0], rmax = rw[0], rsum = 0;
-    double worst_gflops = -1;
+    double worst_gflops = -1, worst_gbs = -1;
     for (int q = 0; q < n; ++q) {
       rmin = std::min(rmin, rw[q]);
       rmax = std::max(rmax, rw[q]);
       rsum += rw[q];
       const double g = per_ns(6.0 * static_cast<double>(rw[q] * H * I), gt[q]);  // gate, up, down: 3 x 2HI
       if (worst_gflops < 0 || g < worst_gflops) worst_gflops = g;
+      const double w = per_ns(static_cast<double>(wb[q]), gt[q]);
+      if (worst_gbs < 0 || w < worst_gbs) worst_gbs = w;
     }
     std::snprintf(buf, sizeof buf,
                   "%" PRId64 " rows/rank (min %" PRId64 ", max %" PRId64 "), %.1f GFLOP/s on the slowest rank = "
-                  "%.0f%% of its FMA peak share",
-                  rsum / n, rmin, rmax, worst_gflops, 100.0 * worst_gflops / peak_rank);
+                  "%.0f%% of %s; its experts' weights read at %.1f GB/s = %.0f%% of %.0f GB/s",
+                  rsum / n, rmin, rmax, worst_gflops, 100.0 * worst_gflops / std::max(peak_rank, 1e-9), peak_name,
+                  worst_gbs, 100.0 * worst_gbs / std::max(membw, 1e-9), membw);
     line("expert GEMMs", kGemm, buf);
     if (n > 1) line("(wait)", kWait, "barrier before the combine: the other ranks' longer expert GEMMs");
     if (n > 1) {

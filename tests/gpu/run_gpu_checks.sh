@@ -2,8 +2,9 @@
 # Every check that needs a GPU, in one run, with a log: the CUDA kernels against their CPU
 # references, the NCCL and staged-MPI communicator tests, --backend cuda end to end against the CPU
 # backend (stories260K and the tiny dense, MoE and MLA models; 2 ranks sharing the GPU with
-# --comm mpi), and the GPU benchmarks (decode and prefill tok/s, cuBLAS GEMM TFLOP/s beside the
-# H200's 4.8 TB/s and 989 TFLOP/s).
+# --comm mpi), and the GPU benchmarks (decode and prefill tok/s, cuBLAS GEMM TFLOP/s, sampling
+# us/row, and one DeepSeek-sized MoE layer's grouped expert GEMMs, beside the H200's 4.8 TB/s and
+# 989 TFLOP/s).
 #
 #   tests/gpu/run_gpu_checks.sh BUILD_DIR LOG_DIR [SHARED_DIR]
 #
@@ -49,7 +50,7 @@ run() {  # name, command...
   else
     echo "   FAILED (exit $?), see $name.log" | tee -a "$logs/summary.log"; status=1
   fi
-  grep -E "PASSED|FAILED|SKIPPED|tests passed|tok/s|TFLOP/s|GB/s" "$logs/$name.log" | tail -25 >>"$logs/summary.log"
+  grep -E "PASSED|FAILED|SKIPPED|tests passed|tok/s|TFLOP/s|GB/s|us/row|ran as" "$logs/$name.log" | tail -25 >>"$logs/summary.log"
 }
 
 # 1. Kernels against CPU references; NCCL and staged-MPI communicators on device buffers.
@@ -62,5 +63,11 @@ model="${TMPDIR:-/tmp}/shardlm-bench-model"
   >"$logs/make-model.log" 2>&1
 run bench "$build/shardlm" bench --model "$model" --backend cuda --prompt-len 2048 --decode-tokens 256 \
   --batch 256 --batch-in 512 --batch-out 128
+# 4. One MoE layer of DeepSeek-V3's size as one rank of EP 8 holds it (hidden 7168, 32 routed
+#    experts of intermediate 2048, bf16, top 8 of the 256-expert routing scaled to 32: 8 groups, 4
+#    kept, one shared expert): route, expert GEMMs (grouped) and combine per token count, beside the
+#    bf16 peak and the HBM bandwidth.
+run bench-moe "$build/shardlm" bench-moe --backend cuda --hidden 7168 --experts 32 --inter 2048 --top-k 8 \
+  --groups 8 --topk-groups 4 --shared 1 --tokens 16,128,1024,4096 --iters 10 --warmup 2
 step "done: status $status"
 exit $status
