@@ -28,6 +28,7 @@
 #include <cstring>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "cpu/threads.h"
 
@@ -332,7 +333,64 @@ void matmul_impl(const float* x, int64_t M, int64_t K, const WT* w, int64_t N, c
   }
 }
 
+// Work items of a grouped matmul: a group's rows times a column range of its weight. Columns are
+// cut into ranges of whole tiles, small enough that every thread gets several items (the groups'
+// row counts differ) yet large enough to amortise the item's setup.
+struct GroupItem {
+  int64_t g, n0, n1;
+};
+
+template <typename WT>
+void grouped_impl(const float* x, const int64_t* offsets, int64_t G, int64_t K, const WT* const* w, int64_t N,
+                  float* y) {
+  if (N <= 0 || G <= 0) return;
+  int64_t rows = 0, live = 0;
+  for (int64_t g = 0; g < G; ++g) {
+    rows += offsets[g + 1] - offsets[g];
+    live += offsets[g + 1] > offsets[g];
+  }
+  if (rows == 0) return;
+  if (K <= 0) {
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t r = offsets[g]; r < offsets[g + 1]; ++r) std::fill(y + r * N, y + (r + 1) * N, 0.0f);
+    return;
+  }
+  int nt = num_threads();
+  if (static_cast<double>(rows) * N * K < 64.0 * 1024) nt = 1;
+  // Column ranges: a multiple of both tile widths (kNR, and kNR1 for one-row groups), about
+  // 4 items per thread overall.
+  const int64_t unit = kNR * kNR1;
+  const int64_t units = (N + unit - 1) / unit;
+  const int64_t per_group = std::max<int64_t>(1, std::min<int64_t>(units, (4 * nt + live - 1) / live));
+  std::vector<GroupItem> items;
+  items.reserve(static_cast<size_t>(live * per_group));
+  for (int64_t g = 0; g < G; ++g) {
+    if (offsets[g + 1] == offsets[g]) continue;
+    for (int64_t i = 0; i < per_group; ++i) {
+      const int64_t n0 = std::min(N, units * i / per_group * unit), n1 = std::min(N, units * (i + 1) / per_group * unit);
+      if (n0 < n1) items.push_back({g, n0, n1});
+    }
+  }
+  const int64_t n_items = static_cast<int64_t>(items.size());
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+  for (int64_t i = 0; i < n_items; ++i) {
+    const GroupItem& it = items[static_cast<size_t>(i)];
+    const int64_t r0 = offsets[it.g];
+    matmul_range(x + r0 * K, offsets[it.g + 1] - r0, K, w[it.g], nullptr, y + r0 * N, N, it.n0, it.n1);
+  }
+}
+
 }  // namespace
+
+void grouped_matmul_f32w(const float* x, const int64_t* offsets, int64_t G, int64_t K, const float* const* w,
+                         int64_t N, float* y) {
+  grouped_impl<float>(x, offsets, G, K, w, N, y);
+}
+
+void grouped_matmul_bf16w(const float* x, const int64_t* offsets, int64_t G, int64_t K, const uint16_t* const* w,
+                          int64_t N, float* y) {
+  grouped_impl<uint16_t>(x, offsets, G, K, w, N, y);
+}
 
 void matmul_f32w(const float* x, int64_t M, int64_t K, const float* w, int64_t N, const float* bias, float* y) {
   matmul_impl<float>(x, M, K, w, N, bias, y);

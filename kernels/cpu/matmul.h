@@ -15,4 +15,14 @@ void matmul_f32w(const float* x, int64_t M, int64_t K, const float* w, int64_t N
 void matmul_bf16w(const float* x, int64_t M, int64_t K, const uint16_t* w, int64_t N, const float* bias,
                   float* y);
 
+// G matmuls on consecutive row ranges in one parallel region (Mixture-of-Experts: every expert's
+// projection at once): rows [offsets[g], offsets[g+1]) of x [offsets[G], K] times w[g] ([N, K],
+// no bias) into the same rows of y [offsets[G], N]; rows outside the groups are not written. The
+// work is split over (group, column range) items, so many small groups cost one fork/join
+// instead of one each. Each element is bit-identical to matmul_*w on its group alone.
+void grouped_matmul_f32w(const float* x, const int64_t* offsets, int64_t G, int64_t K, const float* const* w,
+                         int64_t N, float* y);
+void grouped_matmul_bf16w(const float* x, const int64_t* offsets, int64_t G, int64_t K, const uint16_t* const* w,
+                          int64_t N, float* y);
+
 }  // namespace shardlm::cpu

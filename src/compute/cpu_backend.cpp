@@ -163,6 +163,27 @@ void CpuBackend::linear(const float* x, int64_t M, const Matrix& w, const Vector
     SHARDLM_FAIL("cpu backend: linear weight dtype " << dtype_name(w.dtype) << " is not F32 or BF16");
 }
 
+void CpuBackend::grouped_linear(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
+                                float* y) {
+  check_grouped_linear(offsets, w, "cpu backend");
+  const int64_t G = static_cast<int64_t>(w.size());
+  if (G == 0) return;
+  const DType dt = w[0]->dtype;
+  bool one_dtype = dt == DType::BF16 || dt == DType::F32;
+  for (const Matrix* m : w) one_dtype = one_dtype && m->dtype == dt;
+  if (!one_dtype) return ComputeBackend::grouped_linear(x, offsets, w, y);
+  const int64_t N = w[0]->rows, K = w[0]->cols;
+  if (dt == DType::BF16) {
+    grouped_bf16_.clear();
+    for (const Matrix* m : w) grouped_bf16_.push_back(static_cast<const uint16_t*>(m->data));
+    cpu::grouped_matmul_bf16w(x, offsets.data(), G, K, grouped_bf16_.data(), N, y);
+  } else {
+    grouped_f32_.clear();
+    for (const Matrix* m : w) grouped_f32_.push_back(static_cast<const float*>(m->data));
+    cpu::grouped_matmul_f32w(x, offsets.data(), G, K, grouped_f32_.data(), N, y);
+  }
+}
+
 void CpuBackend::rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
                       const float* inv_freq) {
   cpu::rope_rotate_half(x, T, n_heads, head_dim, pos, inv_freq);

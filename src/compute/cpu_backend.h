@@ -37,6 +37,13 @@ class CpuBackend : public ComputeBackend {
   void add_rmsnorm(float* residual, const float* x, const Vector& w, int64_t rows, float eps,
                    float* out) override;
   void linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) override;
+  // cpu::grouped_matmul_*: all groups in one parallel region, each element bit for bit linear()'s.
+  // A call takes up to kGroupedRows rows, so the rows of gate and up stay in cache between GEMMs.
+  void grouped_linear(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
+                      float* y) override;
+  std::string grouped_linear_path() const override { return "one parallel region for all groups (cpu)"; }
+  int64_t grouped_linear_rows() const override { return kGroupedRows; }
+  static constexpr int64_t kGroupedRows = 1024;
   void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
             const float* inv_freq) override;
   void silu_mul(const float* gate, const float* up, float* out, int64_t n) override;
@@ -82,6 +89,8 @@ class CpuBackend : public ComputeBackend {
   const int32_t* const* token_tables(const BlockTables& tables, int64_t T);
   std::vector<const int32_t*> token_tables_;
   std::vector<Sampler> samplers_;  // sample(): one per thread
+  std::vector<const uint16_t*> grouped_bf16_;  // grouped_linear's weight pointers
+  std::vector<const float*> grouped_f32_;
 
   std::mutex mu_;
   std::unordered_set<void*> allocs_;  // activation memory from alloc()

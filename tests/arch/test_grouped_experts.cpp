@@ -14,6 +14,7 @@
 #include "arch/scratch.h"
 #include "common/backend_data.h"
 #include "compute/cpu_backend.h"
+#include "cpu/threads.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "model/checkpoint.h"
@@ -96,24 +97,44 @@ TEST_F(GroupedExperts, NoRowsWritesNothing) {
   for (float v : out) EXPECT_EQ(v, 5.0f);
 }
 
-TEST_F(GroupedExperts, DefaultGroupedLinearIsOneLinearPerGroup) {
-  const int64_t N = 24, K = 20;
-  // Groups start at row 2: rows 0 and 1 of y stay as they were.
-  const std::vector<int64_t> offsets = {2, 5, 5, 12, 13};
-  const std::vector<float> x = randn(static_cast<size_t>(offsets.back() * K), 9, 1.0f);
-  for (DType dt : {DType::BF16, DType::F32}) {
-    std::vector<Matrix> w;
-    for (uint32_t g = 0; g < 4; ++g) w.push_back(weight(dt, N, K, 200 + g));
-    const std::vector<const Matrix*> wp = {&w[0], &w[1], &w[2], &w[3]};
-    std::vector<float> want(static_cast<size_t>(offsets.back() * N), -1.0f), got(want);
-    for (size_t g = 0; g < 4; ++g) {
-      const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
-      if (n > 0) cpu_.linear(x.data() + r0 * K, n, w[g], nullptr, want.data() + r0 * N);
+// CpuBackend::grouped_linear (all groups in one parallel region, cut into column ranges) and
+// ComputeBackend's default (one linear per group) both equal per-group linear() bit for bit: small
+// shapes on one thread, and shapes large enough to split over threads with one-row groups (the
+// decode tile), an N that is not a multiple of the tile widths, and mixed dtypes (the default).
+TEST_F(GroupedExperts, GroupedLinearIsOneLinearPerGroupBitForBit) {
+  struct Case {
+    int64_t N, K;
+    std::vector<int64_t> offsets;  // groups start at offsets[0]: earlier rows of y stay as they were
+  };
+  const Case cases[] = {{24, 20, {2, 5, 5, 12, 13}},
+                        {300, 136, {0, 1, 1, 40, 41, 42, 107, 107, 108}},
+                        {1030, 64, {3, 4, 20, 21}}};
+  const int threads_before = cpu::num_threads();
+  cpu::set_num_threads(2);
+  for (const Case& c : cases) {
+    const int64_t G = static_cast<int64_t>(c.offsets.size()) - 1, R = c.offsets.back();
+    const std::vector<float> x = randn(static_cast<size_t>(R * c.K), 9, 1.0f);
+    for (int mode = 0; mode < 3; ++mode) {  // bf16, f32, mixed
+      std::vector<Matrix> w;
+      for (int64_t g = 0; g < G; ++g) {
+        const DType dt = mode == 0 ? DType::BF16 : mode == 1 ? DType::F32 : (g % 2 ? DType::BF16 : DType::F32);
+        w.push_back(weight(dt, c.N, c.K, static_cast<uint32_t>(200 + g)));
+      }
+      std::vector<const Matrix*> wp;
+      for (const Matrix& m : w) wp.push_back(&m);
+      std::vector<float> want(static_cast<size_t>(R * c.N), -1.0f), got(want), by_default(want);
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t r0 = c.offsets[g], n = c.offsets[g + 1] - r0;
+        if (n > 0) cpu_.linear(x.data() + r0 * c.K, n, w[g], nullptr, want.data() + r0 * c.N);
+      }
+      cpu_.grouped_linear(x.data(), c.offsets, wp, got.data());
+      cpu_.ComputeBackend::grouped_linear(x.data(), c.offsets, wp, by_default.data());
+      const std::string what = "N " + std::to_string(c.N) + " mode " + std::to_string(mode);
+      expect_bits_equal(want, got, "cpu grouped_linear, " + what);
+      expect_bits_equal(want, by_default, "default grouped_linear, " + what);
     }
-    cpu_.grouped_linear(x.data(), offsets, wp, got.data());
-    expect_bits_equal(want, got, std::string("grouped_linear ") + dtype_name(dt));
   }
-  EXPECT_EQ(cpu_.grouped_linear_path(), "one linear per group");
+  cpu::set_num_threads(threads_before);
 }
 
 TEST_F(GroupedExperts, GroupedLinearChecksItsArguments) {
