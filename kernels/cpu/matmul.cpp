@@ -367,7 +367,8 @@ void grouped_impl(const float* x, const int64_t* offsets, int64_t G, int64_t K, 
   for (int64_t g = 0; g < G; ++g) {
     if (offsets[g + 1] == offsets[g]) continue;
     for (int64_t i = 0; i < per_group; ++i) {
-      const int64_t n0 = std::min(N, units * i / per_group * unit), n1 = std::min(N, units * (i + 1) / per_group * unit);
+      const int64_t n0 = std::min(N, units * i / per_group * unit);
+      const int64_t n1 = std::min(N, units * (i + 1) / per_group * unit);
       if (n0 < n1) items.push_back({g, n0, n1});
     }
   }

@@ -246,9 +246,9 @@ class Decoder final : public Model {
   // A step with sample rows is ended by end_step_sampled, one without by end_step.
   static void check_end(bool by_sampled, bool sampled, int64_t rows) {
     if (rows == 0) return;
-    SHARDLM_CHECK(by_sampled == sampled, (sampled ? "end_step on a step begun with sample rows (end it with end_step_sampled)"
-                                                  : "end_step_sampled on a step begun without sample rows (end it "
-                                                    "with end_step)"));
+    SHARDLM_CHECK(by_sampled == sampled,
+                  (sampled ? "end_step on a step begun with sample rows (end it with end_step_sampled)"
+                           : "end_step_sampled on a step begun without sample rows (end it with end_step)"));
   }
   // The last stage's message for a sampled step: R tokens, then the R logprobs' bits.
   static void pack_choices(const std::vector<int32_t>& tokens, const std::vector<float>& logprobs,

@@ -163,8 +163,8 @@ void CpuBackend::linear(const float* x, int64_t M, const Matrix& w, const Vector
     SHARDLM_FAIL("cpu backend: linear weight dtype " << dtype_name(w.dtype) << " is not F32 or BF16");
 }
 
-void CpuBackend::grouped_linear(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
-                                float* y) {
+void CpuBackend::grouped_linear(const float* x, const std::vector<int64_t>& offsets,
+                                const std::vector<const Matrix*>& w, float* y) {
   check_grouped_linear(offsets, w, "cpu backend");
   const int64_t G = static_cast<int64_t>(w.size());
   if (G == 0) return;

@@ -437,12 +437,12 @@ void** CudaBackend::grouped_pointers(size_t n) {
 
 int CudaBackend::grouped_gemm(const float* x, const uint16_t* xb, const std::vector<int64_t>& offsets,
                               const std::vector<const Matrix*>& w, const std::vector<size_t>& live, bool bf16,
-                              GroupedBf16 path, float* y) {
+                              GroupedPath path, float* y) {
   const size_t G = live.size();
   const int64_t N = w[live[0]]->rows, K = w[live[0]]->cols;
   // xb and the bf16 output hold rows [base, base + R) only.
   const int64_t base = offsets[live.front()], R = offsets[live.back() + 1] - base;
-  const bool bf16_out = bf16 && path == GroupedBf16::kBf16Out;
+  const bool bf16_out = bf16 && path == GroupedPath::kBf16Out;
   if (bf16_out && static_cast<size_t>(R * N) > grouped_out_ws_n_) {
     SHARDLM_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));  // the old buffer may still be read
     SHARDLM_CUDA_CHECK(cudaFree(grouped_out_ws_));
@@ -515,18 +515,25 @@ void CudaBackend::grouped_linear(const float* x, const std::vector<int64_t>& off
   bool one_dtype = dt == DType::BF16 || dt == DType::F32;
   for (size_t g : live) one_dtype = one_dtype && w[g]->dtype == dt;
   const bool bf16 = dt == DType::BF16;
-  if (one_dtype) grouped_last_f32_ = !bf16;
-  const bool grouped = bf16 ? grouped_bf16_ != GroupedBf16::kPerGroup : grouped_f32_ok_;
-  if (capturing_ || !one_dtype || live.size() == 1 || N == 0 || K == 0 || !grouped) {
+  // The path is remembered per shape and dtype: a refusal (say an alignment cuBLAS wants for one
+  // K) does not turn grouping off for the other projections.
+  GroupedPath& path = grouped_paths_[{N, K, bf16}];
+  if (capturing_ || !one_dtype || live.size() == 1 || N == 0 || K == 0 || path == GroupedPath::kPerGroup) {
+    last_grouped_ = GroupedPath::kPerGroup;
     ComputeBackend::grouped_linear(x, offsets, w, y);
     return;
   }
+  const std::string shape = " (N " + std::to_string(N) + ", K " + std::to_string(K) + ")";
   if (!bf16) {
-    const int st = grouped_gemm(x, nullptr, offsets, w, live, false, GroupedBf16::kF32Out, y);
-    if (st == CUBLAS_STATUS_SUCCESS) return;
-    grouped_f32_ok_ = false;
+    const int st = grouped_gemm(x, nullptr, offsets, w, live, false, GroupedPath::kF32Out, y);
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      last_grouped_ = GroupedPath::kSgemm;
+      return;
+    }
+    path = GroupedPath::kPerGroup;
     say_downgrade(handle(cublas_), st,
-                  "grouped fp32 SGEMM; fp32 grouped linears run one cuBLAS GEMM per group from now on");
+                  ("a grouped fp32 SGEMM" + shape + "; it runs one GEMM per group from now on").c_str());
+    last_grouped_ = GroupedPath::kPerGroup;
     ComputeBackend::grouped_linear(x, offsets, w, y);
     return;
   }
@@ -535,29 +542,30 @@ void CudaBackend::grouped_linear(const float* x, const std::vector<int64_t>& off
   uint16_t* xb = bf16_workspace(static_cast<size_t>(R * K));
   cuda::f32_to_bf16(x + base * K, xb, R * K, as_stream(stream_));
   check_launch("f32_to_bf16");
-  if (grouped_bf16_ == GroupedBf16::kF32Out) {
-    const int st = grouped_gemm(x, xb, offsets, w, live, true, GroupedBf16::kF32Out, y);
-    if (st == CUBLAS_STATUS_SUCCESS) return;
-    grouped_bf16_ = GroupedBf16::kBf16Out;
-    say_downgrade(handle(cublas_), st,
-                  "a grouped bf16 x bf16 -> fp32 GEMM; bf16 grouped linears write bf16 and cast to fp32 from now on");
+  for (const GroupedPath p : {GroupedPath::kF32Out, GroupedPath::kBf16Out}) {
+    if (path != p) continue;
+    const int st = grouped_gemm(x, xb, offsets, w, live, true, p, y);
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      last_grouped_ = p;
+      return;
+    }
+    path = p == GroupedPath::kF32Out ? GroupedPath::kBf16Out : GroupedPath::kPerGroup;
+    const bool fp32_out = p == GroupedPath::kF32Out;
+    const std::string what = std::string("a grouped bf16 x bf16 -> ") + (fp32_out ? "fp32" : "bf16") + " GEMM" + shape +
+                             (fp32_out ? "; it writes bf16 and casts to fp32 from now on"
+                                       : "; it runs one GEMM per group from now on");
+    say_downgrade(handle(cublas_), st, what.c_str());
   }
-  if (grouped_bf16_ == GroupedBf16::kBf16Out) {
-    const int st = grouped_gemm(x, xb, offsets, w, live, true, GroupedBf16::kBf16Out, y);
-    if (st == CUBLAS_STATUS_SUCCESS) return;
-    grouped_bf16_ = GroupedBf16::kPerGroup;
-    say_downgrade(handle(cublas_), st,
-                  "a grouped bf16 x bf16 -> bf16 GEMM; bf16 grouped linears run one cuBLAS GEMM per group from now on");
-  }
+  last_grouped_ = GroupedPath::kPerGroup;
   ComputeBackend::grouped_linear(x, offsets, w, y);
 }
 
 std::string CudaBackend::grouped_linear_path() const {
-  if (grouped_last_f32_) return grouped_f32_ok_ ? "cuBLAS grouped batched SGEMM, fp32" : "one cuBLAS GEMM per group";
-  switch (grouped_bf16_) {
-    case GroupedBf16::kF32Out: return "cuBLAS grouped batched GEMM, bf16 in, fp32 out";
-    case GroupedBf16::kBf16Out: return "cuBLAS grouped batched GEMM, bf16 in, bf16 out, cast to fp32";
-    case GroupedBf16::kPerGroup: break;
+  switch (last_grouped_) {
+    case GroupedPath::kSgemm: return "cuBLAS grouped batched SGEMM, fp32";
+    case GroupedPath::kF32Out: return "cuBLAS grouped batched GEMM, bf16 in, fp32 out";
+    case GroupedPath::kBf16Out: return "cuBLAS grouped batched GEMM, bf16 in, bf16 out, cast to fp32";
+    case GroupedPath::kPerGroup: break;
   }
   return "one cuBLAS GEMM per group";
 }

@@ -25,8 +25,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -135,20 +137,20 @@ class CudaBackend final : public ComputeBackend {
   void* sample_buf_[kSampleBuffers] = {};
   size_t sample_bytes_[kSampleBuffers] = {};
 
-  // grouped_linear: the path bf16 weights take (downgraded at most twice, never back), whether
-  // fp32 weights may use grouped SGEMM, and the weight dtype of the last grouped call (for
-  // grouped_linear_path). Device buffers that only grow, never used inside a capture, so freed at
-  // once when they grow: the A, B, C pointer arrays, and the bf16 output of the second path.
-  enum class GroupedBf16 { kF32Out, kBf16Out, kPerGroup };
+  // grouped_linear: the path each (N, K, bf16?) shape takes (downgraded at most twice, never back;
+  // fp32 weights: kF32Out means grouped SGEMM) and the path of the last call (for
+  // grouped_linear_path; kSgemm for grouped SGEMM). Device buffers that only grow, never used
+  // inside a capture, so freed at once when they grow: the A, B, C pointer arrays, and the bf16
+  // output of the second path.
+  enum class GroupedPath { kF32Out, kBf16Out, kPerGroup, kSgemm };
   // One grouped GEMM over the groups in `live`: CUBLAS_STATUS_SUCCESS (0), or the status cuBLAS
   // refused it with as unsupported (any other failure throws).
   int grouped_gemm(const float* x, const uint16_t* xb, const std::vector<int64_t>& offsets,
-                   const std::vector<const Matrix*>& w, const std::vector<size_t>& live, bool bf16, GroupedBf16 path,
+                   const std::vector<const Matrix*>& w, const std::vector<size_t>& live, bool bf16, GroupedPath path,
                    float* y);
   void** grouped_pointers(size_t n);
-  GroupedBf16 grouped_bf16_ = GroupedBf16::kF32Out;
-  bool grouped_f32_ok_ = true;
-  bool grouped_last_f32_ = false;
+  std::map<std::tuple<int64_t, int64_t, bool>, GroupedPath> grouped_paths_;
+  GroupedPath last_grouped_ = GroupedPath::kPerGroup;
   void** grouped_ptrs_ = nullptr;
   size_t grouped_ptrs_n_ = 0;
   uint16_t* grouped_out_ws_ = nullptr;
