@@ -217,7 +217,7 @@ fi
 # ---- 2. requeue: SIGTERM, flush, resume ----
 long=$out/long.jsonl
 for i in $(seq 1 400); do
-  echo "{\"id\": \"long-$i\", \"prompt\": \"Once upon a time number $i\", \"max_tokens\": 96, \"ignore_eos\": true}"
+  echo "{\"id\": \"long-$i\", \"prompt\": \"Once upon a time number $i\", \"max_tokens\": 384, \"ignore_eos\": true}"
 done >"$long"
 job=jobs/tiny-requeue.ini
 # The same prompts in one uninterrupted run (outside Slurm), for the tokens a requeued job must give.
