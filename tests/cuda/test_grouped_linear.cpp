@@ -118,25 +118,16 @@ const std::vector<int64_t> kMixedRows = {3, 0, 17, 1, 0, 64, 5, 2};
 const std::vector<int64_t> kOneGroup = {0, 0, 0, 92, 0, 0, 0, 0};
 const std::vector<int64_t> kNoRows = {0, 0, 0, 0, 0, 0, 0, 0};
 
-TEST_F(CudaGroupedLinear, Bf16MatchesPerGroupAndCpu) {
-  const std::vector<DType> bf16(8, DType::BF16);
-  for (int64_t K : {80, 72}) {
-    const std::string k = std::string(", K ") + std::to_string(K);
-    check(kMixedRows, 0, 96, K, bf16, "bf16, uneven groups" + k);
-    check(kMixedRows, 3, 96, K, bf16, "bf16, uneven groups from row 3" + k);
-    check(kOneGroup, 0, 96, K, bf16, "bf16, one group" + k);
-    check(kNoRows, 0, 96, K, bf16, "bf16, no rows" + k);
-  }
-}
-
-TEST_F(CudaGroupedLinear, F32MatchesPerGroupAndCpu) {
-  const std::vector<DType> f32(8, DType::F32);
-  for (int64_t K : {80, 72}) {
-    const std::string k = std::string(", K ") + std::to_string(K);
-    check(kMixedRows, 0, 96, K, f32, "f32, uneven groups" + k);
-    check(kMixedRows, 5, 96, K, f32, "f32, uneven groups from row 5" + k);
-    check(kOneGroup, 0, 96, K, f32, "f32, one group" + k);
-    check(kNoRows, 0, 96, K, f32, "f32, no rows" + k);
+TEST_F(CudaGroupedLinear, Bf16AndF32MatchPerGroupAndCpu) {
+  for (const DType dt : {DType::BF16, DType::F32}) {
+    const std::vector<DType> dtypes(8, dt);
+    for (int64_t K : {80, 72}) {
+      const std::string what = std::string(dtype_name(dt)) + ", K " + std::to_string(K);
+      check(kMixedRows, 0, 96, K, dtypes, what + ", uneven groups");
+      check(kMixedRows, 3, 96, K, dtypes, what + ", uneven groups from row 3");
+      check(kOneGroup, 0, 96, K, dtypes, what + ", one group");
+      check(kNoRows, 0, 96, K, dtypes, what + ", no rows");
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/backend_data.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "model/fp8_block.h"
@@ -129,13 +130,10 @@ TEST(Fp8Block, EncodeMatchesNearestCodeSearch) {
 
 // A TensorView over caller-owned bytes.
 TensorView view(const std::string& name, DType dt, std::vector<int64_t> shape, const void* data) {
-  TensorView t;
-  t.name = name;
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  TensorView t = test::tensor_view(name, dt, std::move(shape), data, static_cast<size_t>(numel) * dtype_size(dt));
   t.file = "/ckpt/model-00001.safetensors";
-  t.dtype = dt;
-  t.shape = std::move(shape);
-  t.data = data;
-  t.nbytes = static_cast<size_t>(t.numel()) * dtype_size(dt);
   return t;
 }
 
