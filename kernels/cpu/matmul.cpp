@@ -333,9 +333,7 @@ void matmul_impl(const float* x, int64_t M, int64_t K, const WT* w, int64_t N, c
   }
 }
 
-// Work items of a grouped matmul: a group's rows times a column range of its weight. Columns are
-// cut into ranges of whole tiles, small enough that every thread gets several items (the groups'
-// row counts differ) yet large enough to amortise the item's setup.
+// Work items of a grouped matmul: a group's rows times a column range of its weight.
 struct GroupItem {
   int64_t g, n0, n1;
 };
@@ -357,18 +355,21 @@ void grouped_impl(const float* x, const int64_t* offsets, int64_t G, int64_t K, 
   }
   int nt = num_threads();
   if (static_cast<double>(rows) * N * K < 64.0 * 1024) nt = 1;
-  // Column ranges: a multiple of both tile widths (kNR, and kNR1 for one-row groups), about
-  // 4 items per thread overall.
-  const int64_t unit = kNR * kNR1;
-  const int64_t units = (N + unit - 1) / unit;
-  const int64_t per_group = std::max<int64_t>(1, std::min<int64_t>(units, (4 * nt + live - 1) / live));
+  // Column ranges of whole tiles (kNR1 wide for one-row groups, kNR otherwise), split like
+  // matmul_*. With few groups each is cut into as many ranges as threads (every range re-reads the
+  // group's rows, so no more than needed); with many, about 4 items per thread overall.
+  const int64_t per_group_max = std::max<int64_t>(1, std::min<int64_t>(nt, (4 * nt + live - 1) / live));
   std::vector<GroupItem> items;
-  items.reserve(static_cast<size_t>(live * per_group));
+  items.reserve(static_cast<size_t>(live * per_group_max));
   for (int64_t g = 0; g < G; ++g) {
-    if (offsets[g + 1] == offsets[g]) continue;
-    for (int64_t i = 0; i < per_group; ++i) {
-      const int64_t n0 = std::min(N, units * i / per_group * unit);
-      const int64_t n1 = std::min(N, units * (i + 1) / per_group * unit);
+    const int64_t M = offsets[g + 1] - offsets[g];
+    if (M == 0) continue;
+    const int64_t align = M == 1 ? kNR1 : kNR;
+    const int64_t tiles = (N + align - 1) / align;
+    const int64_t parts = std::min(per_group_max, tiles);
+    for (int64_t i = 0; i < parts; ++i) {
+      const int64_t n0 = std::min(N, tiles * i / parts * align);
+      const int64_t n1 = std::min(N, tiles * (i + 1) / parts * align);
       if (n0 < n1) items.push_back({g, n0, n1});
     }
   }
