@@ -30,9 +30,6 @@
 #include "model/checkpoint.h"
 #include "model/fp8_block.h"
 
-// grouped_linear's cublasGemmGroupedBatchedEx and cublasSgemmGroupedBatched came with cuBLAS 12.5.
-static_assert(CUBLAS_VERSION >= 120500, "shardlm's CUDA backend needs cuBLAS 12.5 or newer (CUDA 12.5+)");
-
 namespace shardlm {
 namespace {
 
@@ -41,8 +38,6 @@ constexpr cudaStream_t kStream = 0;
 // Two pinned buffers of this size carry weight uploads.
 constexpr size_t kStagingBytes = size_t{32} << 20;
 
-cublasHandle_t handle(void* p) { return static_cast<cublasHandle_t>(p); }
-cudaStream_t as_stream(void* p) { return static_cast<cudaStream_t>(p); }
 
 // cuBLAS's workspace while capturing: with one of its own it allocates nothing inside the capture.
 // 32 MiB is what the cuBLAS documentation recommends for Hopper (more than enough for the rest).
@@ -99,7 +94,7 @@ CudaBackend::~CudaBackend() {
   // (a capture left open by an exception is ended first: synchronising inside it would fail).
   if (capturing_) {
     cudaGraph_t g = nullptr;
-    cudaStreamEndCapture(as_stream(capture_stream_), &g);
+    cudaStreamEndCapture(stream_of(capture_stream_), &g);
     if (g) cudaGraphDestroy(g);
   }
   cudaDeviceSynchronize();
@@ -108,7 +103,7 @@ CudaBackend::~CudaBackend() {
   for (void* p : owned_) cudaFree(p);
   for (void* p : retired_) cudaFree(p);
   cudaFree(cublas_ws_);
-  if (capture_stream_) cudaStreamDestroy(as_stream(capture_stream_));
+  if (capture_stream_) cudaStreamDestroy(stream_of(capture_stream_));
   cudaFree(bf16_ws_);
   cudaFree(grouped_ptrs_);
   cudaFree(grouped_out_ws_);
@@ -119,7 +114,7 @@ CudaBackend::~CudaBackend() {
     if (staging_[i]) cudaFreeHost(staging_[i]);
   }
   if (copy_stream_) cudaStreamDestroy(static_cast<cudaStream_t>(copy_stream_));
-  if (cublas_) cublasDestroy(handle(cublas_));
+  if (cublas_) cublasDestroy(cublas_of(cublas_));
 }
 
 void* CudaBackend::upload(const void* host, size_t bytes) {
@@ -244,27 +239,27 @@ void CudaBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
   // cudaMemcpyDefault: the source may be host memory or (a device-to-device gather) the device.
   // From pageable host memory the call returns once the source has been read, so the caller may
   // reuse it at once.
-  if (bytes) SHARDLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream_)));
+  if (bytes) SHARDLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_of(stream_)));
 }
 
 void CudaBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
   if (!bytes) return;
   SHARDLM_CHECK(!capturing_, "cuda backend: copy_to_host while capturing a CUDA graph (a captured step cannot read "
                              "the device from the host)");
-  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream_)));
-  SHARDLM_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
+  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_of(stream_)));
+  SHARDLM_CUDA_CHECK(cudaStreamSynchronize(stream_of(stream_)));
 }
 
 void CudaBackend::synchronize() {
   SHARDLM_CHECK(!capturing_, "cuda backend: synchronize while capturing a CUDA graph");
-  SHARDLM_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
+  SHARDLM_CUDA_CHECK(cudaStreamSynchronize(stream_of(stream_)));
 }
 
 // cublasSetStream resets the handle's workspace to cuBLAS's own pool, so the workspace is set
 // again after every stream change.
 void CudaBackend::bind_cublas(void* stream, bool own_workspace) {
-  SHARDLM_CUBLAS_CHECK(cublasSetStream(handle(cublas_), as_stream(stream)));
-  if (own_workspace) SHARDLM_CUBLAS_CHECK(cublasSetWorkspace(handle(cublas_), cublas_ws_, kCublasWorkspaceBytes));
+  SHARDLM_CUBLAS_CHECK(cublasSetStream(cublas_of(cublas_), stream_of(stream)));
+  if (own_workspace) SHARDLM_CUBLAS_CHECK(cublasSetWorkspace(cublas_of(cublas_), cublas_ws_, kCublasWorkspaceBytes));
 }
 
 // Capture runs on a non-blocking stream of the backend's own: the legacy default stream cannot be
@@ -282,7 +277,7 @@ void CudaBackend::begin_capture() {
   }
   if (!cublas_ws_) SHARDLM_CUDA_CHECK(cudaMalloc(&cublas_ws_, kCublasWorkspaceBytes));
   bind_cublas(capture_stream_, true);
-  const cudaError_t err = cudaStreamBeginCapture(as_stream(capture_stream_), cudaStreamCaptureModeThreadLocal);
+  const cudaError_t err = cudaStreamBeginCapture(stream_of(capture_stream_), cudaStreamCaptureModeThreadLocal);
   if (err != cudaSuccess) {
     bind_cublas(nullptr, false);
     SHARDLM_CUDA_CHECK(err);
@@ -297,7 +292,7 @@ int64_t CudaBackend::end_capture() {
   capturing_ = false;
   stream_ = nullptr;
   cudaGraph_t graph = nullptr;
-  const cudaError_t ended = cudaStreamEndCapture(as_stream(capture_stream_), &graph);
+  const cudaError_t ended = cudaStreamEndCapture(stream_of(capture_stream_), &graph);
   bind_cublas(nullptr, false);
   if (ended != cudaSuccess) {
     if (graph) cudaGraphDestroy(graph);
@@ -318,7 +313,7 @@ void CudaBackend::replay(int64_t handle) {
   SHARDLM_CHECK(!capturing_, "cuda backend: replay while capturing");
   auto it = graphs_.find(handle);
   SHARDLM_CHECK(it != graphs_.end(), "cuda backend: replay of unknown graph " << handle);
-  SHARDLM_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(it->second), as_stream(stream_)));
+  SHARDLM_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(it->second), stream_of(stream_)));
   check_launch("graph replay");
 }
 
@@ -326,7 +321,7 @@ void CudaBackend::drop_captures() {
   SHARDLM_CHECK(!capturing_, "cuda backend: drop_captures while capturing");
   if (graphs_.empty() && retired_.empty()) return;
   // A launched graph may still run: its executable and the workspaces it reads go once it is done.
-  SHARDLM_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
+  SHARDLM_CUDA_CHECK(cudaStreamSynchronize(stream_of(stream_)));
   for (auto& [id, exec] : graphs_) SHARDLM_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec)));
   graphs_.clear();
   for (void* p : retired_) SHARDLM_CUDA_CHECK(cudaFree(p));
@@ -345,7 +340,7 @@ uint16_t* CudaBackend::bf16_workspace(size_t n) {
     SHARDLM_CHECK(!capturing_, "cuda backend: the bf16 GEMM workspace must grow to "
                                    << n << " elements while capturing a CUDA graph (run the step once before "
                                    "capturing it)");
-    SHARDLM_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));  // the old workspace may still be read
+    SHARDLM_CUDA_CHECK(cudaStreamSynchronize(stream_of(stream_)));  // the old workspace may still be read
     // A captured graph holds the old pointer: it stays allocated until the graphs are dropped.
     if (graphs_.empty())
       SHARDLM_CUDA_CHECK(cudaFree(bf16_ws_));
@@ -360,20 +355,20 @@ uint16_t* CudaBackend::bf16_workspace(size_t n) {
 
 void CudaBackend::embedding(const int32_t* ids, int64_t T, const Matrix& table, float* out) {
   if (table.dtype == DType::BF16)
-    cuda::embedding_bf16(ids, T, static_cast<const uint16_t*>(table.data), table.cols, out, as_stream(stream_));
+    cuda::embedding_bf16(ids, T, static_cast<const uint16_t*>(table.data), table.cols, out, stream_of(stream_));
   else
-    cuda::embedding_f32(ids, T, static_cast<const float*>(table.data), table.cols, out, as_stream(stream_));
+    cuda::embedding_f32(ids, T, static_cast<const float*>(table.data), table.cols, out, stream_of(stream_));
   check_launch("embedding");
 }
 
 void CudaBackend::rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, float* out) {
-  cuda::rmsnorm(x, w.data, rows, w.n, eps, out, as_stream(stream_));
+  cuda::rmsnorm(x, w.data, rows, w.n, eps, out, stream_of(stream_));
   check_launch("rmsnorm");
 }
 
 void CudaBackend::add_rmsnorm(float* residual, const float* x, const Vector& w, int64_t rows, float eps,
                               float* out) {
-  cuda::add_rmsnorm(residual, x, w.data, rows, w.n, eps, out, as_stream(stream_));
+  cuda::add_rmsnorm(residual, x, w.data, rows, w.n, eps, out, stream_of(stream_));
   check_launch("add_rmsnorm");
 }
 
@@ -386,16 +381,16 @@ void CudaBackend::linear(const float* x, int64_t M, const Matrix& w, const Vecto
   // Row-major y[M,N] = x[M,K] W^T is column-major y^T[N,M] = W^T(col-major [K,N])^T x^T([K,M]).
   if (w.dtype == DType::BF16) {
     uint16_t* xb = bf16_workspace(static_cast<size_t>(M * K));
-    cuda::f32_to_bf16(x, xb, M * K, as_stream(stream_));
+    cuda::f32_to_bf16(x, xb, M * K, stream_of(stream_));
     check_launch("f32_to_bf16");
-    SHARDLM_CUBLAS_CHECK(cublasGemmEx(handle(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
+    SHARDLM_CUBLAS_CHECK(cublasGemmEx(cublas_of(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
                                       static_cast<int>(M), static_cast<int>(K), &alpha, w.data, CUDA_R_16BF,
                                       static_cast<int>(K), xb, CUDA_R_16BF, static_cast<int>(K), &beta, y, CUDA_R_32F,
                                       static_cast<int>(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   } else {
     SHARDLM_CHECK(w.dtype == DType::F32, "cuda backend: linear weight dtype " << dtype_name(w.dtype)
                                                                               << " is not F32 or BF16");
-    SHARDLM_CUBLAS_CHECK(cublasSgemm(handle(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
+    SHARDLM_CUBLAS_CHECK(cublasSgemm(cublas_of(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
                                      static_cast<int>(M), static_cast<int>(K), &alpha,
                                      static_cast<const float*>(w.data), static_cast<int>(K), x, static_cast<int>(K),
                                      &beta, y, static_cast<int>(N)));
@@ -403,192 +398,31 @@ void CudaBackend::linear(const float* x, int64_t M, const Matrix& w, const Vecto
   if (bias && bias->data) {
     SHARDLM_CHECK(bias->n == N, "cuda backend: linear bias has " << bias->n << " elements; weight has " << N
                                                                    << " rows");
-    cuda::add_bias_rows(y, M, N, bias->data, as_stream(stream_));
+    cuda::add_bias_rows(y, M, N, bias->data, stream_of(stream_));
     check_launch("add_bias_rows");
   }
 }
 
-namespace {
-
-// cuBLAS's answers to a grouped GEMM it does not run for these types or shapes on this GPU (the
-// bf16 -> fp32 combination is not documented for the grouped call): the caller downgrades.
-bool refused(cublasStatus_t st) { return st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE; }
-
-void say_downgrade(cublasHandle_t h, int st, const char* what) {
-  int version = 0;
-  cublasGetVersion(h, &version);
-  std::fprintf(stderr, "[shardlm] cuda backend: cuBLAS %d answers %s to %s\n", version,
-               cublasGetStatusName(static_cast<cublasStatus_t>(st)), what);
-}
-
-}  // namespace
-
-void** CudaBackend::grouped_pointers(size_t n) {
-  if (n > grouped_ptrs_n_) {
-    SHARDLM_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));  // an earlier grouped GEMM may still read them
-    SHARDLM_CUDA_CHECK(cudaFree(grouped_ptrs_));
-    grouped_ptrs_ = nullptr;
-    grouped_ptrs_n_ = 0;
-    SHARDLM_CUDA_CHECK(cudaMalloc(&grouped_ptrs_, n * sizeof(void*)));
-    grouped_ptrs_n_ = n;
-  }
-  return grouped_ptrs_;
-}
-
-int CudaBackend::grouped_gemm(const float* x, const uint16_t* xb, const std::vector<int64_t>& offsets,
-                              const std::vector<const Matrix*>& w, const std::vector<size_t>& live, bool bf16,
-                              GroupedPath path, float* y) {
-  const size_t G = live.size();
-  const int64_t N = w[live[0]]->rows, K = w[live[0]]->cols;
-  // xb and the bf16 output hold rows [base, base + R) only.
-  const int64_t base = offsets[live.front()], R = offsets[live.back() + 1] - base;
-  const bool bf16_out = bf16 && path == GroupedPath::kBf16Out;
-  if (bf16_out && static_cast<size_t>(R * N) > grouped_out_ws_n_) {
-    SHARDLM_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));  // the old buffer may still be read
-    SHARDLM_CUDA_CHECK(cudaFree(grouped_out_ws_));
-    grouped_out_ws_ = nullptr;
-    grouped_out_ws_n_ = 0;
-    SHARDLM_CUDA_CHECK(cudaMalloc(&grouped_out_ws_, static_cast<size_t>(R * N) * sizeof(uint16_t)));
-    grouped_out_ws_n_ = static_cast<size_t>(R * N);
-  }
-  // One problem per group (group_size 1: the row counts differ). Column-major view as in linear():
-  // y^T[N, n] = W (read transposed from [N, K] row-major, ld K) times x^T[K, n] (ld K).
-  const std::vector<cublasOperation_t> ta(G, CUBLAS_OP_T), tb(G, CUBLAS_OP_N);
-  const std::vector<int> m(G, static_cast<int>(N)), k(G, static_cast<int>(K)), ld_in(G, static_cast<int>(K)),
-      ld_out(G, static_cast<int>(N)), size(G, 1);
-  const std::vector<float> alpha(G, 1.0f), beta(G, 0.0f);
-  std::vector<int> n(G);
-  // The A, B and C pointers of problem i at i, G + i and 2G + i; the device copy is what cuBLAS reads.
-  grouped_host_ptrs_.resize(3 * G);
-  for (size_t i = 0; i < G; ++i) {
-    const size_t g = live[i];
-    const int64_t r = offsets[g] - base;
-    n[i] = static_cast<int>(offsets[g + 1] - offsets[g]);
-    grouped_host_ptrs_[i] = w[g]->data;
-    grouped_host_ptrs_[G + i] =
-        bf16 ? static_cast<const void*>(xb + r * K) : static_cast<const void*>(x + offsets[g] * K);
-    grouped_host_ptrs_[2 * G + i] =
-        bf16_out ? static_cast<const void*>(grouped_out_ws_ + r * N) : static_cast<const void*>(y + offsets[g] * N);
-  }
-  void** dev = grouped_pointers(3 * G);
-  // From pageable memory: returns once the host array is read, so it may be refilled at once; the
-  // device array is refilled only by later work on this same stream.
-  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(dev, grouped_host_ptrs_.data(), 3 * G * sizeof(void*), cudaMemcpyHostToDevice,
-                                     as_stream(stream_)));
-  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-  if (bf16) {
-    st = cublasGemmGroupedBatchedEx(handle(cublas_), ta.data(), tb.data(), m.data(), n.data(), k.data(), alpha.data(),
-                                    dev, CUDA_R_16BF, ld_in.data(), dev + G, CUDA_R_16BF, ld_in.data(), beta.data(),
-                                    dev + 2 * G, bf16_out ? CUDA_R_16BF : CUDA_R_32F, ld_out.data(),
-                                    static_cast<int>(G), size.data(), CUBLAS_COMPUTE_32F);
-  } else {
-    st = cublasSgemmGroupedBatched(handle(cublas_), ta.data(), tb.data(), m.data(), n.data(), k.data(), alpha.data(),
-                                   reinterpret_cast<const float* const*>(dev), ld_in.data(),
-                                   reinterpret_cast<const float* const*>(dev + G), ld_in.data(), beta.data(),
-                                   reinterpret_cast<float* const*>(dev + 2 * G), ld_out.data(), static_cast<int>(G),
-                                   size.data());
-  }
-  if (refused(st)) return st;
-  SHARDLM_CHECK(st == CUBLAS_STATUS_SUCCESS,
-                (bf16 ? "cublasGemmGroupedBatchedEx" : "cublasSgemmGroupedBatched")
-                    << " of " << G << " groups (N " << N << ", K " << K << ") failed: " << cublasGetStatusName(st)
-                    << " (" << cublasGetStatusString(st) << ")");
-  if (bf16_out) {
-    cuda::bf16_to_f32(grouped_out_ws_, y + base * N, R * N, as_stream(stream_));
-    check_launch("bf16_to_f32");
-  }
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-void CudaBackend::grouped_linear(const float* x, const std::vector<int64_t>& offsets,
-                                 const std::vector<const Matrix*>& w, float* y) {
-  check_grouped_linear(offsets, w, "cuda backend");
-  std::vector<size_t> live;
-  for (size_t g = 0; g < w.size(); ++g)
-    if (offsets[g + 1] > offsets[g]) live.push_back(g);
-  if (live.empty()) return;
-  const int64_t N = w[0]->rows, K = w[0]->cols;
-  SHARDLM_CHECK(N <= INT32_MAX && K <= INT32_MAX && offsets.back() <= INT32_MAX,
-                "cuda backend: grouped linear of " << offsets.back() << " rows x " << K << " by " << N
-                                                   << " exceeds cuBLAS's int sizes");
-  const DType dt = w[live[0]]->dtype;
-  bool one_dtype = dt == DType::BF16 || dt == DType::F32;
-  for (size_t g : live) one_dtype = one_dtype && w[g]->dtype == dt;
-  const bool bf16 = dt == DType::BF16;
-  // The path is remembered per shape and dtype: a refusal (say an alignment cuBLAS wants for one
-  // K) does not turn grouping off for the other projections.
-  GroupedPath& path = grouped_paths_[{N, K, bf16}];
-  if (capturing_ || !one_dtype || live.size() == 1 || N == 0 || K == 0 || path == GroupedPath::kPerGroup) {
-    last_grouped_ = GroupedPath::kPerGroup;
-    ComputeBackend::grouped_linear(x, offsets, w, y);
-    return;
-  }
-  const std::string shape = " (N " + std::to_string(N) + ", K " + std::to_string(K) + ")";
-  if (!bf16) {
-    const int st = grouped_gemm(x, nullptr, offsets, w, live, false, GroupedPath::kF32Out, y);
-    if (st == CUBLAS_STATUS_SUCCESS) {
-      last_grouped_ = GroupedPath::kSgemm;
-      return;
-    }
-    path = GroupedPath::kPerGroup;
-    say_downgrade(handle(cublas_), st,
-                  ("a grouped fp32 SGEMM" + shape + "; it runs one GEMM per group from now on").c_str());
-    last_grouped_ = GroupedPath::kPerGroup;
-    ComputeBackend::grouped_linear(x, offsets, w, y);
-    return;
-  }
-  // The rows are cast once for all groups.
-  const int64_t base = offsets[live.front()], R = offsets.back() - base;
-  uint16_t* xb = bf16_workspace(static_cast<size_t>(R * K));
-  cuda::f32_to_bf16(x + base * K, xb, R * K, as_stream(stream_));
-  check_launch("f32_to_bf16");
-  for (const GroupedPath p : {GroupedPath::kF32Out, GroupedPath::kBf16Out}) {
-    if (path != p) continue;
-    const int st = grouped_gemm(x, xb, offsets, w, live, true, p, y);
-    if (st == CUBLAS_STATUS_SUCCESS) {
-      last_grouped_ = p;
-      return;
-    }
-    path = p == GroupedPath::kF32Out ? GroupedPath::kBf16Out : GroupedPath::kPerGroup;
-    const bool fp32_out = p == GroupedPath::kF32Out;
-    const std::string what = std::string("a grouped bf16 x bf16 -> ") + (fp32_out ? "fp32" : "bf16") + " GEMM" + shape +
-                             (fp32_out ? "; it writes bf16 and casts to fp32 from now on"
-                                       : "; it runs one GEMM per group from now on");
-    say_downgrade(handle(cublas_), st, what.c_str());
-  }
-  last_grouped_ = GroupedPath::kPerGroup;
-  ComputeBackend::grouped_linear(x, offsets, w, y);
-}
-
-std::string CudaBackend::grouped_linear_path() const {
-  switch (last_grouped_) {
-    case GroupedPath::kSgemm: return "cuBLAS grouped batched SGEMM, fp32";
-    case GroupedPath::kF32Out: return "cuBLAS grouped batched GEMM, bf16 in, fp32 out";
-    case GroupedPath::kBf16Out: return "cuBLAS grouped batched GEMM, bf16 in, bf16 out, cast to fp32";
-    case GroupedPath::kPerGroup: break;
-  }
-  return "one cuBLAS GEMM per group";
-}
 
 void CudaBackend::rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
                        const float* inv_freq) {
-  cuda::rope_rotate_half(x, T, n_heads, head_dim, pos, inv_freq, as_stream(stream_));
+  cuda::rope_rotate_half(x, T, n_heads, head_dim, pos, inv_freq, stream_of(stream_));
   check_launch("rope");
 }
 
 void CudaBackend::silu_mul(const float* gate, const float* up, float* out, int64_t n) {
-  cuda::silu_mul(gate, up, out, n, as_stream(stream_));
+  cuda::silu_mul(gate, up, out, n, stream_of(stream_));
   check_launch("silu_mul");
 }
 
 void CudaBackend::add(float* y, const float* x, int64_t n) {
-  cuda::add_inplace(y, x, n, as_stream(stream_));
+  cuda::add_inplace(y, x, n, stream_of(stream_));
   check_launch("add");
 }
 
 void CudaBackend::kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
                            int64_t head_dim, float* k_cache, float* v_cache) {
-  cuda::kv_cache_write(k, v, T, slots, n_kv_heads, head_dim, k_cache, v_cache, as_stream(stream_));
+  cuda::kv_cache_write(k, v, T, slots, n_kv_heads, head_dim, k_cache, v_cache, stream_of(stream_));
   check_launch("kv_write");
 }
 
@@ -599,7 +433,7 @@ void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t 
                 "cuda backend: n_heads " << n_heads << " is not a multiple of n_kv_heads " << n_kv_heads);
   SHARDLM_CHECK(head_dim <= 256, "cuda backend: attention supports head_dim up to 256, not " << head_dim);
   cuda::paged_attention(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, block_size, tables.blocks, tables.start,
-                        pos, window, scale, out, as_stream(stream_));
+                        pos, window, scale, out, stream_of(stream_));
   check_launch("paged_attention");
 }
 
@@ -608,7 +442,7 @@ void CudaBackend::rope_strided(const float* x, int64_t T, int64_t n_heads, int64
                                float attention_factor, float* out) {
   SHARDLM_CHECK(rot_dim % 2 == 0, "cuda backend: rope_strided rot_dim " << rot_dim << " is odd");
   cuda::rope_strided(x, T, n_heads, x_stride, head_stride, rot_dim, pos, inv_freq, interleaved, attention_factor, out,
-                     as_stream(stream_));
+                     stream_of(stream_));
   check_launch("rope_strided");
 }
 
@@ -620,10 +454,10 @@ void CudaBackend::head_linear(const float* x, int64_t T, int64_t n_heads, int64_
   const int64_t N = w.rows / n_heads;
   if (w.dtype == DType::BF16)
     cuda::head_matmul_bf16w(x, T, n_heads, x_stride, head_stride, w.cols, static_cast<const uint16_t*>(w.data), N, y,
-                            as_stream(stream_));
+                            stream_of(stream_));
   else if (w.dtype == DType::F32)
     cuda::head_matmul_f32w(x, T, n_heads, x_stride, head_stride, w.cols, static_cast<const float*>(w.data), N, y,
-                           as_stream(stream_));
+                           stream_of(stream_));
   else
     SHARDLM_FAIL("cuda backend: head_linear weight dtype " << dtype_name(w.dtype) << " is not F32 or BF16");
   check_launch("head_linear");
@@ -631,7 +465,7 @@ void CudaBackend::head_linear(const float* x, int64_t T, int64_t n_heads, int64_
 
 void CudaBackend::latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots,
                                      int64_t kv_lora, int64_t rope_dim, float* cache) {
-  cuda::latent_cache_write(latent, k_rope, T, slots, kv_lora, rope_dim, cache, as_stream(stream_));
+  cuda::latent_cache_write(latent, k_rope, T, slots, kv_lora, rope_dim, cache, stream_of(stream_));
   check_launch("latent_cache_write");
 }
 
@@ -642,7 +476,7 @@ void CudaBackend::latent_attention(const float* q_latent, const float* q_rope, i
                                                      "qk_rope_head_dim up to 64, not "
                                                          << kv_lora << " and " << rope_dim);
   cuda::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, tables.blocks,
-                         tables.start, pos, scale, out, as_stream(stream_));
+                         tables.start, pos, scale, out, stream_of(stream_));
   check_launch("latent_attention");
 }
 
@@ -656,10 +490,10 @@ void CudaBackend::moe_route(const float* logits, int64_t T, const RouterConfig& 
                                               << " of " << E << " experts is not a valid group-limited routing");
     cuda::launch_moe_topk_sigmoid(logits, T, static_cast<int>(E), static_cast<int>(k), cfg.bias,
                                   static_cast<int>(cfg.n_group), static_cast<int>(cfg.topk_group), cfg.norm_topk_prob,
-                                  cfg.scale, ids, weights, as_stream(stream_));
+                                  cfg.scale, ids, weights, stream_of(stream_));
   } else {
     cuda::launch_moe_topk_softmax(logits, T, static_cast<int>(E), static_cast<int>(k), cfg.renormalise, cfg.scale, ids,
-                                  weights, as_stream(stream_));
+                                  weights, stream_of(stream_));
   }
   check_launch("moe_route");
 }
@@ -668,7 +502,7 @@ void CudaBackend::expert_permute(const int32_t* ids, int64_t T, int64_t k, int64
                                  int32_t* slot_row, int32_t* row_pair) {
   SHARDLM_CHECK(T * k <= INT32_MAX && E <= INT32_MAX, "cuda backend: expert_permute of " << T << " x " << k);
   cuda::launch_expert_permute(ids, T, static_cast<int>(k), static_cast<int32_t>(e0), static_cast<int>(E), offsets,
-                              slot_row, row_pair, as_stream(stream_));
+                              slot_row, row_pair, stream_of(stream_));
   check_launch("expert_permute");
 }
 
@@ -679,30 +513,30 @@ void CudaBackend::expert_gather(const float* x, int64_t H, int64_t k, const int3
   // host read); here the caller knows it, so it goes up with the launch.
   if (!row_count_) SHARDLM_CUDA_CHECK(cudaMalloc(&row_count_, sizeof(int32_t)));
   const auto n = static_cast<int32_t>(rows);
-  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(row_count_, &n, sizeof n, cudaMemcpyHostToDevice, as_stream(stream_)));
-  cuda::launch_expert_gather(x, H, static_cast<int>(k), row_pair, row_count_, rows, xp, as_stream(stream_));
+  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(row_count_, &n, sizeof n, cudaMemcpyHostToDevice, stream_of(stream_)));
+  cuda::launch_expert_gather(x, H, static_cast<int>(k), row_pair, row_count_, rows, xp, stream_of(stream_));
   check_launch("expert_gather");
 }
 
 void CudaBackend::expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights,
                                  const int32_t* slot_row, int64_t T, int64_t k, float* out) {
-  cuda::launch_expert_combine(yp, H, ids, weights, slot_row, T, static_cast<int>(k), out, as_stream(stream_));
+  cuda::launch_expert_combine(yp, H, ids, weights, slot_row, T, static_cast<int>(k), out, stream_of(stream_));
   check_launch("expert_combine");
 }
 
 void CudaBackend::gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) {
-  cuda::gated_add(out, y, gate_logits, T, H, as_stream(stream_));
+  cuda::gated_add(out, y, gate_logits, T, H, stream_of(stream_));
   check_launch("gated_add");
 }
 
 void CudaBackend::gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
-  cuda::launch_gather_rows(src, H, rows, n, dst, as_stream(stream_));
+  cuda::launch_gather_rows(src, H, rows, n, dst, stream_of(stream_));
   check_launch("gather_rows");
 }
 
 void CudaBackend::combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows,
                                const float* weights, int64_t T, float* out) {
-  cuda::launch_combine_rows(y, H, token_start, rows, weights, T, out, as_stream(stream_));
+  cuda::launch_combine_rows(y, H, token_start, rows, weights, T, out, stream_of(stream_));
   check_launch("combine_rows");
 }
 
@@ -736,7 +570,7 @@ void CudaBackend::sample(const float* logits, int64_t R, int64_t V, const Sample
   auto* d_scratch = static_cast<float*>(sample_buffer(1, n * static_cast<size_t>(V) * sizeof(float)));
   auto* d_tokens = static_cast<int32_t*>(sample_buffer(2, n * sizeof(int32_t)));
   auto* d_logprobs = static_cast<float*>(sample_buffer(3, n * sizeof(float)));
-  const cudaStream_t s = as_stream(stream_);
+  const cudaStream_t s = stream_of(stream_);
   // From pageable memory the copy returns once `host` has been read: it may go out of scope.
   SHARDLM_CUDA_CHECK(cudaMemcpyAsync(d_rows, host.data(), n * sizeof(cuda::SamplingRow), cudaMemcpyHostToDevice, s));
   cuda::launch_sample(logits, R, V, d_rows, d_scratch, d_tokens, d_logprobs, s);

@@ -71,10 +71,10 @@ class CudaBackend final : public ComputeBackend {
   void rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, float* out) override;
   void add_rmsnorm(float* residual, const float* x, const Vector& w, int64_t rows, float eps, float* out) override;
   void linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) override;
-  // One cuBLAS grouped batched GEMM for all non-empty groups (one problem per group: their row
-  // counts differ). BF16 weights: the rows are cast to bf16 once, fp32 output; should cuBLAS refuse
-  // bf16 x bf16 -> fp32 there, bf16 output cast to fp32 after, and should it refuse that too, one
-  // GEMM per group (each downgrade once, said on stderr). F32 weights: grouped SGEMM, or one GEMM
+  // One cuBLAS grouped batched GEMM for all non-empty groups (cuda_grouped_linear.cpp; one problem
+  // per group: their row counts differ). BF16 weights: the rows are cast to bf16 once, fp32 output;
+  // should cuBLAS refuse bf16 x bf16 -> fp32 there, bf16 output cast to fp32 after, and should it
+  // refuse that too, one GEMM per group (each downgrade once per shape, said on stderr). F32 weights: grouped SGEMM, or one GEMM
   // per group when refused. While capturing, with mixed dtypes or with one non-empty group: one
   // linear() per group (the pointer arrays go up by pageable copies, which a graph cannot hold).
   void grouped_linear(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,

@@ -26,3 +26,11 @@
                   #call << " failed: " << cublasGetStatusName(shardlm_cublas_st_) << " ("          \
                         << cublasGetStatusString(shardlm_cublas_st_) << ")");                      \
   } while (0)
+
+namespace shardlm {
+
+// The backend keeps its cuBLAS handle and streams as void* (its header includes no CUDA header).
+inline cublasHandle_t cublas_of(void* p) { return static_cast<cublasHandle_t>(p); }
+inline cudaStream_t stream_of(void* p) { return static_cast<cudaStream_t>(p); }
+
+}  // namespace shardlm
