@@ -50,15 +50,87 @@ __device__ inline void warp_fold_tile(const float (&s)[Tile], int cnt, float til
   m = mn;
 }
 
+// ---- Partition states (attention_partitions.h) ----
+// Merging a partition (m, l, acc) into the state of the partitions before it (M, L, ACC):
+//   M' = max(M, m), L' = L e^(M - M') + l e^(m - M'), ACC' = ACC e^(M - M') + acc e^(m - M').
+// Both states are non-empty (a partition holds at least one attended position), so M and m are
+// finite. The attention kernels (one block walking every partition) and attention_combine (one
+// block per partition) merge with these functions, whose roundings are pinned (no contraction
+// choices left to the compiler), so both give the same bits.
+struct MergeScale {
+  float max, c_old, c_new;
+};
+__device__ inline MergeScale merge_scale(float M, float m) {
+  const float mx = fmaxf(M, m);
+  return {mx, expf(M - mx), expf(m - mx)};
+}
+__device__ inline float merge_value(float old, float v, const MergeScale& s) {
+  return __fmaf_rn(old, s.c_old, __fmul_rn(v, s.c_new));
+}
+// acc / l as acc * (1 / l), both correctly rounded: 1 / l once per row, a product per element.
+__device__ inline float reciprocal(float l) { return __fdiv_rn(1.0f, l); }
+__device__ inline float normalised(float acc, float inv_l) { return __fmul_rn(acc, inv_l); }
+
 // o[d] = acc / l for the lane's dims (see warp_fold_tile).
 template <int Acc>
 __device__ inline void warp_write_normalised(float* o, int width, float l, const float (&acc)[Acc]) {
   const int lane = threadIdx.x & 31;
-  const float inv = 1.0f / l;
+  const float inv = reciprocal(l);
 #pragma unroll
   for (int a = 0; a < Acc; ++a) {
     const int d = lane + 32 * a;
-    if (d < width) o[d] = acc[a] * inv;
+    if (d < width) o[d] = normalised(acc[a], inv);
+  }
+}
+
+// What a warp does with partition k (of k0..k1) of its (token, head) once the partition is folded
+// into (m, l, acc):
+//  - the token has one partition: o = acc / l;
+//  - split launch: the state goes to st = [m, l, acc[width]] for attention_combine;
+//  - unsplit, several partitions: merged into the running state (M, L and the accumulators, kept
+//    in o itself: only this lane reads back what it wrote), and o normalised after the last.
+template <int Acc>
+__device__ inline void warp_finish_partition(int k, int k0, int k1, bool split, float* st, float* o, int width, float m,
+                                             float l, const float (&acc)[Acc], float& M, float& L) {
+  const int lane = threadIdx.x & 31;
+  if (k0 == k1) {
+    warp_write_normalised(o, width, l, acc);
+    return;
+  }
+  if (split) {
+    if (lane == 0) {
+      st[0] = m;
+      st[1] = l;
+    }
+#pragma unroll
+    for (int a = 0; a < Acc; ++a) {
+      const int d = lane + 32 * a;
+      if (d < width) st[2 + d] = acc[a];
+    }
+    return;
+  }
+  if (k == k0) {  // the first partition is the state as it is
+    M = m;
+    L = l;
+#pragma unroll
+    for (int a = 0; a < Acc; ++a) {
+      const int d = lane + 32 * a;
+      if (d < width) o[d] = acc[a];
+    }
+    return;
+  }
+  const MergeScale s = merge_scale(M, m);
+  M = s.max;
+  L = merge_value(L, l, s);
+  const bool last = k == k1;
+  const float inv = last ? reciprocal(L) : 1.0f;
+#pragma unroll
+  for (int a = 0; a < Acc; ++a) {
+    const int d = lane + 32 * a;
+    if (d < width) {
+      const float v = merge_value(o[d], acc[a], s);
+      o[d] = last ? normalised(v, inv) : v;
+    }
   }
 }
 

@@ -1,9 +1,11 @@
 // Same scheme as paged_attention.cu (attention_util.cuh): one thread block per (token, group of up
 // to kAttnHeadsPerBlock heads), one warp per head; every head reads the same latent cache, so each
 // round's rows are staged in shared memory once per block instead of read once per head. The key
-// is the whole row (latent and rope parts), the value its latent part.
+// is the whole row (latent and rope parts), the value its latent part. Position partitions and the
+// split launch are paged_attention.cu's.
 #include "cuda/latent_attention.h"
 
+#include "cuda/attention_combine.h"
 #include "cuda/attention_util.cuh"
 #include "cuda/block_reduce.cuh"
 #include "cuda/launch_util.cuh"
@@ -30,48 +32,20 @@ __global__ void latent_cache_write_kernel(const float* latent, const float* k_ro
   }
 }
 
-// blockIdx.x = t * blocks_per_token + b; warp w takes head b * heads_per_block + w, idle past
-// n_heads (idle warps still stage rows and meet every barrier).
-__global__ void __launch_bounds__(kMaxThreads)
-    latent_attention_kernel(const float* q_latent, const float* q_rope, int64_t n_heads, int kv_lora, int rope_dim,
-                            const float* cache, int64_t block_size, const int32_t* blocks, const int32_t* table_start,
-                            const int32_t* pos, float scale, float* out, int heads_per_block, int blocks_per_token) {
-  __shared__ float sc[kTile * (kMaxLora + kMaxRope)];  // the round's cache rows [cnt][row]
-  const int64_t t = blockIdx.x / blocks_per_token;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t h = static_cast<int64_t>(blockIdx.x % blocks_per_token) * heads_per_block + warp;
-  const bool active = h < n_heads;  // warp-uniform
+// Folds positions [a0, a1] into a warp's state (m, l, acc) from empty, as paged_attention.cu's
+// fold_positions does.
+__device__ __forceinline__ void fold_positions(int a0, int a1, const float (&ql)[kLoraPerLane],
+                                               const float (&qr)[kRopePerLane], bool active, int kv_lora, int rope_dim,
+                                               const float* cache, const int32_t* bt, int64_t block_size, float scale,
+                                               float* sc, float& m, float& l, float (&acc)[kLoraPerLane]) {
+  const int lane = threadIdx.x & 31;
   const int row = kv_lora + rope_dim;
-  const int64_t th = t * n_heads + h;
-  float* o = out + th * kv_lora;
-
-  const int64_t n = static_cast<int64_t>(pos[t]) + 1;
-  if (n <= 0) {  // padding token; the condition is the same for the whole block
-    if (active) {
-      for (int d = lane; d < kv_lora; d += 32) o[d] = 0.0f;
-    }
-    return;
-  }
-  const int32_t* bt = blocks + table_start[t];
-
-  float ql[kLoraPerLane], qr[kRopePerLane];
-#pragma unroll
-  for (int k = 0; k < kLoraPerLane; ++k) {
-    const int d = lane + 32 * k;
-    ql[k] = active && d < kv_lora ? q_latent[th * kv_lora + d] : 0.0f;
-  }
-#pragma unroll
-  for (int k = 0; k < kRopePerLane; ++k) {
-    const int d = lane + 32 * k;
-    qr[k] = active && d < rope_dim ? q_rope[th * rope_dim + d] : 0.0f;
-  }
-  float m = -INFINITY, l = 0.0f;
-  float acc[kLoraPerLane];
+  m = -INFINITY;
+  l = 0.0f;
 #pragma unroll
   for (int a = 0; a < kLoraPerLane; ++a) acc[a] = 0.0f;
-
-  for (int64_t base = 0; base < n; base += kTile) {
-    const int cnt = static_cast<int>(n - base < kTile ? n - base : kTile);
+  for (int base = a0; base <= a1; base += kTile) {
+    const int cnt = a1 - base + 1 < kTile ? a1 - base + 1 : kTile;
     // The whole block stages the round's rows (consecutive threads, consecutive columns of a row).
     for (int i = threadIdx.x; i < cnt * row; i += blockDim.x) {
       const int j = i / row, c = i - j * row;
@@ -104,7 +78,61 @@ __global__ void __launch_bounds__(kMaxThreads)
     }
     __syncthreads();  // sc is restaged by the next round
   }
-  if (active) detail::warp_write_normalised(o, kv_lora, l, acc);
+}
+
+// blockIdx.x = t * blocks_per_token + b; warp w takes head b * heads_per_block + w, idle past
+// n_heads (idle warps still stage rows and meet every barrier). gridDim.y > 1: a split launch, as
+// in paged_attention.cu.
+__global__ void __launch_bounds__(kMaxThreads)
+    latent_attention_kernel(const float* q_latent, const float* q_rope, int64_t n_heads, int kv_lora, int rope_dim,
+                            const float* cache, int64_t block_size, const int32_t* blocks, const int32_t* table_start,
+                            const int32_t* pos, float scale, float* out, int heads_per_block, int blocks_per_token,
+                            float* states) {
+  __shared__ float sc[kTile * (kMaxLora + kMaxRope)];  // the round's cache rows [cnt][row]
+  const int64_t t = blockIdx.x / blocks_per_token;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t h = static_cast<int64_t>(blockIdx.x % blocks_per_token) * heads_per_block + warp;
+  const bool active = h < n_heads;  // warp-uniform
+  const int64_t th = t * n_heads + h;
+  float* o = out + th * kv_lora;
+
+  // Which partitions this block folds; every condition below is the same for the whole block.
+  const int p1 = pos[t];  // positions are int32 throughout: fewer registers
+  if (p1 < 0) {           // padding token
+    if (active && blockIdx.y == 0) {
+      for (int d = lane; d < kv_lora; d += 32) o[d] = 0.0f;
+    }
+    return;
+  }
+  const int P = static_cast<int>(kAttnPartition);
+  const int k0 = 0, k1 = p1 / P;  // no sliding window: from position 0
+  const bool split = gridDim.y > 1;
+  const int kb = k0 + static_cast<int>(blockIdx.y), ke = split ? kb : k1;
+  if (kb > k1) return;  // a split block past this token's last partition
+  const int32_t* bt = blocks + table_start[t];
+
+  float ql[kLoraPerLane], qr[kRopePerLane];
+#pragma unroll
+  for (int k = 0; k < kLoraPerLane; ++k) {
+    const int d = lane + 32 * k;
+    ql[k] = active && d < kv_lora ? q_latent[th * kv_lora + d] : 0.0f;
+  }
+#pragma unroll
+  for (int k = 0; k < kRopePerLane; ++k) {
+    const int d = lane + 32 * k;
+    qr[k] = active && d < rope_dim ? q_rope[th * rope_dim + d] : 0.0f;
+  }
+  float M = -INFINITY, L = 0.0f;  // the merged state of the partitions before (unsplit launch)
+  for (int k = kb; k <= ke; ++k) {
+    const int a0 = k * P;
+    const int a1 = k * P + (p1 - k * P < P - 1 ? p1 - k * P : P - 1);  // no overflow near INT32_MAX
+    float m, l, acc[kLoraPerLane];
+    fold_positions(a0, a1, ql, qr, active, kv_lora, rope_dim, cache, bt, block_size, scale, sc, m, l, acc);
+    if (active) {
+      float* st = split ? states + (th * gridDim.y + (k - k0)) * (kv_lora + 2) : nullptr;
+      detail::warp_finish_partition(k, k0, k1, split, st, o, kv_lora, m, l, acc, M, L);
+    }
+  }
 }
 
 }  // namespace
@@ -119,14 +147,24 @@ void latent_cache_write(const float* latent, const float* k_rope, int64_t T, con
 
 void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora,
                       int64_t rope_dim, const float* cache, int64_t block_size, const int32_t* blocks,
-                      const int32_t* table_start, const int32_t* pos, float scale, float* out, cudaStream_t stream) {
+                      const int32_t* table_start, const int32_t* pos, float scale, float* out,
+                      const AttentionSplit& split, cudaStream_t stream) {
   if (T <= 0 || n_heads <= 0 || kv_lora <= 0) return;
   const int heads_per_block =
       static_cast<int>(n_heads < detail::kAttnHeadsPerBlock ? n_heads : detail::kAttnHeadsPerBlock);
   const int blocks_per_token = static_cast<int>((n_heads + heads_per_block - 1) / heads_per_block);
-  latent_attention_kernel<<<static_cast<unsigned>(T * blocks_per_token), heads_per_block * 32, 0, stream>>>(
+  const int64_t parts = split.parts > 1 ? split.parts : 1;
+  const dim3 grid(static_cast<unsigned>(T * blocks_per_token), static_cast<unsigned>(parts));
+  latent_attention_kernel<<<grid, heads_per_block * 32, 0, stream>>>(
       q_latent, q_rope, n_heads, static_cast<int>(kv_lora), static_cast<int>(rope_dim), cache, block_size, blocks,
-      table_start, pos, scale, out, heads_per_block, blocks_per_token);
+      table_start, pos, scale, out, heads_per_block, blocks_per_token, parts > 1 ? split.states : nullptr);
+  if (parts > 1) attention_combine(T, n_heads, kv_lora, pos, 0, parts, split.states, out, stream);
+}
+
+int64_t latent_attention_blocks(int64_t T, int64_t n_heads) {
+  if (T <= 0 || n_heads <= 0) return 0;
+  const int64_t heads_per_block = n_heads < detail::kAttnHeadsPerBlock ? n_heads : detail::kAttnHeadsPerBlock;
+  return T * ((n_heads + heads_per_block - 1) / heads_per_block);
 }
 
 }  // namespace shardlm::cuda

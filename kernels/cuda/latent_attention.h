@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "cuda/attention_partitions.h"
+
 namespace shardlm::cuda {
 
 // latent: [T, kv_lora]; k_rope: [T, rope_dim]; slots: [T] (negative: padding, not stored).
@@ -22,9 +24,14 @@ void latent_cache_write(const float* latent, const float* k_rope, int64_t T, con
                         int64_t rope_dim, float* cache, cudaStream_t stream);
 
 // q_latent: [T, n_heads, kv_lora]; q_rope: [T, n_heads, rope_dim]; out: [T, n_heads, kv_lora].
-// A token with pos[t] < 0 (padding) gets a zero output.
+// A token with pos[t] < 0 (padding) gets a zero output. `split` as in paged_attention.h (no
+// sliding window here: window 0 for its partitions).
 void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora,
                       int64_t rope_dim, const float* cache, int64_t block_size, const int32_t* blocks,
-                      const int32_t* table_start, const int32_t* pos, float scale, float* out, cudaStream_t stream);
+                      const int32_t* table_start, const int32_t* pos, float scale, float* out,
+                      const AttentionSplit& split, cudaStream_t stream);
+
+// Thread blocks of an unsplit launch.
+int64_t latent_attention_blocks(int64_t T, int64_t n_heads);
 
 }  // namespace shardlm::cuda

@@ -1,10 +1,13 @@
 // One thread block per (token, group of up to kAttnHeadsPerBlock query heads of one KV head), one
 // warp per query head (attention_util.cuh): each round the block stages kAttnTile positions' K and
 // V rows of its KV head in shared memory, so a GQA group reads its KV once, not once per query
-// head. The result is sum_j exp(s_j - m) v_j / sum_j exp(s_j - m), which equals the CPU's
-// normalised form up to rounding.
+// head. Each partition of the token's positions (attention_partitions.h) is folded into its own
+// state; an unsplit launch walks them all and merges as it goes, a split one gives each its block
+// along grid y and attention_combine merges. The result is sum_j exp(s_j - m) v_j /
+// sum_j exp(s_j - m), which equals the CPU's normalised form up to rounding.
 #include "cuda/paged_attention.h"
 
+#include "cuda/attention_combine.h"
 #include "cuda/attention_util.cuh"
 #include "cuda/block_reduce.cuh"
 
@@ -16,49 +19,21 @@ constexpr int kDimPerLane = kMaxHeadDim / 32;
 constexpr int kTile = detail::kAttnTile;
 constexpr int kMaxThreads = detail::kAttnHeadsPerBlock * 32;
 
-// blockIdx.x = (t * n_kv_heads + kv head) * blocks_per_kv + b; warp w takes query head
-// kvh * group + b * heads_per_block + w, idle when that is past the group (a group that does not
-// divide evenly); idle warps still stage rows and meet every barrier.
-__global__ void __launch_bounds__(kMaxThreads)
-    paged_attention_kernel(const float* q, int64_t n_heads, int64_t n_kv_heads, int head_dim, const float* k_cache,
-                           const float* v_cache, int64_t block_size, const int32_t* blocks, const int32_t* table_start,
-                           const int32_t* pos, int64_t window, float scale, float* out, int heads_per_block,
-                           int blocks_per_kv) {
-  __shared__ float sk[kTile * kMaxHeadDim];
-  __shared__ float sv[kTile * kMaxHeadDim];
-  const int64_t group = n_heads / n_kv_heads;
-  const int64_t tk = blockIdx.x / blocks_per_kv;  // t * n_kv_heads + kvh
-  const int64_t t = tk / n_kv_heads, kvh = tk % n_kv_heads;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t in_group = static_cast<int64_t>(blockIdx.x % blocks_per_kv) * heads_per_block + warp;
-  const bool active = in_group < group;  // warp-uniform
-  const int64_t h = kvh * group + in_group;
-  const int64_t row = n_kv_heads * head_dim;
-  float* o = out + (t * n_heads + h) * head_dim;
-
-  const int64_t p1 = pos[t];
-  const int64_t p0 = window > 0 ? (p1 - window + 1 > 0 ? p1 - window + 1 : 0) : 0;
-  if (p1 < p0) {  // padding token; the condition is the same for the whole block
-    if (active) {
-      for (int d = lane; d < head_dim; d += 32) o[d] = 0.0f;
-    }
-    return;
-  }
-  const int32_t* bt = blocks + table_start[t];
-
-  float qr[kDimPerLane];
-#pragma unroll
-  for (int k = 0; k < kDimPerLane; ++k) {
-    const int d = lane + 32 * k;
-    qr[k] = active && d < head_dim ? q[(t * n_heads + h) * head_dim + d] : 0.0f;
-  }
-  float m = -INFINITY, l = 0.0f;
-  float acc[kDimPerLane];
+// Folds positions [a0, a1] of KV head kvh (a partition, or the part of it the token attends to)
+// into a warp's state (m, l, acc) from empty, in rounds of kTile staged by the whole block; every
+// warp of the block meets every barrier, `active` ones score and fold.
+__device__ __forceinline__ void fold_positions(int a0, int a1, const float (&qr)[kDimPerLane], bool active,
+                                               int head_dim, const float* k_cache, const float* v_cache,
+                                               const int32_t* bt, int64_t block_size, int64_t row, int64_t kvh,
+                                               float scale, float* sk, float* sv, float& m, float& l,
+                                               float (&acc)[kDimPerLane]) {
+  const int lane = threadIdx.x & 31;
+  m = -INFINITY;
+  l = 0.0f;
 #pragma unroll
   for (int a = 0; a < kDimPerLane; ++a) acc[a] = 0.0f;
-
-  for (int64_t base = p0; base <= p1; base += kTile) {
-    const int cnt = static_cast<int>(p1 - base + 1 < kTile ? p1 - base + 1 : kTile);
+  for (int base = a0; base <= a1; base += kTile) {
+    const int cnt = a1 - base + 1 < kTile ? a1 - base + 1 : kTile;
     // The whole block stages the round's rows (consecutive threads, consecutive dims of a row).
     for (int i = threadIdx.x; i < cnt * head_dim; i += blockDim.x) {
       const int j = i / head_dim, d = i - j * head_dim;
@@ -86,7 +61,62 @@ __global__ void __launch_bounds__(kMaxThreads)
     }
     __syncthreads();  // sk / sv are restaged by the next round
   }
-  if (active) detail::warp_write_normalised(o, head_dim, l, acc);
+}
+
+// blockIdx.x = (t * n_kv_heads + kv head) * blocks_per_kv + b; warp w takes query head
+// kvh * group + b * heads_per_block + w, idle when that is past the group (a group that does not
+// divide evenly); idle warps still stage rows and meet every barrier. gridDim.y > 1: a split
+// launch, blockIdx.y the token's partition counted from its first, states as in AttentionSplit.
+__global__ void __launch_bounds__(kMaxThreads)
+    paged_attention_kernel(const float* q, int64_t n_heads, int64_t n_kv_heads, int head_dim, const float* k_cache,
+                           const float* v_cache, int64_t block_size, const int32_t* blocks, const int32_t* table_start,
+                           const int32_t* pos, int64_t window, float scale, float* out, int heads_per_block,
+                           int blocks_per_kv, float* states) {
+  __shared__ float sk[kTile * kMaxHeadDim];
+  __shared__ float sv[kTile * kMaxHeadDim];
+  const int64_t group = n_heads / n_kv_heads;
+  const int64_t tk = blockIdx.x / blocks_per_kv;  // t * n_kv_heads + kvh
+  const int64_t t = tk / n_kv_heads, kvh = tk % n_kv_heads;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t in_group = static_cast<int64_t>(blockIdx.x % blocks_per_kv) * heads_per_block + warp;
+  const bool active = in_group < group;  // warp-uniform
+  const int64_t h = kvh * group + in_group;
+  float* o = out + (t * n_heads + h) * head_dim;
+
+  // Which partitions this block folds; every condition below is the same for the whole block.
+  const int p1 = pos[t];  // positions are int32 throughout: fewer registers
+  if (p1 < 0) {           // padding token
+    if (active && blockIdx.y == 0) {
+      for (int d = lane; d < head_dim; d += 32) o[d] = 0.0f;
+    }
+    return;
+  }
+  const int p0 = static_cast<int>(attention_first_position(p1, window));
+  const int P = static_cast<int>(kAttnPartition);
+  const int k0 = p0 / P, k1 = p1 / P;
+  const bool split = gridDim.y > 1;
+  const int kb = k0 + static_cast<int>(blockIdx.y), ke = split ? kb : k1;
+  if (kb > k1) return;  // a split block past this token's last partition
+  const int32_t* bt = blocks + table_start[t];
+
+  float qr[kDimPerLane];
+#pragma unroll
+  for (int k = 0; k < kDimPerLane; ++k) {
+    const int d = lane + 32 * k;
+    qr[k] = active && d < head_dim ? q[(t * n_heads + h) * head_dim + d] : 0.0f;
+  }
+  float M = -INFINITY, L = 0.0f;  // the merged state of the partitions before (unsplit launch)
+  for (int k = kb; k <= ke; ++k) {
+    const int a0 = k * P > p0 ? k * P : p0;
+    const int a1 = k * P + (p1 - k * P < P - 1 ? p1 - k * P : P - 1);  // no overflow near INT32_MAX
+    float m, l, acc[kDimPerLane];
+    fold_positions(a0, a1, qr, active, head_dim, k_cache, v_cache, bt, block_size, n_kv_heads * head_dim, kvh, scale,
+                   sk, sv, m, l, acc);
+    if (active) {
+      float* st = split ? states + ((t * n_heads + h) * gridDim.y + (k - k0)) * (head_dim + 2) : nullptr;
+      detail::warp_finish_partition(k, k0, k1, split, st, o, head_dim, m, l, acc, M, L);
+    }
+  }
 }
 
 }  // namespace
@@ -94,15 +124,25 @@ __global__ void __launch_bounds__(kMaxThreads)
 void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                      const float* k_cache, const float* v_cache, int64_t block_size, const int32_t* blocks,
                      const int32_t* table_start, const int32_t* pos, int64_t window, float scale, float* out,
-                     cudaStream_t stream) {
+                     const AttentionSplit& split, cudaStream_t stream) {
   if (T <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0) return;
   const int64_t group = n_heads / n_kv_heads;
   if (group <= 0) return;  // fewer query than KV heads: not a layout (the backend refuses it)
   const int heads_per_block = static_cast<int>(group < detail::kAttnHeadsPerBlock ? group : detail::kAttnHeadsPerBlock);
   const int blocks_per_kv = static_cast<int>((group + heads_per_block - 1) / heads_per_block);
-  paged_attention_kernel<<<static_cast<unsigned>(T * n_kv_heads * blocks_per_kv), heads_per_block * 32, 0, stream>>>(
+  const int64_t parts = split.parts > 1 ? split.parts : 1;
+  const dim3 grid(static_cast<unsigned>(T * n_kv_heads * blocks_per_kv), static_cast<unsigned>(parts));
+  paged_attention_kernel<<<grid, heads_per_block * 32, 0, stream>>>(
       q, n_heads, n_kv_heads, static_cast<int>(head_dim), k_cache, v_cache, block_size, blocks, table_start, pos,
-      window, scale, out, heads_per_block, blocks_per_kv);
+      window, scale, out, heads_per_block, blocks_per_kv, parts > 1 ? split.states : nullptr);
+  if (parts > 1) attention_combine(T, n_heads, head_dim, pos, window, parts, split.states, out, stream);
+}
+
+int64_t paged_attention_blocks(int64_t T, int64_t n_heads, int64_t n_kv_heads) {
+  if (T <= 0 || n_heads <= 0 || n_kv_heads <= 0 || n_heads < n_kv_heads) return 0;
+  const int64_t group = n_heads / n_kv_heads;
+  const int64_t heads_per_block = group < detail::kAttnHeadsPerBlock ? group : detail::kAttnHeadsPerBlock;
+  return T * n_kv_heads * ((group + heads_per_block - 1) / heads_per_block);
 }
 
 }  // namespace shardlm::cuda

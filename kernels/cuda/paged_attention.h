@@ -8,12 +8,15 @@
 // and each (token, head) result depends only on its own query and its sequence's cache.
 //
 // All pointers are device pointers. head_dim <= 256. A token with pos[t] < 0 (padding) gets a
-// zero output.
+// zero output. `split` (attention_partitions.h) spreads each token's position partitions over
+// blocks of their own; the output is the same bits either way.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "cuda/attention_partitions.h"
 
 namespace shardlm::cuda {
 
@@ -22,6 +25,9 @@ namespace shardlm::cuda {
 void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                      const float* k_cache, const float* v_cache, int64_t block_size, const int32_t* blocks,
                      const int32_t* table_start, const int32_t* pos, int64_t window, float scale, float* out,
-                     cudaStream_t stream);
+                     const AttentionSplit& split, cudaStream_t stream);
+
+// Thread blocks of an unsplit launch (attention_split_parts weighs it against the device).
+int64_t paged_attention_blocks(int64_t T, int64_t n_heads, int64_t n_kv_heads);
 
 }  // namespace shardlm::cuda

@@ -303,7 +303,7 @@ class Decoder final : public Model {
     int32_t* start = scratch_.get_as<int32_t>(7, rows);
     b_.copy_to_device(blocks, batch.blocks.data(), batch.blocks.size() * sizeof(int32_t));
     b_.copy_to_device(start, table_start_.data(), T * sizeof(int32_t));
-    ctx.tables = BlockTables{blocks, start, batch.blocks.data(), table_start_.data()};
+    ctx.tables = BlockTables{blocks, start, batch.blocks.data(), table_start_.data(), batch.positions.data()};
 
     if (plan_.first_stage()) {
       // Vocabulary-parallel embedding: each rank fills the rows of the ids it owns, zeros elsewhere.
@@ -425,7 +425,7 @@ class Decoder final : public Model {
     b_.copy_to_device(blocks, batch.blocks.data(), batch.blocks.size() * sizeof(int32_t));
     b_.copy_to_device(start, g_start_.data(), B * sizeof(int32_t));
     // Backend memory only: the host arrays change from step to step, a replay reads the slots.
-    ctx.tables = BlockTables{blocks, start, nullptr, nullptr};
+    ctx.tables = BlockTables{blocks, start, nullptr, nullptr, nullptr};
     return ctx;
   }
 

@@ -2,7 +2,8 @@
 // (memory bandwidth for decode, the FLOP peak for prefill and batched decode) and a peer's
 // published figure for the same shape. On the CPU the ceilings are measured (bandwidth, fp32 FMA
 // peak); with --backend cuda they are the GPU's datasheet figures, with the measured device
-// bandwidth and cuBLAS GEMM TFLOP/s at the model's shapes beside them.
+// bandwidth and cuBLAS GEMM TFLOP/s at the model's shapes beside them. It also times the backend's
+// sample op and the decode attention op on long contexts (bench_attention.h).
 #include <boost/program_options.hpp>
 #include <algorithm>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <iostream>
 
 #include "arch/model.h"
+#include "cli/bench_attention.h"
 #include "cli/commands.h"
 #include "cli/device_ceilings.h"
 #include "cli/subcommand.h"
@@ -235,6 +237,13 @@ int cmd_bench(int argc, char** argv) {
 
   // 4. Sampling: the backend's sample op (where the engine samples) on rows of the model's vocabulary.
   print_sampling(*backend, spec.vocab_size, bw);
+
+  // 5. Decode attention on long contexts: the op alone, against the bandwidth.
+  try {
+    print_attention_bench(*backend, spec, bw);
+  } catch (const Error& e) {  // e.g. a head_dim the backend's kernel does not take
+    std::printf("attention decode: not timed (%s)\n", e.what());
+  }
   return 0;
 }
 

@@ -26,12 +26,15 @@ struct Matrix {
 // The paged-KV block lists of a step's tokens: token t's sequence holds its positions in cache
 // blocks blocks[start[t]], blocks[start[t] + 1], ... (position p in block p / block_size). Both
 // arrays are backend memory; host_blocks / host_start are the same arrays in host memory (backends
-// that run on the host may use either).
+// that run on the host may use either). host_pos, when set, is a host copy of the step's positions
+// (the pos array the attention ops take): a device backend sizes its launch from it. The host
+// arrays are null in a step captured for replay, where they would be stale.
 struct BlockTables {
   const int32_t* blocks = nullptr;
   const int32_t* start = nullptr;  // [T]
   const int32_t* host_blocks = nullptr;
   const int32_t* host_start = nullptr;
+  const int32_t* host_pos = nullptr;  // [T]
 };
 
 // How a Mixture-of-Experts router picks k of num_experts experts per token (arch/moe_router.h

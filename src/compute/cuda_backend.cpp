@@ -23,7 +23,6 @@
 #include "cuda/kv_cache_write.h"
 #include "cuda/latent_attention.h"
 #include "cuda/moe_topk.h"
-#include "cuda/paged_attention.h"
 #include "cuda/rmsnorm.h"
 #include "cuda/rope.h"
 #include "cuda/sampling.h"
@@ -71,6 +70,7 @@ std::vector<float> host_f32(const TensorView& t) {
 CudaBackend::CudaBackend() {
   SHARDLM_CHECK(cuda::device_count() > 0, "--backend cuda: no CUDA device on this host (" << cuda::why_none() << ")");
   SHARDLM_CUDA_CHECK(cudaGetDevice(&device_));
+  SHARDLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device_));
   cublasHandle_t h = nullptr;
   SHARDLM_CUBLAS_CHECK(cublasCreate(&h));
   cublas_ = h;
@@ -108,6 +108,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(grouped_ptrs_);
   cudaFree(grouped_out_ws_);
   cudaFree(row_count_);
+  cudaFree(attn_states_);
   for (void* p : sample_buf_) cudaFree(p);
   for (int i = 0; i < 2; ++i) {
     if (staged_[i]) cudaEventDestroy(static_cast<cudaEvent_t>(staged_[i]));
@@ -426,17 +427,6 @@ void CudaBackend::kv_write(const float* k, const float* v, int64_t T, const int6
   check_launch("kv_write");
 }
 
-void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                            const float* k_cache, const float* v_cache, int64_t block_size,
-                            const BlockTables& tables, const int32_t* pos, int64_t window, float scale, float* out) {
-  SHARDLM_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0,
-                "cuda backend: n_heads " << n_heads << " is not a multiple of n_kv_heads " << n_kv_heads);
-  SHARDLM_CHECK(head_dim <= 256, "cuda backend: attention supports head_dim up to 256, not " << head_dim);
-  cuda::paged_attention(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, block_size, tables.blocks, tables.start,
-                        pos, window, scale, out, stream_of(stream_));
-  check_launch("paged_attention");
-}
-
 void CudaBackend::rope_strided(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
                                int64_t rot_dim, const int32_t* pos, const float* inv_freq, bool interleaved,
                                float attention_factor, float* out) {
@@ -467,17 +457,6 @@ void CudaBackend::latent_cache_write(const float* latent, const float* k_rope, i
                                      int64_t kv_lora, int64_t rope_dim, float* cache) {
   cuda::latent_cache_write(latent, k_rope, T, slots, kv_lora, rope_dim, cache, stream_of(stream_));
   check_launch("latent_cache_write");
-}
-
-void CudaBackend::latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads,
-                                   int64_t kv_lora, int64_t rope_dim, const float* cache, int64_t block_size,
-                                   const BlockTables& tables, const int32_t* pos, float scale, float* out) {
-  SHARDLM_CHECK(kv_lora <= 512 && rope_dim <= 64, "cuda backend: latent attention supports kv_lora_rank up to 512 and "
-                                                     "qk_rope_head_dim up to 64, not "
-                                                         << kv_lora << " and " << rope_dim);
-  cuda::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, tables.blocks,
-                         tables.start, pos, scale, out, stream_of(stream_));
-  check_launch("latent_attention");
 }
 
 void CudaBackend::moe_route(const float* logits, int64_t T, const RouterConfig& cfg, int32_t* ids, float* weights) {

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "compute/backend.h"
+#include "cuda/attention_partitions.h"
 
 namespace shardlm {
 
@@ -80,6 +81,9 @@ class CudaBackend final : public ComputeBackend {
   void grouped_linear(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
                       float* y) override;
   std::string grouped_linear_path() const override;
+  // Blocks per (token, head group) the last attention or latent_attention call launched along
+  // its positions: 1 unsplit, else the split's partitions (cuda_attention.cpp).
+  int64_t last_attention_parts() const { return last_attention_parts_; }
   int64_t grouped_linear_rows() const override { return 16384; }
   void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
             const float* inv_freq) override;
@@ -130,6 +134,17 @@ class CudaBackend final : public ComputeBackend {
   uint16_t* bf16_ws_ = nullptr;
   size_t bf16_ws_n_ = 0;
   int32_t* row_count_ = nullptr;  // device copy of the row count expert_gather reads
+  int sms_ = 0;                   // multiprocessors of the device
+
+  // attention / latent_attention (cuda_attention.cpp): the split launch for a step whose host
+  // positions are known and whose unsplit grid would leave the device short of work
+  // (kernels/cuda/attention_partitions.h), with its states in a device buffer that only grows
+  // (never used inside a capture, so freed at once when it grows).
+  cuda::AttentionSplit attention_split(int64_t blocks, int64_t T, int64_t n_heads, int64_t width,
+                                       const int32_t* host_pos, int64_t window);
+  float* attn_states_ = nullptr;
+  size_t attn_states_n_ = 0;
+  int64_t last_attention_parts_ = 1;
   // sample(): device buffers that only grow (never used inside a capture, so freed at once when
   // they grow): the rows, the tempered-probability scratch [R, V], the tokens and the logprobs.
   void* sample_buffer(int i, size_t bytes);

@@ -7,10 +7,15 @@
 // token (pos -1, slot -1); and the same for a lone decode token (T = 1). Unused cache rows hold
 // NaN, so a read outside a token's own attended positions shows up as a NaN in the result.
 //
+// One sequence is 1300 positions long, so its tokens span three position partitions
+// (kernels/cuda/attention_partitions.h; a 37-position window across a partition boundary spans
+// two): each attention call runs unsplit and split (as many blocks per token as the longest has
+// partitions, and more), and the split outputs must equal the unsplit one bit for bit.
+//
 // Tolerances: the cache writes are exact. Attention outputs are softmax-weighted means of values in
 // [-1, 1]; the GPU uses an online softmax and other dot-product orders, each score is off by about
 // 1e-6 and the weights by as much relatively, so |gpu - cpu| <= 2e-5 + 1e-5 |cpu| over sequences of
-// up to 300 positions.
+// up to 1300 positions.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,8 +27,11 @@
 #include <vector>
 
 #include "common/gpu.h"
+#include "compute/backend.h"
+#include "compute/cuda_backend.h"
 #include "cpu/latent_attention.h"
 #include "cpu/paged_attention.h"
+#include "cuda/attention_partitions.h"
 #include "cuda/compare.h"
 #include "cuda/device_buffer.h"
 #include "cuda/kv_cache_write.h"
@@ -95,18 +103,56 @@ Step make_step(const Pool& pool, const std::vector<std::pair<int, int64_t>>& tok
   return st;
 }
 
-// A step mixing everything (lens 1, 45, 100, 300): the only token of seq 0, a 15-token prefill
-// chunk ending seq 1, decode of seq 2, a padding token, and a 50-token chunk ending seq 3.
+// The sequence lengths every case caches: 1300 spans three partitions.
+const std::vector<int64_t> kSeqLens = {1, 45, 100, 300, 1300};
+
+// A step mixing everything: the only token of seq 0, a 15-token prefill chunk ending seq 1, decode
+// of seq 2, a padding token, a 50-token chunk ending seq 3, a chunk of seq 4 across its first
+// partition boundary (positions 500..523) and the decode token of seq 4 (three partitions).
 Step mixed_step(const Pool& pool) {
   std::vector<std::pair<int, int64_t>> toks = {{0, 0}};
   for (int64_t p = 30; p < 45; ++p) toks.push_back({1, p});
   toks.push_back({2, 99});
   toks.push_back({-1, 0});
   for (int64_t p = 250; p < 300; ++p) toks.push_back({3, p});
+  for (int64_t p = 500; p < 524; ++p) toks.push_back({4, p});
+  toks.push_back({4, 1299});
   return make_step(pool, toks);
 }
 
-Step decode_step(const Pool& pool) { return make_step(pool, {{3, 299}}); }
+Step decode_step(const Pool& pool) { return make_step(pool, {{4, 1299}}); }
+
+// The most partitions any token of st has.
+int64_t max_partitions(const Step& st, int64_t window) {
+  int64_t n = 0;
+  for (int32_t p : st.pos) n = std::max(n, cuda::attention_partitions(p, window));
+  return n;
+}
+
+// Runs launch(split) unsplit and split with `parts` and parts + 2 blocks per token (at least 2; the
+// extra ones find no partition); each into an output filled with NaN. Returns the unsplit output;
+// the split ones must have its bits.
+template <typename Launch>
+std::vector<float> unsplit_and_split(size_t out_n, int64_t states_n_per_part, int64_t parts, Launch launch) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  DeviceBuffer<float> d_out(std::vector<float>(out_n, nan));
+  launch(cuda::AttentionSplit{}, d_out.get());
+  cuda_sync("unsplit attention");
+  const std::vector<float> unsplit = d_out.download();
+  parts = std::max<int64_t>(parts, 2);
+  for (int64_t p : {parts, parts + 2}) {
+    SCOPED_TRACE(testing::Message() << "split into " << p);
+    DeviceBuffer<float> d_split(std::vector<float>(out_n, nan));
+    DeviceBuffer<float> d_states(std::vector<float>(static_cast<size_t>(states_n_per_part * p), nan));
+    cuda::AttentionSplit split;
+    split.parts = p;
+    split.states = d_states.get();
+    launch(split, d_split.get());
+    cuda_sync("split attention");
+    EXPECT_TRUE(all_bits_equal(d_split.download(), unsplit));
+  }
+  return unsplit;
+}
 
 // The CPU kernels take one host pointer per token.
 std::vector<const int32_t*> host_block_table(const Pool& pool, const Step& st) {
@@ -124,25 +170,26 @@ struct GqaCase {
 TEST(CudaAttention, PagedAttentionMatchesCpu) {
   SHARDLM_REQUIRE_GPU();
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  const Pool pool(16, {1, 45, 100, 300}, 5, 7);
+  const Pool pool(16, kSeqLens, 5, 7);
   const std::vector<int64_t> slots = pool.all_slots();
   const int64_t n_write = static_cast<int64_t>(slots.size());
   DeviceBuffer<int32_t> d_blocks(pool.blocks);
   DeviceBuffer<int64_t> d_slots(slots);
 
   // Query heads per KV head: 4, 1 (MHA), 12 (a block of 8 heads and one of 4 with idle warps),
-  // 16 (two full blocks), 8 at head_dim 256 (the largest staged round).
+  // 16 (two full blocks), 8 at head_dim 256 (the largest staged round). Windows: 37 (across the
+  // first partition boundary at position 512), 21, and 600 (the decode token's window starts
+  // inside its second partition).
   for (const GqaCase& c : {GqaCase{8, 2, 64, 0}, GqaCase{8, 2, 128, 0}, GqaCase{8, 2, 128, 37}, GqaCase{4, 4, 96, 0},
                            GqaCase{32, 8, 128, 0}, GqaCase{24, 2, 64, 0}, GqaCase{16, 1, 128, 21},
-                           GqaCase{8, 1, 256, 0}}) {
+                           GqaCase{8, 1, 256, 0}, GqaCase{8, 2, 128, 600}}) {
     SCOPED_TRACE(testing::Message() << "heads " << c.n_heads << "/" << c.n_kv << ", head_dim " << c.head_dim
                                     << ", window " << c.window);
     const int64_t row = c.n_kv * c.head_dim;
     const int64_t cache_len = pool.num_blocks * pool.block_size * row;
     const std::vector<float> k = rand_vec(n_write * row, 101), v = rand_vec(n_write * row, 102);
     std::vector<float> k_cache(cache_len, nan), v_cache(cache_len, nan);
-    cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), c.n_kv, c.head_dim, k_cache.data(),
-                        v_cache.data());
+    cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), c.n_kv, c.head_dim, k_cache.data(), v_cache.data());
 
     DeviceBuffer<float> d_k(k), d_v(v);
     DeviceBuffer<float> d_kc(std::vector<float>(cache_len, nan)), d_vc(std::vector<float>(cache_len, nan));
@@ -159,15 +206,21 @@ TEST(CudaAttention, PagedAttentionMatchesCpu) {
       const std::vector<float> q = rand_vec(T * c.n_heads * c.head_dim, 103);
       const std::vector<const int32_t*> bt = host_block_table(pool, st);
       std::vector<float> want(T * c.n_heads * c.head_dim);
-      cpu::paged_attention(q.data(), T, c.n_heads, c.n_kv, c.head_dim, k_cache.data(), v_cache.data(),
-                           pool.block_size, bt.data(), st.pos.data(), c.window, scale, want.data());
+      cpu::paged_attention(q.data(), T, c.n_heads, c.n_kv, c.head_dim, k_cache.data(), v_cache.data(), pool.block_size,
+                           bt.data(), st.pos.data(), c.window, scale, want.data());
 
-      DeviceBuffer<float> d_q(q), d_out(std::vector<float>(want.size(), nan));
+      if (T > 1) {
+        EXPECT_GE(max_partitions(st, c.window), 2) << "the mixed step should split";
+      }
+      DeviceBuffer<float> d_q(q);
       DeviceBuffer<int32_t> d_pos(st.pos), d_start(st.table_start);
-      cuda::paged_attention(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(), pool.block_size,
-                            d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale, d_out.get(), nullptr);
-      cuda_sync("paged_attention");
-      EXPECT_TRUE(all_close(d_out.download(), want, kRel, kAbs));
+      const std::vector<float> got = unsplit_and_split(
+          want.size(), T * c.n_heads * (c.head_dim + 2), max_partitions(st, c.window),
+          [&](const cuda::AttentionSplit& split, float* out) {
+            cuda::paged_attention(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(), pool.block_size,
+                                  d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale, out, split, nullptr);
+          });
+      EXPECT_TRUE(all_close(got, want, kRel, kAbs));
     }
   }
 }
@@ -187,7 +240,7 @@ TEST(CudaAttention, LatentAttentionMatchesCpu) {
                            MlaCase{20, 512, 64, 16}, MlaCase{1, 96, 32, 16}}) {
     SCOPED_TRACE(testing::Message() << "heads " << c.n_heads << ", kv_lora " << c.kv_lora << ", rope " << c.rope_dim
                                     << ", block " << c.block_size);
-    const Pool pool(c.block_size, {1, 45, 100, 300}, 3, 9);
+    const Pool pool(c.block_size, kSeqLens, 3, 9);
     const std::vector<int64_t> slots = pool.all_slots();
     const int64_t n_write = static_cast<int64_t>(slots.size());
     const int64_t row = c.kv_lora + c.rope_dim;
@@ -216,12 +269,82 @@ TEST(CudaAttention, LatentAttentionMatchesCpu) {
       cpu::latent_attention(ql.data(), qr.data(), T, c.n_heads, c.kv_lora, c.rope_dim, cache.data(), pool.block_size,
                             bt.data(), st.pos.data(), scale, want.data());
 
-      DeviceBuffer<float> d_ql(ql), d_qr(qr), d_out(std::vector<float>(want.size(), nan));
+      if (T > 1) {
+        EXPECT_GE(max_partitions(st, 0), 2) << "the mixed step should split";
+      }
+      DeviceBuffer<float> d_ql(ql), d_qr(qr);
       DeviceBuffer<int32_t> d_pos(st.pos), d_start(st.table_start);
-      cuda::latent_attention(d_ql.get(), d_qr.get(), T, c.n_heads, c.kv_lora, c.rope_dim, d_cache.get(),
-                             pool.block_size, d_blocks.get(), d_start.get(), d_pos.get(), scale, d_out.get(), nullptr);
-      cuda_sync("latent_attention");
-      EXPECT_TRUE(all_close(d_out.download(), want, kRel, kAbs));
+      const std::vector<float> got =
+          unsplit_and_split(want.size(), T * c.n_heads * (c.kv_lora + 2), max_partitions(st, 0),
+                            [&](const cuda::AttentionSplit& split, float* out) {
+                              cuda::latent_attention(d_ql.get(), d_qr.get(), T, c.n_heads, c.kv_lora, c.rope_dim,
+                                                     d_cache.get(), pool.block_size, d_blocks.get(), d_start.get(),
+                                                     d_pos.get(), scale, out, split, nullptr);
+                            });
+      EXPECT_TRUE(all_close(got, want, kRel, kAbs));
     }
+  }
+}
+
+// CudaBackend::attention / latent_attention choose the split launch themselves from the host
+// positions: a lone decode token of 2000 positions (four partitions) on few heads leaves the device
+// short of work, so it splits four ways; without host positions (a captured step) it runs unsplit.
+// Both give the same bits, and the CPU kernels' result within the kernel tolerance. The MLA call
+// needs larger split states than the GQA one before it, so the backend's buffer grows between them.
+TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
+  SHARDLM_REQUIRE_GPU();
+  const float nan = std::numeric_limits<float>::quiet_NaN();  // unused cache rows: a stray read shows
+  auto backend = make_backend("cuda");
+  auto* gpu = dynamic_cast<CudaBackend*>(backend.get());
+  ASSERT_NE(gpu, nullptr);
+  const Pool pool(16, {2000}, 2, 11);
+  const std::vector<int64_t> slots = pool.all_slots();
+  const int64_t n_write = static_cast<int64_t>(slots.size());
+  const Step st = make_step(pool, {{0, 1999}});
+  const std::vector<const int32_t*> bt = host_block_table(pool, st);
+  DeviceBuffer<int32_t> d_blocks(pool.blocks), d_start(st.table_start), d_pos(st.pos);
+  DeviceBuffer<int64_t> d_slots(slots);
+  BlockTables with_host{d_blocks.get(), d_start.get(), pool.blocks.data(), st.table_start.data(), st.pos.data()};
+  BlockTables device_only{d_blocks.get(), d_start.get(), nullptr, nullptr, nullptr};
+
+  {  // GQA: 8 query heads on 2 KV heads, head_dim 128.
+    const int64_t nh = 8, nkv = 2, hd = 128, row = nkv * hd;
+    const std::vector<float> k = rand_vec(n_write * row, 301), v = rand_vec(n_write * row, 302);
+    const std::vector<float> q = rand_vec(nh * hd, 303);
+    std::vector<float> kc(pool.num_blocks * pool.block_size * row, nan), vc(kc.size(), nan), want(nh * hd);
+    cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), nkv, hd, kc.data(), vc.data());
+    cpu::paged_attention(q.data(), 1, nh, nkv, hd, kc.data(), vc.data(), pool.block_size, bt.data(), st.pos.data(), 0,
+                         0.088f, want.data());
+    DeviceBuffer<float> d_kc(kc), d_vc(vc), d_q(q), d_a(std::vector<float>(want.size())),
+        d_b(std::vector<float>(want.size()));
+    gpu->attention(d_q.get(), 1, nh, nkv, hd, d_kc.get(), d_vc.get(), pool.block_size, with_host, d_pos.get(), 0,
+                   0.088f, d_a.get());
+    EXPECT_EQ(gpu->last_attention_parts(), 4);
+    gpu->attention(d_q.get(), 1, nh, nkv, hd, d_kc.get(), d_vc.get(), pool.block_size, device_only, d_pos.get(), 0,
+                   0.088f, d_b.get());
+    EXPECT_EQ(gpu->last_attention_parts(), 1);
+    cuda_sync("backend attention");
+    EXPECT_TRUE(all_bits_equal(d_a.download(), d_b.download()));
+    EXPECT_TRUE(all_close(d_a.download(), want, kRel, kAbs));
+  }
+  {  // MLA: 16 heads (a tp shard of DeepSeek-V3), kv_lora 512, rope 64.
+    const int64_t nh = 16, lora = 512, rope = 64, row = lora + rope;
+    const std::vector<float> lat = rand_vec(n_write * lora, 311), kr = rand_vec(n_write * rope, 312);
+    const std::vector<float> ql = rand_vec(nh * lora, 313), qr = rand_vec(nh * rope, 314);
+    std::vector<float> cache(pool.num_blocks * pool.block_size * row, nan), want(nh * lora);
+    cpu::latent_cache_write(lat.data(), kr.data(), n_write, slots.data(), lora, rope, cache.data());
+    cpu::latent_attention(ql.data(), qr.data(), 1, nh, lora, rope, cache.data(), pool.block_size, bt.data(),
+                          st.pos.data(), 0.072f, want.data());
+    DeviceBuffer<float> d_cache(cache), d_ql(ql), d_qr(qr), d_a(std::vector<float>(want.size())),
+        d_b(std::vector<float>(want.size()));
+    gpu->latent_attention(d_ql.get(), d_qr.get(), 1, nh, lora, rope, d_cache.get(), pool.block_size, with_host,
+                          d_pos.get(), 0.072f, d_a.get());
+    EXPECT_EQ(gpu->last_attention_parts(), 4);
+    gpu->latent_attention(d_ql.get(), d_qr.get(), 1, nh, lora, rope, d_cache.get(), pool.block_size, device_only,
+                          d_pos.get(), 0.072f, d_b.get());
+    EXPECT_EQ(gpu->last_attention_parts(), 1);
+    cuda_sync("backend latent attention");
+    EXPECT_TRUE(all_bits_equal(d_a.download(), d_b.download()));
+    EXPECT_TRUE(all_close(d_a.download(), want, kRel, kAbs));
   }
 }
