@@ -20,12 +20,13 @@ void kv_cache_write(const float* k, const float* v, int64_t T, const int64_t* sl
   }
 }
 
+constexpr int64_t kAhead = 8;
+
 // One (token, head) pair: scores in fixed position order, stable softmax in fp32, probabilities
 // normalised, then out = sum_j p_j v_j accumulated in increasing position order.
 void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                     const float* k_cache, const float* v_cache, int64_t block_size,
-                     const int32_t* const* block_table, const int32_t* pos, int64_t window, float scale,
-                     float* out) {
+                     const float* k_cache, const float* v_cache, int64_t block_size, const int32_t* const* block_table,
+                     const int32_t* pos, int64_t window, float scale, float* out) {
   const int64_t group = n_heads / n_kv_heads;
   const int64_t row = n_kv_heads * head_dim;
   const int64_t pairs = T * n_heads;
@@ -51,6 +52,12 @@ void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_he
         const int64_t slot = static_cast<int64_t>(bt[p / block_size]) * block_size + p % block_size;
         const float* kv = k_cache + slot * row + kvh * head_dim;
         vrow[j] = v_cache + slot * row + kvh * head_dim;
+        if (j + kAhead < n) {
+          const int64_t pa = p + kAhead;
+          const int64_t sa = static_cast<int64_t>(bt[pa / block_size]) * block_size + pa % block_size;
+          const float* ka = k_cache + sa * row + kvh * head_dim;
+          for (int64_t d = 0; d < head_dim; d += 16) __builtin_prefetch(ka + d);
+        }
         const float s = detail::dot16(qv, kv, head_dim) * scale;
         sc[j] = s;
         mx = std::max(mx, s);
@@ -63,6 +70,9 @@ void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_he
       const float inv = 1.0f / sum;
       for (int64_t d = 0; d < head_dim; ++d) o[d] = 0.0f;
       for (int64_t j = 0; j < n; ++j) {
+        if (j + kAhead < n) {
+          for (int64_t d = 0; d < head_dim; d += 16) __builtin_prefetch(vrow[j + kAhead] + d);
+        }
         const float p = sc[j] * inv;
         const float* vv = vrow[j];
         for (int64_t d = 0; d < head_dim; ++d) o[d] += p * vv[d];
