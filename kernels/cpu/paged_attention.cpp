@@ -20,6 +20,8 @@ void kv_cache_write(const float* k, const float* v, int64_t T, const int64_t* sl
   }
 }
 
+// Rows are prefetched this many positions ahead: consecutive positions of one head are a whole
+// cache row (every KV head) apart, a stride the hardware prefetchers lose at each page boundary.
 constexpr int64_t kAhead = 8;
 
 // One (token, head) pair: scores in fixed position order, stable softmax in fp32, probabilities
