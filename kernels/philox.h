@@ -5,11 +5,7 @@
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define SHARDLM_HD __host__ __device__
-#else
-#define SHARDLM_HD
-#endif
+#include "host_device.h"
 
 namespace shardlm::rng {
 
@@ -46,4 +42,3 @@ SHARDLM_HD inline float uniform_at(uint64_t seed, uint64_t position, uint32_t dr
 
 }  // namespace shardlm::rng
 
-#undef SHARDLM_HD

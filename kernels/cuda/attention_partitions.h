@@ -17,11 +17,7 @@
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define SHARDLM_HD __host__ __device__
-#else
-#define SHARDLM_HD
-#endif
+#include "host_device.h"
 
 namespace shardlm::cuda {
 
@@ -72,4 +68,3 @@ inline int64_t attention_split_parts(int64_t blocks, int64_t sms, int64_t max_pa
 
 }  // namespace shardlm::cuda
 
-#undef SHARDLM_HD

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "cuda/attention_partitions.h"
+
 namespace shardlm::cuda::detail {
 
 constexpr int kAttnTile = 16;          // positions staged per round
@@ -83,21 +85,52 @@ __device__ inline void warp_write_normalised(float* o, int width, float l, const
   }
 }
 
-// What a warp does with partition k (of k0..k1) of its (token, head) once the partition is folded
-// into (m, l, acc):
+// The partitions (attention_partitions.h) a block folds for a token attending [p0, p1]: all of
+// them in an unsplit launch; in a split one (gridDim.y > 1) partition k0 + blockIdx.y, none when
+// that is past k1. The same for the whole block. Positions are int32 here (fewer registers).
+struct PartitionWalk {
+  int p0, p1, k0, k1, first, last;
+  bool split;
+  __device__ bool empty() const { return first > last; }
+  // The positions of partition k the token attends to (written so as not to overflow near
+  // INT32_MAX).
+  __device__ int begin(int k) const { return k * kP > p0 ? k * kP : p0; }
+  __device__ int end(int k) const { return k * kP + (p1 - k * kP < kP - 1 ? p1 - k * kP : kP - 1); }
+  // Where a split launch puts partition k's state for output row `row` (t * n_heads + h).
+  __device__ float* state(float* states, int64_t row, int width, int k) const {
+    return split ? states + (row * gridDim.y + (k - k0)) * (width + 2) : nullptr;
+  }
+  static constexpr int kP = static_cast<int>(kAttnPartition);
+};
+__device__ inline PartitionWalk partition_walk(int p0, int p1) {
+  PartitionWalk w;
+  w.p0 = p0;
+  w.p1 = p1;
+  w.k0 = p0 / PartitionWalk::kP;
+  w.k1 = p1 / PartitionWalk::kP;
+  w.split = gridDim.y > 1;
+  w.first = w.k0 + static_cast<int>(blockIdx.y);
+  w.last = w.split ? w.first : w.k1;
+  if (w.first > w.k1) w.last = w.first - 1;  // a split block past the token's last partition
+  return w;
+}
+
+// What a warp does with partition k of its (token, head) once the partition is folded into
+// (m, l, acc); st is w.state(...) in a split launch:
 //  - the token has one partition: o = acc / l;
 //  - split launch: the state goes to st = [m, l, acc[width]] for attention_combine;
 //  - unsplit, several partitions: merged into the running state (M, L and the accumulators, kept
 //    in o itself: only this lane reads back what it wrote), and o normalised after the last.
 template <int Acc>
-__device__ inline void warp_finish_partition(int k, int k0, int k1, bool split, float* st, float* o, int width, float m,
+__device__ inline void warp_finish_partition(int k, const PartitionWalk& w, float* st, float* o, int width, float m,
                                              float l, const float (&acc)[Acc], float& M, float& L) {
   const int lane = threadIdx.x & 31;
+  const int k0 = w.k0, k1 = w.k1;
   if (k0 == k1) {
     warp_write_normalised(o, width, l, acc);
     return;
   }
-  if (split) {
+  if (w.split) {
     if (lane == 0) {
       st[0] = m;
       st[1] = l;

@@ -97,18 +97,15 @@ __global__ void __launch_bounds__(kMaxThreads)
   float* o = out + th * kv_lora;
 
   // Which partitions this block folds; every condition below is the same for the whole block.
-  const int p1 = pos[t];  // positions are int32 throughout: fewer registers
-  if (p1 < 0) {           // padding token
+  const int p1 = pos[t];
+  if (p1 < 0) {  // padding token
     if (active && blockIdx.y == 0) {
       for (int d = lane; d < kv_lora; d += 32) o[d] = 0.0f;
     }
     return;
   }
-  const int P = static_cast<int>(kAttnPartition);
-  const int k0 = 0, k1 = p1 / P;  // no sliding window: from position 0
-  const bool split = gridDim.y > 1;
-  const int kb = k0 + static_cast<int>(blockIdx.y), ke = split ? kb : k1;
-  if (kb > k1) return;  // a split block past this token's last partition
+  const detail::PartitionWalk w = detail::partition_walk(0, p1);  // no sliding window: from position 0
+  if (w.empty()) return;
   const int32_t* bt = blocks + table_start[t];
 
   float ql[kLoraPerLane], qr[kRopePerLane];
@@ -123,15 +120,11 @@ __global__ void __launch_bounds__(kMaxThreads)
     qr[k] = active && d < rope_dim ? q_rope[th * rope_dim + d] : 0.0f;
   }
   float M = -INFINITY, L = 0.0f;  // the merged state of the partitions before (unsplit launch)
-  for (int k = kb; k <= ke; ++k) {
-    const int a0 = k * P;
-    const int a1 = k * P + (p1 - k * P < P - 1 ? p1 - k * P : P - 1);  // no overflow near INT32_MAX
+  for (int k = w.first; k <= w.last; ++k) {
     float m, l, acc[kLoraPerLane];
-    fold_positions(a0, a1, ql, qr, active, kv_lora, rope_dim, cache, bt, block_size, scale, sc, m, l, acc);
-    if (active) {
-      float* st = split ? states + (th * gridDim.y + (k - k0)) * (kv_lora + 2) : nullptr;
-      detail::warp_finish_partition(k, k0, k1, split, st, o, kv_lora, m, l, acc, M, L);
-    }
+    fold_positions(w.begin(k), w.end(k), ql, qr, active, kv_lora, rope_dim, cache, bt, block_size, scale, sc, m, l,
+                   acc);
+    if (active) detail::warp_finish_partition(k, w, w.state(states, th, kv_lora, k), o, kv_lora, m, l, acc, M, L);
   }
 }
 

@@ -84,19 +84,15 @@ __global__ void __launch_bounds__(kMaxThreads)
   float* o = out + (t * n_heads + h) * head_dim;
 
   // Which partitions this block folds; every condition below is the same for the whole block.
-  const int p1 = pos[t];  // positions are int32 throughout: fewer registers
-  if (p1 < 0) {           // padding token
+  const int p1 = pos[t];
+  if (p1 < 0) {  // padding token
     if (active && blockIdx.y == 0) {
       for (int d = lane; d < head_dim; d += 32) o[d] = 0.0f;
     }
     return;
   }
-  const int p0 = static_cast<int>(attention_first_position(p1, window));
-  const int P = static_cast<int>(kAttnPartition);
-  const int k0 = p0 / P, k1 = p1 / P;
-  const bool split = gridDim.y > 1;
-  const int kb = k0 + static_cast<int>(blockIdx.y), ke = split ? kb : k1;
-  if (kb > k1) return;  // a split block past this token's last partition
+  const detail::PartitionWalk w = detail::partition_walk(static_cast<int>(attention_first_position(p1, window)), p1);
+  if (w.empty()) return;
   const int32_t* bt = blocks + table_start[t];
 
   float qr[kDimPerLane];
@@ -106,15 +102,12 @@ __global__ void __launch_bounds__(kMaxThreads)
     qr[k] = active && d < head_dim ? q[(t * n_heads + h) * head_dim + d] : 0.0f;
   }
   float M = -INFINITY, L = 0.0f;  // the merged state of the partitions before (unsplit launch)
-  for (int k = kb; k <= ke; ++k) {
-    const int a0 = k * P > p0 ? k * P : p0;
-    const int a1 = k * P + (p1 - k * P < P - 1 ? p1 - k * P : P - 1);  // no overflow near INT32_MAX
+  for (int k = w.first; k <= w.last; ++k) {
     float m, l, acc[kDimPerLane];
-    fold_positions(a0, a1, qr, active, head_dim, k_cache, v_cache, bt, block_size, n_kv_heads * head_dim, kvh, scale,
-                   sk, sv, m, l, acc);
+    fold_positions(w.begin(k), w.end(k), qr, active, head_dim, k_cache, v_cache, bt, block_size, n_kv_heads * head_dim,
+                   kvh, scale, sk, sv, m, l, acc);
     if (active) {
-      float* st = split ? states + ((t * n_heads + h) * gridDim.y + (k - k0)) * (head_dim + 2) : nullptr;
-      detail::warp_finish_partition(k, k0, k1, split, st, o, head_dim, m, l, acc, M, L);
+      detail::warp_finish_partition(k, w, w.state(states, t * n_heads + h, head_dim, k), o, head_dim, m, l, acc, M, L);
     }
   }
 }
