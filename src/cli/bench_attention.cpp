@@ -76,7 +76,8 @@ void print_attention_bench(ComputeBackend& b, const ModelSpec& spec, double bw_g
       "attention decode (%lld heads / %lld KV heads, head_dim %lld, fp32 cache; K/V read per call "
       "against %.0f GB/s):\n",
       static_cast<long long>(nh), static_cast<long long>(nkv), static_cast<long long>(hd), bw_gbs);
-  for (auto [T, ctx] : shapes) {
+  for (const auto& shape : shapes) {
+    const int64_t T = shape.first, ctx = shape.second;  // lambdas below capture them (not bindings)
     // Sequence t holds blocks [t * ctx / kBlock, (t + 1) * ctx / kBlock); its token decodes at ctx - 1.
     std::vector<int32_t> start(T), pos(T, static_cast<int32_t>(ctx - 1));
     for (int64_t t = 0; t < T; ++t) start[t] = static_cast<int32_t>(t * ctx / kBlock);
