@@ -195,6 +195,42 @@ TEST(PagedAttention, BatchInvariantAcrossTokensAndSequences) {
   cpu::set_num_threads(saved);
 }
 
+TEST(PagedAttention, HeadRunsGiveTheSameBits) {
+  // A lone token with 8 query heads on one KV head: with t threads the heads are walked in runs of
+  // ceil(8 / t) sharing each row read (8, 4, 3 + 3 + 2, 1), and every split gives the same bits.
+  AttnSetup st;
+  st.n_heads = 8;
+  st.n_kv = 1;
+  const int64_t len = 300;
+  Seq A = make_seq(len, st.n_kv, st.hd, 21);
+  Cache c(st.bs, st.n_kv, st.hd, 20);
+  std::vector<int32_t> table(19);
+  std::iota(table.rbegin(), table.rend(), 0);  // blocks in reverse order
+  fill(c, A, table);
+  const int64_t row = st.n_heads * st.hd;
+  const auto q = rand_vec(row, 22);
+  const int32_t p = static_cast<int32_t>(len - 1);
+  const int32_t* bt = table.data();
+  const int saved = cpu::num_threads();
+  for (int64_t window : {0, 50}) {
+    std::vector<float> first;
+    for (int threads : {1, 2, 3, 8}) {
+      cpu::set_num_threads(threads);
+      std::vector<float> out(row, NAN);
+      cpu::paged_attention(q.data(), 1, st.n_heads, st.n_kv, st.hd, c.k.data(), c.v.data(), st.bs, &bt, &p, window,
+                           st.scale, out.data());
+      if (first.empty()) {
+        first = out;
+        std::vector<double> ref;
+        ref_attention(q.data(), A, p, st.n_heads, st.n_kv, st.hd, window, st.scale, ref);
+        for (int64_t i = 0; i < row; ++i) ASSERT_NEAR(out[i], ref[i], 1e-5) << "window " << window;
+      }
+      ASSERT_EQ(0, std::memcmp(first.data(), out.data(), row * 4)) << threads << " threads, window " << window;
+    }
+  }
+  cpu::set_num_threads(saved);
+}
+
 TEST(KvCacheWrite, WritesSlotsAndSkipsNegative) {
   const int64_t n_kv = 2, hd = 4, T = 3;
   auto k = rand_vec(T * n_kv * hd, 10), v = rand_vec(T * n_kv * hd, 11);
