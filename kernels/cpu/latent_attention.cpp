@@ -62,16 +62,7 @@ void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int
         }
       }
       for (int64_t k = 0; k < hb; ++k) {
-        float* s = sc.data() + k * n;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
-        float sum = 0.0f;
-        for (int64_t j = 0; j < n; ++j) {
-          s[j] = std::exp(s[j] - mx);
-          sum += s[j];
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+        detail::softmax_in_place(sc.data() + k * n, n);
         float* o = out + (t * n_heads + h0 + k) * kv_lora;
         for (int64_t d = 0; d < kv_lora; ++d) o[d] = 0.0f;
       }

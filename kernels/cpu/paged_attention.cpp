@@ -75,16 +75,7 @@ void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_he
           sc[g * n + j] = detail::dot16(q + (t * n_heads + h0 + g) * head_dim, kv, head_dim) * scale;
       }
       for (int64_t g = 0; g < G; ++g) {
-        float* s = sc.data() + g * n;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
-        float sum = 0.0f;
-        for (int64_t j = 0; j < n; ++j) {
-          s[j] = std::exp(s[j] - mx);
-          sum += s[j];
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+        detail::softmax_in_place(sc.data() + g * n, n);
         float* o = out + (t * n_heads + h0 + g) * head_dim;
         for (int64_t d = 0; d < head_dim; ++d) o[d] = 0.0f;
       }

@@ -1,6 +1,8 @@
 // Internal helpers shared by the CPU kernels (not part of the kernel interface).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace shardlm::cpu::detail {
@@ -20,5 +22,20 @@ inline float dot16(const float* __restrict a, const float* __restrict b, int64_t
 }
 
 inline float sumsq16(const float* __restrict a, int64_t n) { return dot16(a, a, n); }
+
+// Scores s[0..n) become softmax probabilities in place, in a fixed order: the max, then
+// e_j = exp(s_j - max) and their sum in increasing j, then each e_j times 1 / sum. n == 0 is a
+// no-op (a padding token's empty row).
+inline void softmax_in_place(float* s, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    s[j] = std::exp(s[j] - mx);
+    sum += s[j];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+}
 
 }  // namespace shardlm::cpu::detail
