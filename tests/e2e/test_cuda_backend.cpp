@@ -112,5 +112,39 @@ TEST(CudaBackend, CudaGraphsMatchEager) {
   }
 }
 
+// Prompts of 600 to 1000 tokens, at most two sequences at a time: decode steps have few tokens
+// with contexts past the first attention partition (512 positions), so the CUDA backend launches
+// attention split along the positions (kernels/cuda/attention_partitions.h) in eager steps, and
+// unsplit in the CUDA graphs' captured ones. GQA (tiny-llama) and MLA (tiny-deepseek-v3, whose
+// MoE layers keep its --cuda-graphs run eager): the tokens must be the CPU backend's, and the
+// graph run's the eager run's.
+TEST(CudaBackend, LongContextsMatchCpuAndGraphs) {
+  SHARDLM_REQUIRE_GPU();
+  for (const char* config : {"tiny-llama", "tiny-deepseek-v3"}) {
+    const std::string model = make(config, "fp32");
+    const fs::path d = test::fresh_dir(std::string("cuda-long-") + config);
+    std::string prompts;
+    for (int i = 0; i < 4; ++i) {
+      std::string ids;
+      for (int j = 0; j < 600 + 130 * i; ++j) ids += (j ? ", " : "") + std::to_string(3 + (j * 37 + i * 11) % 500);
+      prompts += "{\"id\": \"l" + std::to_string(i) + "\", \"prompt_token_ids\": [" + ids + "], \"max_tokens\": 12" +
+                 (i % 2 ? ", \"temperature\": 0.8" : "") + "}\n";
+    }
+    test::write_file(d / "p.jsonl", prompts);
+    const std::string common = " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
+                               " --threads 1 -q --seed 3 --max-seqs 2 --max-batch-tokens 512";
+    Proc cpu = sh(shardlm_bin() + common + " --out " + (d / "cpu.h5").string());
+    Proc gpu = sh(shardlm_bin() + common + " --backend cuda --out " + (d / "gpu.h5").string());
+    Proc graphs = sh(shardlm_bin() + common + " --backend cuda --cuda-graphs --out " + (d / "graphs.h5").string());
+    ASSERT_EQ(cpu.code, 0) << cpu.out;
+    ASSERT_EQ(gpu.code, 0) << gpu.out;
+    ASSERT_EQ(graphs.code, 0) << graphs.out;
+    const test::RunOutput gpu_run = test::read_run((d / "gpu.h5").string());
+    test::expect_same_run(test::read_run((d / "cpu.h5").string()), gpu_run, std::string("long cpu/gpu ") + config);
+    test::expect_same_run(gpu_run, test::read_run((d / "graphs.h5").string()),
+                          std::string("long eager/graphs ") + config);
+  }
+}
+
 }  // namespace
 }  // namespace shardlm
