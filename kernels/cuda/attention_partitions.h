@@ -37,6 +37,16 @@ SHARDLM_HD inline int64_t attention_partitions(int64_t pos, int64_t window) {
   return pos / kAttnPartition - attention_first_position(pos, window) / kAttnPartition + 1;
 }
 
+// The most partitions any token at a position up to max_pos attends to (0 when max_pos < 0): a
+// window of w positions spans at most ceil((w - 1) / kAttnPartition) + 1 of them.
+inline int64_t attention_max_partitions(int64_t max_pos, int64_t window) {
+  if (max_pos < 0) return 0;
+  const int64_t all = max_pos / kAttnPartition + 1;
+  if (window <= 0) return all;
+  const int64_t span = (window - 1 + kAttnPartition - 1) / kAttnPartition + 1;
+  return span < all ? span : all;
+}
+
 // A split launch: `parts` blocks along grid y per (token, head group), block y taking the token's
 // partition y (counted from its first; blocks past its last do nothing), and `states` the device
 // scratch [T, n_heads, parts, width + 2] floats, (m, l, accumulators) per partition. parts <= 1:
@@ -67,4 +77,3 @@ inline int64_t attention_split_parts(int64_t blocks, int64_t sms, int64_t max_pa
 }
 
 }  // namespace shardlm::cuda
-

@@ -425,7 +425,10 @@ class Decoder final : public Model {
     b_.copy_to_device(blocks, batch.blocks.data(), batch.blocks.size() * sizeof(int32_t));
     b_.copy_to_device(start, g_start_.data(), B * sizeof(int32_t));
     // Backend memory only: the host arrays change from step to step, a replay reads the slots.
-    ctx.tables = BlockTables{blocks, start, nullptr, nullptr, nullptr};
+    // Positions stay below the engine's context limit (the model's, or the cache's if smaller).
+    const int64_t max_len = std::min<int64_t>(spec_.max_position_embeddings,
+                                              cache_->num_blocks() * cache_->shape().block_size);
+    ctx.tables = BlockTables{blocks, start, nullptr, nullptr, nullptr, max_len - 1};
     return ctx;
   }
 

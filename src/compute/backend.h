@@ -28,13 +28,15 @@ struct Matrix {
 // arrays are backend memory; host_blocks / host_start are the same arrays in host memory (backends
 // that run on the host may use either). host_pos, when set, is a host copy of the step's positions
 // (the pos array the attention ops take): a device backend sizes its launch from it. The host
-// arrays are null in a step captured for replay, where they would be stale.
+// arrays are null in a step captured for replay, where they would be stale; max_pos is then an
+// upper bound on every position a replay may bring (-1: none known).
 struct BlockTables {
   const int32_t* blocks = nullptr;
   const int32_t* start = nullptr;  // [T]
   const int32_t* host_blocks = nullptr;
   const int32_t* host_start = nullptr;
   const int32_t* host_pos = nullptr;  // [T]
+  int64_t max_pos = -1;
 };
 
 // How a Mixture-of-Experts router picks k of num_experts experts per token (arch/moe_router.h

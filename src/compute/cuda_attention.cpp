@@ -1,5 +1,5 @@
 // CudaBackend::attention and latent_attention: the paged kernels of kernels/cuda, launched split
-// along the positions when the step would leave the device short of work (see
+// along the positions when the step would leave the device short of work, eager or captured (see
 // kernels/cuda/attention_partitions.h; the output is the same bits either way, so the choice is
 // free to weigh the device alone).
 #include <cuda_runtime.h>
@@ -20,19 +20,31 @@ namespace shardlm {
 constexpr int64_t kMaxSplitStateBytes = int64_t{256} << 20;
 
 cuda::AttentionSplit CudaBackend::attention_split(int64_t blocks, int64_t T, int64_t n_heads, int64_t width,
-                                                  const int32_t* host_pos, int64_t window) {
-  // A captured step replays with longer contexts than it was captured with: no split grid fits
-  // them all, so graphs (and callers without host positions) run unsplit.
-  if (capturing_ || host_pos == nullptr) return {};
+                                                  const BlockTables& tables, int64_t window) {
+  // The most partitions any token has: from the host positions, or for a step captured for replay
+  // from the bound on every position a replay may bring (the grid is baked into the graph; blocks
+  // past a token's last partition return at once).
   int64_t max_parts = 0;
-  for (int64_t t = 0; t < T; ++t) max_parts = std::max(max_parts, cuda::attention_partitions(host_pos[t], window));
+  if (tables.host_pos != nullptr) {
+    for (int64_t t = 0; t < T; ++t)
+      max_parts = std::max(max_parts, cuda::attention_partitions(tables.host_pos[t], window));
+  } else {
+    max_parts = cuda::attention_max_partitions(tables.max_pos, window);
+  }
   const int64_t floats = cuda::attention_split_floats(T, n_heads, width, max_parts);
   const int64_t parts =
       cuda::attention_split_parts(blocks, sms_, max_parts, floats * int64_t{sizeof(float)}, kMaxSplitStateBytes);
   if (parts <= 1) return {};
   if (static_cast<size_t>(floats) > attn_states_n_) {
-    // cudaFree waits for the device, so no kernel still reads the old buffer.
-    SHARDLM_CUDA_CHECK(cudaFree(attn_states_));
+    // Nothing may allocate inside a capture: run unsplit, the same bits. (A captured step's eager
+    // warm-up run, with the same tables, has sized the buffer already.)
+    if (capturing_) return {};
+    SHARDLM_CUDA_CHECK(cudaStreamSynchronize(stream_of(stream_)));  // the old buffer may still be read
+    // A captured graph holds the old pointer: it stays allocated until the graphs are dropped.
+    if (graphs_.empty())
+      SHARDLM_CUDA_CHECK(cudaFree(attn_states_));
+    else if (attn_states_)
+      retired_.push_back(attn_states_);
     attn_states_ = nullptr;
     attn_states_n_ = 0;
     SHARDLM_CUDA_CHECK(cudaMalloc(&attn_states_, static_cast<size_t>(floats) * sizeof(float)));
@@ -50,8 +62,8 @@ void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t 
   SHARDLM_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0,
                 "cuda backend: n_heads " << n_heads << " is not a multiple of n_kv_heads " << n_kv_heads);
   SHARDLM_CHECK(head_dim <= 256, "cuda backend: attention supports head_dim up to 256, not " << head_dim);
-  const cuda::AttentionSplit split = attention_split(cuda::paged_attention_blocks(T, n_heads, n_kv_heads), T, n_heads,
-                                                     head_dim, tables.host_pos, window);
+  const cuda::AttentionSplit split =
+      attention_split(cuda::paged_attention_blocks(T, n_heads, n_kv_heads), T, n_heads, head_dim, tables, window);
   last_attention_parts_ = split.parts;
   cuda::paged_attention(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, block_size, tables.blocks, tables.start,
                         pos, window, scale, out, split, stream_of(stream_));
@@ -66,7 +78,7 @@ void CudaBackend::latent_attention(const float* q_latent, const float* q_rope, i
                 "qk_rope_head_dim up to 64, not "
                     << kv_lora << " and " << rope_dim);
   const cuda::AttentionSplit split =
-      attention_split(cuda::latent_attention_blocks(T, n_heads), T, n_heads, kv_lora, tables.host_pos, 0);
+      attention_split(cuda::latent_attention_blocks(T, n_heads), T, n_heads, kv_lora, tables, 0);
   last_attention_parts_ = split.parts;
   cuda::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, tables.blocks,
                          tables.start, pos, scale, out, split, stream_of(stream_));

@@ -136,12 +136,12 @@ class CudaBackend final : public ComputeBackend {
   int32_t* row_count_ = nullptr;  // device copy of the row count expert_gather reads
   int sms_ = 0;                   // multiprocessors of the device
 
-  // attention / latent_attention (cuda_attention.cpp): the split launch for a step whose host
-  // positions are known and whose unsplit grid would leave the device short of work
-  // (kernels/cuda/attention_partitions.h), with its states in a device buffer that only grows
-  // (never used inside a capture, so freed at once when it grows).
+  // attention / latent_attention (cuda_attention.cpp): the split launch for a step whose unsplit
+  // grid would leave the device short of work (kernels/cuda/attention_partitions.h), sized from
+  // the host positions or, for a captured step, from BlockTables::max_pos; its states live in a
+  // device buffer that only grows (a grown-out buffer a graph holds is retired, as the workspaces).
   cuda::AttentionSplit attention_split(int64_t blocks, int64_t T, int64_t n_heads, int64_t width,
-                                       const int32_t* host_pos, int64_t window);
+                                       const BlockTables& tables, int64_t window);
   float* attn_states_ = nullptr;
   size_t attn_states_n_ = 0;
   int64_t last_attention_parts_ = 1;

@@ -3,6 +3,8 @@
 // that follow these rules are checked against the CPU on a GPU (test_cuda_attention.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "cuda/attention_partitions.h"
 
 using namespace shardlm::cuda;
@@ -53,6 +55,20 @@ TEST(AttentionPartitions, CountsWholeRangesCutAtMultiples) {
       ASSERT_EQ(attention_partitions(pos, window), seen) << "pos " << pos << " window " << window;
     }
   }
+}
+
+TEST(AttentionPartitions, MaxPartitionsBoundsEveryPositionUpToIt) {
+  // The bound a captured step's grid is sized by: the most any position 0..max_pos has, exactly.
+  for (int64_t window : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{37}, P - 1, P, P + 1, int64_t{600}, 3 * P + 1}) {
+    int64_t most = 0;
+    for (int64_t pos = 0; pos < 5 * P; ++pos) {
+      most = std::max(most, attention_partitions(pos, window));
+      if (pos % 97 == 0 || pos == 5 * P - 1) {
+        ASSERT_EQ(attention_max_partitions(pos, window), most) << "max_pos " << pos << " window " << window;
+      }
+    }
+  }
+  EXPECT_EQ(attention_max_partitions(-1, 0), 0);
 }
 
 TEST(AttentionPartitions, SplitsOnlyAShortGridWithLongContexts) {

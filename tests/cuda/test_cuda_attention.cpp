@@ -286,11 +286,13 @@ TEST(CudaAttention, LatentAttentionMatchesCpu) {
   }
 }
 
-// CudaBackend::attention / latent_attention choose the split launch themselves from the host
-// positions: a lone decode token of 2000 positions (four partitions) on few heads leaves the device
-// short of work, so it splits four ways; without host positions (a captured step) it runs unsplit.
-// Both give the same bits, and the CPU kernels' result within the kernel tolerance. The MLA call
-// needs larger split states than the GQA one before it, so the backend's buffer grows between them.
+// CudaBackend::attention / latent_attention choose the split launch themselves: a lone decode
+// token of 2000 positions (four partitions) on few heads leaves the device short of work, so with
+// host positions it splits four ways; with only a bound on the positions (a captured step: 4096,
+// so eight) it splits eight ways, the blocks past the token's four doing nothing; with neither it
+// runs unsplit. All give the same bits, and the CPU kernels' result within the kernel tolerance.
+// The MLA call needs larger split states than the GQA one before it, so the backend's buffer grows
+// between them.
 TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
   SHARDLM_REQUIRE_GPU();
   const float nan = std::numeric_limits<float>::quiet_NaN();  // unused cache rows: a stray read shows
@@ -304,8 +306,32 @@ TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
   const std::vector<const int32_t*> bt = host_block_table(pool, st);
   DeviceBuffer<int32_t> d_blocks(pool.blocks), d_start(st.table_start), d_pos(st.pos);
   DeviceBuffer<int64_t> d_slots(slots);
-  BlockTables with_host{d_blocks.get(), d_start.get(), pool.blocks.data(), st.table_start.data(), st.pos.data()};
-  BlockTables device_only{d_blocks.get(), d_start.get(), nullptr, nullptr, nullptr};
+  struct Variant {
+    const char* what;
+    BlockTables tables;
+    int64_t parts;
+  };
+  const Variant variants[] = {
+      {"host positions", {d_blocks.get(), d_start.get(), pool.blocks.data(), st.table_start.data(), st.pos.data()}, 4},
+      {"bound 4095", {d_blocks.get(), d_start.get(), nullptr, nullptr, nullptr, 4095}, 8},
+      {"no positions", {d_blocks.get(), d_start.get(), nullptr, nullptr, nullptr}, 1}};
+  // Runs call(tables, out) for every variant; the outputs must have the same bits and match want.
+  auto check = [&](size_t n, const std::vector<float>& want, const auto& call) {
+    std::vector<float> first;
+    for (const Variant& v : variants) {
+      SCOPED_TRACE(v.what);
+      DeviceBuffer<float> d_out(std::vector<float>(n, nan));
+      call(v.tables, d_out.get());
+      EXPECT_EQ(gpu->last_attention_parts(), v.parts);
+      cuda_sync("backend attention");
+      const std::vector<float> got = d_out.download();
+      if (first.empty()) {
+        first = got;
+        EXPECT_TRUE(all_close(got, want, kRel, kAbs));
+      }
+      EXPECT_TRUE(all_bits_equal(got, first));
+    }
+  };
 
   {  // GQA: 8 query heads on 2 KV heads, head_dim 128.
     const int64_t nh = 8, nkv = 2, hd = 128, row = nkv * hd;
@@ -315,17 +341,11 @@ TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
     cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), nkv, hd, kc.data(), vc.data());
     cpu::paged_attention(q.data(), 1, nh, nkv, hd, kc.data(), vc.data(), pool.block_size, bt.data(), st.pos.data(), 0,
                          0.088f, want.data());
-    DeviceBuffer<float> d_kc(kc), d_vc(vc), d_q(q), d_a(std::vector<float>(want.size())),
-        d_b(std::vector<float>(want.size()));
-    gpu->attention(d_q.get(), 1, nh, nkv, hd, d_kc.get(), d_vc.get(), pool.block_size, with_host, d_pos.get(), 0,
-                   0.088f, d_a.get());
-    EXPECT_EQ(gpu->last_attention_parts(), 4);
-    gpu->attention(d_q.get(), 1, nh, nkv, hd, d_kc.get(), d_vc.get(), pool.block_size, device_only, d_pos.get(), 0,
-                   0.088f, d_b.get());
-    EXPECT_EQ(gpu->last_attention_parts(), 1);
-    cuda_sync("backend attention");
-    EXPECT_TRUE(all_bits_equal(d_a.download(), d_b.download()));
-    EXPECT_TRUE(all_close(d_a.download(), want, kRel, kAbs));
+    DeviceBuffer<float> d_kc(kc), d_vc(vc), d_q(q);
+    check(want.size(), want, [&](const BlockTables& tables, float* out) {
+      gpu->attention(d_q.get(), 1, nh, nkv, hd, d_kc.get(), d_vc.get(), pool.block_size, tables, d_pos.get(), 0, 0.088f,
+                     out);
+    });
   }
   {  // MLA: 16 heads (a tp shard of DeepSeek-V3), kv_lora 512, rope 64.
     const int64_t nh = 16, lora = 512, rope = 64, row = lora + rope;
@@ -335,16 +355,10 @@ TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
     cpu::latent_cache_write(lat.data(), kr.data(), n_write, slots.data(), lora, rope, cache.data());
     cpu::latent_attention(ql.data(), qr.data(), 1, nh, lora, rope, cache.data(), pool.block_size, bt.data(),
                           st.pos.data(), 0.072f, want.data());
-    DeviceBuffer<float> d_cache(cache), d_ql(ql), d_qr(qr), d_a(std::vector<float>(want.size())),
-        d_b(std::vector<float>(want.size()));
-    gpu->latent_attention(d_ql.get(), d_qr.get(), 1, nh, lora, rope, d_cache.get(), pool.block_size, with_host,
-                          d_pos.get(), 0.072f, d_a.get());
-    EXPECT_EQ(gpu->last_attention_parts(), 4);
-    gpu->latent_attention(d_ql.get(), d_qr.get(), 1, nh, lora, rope, d_cache.get(), pool.block_size, device_only,
-                          d_pos.get(), 0.072f, d_b.get());
-    EXPECT_EQ(gpu->last_attention_parts(), 1);
-    cuda_sync("backend latent attention");
-    EXPECT_TRUE(all_bits_equal(d_a.download(), d_b.download()));
-    EXPECT_TRUE(all_close(d_a.download(), want, kRel, kAbs));
+    DeviceBuffer<float> d_cache(cache), d_ql(ql), d_qr(qr);
+    check(want.size(), want, [&](const BlockTables& tables, float* out) {
+      gpu->latent_attention(d_ql.get(), d_qr.get(), 1, nh, lora, rope, d_cache.get(), pool.block_size, tables,
+                            d_pos.get(), 0.072f, out);
+    });
   }
 }

@@ -114,10 +114,10 @@ TEST(CudaBackend, CudaGraphsMatchEager) {
 
 // Prompts of 600 to 1000 tokens, at most two sequences at a time: decode steps have few tokens
 // with contexts past the first attention partition (512 positions), so the CUDA backend launches
-// attention split along the positions (kernels/cuda/attention_partitions.h) in eager steps, and
-// unsplit in the CUDA graphs' captured ones. GQA (tiny-llama) and MLA (tiny-deepseek-v3, whose
-// MoE layers keep its --cuda-graphs run eager): the tokens must be the CPU backend's, and the
-// graph run's the eager run's.
+// attention split along the positions (kernels/cuda/attention_partitions.h): eager steps into the
+// partitions their tokens have, captured ones into those the context limit (1024) allows. GQA
+// (tiny-llama) and MLA (tiny-deepseek-v3, whose MoE layers keep its --cuda-graphs run eager): the
+// tokens must be the CPU backend's, and the graph run's the eager run's.
 TEST(CudaBackend, LongContextsMatchCpuAndGraphs) {
   SHARDLM_REQUIRE_GPU();
   for (const char* config : {"tiny-llama", "tiny-deepseek-v3"}) {
