@@ -39,15 +39,10 @@ cuda::AttentionSplit CudaBackend::attention_split(int64_t blocks, int64_t T, int
     // Nothing may allocate inside a capture: run unsplit, the same bits. (A captured step's eager
     // warm-up run, with the same tables, has sized the buffer already.)
     if (capturing_) return {};
-    SHARDLM_CUDA_CHECK(cudaStreamSynchronize(stream_of(stream_)));  // the old buffer may still be read
-    // A captured graph holds the old pointer: it stays allocated until the graphs are dropped.
-    if (graphs_.empty())
-      SHARDLM_CUDA_CHECK(cudaFree(attn_states_));
-    else if (attn_states_)
-      retired_.push_back(attn_states_);
-    attn_states_ = nullptr;
+    void* ws = attn_states_;
+    attn_states_ = nullptr;  // no dangling member should the regrow throw
     attn_states_n_ = 0;
-    SHARDLM_CUDA_CHECK(cudaMalloc(&attn_states_, static_cast<size_t>(floats) * sizeof(float)));
+    attn_states_ = static_cast<float*>(regrow_workspace(ws, static_cast<size_t>(floats) * sizeof(float)));
     attn_states_n_ = static_cast<size_t>(floats);
   }
   cuda::AttentionSplit split;

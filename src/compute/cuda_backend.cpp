@@ -336,19 +336,27 @@ void CudaBackend::check_launch(const char* op) {
                                                      << ")");
 }
 
+void* CudaBackend::regrow_workspace(void*& ws, size_t bytes) {
+  SHARDLM_CUDA_CHECK(cudaStreamSynchronize(stream_of(stream_)));  // the old workspace may still be read
+  // A captured graph holds the old pointer: it stays allocated until the graphs are dropped.
+  if (graphs_.empty())
+    SHARDLM_CUDA_CHECK(cudaFree(ws));
+  else if (ws)
+    retired_.push_back(ws);
+  ws = nullptr;
+  SHARDLM_CUDA_CHECK(cudaMalloc(&ws, bytes));
+  return ws;
+}
+
 uint16_t* CudaBackend::bf16_workspace(size_t n) {
   if (n > bf16_ws_n_) {
     SHARDLM_CHECK(!capturing_, "cuda backend: the bf16 GEMM workspace must grow to "
                                    << n << " elements while capturing a CUDA graph (run the step once before "
                                    "capturing it)");
-    SHARDLM_CUDA_CHECK(cudaStreamSynchronize(stream_of(stream_)));  // the old workspace may still be read
-    // A captured graph holds the old pointer: it stays allocated until the graphs are dropped.
-    if (graphs_.empty())
-      SHARDLM_CUDA_CHECK(cudaFree(bf16_ws_));
-    else if (bf16_ws_)
-      retired_.push_back(bf16_ws_);
-    bf16_ws_ = nullptr;
-    SHARDLM_CUDA_CHECK(cudaMalloc(&bf16_ws_, n * sizeof(uint16_t)));
+    void* ws = bf16_ws_;
+    bf16_ws_ = nullptr;  // no dangling member should the regrow throw
+    bf16_ws_n_ = 0;
+    bf16_ws_ = static_cast<uint16_t*>(regrow_workspace(ws, n * sizeof(uint16_t)));
     bf16_ws_n_ = n;
   }
   return bf16_ws_;

@@ -120,6 +120,10 @@ class CudaBackend final : public ComputeBackend {
   void* upload(const void* host, size_t bytes);   // device copy of host bytes, owned by the backend
   void check_launch(const char* op);              // throws on a failed kernel launch
   uint16_t* bf16_workspace(size_t n);             // activations cast for a bf16 GEMM
+  // Replaces workspace ws (may be null) with a new one of `bytes`, after the stream has done with
+  // the old one; the old one is retired, not freed, while captured graphs may hold it. Not while
+  // capturing (nothing may allocate then). Returns the new ws.
+  void* regrow_workspace(void*& ws, size_t bytes);
 
   int device_ = -1;
   void* cublas_ = nullptr;  // cublasHandle_t
