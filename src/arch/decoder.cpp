@@ -303,7 +303,8 @@ class Decoder final : public Model {
     int32_t* start = scratch_.get_as<int32_t>(7, rows);
     b_.copy_to_device(blocks, batch.blocks.data(), batch.blocks.size() * sizeof(int32_t));
     b_.copy_to_device(start, table_start_.data(), T * sizeof(int32_t));
-    ctx.tables = BlockTables{blocks, start, batch.blocks.data(), table_start_.data(), batch.positions.data()};
+    const int64_t max_pos = T > 0 ? *std::max_element(batch.positions.begin(), batch.positions.end()) : -1;
+    ctx.tables = BlockTables{blocks, start, batch.blocks.data(), table_start_.data(), max_pos};
 
     if (plan_.first_stage()) {
       // Vocabulary-parallel embedding: each rank fills the rows of the ids it owns, zeros elsewhere.
@@ -428,7 +429,7 @@ class Decoder final : public Model {
     // Positions stay below the engine's context limit (the model's, or the cache's if smaller).
     const int64_t max_len = std::min<int64_t>(spec_.max_position_embeddings,
                                               cache_->num_blocks() * cache_->shape().block_size);
-    ctx.tables = BlockTables{blocks, start, nullptr, nullptr, nullptr, max_len - 1};
+    ctx.tables = BlockTables{blocks, start, nullptr, nullptr, max_len - 1};
     return ctx;
   }
 

@@ -10,8 +10,8 @@ namespace shardlm {
 
 // Times b.attention for a few (sequences x cached positions) at the model's head shape, with a
 // cache of random rows in backend memory. On CUDA each is timed twice: as the backend launches it
-// (split along the positions when the step is short of work) and forced unsplit, as a captured
-// step runs, so one run shows what the split gains. Prints nothing for an MLA model.
+// (split along the positions when the step is short of work) and forced unsplit (no bound on the
+// positions), so one run shows what the split gains. Prints nothing for an MLA model.
 void print_attention_bench(ComputeBackend& b, const ModelSpec& spec, double bw_gbs);
 
 }  // namespace shardlm

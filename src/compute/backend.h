@@ -26,16 +26,15 @@ struct Matrix {
 // The paged-KV block lists of a step's tokens: token t's sequence holds its positions in cache
 // blocks blocks[start[t]], blocks[start[t] + 1], ... (position p in block p / block_size). Both
 // arrays are backend memory; host_blocks / host_start are the same arrays in host memory (backends
-// that run on the host may use either). host_pos, when set, is a host copy of the step's positions
-// (the pos array the attention ops take): a device backend sizes its launch from it. The host
-// arrays are null in a step captured for replay, where they would be stale; max_pos is then an
-// upper bound on every position a replay may bring (-1: none known).
+// that run on the host may use either; they are null in a step captured for replay, where they
+// would be stale). max_pos bounds every position the attention ops' pos array holds, or, in a
+// captured step, may hold at replay (the context limit): a device backend sizes its launch by it
+// (-1: no bound known).
 struct BlockTables {
   const int32_t* blocks = nullptr;
   const int32_t* start = nullptr;  // [T]
   const int32_t* host_blocks = nullptr;
   const int32_t* host_start = nullptr;
-  const int32_t* host_pos = nullptr;  // [T]
   int64_t max_pos = -1;
 };
 

@@ -4,8 +4,6 @@
 // free to weigh the device alone).
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
 #include "compute/cuda_backend.h"
 #include "compute/cuda_check.h"
 #include "core/error.h"
@@ -21,16 +19,10 @@ constexpr int64_t kMaxSplitStateBytes = int64_t{256} << 20;
 
 cuda::AttentionSplit CudaBackend::attention_split(int64_t blocks, int64_t T, int64_t n_heads, int64_t width,
                                                   const BlockTables& tables, int64_t window) {
-  // The most partitions any token has: from the host positions, or for a step captured for replay
-  // from the bound on every position a replay may bring (the grid is baked into the graph; blocks
-  // past a token's last partition return at once).
-  int64_t max_parts = 0;
-  if (tables.host_pos != nullptr) {
-    for (int64_t t = 0; t < T; ++t)
-      max_parts = std::max(max_parts, cuda::attention_partitions(tables.host_pos[t], window));
-  } else {
-    max_parts = cuda::attention_max_partitions(tables.max_pos, window);
-  }
+  // The most partitions any token can have, from the bound on the positions: the step's largest,
+  // or for a step captured for replay the context limit (the grid is baked into the graph). Blocks
+  // past a token's last partition return at once.
+  const int64_t max_parts = cuda::attention_max_partitions(tables.max_pos, window);
   const int64_t floats = cuda::attention_split_floats(T, n_heads, width, max_parts);
   const int64_t parts =
       cuda::attention_split_parts(blocks, sms_, max_parts, floats * int64_t{sizeof(float)}, kMaxSplitStateBytes);

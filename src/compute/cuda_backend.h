@@ -142,8 +142,8 @@ class CudaBackend final : public ComputeBackend {
 
   // attention / latent_attention (cuda_attention.cpp): the split launch for a step whose unsplit
   // grid would leave the device short of work (kernels/cuda/attention_partitions.h), sized from
-  // the host positions or, for a captured step, from BlockTables::max_pos; its states live in a
-  // device buffer that only grows (a grown-out buffer a graph holds is retired, as the workspaces).
+  // BlockTables::max_pos; its states live in a device buffer that only grows (a grown-out buffer a
+  // graph holds is retired, as the workspaces).
   cuda::AttentionSplit attention_split(int64_t blocks, int64_t T, int64_t n_heads, int64_t width,
                                        const BlockTables& tables, int64_t window);
   float* attn_states_ = nullptr;

@@ -288,11 +288,11 @@ TEST(CudaAttention, LatentAttentionMatchesCpu) {
 
 // CudaBackend::attention / latent_attention choose the split launch themselves: a lone decode
 // token of 2000 positions (four partitions) on few heads leaves the device short of work, so with
-// host positions it splits four ways; with only a bound on the positions (a captured step: 4096,
-// so eight) it splits eight ways, the blocks past the token's four doing nothing; with neither it
-// runs unsplit. All give the same bits, and the CPU kernels' result within the kernel tolerance.
-// The MLA call needs larger split states than the GQA one before it, so the backend's buffer grows
-// between them.
+// its own position as the bound (an eager step) it splits four ways; with the bound 4095 (a
+// captured step's context limit: eight) eight ways, the blocks past the token's four doing
+// nothing; with no bound it runs unsplit. All give the same bits, and the CPU kernels' result
+// within the kernel tolerance. The MLA call needs larger split states than the GQA one before it,
+// so the backend's buffer grows between them.
 TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
   SHARDLM_REQUIRE_GPU();
   const float nan = std::numeric_limits<float>::quiet_NaN();  // unused cache rows: a stray read shows
@@ -312,9 +312,9 @@ TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
     int64_t parts;
   };
   const Variant variants[] = {
-      {"host positions", {d_blocks.get(), d_start.get(), pool.blocks.data(), st.table_start.data(), st.pos.data()}, 4},
-      {"bound 4095", {d_blocks.get(), d_start.get(), nullptr, nullptr, nullptr, 4095}, 8},
-      {"no positions", {d_blocks.get(), d_start.get(), nullptr, nullptr, nullptr}, 1}};
+      {"bound 1999", {d_blocks.get(), d_start.get(), pool.blocks.data(), st.table_start.data(), 1999}, 4},
+      {"bound 4095", {d_blocks.get(), d_start.get(), nullptr, nullptr, 4095}, 8},
+      {"no bound", {d_blocks.get(), d_start.get(), nullptr, nullptr}, 1}};
   // Runs call(tables, out) for every variant; the outputs must have the same bits and match want.
   auto check = [&](size_t n, const std::vector<float>& want, const auto& call) {
     std::vector<float> first;
