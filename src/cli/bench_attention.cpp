@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,7 @@ namespace {
 
 constexpr int64_t kBlock = 16;                        // cache block size (positions)
 constexpr int64_t kMaxCacheBytes = int64_t{2} << 30;  // K and V of the largest shape timed
+constexpr int64_t kChunk = 512;                       // prefill tokens per call
 
 // Backend memory that frees itself.
 struct Buffer {
@@ -37,86 +39,196 @@ void fill_random(std::vector<float>& v, uint64_t seed) {
     v[i] = static_cast<float>(static_cast<double>(mix64(seed * 0x9E3779B97F4A7C15ull + i) >> 11) * 0x1.0p-52 - 1.0);
 }
 
-}  // namespace
+// The op's shape: GQA (K and V rows of n_kv_heads * head_dim) or MLA (one cache of latent rows,
+// kv_lora + rope floats, every head reading them).
+struct Shape {
+  bool mla;
+  int64_t heads, kv_heads, head_dim;  // GQA
+  int64_t kv_lora, rope;              // MLA
+  explicit Shape(const ModelSpec& spec)
+      : mla(spec.mla.enabled()),
+        heads(spec.num_heads),
+        kv_heads(spec.num_kv_heads),
+        head_dim(spec.head_dim),
+        kv_lora(spec.mla.kv_lora_rank),
+        rope(spec.mla.qk_rope_head_dim) {}
+  // Floats cached per position (K and V together), of the queries and of the output per token.
+  int64_t cache_row() const { return mla ? kv_lora + rope : 2 * kv_heads * head_dim; }
+  int64_t q_floats() const { return heads * (mla ? kv_lora + rope : head_dim); }
+  int64_t out_floats() const { return heads * (mla ? kv_lora : head_dim); }
+  // FLOP per attended position per head: the score's dot product and the output's share.
+  double flop_per_position() const {
+    return mla ? 2.0 * static_cast<double>(kv_lora + rope) + 2.0 * static_cast<double>(kv_lora)
+               : 4.0 * static_cast<double>(head_dim);
+  }
+};
 
-void print_attention_bench(ComputeBackend& b, const ModelSpec& spec, double bw_gbs) {
-  if (spec.mla.enabled()) return;
-  const int64_t nh = spec.num_heads, nkv = spec.num_kv_heads, hd = spec.head_dim, row = nkv * hd;
+// A cache of `slots` random rows in blocks 0, 1, ... (GQA: K then V, MLA: latent rows) and random
+// queries for up to max_t tokens, in backend memory; time_us runs one attention call over it.
+class Rig {
+ public:
+  Rig(ComputeBackend& b, const Shape& shape, int64_t slots, int64_t max_t)
+      : b_(b),
+        s_(shape),
+        slots_(slots),
+        cache_(b, static_cast<size_t>(slots * s_.cache_row()) * sizeof(float)),
+        q_(b, static_cast<size_t>(max_t * s_.q_floats()) * sizeof(float)),
+        out_(b, static_cast<size_t>(max_t * s_.out_floats()) * sizeof(float)),
+        blocks_(static_cast<size_t>(slots / kBlock)),
+        d_blocks_(b, blocks_.size() * sizeof(int32_t)),
+        d_start_(b, max_t * sizeof(int32_t)),
+        d_pos_(b, max_t * sizeof(int32_t)) {
+    std::vector<float> host(static_cast<size_t>(slots * s_.cache_row()));
+    fill_random(host, 1);
+    b.copy_to_device(cache_.p, host.data(), host.size() * sizeof(float));
+    host.assign(static_cast<size_t>(max_t * s_.q_floats()), 0.0f);
+    fill_random(host, 3);
+    b.copy_to_device(q_.p, host.data(), host.size() * sizeof(float));
+    for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i] = static_cast<int32_t>(i);
+    b.copy_to_device(d_blocks_.p, blocks_.data(), blocks_.size() * sizeof(int32_t));
+  }
+
+  // Token t reads the sequence whose blocks start at start[t] and sits at pos[t].
+  void set_tokens(const std::vector<int32_t>& start, const std::vector<int32_t>& pos) {
+    start_ = start;
+    pos_ = pos;
+    b_.copy_to_device(d_start_.p, start.data(), start.size() * sizeof(int32_t));
+    b_.copy_to_device(d_pos_.p, pos.data(), pos.size() * sizeof(int32_t));
+  }
+
+  // Microseconds per call, best of 3 runs of `iters` calls after a warm-up call; max_pos is the
+  // tables' bound on the positions (-1: none).
+  double time_us(int64_t max_pos, int iters) {
+    const int64_t T = static_cast<int64_t>(pos_.size());
+    const BlockTables tables{d_blocks_.i(), d_start_.i(), blocks_.data(), start_.data(), max_pos};
+    float* q = q_.f();
+    const float* cache = cache_.f();
+    auto call = [&] {
+      if (s_.mla) {
+        b_.latent_attention(q, q + T * s_.heads * s_.kv_lora, T, s_.heads, s_.kv_lora, s_.rope, cache, kBlock, tables,
+                            d_pos_.i(), 0.1f, out_.f());
+      } else {
+        const int64_t hd = s_.head_dim;
+        b_.attention(q, T, s_.heads, s_.kv_heads, hd, cache, cache + slots_ * s_.kv_heads * hd, kBlock, tables,
+                     d_pos_.i(), 0, 1.0f / std::sqrt(static_cast<float>(hd)), out_.f());
+      }
+    };
+    call();
+    b_.synchronize();
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) call();
+      b_.synchronize();
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
+    }
+    return best * 1e6;
+  }
+
+  // What the last call launched: the split along positions (CUDA), 1 otherwise.
+  int64_t last_parts() const {
+#ifdef SHARDLM_HAVE_CUDA
+    if (auto* gpu = dynamic_cast<CudaBackend*>(&b_)) return gpu->last_attention_parts();
+#endif
+    return 1;
+  }
+
+ private:
+  ComputeBackend& b_;
+  Shape s_;
+  int64_t slots_;
+  Buffer cache_, q_, out_;
+  std::vector<int32_t> blocks_, start_, pos_;
+  Buffer d_blocks_, d_start_, d_pos_;
+};
+
+std::string describe(const Shape& s) {
+  char buf[160];
+  if (s.mla) {
+    std::snprintf(buf, sizeof buf, "MLA, %lld heads on a latent cache of %lld + %lld floats",
+                  static_cast<long long>(s.heads), static_cast<long long>(s.kv_lora), static_cast<long long>(s.rope));
+  } else {
+    std::snprintf(buf, sizeof buf, "%lld heads / %lld KV heads, head_dim %lld", static_cast<long long>(s.heads),
+                  static_cast<long long>(s.kv_heads), static_cast<long long>(s.head_dim));
+  }
+  return buf;
+}
+
+void print_decode(ComputeBackend& b, const Shape& sh, double bw_gbs) {
+  const int64_t row_bytes = sh.cache_row() * static_cast<int64_t>(sizeof(float));
   // (sequences, cached positions): lone decode and a small batch, at a short and a long context;
-  // those whose K and V take more than kMaxCacheBytes are left out (a model with many KV heads).
+  // those whose cache takes more than kMaxCacheBytes are left out (a model with many KV heads).
   std::vector<std::pair<int64_t, int64_t>> shapes;
   for (auto [T, ctx] : {std::pair<int64_t, int64_t>{1, 4096}, {1, 32768}, {8, 4096}, {8, 32768}}) {
-    if (2 * T * ctx * row * static_cast<int64_t>(sizeof(float)) <= kMaxCacheBytes) shapes.emplace_back(T, ctx);
+    if (T * ctx * row_bytes <= kMaxCacheBytes) shapes.emplace_back(T, ctx);
   }
   if (shapes.empty()) {
-    std::printf("attention decode: not timed (one 4096-position sequence's K/V is over %lld MiB)\n",
+    std::printf("attention decode: not timed (one 4096-position sequence's cache is over %lld MiB)\n",
                 static_cast<long long>(kMaxCacheBytes >> 20));
     return;
   }
   int64_t max_slots = 0, max_t = 0;
   for (auto [T, ctx] : shapes) max_slots = std::max(max_slots, T * ctx), max_t = std::max(max_t, T);
-  std::vector<float> host(static_cast<size_t>(max_slots * row));
-  Buffer k(b, host.size() * sizeof(float)), v(b, host.size() * sizeof(float));
-  fill_random(host, 1);
-  b.copy_to_device(k.p, host.data(), host.size() * sizeof(float));
-  fill_random(host, 2);
-  b.copy_to_device(v.p, host.data(), host.size() * sizeof(float));
-  host.assign(static_cast<size_t>(max_t * nh * hd), 0.0f);
-  fill_random(host, 3);
-  Buffer q(b, host.size() * sizeof(float)), out(b, host.size() * sizeof(float));
-  b.copy_to_device(q.p, host.data(), host.size() * sizeof(float));
-  std::vector<int32_t> blocks(static_cast<size_t>(max_slots / kBlock));
-  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<int32_t>(i);
-  Buffer d_blocks(b, blocks.size() * sizeof(int32_t)), d_start(b, max_t * sizeof(int32_t)),
-      d_pos(b, max_t * sizeof(int32_t));
-  b.copy_to_device(d_blocks.p, blocks.data(), blocks.size() * sizeof(int32_t));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-
-  std::printf(
-      "attention decode (%lld heads / %lld KV heads, head_dim %lld, fp32 cache; K/V read per call "
-      "against %.0f GB/s):\n",
-      static_cast<long long>(nh), static_cast<long long>(nkv), static_cast<long long>(hd), bw_gbs);
+  Rig rig(b, sh, max_slots, max_t);
+  std::printf("attention decode (%s, fp32 cache; cache read per call against %.0f GB/s):\n", describe(sh).c_str(),
+              bw_gbs);
   for (const auto& shape : shapes) {
-    const int64_t T = shape.first, ctx = shape.second;  // lambdas below capture them (not bindings)
+    const int64_t T = shape.first, ctx = shape.second;
     // Sequence t holds blocks [t * ctx / kBlock, (t + 1) * ctx / kBlock); its token decodes at ctx - 1.
     std::vector<int32_t> start(T), pos(T, static_cast<int32_t>(ctx - 1));
     for (int64_t t = 0; t < T; ++t) start[t] = static_cast<int32_t>(t * ctx / kBlock);
-    b.copy_to_device(d_start.p, start.data(), T * sizeof(int32_t));
-    b.copy_to_device(d_pos.p, pos.data(), T * sizeof(int32_t));
-    const double bytes = 2.0 * static_cast<double>(T * ctx * row) * sizeof(float);
-    // us per call, best of 3 runs of `iters` calls after a warm-up call.
-    auto time_us = [&](int64_t max_pos) {
-      const BlockTables tables{d_blocks.i(), d_start.i(), blocks.data(), start.data(), max_pos};
-      auto call = [&] {
-        b.attention(q.f(), T, nh, nkv, hd, k.f(), v.f(), kBlock, tables, d_pos.i(), 0, scale, out.f());
-      };
-      call();
-      b.synchronize();
-      const int iters = bytes > 1e9 ? 3 : 20;
-      double best = 1e30;
-      for (int rep = 0; rep < 3; ++rep) {
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < iters; ++i) call();
-        b.synchronize();
-        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
-      }
-      return best * 1e6;
-    };
-    const double us = time_us(ctx - 1);
+    rig.set_tokens(start, pos);
+    const double bytes = static_cast<double>(T * ctx * row_bytes);
+    const int iters = bytes > 1e9 ? 3 : 20;
+    const double us = rig.time_us(ctx - 1, iters);
     std::printf("  %lld x %6lld positions: %10.1f us  (%7.1f GB/s, %5.1f%% of bandwidth)", static_cast<long long>(T),
                 static_cast<long long>(ctx), us, bytes / us / 1e3, 100.0 * bytes / us / 1e3 / bw_gbs);
-#ifdef SHARDLM_HAVE_CUDA
-    if (auto* gpu = dynamic_cast<CudaBackend*>(&b)) {
-      const int64_t parts = gpu->last_attention_parts();
-      if (parts > 1) {
-        const double unsplit = time_us(-1);  // no bound: unsplit
-        std::printf("  split %lld ways; unsplit %.1f us (%.1f GB/s)", static_cast<long long>(parts), unsplit,
-                    bytes / unsplit / 1e3);
-      }
+    const int64_t parts = rig.last_parts();
+    if (parts > 1) {
+      const double unsplit = rig.time_us(-1, iters);  // no bound: unsplit
+      std::printf("  split %lld ways; unsplit %.1f us (%.1f GB/s)", static_cast<long long>(parts), unsplit,
+                  bytes / unsplit / 1e3);
     }
-#endif
     std::printf("\n");
   }
+}
+
+void print_prefill(ComputeBackend& b, const Shape& sh, double fp32_gflops) {
+  const int64_t row_bytes = sh.cache_row() * static_cast<int64_t>(sizeof(float));
+  std::vector<int64_t> contexts;  // the chunk is the last kChunk positions of each
+  for (int64_t ctx : {kChunk, int64_t{4096}}) {
+    if (ctx * row_bytes <= kMaxCacheBytes) contexts.push_back(ctx);
+  }
+  if (contexts.empty()) return;
+  Rig rig(b, sh, contexts.back(), kChunk);
+  std::printf("attention prefill (%s; %lld-token chunks of one sequence, FLOPs against the fp32 peak",
+              describe(sh).c_str(), static_cast<long long>(kChunk));
+  if (fp32_gflops > 0) std::printf(", %.0f GFLOP/s", fp32_gflops);
+  std::printf("):\n");
+  for (int64_t ctx : contexts) {
+    std::vector<int32_t> start(kChunk, 0), pos(kChunk);
+    for (int64_t t = 0; t < kChunk; ++t) pos[t] = static_cast<int32_t>(ctx - kChunk + t);
+    rig.set_tokens(start, pos);
+    double attended = 0;  // (token, position) pairs: token t attends to pos[t] + 1 positions
+    for (int32_t p : pos) attended += p + 1.0;
+    const double flop = attended * static_cast<double>(sh.heads) * sh.flop_per_position();
+    const double us = rig.time_us(ctx - 1, flop > 2e10 ? 3 : 10);
+    const double gflops = flop / us / 1e3;
+    char span[48];
+    std::snprintf(span, sizeof span, "%lld..%lld", static_cast<long long>(ctx - kChunk),
+                  static_cast<long long>(ctx - 1));
+    std::printf("  positions %-11s: %10.1f us  (%7.1f GFLOP/s", span, us, gflops);
+    if (fp32_gflops > 0) std::printf(", %5.1f%% of peak", 100.0 * gflops / fp32_gflops);
+    std::printf(")\n");
+  }
+}
+
+}  // namespace
+
+void print_attention_bench(ComputeBackend& b, const ModelSpec& spec, double bw_gbs, double fp32_gflops) {
+  const Shape shape(spec);
+  print_decode(b, shape, bw_gbs);
+  print_prefill(b, shape, fp32_gflops);
 }
 
 }  // namespace shardlm

@@ -1,6 +1,11 @@
-// The attention op at decode on long contexts, for shardlm bench: microseconds per call and the
-// rate the K/V cache is read at, beside the memory bandwidth (decode attention reads every cached
-// row once per step, so the bandwidth is its ceiling).
+// The attention op alone, for shardlm bench, at the model's head shape (GQA, or MLA on the latent
+// cache) with a cache of random rows:
+//  - decode on long contexts: microseconds per call and the rate the K/V cache is read at, beside
+//    the memory bandwidth (decode attention reads every cached row once per step, so the bandwidth
+//    is its ceiling);
+//  - prefill chunks (the tokens of one sequence in one call, each attending to its prefix):
+//    microseconds and GFLOP/s of the scores and the weighted sums, beside the fp32 peak (the op
+//    runs in fp32, and a chunk's tokens share its rows, so arithmetic is its ceiling).
 #pragma once
 
 #include "compute/backend.h"
@@ -8,10 +13,11 @@
 
 namespace shardlm {
 
-// Times b.attention for a few (sequences x cached positions) at the model's head shape, with a
-// cache of random rows in backend memory. On CUDA each is timed twice: as the backend launches it
-// (split along the positions when the step is short of work) and forced unsplit (no bound on the
-// positions), so one run shows what the split gains. Prints nothing for an MLA model.
-void print_attention_bench(ComputeBackend& b, const ModelSpec& spec, double bw_gbs);
+// Decode: a few (sequences x cached positions). On CUDA each is timed twice: as the backend
+// launches it (split along the positions when the step is short of work) and forced unsplit (no
+// bound on the positions), so one run shows what the split gains. Prefill: one chunk of 512
+// tokens, as a whole prompt and at the end of a 4096-position one. fp32_gflops <= 0: no peak known
+// (no percentage printed).
+void print_attention_bench(ComputeBackend& b, const ModelSpec& spec, double bw_gbs, double fp32_gflops);
 
 }  // namespace shardlm

@@ -3,7 +3,8 @@
 // published figure for the same shape. On the CPU the ceilings are measured (bandwidth, fp32 FMA
 // peak); with --backend cuda they are the GPU's datasheet figures, with the measured device
 // bandwidth and cuBLAS GEMM TFLOP/s at the model's shapes beside them. It also times the backend's
-// sample op and the decode attention op on long contexts (bench_attention.h).
+// sample op and the attention op alone, decode on long contexts and prefill chunks
+// (bench_attention.h).
 #include <boost/program_options.hpp>
 #include <algorithm>
 #include <chrono>
@@ -86,12 +87,14 @@ Scenario run_scenario(Model& model, const Tokenizer& tok, EngineConfig ec, int64
 // The GPU's ceilings: the datasheet's (src/plan/gpu_specs.h) when the device is a known one, the
 // measured device bandwidth otherwise; cuBLAS GEMMs at the model's projection shapes are printed
 // beside them so that a slow model step can be told from a slow GEMM.
-void gpu_ceilings(const ModelSpec& spec, int64_t prompt_len, double* bw_gbs, double* peak_gflops) {
+void gpu_ceilings(const ModelSpec& spec, int64_t prompt_len, double* bw_gbs, double* peak_gflops,
+                  double* fp32_gflops) {
 #ifdef SHARDLM_HAVE_CUDA
   const DeviceCeilings c = measure_device_ceilings();
   std::printf("%s\n", c.text.c_str());
   *bw_gbs = c.bw_gbs;
   *peak_gflops = c.peak_gflops;
+  *fp32_gflops = c.fp32_gflops;
   const int64_t H = spec.hidden_size, I = spec.intermediate_size;
   const int64_t shapes[][3] = {{prompt_len, 3 * H, H}, {prompt_len, 2 * I, H}, {prompt_len, H, I}, {8192, 8192, 8192}};
   for (const auto& s : shapes) {
@@ -104,7 +107,7 @@ void gpu_ceilings(const ModelSpec& spec, int64_t prompt_len, double* bw_gbs, dou
 #else
   (void)spec;
   (void)prompt_len;
-  *bw_gbs = *peak_gflops = 1;
+  *bw_gbs = *peak_gflops = *fp32_gflops = 1;
   SHARDLM_FAIL("shardlm bench: this build has no CUDA");
 #endif
 }
@@ -191,14 +194,14 @@ int cmd_bench(int argc, char** argv) {
   std::printf("shardlm bench: %s (%s, %.1fM parameters, %.0f MB of weights), backend %s, %d threads\n",
               model_dir.c_str(), spec.architecture.c_str(), params / 1e6, weight_bytes / 1e6, backend->name().c_str(),
               cpu::num_threads());
-  double bw = 0, peak = 0;  // GB/s, GFLOP/s
+  double bw = 0, peak = 0, fp32_peak = 0;  // GB/s; GFLOP/s of the matmuls' dtype and of fp32
   const char* peak_name = "fp32 FMA peak";
   if (gpu) {
-    gpu_ceilings(spec, prompt_len, &bw, &peak);
+    gpu_ceilings(spec, prompt_len, &bw, &peak, &fp32_peak);
     peak_name = "bf16 tensor peak";
   } else {
     bw = cpu::measure_memory_bandwidth(4).best();
-    peak = cpu::measure_fma_peak_gflops(300);
+    peak = fp32_peak = cpu::measure_fma_peak_gflops(300);
     std::printf("machine: memory bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s\n", bw, peak);
   }
   std::printf("ceilings for this model: decode (batch 1, weights streamed once per token) %.1f tok/s; "
@@ -238,9 +241,10 @@ int cmd_bench(int argc, char** argv) {
   // 4. Sampling: the backend's sample op (where the engine samples) on rows of the model's vocabulary.
   print_sampling(*backend, spec.vocab_size, bw);
 
-  // 5. Decode attention on long contexts: the op alone, against the bandwidth.
+  // 5. Attention alone: decode on long contexts against the bandwidth, prefill chunks against the
+  //    fp32 peak (the op runs in fp32).
   try {
-    print_attention_bench(*backend, spec, bw);
+    print_attention_bench(*backend, spec, bw, fp32_peak);
   } catch (const Error& e) {  // e.g. a head_dim the backend's kernel does not take
     std::printf("attention decode: not timed (%s)\n", e.what());
   }

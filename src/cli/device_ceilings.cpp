@@ -20,6 +20,7 @@ DeviceCeilings measure_device_ceilings() {
     const plan::GpuSpec& g = plan::gpu_spec(name);
     c.bw_gbs = g.hbm_bw / 1e9;
     c.peak_gflops = g.bf16_flops / 1e9;
+    c.fp32_gflops = g.fp32_flops / 1e9;
     std::snprintf(buf, sizeof buf,
                   "device: %s: datasheet %.0f GB/s HBM, %.0f TFLOP/s dense bf16; measured device-to-device copy "
                   "%.0f GB/s (%.0f%%)",

@@ -1,5 +1,5 @@
 // The current CUDA device's ceilings for the benchmarks: the datasheet's HBM bandwidth and dense
-// bf16 peak (src/plan/gpu_specs.h) when the device is a known one, else the measured
+// bf16 and fp32 peaks (src/plan/gpu_specs.h) when the device is a known one, else the measured
 // device-to-device copy bandwidth and no peak; with the measured bandwidth beside them.
 #pragma once
 
@@ -10,6 +10,7 @@ namespace shardlm {
 struct DeviceCeilings {
   double bw_gbs = 0;        // the bandwidth ceiling, GB/s
   double peak_gflops = 0;   // dense bf16 peak, GFLOP/s; 0 when the device is not in the table
+  double fp32_gflops = 0;   // fp32 CUDA-core peak, GFLOP/s; 0 when the device is not in the table
   double measured_bw_gbs = 0;
   std::string text;         // one line saying all of it
 };

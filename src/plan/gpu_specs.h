@@ -14,6 +14,7 @@ struct GpuSpec {
   double hbm_bw;            // HBM bandwidth, bytes/s
   double bf16_flops;        // dense (no sparsity) BF16 tensor-core FLOP/s
   double fp8_flops;         // dense (no sparsity) FP8 tensor-core FLOP/s
+  double fp32_flops;        // FP32 FLOP/s on the CUDA cores (no tensor cores): kernels that stay in fp32
   double nvlink_bw;         // NVLink bytes/s per GPU per direction
   double node_net_bw;       // inter-node bytes/s per node (all NICs of the node together)
   int gpus_per_node;        // GPUs in the usual node of this kind

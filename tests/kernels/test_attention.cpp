@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cpu/paged_attention.h"
+#include "cpu/reduce_util.h"
 #include "cpu/threads.h"
 
 using namespace shardlm;
@@ -32,8 +33,8 @@ struct Seq {
 };
 
 // Reference: token at position p of seq attends to [max(0, p-window+1), p].
-void ref_attention(const float* q, const Seq& s, int64_t p, int64_t n_heads, int64_t n_kv, int64_t hd,
-                   int64_t window, float scale, std::vector<double>& out) {
+void ref_attention(const float* q, const Seq& s, int64_t p, int64_t n_heads, int64_t n_kv, int64_t hd, int64_t window,
+                   float scale, std::vector<double>& out) {
   out.assign(n_heads * hd, 0.0);
   const int64_t p0 = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
   for (int64_t h = 0; h < n_heads; ++h) {
@@ -176,13 +177,13 @@ TEST(PagedAttention, BatchInvariantAcrossTokensAndSequences) {
   for (int64_t window : {0, 8}) {
     std::vector<float> batch(T * row);
     cpu::set_num_threads(2);
-    cpu::paged_attention(q.data(), T, st.n_heads, st.n_kv, st.hd, c.k.data(), c.v.data(), st.bs, bt.data(),
-                         pos.data(), window, st.scale, batch.data());
+    cpu::paged_attention(q.data(), T, st.n_heads, st.n_kv, st.hd, c.k.data(), c.v.data(), st.bs, bt.data(), pos.data(),
+                         window, st.scale, batch.data());
     cpu::set_num_threads(1);
     for (int64_t t = 0; t < T; ++t) {
       std::vector<float> alone(row);
-      cpu::paged_attention(&q[t * row], 1, st.n_heads, st.n_kv, st.hd, c.k.data(), c.v.data(), st.bs, &bt[t],
-                           &pos[t], window, st.scale, alone.data());
+      cpu::paged_attention(&q[t * row], 1, st.n_heads, st.n_kv, st.hd, c.k.data(), c.v.data(), st.bs, &bt[t], &pos[t],
+                           window, st.scale, alone.data());
       ASSERT_EQ(0, std::memcmp(alone.data(), &batch[t * row], row * 4)) << "t=" << t << " window=" << window;
     }
     // And against the reference.
@@ -231,6 +232,78 @@ TEST(PagedAttention, HeadRunsGiveTheSameBits) {
   cpu::set_num_threads(saved);
 }
 
+// The kernel's definition in plain loops: per (token, head), scores dot16(q, k_j) * scale in
+// position order, softmax_in_place, then out += p_j v_j in position order (product rounded, then
+// added). The kernel shares row reads across tokens of a sequence and heads of a KV head, and
+// runs the loops in vector form; none of that may change a bit.
+std::vector<float> plain_attention(const std::vector<float>& q, const std::vector<int32_t>& pos,
+                                   const std::vector<const int32_t*>& bt, const Cache& c, int64_t n_heads,
+                                   int64_t window, float scale) {
+  const int64_t hd = c.hd, n_kv = c.n_kv, row = n_kv * hd;
+  std::vector<float> out(pos.size() * n_heads * hd, 0.0f);
+  for (size_t t = 0; t < pos.size(); ++t) {
+    const int64_t p1 = pos[t], p0 = window > 0 ? std::max<int64_t>(0, p1 - window + 1) : 0;
+    for (int64_t h = 0; h < n_heads; ++h) {
+      const int64_t kvh = h / (n_heads / n_kv);
+      std::vector<float> sc;
+      std::vector<const float*> vr;
+      for (int64_t p = p0; p <= p1; ++p) {
+        const int64_t slot = static_cast<int64_t>(bt[t][p / c.block_size]) * c.block_size + p % c.block_size;
+        sc.push_back(cpu::detail::dot16(&q[(t * n_heads + h) * hd], &c.k[slot * row + kvh * hd], hd) * scale);
+        vr.push_back(&c.v[slot * row + kvh * hd]);
+      }
+      cpu::detail::softmax_in_place(sc.data(), static_cast<int64_t>(sc.size()));
+      float* o = &out[(t * n_heads + h) * hd];
+      for (size_t j = 0; j < sc.size(); ++j) {
+        for (int64_t d = 0; d < hd; ++d) {
+          const float prod = sc[j] * vr[j][d];
+          o[d] = o[d] + prod;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TEST(PagedAttention, GivesThePlainLoopsBits) {
+  // One step: a 21-token prefill chunk of A (tiles of 8 + 8 + 5 tokens), a decode token of B, a
+  // 12-token first chunk of C and a padding token (pos -1, zeros), over head sizes with and
+  // without a tail past the 16-float vectors, MHA and GQA, with and without a sliding window.
+  const int64_t bs = 16;
+  const int saved = cpu::num_threads();
+  for (int64_t hd : {8, 16, 80, 128}) {
+    for (auto [n_heads, n_kv] : {std::pair<int64_t, int64_t>{4, 4}, {8, 2}}) {
+      Seq A = make_seq(81, n_kv, hd, 31), B = make_seq(45, n_kv, hd, 32), C = make_seq(12, n_kv, hd, 33);
+      Cache c(bs, n_kv, hd, 12);
+      std::vector<int32_t> tA = {9, 2, 7, 4, 0, 11}, tB = {5, 1, 10}, tC = {3};
+      fill(c, A, tA);
+      fill(c, B, tB);
+      fill(c, C, tC);
+      std::vector<int32_t> pos;
+      std::vector<const int32_t*> bt;
+      for (int32_t p = 60; p <= 80; ++p) pos.push_back(p), bt.push_back(tA.data());
+      pos.push_back(44), bt.push_back(tB.data());
+      for (int32_t p = 0; p < 12; ++p) pos.push_back(p), bt.push_back(tC.data());
+      pos.push_back(-1), bt.push_back(tC.data());
+      const int64_t T = static_cast<int64_t>(pos.size());
+      const auto q = rand_vec(T * n_heads * hd, 34);
+      for (int64_t window : {0, 37}) {
+        const std::vector<float> want = plain_attention(q, pos, bt, c, n_heads, window, 0.3f);
+        for (int threads : {1, 2}) {
+          cpu::set_num_threads(threads);
+          std::vector<float> out(want.size(), NAN);
+          cpu::paged_attention(q.data(), T, n_heads, n_kv, hd, c.k.data(), c.v.data(), bs, bt.data(), pos.data(),
+                               window, 0.3f, out.data());
+          ASSERT_EQ(0, std::memcmp(want.data(), out.data(), out.size() * 4))
+              << "hd " << hd << ", " << n_heads << "/" << n_kv << " heads, window " << window << ", " << threads
+              << " threads";
+        }
+      }
+    }
+  }
+  cpu::set_num_threads(saved);
+}
+
 TEST(KvCacheWrite, WritesSlotsAndSkipsNegative) {
   const int64_t n_kv = 2, hd = 4, T = 3;
   auto k = rand_vec(T * n_kv * hd, 10), v = rand_vec(T * n_kv * hd, 11);
@@ -245,7 +318,8 @@ TEST(KvCacheWrite, WritesSlotsAndSkipsNegative) {
   }
   float total = 0;
   for (int64_t s : {0, 1, 3, 4, 6, 7})
-    for (int64_t i = 0; i < n_kv * hd; ++i) total += std::fabs(kc[s * n_kv * hd + i]) + std::fabs(vc[s * n_kv * hd + i]);
+    for (int64_t i = 0; i < n_kv * hd; ++i)
+      total += std::fabs(kc[s * n_kv * hd + i]) + std::fabs(vc[s * n_kv * hd + i]);
   EXPECT_EQ(total, 0.0f);
 }
 

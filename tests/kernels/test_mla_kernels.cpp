@@ -1,7 +1,8 @@
 // The Multi-head Latent Attention kernels against naive double-precision references written here:
 // rope_strided (both layouts, strided input, cos/sin multiplier), head_matmul (f32 and bf16
 // weights), latent_cache_write + latent_attention (paged, several sequences), and their batch
-// invariance (a token's bits do not depend on the other tokens of the call or the thread count).
+// invariance (a token's bits do not depend on the other tokens of the call or the thread count);
+// latent_attention also against its definition in plain fp32 loops, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "core/dtype.h"
 #include "cpu/head_matmul.h"
 #include "cpu/latent_attention.h"
+#include "cpu/reduce_util.h"
 #include "cpu/rope.h"
 #include "cpu/rope_strided.h"
 #include "cpu/threads.h"
@@ -169,8 +171,7 @@ void write_seq(const LatentSetup& st, const LatentSeq& s, std::vector<float>& ca
 }
 
 // Reference for one (token, head): attends over positions [0, p] of s.
-std::vector<double> ref_latent(const LatentSetup& st, const LatentSeq& s, int64_t p, const float* ql,
-                               const float* qr) {
+std::vector<double> ref_latent(const LatentSetup& st, const LatentSeq& s, int64_t p, const float* ql, const float* qr) {
   std::vector<double> sc(p + 1), out(st.L, 0.0);
   double mx = -1e300;
   for (int64_t j = 0; j <= p; ++j) {
@@ -246,6 +247,66 @@ TEST(LatentAttention, MatchesReferenceAndIsBatchInvariant) {
     cpu::latent_attention(&ql[t * row], &qr[t * st.nh * st.dr], 1, st.nh, st.L, st.dr, cache.data(), st.bs, &bt[t],
                           &pos[t], st.scale, alone.data());
     ASSERT_EQ(0, std::memcmp(alone.data(), &batch[t * row], row * 4)) << "t=" << t;
+  }
+}
+
+TEST(LatentAttention, GivesThePlainLoopsBits) {
+  // The kernel's definition in plain loops (latent_attention.h: dot16 scores, softmax_in_place,
+  // out += p_j c_j in position order) against the kernel, which shares each row read across the
+  // tokens of a sequence and the heads of a block and runs the loops in vector form. Latent and
+  // rope widths with and without a tail past the 16-float vectors; a 21-token chunk (tiles of
+  // 8 + 8 + 5), a lone decode token and a 12-token first chunk in one call; 1 and 2 threads.
+  ThreadGuard guard;
+  for (auto [L, dr] : {std::pair<int64_t, int64_t>{64, 16}, {72, 8}, {512, 64}}) {
+    LatentSetup st;
+    st.L = L;
+    st.dr = dr;
+    const int64_t W = L + dr;
+    std::vector<LatentSeq> seqs;
+    seqs.push_back(
+        make_latent_seq(st, 81, {9, 2, 14, 5, 0, 11, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32}, 40));
+    seqs.push_back(make_latent_seq(st, 45, {7, 1, 13, 3, 33, 34, 35, 36, 37, 38, 39, 40}, 41));
+    seqs.push_back(make_latent_seq(st, 12, {4, 6, 8}, 42));
+    std::vector<float> cache(41 * st.bs * W, NAN);
+    for (const auto& s : seqs) write_seq(st, s, cache);
+    std::vector<int32_t> pos, seq_of;
+    for (int32_t p = 60; p <= 80; ++p) pos.push_back(p), seq_of.push_back(0);
+    pos.push_back(44), seq_of.push_back(1);
+    for (int32_t p = 0; p < 12; ++p) pos.push_back(p), seq_of.push_back(2);
+    const int64_t T = static_cast<int64_t>(pos.size());
+    std::vector<const int32_t*> bt(T);
+    for (int64_t t = 0; t < T; ++t) bt[t] = seqs[seq_of[t]].table.data();
+    const auto ql = rand_vec(T * st.nh * L, 43), qr = rand_vec(T * st.nh * dr, 44);
+    std::vector<float> want(T * st.nh * L, 0.0f);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < st.nh; ++h) {
+        const int64_t i0 = t * st.nh + h;
+        std::vector<float> sc;
+        std::vector<const float*> rows;
+        for (int64_t p = 0; p <= pos[t]; ++p) {
+          const float* c = &cache[(bt[t][p / st.bs] * st.bs + p % st.bs) * W];
+          sc.push_back((cpu::detail::dot16(&ql[i0 * L], c, L) + cpu::detail::dot16(&qr[i0 * dr], c + L, dr)) *
+                       st.scale);
+          rows.push_back(c);
+        }
+        cpu::detail::softmax_in_place(sc.data(), static_cast<int64_t>(sc.size()));
+        float* o = &want[i0 * L];
+        for (size_t j = 0; j < sc.size(); ++j) {
+          for (int64_t d = 0; d < L; ++d) {
+            const float prod = sc[j] * rows[j][d];
+            o[d] = o[d] + prod;
+          }
+        }
+      }
+    }
+    for (int threads : {1, 2}) {
+      cpu::set_num_threads(threads);
+      std::vector<float> out(want.size(), NAN);
+      cpu::latent_attention(ql.data(), qr.data(), T, st.nh, L, dr, cache.data(), st.bs, bt.data(), pos.data(), st.scale,
+                            out.data());
+      ASSERT_EQ(0, std::memcmp(want.data(), out.data(), out.size() * 4))
+          << "kv_lora " << L << ", rope " << dr << ", " << threads << " threads";
+    }
   }
 }
 

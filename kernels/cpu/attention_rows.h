@@ -1,0 +1,114 @@
+// Vector forms of the attention kernels' inner loops over cache rows (internal to the CPU kernels).
+//
+// Both compute exactly what their scalar definitions in reduce_util.h and the kernels compute, in
+// the same order, element by element: only which rows share a register changes. So a kernel
+// built on them gives the bits of the plain loops, and those bits do not depend on how rows,
+// heads or tokens are grouped.
+//  - dot16_x16: sixteen dot16 products of one query with sixteen cache rows. dot16 keeps 16 lane
+//    partial sums and reduces them by a fixed tree; here each row's partials are one vector, and
+//    the sixteen trees run together as a transpose whose every addition is one of the tree's.
+//  - accumulate_rows: out_r[d] += p_rj * v_j[d] over j in increasing order, the product rounded
+//    then added (the kernels build with -ffp-contract=off), with up to kAccRows outputs held in
+//    registers across the rows instead of being read and written per row.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace shardlm::cpu::detail {
+
+// 16 floats; GCC and clang lower it to whatever vector width the target has.
+typedef float v16f __attribute__((vector_size(64)));
+
+inline v16f load16(const float* p) {
+  v16f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store16(float* p, v16f v) { std::memcpy(p, &v, sizeof v); }
+
+// out[i] = dot16(q, rows[i], n) for i < 16.
+inline v16f dot16_x16(const float* __restrict q, const float* const* rows, int64_t n) {
+  v16f a[16];
+  for (int i = 0; i < 16; ++i) a[i] = v16f{};
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    const v16f qk = load16(q + k);
+    for (int i = 0; i < 16; ++i) a[i] += qk * load16(rows[i] + k);
+  }
+  if (k < n) {  // the tail: lane l < n - k only, as dot16 (the other lanes stay untouched)
+    for (int i = 0; i < 16; ++i)
+      for (int l = 0; k + l < n; ++l) a[i][l] += q[k + l] * rows[i][k + l];
+  }
+  // dot16's tree, (l, l+8), (l, l+4), (l, l+2), (0, 1), on all sixteen at once: each stage packs
+  // two vectors' surviving lanes side by side and adds the pairs the tree adds.
+  v16f b[8], c[4], d[2];
+  for (int m = 0; m < 8; ++m)
+    b[m] =
+        __builtin_shufflevector(a[2 * m], a[2 * m + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+        __builtin_shufflevector(a[2 * m], a[2 * m + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  for (int m = 0; m < 4; ++m)
+    c[m] = __builtin_shufflevector(b[2 * m], b[2 * m + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+           __builtin_shufflevector(b[2 * m], b[2 * m + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  for (int m = 0; m < 2; ++m)
+    d[m] = __builtin_shufflevector(c[2 * m], c[2 * m + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+           __builtin_shufflevector(c[2 * m], c[2 * m + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+  return __builtin_shufflevector(d[0], d[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+         __builtin_shufflevector(d[0], d[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+
+// One output row of accumulate_rows: it takes value rows j in [jb, je), row j with weight
+// p[j - jb]; out holds the running sums.
+struct AccRow {
+  float* out;
+  const float* p;
+  int64_t jb, je;
+};
+constexpr int kAccRows = 4;
+
+namespace acc_impl {
+// Dims [c0, c0 + 16 V) of up to kAccRows outputs, in registers over the nj value rows.
+template <int V>
+inline void chunk(const AccRow* r, int nr, const float* const* vals, int64_t nj, int64_t c0) {
+  v16f acc[kAccRows][V];
+  for (int i = 0; i < nr; ++i)
+    for (int u = 0; u < V; ++u) acc[i][u] = load16(r[i].out + c0 + 16 * u);
+  for (int64_t j = 0; j < nj; ++j) {
+    v16f v[V];
+    for (int u = 0; u < V; ++u) v[u] = load16(vals[j] + c0 + 16 * u);
+    for (int i = 0; i < nr; ++i) {
+      if (j < r[i].jb || j >= r[i].je) continue;
+      const float p = r[i].p[j - r[i].jb];
+      for (int u = 0; u < V; ++u) acc[i][u] += p * v[u];
+    }
+  }
+  for (int i = 0; i < nr; ++i)
+    for (int u = 0; u < V; ++u) store16(r[i].out + c0 + 16 * u, acc[i][u]);
+}
+}  // namespace acc_impl
+
+// r[i].out[d] += r[i].p[j - jb] * vals[j][d] for d < width, j in [r[i].jb, r[i].je) increasing;
+// nr <= kAccRows.
+inline void accumulate_rows(const AccRow* r, int nr, const float* const* vals, int64_t nj, int64_t width) {
+  int64_t c0 = 0;
+  for (; c0 + 64 <= width; c0 += 64) acc_impl::chunk<4>(r, nr, vals, nj, c0);
+  switch ((width - c0) / 16) {
+    case 3:
+      acc_impl::chunk<3>(r, nr, vals, nj, c0);
+      break;
+    case 2:
+      acc_impl::chunk<2>(r, nr, vals, nj, c0);
+      break;
+    case 1:
+      acc_impl::chunk<1>(r, nr, vals, nj, c0);
+      break;
+    default:
+      break;
+  }
+  c0 += (width - c0) / 16 * 16;
+  for (int i = 0; i < nr; ++i)  // the last width % 16 dims
+    for (int64_t j = r[i].jb; j < r[i].je; ++j)
+      for (int64_t d = c0; d < width; ++d) r[i].out[d] += r[i].p[j - r[i].jb] * vals[j][d];
+}
+
+}  // namespace shardlm::cpu::detail

@@ -1,0 +1,124 @@
+// The walk over cache rows shared by the CPU attention kernels (internal to them).
+//
+// A tile is some tokens of one sequence (a prefill chunk, or a lone decode token) and some query
+// heads that read the same cache rows (the heads of one KV head; MLA: any heads). Each cache row
+// is read once for the whole tile: first its key part is scored against every (token, head) that
+// attends to it, kRound positions at a time; then, after each row of scores has become softmax
+// probabilities, its value part is weighed into every output that attends to it. Each (token,
+// head) is computed exactly as alone, in fixed position order (attention_rows.h), so the result
+// does not depend on the tile.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "cpu/attention_rows.h"
+#include "cpu/reduce_util.h"
+
+namespace shardlm::cpu::detail {
+
+constexpr int64_t kRound = 16;                      // positions scored per round (one dot16_x16)
+constexpr int64_t kValueBytes = int64_t{32} << 10;  // value rows weighed per pass: about an L1
+
+// Slot of logical position p of a sequence whose blocks are bt.
+inline int64_t slot_of(const int32_t* bt, int64_t p, int64_t block_size) {
+  return static_cast<int64_t>(bt[p / block_size]) * block_size + p % block_size;
+}
+
+inline void prefetch_row(const float* p, int64_t n) {
+  for (int64_t d = 0; d < n; d += 16) __builtin_prefetch(p + d);
+}
+
+// Tiles of tokens: runs of up to max_tokens consecutive tokens with the same block table (one
+// sequence); tile i is tokens [r[i], r[i + 1]).
+inline std::vector<int64_t> token_tiles(const int32_t* const* block_table, int64_t T, int64_t max_tokens) {
+  std::vector<int64_t> r{0};
+  for (int64_t t = 1; t < T; ++t) {
+    if (block_table[t] != block_table[t - 1] || t - r.back() == max_tokens) r.push_back(t);
+  }
+  r.push_back(T);
+  return r;
+}
+
+// A thread's scratch, reused across tiles.
+struct TileScratch {
+  struct Span {  // a token's attended positions [lo, hi]; its head g's scores at sc[off + g * n()]
+    int64_t lo, hi, off;
+    int64_t n() const { return hi >= lo ? hi - lo + 1 : 0; }
+  };
+  std::vector<Span> span;
+  std::vector<float> sc;
+  std::vector<const float*> rows;
+  std::vector<float> zero;  // the row scored past the last position of a round
+};
+
+// Attention for tokens [ta, tb) (one sequence) and heads g in [0, G):
+//  - token t attends to [first(t), pos[t]] (pos[t] < 0: a padding token, output zeros);
+//  - key(p), value(p): the cache rows of position p the scores and the outputs read (value rows
+//    are `width` floats, key rows at least key_width);
+//  - score(t, g, rows) -> v16f: the 16 scaled scores of (t, g) against key rows rows[0..16)
+//    (rows past the round's last position are a zero row);
+//  - out(t, g): the output row, `width` floats.
+template <class First, class Key, class Value, class Score, class Out>
+void attend_tile(int64_t ta, int64_t tb, int64_t G, const int32_t* pos, First first, Key key, int64_t key_width,
+                 Value value, int64_t width, Score score, Out out, TileScratch& s) {
+  s.span.resize(static_cast<size_t>(tb - ta));
+  int64_t P0 = INT64_MAX, P1 = -1, total = 0;  // [P0, P1]: every position the tile attends to
+  for (int64_t t = ta; t < tb; ++t) {
+    TileScratch::Span& sp = s.span[t - ta];
+    sp.hi = pos[t];
+    sp.lo = first(t);
+    sp.off = total;
+    total += sp.n() * G;
+    if (sp.n() > 0) P0 = std::min(P0, sp.lo), P1 = std::max(P1, sp.hi);
+    for (int64_t g = 0; g < G; ++g) std::fill(out(t, g), out(t, g) + width, 0.0f);
+  }
+  s.sc.resize(static_cast<size_t>(total));
+  if (static_cast<int64_t>(s.zero.size()) < key_width) s.zero.assign(static_cast<size_t>(key_width), 0.0f);
+  const int64_t block = std::clamp<int64_t>(kValueBytes / (width * int64_t{sizeof(float)}), kRound, 64);
+  s.rows.resize(static_cast<size_t>(std::max(block, kRound)));
+
+  for (int64_t base = P0; base <= P1; base += kRound) {
+    const int64_t cnt = std::min(kRound, P1 - base + 1);
+    for (int64_t j = 0; j < kRound; ++j) {
+      s.rows[j] = j < cnt ? key(base + j) : s.zero.data();
+      if (base + kRound + j <= P1) prefetch_row(key(base + kRound + j), key_width);
+    }
+    for (int64_t t = ta; t < tb; ++t) {
+      const TileScratch::Span& sp = s.span[t - ta];
+      const int64_t a = std::max(base, sp.lo), b = std::min(base + cnt - 1, sp.hi);
+      for (int64_t g = 0; g < G && a <= b; ++g) {
+        const v16f x = score(t, g, s.rows.data());
+        float* dst = s.sc.data() + sp.off + g * sp.n();
+        for (int64_t j = a; j <= b; ++j) dst[j - sp.lo] = x[j - base];
+      }
+    }
+  }
+  for (const TileScratch::Span& sp : s.span) {
+    for (int64_t g = 0; g < G; ++g) softmax_in_place(s.sc.data() + sp.off + g * sp.n(), sp.n());
+  }
+  for (int64_t base = P0; base <= P1; base += block) {
+    const int64_t cnt = std::min(block, P1 - base + 1);
+    for (int64_t j = 0; j < cnt; ++j) {
+      s.rows[j] = value(base + j);
+      if (base + block + j <= P1) prefetch_row(value(base + block + j), width);
+    }
+    AccRow acc[kAccRows];
+    int nr = 0;
+    for (int64_t t = ta; t < tb; ++t) {
+      const TileScratch::Span& sp = s.span[t - ta];
+      const int64_t a = std::max(base, sp.lo), b = std::min(base + cnt - 1, sp.hi);
+      for (int64_t g = 0; g < G && a <= b; ++g) {
+        acc[nr++] = {out(t, g), s.sc.data() + sp.off + g * sp.n() + (a - sp.lo), a - base, b - base + 1};
+        if (nr == kAccRows) {
+          accumulate_rows(acc, nr, s.rows.data(), cnt, width);
+          nr = 0;
+        }
+      }
+    }
+    if (nr > 0) accumulate_rows(acc, nr, s.rows.data(), cnt, width);
+  }
+}
+
+}  // namespace shardlm::cpu::detail
