@@ -8,3 +8,9 @@
 #else
 #define SHARDLM_HD
 #endif
+// Unroll in device code (nvcc's host pass and g++ would only warn about the pragma).
+#ifdef __CUDA_ARCH__
+#define SHARDLM_UNROLL _Pragma("unroll")
+#else
+#define SHARDLM_UNROLL
+#endif

@@ -5,8 +5,8 @@
 // read the latent cache), one warp per head. Rounds of kAttnTile positions are staged in shared
 // memory by the whole block, so a cache row is read from global memory once per block instead of
 // once per head; each warp then scores the round against its own query (lanes split the
-// dimensions, warp_sum reduces) and folds it into its running max, sum and accumulators (online
-// softmax in fp32, positions in increasing order).
+// dimensions; the round's 16 dot products are reduced together, warp_sum_round) and folds it into
+// its running max, sum and accumulators (online softmax in fp32, positions in increasing order).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,11 +14,21 @@
 #include <cstdint>
 
 #include "cuda/attention_partitions.h"
+#include "cuda/warp_sum16.h"
 
 namespace shardlm::cuda::detail {
 
 constexpr int kAttnTile = 16;          // positions staged per round
 constexpr int kAttnHeadsPerBlock = 8;  // warps (query heads) per block at most
+
+// A round's scores: part[j] is this lane's share of position j's dot product; on return every
+// lane holds each position's warp sum, the bits of block_reduce.cuh's warp_sum (warp_sum16.h).
+static_assert(kAttnTile == 16, "a round's scores are reduced sixteen at a time");
+__device__ inline void warp_sum_round(float (&part)[kAttnTile]) {
+  warp_sum16(
+      part, static_cast<int>(threadIdx.x & 31), [](float v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); },
+      [](float v, int src) { return __shfl_sync(0xffffffffu, v, src); });
+}
 
 // Cache slot of logical position p of a sequence whose physical blocks are listed in bt.
 __device__ inline int64_t cache_slot(const int32_t* bt, int64_t p, int64_t block_size) {

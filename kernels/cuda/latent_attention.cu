@@ -7,7 +7,6 @@
 
 #include "cuda/attention_combine.h"
 #include "cuda/attention_util.cuh"
-#include "cuda/block_reduce.cuh"
 #include "cuda/launch_util.cuh"
 
 namespace shardlm::cuda {
@@ -54,23 +53,29 @@ __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&ql)
     __syncthreads();
     if (active) {
       float s[kTile];
+#pragma unroll
+      for (int j = 0; j < kTile; ++j) {
+        s[j] = 0.0f;  // rows past cnt were not staged this round: their sums go unused
+        if (j < cnt) {
+          const float* c = sc + j * row;
+#pragma unroll
+          for (int k = 0; k < kLoraPerLane; ++k) {
+            const int d = lane + 32 * k;
+            if (d < kv_lora) s[j] += ql[k] * c[d];
+          }
+#pragma unroll
+          for (int k = 0; k < kRopePerLane; ++k) {
+            const int d = lane + 32 * k;
+            if (d < rope_dim) s[j] += qr[k] * c[kv_lora + d];
+          }
+        }
+      }
+      detail::warp_sum_round(s);
       float tile_max = -INFINITY;
 #pragma unroll
       for (int j = 0; j < kTile; ++j) {
-        if (j >= cnt) break;  // cnt is the same in every lane, as warp_sum requires
-        const float* c = sc + j * row;
-        float part = 0.0f;
-#pragma unroll
-        for (int k = 0; k < kLoraPerLane; ++k) {
-          const int d = lane + 32 * k;
-          if (d < kv_lora) part += ql[k] * c[d];
-        }
-#pragma unroll
-        for (int k = 0; k < kRopePerLane; ++k) {
-          const int d = lane + 32 * k;
-          if (d < rope_dim) part += qr[k] * c[kv_lora + d];
-        }
-        s[j] = warp_sum(part) * scale;
+        if (j >= cnt) break;
+        s[j] *= scale;
         tile_max = fmaxf(tile_max, s[j]);
       }
       // The value is the latent part of the same rows.

@@ -9,29 +9,32 @@
 
 #include "cuda/attention_combine.h"
 #include "cuda/attention_util.cuh"
-#include "cuda/block_reduce.cuh"
 
 namespace shardlm::cuda {
 namespace {
 
-constexpr int kMaxHeadDim = 256;
-constexpr int kDimPerLane = kMaxHeadDim / 32;
 constexpr int kTile = detail::kAttnTile;
 constexpr int kMaxThreads = detail::kAttnHeadsPerBlock * 32;
+// Two builds of the kernel, by the largest head_dim they take: 128 (most models), whose registers
+// (64) and shared rows (16 KiB) let 4 blocks share a multiprocessor, and 256.
+constexpr int kMaxHeadDim = 256;
+template <int MaxHeadDim>
+constexpr int kBlocksPerSm = MaxHeadDim <= 128 ? 4 : 2;
 
 // Folds positions [a0, a1] of KV head kvh (a partition, or the part of it the token attends to)
 // into a warp's state (m, l, acc) from empty, in rounds of kTile staged by the whole block; every
 // warp of the block meets every barrier, `active` ones score and fold.
-__device__ __forceinline__ void fold_positions(int a0, int a1, const float (&qr)[kDimPerLane], bool active,
+template <int DimPerLane>
+__device__ __forceinline__ void fold_positions(int a0, int a1, const float (&qr)[DimPerLane], bool active,
                                                int head_dim, const float* k_cache, const float* v_cache,
                                                const int32_t* bt, int64_t block_size, int64_t row, int64_t kvh,
                                                float scale, float* sk, float* sv, float& m, float& l,
-                                               float (&acc)[kDimPerLane]) {
+                                               float (&acc)[DimPerLane]) {
   const int lane = threadIdx.x & 31;
   m = -INFINITY;
   l = 0.0f;
 #pragma unroll
-  for (int a = 0; a < kDimPerLane; ++a) acc[a] = 0.0f;
+  for (int a = 0; a < DimPerLane; ++a) acc[a] = 0.0f;
   for (int base = a0; base <= a1; base += kTile) {
     const int cnt = a1 - base + 1 < kTile ? a1 - base + 1 : kTile;
     // The whole block stages the round's rows (consecutive threads, consecutive dims of a row).
@@ -44,17 +47,23 @@ __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&qr)
     __syncthreads();
     if (active) {
       float s[kTile];
+#pragma unroll
+      for (int j = 0; j < kTile; ++j) {
+        s[j] = 0.0f;  // rows past cnt were not staged this round: their sums go unused
+        if (j < cnt) {
+#pragma unroll
+          for (int k = 0; k < DimPerLane; ++k) {
+            const int d = lane + 32 * k;
+            if (d < head_dim) s[j] += qr[k] * sk[j * head_dim + d];
+          }
+        }
+      }
+      detail::warp_sum_round(s);
       float tile_max = -INFINITY;
 #pragma unroll
       for (int j = 0; j < kTile; ++j) {
-        if (j >= cnt) break;  // cnt is the same in every lane, as warp_sum requires
-        float part = 0.0f;
-#pragma unroll
-        for (int k = 0; k < kDimPerLane; ++k) {
-          const int d = lane + 32 * k;
-          if (d < head_dim) part += qr[k] * sk[j * head_dim + d];
-        }
-        s[j] = warp_sum(part) * scale;
+        if (j >= cnt) break;
+        s[j] *= scale;
         tile_max = fmaxf(tile_max, s[j]);
       }
       detail::warp_fold_tile(s, cnt, tile_max, sv, head_dim, head_dim, m, l, acc);
@@ -67,13 +76,15 @@ __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&qr)
 // kvh * group + b * heads_per_block + w, idle when that is past the group (a group that does not
 // divide evenly); idle warps still stage rows and meet every barrier. gridDim.y > 1: a split
 // launch, blockIdx.y the token's partition counted from its first, states as in AttentionSplit.
-__global__ void __launch_bounds__(kMaxThreads)
+template <int MaxHeadDim>
+__global__ void __launch_bounds__(kMaxThreads, kBlocksPerSm<MaxHeadDim>)
     paged_attention_kernel(const float* q, int64_t n_heads, int64_t n_kv_heads, int head_dim, const float* k_cache,
                            const float* v_cache, int64_t block_size, const int32_t* blocks, const int32_t* table_start,
                            const int32_t* pos, int64_t window, float scale, float* out, int heads_per_block,
                            int blocks_per_kv, float* states) {
-  __shared__ float sk[kTile * kMaxHeadDim];
-  __shared__ float sv[kTile * kMaxHeadDim];
+  constexpr int kDimPerLane = MaxHeadDim / 32;
+  __shared__ float sk[kTile * MaxHeadDim];
+  __shared__ float sv[kTile * MaxHeadDim];
   const int64_t group = n_heads / n_kv_heads;
   const int64_t tk = blockIdx.x / blocks_per_kv;  // t * n_kv_heads + kvh
   const int64_t t = tk / n_kv_heads, kvh = tk % n_kv_heads;
@@ -125,9 +136,10 @@ void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_he
   const int blocks_per_kv = static_cast<int>((group + heads_per_block - 1) / heads_per_block);
   const int64_t parts = split.parts > 1 ? split.parts : 1;
   const dim3 grid(static_cast<unsigned>(T * n_kv_heads * blocks_per_kv), static_cast<unsigned>(parts));
-  paged_attention_kernel<<<grid, heads_per_block * 32, 0, stream>>>(
-      q, n_heads, n_kv_heads, static_cast<int>(head_dim), k_cache, v_cache, block_size, blocks, table_start, pos,
-      window, scale, out, heads_per_block, blocks_per_kv, parts > 1 ? split.states : nullptr);
+  auto* kernel = head_dim <= 128 ? paged_attention_kernel<128> : paged_attention_kernel<kMaxHeadDim>;
+  kernel<<<grid, heads_per_block * 32, 0, stream>>>(q, n_heads, n_kv_heads, static_cast<int>(head_dim), k_cache,
+                                                     v_cache, block_size, blocks, table_start, pos, window, scale, out,
+                                                     heads_per_block, blocks_per_kv, parts > 1 ? split.states : nullptr);
   if (parts > 1) attention_combine(T, n_heads, head_dim, pos, window, parts, split.states, out, stream);
 }
 
