@@ -5,7 +5,7 @@
 // read the latent cache), one warp per head. Rounds of kAttnTile positions are staged in shared
 // memory by the whole block, so a cache row is read from global memory once per block instead of
 // once per head; each warp then scores the round against its own query (lanes split the
-// dimensions; the round's 16 dot products are reduced together, warp_sum_round) and folds it into
+// dimensions; the round's 16 dot products are reduced together, warp_round_scores) and folds it into
 // its running max, sum and accumulators (online softmax in fp32, positions in increasing order).
 #pragma once
 
@@ -21,13 +21,22 @@ namespace shardlm::cuda::detail {
 constexpr int kAttnTile = 16;          // positions staged per round
 constexpr int kAttnHeadsPerBlock = 8;  // warps (query heads) per block at most
 
-// A round's scores: part[j] is this lane's share of position j's dot product; on return every
-// lane holds each position's warp sum, the bits of block_reduce.cuh's warp_sum (warp_sum16.h).
+// A round's scores: s[j] comes in as this lane's share of position j's dot product and leaves as
+// the warp's sum (the bits of block_reduce.cuh's warp_sum, warp_sum16.h) times scale, in every
+// lane; returns the largest of the first cnt (the round's staged positions; the rest go unused).
 static_assert(kAttnTile == 16, "a round's scores are reduced sixteen at a time");
-__device__ inline void warp_sum_round(float (&part)[kAttnTile]) {
+__device__ inline float warp_round_scores(float (&s)[kAttnTile], int cnt, float scale) {
   warp_sum16(
-      part, static_cast<int>(threadIdx.x & 31), [](float v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); },
+      s, static_cast<int>(threadIdx.x & 31), [](float v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); },
       [](float v, int src) { return __shfl_sync(0xffffffffu, v, src); });
+  float tile_max = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kAttnTile; ++j) {
+    if (j >= cnt) break;
+    s[j] *= scale;
+    tile_max = fmaxf(tile_max, s[j]);
+  }
+  return tile_max;
 }
 
 // Cache slot of logical position p of a sequence whose physical blocks are listed in bt.

@@ -70,14 +70,7 @@ __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&ql)
           }
         }
       }
-      detail::warp_sum_round(s);
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kTile; ++j) {
-        if (j >= cnt) break;
-        s[j] *= scale;
-        tile_max = fmaxf(tile_max, s[j]);
-      }
+      const float tile_max = detail::warp_round_scores(s, cnt, scale);
       // The value is the latent part of the same rows.
       detail::warp_fold_tile(s, cnt, tile_max, sc, row, kv_lora, m, l, acc);
     }
