@@ -44,6 +44,58 @@ __device__ inline int64_t cache_slot(const int32_t* bt, int64_t p, int64_t block
   return static_cast<int64_t>(bt[p / block_size]) * block_size + p % block_size;
 }
 
+// GQA: where a block and its warp sit in a launch whose blockIdx.x is
+// (item * n_kv_heads + kv head) * blocks_per_kv + b (item: a token, or a tile of tokens): warp w
+// takes query head kvh * group + b * heads_per_block + w, idle (inactive) when that is past the
+// group (a group that does not divide evenly); idle warps still stage rows and meet every barrier.
+struct GqaBlock {
+  int64_t item, kvh, h;
+  bool active;  // warp-uniform
+};
+__device__ inline GqaBlock gqa_block(int64_t n_heads, int64_t n_kv_heads, int heads_per_block, int blocks_per_kv) {
+  const int64_t group = n_heads / n_kv_heads;
+  const int64_t ik = blockIdx.x / blocks_per_kv;  // item * n_kv_heads + kvh
+  const int64_t in_group = static_cast<int64_t>(blockIdx.x % blocks_per_kv) * heads_per_block + (threadIdx.x >> 5);
+  GqaBlock g;
+  g.item = ik / n_kv_heads;
+  g.kvh = ik % n_kv_heads;
+  g.h = g.kvh * group + in_group;
+  g.active = in_group < group;
+  return g;
+}
+
+// GQA: the whole block stages the K and V rows of KV head kvh at positions [base, base + cnt) in
+// sk, sv ([cnt, head_dim] each; consecutive threads, consecutive dims of a row). row: floats per
+// cache slot (every KV head).
+__device__ inline void stage_round(float* sk, float* sv, const float* k_cache, const float* v_cache, const int32_t* bt,
+                                   int base, int cnt, int64_t block_size, int64_t row, int64_t kvh, int head_dim) {
+  for (int i = threadIdx.x; i < cnt * head_dim; i += blockDim.x) {
+    const int j = i / head_dim, d = i - j * head_dim;
+    const int64_t off = cache_slot(bt, base + j, block_size) * row + kvh * head_dim + d;
+    sk[i] = k_cache[off];
+    sv[i] = v_cache[off];
+  }
+}
+
+// GQA: s[j] = this lane's share of the dot product of the query (its dims d = lane + 32 x, in qr)
+// with staged key row j, for j < cnt; 0 past cnt (rows not staged for this token).
+template <int D>
+__device__ inline void lane_round_dots(float (&s)[kAttnTile], const float (&qr)[D], const float* sk, int head_dim,
+                                       int cnt) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int j = 0; j < kAttnTile; ++j) {
+    s[j] = 0.0f;
+    if (j < cnt) {
+#pragma unroll
+      for (int x = 0; x < D; ++x) {
+        const int d = lane + 32 * x;
+        if (d < head_dim) s[j] += qr[x] * sk[j * head_dim + d];
+      }
+    }
+  }
+}
+
 // Folds one round into a warp's running max m, sum l and accumulators: s[j] (j < cnt, the same in
 // every lane) are the round's scores and tile_max their maximum; position j's value row is
 // vals + j * stride (shared memory); lane l accumulates dims d = l + 32 a (d < width).

@@ -25,39 +25,21 @@ constexpr int kBlocksPerSm = MaxHeadDim <= 128 ? 4 : 2;
 // into a warp's state (m, l, acc) from empty, in rounds of kTile staged by the whole block; every
 // warp of the block meets every barrier, `active` ones score and fold.
 template <int DimPerLane>
-__device__ __forceinline__ void fold_positions(int a0, int a1, const float (&qr)[DimPerLane], bool active,
-                                               int head_dim, const float* k_cache, const float* v_cache,
-                                               const int32_t* bt, int64_t block_size, int64_t row, int64_t kvh,
-                                               float scale, float* sk, float* sv, float& m, float& l,
-                                               float (&acc)[DimPerLane]) {
-  const int lane = threadIdx.x & 31;
+__device__ __forceinline__ void fold_positions(int a0, int a1, const float (&qr)[DimPerLane], bool active, int head_dim,
+                                               const float* k_cache, const float* v_cache, const int32_t* bt,
+                                               int64_t block_size, int64_t row, int64_t kvh, float scale, float* sk,
+                                               float* sv, float& m, float& l, float (&acc)[DimPerLane]) {
   m = -INFINITY;
   l = 0.0f;
 #pragma unroll
   for (int a = 0; a < DimPerLane; ++a) acc[a] = 0.0f;
   for (int base = a0; base <= a1; base += kTile) {
     const int cnt = a1 - base + 1 < kTile ? a1 - base + 1 : kTile;
-    // The whole block stages the round's rows (consecutive threads, consecutive dims of a row).
-    for (int i = threadIdx.x; i < cnt * head_dim; i += blockDim.x) {
-      const int j = i / head_dim, d = i - j * head_dim;
-      const int64_t off = detail::cache_slot(bt, base + j, block_size) * row + kvh * head_dim + d;
-      sk[i] = k_cache[off];
-      sv[i] = v_cache[off];
-    }
+    detail::stage_round(sk, sv, k_cache, v_cache, bt, base, cnt, block_size, row, kvh, head_dim);
     __syncthreads();
     if (active) {
       float s[kTile];
-#pragma unroll
-      for (int j = 0; j < kTile; ++j) {
-        s[j] = 0.0f;  // rows past cnt were not staged this round: their sums go unused
-        if (j < cnt) {
-#pragma unroll
-          for (int k = 0; k < DimPerLane; ++k) {
-            const int d = lane + 32 * k;
-            if (d < head_dim) s[j] += qr[k] * sk[j * head_dim + d];
-          }
-        }
-      }
+      detail::lane_round_dots(s, qr, sk, head_dim, cnt);
       const float tile_max = detail::warp_round_scores(s, cnt, scale);
       detail::warp_fold_tile(s, cnt, tile_max, sv, head_dim, head_dim, m, l, acc);
     }
@@ -65,10 +47,9 @@ __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&qr)
   }
 }
 
-// blockIdx.x = (t * n_kv_heads + kv head) * blocks_per_kv + b; warp w takes query head
-// kvh * group + b * heads_per_block + w, idle when that is past the group (a group that does not
-// divide evenly); idle warps still stage rows and meet every barrier. gridDim.y > 1: a split
-// launch, blockIdx.y the token's partition counted from its first, states as in AttentionSplit.
+// A block per (token, KV head, group of query heads), as detail::gqa_block places it. gridDim.y >
+// 1: a split launch, blockIdx.y the token's partition counted from its first, states as in
+// AttentionSplit.
 template <int MaxHeadDim>
 __global__ void __launch_bounds__(kMaxThreads, kBlocksPerSm<MaxHeadDim>)
     paged_attention_kernel(const float* q, int64_t n_heads, int64_t n_kv_heads, int head_dim, const float* k_cache,
@@ -78,13 +59,10 @@ __global__ void __launch_bounds__(kMaxThreads, kBlocksPerSm<MaxHeadDim>)
   constexpr int kDimPerLane = MaxHeadDim / 32;
   __shared__ float sk[kTile * MaxHeadDim];
   __shared__ float sv[kTile * MaxHeadDim];
-  const int64_t group = n_heads / n_kv_heads;
-  const int64_t tk = blockIdx.x / blocks_per_kv;  // t * n_kv_heads + kvh
-  const int64_t t = tk / n_kv_heads, kvh = tk % n_kv_heads;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t in_group = static_cast<int64_t>(blockIdx.x % blocks_per_kv) * heads_per_block + warp;
-  const bool active = in_group < group;  // warp-uniform
-  const int64_t h = kvh * group + in_group;
+  const detail::GqaBlock g = detail::gqa_block(n_heads, n_kv_heads, heads_per_block, blocks_per_kv);
+  const int64_t t = g.item, kvh = g.kvh, h = g.h;
+  const bool active = g.active;
+  const int lane = threadIdx.x & 31;
   float* o = out + (t * n_heads + h) * head_dim;
 
   // Which partitions this block folds; every condition below is the same for the whole block.
@@ -131,8 +109,8 @@ void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_he
   const dim3 grid(static_cast<unsigned>(T * n_kv_heads * blocks_per_kv), static_cast<unsigned>(parts));
   auto* kernel = head_dim <= 128 ? paged_attention_kernel<128> : paged_attention_kernel<kMaxHeadDim>;
   kernel<<<grid, heads_per_block * 32, 0, stream>>>(q, n_heads, n_kv_heads, static_cast<int>(head_dim), k_cache,
-                                                     v_cache, block_size, blocks, table_start, pos, window, scale, out,
-                                                     heads_per_block, blocks_per_kv, parts > 1 ? split.states : nullptr);
+                                                    v_cache, block_size, blocks, table_start, pos, window, scale, out,
+                                                    heads_per_block, blocks_per_kv, parts > 1 ? split.states : nullptr);
   if (parts > 1) attention_combine(T, n_heads, head_dim, pos, window, parts, split.states, out, stream);
 }
 

@@ -97,10 +97,12 @@ class Rig {
   }
 
   // Microseconds per call, best of 3 runs of `iters` calls after a warm-up call; max_pos is the
-  // tables' bound on the positions (-1: none).
-  double time_us(int64_t max_pos, int iters) {
+  // tables' bound on the positions (-1: none); host_tables: whether the tables carry their host
+  // copies (as an eager step's do; CUDA tiles prefill chunks only then).
+  double time_us(int64_t max_pos, int iters, bool host_tables = true) {
     const int64_t T = static_cast<int64_t>(pos_.size());
-    const BlockTables tables{d_blocks_.i(), d_start_.i(), blocks_.data(), start_.data(), max_pos};
+    const BlockTables tables{d_blocks_.i(), d_start_.i(), host_tables ? blocks_.data() : nullptr,
+                             host_tables ? start_.data() : nullptr, max_pos};
     float* q = q_.f();
     const float* cache = cache_.f();
     auto call = [&] {
@@ -125,12 +127,19 @@ class Rig {
     return best * 1e6;
   }
 
-  // What the last call launched: the split along positions (CUDA), 1 otherwise.
+  // What the last call launched: the split along positions (CUDA), 1 otherwise; whether it
+  // tiled a prefill chunk's tokens (CUDA).
   int64_t last_parts() const {
 #ifdef SHARDLM_HAVE_CUDA
     if (auto* gpu = dynamic_cast<CudaBackend*>(&b_)) return gpu->last_attention_parts();
 #endif
     return 1;
+  }
+  bool last_tiled() const {
+#ifdef SHARDLM_HAVE_CUDA
+    if (auto* gpu = dynamic_cast<CudaBackend*>(&b_)) return gpu->last_attention_tiled();
+#endif
+    return false;
   }
 
  private:
@@ -219,7 +228,12 @@ void print_prefill(ComputeBackend& b, const Shape& sh, double fp32_gflops) {
                   static_cast<long long>(ctx - 1));
     std::printf("  positions %-11s: %10.1f us  (%7.1f GFLOP/s", span, us, gflops);
     if (fp32_gflops > 0) std::printf(", %5.1f%% of peak", 100.0 * gflops / fp32_gflops);
-    std::printf(")\n");
+    std::printf(")");
+    if (rig.last_tiled()) {
+      const double per_token = rig.time_us(ctx - 1, flop > 2e10 ? 3 : 10, /*host_tables=*/false);
+      std::printf("  tiled; per-token kernel %.1f us (%.1f GFLOP/s)", per_token, flop / per_token / 1e3);
+    }
+    std::printf("\n");
   }
 }
 

@@ -16,7 +16,8 @@ namespace shardlm {
 // Decode: a few (sequences x cached positions). On CUDA each is timed twice: as the backend
 // launches it (split along the positions when the step is short of work) and forced unsplit (no
 // bound on the positions), so one run shows what the split gains. Prefill: one chunk of 512
-// tokens, as a whole prompt and at the end of a 4096-position one. fp32_gflops <= 0: no peak known
+// tokens, as a whole prompt and at the end of a 4096-position one; on CUDA, when the backend tiles
+// the chunk's tokens, also timed with the per-token kernel (tables without their host copies). fp32_gflops <= 0: no peak known
 // (no percentage printed).
 void print_attention_bench(ComputeBackend& b, const ModelSpec& spec, double bw_gbs, double fp32_gflops);
 

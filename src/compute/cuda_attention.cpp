@@ -1,7 +1,8 @@
 // CudaBackend::attention and latent_attention: the paged kernels of kernels/cuda, launched split
 // along the positions when the step would leave the device short of work, eager or captured (see
-// kernels/cuda/attention_partitions.h; the output is the same bits either way, so the choice is
-// free to weigh the device alone).
+// kernels/cuda/attention_partitions.h), and for steps of prefill chunks as the kernel that shares
+// each staged round across a tile of a sequence's tokens (paged_attention_tiled.h). The output is
+// the same bits every way, so the choice is free to weigh the device alone.
 #include <cuda_runtime.h>
 
 #include "compute/cuda_backend.h"
@@ -10,8 +11,23 @@
 #include "cuda/attention_partitions.h"
 #include "cuda/latent_attention.h"
 #include "cuda/paged_attention.h"
+#include "cuda/paged_attention_tiled.h"
 
 namespace shardlm {
+
+namespace {
+
+// Whether a step is mostly prefill chunks: at least half its tokens follow a token of the same
+// sequence (the same table start), so the tiled prefill kernel shares their staged rows. Known
+// only from the host copy of the table starts (an eager step's).
+bool mostly_chunks(const BlockTables& tables, int64_t T) {
+  if (tables.host_start == nullptr || T < 2) return false;
+  int64_t follow = 0;
+  for (int64_t t = 1; t < T; ++t) follow += tables.host_start[t] == tables.host_start[t - 1];
+  return 2 * follow >= T;
+}
+
+}  // namespace
 
 // The most device memory a split launch's partition states may take. A step over this (many
 // heads, very long contexts) runs unsplit: same result, less parallelism.
@@ -49,9 +65,22 @@ void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t 
   SHARDLM_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0,
                 "cuda backend: n_heads " << n_heads << " is not a multiple of n_kv_heads " << n_kv_heads);
   SHARDLM_CHECK(head_dim <= 256, "cuda backend: attention supports head_dim up to 256, not " << head_dim);
-  const cuda::AttentionSplit split =
-      attention_split(cuda::paged_attention_blocks(T, n_heads, n_kv_heads), T, n_heads, head_dim, tables, window);
+  // Prefill chunks without a sliding window share each staged round across a tile of their tokens
+  // (the same bits as the per-token kernel); decode steps run per token. The split is weighed on
+  // the grid the step would launch unsplit (a tile's tokens share a block), and a split step runs
+  // per token.
+  const bool chunks = window <= 0 && !capturing_ && mostly_chunks(tables, T);
+  const int64_t tile = chunks ? cuda::paged_attention_tile_tokens(head_dim) : 1;
+  const cuda::AttentionSplit split = attention_split(
+      cuda::paged_attention_blocks((T + tile - 1) / tile, n_heads, n_kv_heads), T, n_heads, head_dim, tables, window);
   last_attention_parts_ = split.parts;
+  last_attention_tiled_ = chunks && split.parts <= 1;
+  if (last_attention_tiled_) {
+    cuda::paged_attention_tiled(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, block_size, tables.blocks,
+                                tables.start, pos, window, scale, out, stream_of(stream_));
+    check_launch("paged_attention_tiled");
+    return;
+  }
   cuda::paged_attention(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, block_size, tables.blocks, tables.start,
                         pos, window, scale, out, split, stream_of(stream_));
   check_launch("paged_attention");
@@ -67,6 +96,7 @@ void CudaBackend::latent_attention(const float* q_latent, const float* q_rope, i
   const cuda::AttentionSplit split =
       attention_split(cuda::latent_attention_blocks(T, n_heads), T, n_heads, kv_lora, tables, 0);
   last_attention_parts_ = split.parts;
+  last_attention_tiled_ = false;
   cuda::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, tables.blocks,
                          tables.start, pos, scale, out, split, stream_of(stream_));
   check_launch("latent_attention");

@@ -84,6 +84,9 @@ class CudaBackend final : public ComputeBackend {
   // Blocks per (token, head group) the last attention or latent_attention call launched along
   // its positions: 1 unsplit, else the split's partitions (cuda_attention.cpp).
   int64_t last_attention_parts() const { return last_attention_parts_; }
+  // Whether the last attention call ran the prefill kernel that tiles a sequence's tokens
+  // (kernels/cuda/paged_attention_tiled.h).
+  bool last_attention_tiled() const { return last_attention_tiled_; }
   int64_t grouped_linear_rows() const override { return 16384; }
   void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
             const float* inv_freq) override;
@@ -149,6 +152,7 @@ class CudaBackend final : public ComputeBackend {
   float* attn_states_ = nullptr;
   size_t attn_states_n_ = 0;
   int64_t last_attention_parts_ = 1;
+  bool last_attention_tiled_ = false;
   // sample(): device buffers that only grow (never used inside a capture, so freed at once when
   // they grow): the rows, the tempered-probability scratch [R, V], the tokens and the logprobs.
   void* sample_buffer(int i, size_t bytes);

@@ -37,6 +37,7 @@
 #include "cuda/kv_cache_write.h"
 #include "cuda/latent_attention.h"
 #include "cuda/paged_attention.h"
+#include "cuda/paged_attention_tiled.h"
 
 using namespace shardlm;
 using test::all_bits_equal;
@@ -108,14 +109,17 @@ const std::vector<int64_t> kSeqLens = {1, 45, 100, 300, 1300};
 
 // A step mixing everything: the only token of seq 0, a 15-token prefill chunk ending seq 1, decode
 // of seq 2, a padding token, a 50-token chunk ending seq 3, a chunk of seq 4 across its first
-// partition boundary (positions 500..523) and the decode token of seq 4 (three partitions).
+// partition boundary (positions 501..523) and the decode token of seq 4 (three partitions). For
+// the tiled prefill kernel, tiles of 4 hold positions 509..512 (a run across the boundary) and
+// 521, 522, 523, 1299 (tokens of two and of three partitions in one run); tiles of 2 hold
+// 511, 512 and 523, 1299.
 Step mixed_step(const Pool& pool) {
   std::vector<std::pair<int, int64_t>> toks = {{0, 0}};
   for (int64_t p = 30; p < 45; ++p) toks.push_back({1, p});
   toks.push_back({2, 99});
   toks.push_back({-1, 0});
   for (int64_t p = 250; p < 300; ++p) toks.push_back({3, p});
-  for (int64_t p = 500; p < 524; ++p) toks.push_back({4, p});
+  for (int64_t p = 501; p < 524; ++p) toks.push_back({4, p});
   toks.push_back({4, 1299});
   return make_step(pool, toks);
 }
@@ -221,6 +225,66 @@ TEST(CudaAttention, PagedAttentionMatchesCpu) {
                                   d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale, out, split, nullptr);
           });
       EXPECT_TRUE(all_close(got, want, kRel, kAbs));
+      // The prefill kernel that shares rounds across a sequence's tokens (tiles of 4, or 2 at
+      // head_dim 256; see mixed_step for the runs): the per-token kernel's bits.
+      DeviceBuffer<float> d_tiled(std::vector<float>(want.size(), nan));
+      cuda::paged_attention_tiled(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(), pool.block_size,
+                                  d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale, d_tiled.get(), nullptr);
+      cuda_sync("paged_attention_tiled");
+      EXPECT_TRUE(all_bits_equal(d_tiled.download(), got)) << "tiled";
+    }
+  }
+}
+
+// CudaBackend::attention picks the tiled prefill kernel for a step of prefill chunks when it
+// has the host copy of the table starts (an eager step) and the layer has no sliding window, the
+// per-token kernel otherwise; the bits are the same.
+TEST(CudaAttention, BackendTilesPrefillChunks) {
+  SHARDLM_REQUIRE_GPU();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto backend = make_backend("cuda");
+  auto* gpu = dynamic_cast<CudaBackend*>(backend.get());
+  ASSERT_NE(gpu, nullptr);
+  const Pool pool(16, {1100, 300}, 2, 13);
+  const std::vector<int64_t> slots = pool.all_slots();
+  const int64_t n_write = static_cast<int64_t>(slots.size());
+  // A 619-token chunk across positions 512 and 1024 (tiles 7 and 135 hold 509..512 and 1021..1024)
+  // and a 37-token one (tile 154 holds the last three of the first chunk and the first of this).
+  std::vector<std::pair<int, int64_t>> toks;
+  for (int64_t p = 481; p < 1100; ++p) toks.push_back({0, p});
+  for (int64_t p = 263; p < 300; ++p) toks.push_back({1, p});
+  const Step st = make_step(pool, toks);
+  const int64_t T = static_cast<int64_t>(st.pos.size());
+  // 656 tokens in 164 tiles x 8 KV heads x 1 block of 4 heads: 1312 blocks of the tiled kernel,
+  // over 4 per multiprocessor on an H200, so the backend does not split.
+  const int64_t nh = 32, nkv = 8, hd = 128, row = nkv * hd;
+  const std::vector<float> k = rand_vec(n_write * row, 401), v = rand_vec(n_write * row, 402);
+  const std::vector<float> q = rand_vec(T * nh * hd, 403);
+  std::vector<float> kc(pool.num_blocks * pool.block_size * row, nan), vc(kc.size(), nan), want(T * nh * hd);
+  cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), nkv, hd, kc.data(), vc.data());
+  const std::vector<const int32_t*> bt = host_block_table(pool, st);
+  DeviceBuffer<float> d_kc(kc), d_vc(vc), d_q(q);
+  DeviceBuffer<int32_t> d_blocks(pool.blocks), d_start(st.table_start), d_pos(st.pos);
+  for (int64_t window : {int64_t{0}, int64_t{100}}) {
+    SCOPED_TRACE(testing::Message() << "window " << window);
+    cpu::paged_attention(q.data(), T, nh, nkv, hd, kc.data(), vc.data(), pool.block_size, bt.data(), st.pos.data(),
+                         window, 0.088f, want.data());
+    std::vector<float> first;
+    for (bool host : {true, false}) {
+      const BlockTables tables{d_blocks.get(), d_start.get(), host ? pool.blocks.data() : nullptr,
+                               host ? st.table_start.data() : nullptr, 1099};
+      DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
+      gpu->attention(d_q.get(), T, nh, nkv, hd, d_kc.get(), d_vc.get(), pool.block_size, tables, d_pos.get(), window,
+                     0.088f, d_out.get());
+      EXPECT_EQ(gpu->last_attention_tiled(), host && window <= 0) << "host tables " << host;
+      EXPECT_EQ(gpu->last_attention_parts(), 1);
+      cuda_sync("backend attention");
+      const std::vector<float> got = d_out.download();
+      if (first.empty()) {
+        first = got;
+        EXPECT_TRUE(all_close(got, want, kRel, kAbs));
+      }
+      EXPECT_TRUE(all_bits_equal(got, first)) << "host tables " << host;
     }
   }
 }
