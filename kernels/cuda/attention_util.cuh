@@ -44,6 +44,20 @@ __device__ inline int64_t cache_slot(const int32_t* bt, int64_t p, int64_t block
   return static_cast<int64_t>(bt[p / block_size]) * block_size + p % block_size;
 }
 
+// A warp's online-softmax state made empty: running max -inf, sum 0, accumulators 0.
+template <int Acc>
+__device__ inline void warp_state_reset(float& m, float& l, float (&acc)[Acc]) {
+  m = -INFINITY;
+  l = 0.0f;
+#pragma unroll
+  for (int a = 0; a < Acc; ++a) acc[a] = 0.0f;
+}
+
+// Positions of the round starting at base that fall in [.., last]: at most kAttnTile.
+__device__ inline int round_count(int base, int last) {
+  return last - base + 1 < kAttnTile ? last - base + 1 : kAttnTile;
+}
+
 // GQA: where a block and its warp sit in a launch whose blockIdx.x is
 // (item * n_kv_heads + kv head) * blocks_per_kv + b (item: a token, or a tile of tokens): warp w
 // takes query head kvh * group + b * heads_per_block + w, idle (inactive) when that is past the

@@ -39,12 +39,9 @@ __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&ql)
                                                float* sc, float& m, float& l, float (&acc)[kLoraPerLane]) {
   const int lane = threadIdx.x & 31;
   const int row = kv_lora + rope_dim;
-  m = -INFINITY;
-  l = 0.0f;
-#pragma unroll
-  for (int a = 0; a < kLoraPerLane; ++a) acc[a] = 0.0f;
+  detail::warp_state_reset(m, l, acc);
   for (int base = a0; base <= a1; base += kTile) {
-    const int cnt = a1 - base + 1 < kTile ? a1 - base + 1 : kTile;
+    const int cnt = detail::round_count(base, a1);
     // The whole block stages the round's rows (consecutive threads, consecutive columns of a row).
     for (int i = threadIdx.x; i < cnt * row; i += blockDim.x) {
       const int j = i / row, c = i - j * row;

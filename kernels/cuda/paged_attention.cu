@@ -29,12 +29,9 @@ __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&qr)
                                                const float* k_cache, const float* v_cache, const int32_t* bt,
                                                int64_t block_size, int64_t row, int64_t kvh, float scale, float* sk,
                                                float* sv, float& m, float& l, float (&acc)[DimPerLane]) {
-  m = -INFINITY;
-  l = 0.0f;
-#pragma unroll
-  for (int a = 0; a < DimPerLane; ++a) acc[a] = 0.0f;
+  detail::warp_state_reset(m, l, acc);
   for (int base = a0; base <= a1; base += kTile) {
-    const int cnt = a1 - base + 1 < kTile ? a1 - base + 1 : kTile;
+    const int cnt = detail::round_count(base, a1);
     detail::stage_round(sk, sv, k_cache, v_cache, bt, base, cnt, block_size, row, kvh, head_dim);
     __syncthreads();
     if (active) {

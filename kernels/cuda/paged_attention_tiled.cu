@@ -88,7 +88,7 @@ __device__ __forceinline__ void attend_run(int64_t t0, int n, int64_t h, bool ac
     }
     __syncwarp();
     for (int base = a0; base <= a1; base += kTile) {
-      const int cnt = a1 - base + 1 < kTile ? a1 - base + 1 : kTile;
+      const int cnt = detail::round_count(base, a1);
       detail::stage_round(sk, sv, c.k, c.v, bt, base, cnt, c.block_size, c.row, c.kvh, hd);
       __syncthreads();
       if (active) {
@@ -97,7 +97,7 @@ __device__ __forceinline__ void attend_run(int64_t t0, int n, int64_t h, bool ac
           const detail::PartitionWalk w = walk(i);
           // The token's part of the round, from its first row (its partition starts at a0).
           if (k < w.k0 || k > w.k1 || base > w.end(k)) continue;  // the same for the whole warp
-          const int ci = w.end(k) - base + 1 < kTile ? w.end(k) - base + 1 : kTile;
+          const int ci = detail::round_count(base, w.end(k));
           float qr[D];  // the token's query slice (from L1: read again each round, not held)
 #pragma unroll
           for (int x = 0; x < D; ++x) {
