@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Prepares what tests/gpu/run_gpu_checks.sh needs on a GPU host that has the NVIDIA libraries but
-# not the rest, small enough to carry there (the device tool carries at most 64 MiB):
+# not the rest, as one compressed archive small enough to copy there:
 #   build-gpu/   a CUDA build of shardlm and of the test executables with GPU tests, pruned to
 #                the binaries and CTest files (about 13 MB);
 #   .device/     ../shared/device/stage.sh's Open MPI, HDF5 and other libraries for those binaries,
-#                plus .device/shared/models/stories260K (../shared does not travel).
-# Then, on the GPU host:
-#   source .device/env.sh && tests/gpu/run_gpu_checks.sh build-gpu "$OUT/gpu" .device/shared
+#                plus .device/shared/models/stories260K (../shared does not travel);
+#   .device-pack/gpu.tar.gz   both of them, gzipped (binaries and libraries shrink to about 40%).
+# Then, on the GPU host, in a copy of this tree holding .device-pack:
+#   tar -xzf .device-pack/gpu.tar.gz && source .device/env.sh &&
+#     tests/gpu/run_gpu_checks.sh build-gpu "$LOGDIR" .device/shared
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 shared=${1:-../shared}
@@ -25,4 +27,7 @@ strip --strip-unneeded "${bins[@]}"
 bash "$shared/device/stage.sh" "${bins[@]}"
 mkdir -p .device/shared/models
 cp -r "$shared/models/stories260K" .device/shared/models/
-echo "carry: build-gpu $(du -sh build-gpu | cut -f1), .device $(du -sh .device | cut -f1) (64 MiB at most together)"
+mkdir -p .device-pack
+tar -czf .device-pack/gpu.tar.gz build-gpu .device
+echo "build-gpu $(du -sh build-gpu | cut -f1), .device $(du -sh .device | cut -f1);" \
+  "packed: .device-pack/gpu.tar.gz $(du -sh .device-pack/gpu.tar.gz | cut -f1)"
