@@ -13,19 +13,10 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
+
+#include "cpu/vec16.h"
 
 namespace shardlm::cpu::detail {
-
-// 16 floats; GCC and clang lower it to whatever vector width the target has.
-typedef float v16f __attribute__((vector_size(64)));
-
-inline v16f load16(const float* p) {
-  v16f v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store16(float* p, v16f v) { std::memcpy(p, &v, sizeof v); }
 
 // out[i] = dot16(q, rows[i], n) for i < 16.
 inline v16f dot16_x16(const float* __restrict q, const float* const* rows, int64_t n) {

@@ -27,7 +27,8 @@ void latent_cache_write(const float* latent, const float* k_rope, int64_t T, con
 //   s_j = (dot(q_latent[t,h], c_j) + dot(q_rope[t,h], r_j)) * scale
 //   p_j = exp(s_j - max s) / sum_j exp(s_j - max s)
 //   out[t,h] = sum_j p_j c_j              (accumulated in increasing j)
-// Dot products use the fixed 16-lane order of reduce_util.h; the softmax is fp32.
+// Dot products use the fixed 16-lane order of reduce_util.h; the softmax is its fp32
+// softmax_in_place.
 void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora,
                       int64_t rope_dim, const float* cache, int64_t block_size, const int32_t* const* block_table,
                       const int32_t* pos, float scale, float* out);

@@ -5,6 +5,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cpu/vec16.h"
+#include "cpu/vector_exp.h"
+
 namespace shardlm::cpu::detail {
 
 // Fixed-order fp32 dot product: 16 lane partial sums (lane l takes k = l, l+16, ...), then the
@@ -23,19 +26,37 @@ inline float dot16(const float* __restrict a, const float* __restrict b, int64_t
 
 inline float sumsq16(const float* __restrict a, int64_t n) { return dot16(a, a, n); }
 
-// Scores s[0..n) become softmax probabilities in place, in a fixed order: the max, then
-// e_j = exp(s_j - max) and their sum in increasing j, then each e_j times 1 / sum. n == 0 is a
-// no-op (a padding token's empty row).
+// Scores s[0..n) become softmax probabilities in place, in a fixed order that depends only on n:
+// the max; e_j = exp16(s_j - max), summed like dot16 (16 lane partials, lane l taking j = l,
+// l+16, ..., then its tree); each e_j times 1 / sum. n == 0 is a no-op (a padding token's empty
+// row).
 inline void softmax_in_place(float* s, int64_t n) {
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
-  float sum = 0.0f;
-  for (int64_t j = 0; j < n; ++j) {
-    s[j] = std::exp(s[j] - mx);
-    sum += s[j];
+  if (n <= 0) return;
+  const int64_t full = n / 16 * 16;
+  float tail[16];
+  for (int l = 0; l < 16; ++l) tail[l] = full + l < n ? s[full + l] : -INFINITY;  // exp(-inf) = 0
+  v16f m = load16(tail);
+  for (int64_t j = 0; j < full; j += 16) {
+    const v16f x = load16(s + j);
+    m = select16(x > m, x, m);
   }
-  const float inv = 1.0f / sum;
-  for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+  float mx = m[0];
+  for (int l = 1; l < 16; ++l) mx = std::max(mx, m[l]);
+  const v16f vmx = v16f{} + mx;
+  v16f acc{};
+  for (int64_t j = 0; j < full; j += 16) {
+    const v16f e = exp16(load16(s + j) - vmx);
+    store16(s + j, e);
+    acc += e;
+  }
+  const v16f e = exp16(load16(tail) - vmx);
+  acc += e;  // lanes past n add exp(-inf) = +0, which leaves a lane's sum as it was
+  for (int l = 0; l < 8; ++l) acc[l] += acc[l + 8];
+  for (int l = 0; l < 4; ++l) acc[l] += acc[l + 4];
+  for (int l = 0; l < 2; ++l) acc[l] += acc[l + 2];
+  const float inv = 1.0f / (acc[0] + acc[1]);
+  for (int64_t j = 0; j < full; ++j) s[j] *= inv;
+  for (int64_t j = full; j < n; ++j) s[j] = e[j - full] * inv;
 }
 
 }  // namespace shardlm::cpu::detail
