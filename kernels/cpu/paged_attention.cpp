@@ -11,12 +11,16 @@
 namespace shardlm::cpu {
 
 void kv_cache_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
-                    int64_t head_dim, float* k_cache, float* v_cache) {
-  const int64_t row = n_kv_heads * head_dim;
+                    int64_t head_dim, int64_t block_size, float* k_cache, float* v_cache) {
   for (int64_t t = 0; t < T; ++t) {
     if (slots[t] < 0) continue;  // padding token: nothing to store
-    std::memcpy(k_cache + slots[t] * row, k + t * row, row * sizeof(float));
-    std::memcpy(v_cache + slots[t] * row, v + t * row, row * sizeof(float));
+    const int64_t block = slots[t] / block_size, offset = slots[t] % block_size;
+    for (int64_t h = 0; h < n_kv_heads; ++h) {
+      const int64_t dst = ((block * n_kv_heads + h) * block_size + offset) * head_dim;
+      const int64_t src = (t * n_kv_heads + h) * head_dim;
+      std::memcpy(k_cache + dst, k + src, head_dim * sizeof(float));
+      std::memcpy(v_cache + dst, v + src, head_dim * sizeof(float));
+    }
   }
 }
 
@@ -33,7 +37,7 @@ void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_he
                      const float* k_cache, const float* v_cache, int64_t block_size, const int32_t* const* block_table,
                      const int32_t* pos, int64_t window, float scale, float* out) {
   const int64_t group = n_heads / n_kv_heads;
-  const int64_t row = n_kv_heads * head_dim;
+  const int64_t block_floats = n_kv_heads * block_size * head_dim;
   const std::vector<int64_t> tile = detail::token_tiles(block_table, T, kTileTokens);
   const int64_t tiles = static_cast<int64_t>(tile.size()) - 1;
   // Split a KV head's query heads over items only when there are fewer (tile, KV head) pairs than
@@ -52,13 +56,14 @@ void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_he
       const int64_t h0 = kvh * group + i % splits * run, h1 = std::min(h0 + run, (kvh + 1) * group);
       if (h1 <= h0) continue;
       const int32_t* bt = block_table[tile[ti]];
-      const float* k_head = k_cache + kvh * head_dim;
-      const float* v_head = v_cache + kvh * head_dim;
+      const float* k_head = k_cache + kvh * block_size * head_dim;
+      const float* v_head = v_cache + kvh * block_size * head_dim;
+      auto row_of = [&](int64_t p) { return bt[p / block_size] * block_floats + p % block_size * head_dim; };
       detail::attend_tile(
           tile[ti], tile[ti + 1], h1 - h0, pos,
           [&](int64_t t) { return window > 0 ? std::max<int64_t>(0, pos[t] - window + 1) : int64_t{0}; },
-          [&](int64_t p) { return k_head + detail::slot_of(bt, p, block_size) * row; }, head_dim,
-          [&](int64_t p) { return v_head + detail::slot_of(bt, p, block_size) * row; }, head_dim,
+          [&](int64_t p) { return k_head + row_of(p); }, head_dim, [&](int64_t p) { return v_head + row_of(p); },
+          head_dim,
           [&](int64_t t, int64_t g, const float* const* rows) {
             return detail::dot16_x16(q + (t * n_heads + h0 + g) * head_dim, rows, head_dim) * scale;
           },

@@ -60,7 +60,7 @@ class GqaAttention final : public AttentionBlock {
     }
     b.rope(q, T, nh_, hd_, ctx.pos, inv_freq_);
     b.rope(k, T, nkv_, hd_, ctx.pos, inv_freq_);
-    b.kv_write(k, v, T, ctx.slots, nkv_, hd_, k_cache, v_cache);
+    b.kv_write(k, v, T, ctx.slots, nkv_, hd_, ctx.block_size, k_cache, v_cache);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd_));
     b.attention(q, T, nh_, nkv_, hd_, k_cache, v_cache, ctx.block_size, ctx.tables, ctx.pos, window_, scale, attn);
     b.linear(attn, T, o_, o_bias_ ? &*o_bias_ : nullptr, out);

@@ -209,8 +209,8 @@ void CpuBackend::silu_mul(const float* gate, const float* up, float* out, int64_
 void CpuBackend::add(float* y, const float* x, int64_t n) { cpu::add_inplace(y, x, n); }
 
 void CpuBackend::kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
-                          int64_t head_dim, float* k_cache, float* v_cache) {
-  cpu::kv_cache_write(k, v, T, slots, n_kv_heads, head_dim, k_cache, v_cache);
+                          int64_t head_dim, int64_t block_size, float* k_cache, float* v_cache) {
+  cpu::kv_cache_write(k, v, T, slots, n_kv_heads, head_dim, block_size, k_cache, v_cache);
 }
 
 void CpuBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,

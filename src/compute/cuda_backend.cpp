@@ -430,7 +430,8 @@ void CudaBackend::add(float* y, const float* x, int64_t n) {
 }
 
 void CudaBackend::kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
-                           int64_t head_dim, float* k_cache, float* v_cache) {
+                           int64_t head_dim, int64_t /*block_size: whole rows per slot*/, float* k_cache,
+                           float* v_cache) {
   cuda::kv_cache_write(k, v, T, slots, n_kv_heads, head_dim, k_cache, v_cache, stream_of(stream_));
   check_launch("kv_write");
 }

@@ -93,7 +93,7 @@ class CudaBackend final : public ComputeBackend {
   void silu_mul(const float* gate, const float* up, float* out, int64_t n) override;
   void add(float* y, const float* x, int64_t n) override;
   void kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
-                int64_t head_dim, float* k_cache, float* v_cache) override;
+                int64_t head_dim, int64_t block_size, float* k_cache, float* v_cache) override;
   void attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                  const float* k_cache, const float* v_cache, int64_t block_size, const BlockTables& tables,
                  const int32_t* pos, int64_t window, float scale, float* out) override;

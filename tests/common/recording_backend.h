@@ -124,8 +124,8 @@ class RecordingBackend final : public ComputeBackend {
     op([=, this] { cpu_.add(y, x, n); });
   }
   void kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads, int64_t head_dim,
-                float* k_cache, float* v_cache) override {
-    op([=, this] { cpu_.kv_write(k, v, T, slots, n_kv_heads, head_dim, k_cache, v_cache); });
+                int64_t block_size, float* k_cache, float* v_cache) override {
+    op([=, this] { cpu_.kv_write(k, v, T, slots, n_kv_heads, head_dim, block_size, k_cache, v_cache); });
   }
   void attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                  const float* k_cache, const float* v_cache, int64_t block_size, const BlockTables& tables,

@@ -57,6 +57,19 @@ std::vector<float> rand_vec(size_t n, uint32_t seed) {
   return v;
 }
 
+// The CUDA kernels' GQA cache layout, whole rows per slot ([slot][KV head][dim]), written on the
+// host: what cuda::kv_cache_write must produce and what the device caches are loaded with. The CPU
+// kernels keep a KV head's rows of a block together instead (cpu::kv_cache_write), so the CPU
+// references read caches of their own, written from the same rows.
+void row_cache_write(const std::vector<float>& k, const std::vector<float>& v, const std::vector<int64_t>& slots,
+                     int64_t row, std::vector<float>& k_cache, std::vector<float>& v_cache) {
+  for (size_t t = 0; t < slots.size(); ++t) {
+    if (slots[t] < 0) continue;
+    std::copy_n(k.begin() + static_cast<int64_t>(t) * row, row, k_cache.begin() + slots[t] * row);
+    std::copy_n(v.begin() + static_cast<int64_t>(t) * row, row, v_cache.begin() + slots[t] * row);
+  }
+}
+
 // Sequences laid out in a shared block pool: seq s's logical block j is blocks[start[s] + j].
 struct Pool {
   int64_t block_size = 0, num_blocks = 0;
@@ -192,16 +205,18 @@ TEST(CudaAttention, PagedAttentionMatchesCpu) {
     const int64_t row = c.n_kv * c.head_dim;
     const int64_t cache_len = pool.num_blocks * pool.block_size * row;
     const std::vector<float> k = rand_vec(n_write * row, 101), v = rand_vec(n_write * row, 102);
-    std::vector<float> k_cache(cache_len, nan), v_cache(cache_len, nan);
-    cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), c.n_kv, c.head_dim, k_cache.data(), v_cache.data());
+    std::vector<float> k_cache(cache_len, nan), v_cache(cache_len, nan), k_rows(cache_len, nan), v_rows(cache_len, nan);
+    cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), c.n_kv, c.head_dim, pool.block_size, k_cache.data(),
+                        v_cache.data());
+    row_cache_write(k, v, slots, row, k_rows, v_rows);
 
     DeviceBuffer<float> d_k(k), d_v(v);
     DeviceBuffer<float> d_kc(std::vector<float>(cache_len, nan)), d_vc(std::vector<float>(cache_len, nan));
     cuda::kv_cache_write(d_k.get(), d_v.get(), n_write, d_slots.get(), c.n_kv, c.head_dim, d_kc.get(), d_vc.get(),
                          nullptr);
     cuda_sync("kv_cache_write");
-    ASSERT_TRUE(all_bits_equal(d_kc.download(), k_cache));
-    ASSERT_TRUE(all_bits_equal(d_vc.download(), v_cache));
+    ASSERT_TRUE(all_bits_equal(d_kc.download(), k_rows));
+    ASSERT_TRUE(all_bits_equal(d_vc.download(), v_rows));
 
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     for (const Step& st : {mixed_step(pool), decode_step(pool)}) {
@@ -261,9 +276,11 @@ TEST(CudaAttention, BackendTilesPrefillChunks) {
   const std::vector<float> k = rand_vec(n_write * row, 401), v = rand_vec(n_write * row, 402);
   const std::vector<float> q = rand_vec(T * nh * hd, 403);
   std::vector<float> kc(pool.num_blocks * pool.block_size * row, nan), vc(kc.size(), nan), want(T * nh * hd);
-  cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), nkv, hd, kc.data(), vc.data());
+  std::vector<float> k_rows(kc.size(), nan), v_rows(kc.size(), nan);
+  cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), nkv, hd, pool.block_size, kc.data(), vc.data());
+  row_cache_write(k, v, slots, row, k_rows, v_rows);
   const std::vector<const int32_t*> bt = host_block_table(pool, st);
-  DeviceBuffer<float> d_kc(kc), d_vc(vc), d_q(q);
+  DeviceBuffer<float> d_kc(k_rows), d_vc(v_rows), d_q(q);
   DeviceBuffer<int32_t> d_blocks(pool.blocks), d_start(st.table_start), d_pos(st.pos);
   for (int64_t window : {int64_t{0}, int64_t{100}}) {
     SCOPED_TRACE(testing::Message() << "window " << window);
@@ -402,10 +419,12 @@ TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
     const std::vector<float> k = rand_vec(n_write * row, 301), v = rand_vec(n_write * row, 302);
     const std::vector<float> q = rand_vec(nh * hd, 303);
     std::vector<float> kc(pool.num_blocks * pool.block_size * row, nan), vc(kc.size(), nan), want(nh * hd);
-    cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), nkv, hd, kc.data(), vc.data());
+    std::vector<float> k_rows(kc.size(), nan), v_rows(kc.size(), nan);
+    cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), nkv, hd, pool.block_size, kc.data(), vc.data());
+    row_cache_write(k, v, slots, row, k_rows, v_rows);
     cpu::paged_attention(q.data(), 1, nh, nkv, hd, kc.data(), vc.data(), pool.block_size, bt.data(), st.pos.data(), 0,
                          0.088f, want.data());
-    DeviceBuffer<float> d_kc(kc), d_vc(vc), d_q(q);
+    DeviceBuffer<float> d_kc(k_rows), d_vc(v_rows), d_q(q);
     check(want.size(), want, [&](const BlockTables& tables, float* out) {
       gpu->attention(d_q.get(), 1, nh, nkv, hd, d_kc.get(), d_vc.get(), pool.block_size, tables, d_pos.get(), 0, 0.088f,
                      out);

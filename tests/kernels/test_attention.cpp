@@ -65,7 +65,7 @@ struct Cache {
 void fill(Cache& c, const Seq& s, const std::vector<int32_t>& table) {
   std::vector<int64_t> slots(s.len);
   for (int64_t p = 0; p < s.len; ++p) slots[p] = table[p / c.block_size] * c.block_size + p % c.block_size;
-  cpu::kv_cache_write(s.k.data(), s.v.data(), s.len, slots.data(), c.n_kv, c.hd, c.k.data(), c.v.data());
+  cpu::kv_cache_write(s.k.data(), s.v.data(), s.len, slots.data(), c.n_kv, c.hd, c.block_size, c.k.data(), c.v.data());
 }
 
 Seq make_seq(int64_t len, int64_t n_kv, int64_t hd, uint32_t seed) {
@@ -239,7 +239,7 @@ TEST(PagedAttention, HeadRunsGiveTheSameBits) {
 std::vector<float> plain_attention(const std::vector<float>& q, const std::vector<int32_t>& pos,
                                    const std::vector<const int32_t*>& bt, const Cache& c, int64_t n_heads,
                                    int64_t window, float scale) {
-  const int64_t hd = c.hd, n_kv = c.n_kv, row = n_kv * hd;
+  const int64_t hd = c.hd, n_kv = c.n_kv;
   std::vector<float> out(pos.size() * n_heads * hd, 0.0f);
   for (size_t t = 0; t < pos.size(); ++t) {
     const int64_t p1 = pos[t], p0 = window > 0 ? std::max<int64_t>(0, p1 - window + 1) : 0;
@@ -248,9 +248,10 @@ std::vector<float> plain_attention(const std::vector<float>& q, const std::vecto
       std::vector<float> sc;
       std::vector<const float*> vr;
       for (int64_t p = p0; p <= p1; ++p) {
-        const int64_t slot = static_cast<int64_t>(bt[t][p / c.block_size]) * c.block_size + p % c.block_size;
-        sc.push_back(cpu::detail::dot16(&q[(t * n_heads + h) * hd], &c.k[slot * row + kvh * hd], hd) * scale);
-        vr.push_back(&c.v[slot * row + kvh * hd]);
+        // The cache is [block][KV head][offset][dim].
+        const int64_t at = ((bt[t][p / c.block_size] * n_kv + kvh) * c.block_size + p % c.block_size) * hd;
+        sc.push_back(cpu::detail::dot16(&q[(t * n_heads + h) * hd], &c.k[at], hd) * scale);
+        vr.push_back(&c.v[at]);
       }
       cpu::detail::softmax_in_place(sc.data(), static_cast<int64_t>(sc.size()));
       float* o = &out[(t * n_heads + h) * hd];
@@ -304,23 +305,30 @@ TEST(PagedAttention, GivesThePlainLoopsBits) {
   cpu::set_num_threads(saved);
 }
 
-TEST(KvCacheWrite, WritesSlotsAndSkipsNegative) {
-  const int64_t n_kv = 2, hd = 4, T = 3;
+TEST(KvCacheWrite, WritesEachKvHeadsRowsOfABlockTogetherAndSkipsNegative) {
+  // Blocks of 4 slots, 2 KV heads of 3 dims: slot s of KV head h is at ((s / 4 * 2 + h) * 4 + s % 4) * 3.
+  const int64_t n_kv = 2, hd = 3, T = 4, bs = 4, slots_total = 12;
   auto k = rand_vec(T * n_kv * hd, 10), v = rand_vec(T * n_kv * hd, 11);
-  std::vector<float> kc(8 * n_kv * hd, 0.0f), vc(8 * n_kv * hd, 0.0f);
-  std::vector<int64_t> slots = {5, -1, 2};
-  cpu::kv_cache_write(k.data(), v.data(), T, slots.data(), n_kv, hd, kc.data(), vc.data());
-  for (int64_t i = 0; i < n_kv * hd; ++i) {
-    EXPECT_EQ(kc[5 * n_kv * hd + i], k[i]);
-    EXPECT_EQ(vc[5 * n_kv * hd + i], v[i]);
-    EXPECT_EQ(kc[2 * n_kv * hd + i], k[2 * n_kv * hd + i]);
-    EXPECT_EQ(vc[2 * n_kv * hd + i], v[2 * n_kv * hd + i]);
+  std::vector<float> kc(slots_total * n_kv * hd, 0.0f), vc(kc.size(), 0.0f);
+  const std::vector<int64_t> slots = {5, -1, 2, 11};
+  cpu::kv_cache_write(k.data(), v.data(), T, slots.data(), n_kv, hd, bs, kc.data(), vc.data());
+  std::vector<bool> written(kc.size(), false);
+  for (int64_t t = 0; t < T; ++t) {
+    if (slots[t] < 0) continue;
+    for (int64_t h = 0; h < n_kv; ++h)
+      for (int64_t d = 0; d < hd; ++d) {
+        const int64_t at = ((slots[t] / bs * n_kv + h) * bs + slots[t] % bs) * hd + d;
+        EXPECT_EQ(kc[at], k[(t * n_kv + h) * hd + d]) << "slot " << slots[t] << " head " << h;
+        EXPECT_EQ(vc[at], v[(t * n_kv + h) * hd + d]) << "slot " << slots[t] << " head " << h;
+        written[at] = true;
+      }
   }
-  float total = 0;
-  for (int64_t s : {0, 1, 3, 4, 6, 7})
-    for (int64_t i = 0; i < n_kv * hd; ++i)
-      total += std::fabs(kc[s * n_kv * hd + i]) + std::fabs(vc[s * n_kv * hd + i]);
-  EXPECT_EQ(total, 0.0f);
+  EXPECT_EQ(kc[((1 * n_kv + 1) * bs + 1) * hd], k[(0 * n_kv + 1) * hd]) << "slot 5, KV head 1, by hand";
+  for (size_t i = 0; i < kc.size(); ++i) {
+    if (!written[i]) {
+      EXPECT_TRUE(kc[i] == 0.0f && vc[i] == 0.0f) << "float " << i << " was not to be written";
+    }
+  }
 }
 
 }  // namespace
