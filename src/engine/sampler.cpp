@@ -4,27 +4,14 @@
 #include <cmath>
 #include <numeric>
 
+#include "cpu/logits_scan.h"
 #include "engine/rng.h"
 
 namespace shardlm {
 
 float log_softmax_at(const float* logits, int64_t vocab, int64_t i) {
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < vocab; ++j) mx = std::max(mx, logits[j]);
-  double sum = 0;
-  for (int64_t j = 0; j < vocab; ++j) sum += std::exp(static_cast<double>(logits[j]) - mx);
-  return static_cast<float>(static_cast<double>(logits[i]) - mx - std::log(sum));
+  return cpu::log_softmax_at(logits, vocab, i);
 }
-
-namespace {
-int32_t argmax(const float* x, int64_t n) {
-  int64_t best = 0;
-  for (int64_t j = 1; j < n; ++j) {
-    if (x[j] > x[best]) best = j;  // ties keep the lowest id
-  }
-  return static_cast<int32_t>(best);
-}
-}  // namespace
 
 SampleRow sample_row(const SamplingParams& p, int64_t position) {
   SampleRow r;
@@ -52,7 +39,7 @@ Sample Sampler::sample(const float* logits, int64_t vocab, const SampleRow& row)
 Sample Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p, int64_t position) {
   Sample s;
   if (p.temperature <= 0.0) {
-    s.token = argmax(logits, vocab);
+    s.token = static_cast<int32_t>(cpu::argmax_logit(logits, vocab));
     s.logprob = log_softmax_at(logits, vocab, s.token);
     return s;
   }

@@ -33,7 +33,7 @@ class Sampler {
 // ComputeBackend::sample and Model::end_step_sampled.
 SampleRow sample_row(const SamplingParams& p, int64_t position);
 
-// log-softmax of logits at index i (fp64 accumulation).
+// log-softmax of logits at index i (cpu::log_softmax_at: fp32 exponentials, fp64 sum).
 float log_softmax_at(const float* logits, int64_t vocab, int64_t i);
 
 }  // namespace shardlm
