@@ -4,9 +4,10 @@
 // the same order, element by element: only which rows share a register changes. So a kernel
 // built on them gives the bits of the plain loops, and those bits do not depend on how rows,
 // heads or tokens are grouped.
-//  - dot16_x16: sixteen dot16 products of one query with sixteen cache rows. dot16 keeps 16 lane
-//    partial sums and reduces them by a fixed tree; here each row's partials are one vector, and
-//    the sixteen trees run together as a transpose whose every addition is one of the tree's.
+//  - dot16_x16_n: sixteen dot16 products of each of J queries with sixteen cache rows. dot16
+//    keeps 16 lane partial sums and reduces them by a fixed tree; here each row's partials are one
+//    vector, and the sixteen trees run together as a transpose whose every addition is one of the
+//    tree's.
 //  - accumulate_rows: out_r[d] += p_rj * v_j[d] over j in increasing order, the product rounded
 //    then added (the kernels build with -ffp-contract=off), with up to kAccRows outputs held in
 //    registers across the rows instead of being read and written per row.
@@ -18,34 +19,70 @@
 
 namespace shardlm::cpu::detail {
 
-// out[i] = dot16(q, rows[i], n) for i < 16.
-inline v16f dot16_x16(const float* __restrict q, const float* const* rows, int64_t n) {
-  v16f a[16];
-  for (int i = 0; i < 16; ++i) a[i] = v16f{};
-  int64_t k = 0;
-  for (; k + 16 <= n; k += 16) {
-    const v16f qk = load16(q + k);
-    for (int i = 0; i < 16; ++i) a[i] += qk * load16(rows[i] + k);
-  }
-  if (k < n) {  // the tail: lane l < n - k only, as dot16 (the other lanes stay untouched)
-    for (int i = 0; i < 16; ++i)
-      for (int l = 0; k + l < n; ++l) a[i][l] += q[k + l] * rows[i][k + l];
-  }
-  // dot16's tree, (l, l+8), (l, l+4), (l, l+2), (0, 1), on all sixteen at once: each stage packs
-  // two vectors' surviving lanes side by side and adds the pairs the tree adds.
-  v16f b[8], c[4], d[2];
-  for (int m = 0; m < 8; ++m)
+namespace dot_impl {
+// dot16's tree stages (l, l+8), (l, l+4), (l, l+2) for 8 rows' lane partials a[0..8), each
+// stage packing two vectors' surviving lanes side by side and adding the pairs the tree adds.
+// The result holds, for each of the 8 rows, the two sums the last stage (0, 1) adds.
+inline v16f tree8(const v16f* a) {
+  v16f b[4], c[2];
+  for (int m = 0; m < 4; ++m)
     b[m] =
         __builtin_shufflevector(a[2 * m], a[2 * m + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
         __builtin_shufflevector(a[2 * m], a[2 * m + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-  for (int m = 0; m < 4; ++m)
+  for (int m = 0; m < 2; ++m)
     c[m] = __builtin_shufflevector(b[2 * m], b[2 * m + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
            __builtin_shufflevector(b[2 * m], b[2 * m + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-  for (int m = 0; m < 2; ++m)
-    d[m] = __builtin_shufflevector(c[2 * m], c[2 * m + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
-           __builtin_shufflevector(c[2 * m], c[2 * m + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
-  return __builtin_shufflevector(d[0], d[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
-         __builtin_shufflevector(d[0], d[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  return __builtin_shufflevector(c[0], c[1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+         __builtin_shufflevector(c[0], c[1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+}
+
+// The last stage, (0, 1), for rows 0..7 (d0) and 8..15 (d1): lane i is row i's dot16.
+inline v16f tree_last(v16f d0, v16f d1) {
+  return __builtin_shufflevector(d0, d1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+         __builtin_shufflevector(d0, d1, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+
+// Lane partials of J queries against 8 rows, each row chunk loaded once for all J, then tree8.
+template <int J>
+inline void rows8(const float* const* q, const float* const* rows, int64_t n, v16f* d) {
+  v16f a[J][8];
+  for (int j = 0; j < J; ++j)
+    for (int i = 0; i < 8; ++i) a[j][i] = v16f{};
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    v16f qk[J];
+    for (int j = 0; j < J; ++j) qk[j] = load16(q[j] + k);
+    for (int i = 0; i < 8; ++i) {
+      const v16f r = load16(rows[i] + k);
+      for (int j = 0; j < J; ++j) a[j][i] += qk[j] * r;
+    }
+  }
+  if (k < n) {  // the tail: lane l < n - k only, as dot16 (the other lanes stay untouched)
+    for (int j = 0; j < J; ++j)
+      for (int i = 0; i < 8; ++i)
+        for (int l = 0; k + l < n; ++l) a[j][i][l] += q[j][k + l] * rows[i][k + l];
+  }
+  for (int j = 0; j < J; ++j) d[j] = tree8(a[j]);
+}
+}  // namespace dot_impl
+
+// out[j][i] = dot16(q[j], rows[i], n) for i < 16, j < J. dot16 keeps 16 lane partial sums and
+// reduces them by a fixed tree; here each row's partials are one vector and the sixteen trees run
+// together as a transpose whose every addition is one of the tree's. With J = 2 each chunk of a
+// row is loaded once for two queries (two heads of a KV head, or two tokens).
+template <int J>
+inline void dot16_x16_n(const float* const* q, const float* const* rows, int64_t n, v16f* out) {
+  v16f d0[J], d1[J];
+  dot_impl::rows8<J>(q, rows, n, d0);
+  dot_impl::rows8<J>(q, rows + 8, n, d1);
+  for (int j = 0; j < J; ++j) out[j] = dot_impl::tree_last(d0[j], d1[j]);
+}
+
+// out[i] = dot16(q, rows[i], n) for i < 16.
+inline v16f dot16_x16(const float* q, const float* const* rows, int64_t n) {
+  v16f out;
+  dot16_x16_n<1>(&q, rows, n, &out);
+  return out;
 }
 
 // One output row of accumulate_rows: it takes value rows j in [jb, je), row j with weight

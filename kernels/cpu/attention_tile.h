@@ -41,6 +41,11 @@ inline std::vector<int64_t> token_tiles(const int32_t* const* block_table, int64
   return r;
 }
 
+// A (token, head) of a tile.
+struct TileQuery {
+  int64_t t, g;
+};
+
 // A thread's scratch, reused across tiles.
 struct TileScratch {
   struct Span {  // a token's attended positions [lo, hi]; its head g's scores at sc[off + g * n()]
@@ -57,8 +62,9 @@ struct TileScratch {
 //  - token t attends to [first(t), pos[t]] (pos[t] < 0: a padding token, output zeros);
 //  - key(p), value(p): the cache rows of position p the scores and the outputs read (value rows
 //    are `width` floats, key rows at least key_width);
-//  - score(t, g, rows) -> v16f: the 16 scaled scores of (t, g) against key rows rows[0..16)
-//    (rows past the round's last position are a zero row);
+//  - score(qs, nq, rows, x): x[j] = the 16 scaled scores of (token, head) qs[j] against key rows
+//    rows[0..16), for nq = 1 or 2 (rows past the round's last position are a zero row); pairs
+//    let a kernel load each row chunk once for two queries (dot16_x16_n<2>);
 //  - out(t, g): the output row, `width` floats.
 template <class First, class Key, class Value, class Score, class Out>
 void attend_tile(int64_t ta, int64_t tb, int64_t G, const int32_t* pos, First first, Key key, int64_t key_width,
@@ -85,15 +91,29 @@ void attend_tile(int64_t ta, int64_t tb, int64_t G, const int32_t* pos, First fi
       s.rows[j] = j < cnt ? key(base + j) : s.zero.data();
       if (base + kRound + j <= P1) prefetch_row(key(base + kRound + j), key_width);
     }
+    // The (token, head) pairs that attend to this round, scored two at a time.
+    TileQuery qs[2];
+    int nq = 0;
+    auto flush = [&] {
+      v16f x[2];
+      score(qs, nq, s.rows.data(), x);
+      for (int q = 0; q < nq; ++q) {
+        const TileScratch::Span& sp = s.span[qs[q].t - ta];
+        const int64_t a = std::max(base, sp.lo), b = std::min(base + cnt - 1, sp.hi);
+        float* dst = s.sc.data() + sp.off + qs[q].g * sp.n();
+        for (int64_t j = a; j <= b; ++j) dst[j - sp.lo] = x[q][j - base];
+      }
+      nq = 0;
+    };
     for (int64_t t = ta; t < tb; ++t) {
       const TileScratch::Span& sp = s.span[t - ta];
-      const int64_t a = std::max(base, sp.lo), b = std::min(base + cnt - 1, sp.hi);
-      for (int64_t g = 0; g < G && a <= b; ++g) {
-        const v16f x = score(t, g, s.rows.data());
-        float* dst = s.sc.data() + sp.off + g * sp.n();
-        for (int64_t j = a; j <= b; ++j) dst[j - sp.lo] = x[j - base];
+      if (std::max(base, sp.lo) > std::min(base + cnt - 1, sp.hi)) continue;
+      for (int64_t g = 0; g < G; ++g) {
+        qs[nq++] = {t, g};
+        if (nq == 2) flush();
       }
     }
+    if (nq > 0) flush();
   }
   for (const TileScratch::Span& sp : s.span) {
     for (int64_t g = 0; g < G; ++g) softmax_in_place(s.sc.data() + sp.off + g * sp.n(), sp.n());

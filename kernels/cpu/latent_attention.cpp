@@ -54,13 +54,24 @@ void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int
       detail::attend_tile(
           tile[ti], tile[ti + 1], std::min(head_block, n_heads - h0), pos, [](int64_t) { return int64_t{0}; },
           cache_row, row, cache_row, kv_lora,
-          [&](int64_t t, int64_t g, const float* const* rows) {
+          [&](const detail::TileQuery* qs, int nq, const float* const* rows, detail::v16f* x) {
             const float* rope_rows[detail::kRound];
             for (int64_t i = 0; i < detail::kRound; ++i) rope_rows[i] = rows[i] + kv_lora;
-            const int64_t h = t * n_heads + h0 + g;
-            return (detail::dot16_x16(q_latent + h * kv_lora, rows, kv_lora) +
-                    detail::dot16_x16(q_rope + h * rope_dim, rope_rows, rope_dim)) *
-                   scale;
+            const float *ql[2], *qr[2];
+            for (int j = 0; j < nq; ++j) {
+              const int64_t h = qs[j].t * n_heads + h0 + qs[j].g;
+              ql[j] = q_latent + h * kv_lora;
+              qr[j] = q_rope + h * rope_dim;
+            }
+            detail::v16f lat[2], rope[2];
+            if (nq == 2) {
+              detail::dot16_x16_n<2>(ql, rows, kv_lora, lat);
+              detail::dot16_x16_n<2>(qr, rope_rows, rope_dim, rope);
+            } else {
+              detail::dot16_x16_n<1>(ql, rows, kv_lora, lat);
+              detail::dot16_x16_n<1>(qr, rope_rows, rope_dim, rope);
+            }
+            for (int j = 0; j < nq; ++j) x[j] = (lat[j] + rope[j]) * scale;
           },
           [&](int64_t t, int64_t g) { return out + (t * n_heads + h0 + g) * kv_lora; }, scratch);
     }

@@ -64,8 +64,15 @@ void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_he
           [&](int64_t t) { return window > 0 ? std::max<int64_t>(0, pos[t] - window + 1) : int64_t{0}; },
           [&](int64_t p) { return k_head + row_of(p); }, head_dim, [&](int64_t p) { return v_head + row_of(p); },
           head_dim,
-          [&](int64_t t, int64_t g, const float* const* rows) {
-            return detail::dot16_x16(q + (t * n_heads + h0 + g) * head_dim, rows, head_dim) * scale;
+          [&](const detail::TileQuery* qs, int nq, const float* const* rows, detail::v16f* x) {
+            const float* qp[2];
+            for (int j = 0; j < nq; ++j) qp[j] = q + (qs[j].t * n_heads + h0 + qs[j].g) * head_dim;
+            if (nq == 2) {
+              detail::dot16_x16_n<2>(qp, rows, head_dim, x);
+            } else {
+              detail::dot16_x16_n<1>(qp, rows, head_dim, x);
+            }
+            for (int j = 0; j < nq; ++j) x[j] *= scale;
           },
           [&](int64_t t, int64_t g) { return out + (t * n_heads + h0 + g) * head_dim; }, scratch);
     }
