@@ -13,16 +13,9 @@ using detail::select16;
 using detail::v16f;
 using detail::v16i;
 
-// The row's last n % 16 logits, padded with -inf to a whole vector; returns where they start.
-int64_t pad_tail(const float* x, int64_t n, float tail[16]) {
-  const int64_t full = n / 16 * 16;
-  for (int64_t l = 0; l < 16; ++l) tail[l] = full + l < n ? x[full + l] : -INFINITY;
-  return full;
-}
-
 // The largest of x[0..n) (NaN skipped; -inf when there is none), over 16 lanes.
 float row_max(const float* x, int64_t n, float tail[16]) {
-  const int64_t full = pad_tail(x, n, tail);
+  const int64_t full = detail::pad_tail16(x, n, tail);
   v16f m = v16f{} - INFINITY;
   for (int64_t j = 0; j <= full; j += 16) {
     const v16f v = load16(j < full ? x + j : tail);
@@ -38,7 +31,7 @@ int64_t argmax_logit(const float* x, int64_t n) {
   // Per lane the maximum and the first index holding it (a strict > keeps the first), then the
   // lowest index among the lanes holding the row's maximum: one read of the row.
   float tail[16];
-  const int64_t full = pad_tail(x, n, tail);
+  const int64_t full = detail::pad_tail16(x, n, tail);
   v16f m = v16f{} - INFINITY;
   v16i at = v16i{} - 1, idx = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   for (int64_t j = 0; j <= full; j += 16, idx += 16) {

@@ -32,9 +32,8 @@ inline float sumsq16(const float* __restrict a, int64_t n) { return dot16(a, a, 
 // row).
 inline void softmax_in_place(float* s, int64_t n) {
   if (n <= 0) return;
-  const int64_t full = n / 16 * 16;
   float tail[16];
-  for (int l = 0; l < 16; ++l) tail[l] = full + l < n ? s[full + l] : -INFINITY;  // exp(-inf) = 0
+  const int64_t full = pad_tail16(s, n, tail);
   v16f m = load16(tail);
   for (int64_t j = 0; j < full; j += 16) {
     const v16f x = load16(s + j);

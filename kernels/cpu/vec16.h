@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 namespace shardlm::cpu::detail {
 
@@ -17,6 +18,14 @@ inline v16f load16(const float* p) {
   return v;
 }
 inline void store16(float* p, v16f v) { std::memcpy(p, &v, sizeof v); }
+
+// The last n % 16 floats of x[0..n), padded with -inf to a whole vector in tail (exp(-inf) = 0,
+// and -inf never wins a max); returns where they start.
+inline int64_t pad_tail16(const float* x, int64_t n, float tail[16]) {
+  const int64_t full = n / 16 * 16;
+  for (int64_t l = 0; l < 16; ++l) tail[l] = full + l < n ? x[full + l] : -std::numeric_limits<float>::infinity();
+  return full;
+}
 
 // mask ? a : b, where mask lanes are all ones or all zeros (what a vector comparison gives).
 inline v16f select16(v16i mask, v16f a, v16f b) {
