@@ -78,13 +78,6 @@ inline void dot16_x16_n(const float* const* q, const float* const* rows, int64_t
   for (int j = 0; j < J; ++j) out[j] = dot_impl::tree_last(d0[j], d1[j]);
 }
 
-// out[i] = dot16(q, rows[i], n) for i < 16.
-inline v16f dot16_x16(const float* q, const float* const* rows, int64_t n) {
-  v16f out;
-  dot16_x16_n<1>(&q, rows, n, &out);
-  return out;
-}
-
 // One output row of accumulate_rows: it takes value rows j in [jb, je), row j with weight
 // p[j - jb]; out holds the running sums.
 struct AccRow {

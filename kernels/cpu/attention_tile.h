@@ -18,7 +18,7 @@
 
 namespace shardlm::cpu::detail {
 
-constexpr int64_t kRound = 16;                      // positions scored per round (one dot16_x16)
+constexpr int64_t kRound = 16;                      // positions scored per round (one dot16_x16_n)
 constexpr int64_t kValueBytes = int64_t{32} << 10;  // value rows weighed per pass: about an L1
 
 // Slot of logical position p of a sequence whose blocks are bt.

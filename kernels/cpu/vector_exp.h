@@ -27,7 +27,7 @@ inline v16f exp16(v16f x) {
   const v16f lo = v16f{} - 104.0f, hi = v16f{} + 88.8f;
   x = select16(x < lo, lo, x);
   x = select16(x > hi, hi, x);
-  const v16f round_shift = v16f{} + 12582912.0f;  // 1.5 * 2^23: t + it - it rounds t to an integer
+  const v16f round_shift = v16f{} + 12582912.0f;  // 1.5 * 2^23: (t + it) - it rounds t to an integer
   const v16f nf = (x * 1.44269504088896341f + round_shift) - round_shift;
   // ln 2 = ln2_hi + ln2_lo, ln2_hi with 9 significant bits, so nf * ln2_hi is exact for |n| < 2^15.
   const v16f r = (x - nf * 0.693359375f) - nf * -2.12194440e-4f;
