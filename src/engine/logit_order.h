@@ -15,8 +15,7 @@ class LogitOrder {
   void sort(const float* logits, int64_t n, std::vector<int32_t>* order);
 
  private:
-  std::vector<uint32_t> keys_, keys_tmp_;
-  std::vector<int32_t> ids_tmp_;
+  std::vector<uint64_t> items_, items_tmp_;  // key << 32 | id
 };
 
 // Ascending in this key is descending in x (x a non-NaN float; -0.0 maps like +0.0).
