@@ -7,25 +7,10 @@
 
 namespace shardlm::cpu {
 
-namespace {
 using detail::load16;
 using detail::select16;
 using detail::v16f;
 using detail::v16i;
-
-// The largest of x[0..n) (NaN skipped; -inf when there is none), over 16 lanes.
-float row_max(const float* x, int64_t n, float tail[16]) {
-  const int64_t full = detail::pad_tail16(x, n, tail);
-  v16f m = v16f{} - INFINITY;
-  for (int64_t j = 0; j <= full; j += 16) {
-    const v16f v = load16(j < full ? x + j : tail);
-    m = select16(v > m, v, m);  // false for NaN: a lane keeps its maximum
-  }
-  float mx = -INFINITY;
-  for (int l = 0; l < 16; ++l) mx = m[l] > mx ? m[l] : mx;
-  return mx;
-}
-}  // namespace
 
 int64_t argmax_logit(const float* x, int64_t n) {
   // Per lane the maximum and the first index holding it (a strict > keeps the first), then the
@@ -52,7 +37,7 @@ int64_t argmax_logit(const float* x, int64_t n) {
 float log_softmax_at(const float* x, int64_t n, int64_t i) {
   typedef double v8d __attribute__((vector_size(64)));
   float tail[16];
-  const float mx = row_max(x, n, tail);
+  const float mx = detail::max16(x, n, tail);
   const v16f vmx = v16f{} + mx;
   v8d lo{}, hi{};
   auto add = [&](v16f e) {

@@ -33,14 +33,8 @@ inline float sumsq16(const float* __restrict a, int64_t n) { return dot16(a, a, 
 inline void softmax_in_place(float* s, int64_t n) {
   if (n <= 0) return;
   float tail[16];
-  const int64_t full = pad_tail16(s, n, tail);
-  v16f m = load16(tail);
-  for (int64_t j = 0; j < full; j += 16) {
-    const v16f x = load16(s + j);
-    m = select16(x > m, x, m);
-  }
-  float mx = m[0];
-  for (int l = 1; l < 16; ++l) mx = std::max(mx, m[l]);
+  const float mx = max16(s, n, tail);
+  const int64_t full = n / 16 * 16;
   const v16f vmx = v16f{} + mx;
   v16f acc{};
   for (int64_t j = 0; j < full; j += 16) {

@@ -32,4 +32,18 @@ inline v16f select16(v16i mask, v16f a, v16f b) {
   return reinterpret_cast<v16f>((reinterpret_cast<v16i>(a) & mask) | (reinterpret_cast<v16i>(b) & ~mask));
 }
 
+// The largest of x[0..n) over 16 lanes (NaN skipped; -inf when there is none); fills tail as
+// pad_tail16 does, for the caller's next pass.
+inline float max16(const float* x, int64_t n, float tail[16]) {
+  const int64_t full = pad_tail16(x, n, tail);
+  v16f m = v16f{} - std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j <= full; j += 16) {
+    const v16f v = load16(j < full ? x + j : tail);
+    m = select16(v > m, v, m);  // false for NaN: a lane keeps its maximum
+  }
+  float mx = m[0];
+  for (int l = 1; l < 16; ++l) mx = m[l] > mx ? m[l] : mx;
+  return mx;
+}
+
 }  // namespace shardlm::cpu::detail
