@@ -389,7 +389,7 @@ int cmd_bench_comm(int argc, char** argv) {
   int check = 1;
   po::options_description d("shardlm bench-comm options");
   d.add_options()("comm", po::value(&backend)->default_value(backend),
-                  "communicator backend: mpi (host buffers) or nccl (device buffers)")(
+                  "communicator backend: mpi or fabric (host buffers), nccl (device buffers)")(
       "backend", po::value(&backend_alias), "same as --comm")(
       "group", po::value(&group)->default_value(group), "ranks taking part: world")(
       "op", po::value(&op_text)->default_value(op_text),
@@ -405,7 +405,7 @@ int cmd_bench_comm(int argc, char** argv) {
       "inject-wrong", po::bool_switch(&o.inject_wrong), "testing: corrupt one received element on the last rank");
   po::variables_map vm;
   if (!parse_subcommand(argc, argv, "bench-comm",
-                        "mpirun -np N shardlm bench-comm [--comm mpi|nccl] [--op all] [--min-bytes 8] [--max-bytes 64M] [--iters 20]", d, &vm))
+                        "mpirun -np N shardlm bench-comm [--comm mpi|fabric|nccl] [--op all] [--min-bytes 8] [--max-bytes 64M] [--iters 20]", d, &vm))
     return 0;
   if (vm.count("backend")) {
     SHARDLM_CHECK(vm["comm"].defaulted() || backend == backend_alias,
@@ -429,6 +429,7 @@ int cmd_bench_comm(int argc, char** argv) {
   std::unique_ptr<Communicator> comm = make_communicator(backend, members, group, timeout);
   const std::string hosts = host_summary(*comm);
   std::string buffers = "host memory";
+  if (!comm->transport().empty()) buffers += ", " + comm->transport();
   if (o.device) {
     buffers = "device memory (rank 0: GPU " + std::to_string(gpu);
 #ifdef SHARDLM_HAVE_CUDA

@@ -142,7 +142,7 @@ int cmd_bench_moe(int argc, char** argv) {
       "warmup,w", po::value(&warmup)->default_value(warmup), "untimed iterations per token count")(
       "threads", po::value(&threads)->default_value(threads), "CPU threads per rank (0: cores / ranks)")(
       "backend", po::value(&backend_name)->default_value(backend_name), "compute backend: cpu or cuda")(
-      "comm", po::value(&comm_name)->default_value(comm_name), "communicator of the ep group: mpi or nccl")(
+      "comm", po::value(&comm_name)->default_value(comm_name), "communicator of the ep group: mpi, fabric or nccl")(
       "timeout", po::value(&timeout)->default_value(timeout), "seconds any rank waits for its peers before failing");
   po::variables_map vm;
   if (!parse_subcommand(argc, argv, "bench-moe",

@@ -101,11 +101,20 @@ RankRecord my_record(const Topology& topo, const Model& model, const LayoutGroup
   return r;
 }
 
+// What carries rank 0's model traffic (its tp, pp or ep group), where the backend says more than
+// its name: the libfabric provider, fabric and domain.
+std::string comm_transport(const LayoutGroups& g) {
+  for (const Communicator* c : {g.tp.get(), g.pp.get(), g.ep.get()})
+    if (c && !c->transport().empty()) return c->transport();
+  return "";
+}
+
 void print_header(const std::vector<RankRecord>& ranks, const Topology& topo, const ModelSpec& spec,
-                  const RunOptions& opt) {
-  std::fprintf(stderr, "[shardlm] shardlm %s (%s); layout %s on %zu rank(s); backend %s%s, comm %s\n", SHARDLM_VERSION,
-               SHARDLM_GIT_COMMIT, topo.layout().str().c_str(), ranks.size(), opt.backend.c_str(),
-               opt.cuda_graphs ? " (CUDA graphs)" : "", opt.comm.c_str());
+                  const RunOptions& opt, const std::string& transport) {
+  std::fprintf(stderr, "[shardlm] shardlm %s (%s); layout %s on %zu rank(s); backend %s%s, comm %s%s%s\n",
+               SHARDLM_VERSION, SHARDLM_GIT_COMMIT, topo.layout().str().c_str(), ranks.size(), opt.backend.c_str(),
+               opt.cuda_graphs ? " (CUDA graphs)" : "", opt.comm.c_str(), transport.empty() ? "" : ": ",
+               transport.c_str());
   for (const auto& [lib, ver] : library_versions()) std::fprintf(stderr, "[shardlm]   %-14s %s\n", lib.c_str(), ver.c_str());
   std::fprintf(stderr, "[shardlm] model %s: %s, %lld layers, hidden %lld, %lld heads (%lld KV), vocab %lld\n",
                opt.model.c_str(), spec.architecture.c_str(), static_cast<long long>(spec.num_layers),
@@ -145,7 +154,7 @@ EngineConfig engine_config(const RunOptions& opt, const Topology& topo, const st
 }
 
 void write_attributes(ResultWriter& w, const RunOptions& opt, const ModelSpec& spec, const Topology& topo,
-                      const std::string& started, int argc, char** argv) {
+                      const std::string& transport, const std::string& started, int argc, char** argv) {
   w.set_attr("version", std::string(SHARDLM_VERSION));
   w.set_attr("git_commit", std::string(SHARDLM_GIT_COMMIT));
   w.set_attr("command_line", command_line(argc + 1, argv - 1));
@@ -156,6 +165,7 @@ void write_attributes(ResultWriter& w, const RunOptions& opt, const ModelSpec& s
   w.set_attr("backend", opt.backend);
   w.set_attr("cuda_graphs", static_cast<int64_t>(opt.cuda_graphs));
   w.set_attr("comm", opt.comm);
+  if (!transport.empty()) w.set_attr("comm_transport", transport);
   w.set_attr("seed", static_cast<int64_t>(opt.seed));
   w.set_attr("start_time", started);
   for (const auto& [lib, ver] : library_versions()) w.set_attr("version_" + lib, ver);
@@ -266,7 +276,7 @@ int cmd_run(int argc, char** argv) {
   // Load report: every rank's shard, printed once.
   if (!opt.quiet) {
     const auto records = gather_rank_records(groups.world.get(), my_record(topo, *model, groups));
-    if (rank == 0) print_header(records, topo, spec, opt);
+    if (rank == 0) print_header(records, topo, spec, opt, comm_transport(groups));
   }
 
   if (!topo.is_replica_leader()) {
@@ -300,7 +310,7 @@ int cmd_run(int argc, char** argv) {
     return local.interrupted_by ? 128 + local.interrupted_by : 0;
   }
 
-  write_attributes(*writer, opt, spec, topo, started, argc, argv);
+  write_attributes(*writer, opt, spec, topo, comm_transport(groups), started, argc, argv);
   write_fabric_attributes(*writer, fabric);
   if (!done.empty()) writer->set_attr("resumed_with_requests", static_cast<int64_t>(done.size()));
   RunStats stats;  // every replica's requests

@@ -57,7 +57,7 @@ int cmd_score(int argc, char** argv) {
       "threads", po::value(&threads)->default_value(threads), "CPU threads (0 = all cores)")(
       "tp", po::value(&tp)->default_value(tp), "tensor-parallel ranks (mpirun -np tp x pp)")(
       "pp", po::value(&pp)->default_value(pp), "pipeline stages")(
-      "comm", po::value(&comm)->default_value(comm), "communication backend")(
+      "comm", po::value(&comm)->default_value(comm), "communicator of the tp and pp groups: mpi, fabric or nccl")(
       "comm-timeout", po::value(&comm_timeout)->default_value(comm_timeout), "seconds a rank waits on another");
   po::variables_map vm;
   const char* usage = "[mpirun -np TPxPP] shardlm score --model DIR --ids \"1 2 3\" --out logits.npy [--tp T] [--pp P]";

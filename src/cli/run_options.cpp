@@ -47,7 +47,7 @@ po::options_description describe(RunOptions& o) {
     ("dp", po::value(&o.dp)->default_value(o.dp), "attention data-parallel groups per pipeline stage, each with its own batch (MoE: with --ep they share the experts)")
     ("ep", po::value(&o.ep)->default_value(o.ep), "expert-parallel ranks per stage: 1 (every expert split over tp) or dp x tp (each rank holds 1/ep of the experts); 0 = dp x tp for an MoE model with dp > 1, else 1")
     ("pp-layers", po::value(&o.pp_layers), "layers per pipeline stage, e.g. 3,3,2 (default: balanced)")
-    ("comm", po::value(&o.comm)->default_value(o.comm), "communication backend")
+    ("comm", po::value(&o.comm)->default_value(o.comm), "communicator of the tp, pp and ep groups: mpi, fabric (libfabric: efa on AWS) or nccl (GPU buffers)")
     ("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout), "seconds a rank waits on another before failing the job")
     ("metrics-port", po::value(&o.metrics_port)->default_value(o.metrics_port), "serve Prometheus metrics at http://BIND:PORT/metrics on the writer rank (-1 = off, 0 = any free port)")
     ("metrics-bind", po::value(&o.metrics_bind)->default_value(o.metrics_bind), "address the metrics endpoint listens on")

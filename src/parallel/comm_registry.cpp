@@ -21,6 +21,9 @@
 #ifdef SHARDLM_HAVE_NCCL
 #include "parallel/comm_nccl.h"
 #endif
+#ifdef SHARDLM_HAVE_LIBFABRIC
+#include "parallel/comm_fabric.h"
+#endif
 
 namespace shardlm {
 
@@ -42,6 +45,15 @@ const std::vector<Backend>& backends() {
 #endif
          return mpi;
        }},
+#ifdef SHARDLM_HAVE_LIBFABRIC
+      {"fabric", [](const std::vector<int>& m, const std::string& n, double t) -> std::unique_ptr<Communicator> {
+         auto fabric = std::make_unique<FabricCommunicator>(m, n, t);
+#ifdef SHARDLM_HAVE_CUDA
+         if (cuda::device_count() > 0) return std::make_unique<StagedCommunicator>(std::move(fabric), cuda_memory_space());
+#endif
+         return fabric;
+       }},
+#endif
 #ifdef SHARDLM_HAVE_NCCL
       {"nccl", [](const std::vector<int>& m, const std::string& n, double t) -> std::unique_ptr<Communicator> {
          SHARDLM_CHECK(cuda::device_count() > 0, "communicator backend nccl for group " << n << ": no GPU on this host ("

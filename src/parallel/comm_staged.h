@@ -45,6 +45,7 @@ class StagedCommunicator final : public Communicator {
   void send_recv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
                  CommDType t, int tag) override;
   void barrier() override;
+  std::string transport() const override { return inner_->transport(); }
 
   Communicator& inner() { return *inner_; }
   MemorySpace& memory() { return *memory_; }

@@ -1,6 +1,6 @@
 // Communicator: collectives and point-to-point over one group of ranks (a tensor-parallel group,
-// pipeline neighbours, a replica, the world). Backends: MPI now; NCCL and libfabric later, behind
-// this same interface.
+// pipeline neighbours, a replica, the world). Backends: MPI (comm_mpi.h), NCCL (comm_nccl.h) and
+// libfabric (comm_fabric.h), behind this same interface, registered in comm_registry.cpp.
 //
 // Every wait has a deadline (timeout_s): when a peer does not answer in time the call throws
 // Error naming the group, this rank and the peer(s) still missing, and the top level aborts the
@@ -67,6 +67,9 @@ class Communicator {
   virtual void send_recv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
                          CommDType t, int tag) = 0;
   virtual void barrier() = 0;
+  // What carries the bytes, for run headers ("libfabric tcp;ofi_rxm (fabric 192.0.2.0/24, domain
+  // eth0)"); "" where the backend name says it all.
+  virtual std::string transport() const { return ""; }
 
   const CommStats& stats() const { return stats_; }
 

@@ -4,13 +4,13 @@ namespace shardlm {
 
 LayoutGroups make_layout_groups(const Topology& topo, const std::string& backend, double timeout_s) {
   LayoutGroups g;
-  // With nccl the groups that move activations use NCCL: tp (the device collectives and the
-  // vocabulary gather), pp (hidden states between stages) and ep (the MoE all-to-all). The pp
-  // group's other messages, the step's choices or logits sent back to the leader, are host
+  // The groups that move activations use the chosen backend: tp (the collectives and the
+  // vocabulary gather), pp (hidden states between stages) and ep (the MoE all-to-all). With nccl
+  // the pp group's other messages, the step's choices or logits sent back to the leader, are host
   // buffers and so travel on the NCCL communicator's inner MPI one: the leader's receive posted
   // before its hidden-state send is never queued behind it on NCCL's stream. The world, replica
-  // and dp-leader groups carry only host control messages and stay on MPI.
-  const std::string host_backend = backend == "nccl" ? "mpi" : backend;
+  // and dp-leader groups carry only host control messages and stay on MPI with every backend.
+  const std::string host_backend = "mpi";
   const Coords& c = topo.coords();
   const std::string where = "replica " + std::to_string(c.replica);
   std::vector<int> all(static_cast<size_t>(topo.layout().world()));

@@ -78,6 +78,17 @@ TEST(Layouts, RandomModelsOfEachArchitecture) {
   }
 }
 
+// The tensor- and pipeline-parallel groups on the libfabric communicator (whatever RDM provider
+// libfabric lists first here: tcp;ofi_rxm or shm) give the single-rank result too.
+TEST(Layouts, FabricCommunicatorMatchesOneRank) {
+#ifndef SHARDLM_HAVE_LIBFABRIC
+  GTEST_SKIP() << "built without libfabric: no --comm fabric";
+#else
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  check_layouts(model, {{2, 1, 1}, {1, 2, 1}, {2, 2, 1}, {4, 1, 1}}, false, "fabric", " --comm fabric");
+#endif
+}
+
 TEST(Layouts, RefusesLayoutsThatDoNotDivide) {
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
   fs::path d = test::fresh_dir("layout-bad");

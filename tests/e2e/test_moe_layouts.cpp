@@ -51,6 +51,18 @@ TEST(MoeLayouts, DeepseekV3EveryLayoutMatchesOneRank) {
                           true, "deepseek-v3");
 }
 
+// The expert all-to-alls, the tp collectives and the stage hand-offs on the libfabric
+// communicator.
+TEST(MoeLayouts, DeepseekV3OverFabricMatchesOneRank) {
+#ifndef SHARDLM_HAVE_LIBFABRIC
+  GTEST_SKIP() << "built without libfabric: no --comm fabric";
+#else
+  test::check_layout_runs(make("tiny-deepseek-v3", "bf16"),
+                          {{4, "--dp 2 --tp 2 --ep 4 --comm fabric"}, {4, "--pp 2 --dp 2 --ep 2 --comm fabric"}}, true,
+                          "deepseek-v3-fabric");
+#endif
+}
+
 // Mixtral's 8 experts over 8 ranks: one expert per rank, and with 12 prompts on 8 dp groups some
 // groups run out of work early and step empty while the others finish.
 TEST(MoeLayouts, MixtralOneExpertPerRank) {

@@ -29,13 +29,15 @@ std::string error_of(const std::function<void()>& f) {
 }  // namespace
 
 TEST(CommRegistry, BackendsAndSizes) {
-#ifdef SHARDLM_HAVE_NCCL
-  const std::vector<std::string> names{"mpi", "nccl"};
-  const std::string known = "mpi, nccl";
-#else
-  const std::vector<std::string> names{"mpi"};
-  const std::string known = "mpi";
+  std::vector<std::string> names{"mpi"};
+#ifdef SHARDLM_HAVE_LIBFABRIC
+  names.push_back("fabric");
 #endif
+#ifdef SHARDLM_HAVE_NCCL
+  names.push_back("nccl");
+#endif
+  std::string known;
+  for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
   EXPECT_EQ(comm_backend_names(), names);
   EXPECT_EQ(comm_dtype_size(CommDType::kF32), 4u);
   EXPECT_EQ(comm_dtype_size(CommDType::kI32), 4u);

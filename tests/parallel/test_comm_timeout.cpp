@@ -1,5 +1,6 @@
-// test_comm_timeout OP TIMEOUT_S, under mpiexec -np 2: ranks 0 and 1 make the group "pair(0,1)";
-// rank 0 starts OP (all_reduce, recv or send_recv) and rank 1 never takes part. Rank 0 must throw
+// test_comm_timeout OP TIMEOUT_S [BACKEND], under mpiexec -np 2: ranks 0 and 1 make the group
+// "pair(0,1)" on BACKEND (mpi, the default, or fabric); rank 0 starts OP (all_reduce, recv or
+// send_recv) and rank 1 never takes part. Rank 0 must throw
 // Error within [TIMEOUT_S, TIMEOUT_S + 3 s]; it prints "TIMEOUT_TEST_OK elapsed=X s: <message>"
 // (or TIMEOUT_TEST_BAD) and then aborts the job the way shardlm's top level does, which also
 // ends rank 1. Expected outcome: non-zero exit and the OK line (checked by run_expect.cmake).
@@ -21,13 +22,13 @@ using namespace shardlm;
 
 int main(int argc, char** argv) {
   MpiEnv mpi(&argc, &argv);
-  if (argc != 3 || MpiEnv::size() != 2) {
-    std::fprintf(stderr, "usage: mpiexec -np 2 test_comm_timeout all_reduce|recv|send_recv TIMEOUT_S\n");
+  if (argc < 3 || argc > 4 || MpiEnv::size() != 2) {
+    std::fprintf(stderr, "usage: mpiexec -np 2 test_comm_timeout all_reduce|recv|send_recv TIMEOUT_S [mpi|fabric]\n");
     return 2;
   }
   const std::string op = argv[1];
   const double timeout = std::atof(argv[2]);
-  auto comm = make_communicator("mpi", {0, 1}, "pair(0,1)", timeout);
+  auto comm = make_communicator(argc == 4 ? argv[3] : "mpi", {0, 1}, "pair(0,1)", timeout);
   comm->barrier();  // both members are up
   if (MpiEnv::rank() == 1) {
     // Never joins; the abort from rank 0 ends this process. Fail loudly if it does not.
