@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -120,10 +121,21 @@ FabricCommunicator::FabricCommunicator(const std::vector<int>& members, std::str
                 "fabric communicator " << name << ": " << size() << " members, at most " << kMaxGroup);
   if (size() == 1) return;
   // Rank 0 chooses the provider (FI_PROVIDER and libfabric's order apply there), everyone opens it.
+  // A group on one node, with no FI_PROVIDER, takes shm: libfabric's order puts the network
+  // providers first, and over loopback tcp a small message costs several times what it does in
+  // shared memory.
+  const bool one_node = on_one_node();
   std::string provider, error;
   if (rank() == 0) {
     try {
-      ep_ = std::make_unique<FabricEndpoint>("");
+      if (one_node && !std::getenv("FI_PROVIDER")) {
+        try {
+          ep_ = std::make_unique<FabricEndpoint>("shm");
+        } catch (const Error&) {
+          ep_.reset();  // no usable shm here: libfabric's first choice below
+        }
+      }
+      if (!ep_) ep_ = std::make_unique<FabricEndpoint>("");
       provider = ep_->provider();
     } catch (const Error& e) {
       error = e.what();
@@ -180,6 +192,19 @@ FabricCommunicator::FabricCommunicator(const std::vector<int>& members, std::str
 
 FabricCommunicator::~FabricCommunicator() = default;
 
+bool FabricCommunicator::on_one_node() {
+  // FNV-1a of the host name, all-gathered: equal everywhere means one node.
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : MpiEnv::host()) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  const int64_t mine = static_cast<int64_t>(h);
+  std::vector<int64_t> all(static_cast<size_t>(size()));
+  boot_->all_gather(&mine, all.data(), 1, CommDType::kI64);
+  return std::all_of(all.begin(), all.end(), [&](int64_t x) { return x == mine; });
+}
+
 int FabricCommunicator::rank() const { return boot_->rank(); }
 int FabricCommunicator::size() const { return boot_->size(); }
 const std::string& FabricCommunicator::name() const { return boot_->name(); }
@@ -193,6 +218,8 @@ std::string FabricCommunicator::transport() const {
   return "libfabric " + ep_->provider() + " (fabric " + ep_->fabric() + ", domain " + ep_->domain() +
          (ep_->registers_buffers() ? ", buffers registered per message" : "") + ")";
 }
+
+void FabricCommunicator::set_one_shot_bytes(size_t n) { one_shot_bytes_ = n; }
 
 void FabricCommunicator::register_every_buffer() {
   if (ep_) ep_->register_every_buffer();
@@ -324,6 +351,12 @@ void FabricCommunicator::all_reduce(void* buf, size_t count, CommDType t, Reduce
   const uint32_t seq = seq_++;
   if (count == 0) return;
   const size_t n = static_cast<size_t>(size()), me = static_cast<size_t>(rank());
+  if ((n - 1) * count * es <= one_shot_bytes_) {
+    // Small: every rank sends its whole buffer to every other and reduces all of it, one message
+    // latency instead of two. The same rank order, so the same bits as the two-phase path.
+    reduce_blocks(buf, std::vector<size_t>(n, 0), std::vector<size_t>(n, count), buf, t, op, "all_reduce", seq);
+    return;
+  }
   std::vector<size_t> offs(n), lens(n);
   for (size_t b = 0; b < n; ++b) {
     offs[b] = count * b / n;

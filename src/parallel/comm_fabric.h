@@ -4,8 +4,9 @@
 //
 // Construction is collective over the members: an inner MpiCommunicator over the same members
 // carries the bootstrap and nothing else. Group rank 0 opens its endpoint first and broadcasts the
-// provider it got (FI_PROVIDER applies there), so that every member opens the same one; then the
-// endpoint names are all-gathered and inserted into each member's address table.
+// provider it got, so that every member opens the same one: the one FI_PROVIDER names, else shm for
+// a group on one node, else libfabric's first. Then the endpoint names are all-gathered and
+// inserted into each member's address table.
 //
 // Every message's tag says what it is: point-to-point messages carry the caller's tag and the
 // sender's group rank; collective ones a per-communicator sequence number (members make the same
@@ -16,8 +17,9 @@
 // messages per rank per phase, which for the group sizes of a node (tp <= 8, the ep group of a few
 // nodes) costs the same bytes as a ring with fewer latency steps. Reductions add the contributions
 // in group-rank order 0, 1, ..., n - 1 on the rank that owns the block, whatever order they arrive
-// in, so float results do not depend on timing. all_reduce is reduce-scatter then all-gather;
-// broadcast is a binomial tree; barrier is a dissemination barrier.
+// in, so float results do not depend on timing. all_reduce is reduce-scatter then all-gather, or
+// for small buffers one step of whole buffers to every peer (each rank reduces all of it, in the
+// same order: the same bits); broadcast is a binomial tree; barrier is a dissemination barrier.
 //
 // Messages above the provider's maximum (or set_max_message_bytes, for tests) go as pieces under
 // one tag; the provider's send-after-send order keeps them in sequence. A received length other
@@ -81,6 +83,11 @@ class FabricCommunicator final : public Communicator {
   // Registers every message buffer with the provider, as efa requires (FI_MR_LOCAL), on providers
   // that do not: tests drive that path with tcp and shm. Local to this rank.
   void register_every_buffer();
+  // all_reduce sends whole buffers to every peer in one step while (n - 1) x bytes stays at or
+  // under this (default kOneShotBytes), reduce-scatter + all-gather above. Every member must set
+  // the same; tests use it to drive both paths.
+  static constexpr size_t kOneShotBytes = 32 << 10;
+  void set_one_shot_bytes(size_t n);
 
   // Tags (exposed for tests): bit 63 marks collectives. Point-to-point: the caller's tag (31 bits)
   // above the sender's group rank (16 bits). Collective: sequence number (31 bits), phase (8 bits),
@@ -95,6 +102,7 @@ class FabricCommunicator final : public Communicator {
   void post_send(Batch& b, const void* buf, size_t bytes, int peer, uint64_t tag);
   void post_recv(Batch& b, void* buf, size_t bytes, int peer, uint64_t tag);
   void check_peer(int r, const char* op) const;
+  bool on_one_node();  // collective over the bootstrap communicator
   std::string peer_text(int group_rank) const;
   // all_to_all(v) without the statistics: this rank's own block copied, one message per pair.
   void exchange(const void* send, const std::vector<size_t>& send_counts, const std::vector<size_t>& send_displs,
@@ -111,6 +119,7 @@ class FabricCommunicator final : public Communicator {
   std::vector<int> members_;
   double timeout_s_;
   size_t max_piece_;
+  size_t one_shot_bytes_ = kOneShotBytes;
   uint32_t seq_ = 0;
   std::vector<char> scratch_;
 };

@@ -34,29 +34,45 @@ constexpr uint64_t kMrModes = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | 
 
 std::string fi_text(int rc) { return std::string(fi_strerror(rc < 0 ? -rc : rc)) + " (" + std::to_string(rc) + ")"; }
 
-}  // namespace
-
-FabricEndpoint::FabricEndpoint(const std::string& provider) {
+// fi_getinfo for an RDM endpoint with tagged, send-ordered messages from `provider` ("" = any);
+// `local`: whether we offer to register buffers (FI_MR_LOCAL). Returns the rc; *info on success.
+int query(const std::string& provider, bool local, fi_info** info) {
   fi_info* hints = fi_allocinfo();
   SHARDLM_CHECK(hints, "libfabric: fi_allocinfo failed");
   hints->caps = FI_TAGGED;
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   hints->ep_attr->type = FI_EP_RDM;
-  hints->domain_attr->mr_mode = static_cast<int>(kMrModes);
+  hints->domain_attr->mr_mode = static_cast<int>(local ? kMrModes : kMrModes & ~uint64_t{FI_MR_LOCAL});
   hints->domain_attr->threading = FI_THREAD_DOMAIN;
   hints->tx_attr->msg_order = FI_ORDER_SAS;
   hints->rx_attr->msg_order = FI_ORDER_SAS;
   if (!provider.empty()) hints->fabric_attr->prov_name = strdup(provider.c_str());  // freed by fi_freeinfo
-  const int rc = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info_);
+  const int rc = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, info);
   fi_freeinfo(hints);
+  return rc;
+}
+
+}  // namespace
+
+FabricEndpoint::FabricEndpoint(const std::string& provider) {
+  // First in libfabric's order with registration offered, so that no provider is passed over for
+  // wanting it; then that same provider without it, which it takes if it can (efa's RDM endpoint
+  // registers for itself: fi_efa(7)), sparing a registration per message.
+  const int rc = query(provider, true, &info_);
   if (rc != 0 || !info_) {
     const char* env = std::getenv("FI_PROVIDER");
     SHARDLM_FAIL("libfabric " << fi_tostr(nullptr, FI_TYPE_VERSION) << ": no provider "
                               << (provider.empty() ? std::string("") : "'" + provider + "' ")
-                              << "offers a reliable-datagram endpoint with tagged, "
-                                 "send-ordered messages"
+                              << "offers a reliable-datagram endpoint with tagged, send-ordered messages"
                               << (env ? std::string(" (FI_PROVIDER=") + env + ")" : std::string(""))
                               << ": fi_getinfo: " << fi_text(rc) << "; `fi_info -t FI_EP_RDM` lists what there is");
+  }
+  if (info_->domain_attr->mr_mode & FI_MR_LOCAL) {
+    fi_info* plain = nullptr;
+    if (query(info_->fabric_attr->prov_name, false, &plain) == 0 && plain) {
+      fi_freeinfo(info_);
+      info_ = plain;
+    }
   }
   provider_ = info_->fabric_attr->prov_name ? info_->fabric_attr->prov_name : "?";
   fabric_ = info_->fabric_attr->name ? info_->fabric_attr->name : "?";
@@ -213,7 +229,8 @@ int FabricEndpoint::progress() {
     }
     if (n == -FI_EAVAIL) {
       fi_cq_err_entry err{};
-      if (fi_cq_readerr(cq_, &err, 0) == 1 && err.op_context) {
+      const ssize_t got = fi_cq_readerr(cq_, &err, 0);
+      if (got == 1 && err.op_context) {
         Slot* s = static_cast<Slot::Context*>(err.op_context)->self;
         char prov_text[256] = {0};
         const char* detail = fi_cq_strerror(cq_, err.prov_errno, err.err_data, prov_text, sizeof prov_text);
@@ -226,7 +243,11 @@ int FabricEndpoint::progress() {
         ++seen;
         continue;
       }
-      SHARDLM_FAIL("libfabric provider " << provider_ << ": fi_cq_readerr gave no entry");
+      // An error that belongs to no operation of ours: the endpoint itself failed.
+      SHARDLM_FAIL(
+          "libfabric provider " << provider_ << ": completion queue error "
+                                << (got == 1 ? std::string(fi_strerror(err.err)) : fi_text(static_cast<int>(got)))
+                                << " on no operation (endpoint failure)");
     }
     if (n == -FI_EAGAIN) return seen;
     SHARDLM_FAIL("libfabric provider " << provider_ << ": fi_cq_read: " << fi_text(static_cast<int>(n)));

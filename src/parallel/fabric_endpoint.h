@@ -9,9 +9,9 @@
 //  - FI_ORDER_SAS: sends to one peer arrive in the order posted, so a message split into pieces
 //    under one tag lands piece by piece in the receives posted for it.
 //  - modes FI_CONTEXT / FI_CONTEXT2: every operation passes its own fi_context2.
-//  - mr_mode LOCAL | VIRT_ADDR | ALLOCATED | PROV_KEY (what efa needs): where the provider asks for
-//    FI_MR_LOCAL, each buffer is registered for the life of its operation (with keys of our own
-//    where the provider does not choose them).
+//  - mr_mode VIRT_ADDR | ALLOCATED | PROV_KEY, and LOCAL only where the provider insists: each
+//    buffer is then registered for the life of its message (with keys of our own where the
+//    provider does not choose them). efa's RDM endpoint does not insist (fi_efa(7)).
 // Progress is driven by reading the completion queue (FI_PROGRESS_MANUAL providers need that);
 // nothing else calls into libfabric behind the caller's back.
 //

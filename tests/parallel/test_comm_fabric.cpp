@@ -49,6 +49,8 @@ TEST(CommFabric, EveryRankOpensTheProviderOfRankZero) {
   ASSERT_FALSE(prov.empty());
   if (const char* want = std::getenv("FI_PROVIDER")) {
     EXPECT_NE(prov.find(want), std::string::npos) << prov;
+  } else {
+    EXPECT_EQ(prov, "shm") << "a group on one node without FI_PROVIDER";
   }
   std::vector<uint8_t> mine(64, 0), all(64 * static_cast<size_t>(world_size()));
   std::memcpy(mine.data(), prov.data(), std::min<size_t>(prov.size(), 63));
@@ -62,6 +64,11 @@ TEST(CommFabric, EveryRankOpensTheProviderOfRankZero) {
 TEST(CommFabric, WorldEveryOperation) {
   auto c = make_fabric(everyone(), "world");
   check_all_types(*c, {0, 1, 7, 64, 1001});
+  check_everything<float>(*c, {100003});
+  // all_reduce in two phases at every size, and in one shot at every size.
+  c->set_one_shot_bytes(0);
+  check_all_types(*c, {1, 7, 1001});
+  c->set_one_shot_bytes(size_t{1} << 30);
   check_everything<float>(*c, {100003});
 }
 
@@ -148,6 +155,13 @@ TEST(CommFabric, FloatSumsAreTakenInRankOrder) {
   bad = 0;
   for (size_t i = 0; i < recv.size(); ++i) bad += recv[i] != want(g * (count / n) + i);
   EXPECT_EQ(bad, 0u) << "reduce_scatter";
+  // The two-phase path (reduce-scatter + all-gather) gives the same bits as the one-shot one.
+  c->set_one_shot_bytes(0);
+  for (size_t i = 0; i < count; ++i) buf[i] = x(g, i);
+  c->all_reduce(buf.data(), count, CommDType::kF32, ReduceOp::kSum);
+  bad = 0;
+  for (size_t i = 0; i < count; ++i) bad += buf[i] != want(i);
+  EXPECT_EQ(bad, 0u) << "all_reduce in two phases";
   // And the case is a real one: some other order gives other bits.
   EXPECT_NE(x(0, 0) + (x(1, 0) + x(2, 0)), want(0));
 }
