@@ -253,6 +253,8 @@ int cmd_bench_moe(int argc, char** argv) {
                 "%s backend\n",
                 n, n == 1 ? "" : "s", n, L, cpu::num_threads(), b.name().c_str());
     std::printf("# MPI library: %s\n", MpiEnv::library_version().c_str());
+    std::printf("# ep group on %s%s%s\n", comm_name.c_str(), comm->transport().empty() ? "" : ": ",
+                comm->transport().c_str());
     std::printf("# layer: hidden %" PRId64 ", %" PRId64 " routed experts x intermediate %" PRId64 " (%s), top-%" PRId64
                 ", %s routing", H, E, I, dtype.c_str(), k, scoring.c_str());
     if (m.scoring == MoeSpec::Scoring::kSigmoid)

@@ -139,7 +139,7 @@ struct FaultRun {
 
 // Starts a long tp=2 run, waits until its progress line shows generation under way and both ranks
 // are found, sends `sig` to world rank 1, and waits for the job to end.
-FaultRun run_with_fault(int sig, const std::string& tag, double comm_timeout) {
+FaultRun run_with_fault(int sig, const std::string& tag, double comm_timeout, const std::string& extra = "") {
   const std::string model = test::shared_path("models/stories260K");
   fs::path d = test::fresh_dir("fault-" + tag);
   std::string lines;
@@ -149,7 +149,7 @@ FaultRun run_with_fault(int sig, const std::string& tag, double comm_timeout) {
   const std::string log = (d / "log").string();
   const std::string cmd = mpirun(2) + shardlm_bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
                           " --tp 2 --threads 1 --progress-interval 0.05 --max-seqs 4 --comm-timeout " +
-                          std::to_string(comm_timeout) + " --out " + marker + " > " + log + " 2>&1";
+                          std::to_string(comm_timeout) + extra + " --out " + marker + " > " + log + " 2>&1";
   const auto t0 = std::chrono::steady_clock::now();
   FILE* f = popen(cmd.c_str(), "r");
   std::map<int, pid_t> ranks;
@@ -186,6 +186,21 @@ TEST(Faults, HungRankTimesOutNamingGroupAndPeer) {
   EXPECT_LT(r.seconds, 60);
   EXPECT_NE(r.proc.out.find("timed out after 3 s"), std::string::npos) << r.proc.out;
   EXPECT_NE(r.proc.out.find("peers: world rank 1"), std::string::npos) << r.proc.out;
+}
+
+// The same on the libfabric communicator: the tp group's waits are its own (not MPI's) and must
+// end the job the same way.
+TEST(Faults, HungRankOnFabricTimesOutNamingPeer) {
+#ifndef SHARDLM_HAVE_LIBFABRIC
+  GTEST_SKIP() << "built without libfabric: no --comm fabric";
+#else
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  FaultRun r = run_with_fault(SIGSTOP, "stop-fabric", 3, " --comm fabric");
+  EXPECT_NE(r.proc.code, 0) << r.proc.out;
+  EXPECT_LT(r.seconds, 60);
+  EXPECT_NE(r.proc.out.find("timed out after 3 s"), std::string::npos) << r.proc.out;
+  EXPECT_NE(r.proc.out.find("world rank 1"), std::string::npos) << r.proc.out;
+#endif
 }
 
 }  // namespace
