@@ -12,7 +12,7 @@ using detail::select16;
 using detail::v16f;
 using detail::v16i;
 
-int64_t argmax_logit(const float* x, int64_t n) {
+int64_t argmax_logit(const float* x, int64_t n, float* row_max) {
   // Per lane the maximum and the first index holding it (a strict > keeps the first), then the
   // lowest index among the lanes holding the row's maximum: one read of the row.
   float tail[16];
@@ -31,13 +31,15 @@ int64_t argmax_logit(const float* x, int64_t n) {
     if (at[l] < 0) continue;  // this lane saw only NaN or padding
     if (m[l] > mx || (m[l] == mx && at[l] < best)) mx = m[l], best = at[l];
   }
+  if (row_max) *row_max = mx;
   return best < 0 ? 0 : best;
 }
 
-float log_softmax_at(const float* x, int64_t n, int64_t i) {
+namespace {
+
+// x[i] - mx - log(sum_j exp(x[j] - mx)); `tail` holds the row's last n % 16 logits padded with -inf.
+float log_softmax_with(const float* x, int64_t n, int64_t i, float mx, const float* tail) {
   typedef double v8d __attribute__((vector_size(64)));
-  float tail[16];
-  const float mx = detail::max16(x, n, tail);
   const v16f vmx = v16f{} + mx;
   v8d lo{}, hi{};
   auto add = [&](v16f e) {
@@ -50,6 +52,20 @@ float log_softmax_at(const float* x, int64_t n, int64_t i) {
   double sum = 0;
   for (int l = 0; l < 8; ++l) sum += lo[l] + hi[l];
   return static_cast<float>(static_cast<double>(x[i]) - mx - std::log(sum));
+}
+
+}  // namespace
+
+float log_softmax_at(const float* x, int64_t n, int64_t i) {
+  float tail[16];
+  const float mx = detail::max16(x, n, tail);
+  return log_softmax_with(x, n, i, mx, tail);
+}
+
+float log_softmax_at(const float* x, int64_t n, int64_t i, float row_max) {
+  float tail[16];
+  detail::pad_tail16(x, n, tail);
+  return log_softmax_with(x, n, i, row_max, tail);
 }
 
 }  // namespace shardlm::cpu

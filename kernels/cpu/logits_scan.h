@@ -8,12 +8,16 @@
 namespace shardlm::cpu {
 
 // The index of the largest logit, ties to the lowest index. NaN logits are never chosen; a row of
-// NaN only gives 0.
-int64_t argmax_logit(const float* x, int64_t n);
+// NaN only gives 0. With row_max, also the largest logit itself (-inf for a row of NaN), exactly
+// what log_softmax_at takes as the row's maximum.
+int64_t argmax_logit(const float* x, int64_t n, float* row_max = nullptr);
 
 // log_softmax(x)[i] = x[i] - max - log(sum_j exp(x[j] - max)): an fp32 max, each exponential in
 // fp32 (exp16, within 1 ulp) and their sum in fp64, so the result is within a few 1e-8 of the
 // exact value whatever the row's length.
 float log_softmax_at(const float* x, int64_t n, int64_t i);
+// The same with the row's maximum already known (argmax_logit's row_max): one read of the row
+// fewer, the same bits.
+float log_softmax_at(const float* x, int64_t n, int64_t i, float row_max);
 
 }  // namespace shardlm::cpu

@@ -39,8 +39,9 @@ Sample Sampler::sample(const float* logits, int64_t vocab, const SampleRow& row)
 Sample Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p, int64_t position) {
   Sample s;
   if (p.temperature <= 0.0) {
-    s.token = static_cast<int32_t>(cpu::argmax_logit(logits, vocab));
-    s.logprob = log_softmax_at(logits, vocab, s.token);
+    float row_max = 0;
+    s.token = static_cast<int32_t>(cpu::argmax_logit(logits, vocab, &row_max));
+    s.logprob = cpu::log_softmax_at(logits, vocab, s.token, row_max);
     return s;
   }
   // Candidates sorted by logit, descending, ties by id: a total order, so the pick is deterministic.

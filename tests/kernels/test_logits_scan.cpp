@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -72,4 +73,25 @@ TEST(LogitsScan, LogSoftmaxWithinOneRoundingOfExact) {
   }
   const std::vector<float> one = {3.5f};
   EXPECT_EQ(cpu::log_softmax_at(one.data(), 1, 0), 0.0f);
+}
+
+// The greedy path: argmax_logit's row maximum handed to log_softmax_at gives the bits of the
+// scan that finds the maximum itself, with NaN in the row too.
+TEST(LogitsScan, KnownMaximumGivesTheSameBits) {
+  for (int64_t n : {1, 15, 16, 33, 32000, 151936}) {
+    for (bool with_nan : {false, true}) {
+      std::vector<float> x = normal_row(n, static_cast<uint32_t>(n + with_nan), 4.0f);
+      if (with_nan)
+        for (int64_t j = 0; j < n; j += 7) x[j] = NAN;
+      float mx = 0;
+      const int64_t top = cpu::argmax_logit(x.data(), n, &mx);
+      float want_max = -INFINITY;
+      for (float v : x) want_max = v > want_max ? v : want_max;
+      EXPECT_EQ(mx, want_max) << "n " << n;
+      for (int64_t i : {top, n - 1}) {
+        const float a = cpu::log_softmax_at(x.data(), n, i), b = cpu::log_softmax_at(x.data(), n, i, mx);
+        EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "n " << n << " i " << i << ": " << a << " vs " << b;
+      }
+    }
+  }
 }
