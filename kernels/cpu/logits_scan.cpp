@@ -1,6 +1,7 @@
 #include "cpu/logits_scan.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "cpu/vec16.h"
 #include "cpu/vector_exp.h"
@@ -66,6 +67,37 @@ float log_softmax_at(const float* x, int64_t n, int64_t i, float row_max) {
   float tail[16];
   detail::pad_tail16(x, n, tail);
   return log_softmax_with(x, n, i, row_max, tail);
+}
+
+double temperature_probs(const float* x, const int32_t* order, int64_t n, double top, double inv_t, float* probs) {
+  using detail::v8d;
+  typedef float v8f __attribute__((vector_size(32)));
+  const v8d vtop = v8d{} + top, vinv = v8d{} + inv_t;
+  // Two groups of 8 per round: independent exponentials for the core to overlap.
+  v8d sum[2] = {};
+  for (int64_t j = 0; j < n; j += 16) {
+    float in[16] = {};  // lanes past n compute exp of a padding value, stored nowhere
+    const int64_t m = n - j < 16 ? n - j : 16;
+    for (int64_t l = 0; l < m; ++l) in[l] = x[order[j + l]];
+    v8f f[2];
+    for (int h = 0; h < 2; ++h) {
+      v8f a;
+      std::memcpy(&a, in + 8 * h, sizeof a);
+      const v8d e = detail::exp8d((__builtin_convertvector(a, v8d) - vtop) * vinv);
+      f[h] = __builtin_convertvector(e, v8f);
+    }
+    if (m == 16) {
+      std::memcpy(probs + j, f, sizeof f);
+    } else {
+      for (int64_t l = 0; l < 16; ++l)
+        if (l >= m) f[l / 8][l % 8] = 0;
+      std::memcpy(probs + j, f, static_cast<size_t>(m) * sizeof(float));
+    }
+    sum[0] += __builtin_convertvector(f[0], v8d);
+    sum[1] += __builtin_convertvector(f[1], v8d);
+  }
+  const v8d s = sum[0] + sum[1];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 }  // namespace shardlm::cpu

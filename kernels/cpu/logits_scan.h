@@ -20,4 +20,9 @@ float log_softmax_at(const float* x, int64_t n, int64_t i);
 // fewer, the same bits.
 float log_softmax_at(const float* x, int64_t n, int64_t i, float row_max);
 
+// The temperature sampler's unnormalised probabilities over candidates in order: probs[j] =
+// float(exp((x[order[j]] - top) / T)) with the exponent in double (exp8d), as the CUDA sampler
+// computes them; returns their sum in double (8 lanes, then a fixed tree). inv_t = 1 / T.
+double temperature_probs(const float* x, const int32_t* order, int64_t n, double top, double inv_t, float* probs);
+
 }  // namespace shardlm::cpu

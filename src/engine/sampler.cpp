@@ -60,13 +60,8 @@ Sample Sampler::sample(const float* logits, int64_t vocab, const SamplingParams&
   }
   // Softmax of logits / T over the candidates (the first is the maximum).
   probs_.resize(n);
-  const double inv_t = 1.0 / p.temperature;
-  const double top = logits[order_[0]];
-  double sum = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    probs_[j] = static_cast<float>(std::exp((logits[order_[j]] - top) * inv_t));
-    sum += probs_[j];
-  }
+  const double sum = cpu::temperature_probs(logits, order_.data(), n, logits[order_[0]], 1.0 / p.temperature,
+                                             probs_.data());
   // top-p: the smallest prefix whose mass reaches p (at least one token).
   if (p.top_p < 1.0) {
     double cum = 0;

@@ -1,6 +1,7 @@
 // argmax_logit and log_softmax_at (cpu/logits_scan.h) against plain loops in long double.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -92,6 +93,33 @@ TEST(LogitsScan, KnownMaximumGivesTheSameBits) {
         const float a = cpu::log_softmax_at(x.data(), n, i), b = cpu::log_softmax_at(x.data(), n, i, mx);
         EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "n " << n << " i " << i << ": " << a << " vs " << b;
       }
+    }
+  }
+}
+
+// The sampler's probabilities: each the float libm's exp gives, for a Qwen-sized row in logit
+// order at several temperatures; the sum within the sequential sum's own error bound (m roundings).
+TEST(LogitsScan, TemperatureProbsAreLibmsFloats) {
+  const int64_t n = 151936;
+  const std::vector<float> x = normal_row(n, 3, 5.0f);
+  std::vector<int32_t> order(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) order[j] = static_cast<int32_t>(j);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
+  for (double t : {0.05, 0.7, 1.0, 2.5}) {
+    for (int64_t m : {int64_t{1}, int64_t{7}, int64_t{40}, n}) {
+      std::vector<float> probs(static_cast<size_t>(m), -1.0f);
+      const double top = x[order[0]];
+      const double sum = cpu::temperature_probs(x.data(), order.data(), m, top, 1.0 / t, probs.data());
+      size_t differ = 0;
+      double want_sum = 0;
+      for (int64_t j = 0; j < m; ++j) {
+        const float want = static_cast<float>(std::exp((x[order[j]] - top) * (1.0 / t)));
+        differ += probs[j] != want;
+        want_sum += want;
+      }
+      EXPECT_EQ(differ, 0u) << "T " << t << " m " << m;
+      EXPECT_NEAR(sum, want_sum, want_sum * static_cast<double>(m) * 0x1p-52) << "T " << t << " m " << m;
+      EXPECT_EQ(probs[0], 1.0f);
     }
   }
 }

@@ -4,6 +4,7 @@
 // everything into pieces; float reductions in rank order whatever the arrival order; a count the
 // two sides disagree on fails the call with a message instead of hanging or corrupting.
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -166,34 +167,49 @@ TEST(CommFabric, FloatSumsAreTakenInRankOrder) {
   EXPECT_NE(x(0, 0) + (x(1, 0) + x(2, 0)), want(0));
 }
 
-TEST(CommFabric, CountMismatchFailsNamingThePeer) {
-  auto c = make_fabric(everyone(), "world/mismatch");
+// A message shorter than its receive: the length check fails the call naming the peer, and the
+// communicator keeps working (no provider error was involved).
+TEST(CommFabric, ShortMessageFailsNamingThePeer) {
+  auto c = make_fabric(everyone(), "world/short");
   std::vector<int32_t> buf(8, 3);
   if (c->rank() == 0) {
     c->send(buf.data(), 4, CommDType::kI32, 1, 7);  // 16 bytes; rank 1 expects 20
-    c->send(buf.data(), 6, CommDType::kI32, 1, 8);  // 24 bytes; rank 1 expects 20
   } else if (c->rank() == 1) {
     try {
       c->recv(buf.data(), 5, CommDType::kI32, 0, 7);
       ADD_FAILURE() << "a short message was accepted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("received 16 bytes from world rank "
-                                           "0 (group rank 0), expected 20"),
+      EXPECT_NE(std::string(e.what()).find("received 16 bytes from world rank 0 (group rank 0), expected 20"),
                 std::string::npos)
           << e.what();
     }
-    try {
-      c->recv(buf.data(), 5, CommDType::kI32, 0, 8);
-      ADD_FAILURE() << "a long message was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("recv on group world/mismatch failed on world rank 1"), std::string::npos)
-          << e.what();
-      EXPECT_NE(std::string(e.what()).find("receive from world rank 0 (group rank 0)"), std::string::npos) << e.what();
-    }
   }
   c->barrier();
-  // The communicator still works afterwards.
   check_everything<int32_t>(*c, {5});
+}
+
+// A message longer than its receive: the provider's truncation error fails the call naming the
+// peer. The communicator is not used again: after a failed call the job ends, and tcp;ofi_rxm was
+// seen to lose a later message on the same connection after a truncation.
+TEST(CommFabric, LongMessageFailsNamingThePeer) {
+  {
+    auto c = make_fabric(everyone(), "world/long");
+    std::vector<int32_t> buf(8, 3);
+    if (c->rank() == 0) {
+      c->send(buf.data(), 6, CommDType::kI32, 1, 8);  // 24 bytes; rank 1 expects 20
+    } else if (c->rank() == 1) {
+      try {
+        c->recv(buf.data(), 5, CommDType::kI32, 0, 8);
+        ADD_FAILURE() << "a long message was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("recv on group world/long failed on world rank 1"), std::string::npos)
+            << e.what();
+        EXPECT_NE(std::string(e.what()).find("receive from world rank 0 (group rank 0)"), std::string::npos)
+            << e.what();
+      }
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank done with that communicator before the next test
 }
 
 TEST(CommFabric, NonblockingMessagesOverlap) {
