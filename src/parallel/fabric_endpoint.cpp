@@ -61,7 +61,8 @@ FabricEndpoint::FabricEndpoint(const std::string& provider) {
   const int rc = query(provider, true, &info_);
   if (rc != 0 || !info_) {
     const char* env = std::getenv("FI_PROVIDER");
-    SHARDLM_FAIL("libfabric " << fi_tostr(nullptr, FI_TYPE_VERSION) << ": no provider "
+    const uint32_t v = fi_version();
+    SHARDLM_FAIL("libfabric " << FI_MAJOR(v) << "." << FI_MINOR(v) << ": no provider "
                               << (provider.empty() ? std::string("") : "'" + provider + "' ")
                               << "offers a reliable-datagram endpoint with tagged, send-ordered messages"
                               << (env ? std::string(" (FI_PROVIDER=") + env + ")" : std::string(""))

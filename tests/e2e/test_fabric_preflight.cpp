@@ -1,7 +1,7 @@
 // The network preflight of `shardlm run` end to end, on the tiny random-weight model: a normal run
 // prints one fabric line and records the fabric attributes; --require-efa (flag or job-file key)
 // ends the job with the node and its providers named, alone and as a 2-rank job, on this
-// EFA-less machine.
+// EFA-less machine; --comm fabric records its provider, or fails naming what libfabric said.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -113,6 +113,29 @@ TEST_F(FabricPreflightCli, RequireEfaEndsATwoRankJob) {
   EXPECT_NE(p.out.find("[shardlm] fabric node 0 ("), std::string::npos) << p.out;
   EXPECT_NE(p.out.find("--require-efa: no efa libfabric provider on 1 of 1 node(s): node 0 ("), std::string::npos)
       << p.out;
+}
+
+// --comm fabric: the run header and the output file name the provider the tp group opened; a
+// provider that does not exist ends the job on every rank with libfabric's answer.
+TEST_F(FabricPreflightCli, FabricCommunicatorNamesItsProviderOrFailsClearly) {
+#ifndef SHARDLM_HAVE_LIBFABRIC
+  GTEST_SKIP() << "built without libfabric: no --comm fabric";
+#else
+  Proc ok = run("comm.h5", "--tp 2 --comm fabric --comm-timeout 60", 2);
+  ASSERT_EQ(ok.code, 0) << ok.out;
+  test::H5Reader h(at("comm.h5"));
+  ASSERT_TRUE(h.ok());
+  const std::string transport = h.string_attr("comm_transport");
+  EXPECT_EQ(transport.rfind("libfabric shm (fabric ", 0), 0u) << transport;  // one node, FI_PROVIDER unset
+  Proc missing = sh("FI_PROVIDER=bogus " + test::mpirun(2) + test::shardlm_bin() + " run --config " +
+                    src("jobs/tiny.ini") + " --model " + at("model") + " --prompts " + at("p.jsonl") + " --out " +
+                    at("bogus.h5") + " --max-new-tokens 4 --threads 1 -q --tp 2 --comm fabric --comm-timeout 60");
+  EXPECT_NE(missing.code, 0) << missing.out;
+  EXPECT_NE(missing.out.find("no provider offers a reliable-datagram endpoint with tagged, send-ordered messages "
+                             "(FI_PROVIDER=bogus)"),
+            std::string::npos)
+      << missing.out;
+#endif
 }
 
 TEST_F(FabricPreflightCli, BadReportModeIsAnError) {
