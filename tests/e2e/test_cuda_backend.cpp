@@ -37,12 +37,15 @@ std::string make(const std::string& config, const std::string& dtype) {
 TEST(CudaBackend, Stories260kMatchesCpu) {
   SHARDLM_REQUIRE_GPU();
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
-  // One rank on the GPU, then two ranks sharing it (tensor and pipeline parallel, MPI staged
-  // through host memory).
-  test::check_layout_runs(model,
-                          {{1, "--backend cuda"}, {2, "--backend cuda --tp 2 --comm mpi"},
-                           {2, "--backend cuda --pp 2 --comm mpi"}},
-                          true, "cuda-stories260k");
+  // One rank on the GPU, then two ranks sharing it (tensor and pipeline parallel, MPI or
+  // libfabric staged through host memory).
+  std::vector<test::LayoutRun> runs = {{1, "--backend cuda"},
+                                       {2, "--backend cuda --tp 2 --comm mpi"},
+                                       {2, "--backend cuda --pp 2 --comm mpi"}};
+#ifdef SHARDLM_HAVE_LIBFABRIC
+  runs.push_back({2, "--backend cuda --tp 2 --comm fabric"});
+#endif
+  test::check_layout_runs(model, runs, true, "cuda-stories260k");
 }
 
 TEST(CudaBackend, DenseArchitecturesMatchCpu) {

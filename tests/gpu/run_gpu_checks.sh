@@ -2,7 +2,7 @@
 # Every check that needs a GPU, in one run, with a log: the CUDA kernels against their CPU
 # references, the NCCL and staged-MPI communicator tests, --backend cuda end to end against the CPU
 # backend (stories260K and the tiny dense, MoE and MLA models; 2 ranks sharing the GPU with
-# --comm mpi), and the GPU benchmarks (decode and prefill tok/s, cuBLAS GEMM TFLOP/s, sampling
+# --comm mpi and --comm fabric), and the GPU benchmarks (decode and prefill tok/s, cuBLAS GEMM TFLOP/s, sampling
 # us/row, and one DeepSeek-sized MoE layer's grouped expert GEMMs, beside the H200's 4.8 TB/s and
 # 989 TFLOP/s).
 #
