@@ -506,14 +506,6 @@ std::unique_ptr<CommRequest> FabricCommunicator::irecv(void* buf, size_t count, 
   return r;
 }
 
-void FabricCommunicator::send(const void* buf, size_t count, CommDType t, int peer, int tag) {
-  isend(buf, count, t, peer, tag)->wait();
-}
-
-void FabricCommunicator::recv(void* buf, size_t count, CommDType t, int peer, int tag) {
-  irecv(buf, count, t, peer, tag)->wait();
-}
-
 void FabricCommunicator::send_recv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count,
                                    int source, CommDType t, int tag) {
   check_peer(dest, "send_recv");

@@ -64,8 +64,6 @@ class FabricCommunicator final : public Communicator {
                    void* recv, const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
                    CommDType t) override;
   void broadcast(void* buf, size_t count, CommDType t, int root) override;
-  void send(const void* buf, size_t count, CommDType t, int peer, int tag) override;
-  void recv(void* buf, size_t count, CommDType t, int peer, int tag) override;
   std::unique_ptr<CommRequest> isend(const void* buf, size_t count, CommDType t, int peer, int tag) override;
   std::unique_ptr<CommRequest> irecv(void* buf, size_t count, CommDType t, int peer, int tag) override;
   void send_recv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source, CommDType t,
@@ -80,8 +78,8 @@ class FabricCommunicator final : public Communicator {
   // Largest message handed to the provider in one piece; every member must set the same. Tests
   // lower it to drive the piece path with small buffers.
   void set_max_message_bytes(size_t n);
-  // Registers every message buffer with the provider, as efa requires (FI_MR_LOCAL), on providers
-  // that do not: tests drive that path with tcp and shm. Local to this rank.
+  // Registers every message buffer with the provider, as for one that insists on FI_MR_LOCAL, on
+  // providers that do not: tests drive that path with tcp and shm. Local to this rank.
   void register_every_buffer();
   // all_reduce sends whole buffers to every peer in one step while (n - 1) x bytes stays at or
   // under this (default kOneShotBytes), reduce-scatter + all-gather above. Every member must set

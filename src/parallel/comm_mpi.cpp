@@ -433,14 +433,6 @@ std::unique_ptr<CommRequest> MpiCommunicator::irecv(void* buf, size_t count, Com
   });
 }
 
-void MpiCommunicator::send(const void* buf, size_t count, CommDType t, int peer, int tag) {
-  isend(buf, count, t, peer, tag)->wait();
-}
-
-void MpiCommunicator::recv(void* buf, size_t count, CommDType t, int peer, int tag) {
-  irecv(buf, count, t, peer, tag)->wait();
-}
-
 void MpiCommunicator::send_recv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count,
                                 int source, CommDType t, int tag) {
   check_peer(dest, "send_recv");

@@ -49,8 +49,6 @@ class MpiCommunicator final : public Communicator {
                    void* recv, const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
                    CommDType t) override;
   void broadcast(void* buf, size_t count, CommDType t, int root) override;
-  void send(const void* buf, size_t count, CommDType t, int peer, int tag) override;
-  void recv(void* buf, size_t count, CommDType t, int peer, int tag) override;
   void send_recv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
                  CommDType t, int tag) override;
   void barrier() override;

@@ -353,14 +353,6 @@ std::unique_ptr<CommRequest> NcclCommunicator::irecv(void* buf, size_t count, Co
   return std::make_unique<NcclRequest>(*this, "recv", peers);
 }
 
-void NcclCommunicator::send(const void* buf, size_t count, CommDType t, int peer, int tag) {
-  isend(buf, count, t, peer, tag)->wait();
-}
-
-void NcclCommunicator::recv(void* buf, size_t count, CommDType t, int peer, int tag) {
-  irecv(buf, count, t, peer, tag)->wait();
-}
-
 void NcclCommunicator::send_recv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count,
                                  int source, CommDType t, int tag) {
   check_peer(dest, "send_recv");

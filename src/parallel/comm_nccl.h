@@ -65,8 +65,6 @@ class NcclCommunicator final : public Communicator {
                    void* recv, const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
                    CommDType t) override;
   void broadcast(void* buf, size_t count, CommDType t, int root) override;
-  void send(const void* buf, size_t count, CommDType t, int peer, int tag) override;
-  void recv(void* buf, size_t count, CommDType t, int peer, int tag) override;
   std::unique_ptr<CommRequest> isend(const void* buf, size_t count, CommDType t, int peer, int tag) override;
   std::unique_ptr<CommRequest> irecv(void* buf, size_t count, CommDType t, int peer, int tag) override;
   void send_recv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,

@@ -56,8 +56,13 @@ class Communicator {
                            const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
                            CommDType t) = 0;
   virtual void broadcast(void* buf, size_t count, CommDType t, int root) = 0;
-  virtual void send(const void* buf, size_t count, CommDType t, int peer, int tag) = 0;
-  virtual void recv(void* buf, size_t count, CommDType t, int peer, int tag) = 0;
+  // Blocking forms; by default the nonblocking ones waited for.
+  virtual void send(const void* buf, size_t count, CommDType t, int peer, int tag) {
+    isend(buf, count, t, peer, tag)->wait();
+  }
+  virtual void recv(void* buf, size_t count, CommDType t, int peer, int tag) {
+    irecv(buf, count, t, peer, tag)->wait();
+  }
   // Nonblocking forms, for pipelines: post early, overlap with compute, wait later.
   virtual std::unique_ptr<CommRequest> isend(const void* buf, size_t count, CommDType t, int peer, int tag) = 0;
   virtual std::unique_ptr<CommRequest> irecv(void* buf, size_t count, CommDType t, int peer, int tag) = 0;

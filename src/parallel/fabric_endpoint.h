@@ -59,8 +59,8 @@ class FabricEndpoint {
   const std::string& domain() const { return domain_; }      // e.g. "rdmap16s27-rdm", "eth0"
   size_t max_message_bytes() const { return max_msg_; }
   bool registers_buffers() const { return mr_local_; }
-  // Registers every buffer as if the provider asked for FI_MR_LOCAL (tests: the providers of a
-  // laptop do not ask, efa does).
+  // Registers every buffer as if the provider asked for FI_MR_LOCAL (tests: neither tcp, shm nor
+  // efa's RDM endpoint asks).
   void register_every_buffer() { mr_local_ = true; }
   std::vector<uint8_t> address() const;  // this endpoint's name (fi_getname)
 

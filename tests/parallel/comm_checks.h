@@ -225,4 +225,54 @@ inline std::vector<int> ranks_where(bool (*pred)(int)) {
   return r;
 }
 
+// Group construction on `backend`, shared by the communicator tests. A group of the world in
+// reverse order: group ranks follow the member list.
+inline void check_reversed_world(const std::string& backend) {
+  std::vector<int> members = ranks_where([](int) { return true; });
+  std::reverse(members.begin(), members.end());
+  auto c = make_communicator(backend, members, "reversed", kTimeout);
+  EXPECT_EQ(c->rank(), world_size() - 1 - world_rank());
+  for (int r = 0; r < c->size(); ++r) EXPECT_EQ(c->world_rank_of(r), world_size() - 1 - r);
+  // Group rank 0 (the last world rank) broadcasts its world rank.
+  int32_t who = world_rank();
+  c->broadcast(&who, 1, CommDType::kI32, 0);
+  EXPECT_EQ(who, world_size() - 1);
+  check_everything<int32_t>(*c, {0, 3, 17});
+}
+
+// Even and odd world ranks in two groups made at the same time: the groups must not mix.
+inline void check_even_and_odd_groups(const std::string& backend) {
+  const bool even = world_rank() % 2 == 0;
+  auto c = even ? make_communicator(backend, ranks_where([](int q) { return q % 2 == 0; }), "even", kTimeout)
+                : make_communicator(backend, ranks_where([](int q) { return q % 2 == 1; }), "odd", kTimeout);
+  EXPECT_EQ(c->rank(), world_rank() / 2);
+  EXPECT_EQ(c->size(), even ? (world_size() + 1) / 2 : world_size() / 2);
+  int64_t sum = world_rank();
+  c->all_reduce(&sum, 1, CommDType::kI64, ReduceOp::kSum);
+  int64_t want = 0;
+  for (int q = even ? 0 : 1; q < world_size(); q += 2) want += q;
+  EXPECT_EQ(sum, want);
+  if (c->size() > 1) {
+    check_all_types(*c, {0, 5, 33});
+  } else {
+    check_everything<float>(*c, {0, 5});  // a group of one (np 2 or 3): copies only
+  }
+}
+
+// {0,1} and {2,3} at the same time, then {0,2} and {1,3}: a rank belongs to two live groups.
+// Needs 4 ranks (the caller skips otherwise).
+inline void check_two_groups_per_rank(const std::string& backend) {
+  const int r = world_rank();
+  auto a = make_communicator(backend, r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, "low/high", kTimeout);
+  auto b =
+      make_communicator(backend, r % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3}, "even/odd", kTimeout);
+  int64_t x = r + 1, y = r + 1;
+  a->all_reduce(&x, 1, CommDType::kI64, ReduceOp::kSum);
+  b->all_reduce(&y, 1, CommDType::kI64, ReduceOp::kSum);
+  EXPECT_EQ(x, r < 2 ? 3 : 7);
+  EXPECT_EQ(y, r % 2 == 0 ? 4 : 6);
+  check_everything<float>(*a, {9});
+  check_everything<int32_t>(*b, {9});
+}
+
 }  // namespace shardlm::comm_checks

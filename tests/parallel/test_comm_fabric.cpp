@@ -73,44 +73,13 @@ TEST(CommFabric, WorldEveryOperation) {
   check_everything<float>(*c, {100003});
 }
 
-TEST(CommFabric, ReversedWorldRanksFollowMemberOrder) {
-  std::vector<int> members = everyone();
-  std::reverse(members.begin(), members.end());
-  auto c = make_fabric(members, "reversed");
-  EXPECT_EQ(c->rank(), world_size() - 1 - world_rank());
-  int32_t who = world_rank();
-  c->broadcast(&who, 1, CommDType::kI32, 0);
-  EXPECT_EQ(who, world_size() - 1);
-  check_everything<int32_t>(*c, {0, 3, 17});
-}
+TEST(CommFabric, ReversedWorldRanksFollowMemberOrder) { check_reversed_world("fabric"); }
 
-TEST(CommFabric, EvenAndOddGroupsCreatedConcurrently) {
-  const bool even = world_rank() % 2 == 0;
-  auto c = make_fabric(ranks_where(even ? +[](int q) { return q % 2 == 0; } : +[](int q) { return q % 2 == 1; }),
-                       even ? "even" : "odd");
-  int64_t sum = world_rank();
-  c->all_reduce(&sum, 1, CommDType::kI64, ReduceOp::kSum);
-  int64_t want = 0;
-  for (int q = even ? 0 : 1; q < world_size(); q += 2) want += q;
-  EXPECT_EQ(sum, want);
-  if (c->size() > 1)
-    check_all_types(*c, {0, 5, 33});
-  else
-    check_everything<float>(*c, {0, 5});  // a group of one: copies only, no endpoint
-}
+TEST(CommFabric, EvenAndOddGroupsCreatedConcurrently) { check_even_and_odd_groups("fabric"); }
 
 TEST(CommFabric, TwoGroupsPerRankAndPairsCreatedConcurrently) {
   if (world_size() < 4) GTEST_SKIP() << "needs 4 ranks";
-  const int r = world_rank();
-  auto a = make_fabric(r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, "low/high");
-  auto b = make_fabric(r % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3}, "even/odd");
-  int64_t x = r + 1, y = r + 1;
-  a->all_reduce(&x, 1, CommDType::kI64, ReduceOp::kSum);
-  b->all_reduce(&y, 1, CommDType::kI64, ReduceOp::kSum);
-  EXPECT_EQ(x, r < 2 ? 3 : 7);
-  EXPECT_EQ(y, r % 2 == 0 ? 4 : 6);
-  check_everything<float>(*a, {9});
-  check_everything<int32_t>(*b, {9});
+  check_two_groups_per_rank("fabric");
 }
 
 // 7-byte pieces: every message above 7 bytes goes as several under one tag, in order.
@@ -121,8 +90,9 @@ TEST(CommFabric, MessagesAboveTheLimitGoInPieces) {
 }
 
 // Every buffer registered with the provider (fi_mr_reg, its descriptor passed with the message),
-// the path efa takes; on odd ranks only, so that registered and unregistered peers meet too.
-TEST(CommFabric, RegisteredBuffersAsEfaNeedsThem) {
+// the path of a provider that insists on FI_MR_LOCAL; on odd ranks only, so that registered and
+// unregistered peers meet too.
+TEST(CommFabric, RegisteredBuffersWhereTheProviderAsks) {
   auto c = make_fabric(everyone(), "world/registered");
   if (c->rank() % 2 == 1 || c->size() == 2) c->register_every_buffer();
   check_all_types(*c, {0, 1, 64, 1001});

@@ -30,48 +30,13 @@ TEST(CommMpi, WorldEveryOperation) {
   check_everything<float>(*c, {100003});
 }
 
-TEST(CommMpi, ReversedWorldRanksFollowMemberOrder) {
-  std::vector<int> members = ranks_where([](int) { return true; });
-  std::reverse(members.begin(), members.end());
-  auto c = make_communicator("mpi", members, "reversed", kTimeout);
-  EXPECT_EQ(c->rank(), world_size() - 1 - world_rank());
-  for (int r = 0; r < c->size(); ++r) EXPECT_EQ(c->world_rank_of(r), world_size() - 1 - r);
-  // Group rank 0 (the last world rank) broadcasts its world rank.
-  int32_t who = world_rank();
-  c->broadcast(&who, 1, CommDType::kI32, 0);
-  EXPECT_EQ(who, world_size() - 1);
-  check_everything<int32_t>(*c, {0, 3, 17});
-}
+TEST(CommMpi, ReversedWorldRanksFollowMemberOrder) { check_reversed_world("mpi"); }
 
-TEST(CommMpi, EvenAndOddGroupsCreatedConcurrently) {
-  const bool even = world_rank() % 2 == 0;
-  auto c = even ? make_communicator("mpi", ranks_where([](int q) { return q % 2 == 0; }), "even", kTimeout)
-                : make_communicator("mpi", ranks_where([](int q) { return q % 2 == 1; }), "odd", kTimeout);
-  EXPECT_EQ(c->rank(), world_rank() / 2);
-  EXPECT_EQ(c->size(), even ? (world_size() + 1) / 2 : world_size() / 2);
-  // Each group sums its world ranks: the groups must not mix.
-  int64_t sum = world_rank();
-  c->all_reduce(&sum, 1, CommDType::kI64, ReduceOp::kSum);
-  int64_t want = 0;
-  for (int q = even ? 0 : 1; q < world_size(); q += 2) want += q;
-  EXPECT_EQ(sum, want);
-  if (c->size() > 1) check_all_types(*c, {0, 5, 33});
-  else check_everything<float>(*c, {0, 5});  // a group of one (np 2 or 3): copies only
-}
+TEST(CommMpi, EvenAndOddGroupsCreatedConcurrently) { check_even_and_odd_groups("mpi"); }
 
 TEST(CommMpi, TwoGroupsPerRankAndPairsCreatedConcurrently) {
   if (world_size() < 4) GTEST_SKIP() << "needs 4 ranks";
-  // {0,1} and {2,3} at the same time, then {0,2} and {1,3}; a rank belongs to two live groups.
-  const int r = world_rank();
-  auto a = make_communicator("mpi", r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, "low/high", kTimeout);
-  auto b = make_communicator("mpi", r % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3}, "even/odd", kTimeout);
-  int64_t x = r + 1, y = r + 1;
-  a->all_reduce(&x, 1, CommDType::kI64, ReduceOp::kSum);
-  b->all_reduce(&y, 1, CommDType::kI64, ReduceOp::kSum);
-  EXPECT_EQ(x, r < 2 ? 3 : 7);
-  EXPECT_EQ(y, r % 2 == 0 ? 4 : 6);
-  check_everything<float>(*a, {9});
-  check_everything<int32_t>(*b, {9});
+  check_two_groups_per_rank("mpi");
 }
 
 // max_count_per_call 7: every operation above 7 elements is split into pieces or carried by a
@@ -109,7 +74,8 @@ TEST(CommMpi, ArgumentErrorsThrowWithoutCommunicating) {
     make_communicator("mpi", others, "others", kTimeout);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("world rank " + std::to_string(world_rank()) + " is not a member"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("world rank " + std::to_string(world_rank()) + " is not a member"),
+              std::string::npos)
         << e.what();
   }
   c->barrier();
@@ -126,24 +92,30 @@ TEST(CommMpi, MultiGiBBuffersWhenEnabled) {
     std::vector<uint8_t> buf(count);
     for (size_t i = 0; i < count; ++i) buf[i] = static_cast<uint8_t>((i + g) % 7);
     c->all_reduce(buf.data(), count, CommDType::kU8, ReduceOp::kSum);
-    expect_all(buf, [&](size_t i) {
-      int64_t s = 0;
-      for (int q = 0; q < n; ++q) s += static_cast<int64_t>((i + q) % 7);
-      return s;
-    }, "big all_reduce");
+    expect_all(
+        buf,
+        [&](size_t i) {
+          int64_t s = 0;
+          for (int q = 0; q < n; ++q) s += static_cast<int64_t>((i + q) % 7);
+          return s;
+        },
+        "big all_reduce");
     for (size_t i = 0; i < count; ++i) buf[i] = g == n - 1 ? static_cast<uint8_t>((i * 5 + 1) % 9) : 0;
     c->broadcast(buf.data(), count, CommDType::kU8, n - 1);
-    expect_all(buf, [&](size_t i) { return static_cast<int64_t>((i * 5 + 1) % 9); }, "big broadcast");
+    expect_all(
+        buf, [&](size_t i) { return static_cast<int64_t>((i * 5 + 1) % 9); }, "big broadcast");
     std::vector<uint8_t> got(count, 0);
     for (size_t i = 0; i < count; ++i) buf[i] = static_cast<uint8_t>((i + 3 * g) % 13);
     c->send_recv(buf.data(), count, (g + 1) % n, got.data(), count, (g + n - 1) % n, CommDType::kU8, 1);
-    expect_all(got, [&](size_t i) { return static_cast<int64_t>((i + 3 * ((g + n - 1) % n)) % 13); }, "big send_recv");
+    expect_all(
+        got, [&](size_t i) { return static_cast<int64_t>((i + 3 * ((g + n - 1) % n)) % 13); }, "big send_recv");
   }
   {
     std::vector<uint8_t> all(count * n, 0);
     for (size_t i = 0; i < count; ++i) all[count * g + i] = static_cast<uint8_t>((i * 3 + g) % 11);
     c->all_gather(all.data() + count * g, all.data(), count, CommDType::kU8);
-    expect_all(all, [&](size_t i) { return static_cast<int64_t>(((i % count) * 3 + i / count) % 11); }, "big all_gather");
+    expect_all(
+        all, [&](size_t i) { return static_cast<int64_t>(((i % count) * 3 + i / count) % 11); }, "big all_gather");
   }
   c->barrier();
 }
