@@ -67,17 +67,18 @@ TEST(Cli, RunWritesEveryRequestAndPerLineErrors) {
   EXPECT_GT(h.rows("/steps/wall_s"), 0u);
 }
 
-// Three replicas claim windows of 16 prompt lines in turn (with 4 sequences each, one window keeps
-// a replica busy for a while, so each gets work); the writer rank gathers them into one file whose rows equal a
-// single-rank run's, token for token, also at temperature > 0.
+// Three replicas claim windows of 16 prompt lines in turn; the writer rank gathers them into one
+// file whose rows equal a single-rank run's, token for token, also at temperature > 0. Ten windows
+// for three replicas, so that each gets work even when one starts late (rank 0 also opens the
+// output file first: with three windows it was once left none).
 TEST(Cli, ReplicasGiveTheSingleRankResult) {
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
   fs::path d = tmpdir("replicas");
   std::string lines;
   const char* starts[] = {"Once upon a time", "The dog", "Lily saw a", "One day"};
-  for (int i = 0; i < 40; ++i) {
+  for (int i = 0; i < 160; ++i) {
     lines += "{\"id\": \"r" + std::to_string(i) + "\", \"prompt\": \"" + starts[i % 4] +
-             "\", \"max_tokens\": " + std::to_string(8 + i) + ", \"temperature\": 0.8}\n";
+             "\", \"max_tokens\": " + std::to_string(8 + i % 40) + ", \"temperature\": 0.8}\n";
   }
   test::write_file(d / "p.jsonl", lines);
   const std::string args =
@@ -95,7 +96,7 @@ TEST(Cli, ReplicasGiveTheSingleRankResult) {
     return m;
   };
   auto ma = collect(a), mb = collect(b);
-  ASSERT_EQ(ma.size(), 40u);
+  ASSERT_EQ(ma.size(), 160u);
   EXPECT_EQ(ma, mb);
   auto replicas = b.scalars<int32_t>("/requests/replica", H5T_NATIVE_INT32);
   EXPECT_EQ(std::set<int32_t>(replicas.begin(), replicas.end()), (std::set<int32_t>{0, 1, 2}));
