@@ -73,30 +73,31 @@ double temperature_probs(const float* x, const int32_t* order, int64_t n, double
   using detail::v8d;
   typedef float v8f __attribute__((vector_size(32)));
   const v8d vtop = v8d{} + top, vinv = v8d{} + inv_t;
-  // Two groups of 8 per round: independent exponentials for the core to overlap.
-  v8d sum[2] = {};
+  auto probs8 = [&](const float* in) {
+    v8f a;
+    std::memcpy(&a, in, sizeof a);
+    return __builtin_convertvector(detail::exp8d((__builtin_convertvector(a, v8d) - vtop) * vinv), v8f);
+  };
+  // Two groups of 8 per round: independent exponentials for the core to overlap. Plain float
+  // arrays and whole-vector copies only (no arrays of vectors), so nothing needs more than the
+  // stack's usual alignment.
+  v8d sum0{}, sum1{};
   for (int64_t j = 0; j < n; j += 16) {
-    float in[16] = {};  // lanes past n compute exp of a padding value, stored nowhere
     const int64_t m = n - j < 16 ? n - j : 16;
+    float in[16] = {}, out[16];
     for (int64_t l = 0; l < m; ++l) in[l] = x[order[j + l]];
-    v8f f[2];
-    for (int h = 0; h < 2; ++h) {
-      v8f a;
-      std::memcpy(&a, in + 8 * h, sizeof a);
-      const v8d e = detail::exp8d((__builtin_convertvector(a, v8d) - vtop) * vinv);
-      f[h] = __builtin_convertvector(e, v8f);
-    }
-    if (m == 16) {
-      std::memcpy(probs + j, f, sizeof f);
-    } else {
-      for (int64_t l = 0; l < 16; ++l)
-        if (l >= m) f[l / 8][l % 8] = 0;
-      std::memcpy(probs + j, f, static_cast<size_t>(m) * sizeof(float));
-    }
-    sum[0] += __builtin_convertvector(f[0], v8d);
-    sum[1] += __builtin_convertvector(f[1], v8d);
+    const v8f f0 = probs8(in), f1 = probs8(in + 8);
+    std::memcpy(out, &f0, sizeof f0);
+    std::memcpy(out + 8, &f1, sizeof f1);
+    for (int64_t l = m; l < 16; ++l) out[l] = 0;  // lanes past n: nothing stored, nothing summed
+    std::memcpy(probs + j, out, static_cast<size_t>(m) * sizeof(float));
+    v8f g0, g1;
+    std::memcpy(&g0, out, sizeof g0);
+    std::memcpy(&g1, out + 8, sizeof g1);
+    sum0 += __builtin_convertvector(g0, v8d);
+    sum1 += __builtin_convertvector(g1, v8d);
   }
-  const v8d s = sum[0] + sum[1];
+  const v8d s = sum0 + sum1;
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
