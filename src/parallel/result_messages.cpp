@@ -54,7 +54,7 @@ class In {
     const uint64_t n = pod<uint64_t>();
     SHARDLM_CHECK(n <= (s_.size() - at_) / sizeof(T), "malformed result message: vector of " << n << " elements");
     std::vector<T> v(n);
-    std::memcpy(v.data(), s_.data() + at_, n * sizeof(T));
+    if (n > 0) std::memcpy(v.data(), s_.data() + at_, n * sizeof(T));  // an empty vector's data() may be null
     at_ += n * sizeof(T);
     return v;
   }

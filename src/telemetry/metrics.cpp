@@ -48,14 +48,25 @@ void Metrics::gauge_set(const std::string& name, const std::string& help, double
   family(name, help, "gauge").values[labels] = v;
 }
 
-void Metrics::histogram_observe(const std::string& name, const std::string& help, const std::vector<double>& bounds,
-                                double v) {
-  std::lock_guard<std::mutex> lock(mu_);
+Metrics::Family& Metrics::histogram(const std::string& name, const std::string& help,
+                                    const std::vector<double>& bounds) {
   Family& f = family(name, help, "histogram");
   if (f.bounds.empty()) {
     f.bounds = bounds;
     f.buckets.assign(bounds.size(), 0);
   }
+  return f;
+}
+
+void Metrics::histogram_declare(const std::string& name, const std::string& help, const std::vector<double>& bounds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  histogram(name, help, bounds);
+}
+
+void Metrics::histogram_observe(const std::string& name, const std::string& help, const std::vector<double>& bounds,
+                                double v) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Family& f = histogram(name, help, bounds);
   const size_t i = static_cast<size_t>(std::lower_bound(f.bounds.begin(), f.bounds.end(), v) - f.bounds.begin());
   if (i < f.buckets.size()) ++f.buckets[i];
   ++f.count;

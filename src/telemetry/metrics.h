@@ -18,6 +18,8 @@ class Metrics {
   void gauge_set(const std::string& name, const std::string& help, double v, const std::string& labels = "");
   // Histogram with the given upper bounds (seconds); +Inf is implied.
   void histogram_observe(const std::string& name, const std::string& help, const std::vector<double>& bounds, double v);
+  // The histogram at zero, so that it is there from the first scrape (as counters start at 0).
+  void histogram_declare(const std::string& name, const std::string& help, const std::vector<double>& bounds);
   // The exposition text (version 0.0.4), families sorted by name.
   std::string render() const;
 
@@ -31,6 +33,7 @@ class Metrics {
     double sum = 0;
   };
   Family& family(const std::string& name, const std::string& help, const char* type);
+  Family& histogram(const std::string& name, const std::string& help, const std::vector<double>& bounds);
 
   mutable std::mutex mu_;
   std::map<std::string, Family> families_;

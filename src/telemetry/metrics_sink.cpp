@@ -4,6 +4,13 @@
 
 namespace shardlm {
 
+namespace {
+constexpr const char* kTtft = "shardlm_time_to_first_token_seconds";
+constexpr const char* kTtftHelp = "Time from queueing to the first token";
+constexpr const char* kItl = "shardlm_inter_token_latency_seconds";
+constexpr const char* kItlHelp = "Mean time per output token after the first";
+}  // namespace
+
 MetricsSink::MetricsSink(ResultSink& inner, Metrics& m, std::string file, double file_interval_s)
     : inner_(inner),
       m_(m),
@@ -16,6 +23,8 @@ MetricsSink::MetricsSink(ResultSink& inner, Metrics& m, std::string file, double
   m_.counter_add("shardlm_requests_failed_total", "Requests finished with an error", 0);
   m_.counter_add("shardlm_output_tokens_total", "Tokens generated", 0);
   m_.counter_add("shardlm_prompt_tokens_total", "Prompt tokens of finished requests", 0);
+  m_.histogram_declare(kTtft, kTtftHelp, latency_buckets());
+  m_.histogram_declare(kItl, kItlHelp, latency_buckets());
 }
 
 void MetricsSink::on_result(const RequestResult& r) {
@@ -26,11 +35,9 @@ void MetricsSink::on_result(const RequestResult& r) {
                  static_cast<double>(r.prompt_tokens.size()));
   output_tokens_ += static_cast<double>(r.output_tokens.size());
   if (r.error.empty() && !r.output_tokens.empty()) {
-    m_.histogram_observe("shardlm_time_to_first_token_seconds", "Time from queueing to the first token",
-                         latency_buckets(), r.t_first_token - r.t_queued);
+    m_.histogram_observe(kTtft, kTtftHelp, latency_buckets(), r.t_first_token - r.t_queued);
     if (r.output_tokens.size() > 1) {
-      m_.histogram_observe("shardlm_inter_token_latency_seconds", "Mean time per output token after the first",
-                           latency_buckets(),
+      m_.histogram_observe(kItl, kItlHelp, latency_buckets(),
                            (r.t_finished - r.t_first_token) / static_cast<double>(r.output_tokens.size() - 1));
     }
   }

@@ -57,6 +57,13 @@ TEST(Metrics, PrometheusTextFormat) {
             std::string::npos)
       << t;
   EXPECT_THROW(m.gauge_set("x_total", "things", 1), std::exception);  // a counter stays a counter
+  // Declared before any observation: every bucket, the sum and the count at zero.
+  m.histogram_declare("d_seconds", "declared", {0.5});
+  const std::string d = m.render();
+  EXPECT_NE(d.find("# TYPE d_seconds histogram\nd_seconds_bucket{le=\"0.5\"} 0\nd_seconds_bucket{le=\"+Inf\"} 0\n"
+                   "d_seconds_sum 0\nd_seconds_count 0\n"),
+            std::string::npos)
+      << d;
 }
 
 TEST(Metrics, ServerAnswersGetMetricsAnd404) {
