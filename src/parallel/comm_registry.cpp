@@ -36,22 +36,22 @@ struct Backend {
   Factory make;
 };
 
+// A host-memory communicator, wrapped so that device buffers work too where there is a GPU.
+std::unique_ptr<Communicator> staged_where_gpu(std::unique_ptr<Communicator> host) {
+#ifdef SHARDLM_HAVE_CUDA
+  if (cuda::device_count() > 0) return std::make_unique<StagedCommunicator>(std::move(host), cuda_memory_space());
+#endif
+  return host;
+}
+
 const std::vector<Backend>& backends() {
   static const std::vector<Backend> table = {
-      {"mpi", [](const std::vector<int>& m, const std::string& n, double t) -> std::unique_ptr<Communicator> {
-         auto mpi = std::make_unique<MpiCommunicator>(m, n, t);
-#ifdef SHARDLM_HAVE_CUDA
-         if (cuda::device_count() > 0) return std::make_unique<StagedCommunicator>(std::move(mpi), cuda_memory_space());
-#endif
-         return mpi;
+      {"mpi", [](const std::vector<int>& m, const std::string& n, double t) {
+         return staged_where_gpu(std::make_unique<MpiCommunicator>(m, n, t));
        }},
 #ifdef SHARDLM_HAVE_LIBFABRIC
-      {"fabric", [](const std::vector<int>& m, const std::string& n, double t) -> std::unique_ptr<Communicator> {
-         auto fabric = std::make_unique<FabricCommunicator>(m, n, t);
-#ifdef SHARDLM_HAVE_CUDA
-         if (cuda::device_count() > 0) return std::make_unique<StagedCommunicator>(std::move(fabric), cuda_memory_space());
-#endif
-         return fabric;
+      {"fabric", [](const std::vector<int>& m, const std::string& n, double t) {
+         return staged_where_gpu(std::make_unique<FabricCommunicator>(m, n, t));
        }},
 #endif
 #ifdef SHARDLM_HAVE_NCCL
