@@ -69,36 +69,110 @@ float log_softmax_at(const float* x, int64_t n, int64_t i, float row_max) {
   return log_softmax_with(x, n, i, row_max, tail);
 }
 
-double temperature_probs(const float* x, const int32_t* order, int64_t n, double top, double inv_t, float* probs) {
-  using detail::v8d;
-  typedef float v8f __attribute__((vector_size(32)));
+namespace {
+
+using detail::v8d;
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+v8f probs8(v8f a, v8d top, v8d inv_t) {
+  const v8f p = __builtin_convertvector(detail::exp8d((__builtin_convertvector(a, v8d) - top) * inv_t), v8f);
+  return p == p ? p : v8f{};  // a NaN logit weighs nothing
+}
+
+// Probabilities of n logits, load(j) giving the 8 from j on (lanes past n unread): two groups of 8
+// per round, independent exponentials for the core to overlap. Vectors only, no local arrays: under
+// ASan's fake stack (detect_stack_use_after_return) a local array the compiler had aligned for
+// vector stores lost that alignment and the stores faulted.
+template <typename Load>
+void probs_by_8(int64_t n, double top, double inv_t, Load load, float* probs) {
   const v8d vtop = v8d{} + top, vinv = v8d{} + inv_t;
-  auto probs8 = [&](const float* in) {
-    v8f a;
-    std::memcpy(&a, in, sizeof a);
-    return __builtin_convertvector(detail::exp8d((__builtin_convertvector(a, v8d) - vtop) * vinv), v8f);
-  };
-  // Two groups of 8 per round: independent exponentials for the core to overlap. Plain float
-  // arrays and whole-vector copies only (no arrays of vectors), so nothing needs more than the
-  // stack's usual alignment.
-  v8d sum0{}, sum1{};
-  for (int64_t j = 0; j < n; j += 16) {
-    const int64_t m = n - j < 16 ? n - j : 16;
-    float in[16] = {}, out[16];
-    for (int64_t l = 0; l < m; ++l) in[l] = x[order[j + l]];
-    const v8f f0 = probs8(in), f1 = probs8(in + 8);
-    std::memcpy(out, &f0, sizeof f0);
-    std::memcpy(out + 8, &f1, sizeof f1);
-    for (int64_t l = m; l < 16; ++l) out[l] = 0;  // lanes past n: nothing stored, nothing summed
-    std::memcpy(probs + j, out, static_cast<size_t>(m) * sizeof(float));
-    v8f g0, g1;
-    std::memcpy(&g0, out, sizeof g0);
-    std::memcpy(&g1, out + 8, sizeof g1);
-    sum0 += __builtin_convertvector(g0, v8d);
-    sum1 += __builtin_convertvector(g1, v8d);
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const v8f p0 = probs8(load(j, 8), vtop, vinv), p1 = probs8(load(j + 8, 8), vtop, vinv);
+    std::memcpy(probs + j, &p0, sizeof p0);
+    std::memcpy(probs + j + 8, &p1, sizeof p1);
   }
-  const v8d s = sum0 + sum1;
-  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+  for (; j < n; j += 8) {
+    const int64_t m = n - j < 8 ? n - j : 8;
+    const v8f p = probs8(load(j, m), vtop, vinv);
+    for (int64_t l = 0; l < m; ++l) probs[j + l] = p[l];
+  }
+}
+
+}  // namespace
+
+void temperature_bands(const float* x, int64_t n, double top, double inv_t, uint16_t* band) {
+  const v8d vtop = v8d{} + top, scale = v8d{} - inv_t * kBandsPerNat, last = v8d{} + (kBands - 1);
+  typedef uint16_t v8s __attribute__((vector_size(16)));
+  auto bands8 = [&](v8f a) {
+    // (x - top) * -8/T >= 0; a NaN fails the comparison and lands in the last band.
+    const v8d b = (__builtin_convertvector(a, v8d) - vtop) * scale;
+    return __builtin_convertvector(__builtin_convertvector(b < last ? b : last, v8i), v8s);
+  };
+  const int64_t full = n / 8 * 8;
+  for (int64_t j = 0; j < full; j += 8) {
+    v8f a;
+    std::memcpy(&a, x + j, sizeof a);
+    const v8s b = bands8(a);
+    std::memcpy(band + j, &b, sizeof b);
+  }
+  if (full < n) {
+    v8f a{};
+    for (int64_t l = 0; l < n - full; ++l) a[l] = x[full + l];
+    const v8s b = bands8(a);
+    for (int64_t l = 0; l < n - full; ++l) band[full + l] = b[l];
+  }
+}
+
+int64_t band_members(const uint16_t* band, int64_t n, int lo, int hi, int32_t* ids) {
+  typedef uint16_t v32s __attribute__((vector_size(64)));
+  typedef uint64_t v8u __attribute__((vector_size(64)));
+  // Unsigned: a band below lo wraps past the span.
+  const uint16_t lo16 = static_cast<uint16_t>(lo), span = static_cast<uint16_t>(hi - lo);
+  int64_t m = 0;
+  auto scalar = [&](int64_t from, int64_t to) {
+    for (int64_t i = from; i < to; ++i) {
+      ids[m] = static_cast<int32_t>(i);
+      m += static_cast<uint16_t>(band[i] - lo16) <= span;
+    }
+  };
+  const int64_t full = n / 32 * 32;
+  for (int64_t j = 0; j < full; j += 32) {
+    v32s v;
+    std::memcpy(&v, band + j, sizeof v);
+    const v8u hit = reinterpret_cast<v8u>(static_cast<v32s>(v - lo16) <= span);
+    if (((hit[0] | hit[1]) | (hit[2] | hit[3])) == 0 && ((hit[4] | hit[5]) | (hit[6] | hit[7])) == 0) continue;
+    scalar(j, j + 32);
+  }
+  scalar(full, n);
+  return m;
+}
+
+void tempered_probs(const float* x, int64_t n, double top, double inv_t, float* probs) {
+  probs_by_8(
+      n, top, inv_t,
+      [x](int64_t j, int64_t m) {
+        v8f a{};
+        if (m == 8) {
+          std::memcpy(&a, x + j, sizeof a);
+        } else {
+          for (int64_t l = 0; l < m; ++l) a[l] = x[j + l];
+        }
+        return a;
+      },
+      probs);
+}
+
+void tempered_probs_at(const float* x, const int32_t* ids, int64_t n, double top, double inv_t, float* probs) {
+  probs_by_8(
+      n, top, inv_t,
+      [x, ids](int64_t j, int64_t m) {
+        v8f a{};
+        for (int64_t l = 0; l < m; ++l) a[l] = x[ids[j + l]];
+        return a;
+      },
+      probs);
 }
 
 }  // namespace shardlm::cpu

@@ -20,9 +20,22 @@ float log_softmax_at(const float* x, int64_t n, int64_t i);
 // fewer, the same bits.
 float log_softmax_at(const float* x, int64_t n, int64_t i, float row_max);
 
-// The temperature sampler's unnormalised probabilities over candidates in order: probs[j] =
-// float(exp((x[order[j]] - top) / T)) with the exponent in double (exp8d), as the CUDA sampler
-// computes them; returns their sum in double (8 lanes, then a fixed tree). inv_t = 1 / T.
-double temperature_probs(const float* x, const int32_t* order, int64_t n, double top, double inv_t, float* probs);
+// The temperature sampler's bands: band[i] = min(kBands - 1, floor(kBandsPerNat * (top - x[i]) / T)),
+// the last band for NaN. Bands never decrease along the candidate order (logit descending), so a
+// band holds a run of it. inv_t = 1 / T.
+constexpr int kBands = 1024, kBandsPerNat = 8;
+// From this band on a token is more than 27.75 nats below the top, so its probability is below
+// 2^-40 (exp(-27.75) = 0.97 * 2^-40) and its sampling weight (kernels/sample_rules.h) is 0.
+constexpr int kWeightlessBand = 222;
+void temperature_bands(const float* x, int64_t n, double top, double inv_t, uint16_t* band);
+// The ids i with lo <= band[i] <= hi, ascending, into ids (room for n); returns their count. Groups
+// of 32 with none are skipped at one comparison each, so a narrow band costs a fraction of a pass.
+int64_t band_members(const uint16_t* band, int64_t n, int lo, int hi, int32_t* ids);
+
+// The temperature sampler's probabilities float(exp((x - top) / T)), the exponent in double
+// (exp8d) as the CUDA sampler computes it, 0 for a NaN logit: probs[i] for every i in index order,
+// or, in tempered_probs_at, probs[j] for x[ids[j]].
+void tempered_probs(const float* x, int64_t n, double top, double inv_t, float* probs);
+void tempered_probs_at(const float* x, const int32_t* ids, int64_t m, double top, double inv_t, float* probs);
 
 }  // namespace shardlm::cpu

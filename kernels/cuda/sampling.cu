@@ -5,6 +5,7 @@
 #include "cuda/block_reduce.cuh"
 #include "cuda/block_reduce_wide.cuh"
 #include "philox.h"
+#include "sample_rules.h"
 
 namespace shardlm::cuda {
 
@@ -13,15 +14,8 @@ namespace {
 constexpr int kThreads = 512;
 using u64 = unsigned long long;
 
-// The position of token j in the host's candidate order (logit descending, id ascending) as a
-// 64-bit key: smaller is earlier. NaN ranks as -inf; -0 and +0 compare equal, as on the host.
-__device__ inline u64 order_key(float v, int64_t j) {
-  if (isnan(v)) v = -INFINITY;
-  if (v == 0.0f) v = 0.0f;
-  const uint32_t u = __float_as_uint(v);
-  const uint32_t ascending = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-  return (static_cast<u64>(~ascending) << 32) | static_cast<uint32_t>(j);
-}
+// The position of token j in the candidate order: smaller is earlier (NaN as -inf, -0 as +0).
+__device__ inline u64 order_key(float v, int64_t j) { return sampling::candidate_key(v, static_cast<uint32_t>(j)); }
 
 // log_softmax(x)[i] as the host computes it (log_softmax_at): fp32 max, fp64 sum of exp(x - max)
 // (the host's exponentials are fp32 within 1 ulp, these fp64: the results differ by about 1e-7).
@@ -35,21 +29,20 @@ __device__ float log_softmax_at(const float* x, int64_t V, int64_t i) {
   return static_cast<float>(static_cast<double>(x[i]) - mx - log(sum));
 }
 
-enum class Stat { kCount, kSum, kShare };
+// Over the tokens whose order key is <= q: their count, or the sum of their weights
+// (sampling::weight of the probabilities p): exact integers, the same in any order of addition.
+__device__ long long prefix_count(const float* x, int64_t V, u64 q) {
+  long long n = 0;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) n += order_key(x[j], j) <= q ? 1 : 0;
+  return block_sum_i64(n);
+}
 
-// Over the tokens whose order key is <= q: their count, the sum of their probabilities p, or the
-// sum of p / div (the host's top-p cumulative share).
-__device__ double prefix_stat(const float* x, const float* p, int64_t V, u64 q, Stat stat, double div) {
-  if (stat == Stat::kCount) {
-    long long n = 0;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) n += order_key(x[j], j) <= q ? 1 : 0;
-    return static_cast<double>(block_sum_i64(n));
-  }
-  double acc = 0;
+__device__ long long prefix_weight(const float* x, const float* p, int64_t V, u64 q) {
+  long long w = 0;
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-    if (order_key(x[j], j) <= q) acc += stat == Stat::kSum ? static_cast<double>(p[j]) : p[j] / div;
+    if (order_key(x[j], j) <= q) w += sampling::weight(p[j]);
   }
-  return block_sum_f64(acc);
+  return block_sum_i64(w);
 }
 
 // The smallest token key q in [lo, hi] (both token keys, pred(hi) true) with pred(q) true, pred
@@ -108,32 +101,28 @@ __global__ void __launch_bounds__(kThreads)
     best = block_min_u64(best);
     worst = block_max_u64(worst);
 
-    int64_t token;
-    if (sp.temperature <= 0.0) {
-      // The host keeps index 0 when it is NaN (nothing compares greater), and skips NaN elsewhere.
-      token = (isnan(x[0]) || best == ~0ull) ? 0 : static_cast<int64_t>(best & 0xffffffffull);
-    } else {
-      const double inv_t = 1.0 / sp.temperature;
-      const double top = x[best & 0xffffffffull];
-      for (int64_t j = tid; j < V; j += nt) p[j] = static_cast<float>(exp((x[j] - top) * inv_t));
+    // The host's argmax: the first of the largest logits above -inf, NaN never; 0 when there is none.
+    const int64_t best_id = static_cast<int64_t>(best & 0xffffffffull);
+    const int64_t greedy = (best == ~0ull || x[best_id] == -INFINITY) ? 0 : best_id;
+    const double inv_t = 1.0 / sp.temperature;
+    int64_t token = greedy;
+    if (sp.temperature > 0.0 && best != ~0ull && isfinite(x[best_id]) && isfinite(inv_t)) {
+      const double top = x[best_id];
+      for (int64_t j = tid; j < V; j += nt) p[j] = isnan(x[j]) ? 0.0f : static_cast<float>(exp((x[j] - top) * inv_t));
       __syncthreads();
 
       u64 last = worst;  // key of the last candidate kept so far
       if (sp.top_k > 0 && sp.top_k < V) {
-        const double k = static_cast<double>(sp.top_k);
-        last = search_key(x, V, best, last,
-                          [&](u64 q) { return prefix_stat(x, p, V, q, Stat::kCount, 0) >= k; });
+        const long long k = sp.top_k;
+        last = search_key(x, V, best, last, [&](u64 q) { return prefix_count(x, V, q) >= k; });
       }
       if (sp.top_p < 1.0) {
-        const double sum = prefix_stat(x, p, V, last, Stat::kSum, 0);
-        // No prefix reaching top_p (rounding): the host keeps every candidate.
-        if (prefix_stat(x, p, V, last, Stat::kShare, sum) >= sp.top_p) {
-          last = search_key(x, V, best, last,
-                            [&](u64 q) { return prefix_stat(x, p, V, q, Stat::kShare, sum) >= sp.top_p; });
-        }
+        const double target = sp.top_p * static_cast<double>(prefix_weight(x, p, V, last));
+        last = search_key(x, V, best, last,
+                          [&](u64 q) { return static_cast<double>(prefix_weight(x, p, V, q)) >= target; });
       }
       if (sp.min_p > 0.0) {
-        const double cutoff = sp.min_p * static_cast<double>(p[best & 0xffffffffull]);
+        const double cutoff = sp.min_p * static_cast<double>(p[best_id]);  // p of the first is 1
         u64 keep = best;  // the first candidate always stays
         for (int64_t j = tid; j < V; j += nt) {
           const u64 key = order_key(x[j], j);
@@ -141,12 +130,12 @@ __global__ void __launch_bounds__(kThreads)
         }
         last = block_max_u64(keep);
       }
-      const double mass = prefix_stat(x, p, V, last, Stat::kSum, 0);
-      const double u = static_cast<double>(rng::uniform_at(sp.seed, static_cast<uint64_t>(sp.position))) * mass;
-      // The first candidate whose cumulative mass exceeds u; the last one when rounding leaves none.
-      u64 pick = last;
-      if (mass > u)
-        pick = search_key(x, V, best, last, [&](u64 q) { return prefix_stat(x, p, V, q, Stat::kSum, 0) > u; });
+      const long long mass = prefix_weight(x, p, V, last);
+      const double u = static_cast<double>(rng::uniform_at(sp.seed, static_cast<uint64_t>(sp.position))) *
+                       static_cast<double>(mass);
+      // The first candidate whose cumulative weight exceeds u (mass > u: the first weighs 2^40).
+      const u64 pick =
+          search_key(x, V, best, last, [&](u64 q) { return static_cast<double>(prefix_weight(x, p, V, q)) > u; });
       token = static_cast<int64_t>(pick & 0xffffffffull);
     }
     const float lp = log_softmax_at(x, V, token);

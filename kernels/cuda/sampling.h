@@ -1,27 +1,23 @@
 // Token selection on the device: per row of logits [R, V] (fp32), greedy or temperature sampling
 // with top-k / top-p / min-p, drawing from Philox4x32-10 keyed by (seed, position) - the host
-// sampler's semantics (src/engine/sampler.cpp), with the same choice for the same logits, params,
-// seed and position - and the log-softmax of the raw logits at the chosen token.
+// sampler's rule (src/engine/sampler.h) - and the log-softmax of the raw logits at the chosen token.
 //
-// How the host's sort is reproduced without sorting: candidates are ordered by (logit descending,
-// id ascending), a total order encoded as one 64-bit key per token, so "the first n candidates"
-// is "the tokens whose key is <= some key q", and every prefix quantity the host accumulates in
-// sorted order (count, sum of probabilities, cumulative share) is a sum over such a set. Each cut
-// (top-k size, top-p prefix, min-p prefix, the sampled token: the first prefix whose mass exceeds
-// u * mass) is found by a binary search over q (about 32 + log2(ties) passes over the row).
+// How the host's choice is reproduced without sorting: candidates are ordered by (logit descending,
+// id ascending), a total order encoded as one 64-bit key per token (kernels/sample_rules.h), so
+// "the first n candidates" is "the tokens whose key is <= some key q", and every prefix quantity
+// the rule reads (count, weight) is a sum over such a set. Each cut (top-k size, top-p prefix, the
+// sampled token: the first prefix whose weight exceeds u * mass) is found by a binary search over
+// q (about 32 + log2(ties) passes over the row).
 //
-// Where the result can differ from the host's, all at the level of rounding, documented here:
-//  - the fp64 sums are taken in a fixed tree order, the host's sequentially in sorted order; they
-//    differ by ~1e-16 relative, which moves a cut only when u * mass or top_p falls within that of
-//    a cumulative boundary (u has 24 random bits: practically never);
-//  - the probability exp((l - max) / T) is fp64 exp rounded to fp32 on both sides, but the device
-//    and glibc exp may differ by one fp64 ulp, which changes the fp32 value about once in 2^29;
-//  - min-p keeps the tokens with p >= min_p * p_max inside the prefix, the host the leading run of
-//    them: the same set as long as p does not increase along the order, which holds for a
-//    monotone exp.
-// Logits must be finite for temperature > 0 (the host's comparison sort is undefined with NaN);
-// greedy follows the host's argmax exactly (ties and NaN included: a NaN at index 0 wins, other
-// NaNs never do). Logprobs: fp64 sums in tree order, within ~1e-6 of the host's.
+// The weights are integers (trunc(2^40 p)), so their sums are exact in any order: a tree of
+// block reductions here, a walk over bands on the host. The one place the choice can differ is the
+// probability itself: exp((l - max) / T) is fp64 exp rounded to fp32 on both sides, but the device
+// exp and the host's (within 1.003 fp64 ulp of the exact value, kernels/cpu/vector_exp.h) may differ
+// by an fp64 ulp, which changes the fp32 value about once in 2^29. min-p keeps through the last
+// candidate with p >= min_p, as the host does (the host ignores candidates that weigh nothing, which
+// are never drawn). Greedy follows the host's argmax exactly (ties to the lowest id, NaN never
+// chosen, 0 for a row with nothing above -inf). Logprobs: fp64 sums in tree order, within ~1e-6 of
+// the host's.
 //
 // One thread block per row; every pass re-reads the row and its probabilities from global memory
 // (L2-resident for vocabularies of a few hundred thousand). Correctness first: a greedy row costs

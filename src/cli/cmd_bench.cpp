@@ -113,8 +113,8 @@ void gpu_ceilings(const ModelSpec& spec, int64_t prompt_len, double* bw_gbs, dou
 }
 
 // Microseconds per row of the backend's sample op on R random rows of V logits (backend memory),
-// best of a few runs, for greedy, temperature and temperature + top-p rows; the ceiling is one
-// read of a row at the memory bandwidth (every mode reads the row at least once).
+// best of a few runs, for greedy, temperature, temperature + top-p and temperature + top-k rows;
+// the ceiling is one read of a row at the memory bandwidth (every mode reads the row at least once).
 void print_sampling(ComputeBackend& b, int64_t V, double bw_gbs) {
   constexpr int64_t R = 64;
   std::vector<float> host(static_cast<size_t>(R * V));
@@ -125,11 +125,12 @@ void print_sampling(ComputeBackend& b, int64_t V, double bw_gbs) {
   b.copy_to_device(logits, host.data(), host.size() * sizeof(float));
   std::vector<int32_t> tokens(R);
   std::vector<float> logprobs(R);
-  auto per_row_us = [&](double temperature, double top_p) {
+  auto per_row_us = [&](double temperature, double top_p, int64_t top_k) {
     std::vector<SampleRow> rows(R);
     for (int64_t r = 0; r < R; ++r) {
       rows[r].temperature = temperature;
       rows[r].top_p = top_p;
+      rows[r].top_k = top_k;
       rows[r].seed = 17;
       rows[r].position = r;
     }
@@ -142,10 +143,11 @@ void print_sampling(ComputeBackend& b, int64_t V, double bw_gbs) {
     }
     return best * 1e6 / R;
   };
-  const double greedy = per_row_us(0.0, 1.0), temp = per_row_us(0.8, 1.0), top_p = per_row_us(0.8, 0.9);
-  std::printf("sampling %lld rows x %lld vocab:      greedy %.1f, temperature 0.8 %.1f, + top-p 0.9 %.1f us/row  "
-              "(one read of a row at %.0f GB/s: %.2f us)\n",
-              static_cast<long long>(R), static_cast<long long>(V), greedy, temp, top_p, bw_gbs,
+  const double greedy = per_row_us(0.0, 1.0, 0), temp = per_row_us(0.8, 1.0, 0);
+  const double top_p = per_row_us(0.8, 0.9, 0), top_k = per_row_us(0.8, 1.0, 50);
+  std::printf("sampling %lld rows x %lld vocab:      greedy %.1f, temperature 0.8 %.1f, + top-p 0.9 %.1f, "
+              "+ top-k 50 %.1f us/row  (one read of a row at %.0f GB/s: %.2f us)\n",
+              static_cast<long long>(R), static_cast<long long>(V), greedy, temp, top_p, top_k, bw_gbs,
               static_cast<double>(V) * 4.0 / (bw_gbs * 1e3));
   b.free(logits);
 }

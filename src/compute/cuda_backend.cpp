@@ -26,6 +26,7 @@
 #include "cuda/rmsnorm.h"
 #include "cuda/rope.h"
 #include "cuda/sampling.h"
+#include "sample_rules.h"
 #include "model/checkpoint.h"
 #include "model/fp8_block.h"
 
@@ -547,6 +548,8 @@ void CudaBackend::sample(const float* logits, int64_t R, int64_t V, const Sample
   const size_t n = static_cast<size_t>(R);
   std::vector<cuda::SamplingRow> host(n);
   for (size_t r = 0; r < n; ++r) {
+    SHARDLM_CHECK(rows[r].temperature <= 0.0 || V <= sampling::kMaxVocab,
+                  "sampling: a vocabulary of " << V << " is above the sampler's " << sampling::kMaxVocab);
     host[r].temperature = rows[r].temperature;
     host[r].top_p = rows[r].top_p;
     host[r].min_p = rows[r].min_p;

@@ -1,7 +1,8 @@
 // The sampler's candidate order: token ids by logit, descending, ties by ascending id (a total
-// order, so a sampled pick is deterministic). A stable radix sort on order-preserving integer keys
-// gives exactly the order of a comparison sort on (logit desc, id asc) in O(vocab) instead of
-// O(vocab log vocab) indirect comparisons; -0.0 and +0.0 compare equal, as in the comparison.
+// order, so a sampled pick is deterministic; sampling::candidate_key). A stable radix sort on the
+// keys gives exactly the order of a comparison sort on (logit desc, id asc) in O(n) instead of
+// O(n log n) comparisons; -0.0 and +0.0 compare equal, NaN as -inf. The host sampler sorts one
+// band of candidates at a time with it (engine/candidate_bands.h).
 #pragma once
 
 #include <cstdint>
@@ -11,14 +12,12 @@ namespace shardlm {
 
 class LogitOrder {
  public:
-  // order receives all n ids 0..n-1 in that order. Buffers are reused across calls.
-  void sort(const float* logits, int64_t n, std::vector<int32_t>* order);
+  // Sorts candidate keys (sampling::candidate_key) into the order. The items must come in
+  // ascending id order, as a scan of the row gathers them: the radix passes are stable.
+  void sort_keys(std::vector<uint64_t>* items);
 
  private:
-  std::vector<uint64_t> items_, items_tmp_;  // key << 32 | id
+  std::vector<uint64_t> items_tmp_;  // reused across calls
 };
-
-// Ascending in this key is descending in x (x a non-NaN float; -0.0 maps like +0.0).
-uint32_t descending_key(float x);
 
 }  // namespace shardlm

@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
+#include "core/error.h"
 #include "cpu/logits_scan.h"
 #include "engine/rng.h"
+#include "sample_rules.h"
 
 namespace shardlm {
 
@@ -44,57 +45,44 @@ Sample Sampler::sample(const float* logits, int64_t vocab, const SamplingParams&
     s.logprob = cpu::log_softmax_at(logits, vocab, s.token, row_max);
     return s;
   }
-  // Candidates sorted by logit, descending, ties by id: a total order, so the pick is deterministic.
-  int64_t n = vocab;
-  if (p.top_k > 0 && p.top_k < vocab) {
-    // Only the first top_k are ordered: a partial sort rejects most ids with one comparison.
-    auto by_logit = [logits](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    };
-    order_.resize(vocab);
-    std::iota(order_.begin(), order_.end(), 0);
-    n = p.top_k;
-    std::partial_sort(order_.begin(), order_.begin() + n, order_.end(), by_logit);
-  } else {
-    sorter_.sort(logits, vocab, &order_);  // the same order, in linear time
+  SHARDLM_CHECK(vocab <= sampling::kMaxVocab,
+                "sampling: a vocabulary of " << vocab << " is above the sampler's " << sampling::kMaxVocab);
+  float top = 0;
+  const int64_t best = cpu::argmax_logit(logits, vocab, &top);
+  const double inv_t = 1.0 / p.temperature;
+  if (!std::isfinite(top) || !std::isfinite(inv_t)) {
+    // No finite maximum (a row of NaN or infinities) or an infinitely sharp temperature: the
+    // tempered probabilities are not defined, the most likely token is.
+    s.token = static_cast<int32_t>(best);
+    s.logprob = log_softmax_at(logits, vocab, s.token);
+    return s;
   }
-  // Softmax of logits / T over the candidates (the first is the maximum).
-  probs_.resize(n);
-  const double sum = cpu::temperature_probs(logits, order_.data(), n, logits[order_[0]], 1.0 / p.temperature,
-                                             probs_.data());
-  // top-p: the smallest prefix whose mass reaches p (at least one token).
+  bands_.build(logits, vocab, top, inv_t);
+  using Prefix = CandidateBands::Prefix;
+  Prefix kept = bands_.all();
+  if (p.top_k > 0 && p.top_k < vocab) kept = bands_.first_count(kept, p.top_k);
   if (p.top_p < 1.0) {
-    double cum = 0;
-    int64_t keep = n;
-    for (int64_t j = 0; j < n; ++j) {
-      cum += probs_[j] / sum;
-      if (cum >= p.top_p) {
-        keep = j + 1;
-        break;
-      }
-    }
-    n = keep;
+    const double target = p.top_p * static_cast<double>(bands_.weight_of(kept));
+    kept = bands_.first_weight(kept, [target](int64_t w) { return static_cast<double>(w) >= target; });
   }
-  // min-p: drop tokens below min_p times the most likely one.
   if (p.min_p > 0.0) {
-    const double floor = p.min_p * probs_[0];
-    int64_t keep = 1;
-    while (keep < n && probs_[keep] >= floor) ++keep;
-    n = keep;
-  }
-  double mass = 0;
-  for (int64_t j = 0; j < n; ++j) mass += probs_[j];
-  const double u = static_cast<double>(uniform_at(p.seed, static_cast<uint64_t>(position))) * mass;
-  double cum = 0;
-  int64_t pick = n - 1;
-  for (int64_t j = 0; j < n; ++j) {
-    cum += probs_[j];
-    if (u < cum) {
-      pick = j;
-      break;
+    // Through the last kept candidate at least min_p times as likely as the first (probability 1).
+    // Weightless tokens are never drawn, so where the cut falls among them changes nothing.
+    const double cutoff = p.min_p;
+    const int scan = std::min(kept.band, cpu::kWeightlessBand - 1);
+    bands_.compute_through(scan);
+    uint64_t last = sampling::candidate_key(logits[best], static_cast<uint32_t>(best));
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (bands_.band_of(i) > scan || !(bands_.prob(i) >= cutoff)) continue;
+      const uint64_t key = sampling::candidate_key(logits[i], static_cast<uint32_t>(i));
+      if (key > last && bands_.contains(kept, i)) last = key;
     }
+    kept = bands_.through(last);
   }
-  s.token = order_[pick];
+  const double u = static_cast<double>(uniform_at(p.seed, static_cast<uint64_t>(position))) *
+                   static_cast<double>(bands_.weight_of(kept));
+  const Prefix pick = bands_.first_weight(kept, [u](int64_t w) { return static_cast<double>(w) > u; });
+  s.token = static_cast<int32_t>(bands_.last_key(pick) & 0xffffffffu);
   s.logprob = log_softmax_at(logits, vocab, s.token);
   return s;
 }

@@ -1,12 +1,24 @@
 // Token selection from one row of logits: greedy, or temperature with top-k / top-p / min-p
 // filtering, drawing from the counter-based stream of (seed, position).
+//
+// The rule, which the CUDA sampler (kernels/cuda/sampling.h) follows too: candidates in order of
+// logit (descending, ties by id), each with probability p = exp((logit - max) / T) rounded to
+// float (1 for the first) and weight trunc(2^40 p) (kernels/sample_rules.h). Then, on the exact
+// integer sums of the weights:
+//   top-k keeps the first k;
+//   top-p the shortest prefix whose weight W has W >= top_p * M, M the kept weight (as doubles);
+//   min-p keeps through the last candidate with p >= min_p;
+//   the draw is the first candidate whose cumulative weight exceeds u * M, u = uniform_at(seed,
+//   position).
+// A row whose largest logit is not finite, or a temperature whose inverse is not, takes the
+// argmax.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "compute/backend.h"
-#include "engine/logit_order.h"
+#include "engine/candidate_bands.h"
 #include "engine/sampling_params.h"
 
 namespace shardlm {
@@ -24,9 +36,7 @@ class Sampler {
   Sample sample(const float* logits, int64_t vocab, const SampleRow& row);
 
  private:
-  LogitOrder sorter_;
-  std::vector<int32_t> order_;  // scratch, reused across calls
-  std::vector<float> probs_;
+  CandidateBands bands_;  // scratch, reused across calls
 };
 
 // The settings of a sequence's next token at `position` (the index it will take), for

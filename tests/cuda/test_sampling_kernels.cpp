@@ -48,9 +48,15 @@ std::vector<float> make_logits(int64_t R, int64_t V, uint32_t seed, float quantu
   return l;
 }
 
+// Logprobs agree when both are NaN (a row holding NaN) or within the tolerance.
+bool logprobs_agree(float got, float want) {
+  if (std::isnan(want) || std::isnan(got)) return std::isnan(want) && std::isnan(got);
+  return std::fabs(got - want) <= kLogprobTol * std::max(1.0f, std::fabs(want));
+}
+
 // Rows r use settings[r % n], seed and position varied per row; compares every row with the host.
-void check(int64_t R, int64_t V, const std::vector<Setting>& settings, uint32_t seed, float quantum) {
-  const std::vector<float> logits = make_logits(R, V, seed, quantum);
+void check_rows(const std::vector<float>& logits, int64_t R, int64_t V, const std::vector<Setting>& settings,
+                uint32_t seed) {
   std::vector<cuda::SamplingRow> rows(static_cast<size_t>(R));
   std::vector<Sample> want(static_cast<size_t>(R));
   Sampler sampler;
@@ -84,7 +90,8 @@ void check(int64_t R, int64_t V, const std::vector<Setting>& settings, uint32_t 
     const Setting& s = settings[static_cast<size_t>(r) % settings.size()];
     ASSERT_EQ(tok[r], want[r].token) << "row " << r << " T " << s.temperature << " top_k " << s.top_k << " top_p "
                                      << s.top_p << " min_p " << s.min_p;
-    ASSERT_NEAR(lp[r], want[r].logprob, kLogprobTol * std::max(1.0f, std::fabs(want[r].logprob))) << "row " << r;
+    ASSERT_TRUE(logprobs_agree(lp[r], want[r].logprob))
+        << "row " << r << ": " << lp[r] << " against " << want[r].logprob;
   }
 
   // The logprob-only kernel on the same rows and tokens.
@@ -93,8 +100,11 @@ void check(int64_t R, int64_t V, const std::vector<Setting>& settings, uint32_t 
   expect_kernel_ok();
   const std::vector<float> lp2 = d_lp2.download();
   for (int64_t r = 0; r < R; ++r)
-    ASSERT_NEAR(lp2[r], log_softmax_at(logits.data() + r * V, V, tok[r]),
-                kLogprobTol * std::max(1.0f, std::fabs(lp2[r])));
+    ASSERT_TRUE(logprobs_agree(lp2[r], log_softmax_at(logits.data() + r * V, V, tok[r]))) << "row " << r;
+}
+
+void check(int64_t R, int64_t V, const std::vector<Setting>& settings, uint32_t seed, float quantum) {
+  check_rows(make_logits(R, V, seed, quantum), R, V, settings, seed);
 }
 
 const std::vector<Setting> kGreedy = {{0.0, 1.0, 0.0, 0}, {0.0, 0.9, 0.1, 40}};
@@ -129,6 +139,39 @@ TEST(CudaSampling, FilteredSamplingMatchesHostQwenVocab) {
 #ifdef SHARDLM_HAVE_CUDA
   check(64, 151936, kMixed, 40, 0);
   check(32, 151936, kMixed, 41, 0.25f);
+#endif
+}
+
+// Rows without a finite maximum or with NaN, -inf and +inf entries: the host's argmax where the
+// tempered probabilities are undefined, its draw among the finite logits otherwise.
+TEST(CudaSampling, SpecialRowsMatchHost) {
+  SHARDLM_REQUIRE_GPU();
+#ifdef SHARDLM_HAVE_CUDA
+  constexpr int64_t V = 40;
+  const float nan = std::nanf(""), inf = INFINITY;
+  std::vector<std::vector<float>> rows(8, std::vector<float>(V));
+  std::mt19937 gen(9);
+  std::normal_distribution<float> body(0.0f, 3.0f);
+  for (auto& row : rows)
+    for (auto& v : row) v = body(gen);
+  rows[0][0] = nan;                                         // NaN first, a finite maximum later
+  for (auto& v : rows[1]) v = nan;                          // all NaN
+  for (auto& v : rows[2]) v = -inf;                         // all -inf
+  rows[3].assign(V, -inf);
+  rows[3][0] = nan;                                         // NaN first, the rest -inf
+  rows[4][7] = inf;                                         // one +inf
+  rows[4][21] = inf;                                        // and a second
+  for (int64_t i = 0; i < V; i += 3) rows[5][i] = -inf;     // -inf among finite logits
+  for (int64_t i = 1; i < V; i += 4) rows[6][i] = nan;      // NaN among finite logits
+  rows[7].assign(V, 1.5f);                                  // one value everywhere
+  std::vector<Setting> settings = kGreedy;
+  settings.insert(settings.end(), kMixed.begin(), kMixed.end());
+  const int64_t R = static_cast<int64_t>(rows.size() * settings.size());
+  std::vector<float> logits;
+  // Row r has pattern r / |settings| and setting r % |settings|.
+  for (const auto& row : rows)
+    for (size_t k = 0; k < settings.size(); ++k) logits.insert(logits.end(), row.begin(), row.end());
+  check_rows(logits, R, V, settings, 5);
 #endif
 }
 

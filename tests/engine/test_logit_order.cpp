@@ -1,7 +1,6 @@
 // LogitOrder (stable radix sort on descending keys) gives exactly the comparison sort's order on
-// (logit desc, id asc): random logits of several vocabulary sizes, heavy ties, signed zeros,
-// infinities, denormals and one-element rows; and the sampler's picks over a Qwen-sized row at many
-// positions equal those of the comparison-sorted candidates.
+// (logit desc, id asc): whole rows of several vocabulary sizes (random logits, heavy ties, signed
+// zeros, infinities, denormals, one element) and subsets gathered in id order, NaN ranked as -inf.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,8 +11,7 @@
 #include <vector>
 
 #include "engine/logit_order.h"
-#include "engine/rng.h"
-#include "engine/sampler.h"
+#include "sample_rules.h"
 
 namespace shardlm {
 namespace {
@@ -25,12 +23,16 @@ std::vector<int32_t> comparison_order(const std::vector<float>& l) {
   return o;
 }
 
+// The candidate key's logit half: ascending in it is descending in x.
+uint32_t descending_key(float x) { return static_cast<uint32_t>(sampling::candidate_key(x, 0) >> 32); }
+
 TEST(LogitOrder, KeysAreMonotone) {
   const float inf = std::numeric_limits<float>::infinity();
   const std::vector<float> ascending = {-inf, -3e38f, -1.5f, -1e-40f, 0.0f, 1e-40f, 1e-30f, 2.0f, 3e38f, inf};
   for (size_t i = 0; i + 1 < ascending.size(); ++i)
     EXPECT_GT(descending_key(ascending[i]), descending_key(ascending[i + 1])) << ascending[i];
   EXPECT_EQ(descending_key(-0.0f), descending_key(0.0f));
+  EXPECT_EQ(descending_key(std::nanf("")), descending_key(-inf));
 }
 
 TEST(LogitOrder, SameOrderAsComparisonSort) {
@@ -54,43 +56,38 @@ TEST(LogitOrder, SameOrderAsComparisonSort) {
                                   : d(g) * 1e30f;
         }
       }
-      sorter.sort(l.data(), n, &got);
+      std::vector<uint64_t> keys(l.size());
+      for (size_t i = 0; i < l.size(); ++i) keys[i] = sampling::candidate_key(l[i], static_cast<uint32_t>(i));
+      sorter.sort_keys(&keys);
+      got.clear();
+      for (uint64_t k : keys) got.push_back(static_cast<int32_t>(k & 0xffffffffu));
       ASSERT_EQ(got, comparison_order(l)) << "n " << n << " kind " << kind;
     }
   }
 }
 
-TEST(LogitOrder, SamplerPicksMatchComparisonSortedCandidates) {
-  // The reference: the sampler's algorithm on comparison-sorted candidates (no filters).
-  std::mt19937 g(11);
-  std::normal_distribution<float> d(0.0f, 4.0f);
-  std::vector<float> l(151936);
-  for (float& x : l) x = d(g);
-  for (size_t i = 0; i < l.size(); i += 97) l[i] = l[i / 2];  // some ties
-  const std::vector<int32_t> order = comparison_order(l);
-  Sampler s;
-  SamplingParams p;
-  p.temperature = 0.7;
-  p.seed = 1234;
-  const double inv_t = 1.0 / p.temperature;
-  std::vector<float> probs(l.size());
-  double mass = 0;
-  for (size_t j = 0; j < l.size(); ++j) {
-    probs[j] = static_cast<float>(std::exp((l[order[j]] - l[order[0]]) * inv_t));
-    mass += probs[j];
-  }
-  for (int64_t pos = 0; pos < 300; ++pos) {
-    const double u = static_cast<double>(uniform_at(p.seed, static_cast<uint64_t>(pos))) * mass;
-    double cum = 0;
-    size_t pick = l.size() - 1;
-    for (size_t j = 0; j < l.size(); ++j) {
-      cum += probs[j];
-      if (u < cum) {
-        pick = j;
-        break;
-      }
+TEST(LogitOrder, SortKeysGivesTheOrderOfASubset) {
+  // Keys gathered in id order (as the sampler's bands gather them), small and large subsets.
+  std::mt19937 g(5);
+  std::uniform_int_distribution<int> few(-4, 4);
+  std::vector<float> l(40000);
+  for (float& x : l) x = static_cast<float>(few(g)) * 0.25f;
+  l[3] = std::nanf("");
+  LogitOrder sorter;
+  for (int every : {1, 3, 100}) {
+    std::vector<uint64_t> keys;
+    std::vector<int32_t> want;
+    for (size_t i = 0; i < l.size(); i += static_cast<size_t>(every)) {
+      keys.push_back(sampling::candidate_key(l[i], static_cast<uint32_t>(i)));
+      want.push_back(static_cast<int32_t>(i));
     }
-    EXPECT_EQ(s.sample(l.data(), static_cast<int64_t>(l.size()), p, pos).token, order[pick]) << "position " << pos;
+    std::sort(want.begin(), want.end(), [&](int32_t a, int32_t b) {
+      const float x = std::isnan(l[a]) ? -INFINITY : l[a], y = std::isnan(l[b]) ? -INFINITY : l[b];
+      return x > y || (x == y && a < b);
+    });
+    sorter.sort_keys(&keys);
+    ASSERT_EQ(keys.size(), want.size());
+    for (size_t j = 0; j < keys.size(); ++j) ASSERT_EQ(static_cast<int32_t>(keys[j] & 0xffffffffu), want[j]) << j;
   }
 }
 

@@ -1,13 +1,26 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
+#include <random>
 #include <vector>
 
+#include "engine/rng.h"
 #include "engine/sampler.h"
+#include "sample_rules.h"
 
 namespace shardlm {
 namespace {
+
+int32_t cpu_argmax(const std::vector<float>& l) {
+  int32_t best = 0;
+  for (size_t i = 0; i < l.size(); ++i) {
+    if (l[i] > l[best] || std::isnan(l[best])) best = static_cast<int32_t>(i);
+  }
+  return best;
+}
 
 std::vector<float> logits_of(const std::vector<double>& probs) {
   std::vector<float> l;
@@ -90,6 +103,127 @@ TEST(Sampler, SameSeedAndPositionSameToken) {
   int differ = 0;
   for (int pos = 0; pos < 200; ++pos) differ += a.sample(l.data(), 1000, p, pos).token != b.sample(l.data(), 1000, q, pos).token;
   EXPECT_GT(differ, 50);
+}
+
+// The rule of sampler.h written the plainest way: the whole row comparison-sorted once, libm's
+// exp, integer prefix sums walked in order. picks(p, n) gives the tokens at positions 0..n-1.
+class ReferenceSampler {
+ public:
+  explicit ReferenceSampler(const std::vector<float>& l) : l_(l), order_(l.size()) {
+    std::iota(order_.begin(), order_.end(), 0);
+    auto rank = [&](int32_t i) { return std::isnan(l_[i]) ? -INFINITY : l_[i]; };
+    std::stable_sort(order_.begin(), order_.end(), [&](int32_t a, int32_t b) { return rank(a) > rank(b); });
+  }
+
+  std::vector<int32_t> picks(const SamplingParams& p, int64_t positions) const {
+    const double top = std::isnan(l_[order_[0]]) ? -INFINITY : l_[order_[0]];
+    if (!std::isfinite(top)) return std::vector<int32_t>(static_cast<size_t>(positions), order_[0]);
+    const int64_t V = static_cast<int64_t>(l_.size());
+    std::vector<float> prob(l_.size());
+    std::vector<int64_t> w(l_.size());
+    for (int64_t j = 0; j < V; ++j) {
+      const float x = l_[order_[j]];
+      const double d = (static_cast<double>(x) - top) * (1.0 / p.temperature);
+      prob[j] = std::isnan(x) ? 0.0f : static_cast<float>(std::exp(d));
+      w[j] = prob[j] > 0 ? static_cast<int64_t>(static_cast<double>(prob[j]) * 0x1p40) : 0;
+    }
+    int64_t n = V;
+    if (p.top_k > 0 && p.top_k < V) n = p.top_k;
+    if (p.top_p < 1.0) {
+      const int64_t mass = std::accumulate(w.begin(), w.begin() + n, int64_t{0});
+      int64_t cum = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        cum += w[j];
+        if (static_cast<double>(cum) >= p.top_p * static_cast<double>(mass)) {
+          n = j + 1;
+          break;
+        }
+      }
+    }
+    if (p.min_p > 0.0) {
+      int64_t last = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        if (prob[j] >= p.min_p * static_cast<double>(prob[0])) last = j;
+      }
+      n = last + 1;
+    }
+    const int64_t mass = std::accumulate(w.begin(), w.begin() + n, int64_t{0});
+    std::vector<int32_t> out;
+    for (int64_t pos = 0; pos < positions; ++pos) {
+      const double u =
+          static_cast<double>(uniform_at(p.seed, static_cast<uint64_t>(pos))) * static_cast<double>(mass);
+      int64_t cum = 0, j = 0;
+      while (j < n - 1) {
+        cum += w[j];
+        if (static_cast<double>(cum) > u) break;
+        ++j;
+      }
+      out.push_back(order_[j]);
+    }
+    return out;
+  }
+
+ private:
+  const std::vector<float>& l_;
+  std::vector<int32_t> order_;
+};
+
+// Rows of many shapes (wide and narrow spreads, heavy ties, one value everywhere, -inf and NaN
+// entries, a few tokens far ahead of the rest, rows without a finite maximum; one to 151936
+// tokens) under temperature, top-k, top-p and min-p in combination: the sampler's token is the
+// reference's at every position, and its logprob the row's log-softmax.
+TEST(Sampler, FollowsTheReferenceRuleExactly) {
+  std::mt19937 g(2024);
+  const double temps[] = {0.05, 0.7, 1.0, 2.5};
+  const int64_t vocabs[] = {1, 2, 5, 100, 1000, 32000, 151936};
+  Sampler s;
+  int64_t checked = 0, off_top = 0;
+  for (int64_t V : vocabs) {
+    for (int kind = 0; kind < 10; ++kind) {
+      std::vector<float> l(static_cast<size_t>(V));
+      std::normal_distribution<float> wide(0.0f, 4.0f), narrow(0.0f, 0.02f);
+      std::uniform_int_distribution<int> few(-3, 3);
+      for (size_t i = 0; i < l.size(); ++i) {
+        switch (kind) {
+          case 0: l[i] = wide(g); break;
+          case 1: l[i] = narrow(g); break;                                 // almost flat
+          case 2: l[i] = static_cast<float>(few(g)) * 1.5f; break;          // heavy ties
+          case 3: l[i] = 2.0f; break;                                       // all equal
+          case 4: l[i] = i % 7 == 3 ? -INFINITY : wide(g) * 3.0f; break;    // -inf among a wide spread
+          case 5: l[i] = i % 11 == 5 ? std::nanf("") : wide(g); break;     // NaN among them
+          case 6: l[i] = wide(g) * 0.5f + (i % 997 == 1 ? 14.0f : 0.0f); break;  // a few far ahead
+          case 7: l[i] = std::nanf(""); break;                             // no maximum at all
+          case 8: l[i] = i % 13 == 2 ? INFINITY : wide(g); break;          // +inf: not finite
+          default: l[i] = i == 0 ? std::nanf("") : -INFINITY; break;       // nothing above -inf
+        }
+      }
+      const ReferenceSampler ref(l);
+      for (int combo = 0; combo < 12; ++combo) {
+        SamplingParams p;
+        p.temperature = temps[combo % 4];
+        p.seed = g();
+        const int64_t ks[] = {0, 0, 1, 5, 50, V - 1};
+        p.top_k = ks[std::uniform_int_distribution<int>(0, 5)(g)];
+        const double tps[] = {1.0, 1.0, 0.95, 0.5, 1e-9};
+        p.top_p = tps[std::uniform_int_distribution<int>(0, 4)(g)];
+        const double mps[] = {0.0, 0.0, 0.01, 0.3, 1.0, 1e-15};  // the last below 2^-40
+        p.min_p = mps[std::uniform_int_distribution<int>(0, 5)(g)];
+        const std::vector<int32_t> want = ref.picks(p, 25);
+        for (int64_t pos = 0; pos < 25; ++pos) {
+          const Sample got = s.sample(l.data(), V, p, pos);
+          ASSERT_EQ(got.token, want[pos])
+              << "V " << V << " kind " << kind << " T " << p.temperature << " top_k " << p.top_k << " top_p "
+              << p.top_p << " min_p " << p.min_p << " position " << pos;
+          const float want_lp = log_softmax_at(l.data(), V, got.token);  // NaN for a row holding NaN
+          ASSERT_TRUE(got.logprob == want_lp || (std::isnan(got.logprob) && std::isnan(want_lp)));
+          ++checked;
+          off_top += got.token != cpu_argmax(l);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 7 * 10 * 12 * 25);
+  EXPECT_GT(off_top, checked / 8);  // the draws reach past the most likely token
 }
 
 TEST(SamplingParams, ValidateAndResolve) {

@@ -97,29 +97,67 @@ TEST(LogitsScan, KnownMaximumGivesTheSameBits) {
   }
 }
 
-// The sampler's probabilities: each the float libm's exp gives, for a Qwen-sized row in logit
-// order at several temperatures; the sum within the sequential sum's own error bound (m roundings).
-TEST(LogitsScan, TemperatureProbsAreLibmsFloats) {
+// The sampler's probabilities: each the float libm's exp gives, for a Qwen-sized row at several
+// temperatures, at every length modulo the 16-wide groups, in index order and gathered; each band
+// the floor of 8 nats below the top (the last band for the far tail), never decreasing along the
+// candidate order; and from kWeightlessBand on, every probability below 2^-40.
+TEST(LogitsScan, TemperedProbsAreLibmsFloatsInBands) {
   const int64_t n = 151936;
-  const std::vector<float> x = normal_row(n, 3, 5.0f);
-  std::vector<int32_t> order(static_cast<size_t>(n));
-  for (int64_t j = 0; j < n; ++j) order[j] = static_cast<int32_t>(j);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
+  std::vector<float> x = normal_row(n, 3, 5.0f);
+  x[17] = -INFINITY;
+  const float top = *std::max_element(x.begin(), x.end());
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) ids[j] = static_cast<int32_t>((j * 7919) % n);  // a permutation
   for (double t : {0.05, 0.7, 1.0, 2.5}) {
     for (int64_t m : {int64_t{1}, int64_t{7}, int64_t{40}, n}) {
-      std::vector<float> probs(static_cast<size_t>(m), -1.0f);
-      const double top = x[order[0]];
-      const double sum = cpu::temperature_probs(x.data(), order.data(), m, top, 1.0 / t, probs.data());
-      size_t differ = 0;
-      double want_sum = 0;
+      std::vector<float> probs(static_cast<size_t>(m), -1.0f), gathered(static_cast<size_t>(m), -1.0f);
+      std::vector<uint16_t> band(static_cast<size_t>(m), 9999);
+      cpu::tempered_probs(x.data(), m, top, 1.0 / t, probs.data());
+      cpu::tempered_probs_at(x.data(), ids.data(), m, top, 1.0 / t, gathered.data());
+      cpu::temperature_bands(x.data(), m, top, 1.0 / t, band.data());
+      size_t differ = 0, gather_differ = 0, band_differ = 0, heavy_tail = 0;
       for (int64_t j = 0; j < m; ++j) {
-        const float want = static_cast<float>(std::exp((x[order[j]] - top) * (1.0 / t)));
-        differ += probs[j] != want;
-        want_sum += want;
+        const double d = (static_cast<double>(x[j]) - top) * (1.0 / t);
+        differ += probs[j] != static_cast<float>(std::exp(d));
+        gather_differ += gathered[j] != static_cast<float>(std::exp((static_cast<double>(x[ids[j]]) - top) * (1.0 / t)));
+        const double want_band = std::min(std::floor(-d * cpu::kBandsPerNat), double{cpu::kBands - 1});
+        band_differ += band[j] != static_cast<uint16_t>(want_band);
+        heavy_tail += band[j] >= cpu::kWeightlessBand && probs[j] >= 0x1p-40f;
       }
       EXPECT_EQ(differ, 0u) << "T " << t << " m " << m;
-      EXPECT_NEAR(sum, want_sum, want_sum * static_cast<double>(m) * 0x1p-52) << "T " << t << " m " << m;
-      EXPECT_EQ(probs[0], 1.0f);
+      EXPECT_EQ(gather_differ, 0u) << "T " << t << " m " << m;
+      EXPECT_EQ(band_differ, 0u) << "T " << t << " m " << m;
+      EXPECT_EQ(heavy_tail, 0u) << "T " << t << " m " << m;
     }
   }
+  std::vector<float> probs(static_cast<size_t>(n));
+  std::vector<uint16_t> band(static_cast<size_t>(n));
+  cpu::tempered_probs(x.data(), n, top, 1.0 / 0.7, probs.data());
+  cpu::temperature_bands(x.data(), n, top, 1.0 / 0.7, band.data());
+  EXPECT_EQ(probs[std::max_element(x.begin(), x.end()) - x.begin()], 1.0f);
+  EXPECT_EQ(probs[17], 0.0f);
+  EXPECT_EQ(band[17], cpu::kBands - 1);
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) order[j] = j;
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
+  for (int64_t j = 1; j < n; ++j) ASSERT_LE(band[order[j - 1]], band[order[j]]) << "at " << j;
+  // The weightless band's edge itself: exp(-27.75) is below 2^-40.
+  const float edge[2] = {0.0f, -27.75f};
+  float pe[2];
+  uint16_t be[2];
+  cpu::tempered_probs(edge, 2, 0.0, 1.0, pe);
+  cpu::temperature_bands(edge, 2, 0.0, 1.0, be);
+  EXPECT_EQ(be[1], cpu::kWeightlessBand);
+  EXPECT_LT(pe[1], 0x1p-40f);
+  // NaN: probability 0 (no weight), the last band.
+  const float nan_row[3] = {std::nanf(""), 0.0f, -1.0f};
+  float p3[3];
+  uint16_t b3[3];
+  cpu::tempered_probs(nan_row, 3, 0.0, 1.0, p3);
+  cpu::temperature_bands(nan_row, 3, 0.0, 1.0, b3);
+  EXPECT_EQ(p3[0], 0.0f);
+  EXPECT_EQ(b3[0], cpu::kBands - 1);
+  EXPECT_EQ(p3[1], 1.0f);
+  EXPECT_EQ(b3[1], 0);
+  EXPECT_EQ(b3[2], cpu::kBandsPerNat);
 }

@@ -1,0 +1,44 @@
+// The temperature sampler's rules that the host (src/engine/sampler.cpp) and the device
+// (kernels/cuda/sampling.cu) samplers share, in a header both compilers build, so that the two
+// choose the same token from the same probabilities.
+//
+// Candidates are ordered by logit descending, ties by ascending id: a total order, one 64-bit key
+// per token. Each candidate weighs its tempered probability p = exp((logit - max) / T) (a float in
+// [0, 1], 1 for the first) in fixed point, trunc(p * 2^40), so every sum the sampler takes (the
+// mass of a prefix, a cumulative share) is an exact integer: the same in any order of addition,
+// sequential on the host or a tree of atomics on the device. 2^-40 of the most likely token is
+// far below what the 24-bit uniform draw resolves (2^-24 of the mass).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "host_device.h"
+
+namespace shardlm::sampling {
+
+// Weights sum below 2^63 for vocabularies up to this.
+constexpr int64_t kMaxVocab = int64_t{1} << 22;
+
+// The position of token `id` in the candidate order: smaller is earlier. NaN ranks as -inf; -0
+// and +0 are equal.
+SHARDLM_HD inline uint64_t candidate_key(float v, uint32_t id) {
+  if (v != v) v = -INFINITY;
+  if (v == 0.0f) v = 0.0f;
+#ifdef __CUDA_ARCH__
+  const uint32_t u = __float_as_uint(v);
+#else
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+#endif
+  // Negative floats order reversed by their bits, non-negative ones directly: this is ascending
+  // in v, its complement descending.
+  const uint32_t ascending = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<uint64_t>(~ascending) << 32) | id;
+}
+
+// A candidate's weight from its tempered probability p: 0 for p = 0 or NaN.
+SHARDLM_HD inline int64_t weight(float p) { return p > 0.0f ? static_cast<int64_t>(p * 0x1p40f) : 0; }
+
+}  // namespace shardlm::sampling
