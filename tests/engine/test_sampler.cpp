@@ -5,6 +5,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/rng.h"
@@ -224,6 +225,22 @@ TEST(Sampler, FollowsTheReferenceRuleExactly) {
   }
   EXPECT_EQ(checked, 7 * 10 * 12 * 25);
   EXPECT_GT(off_top, checked / 8);  // the draws reach past the most likely token
+}
+
+// Above 2^22 tokens the weights could overflow their 64-bit sums: a clear error, not a wrong token.
+TEST(Sampler, RefusesVocabulariesPastTheWeightBound) {
+  Sampler s;
+  SamplingParams p;
+  p.temperature = 1.0;
+  std::vector<float> l(static_cast<size_t>(sampling::kMaxVocab + 1), 0.0f);
+  try {
+    s.sample(l.data(), static_cast<int64_t>(l.size()), p, 0);
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("vocabulary of 4194305"), std::string::npos) << e.what();
+  }
+  p.temperature = 0.0;  // greedy sums nothing
+  EXPECT_EQ(s.sample(l.data(), static_cast<int64_t>(l.size()), p, 0).token, 0);
 }
 
 TEST(SamplingParams, ValidateAndResolve) {
