@@ -3,11 +3,11 @@
 // choose the same token from the same probabilities.
 //
 // Candidates are ordered by logit descending, ties by ascending id: a total order, one 64-bit key
-// per token. Each candidate weighs its tempered probability p = exp((logit - max) / T) (a float in
-// [0, 1], 1 for the first) in fixed point, trunc(p * 2^40), so every sum the sampler takes (the
-// mass of a prefix, a cumulative share) is an exact integer: the same in any order of addition,
-// sequential on the host or a tree of atomics on the device. 2^-40 of the most likely token is
-// far below what the 24-bit uniform draw resolves (2^-24 of the mass).
+// per token. Each candidate weighs its tempered probability p = exp((logit - max) * (1 / T)) (a
+// float in [0, 1], 1 for the first) in fixed point, trunc(p * 2^40), so every sum the sampler
+// takes (the mass of a prefix, a cumulative share) is an exact integer: the same in any order of
+// addition, sequential on the host or a tree of reductions on the device. 2^-40 of the most likely
+// token is far below what the 24-bit uniform draw resolves (2^-24 of the mass).
 #pragma once
 
 #include <cmath>

@@ -15,7 +15,9 @@ constexpr int kThreads = 512;
 using u64 = unsigned long long;
 
 // The position of token j in the candidate order: smaller is earlier (NaN as -inf, -0 as +0).
-__device__ inline u64 order_key(float v, int64_t j) { return sampling::candidate_key(v, static_cast<uint32_t>(j)); }
+__device__ inline u64 order_key(float v, int64_t j) {
+  return sampling::candidate_key(v, static_cast<uint32_t>(j));
+}
 
 // log_softmax(x)[i] as the host computes it (log_softmax_at): fp32 max, fp64 sum of exp(x - max)
 // (the host's exponentials are fp32 within 1 ulp, these fp64: the results differ by about 1e-7).
@@ -108,7 +110,9 @@ __global__ void __launch_bounds__(kThreads)
     int64_t token = greedy;
     if (sp.temperature > 0.0 && best != ~0ull && isfinite(x[best_id]) && isfinite(inv_t)) {
       const double top = x[best_id];
-      for (int64_t j = tid; j < V; j += nt) p[j] = isnan(x[j]) ? 0.0f : static_cast<float>(exp((x[j] - top) * inv_t));
+      for (int64_t j = tid; j < V; j += nt) {
+        p[j] = isnan(x[j]) ? 0.0f : static_cast<float>(exp((x[j] - top) * inv_t));  // NaN weighs nothing
+      }
       __syncthreads();
 
       u64 last = worst;  // key of the last candidate kept so far

@@ -2,7 +2,7 @@
 // filtering, drawing from the counter-based stream of (seed, position).
 //
 // The rule, which the CUDA sampler (kernels/cuda/sampling.h) follows too: candidates in order of
-// logit (descending, ties by id), each with probability p = exp((logit - max) / T) rounded to
+// logit (descending, ties by id), each with probability p = exp((logit - max) * (1 / T)) rounded to
 // float (1 for the first) and weight trunc(2^40 p) (kernels/sample_rules.h). Then, on the exact
 // integer sums of the weights:
 //   top-k keeps the first k;
