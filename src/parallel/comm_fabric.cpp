@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
+#include <string>
 #include <thread>
 
 #include "core/error.h"
@@ -74,7 +76,7 @@ void reduce_in_order(void* acc, const std::vector<const char*>& src, size_t len,
 // The operations of one call, released (freed, or left to finish) when the batch goes.
 class FabricCommunicator::Batch {
  public:
-  explicit Batch(FabricEndpoint* ep, bool collective) : ep_(ep), collective_(collective) {}
+  Batch(FabricEndpoint* ep, bool collective, const char* op) : ep_(ep), collective_(collective), op_(op) {}
   ~Batch() { clear(); }
   Batch(const Batch&) = delete;
   Batch& operator=(const Batch&) = delete;
@@ -84,12 +86,13 @@ class FabricCommunicator::Batch {
   }
   FabricEndpoint* ep_;
   bool collective_;
+  const char* op_;  // the call's name, for the watchdog
   std::vector<FabricOp*> ops_;
 };
 
 class FabricRequest final : public CommRequest {
  public:
-  FabricRequest(FabricCommunicator& c, const char* op) : c_(c), op_(op), b_(c.ep_.get(), false) {}
+  FabricRequest(FabricCommunicator& c, const char* op) : c_(c), op_(op), b_(c.ep_.get(), false, op) {}
   void wait() override {
     c_.wait(b_, op_);
     b_.clear();
@@ -119,6 +122,8 @@ FabricCommunicator::FabricCommunicator(const std::vector<int>& members, std::str
       max_piece_(kPieceCap) {
   SHARDLM_CHECK(size() <= kMaxGroup,
                 "fabric communicator " << name << ": " << size() << " members, at most " << kMaxGroup);
+  watchdog_ = std::make_unique<CommWatchdog>(size() > 1 ? CommWatchdog::limit_for(timeout_s) : 0,
+                                             [this](const char* op) { return stuck_text(op); });
   if (size() == 1) return;
   // Rank 0 chooses the provider (FI_PROVIDER and libfabric's order apply there), everyone opens it.
   // A group on one node, with no FI_PROVIDER, takes shm: libfabric's order puts the network
@@ -192,6 +197,22 @@ FabricCommunicator::FabricCommunicator(const std::vector<int>& members, std::str
 
 FabricCommunicator::~FabricCommunicator() = default;
 
+std::string FabricCommunicator::stuck_text(const char* op) const {
+  // Which peers are pending is the calling thread's to know, and it is stuck: name every other
+  // member, as a collective's timeout would when none has answered.
+  std::ostringstream peers;
+  peers << (size() == 2 ? "world rank " : "world ranks ");
+  for (int r = 0, n = 0; r < size(); ++r) {
+    if (r != rank()) peers << (n++ ? ", " : "") << members_[static_cast<size_t>(r)];
+  }
+  std::ostringstream m;
+  m << (op ? op : "a call") << " on group " << name() << " timed out after " << timeout_s_ << " s on world rank "
+    << members_[static_cast<size_t>(rank())] << " (host " << MpiEnv::host() << "); peers: " << peers.str()
+    << " (the call had not come back from libfabric provider " << (ep_ ? ep_->provider() : std::string("?"))
+    << " after " << CommWatchdog::limit_for(timeout_s_) << " s, so its own deadline could not end it)";
+  return m.str();
+}
+
 bool FabricCommunicator::on_one_node() {
   // FNV-1a of the host name, all-gathered: equal everywhere means one node.
   uint64_t h = 1469598103934665603ull;
@@ -242,24 +263,42 @@ void FabricCommunicator::check_peer(int r, const char* op) const {
 }
 
 void FabricCommunicator::post_send(Batch& b, const void* buf, size_t bytes, int peer, uint64_t tag) {
+  CommWatchdog::Busy busy(*watchdog_, b.op_);
   size_t off = 0;
-  do {
-    const size_t len = std::min(max_piece_, bytes - off);
-    b.ops_.push_back(ep_->post_send(static_cast<const char*>(buf) + off, len, peer, tag, timeout_s_));
-    off += len;
-  } while (off < bytes);
+  try {
+    do {
+      const size_t len = std::min(max_piece_, bytes - off);
+      b.ops_.push_back(ep_->post_send(static_cast<const char*>(buf) + off, len, peer, tag, timeout_s_));
+      off += len;
+    } while (off < bytes);
+  } catch (const Error& e) {
+    post_failed(b, "send to ", peer, e);
+  }
 }
 
 void FabricCommunicator::post_recv(Batch& b, void* buf, size_t bytes, int peer, uint64_t tag) {
+  CommWatchdog::Busy busy(*watchdog_, b.op_);
   size_t off = 0;
-  do {
-    const size_t len = std::min(max_piece_, bytes - off);
-    b.ops_.push_back(ep_->post_recv(static_cast<char*>(buf) + off, len, peer, tag, timeout_s_));
-    off += len;
-  } while (off < bytes);
+  try {
+    do {
+      const size_t len = std::min(max_piece_, bytes - off);
+      b.ops_.push_back(ep_->post_recv(static_cast<char*>(buf) + off, len, peer, tag, timeout_s_));
+      off += len;
+    } while (off < bytes);
+  } catch (const Error& e) {
+    post_failed(b, "receive from ", peer, e);
+  }
+}
+
+void FabricCommunicator::post_failed(const Batch& b, const char* direction, int peer, const Error& e) const {
+  // The endpoint knows the provider's answer (a full queue past the deadline, an error code); the
+  // call, the group and the peer are known here.
+  SHARDLM_FAIL(b.op_ << " on group " << name() << " failed on world rank " << members_[static_cast<size_t>(rank())]
+                     << " (host " << MpiEnv::host() << "): " << direction << peer_text(peer) << ": " << e.what());
 }
 
 void FabricCommunicator::wait(Batch& b, const char* op) {
+  CommWatchdog::Busy busy(*watchdog_, op);
   using Clock = std::chrono::steady_clock;
   constexpr double kSpinSeconds = 2e-3;
   const auto t0 = Clock::now();
@@ -320,7 +359,7 @@ void FabricCommunicator::reduce_blocks(const void* in, const std::vector<size_t>
   const size_t es = comm_dtype_size(t);
   const size_t mine = lens[static_cast<size_t>(me)];
   scratch_.resize(static_cast<size_t>(n) * mine * es);
-  Batch b(ep_.get(), true);
+  Batch b(ep_.get(), true, what);
   for (int q = 0; q < n; ++q) {
     if (q == me) continue;
     post_recv(b, scratch_.data() + static_cast<size_t>(q) * mine * es, mine * es, q, collective_tag(seq, 0, q));
@@ -363,7 +402,7 @@ void FabricCommunicator::all_reduce(void* buf, size_t count, CommDType t, Reduce
     lens[b] = count * (b + 1) / n - offs[b];
   }
   reduce_blocks(buf, offs, lens, at(buf, offs[me], es), t, op, "all_reduce", seq);
-  Batch b(ep_.get(), true);
+  Batch b(ep_.get(), true, "all_reduce");
   for (size_t q = 0; q < n; ++q)
     if (q != me)
       post_recv(b, at(buf, offs[q], es), lens[q] * es, static_cast<int>(q),
@@ -399,7 +438,7 @@ void FabricCommunicator::all_gather(const void* send, void* recv, size_t count, 
   if (size() == 1) return;
   const uint32_t seq = seq_++;
   if (count == 0) return;
-  Batch b(ep_.get(), true);
+  Batch b(ep_.get(), true, "all_gather");
   for (size_t q = 0; q < n; ++q)
     if (q != me)
       post_recv(b, at(recv, q * count, es), count * es, static_cast<int>(q),
@@ -447,7 +486,7 @@ void FabricCommunicator::exchange(const void* send, const std::vector<size_t>& s
   const uint32_t seq = seq_++;
   // Every pair exchanges a message, empty ones too: a count the two sides disagree on then fails
   // the call (a length mismatch) instead of leaving a message behind.
-  Batch b(ep_.get(), true);
+  Batch b(ep_.get(), true, what);
   for (size_t q = 0; q < n; ++q)
     if (q != me)
       post_recv(b, at(recv, recv_displs[q], es), recv_counts[q] * es, static_cast<int>(q),
@@ -474,7 +513,7 @@ void FabricCommunicator::broadcast(void* buf, size_t count, CommDType t, int roo
   int mask = 1;
   while (mask < n) {
     if (rel & mask) {
-      Batch b(ep_.get(), true);
+      Batch b(ep_.get(), true, "broadcast");
       const int parent = (rel - mask + root) % n;
       post_recv(b, buf, count * es, parent, collective_tag(seq, 0, parent));
       wait(b, "broadcast");
@@ -482,7 +521,7 @@ void FabricCommunicator::broadcast(void* buf, size_t count, CommDType t, int roo
     }
     mask <<= 1;
   }
-  Batch b(ep_.get(), true);
+  Batch b(ep_.get(), true, "broadcast");
   for (mask >>= 1; mask > 0; mask >>= 1)
     if (rel + mask < n) post_send(b, buf, count * es, (rel + mask + root) % n, collective_tag(seq, 0, rank()));
   wait(b, "broadcast");
@@ -512,7 +551,7 @@ void FabricCommunicator::send_recv(const void* send, size_t send_count, int dest
   check_peer(source, "send_recv");
   const size_t es = comm_dtype_size(t);
   StatScope st(stats_, send_count * es);
-  Batch b(ep_.get(), false);
+  Batch b(ep_.get(), false, "send_recv");
   post_recv(b, recv, recv_count * es, source, p2p_tag(tag, source));
   post_send(b, send, send_count * es, dest, p2p_tag(tag, rank()));
   wait(b, "send_recv");
@@ -526,7 +565,7 @@ void FabricCommunicator::barrier() {
   const int n = size(), me = rank();
   int round = 0;
   for (int k = 1; k < n; k <<= 1, ++round) {
-    Batch b(ep_.get(), true);
+    Batch b(ep_.get(), true, "barrier");
     const int from = (me - k + n) % n;
     post_recv(b, nullptr, 0, from, collective_tag(seq, round, from));
     post_send(b, nullptr, 0, (me + k) % n, collective_tag(seq, round, me));

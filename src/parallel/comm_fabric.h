@@ -27,7 +27,9 @@
 //
 // Every wait has the communicator's deadline; a timeout or a failed completion throws Error naming
 // the operation, the group, this rank, its world rank and host, and the peers still pending. The
-// top level then aborts the job. Device buffers are staged by StagedCommunicator (comm_registry).
+// top level then aborts the job. A call that does not come back from libfabric at all (a shm send
+// spinning on a lock a stopped peer holds) is ended by a CommWatchdog at twice the deadline, with
+// the same message. Device buffers are staged by StagedCommunicator (comm_registry).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "parallel/comm_watchdog.h"
 #include "parallel/communicator.h"
 
 namespace shardlm {
@@ -99,9 +103,13 @@ class FabricCommunicator final : public Communicator {
   void wait(Batch& b, const char* op);
   void post_send(Batch& b, const void* buf, size_t bytes, int peer, uint64_t tag);
   void post_recv(Batch& b, void* buf, size_t bytes, int peer, uint64_t tag);
+  // Rethrows an endpoint's refusal to post with the call, the group, this rank and the peer.
+  [[noreturn]] void post_failed(const Batch& b, const char* direction, int peer, const Error& e) const;
   void check_peer(int r, const char* op) const;
   bool on_one_node();  // collective over the bootstrap communicator
   std::string peer_text(int group_rank) const;
+  // The watchdog's abort message for a call to `op` that never came back from libfabric.
+  std::string stuck_text(const char* op) const;
   // all_to_all(v) without the statistics: this rank's own block copied, one message per pair.
   void exchange(const void* send, const std::vector<size_t>& send_counts, const std::vector<size_t>& send_displs,
                 void* recv, const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs, CommDType t,
@@ -114,6 +122,7 @@ class FabricCommunicator final : public Communicator {
 
   std::unique_ptr<MpiCommunicator> boot_;
   std::unique_ptr<FabricEndpoint> ep_;
+  std::unique_ptr<CommWatchdog> watchdog_;  // ends the job if a call never returns from libfabric
   std::vector<int> members_;
   double timeout_s_;
   size_t max_piece_;

@@ -159,6 +159,20 @@ FaultRun run_with_fault(int sig, const std::string& tag, double comm_timeout, co
     if (ranks.size() == 2 && test::read_file(log).find("[shardlm] replica 0:") != std::string::npos) break;
   }
   if (ranks.count(1)) kill(ranks[1], sig);
+  // A job that has not ended 90 s on has hung: its ranks are killed so that the test fails now (on
+  // its time) instead of at the CTest timeout.
+  const auto t_sig = std::chrono::steady_clock::now();
+  auto alive = [&] {
+    for (const auto& [rank, pid] : ranks) {
+      if (kill(pid, 0) == 0) return true;
+    }
+    return false;
+  };
+  while (alive() && std::chrono::steady_clock::now() - t_sig < std::chrono::seconds(90))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (alive()) {
+    for (const auto& [rank, pid] : ranks) kill(pid, SIGKILL);
+  }
   FaultRun r;
   const int st = pclose(f);
   r.proc.out = test::read_file(log);
