@@ -11,9 +11,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/attention_rows.h"
+#include "cpu/cache_rows.h"
 #include "cpu/reduce_util.h"
 
 namespace shardlm::cpu::detail {
@@ -30,8 +32,18 @@ inline int64_t slot_of(const int32_t* bt, int64_t p, int64_t block_size) {
 // until its line arrives, and a round's 64 lines filled them, so long decode attention ran at the
 // rate one core's L1 misses allow (9 GB/s a thread, 18 GB/s on two threads against 37 GB/s);
 // into L2 it reached 33 GB/s (EPYC, 1 x 32768 positions, 8 KV heads x 64).
-inline void prefetch_row(const float* p, int64_t n) {
-  for (int64_t d = 0; d < n; d += 16) __builtin_prefetch(p + d, 0, 2);
+template <class E>
+inline void prefetch_row(const E* p, int64_t n) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (int64_t b = 0; b < n * int64_t{sizeof(E)}; b += 64) __builtin_prefetch(c + b, 0, 2);
+}
+
+// A cache row of n elements as fp32: the row itself for fp32, else widened into slot j of buf.
+inline const float* row_as_f32(const float* row, int64_t, std::vector<float>&, int64_t) { return row; }
+inline const float* row_as_f32(const uint16_t* row, int64_t n, std::vector<float>& buf, int64_t j) {
+  float* dst = buf.data() + j * n;
+  widen_row(row, n, dst);
+  return dst;
 }
 
 // Tiles of tokens: runs of up to max_tokens consecutive tokens with the same block table (one
@@ -60,12 +72,14 @@ struct TileScratch {
   std::vector<float> sc;
   std::vector<const float*> rows;
   std::vector<float> zero;  // the row scored past the last position of a round
+  std::vector<float> kbuf, vbuf;  // a bf16 cache's rows of a round, widened
 };
 
 // Attention for tokens [ta, tb) (one sequence) and heads g in [0, G):
 //  - token t attends to [first(t), pos[t]] (pos[t] < 0: a padding token, output zeros);
 //  - key(p), value(p): the cache rows of position p the scores and the outputs read (value rows
-//    are `width` floats, key rows at least key_width);
+//    are `width` elements, key rows at least key_width), as const float* or, for a bf16 cache, as
+//    const uint16_t* (widened a round at a time, so score and the outputs always see fp32);
 //  - score(qs, nq, rows, x): x[j] = the 16 scaled scores of (token, head) qs[j] against key rows
 //    rows[0..16), for nq = 1 or 2 (rows past the round's last position are a zero row); pairs
 //    let a kernel load each row chunk once for two queries (dot16_x16_n<2>);
@@ -88,11 +102,17 @@ void attend_tile(int64_t ta, int64_t tb, int64_t G, const int32_t* pos, First fi
   if (static_cast<int64_t>(s.zero.size()) < key_width) s.zero.assign(static_cast<size_t>(key_width), 0.0f);
   const int64_t block = std::clamp<int64_t>(kValueBytes / (width * int64_t{sizeof(float)}), kRound, 64);
   s.rows.resize(static_cast<size_t>(std::max(block, kRound)));
+  using E = std::remove_cv_t<std::remove_pointer_t<decltype(key(int64_t{0}))>>;
+  static_assert(std::is_same_v<E, float> || std::is_same_v<E, uint16_t>, "cache rows are fp32 or bf16");
+  if constexpr (!std::is_same_v<E, float>) {
+    s.kbuf.resize(static_cast<size_t>(kRound * key_width));
+    s.vbuf.resize(static_cast<size_t>(block * width));
+  }
 
   for (int64_t base = P0; base <= P1; base += kRound) {
     const int64_t cnt = std::min(kRound, P1 - base + 1);
     for (int64_t j = 0; j < kRound; ++j) {
-      s.rows[j] = j < cnt ? key(base + j) : s.zero.data();
+      s.rows[j] = j < cnt ? row_as_f32(key(base + j), key_width, s.kbuf, j) : s.zero.data();
       if (base + kRound + j <= P1) prefetch_row(key(base + kRound + j), key_width);
     }
     // The (token, head) pairs that attend to this round, scored two at a time.
@@ -125,7 +145,7 @@ void attend_tile(int64_t ta, int64_t tb, int64_t G, const int32_t* pos, First fi
   for (int64_t base = P0; base <= P1; base += block) {
     const int64_t cnt = std::min(block, P1 - base + 1);
     for (int64_t j = 0; j < cnt; ++j) {
-      s.rows[j] = value(base + j);
+      s.rows[j] = row_as_f32(value(base + j), width, s.vbuf, j);
       if (base + block + j <= P1) prefetch_row(value(base + block + j), width);
     }
     AccRow acc[kAccRows];

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "cpu/attention_tile.h"
@@ -21,19 +20,21 @@ constexpr int64_t kTileTokens = 8;  // tokens of one sequence (a prefill chunk) 
 }  // namespace
 
 void latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots, int64_t kv_lora,
-                        int64_t rope_dim, float* cache) {
+                        int64_t rope_dim, void* cache, CacheElem elem) {
   const int64_t row = kv_lora + rope_dim;
   for (int64_t t = 0; t < T; ++t) {
     if (slots[t] < 0) continue;  // padding token: nothing to store
-    float* dst = cache + slots[t] * row;
-    std::memcpy(dst, latent + t * kv_lora, kv_lora * sizeof(float));
-    std::memcpy(dst + kv_lora, k_rope + t * rope_dim, rope_dim * sizeof(float));
+    detail::store_row(latent + t * kv_lora, kv_lora, elem, cache, slots[t] * row);
+    detail::store_row(k_rope + t * rope_dim, rope_dim, elem, cache, slots[t] * row + kv_lora);
   }
 }
 
-void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora,
-                      int64_t rope_dim, const float* cache, int64_t block_size, const int32_t* const* block_table,
-                      const int32_t* pos, float scale, float* out) {
+namespace {
+
+template <class E>
+void attend(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora, int64_t rope_dim,
+            const E* cache, int64_t block_size, const int32_t* const* block_table, const int32_t* pos, float scale,
+            float* out) {
   const int64_t row = kv_lora + rope_dim;
   const std::vector<int64_t> tile = detail::token_tiles(block_table, T, kTileTokens);
   const int64_t tiles = static_cast<int64_t>(tile.size()) - 1;
@@ -75,6 +76,20 @@ void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int
           },
           [&](int64_t t, int64_t g) { return out + (t * n_heads + h0 + g) * kv_lora; }, scratch);
     }
+  }
+}
+
+}  // namespace
+
+void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora,
+                      int64_t rope_dim, const void* cache, CacheElem elem, int64_t block_size,
+                      const int32_t* const* block_table, const int32_t* pos, float scale, float* out) {
+  if (elem == CacheElem::BF16) {
+    attend(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, static_cast<const uint16_t*>(cache), block_size,
+           block_table, pos, scale, out);
+  } else {
+    attend(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, static_cast<const float*>(cache), block_size, block_table,
+           pos, scale, out);
   }
 }
 

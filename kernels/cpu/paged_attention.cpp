@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "cpu/attention_tile.h"
@@ -11,18 +10,20 @@
 namespace shardlm::cpu {
 
 void kv_cache_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
-                    int64_t head_dim, int64_t block_size, float* k_cache, float* v_cache) {
+                    int64_t head_dim, int64_t block_size, void* k_cache, void* v_cache, CacheElem elem) {
   for (int64_t t = 0; t < T; ++t) {
     if (slots[t] < 0) continue;  // padding token: nothing to store
     const int64_t block = slots[t] / block_size, offset = slots[t] % block_size;
     for (int64_t h = 0; h < n_kv_heads; ++h) {
       const int64_t dst = ((block * n_kv_heads + h) * block_size + offset) * head_dim;
       const int64_t src = (t * n_kv_heads + h) * head_dim;
-      std::memcpy(k_cache + dst, k + src, head_dim * sizeof(float));
-      std::memcpy(v_cache + dst, v + src, head_dim * sizeof(float));
+      detail::store_row(k + src, head_dim, elem, k_cache, dst);
+      detail::store_row(v + src, head_dim, elem, v_cache, dst);
     }
   }
 }
+
+namespace {
 
 // Tokens of one sequence (a prefill chunk) that share each cache row read.
 constexpr int64_t kTileTokens = 8;
@@ -33,9 +34,10 @@ constexpr int64_t kTileTokens = 8;
 // softmax in fp32, probabilities normalised, then out = sum_j p_j v_j accumulated in increasing
 // position order. So the result does not depend on the tiles, the head runs or the thread count,
 // i.e. on what else the step holds.
-void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                     const float* k_cache, const float* v_cache, int64_t block_size, const int32_t* const* block_table,
-                     const int32_t* pos, int64_t window, float scale, float* out) {
+template <class E>
+void attend(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const E* k_cache,
+            const E* v_cache, int64_t block_size, const int32_t* const* block_table, const int32_t* pos, int64_t window,
+            float scale, float* out) {
   const int64_t group = n_heads / n_kv_heads;
   const int64_t block_floats = n_kv_heads * block_size * head_dim;
   const std::vector<int64_t> tile = detail::token_tiles(block_table, T, kTileTokens);
@@ -56,8 +58,8 @@ void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_he
       const int64_t h0 = kvh * group + i % splits * run, h1 = std::min(h0 + run, (kvh + 1) * group);
       if (h1 <= h0) continue;
       const int32_t* bt = block_table[tile[ti]];
-      const float* k_head = k_cache + kvh * block_size * head_dim;
-      const float* v_head = v_cache + kvh * block_size * head_dim;
+      const E* k_head = k_cache + kvh * block_size * head_dim;
+      const E* v_head = v_cache + kvh * block_size * head_dim;
       auto row_of = [&](int64_t p) { return bt[p / block_size] * block_floats + p % block_size * head_dim; };
       detail::attend_tile(
           tile[ti], tile[ti + 1], h1 - h0, pos,
@@ -76,6 +78,20 @@ void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_he
           },
           [&](int64_t t, int64_t g) { return out + (t * n_heads + h0 + g) * head_dim; }, scratch);
     }
+  }
+}
+
+}  // namespace
+
+void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                     const void* k_cache, const void* v_cache, CacheElem elem, int64_t block_size,
+                     const int32_t* const* block_table, const int32_t* pos, int64_t window, float scale, float* out) {
+  if (elem == CacheElem::BF16) {
+    attend(q, T, n_heads, n_kv_heads, head_dim, static_cast<const uint16_t*>(k_cache),
+           static_cast<const uint16_t*>(v_cache), block_size, block_table, pos, window, scale, out);
+  } else {
+    attend(q, T, n_heads, n_kv_heads, head_dim, static_cast<const float*>(k_cache), static_cast<const float*>(v_cache),
+           block_size, block_table, pos, window, scale, out);
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "cache_bf16.h"
 #include "cuda/attention_partitions.h"
 #include "cuda/warp_sum16.h"
 
@@ -78,16 +79,32 @@ __device__ inline GqaBlock gqa_block(int64_t n_heads, int64_t n_kv_heads, int he
   return g;
 }
 
+// Element i of a KV cache side as fp32: the cache holds fp32, or bf16 (bf16 true, uniform over
+// the launch) widened exactly as the CPU kernels widen it (cache_bf16.h).
+__device__ __forceinline__ float cache_load(const void* cache, int64_t i, bool bf16) {
+  return bf16 ? cache_bf16::widen(static_cast<const uint16_t*>(cache)[i]) : static_cast<const float*>(cache)[i];
+}
+
+// Stores v at element i of a KV cache side, rounded as the CPU kernels round it for bf16.
+__device__ __forceinline__ void cache_store(void* cache, int64_t i, float v, bool bf16) {
+  if (bf16) {
+    static_cast<uint16_t*>(cache)[i] = cache_bf16::round(v);
+  } else {
+    static_cast<float*>(cache)[i] = v;
+  }
+}
+
 // GQA: the whole block stages the K and V rows of KV head kvh at positions [base, base + cnt) in
-// sk, sv ([cnt, head_dim] each; consecutive threads, consecutive dims of a row). row: floats per
-// cache slot (every KV head).
-__device__ inline void stage_round(float* sk, float* sv, const float* k_cache, const float* v_cache, const int32_t* bt,
-                                   int base, int cnt, int64_t block_size, int64_t row, int64_t kvh, int head_dim) {
+// sk, sv ([cnt, head_dim] each, fp32; consecutive threads, consecutive dims of a row). row:
+// elements per cache slot (every KV head).
+__device__ inline void stage_round(float* sk, float* sv, const void* k_cache, const void* v_cache, bool bf16,
+                                   const int32_t* bt, int base, int cnt, int64_t block_size, int64_t row, int64_t kvh,
+                                   int head_dim) {
   for (int i = threadIdx.x; i < cnt * head_dim; i += blockDim.x) {
     const int j = i / head_dim, d = i - j * head_dim;
     const int64_t off = cache_slot(bt, base + j, block_size) * row + kvh * head_dim + d;
-    sk[i] = k_cache[off];
-    sv[i] = v_cache[off];
+    sk[i] = cache_load(k_cache, off, bf16);
+    sv[i] = cache_load(v_cache, off, bf16);
   }
 }
 

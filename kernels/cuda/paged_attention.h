@@ -1,7 +1,8 @@
 // Causal grouped-query attention over a paged KV cache (the device form of cpu::paged_attention).
 //
-// Cache layout per layer: k_cache, v_cache [num_blocks, block_size, n_kv_heads, head_dim] fp32;
-// a slot is block * block_size + offset. Token t attends to positions
+// Cache layout per layer: k_cache, v_cache [num_blocks, block_size, n_kv_heads, head_dim] fp32,
+// or bf16 when bf16_cache (widened exactly on read, kernels/cache_bf16.h); a slot is
+// block * block_size + offset. Token t attends to positions
 // [max(0, pos[t] - window + 1), pos[t]] (window <= 0: [0, pos[t]]) of its own sequence; that
 // sequence's logical block j is the physical block blocks[table_start[t] + j]. Query head h reads
 // KV head h / (n_heads / n_kv_heads). Decode tokens and prefill chunks go through the same call,
@@ -23,9 +24,9 @@ namespace shardlm::cuda {
 // q, out: [T, n_heads, head_dim]; blocks: the block lists of all sequences, concatenated;
 // table_start, pos: [T].
 void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                     const float* k_cache, const float* v_cache, int64_t block_size, const int32_t* blocks,
-                     const int32_t* table_start, const int32_t* pos, int64_t window, float scale, float* out,
-                     const AttentionSplit& split, cudaStream_t stream);
+                     const void* k_cache, const void* v_cache, bool bf16_cache, int64_t block_size,
+                     const int32_t* blocks, const int32_t* table_start, const int32_t* pos, int64_t window, float scale,
+                     float* out, const AttentionSplit& split, cudaStream_t stream);
 
 // Thread blocks of an unsplit launch (attention_split_parts weighs it against the device).
 int64_t paged_attention_blocks(int64_t T, int64_t n_heads, int64_t n_kv_heads);

@@ -78,8 +78,9 @@ class Decoder final : public Model {
   size_t load_bytes() const override { return load_bytes_; }
   double load_seconds() const override { return load_seconds_; }
 
-  int32_t allocate_kv_cache(int64_t budget_bytes, int64_t block_size, int64_t max_blocks) override {
+  int32_t allocate_kv_cache(int64_t budget_bytes, int64_t block_size, int64_t max_blocks, DType dtype) override {
     KvCacheShape shape;
+    shape.dtype = dtype;
     shape.num_layers = plan_.last_layer - plan_.first_layer;
     shape.k_width = layers_.empty() ? 0 : layers_[0].attn->k_width();
     shape.v_width = layers_.empty() ? 0 : layers_[0].attn->v_width();
@@ -340,8 +341,7 @@ class Decoder final : public Model {
       } else if (T > 0) {
         b_.add_rmsnorm(residual, proj, layer.input_norm, T, eps, h);
       }
-      layer.attn->forward(h, ctx, cache_->k(static_cast<int64_t>(i)), cache_->v(static_cast<int64_t>(i)), scratch_,
-                          proj);
+      layer.attn->forward(h, ctx, cache_->layer(static_cast<int64_t>(i)), scratch_, proj);
       tp_sum(proj, T * H);
       if (T > 0) b_.add_rmsnorm(residual, proj, layer.post_attn_norm, T, eps, h);
       layer.ffn->forward(h, T, scratch_, proj);

@@ -42,7 +42,7 @@ class GqaAttention final : public AttentionBlock {
   int64_t k_width() const override { return nkv_ * hd_; }
   int64_t v_width() const override { return nkv_ * hd_; }
 
-  void forward(const float* h, const StepContext& ctx, float* k_cache, float* v_cache, Scratch& scratch,
+  void forward(const float* h, const StepContext& ctx, const KvCacheRef& cache, Scratch& scratch,
                float* out) override {
     ComputeBackend& b = scratch.backend();
     const int64_t T = ctx.T;
@@ -60,9 +60,9 @@ class GqaAttention final : public AttentionBlock {
     }
     b.rope(q, T, nh_, hd_, ctx.pos, inv_freq_);
     b.rope(k, T, nkv_, hd_, ctx.pos, inv_freq_);
-    b.kv_write(k, v, T, ctx.slots, nkv_, hd_, ctx.block_size, k_cache, v_cache);
+    b.kv_write(k, v, T, ctx.slots, nkv_, hd_, ctx.block_size, cache);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd_));
-    b.attention(q, T, nh_, nkv_, hd_, k_cache, v_cache, ctx.block_size, ctx.tables, ctx.pos, window_, scale, attn);
+    b.attention(q, T, nh_, nkv_, hd_, cache, ctx.block_size, ctx.tables, ctx.pos, window_, scale, attn);
     b.linear(attn, T, o_, o_bias_ ? &*o_bias_ : nullptr, out);
   }
 

@@ -27,11 +27,12 @@ struct StepContext {
 class AttentionBlock {
  public:
   virtual ~AttentionBlock() = default;
-  // Floats per token this rank caches for the layer, K side and V side (V may be 0).
+  // Values per token this rank caches for the layer, K side and V side (V may be 0).
   virtual int64_t k_width() const = 0;
   virtual int64_t v_width() const = 0;
-  // out [T, hidden] = this rank's partial attention output for the normed hidden state h.
-  virtual void forward(const float* h, const StepContext& ctx, float* k_cache, float* v_cache, Scratch& scratch,
+  // out [T, hidden] = this rank's partial attention output for the normed hidden state h; the
+  // step's keys and values go into the layer's cache.
+  virtual void forward(const float* h, const StepContext& ctx, const KvCacheRef& cache, Scratch& scratch,
                        float* out) = 0;
 };
 

@@ -88,7 +88,7 @@ class MlaAttention final : public AttentionBlock {
   int64_t k_width() const override { return kv_lora_ + rope_; }
   int64_t v_width() const override { return 0; }
 
-  void forward(const float* h, const StepContext& ctx, float* k_cache, float* /*v_cache*/, Scratch& scratch,
+  void forward(const float* h, const StepContext& ctx, const KvCacheRef& cache, Scratch& scratch,
                float* out) override {
     ComputeBackend& b = scratch.backend();
     const int64_t T = ctx.T;
@@ -118,8 +118,8 @@ class MlaAttention final : public AttentionBlock {
     b.rope_strided(q + dn, T, nh, nh * qk, qk, dr, ctx.pos, inv_freq_, interleave_, attention_factor_, q_rope);
     b.head_linear(q, T, nh, nh * qk, qk, w_uk_t_, q_lat);
 
-    b.latent_cache_write(latent, k_rope, T, ctx.slots, L, dr, k_cache);
-    b.latent_attention(q_lat, q_rope, T, nh, L, dr, k_cache, ctx.block_size, ctx.tables, ctx.pos, scale_, o_lat);
+    b.latent_cache_write(latent, k_rope, T, ctx.slots, L, dr, cache);
+    b.latent_attention(q_lat, q_rope, T, nh, L, dr, cache, ctx.block_size, ctx.tables, ctx.pos, scale_, o_lat);
 
     b.head_linear(o_lat, T, nh, nh * L, L, w_uv_, v);
     b.linear(v, T, o_, o_bias_ ? &*o_bias_ : nullptr, out);

@@ -59,10 +59,12 @@ class Model {
   virtual ~Model() = default;
   virtual const ModelSpec& spec() const = 0;
   virtual const ShardPlan& shard() const = 0;
-  // Allocates this rank's KV cache: as many blocks of block_size tokens as fit in budget_bytes
-  // (capped at max_blocks), agreed across the replica so every rank holds the same block count.
-  // Returns that count. Every rank of a replica calls it once, before the first forward.
-  virtual int32_t allocate_kv_cache(int64_t budget_bytes, int64_t block_size, int64_t max_blocks) = 0;
+  // Allocates this rank's KV cache of `dtype` (F32 or BF16): as many blocks of block_size tokens as
+  // fit in budget_bytes (capped at max_blocks), agreed across the replica so every rank holds the
+  // same block count. Returns that count. Every rank of a replica calls it once, before the first
+  // forward, with the same dtype.
+  virtual int32_t allocate_kv_cache(int64_t budget_bytes, int64_t block_size, int64_t max_blocks,
+                                    DType dtype = DType::F32) = 0;
   // Runs this rank's part of the step. `logits` ([logit_rows.size(), vocab], host) is filled on
   // the replica leader; other ranks pass nullptr.
   virtual void forward(const ForwardBatch& batch, float* logits) = 0;

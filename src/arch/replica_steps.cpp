@@ -93,8 +93,8 @@ BroadcastingModel::~BroadcastingModel() {
 }
 
 void serve_replica_steps(Model& model, Communicator& replica, int64_t kv_budget_bytes, int64_t block_size,
-                         int64_t max_blocks) {
-  model.allocate_kv_cache(kv_budget_bytes, block_size, max_blocks);
+                         int64_t max_blocks, DType kv_dtype) {
+  model.allocate_kv_cache(kv_budget_bytes, block_size, max_blocks, kv_dtype);
   ForwardBatch batch;
   std::vector<int32_t> ints;
   for (;;) {

@@ -25,8 +25,9 @@ class BroadcastingModel final : public Model {
 
   const ModelSpec& spec() const override { return inner_.spec(); }
   const ShardPlan& shard() const override { return inner_.shard(); }
-  int32_t allocate_kv_cache(int64_t budget_bytes, int64_t block_size, int64_t max_blocks) override {
-    return inner_.allocate_kv_cache(budget_bytes, block_size, max_blocks);
+  int32_t allocate_kv_cache(int64_t budget_bytes, int64_t block_size, int64_t max_blocks,
+                            DType dtype = DType::F32) override {
+    return inner_.allocate_kv_cache(budget_bytes, block_size, max_blocks, dtype);
   }
   void forward(const ForwardBatch& batch, float* logits) override;
   int max_steps_in_flight() const override { return inner_.max_steps_in_flight(); }
@@ -64,6 +65,6 @@ class BroadcastingModel final : public Model {
 // On every other rank of the replica: allocates the KV cache (with the leader's arguments) and runs
 // the steps the leader broadcasts until it finishes.
 void serve_replica_steps(Model& model, Communicator& replica, int64_t kv_budget_bytes, int64_t block_size,
-                         int64_t max_blocks);
+                         int64_t max_blocks, DType kv_dtype);
 
 }  // namespace shardlm

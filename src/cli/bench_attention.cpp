@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/kv_cache.h"
 #include "engine/rng.h"
 #ifdef SHARDLM_HAVE_CUDA
 #include "compute/cuda_backend.h"
@@ -63,15 +64,17 @@ struct Shape {
   }
 };
 
-// A cache of `slots` random rows in blocks 0, 1, ... (GQA: K then V, MLA: latent rows) and random
-// queries for up to max_t tokens, in backend memory; time_us runs one attention call over it.
+// A cache of `slots` random rows of `dtype` (F32 or BF16) in blocks 0, 1, ... (GQA: K then V, MLA:
+// latent rows) and random queries for up to max_t tokens, in backend memory; time_us runs one
+// attention call over it.
 class Rig {
  public:
-  Rig(ComputeBackend& b, const Shape& shape, int64_t slots, int64_t max_t)
+  Rig(ComputeBackend& b, const Shape& shape, int64_t slots, int64_t max_t, DType dtype)
       : b_(b),
         s_(shape),
         slots_(slots),
-        cache_(b, static_cast<size_t>(slots * s_.cache_row()) * sizeof(float)),
+        dtype_(dtype),
+        cache_(b, static_cast<size_t>(slots * s_.cache_row()) * dtype_size(dtype)),
         q_(b, static_cast<size_t>(max_t * s_.q_floats()) * sizeof(float)),
         out_(b, static_cast<size_t>(max_t * s_.out_floats()) * sizeof(float)),
         blocks_(static_cast<size_t>(slots / kBlock)),
@@ -80,7 +83,13 @@ class Rig {
         d_pos_(b, max_t * sizeof(int32_t)) {
     std::vector<float> host(static_cast<size_t>(slots * s_.cache_row()));
     fill_random(host, 1);
-    b.copy_to_device(cache_.p, host.data(), host.size() * sizeof(float));
+    if (dtype == DType::BF16) {
+      std::vector<uint16_t> narrow(host.size());
+      for (size_t i = 0; i < host.size(); ++i) narrow[i] = f32_to_bf16(host[i]);
+      b.copy_to_device(cache_.p, narrow.data(), narrow.size() * sizeof(uint16_t));
+    } else {
+      b.copy_to_device(cache_.p, host.data(), host.size() * sizeof(float));
+    }
     host.assign(static_cast<size_t>(max_t * s_.q_floats()), 0.0f);
     fill_random(host, 3);
     b.copy_to_device(q_.p, host.data(), host.size() * sizeof(float));
@@ -104,15 +113,17 @@ class Rig {
     const BlockTables tables{d_blocks_.i(), d_start_.i(), host_tables ? blocks_.data() : nullptr,
                              host_tables ? start_.data() : nullptr, max_pos};
     float* q = q_.f();
-    const float* cache = cache_.f();
+    // GQA: the V side follows the K side's slots rows.
+    char* k = static_cast<char*>(cache_.p);
+    const KvCacheRef cache{k, s_.mla ? nullptr : k + slots_ * s_.kv_heads * s_.head_dim * dtype_size(dtype_), dtype_};
     auto call = [&] {
       if (s_.mla) {
         b_.latent_attention(q, q + T * s_.heads * s_.kv_lora, T, s_.heads, s_.kv_lora, s_.rope, cache, kBlock, tables,
                             d_pos_.i(), 0.1f, out_.f());
       } else {
         const int64_t hd = s_.head_dim;
-        b_.attention(q, T, s_.heads, s_.kv_heads, hd, cache, cache + slots_ * s_.kv_heads * hd, kBlock, tables,
-                     d_pos_.i(), 0, 1.0f / std::sqrt(static_cast<float>(hd)), out_.f());
+        b_.attention(q, T, s_.heads, s_.kv_heads, hd, cache, kBlock, tables, d_pos_.i(), 0,
+                     1.0f / std::sqrt(static_cast<float>(hd)), out_.f());
       }
     };
     call();
@@ -146,6 +157,7 @@ class Rig {
   ComputeBackend& b_;
   Shape s_;
   int64_t slots_;
+  DType dtype_;
   Buffer cache_, q_, out_;
   std::vector<int32_t> blocks_, start_, pos_;
   Buffer d_blocks_, d_start_, d_pos_;
@@ -163,8 +175,8 @@ std::string describe(const Shape& s) {
   return buf;
 }
 
-void print_decode(ComputeBackend& b, const Shape& sh, double bw_gbs) {
-  const int64_t row_bytes = sh.cache_row() * static_cast<int64_t>(sizeof(float));
+void print_decode(ComputeBackend& b, const Shape& sh, double bw_gbs, DType dtype) {
+  const int64_t row_bytes = sh.cache_row() * static_cast<int64_t>(dtype_size(dtype));
   // (sequences, cached positions): lone decode and a small batch, at a short and a long context;
   // those whose cache takes more than kMaxCacheBytes are left out (a model with many KV heads).
   std::vector<std::pair<int64_t, int64_t>> shapes;
@@ -178,9 +190,9 @@ void print_decode(ComputeBackend& b, const Shape& sh, double bw_gbs) {
   }
   int64_t max_slots = 0, max_t = 0;
   for (auto [T, ctx] : shapes) max_slots = std::max(max_slots, T * ctx), max_t = std::max(max_t, T);
-  Rig rig(b, sh, max_slots, max_t);
-  std::printf("attention decode (%s, fp32 cache; cache read per call against %.0f GB/s):\n", describe(sh).c_str(),
-              bw_gbs);
+  Rig rig(b, sh, max_slots, max_t, dtype);
+  std::printf("attention decode (%s, %s cache; cache read per call against %.0f GB/s):\n", describe(sh).c_str(),
+              kv_dtype_name(dtype), bw_gbs);
   for (const auto& shape : shapes) {
     const int64_t T = shape.first, ctx = shape.second;
     // Sequence t holds blocks [t * ctx / kBlock, (t + 1) * ctx / kBlock); its token decodes at ctx - 1.
@@ -202,16 +214,16 @@ void print_decode(ComputeBackend& b, const Shape& sh, double bw_gbs) {
   }
 }
 
-void print_prefill(ComputeBackend& b, const Shape& sh, double fp32_gflops) {
-  const int64_t row_bytes = sh.cache_row() * static_cast<int64_t>(sizeof(float));
+void print_prefill(ComputeBackend& b, const Shape& sh, double fp32_gflops, DType dtype) {
+  const int64_t row_bytes = sh.cache_row() * static_cast<int64_t>(dtype_size(dtype));
   std::vector<int64_t> contexts;  // the chunk is the last kChunk positions of each
   for (int64_t ctx : {kChunk, int64_t{4096}}) {
     if (ctx * row_bytes <= kMaxCacheBytes) contexts.push_back(ctx);
   }
   if (contexts.empty()) return;
-  Rig rig(b, sh, contexts.back(), kChunk);
-  std::printf("attention prefill (%s; %lld-token chunks of one sequence, FLOPs against the fp32 peak",
-              describe(sh).c_str(), static_cast<long long>(kChunk));
+  Rig rig(b, sh, contexts.back(), kChunk, dtype);
+  std::printf("attention prefill (%s, %s cache; %lld-token chunks of one sequence, FLOPs against the fp32 peak",
+              describe(sh).c_str(), kv_dtype_name(dtype), static_cast<long long>(kChunk));
   if (fp32_gflops > 0) std::printf(", %.0f GFLOP/s", fp32_gflops);
   std::printf("):\n");
   for (int64_t ctx : contexts) {
@@ -241,8 +253,8 @@ void print_prefill(ComputeBackend& b, const Shape& sh, double fp32_gflops) {
 
 void print_attention_bench(ComputeBackend& b, const ModelSpec& spec, double bw_gbs, double fp32_gflops) {
   const Shape shape(spec);
-  print_decode(b, shape, bw_gbs);
-  print_prefill(b, shape, fp32_gflops);
+  for (DType dtype : {DType::F32, DType::BF16}) print_decode(b, shape, bw_gbs, dtype);
+  for (DType dtype : {DType::F32, DType::BF16}) print_prefill(b, shape, fp32_gflops, dtype);
 }
 
 }  // namespace shardlm

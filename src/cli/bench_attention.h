@@ -1,5 +1,5 @@
 // The attention op alone, for shardlm bench, at the model's head shape (GQA, or MLA on the latent
-// cache) with a cache of random rows:
+// cache) with a cache of random rows, fp32 and then bf16 (--kv-dtype):
 //  - decode on long contexts: microseconds per call and the rate the K/V cache is read at, beside
 //    the memory bandwidth (decode attention reads every cached row once per step, so the bandwidth
 //    is its ceiling);

@@ -16,6 +16,7 @@
 #include "core/build_info.h"
 #include "core/error.h"
 #include "core/stop_signal.h"
+#include "engine/kv_cache.h"
 #include "cpu/threads.h"
 #include "model/checkpoint.h"
 #include "model/model_spec.h"
@@ -116,10 +117,12 @@ void print_header(const std::vector<RankRecord>& ranks, const Topology& topo, co
                opt.cuda_graphs ? " (CUDA graphs)" : "", opt.comm.c_str(), transport.empty() ? "" : ": ",
                transport.c_str());
   for (const auto& [lib, ver] : library_versions()) std::fprintf(stderr, "[shardlm]   %-14s %s\n", lib.c_str(), ver.c_str());
-  std::fprintf(stderr, "[shardlm] model %s: %s, %lld layers, hidden %lld, %lld heads (%lld KV), vocab %lld\n",
+  std::fprintf(stderr,
+               "[shardlm] model %s: %s, %lld layers, hidden %lld, %lld heads (%lld KV), vocab %lld; KV cache %s\n",
                opt.model.c_str(), spec.architecture.c_str(), static_cast<long long>(spec.num_layers),
                static_cast<long long>(spec.hidden_size), static_cast<long long>(spec.num_heads),
-               static_cast<long long>(spec.num_kv_heads), static_cast<long long>(spec.vocab_size));
+               static_cast<long long>(spec.num_kv_heads), static_cast<long long>(spec.vocab_size),
+               opt.kv_dtype.c_str());
   std::fprintf(stderr, "[shardlm]   rank  host              local  replica  stage  dp  tp  layers     loaded MB  seconds   GB/s\n");
   for (const RankRecord& r : ranks) {
     const auto [l0, l1] = topo.stage_layers(r.pp);
@@ -144,6 +147,7 @@ EngineConfig engine_config(const RunOptions& opt, const Topology& topo, const st
   ec.defaults.ignore_eos = opt.ignore_eos;
   SHARDLM_CHECK(ec.defaults.validate().empty(), "run defaults: " << ec.defaults.validate());
   ec.kv_cache_bytes = static_cast<int64_t>(opt.kv_cache_gb * (1ull << 30));
+  ec.kv_dtype = resolve_kv_dtype(opt.kv_dtype, DType::F32);  // resolved from the checkpoint already
   ec.progress_interval_s = opt.quiet ? 0 : opt.progress_interval;
   // With several replicas the share of each is not known in advance: the progress line shows the
   // file's total.
@@ -230,6 +234,8 @@ int cmd_run(int argc, char** argv) {
   }
 
   const ModelSpec spec = ModelSpec::load(opt.model);
+  // The resolved cache dtype goes into the run's recorded options, so its job file reproduces it.
+  opt.kv_dtype = kv_dtype_name(resolve_kv_dtype(opt.kv_dtype, spec.torch_dtype));
   Layout layout{opt.tp, opt.pp, opt.replicas > 0 ? opt.replicas : std::max(1, world / (opt.tp * opt.pp * opt.dp)),
                 opt.dp, opt.ep > 0 ? opt.ep : (spec.moe.enabled() && opt.dp > 1 ? opt.dp * opt.tp : 1)};
   Topology topo(layout, rank, world, spec);
@@ -281,7 +287,7 @@ int cmd_run(int argc, char** argv) {
 
   if (!topo.is_replica_leader()) {
     serve_replica_steps(*model, *groups.replica, ec.kv_cache_bytes, ec.scheduler.block_size,
-                        kv_block_cap(spec, ec.scheduler));
+                        kv_block_cap(spec, ec.scheduler), ec.kv_dtype);
     gather_rank_records(groups.world.get(), my_record(topo, *model, groups));
     return 0;
   }

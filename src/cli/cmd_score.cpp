@@ -87,7 +87,7 @@ int cmd_score(int argc, char** argv) {
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend, plan, groups.shard());
   const int64_t blocks = (T + 15) / 16;
   if (!topo.is_replica_leader()) {
-    serve_replica_steps(*model, *groups.replica, INT64_MAX / 2, 16, blocks);
+    serve_replica_steps(*model, *groups.replica, INT64_MAX / 2, 16, blocks, DType::F32);
     return 0;
   }
   std::unique_ptr<BroadcastingModel> broadcasting;
@@ -96,7 +96,7 @@ int cmd_score(int argc, char** argv) {
     broadcasting = std::make_unique<BroadcastingModel>(*model, *groups.replica);
     leader = broadcasting.get();
   }
-  leader->allocate_kv_cache(INT64_MAX / 2, 16, blocks);
+  leader->allocate_kv_cache(INT64_MAX / 2, 16, blocks, DType::F32);  // scores from unrounded keys and values
   std::vector<int32_t> table(blocks);
   for (int64_t b = 0; b < blocks; ++b) table[b] = static_cast<int32_t>(b);
   ForwardBatch batch;

@@ -38,6 +38,16 @@ struct BlockTables {
   int64_t max_pos = -1;
 };
 
+// One layer's KV cache in backend memory: k (GQA keys, or MLA's latent rows) and v (GQA values;
+// null for MLA), elements of `dtype`: F32, or BF16 (each value rounded to nearest even when written
+// and widened exactly when read, so attention over it equals attention over an fp32 cache holding
+// the rounded values).
+struct KvCacheRef {
+  void* k = nullptr;
+  void* v = nullptr;
+  DType dtype = DType::F32;
+};
+
 // How a Mixture-of-Experts router picks k of num_experts experts per token (arch/moe_router.h
 // defines both modes exactly).
 struct RouterConfig {
@@ -133,10 +143,10 @@ class ComputeBackend {
   // A KV cache block's layout is the backend's own: only its kv_write writes it and only its
   // attention reads it (the CPU keeps a KV head's rows of a block together, CUDA whole rows).
   virtual void kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
-                        int64_t head_dim, int64_t block_size, float* k_cache, float* v_cache) = 0;
+                        int64_t head_dim, int64_t block_size, const KvCacheRef& cache) = 0;
   virtual void attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                         const float* k_cache, const float* v_cache, int64_t block_size, const BlockTables& tables,
-                         const int32_t* pos, int64_t window, float scale, float* out) = 0;
+                         const KvCacheRef& cache, int64_t block_size, const BlockTables& tables, const int32_t* pos,
+                         int64_t window, float scale, float* out) = 0;
 
   // ---- Multi-head Latent Attention (DeepSeek-V2/V3, Kimi K2; see kernels/cpu/latent_attention.h) ----
   // RoPE of rot_dim-wide vectors read with strides, written packed to out [T, n_heads, rot_dim]:
@@ -153,16 +163,16 @@ class ComputeBackend {
   // reduced per element like linear(), independently of T.
   virtual void head_linear(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
                            const Matrix& w, float* y) = 0;
-  // Latent cache rows ([num_blocks, block_size, kv_lora + rope_dim]): row slots[t] = [latent[t] |
-  // k_rope[t]] for latent [T, kv_lora], k_rope [T, rope_dim]; negative slots are skipped.
+  // Latent cache rows (cache.k, [num_blocks, block_size, kv_lora + rope_dim]): row slots[t] =
+  // [latent[t] | k_rope[t]] for latent [T, kv_lora], k_rope [T, rope_dim]; negative slots are skipped.
   virtual void latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots,
-                                  int64_t kv_lora, int64_t rope_dim, float* cache) = 0;
+                                  int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache) = 0;
   // Absorbed MLA attention over the latent cache. q_latent, out [T, n_heads, kv_lora]; q_rope
   // [T, n_heads, rope_dim]. Token t attends causally to positions [0, pos[t]] of its sequence
   // (its block list in tables); with cache rows (c_j, r_j):
   //   s_j = (q_latent[t,h]·c_j + q_rope[t,h]·r_j) * scale;  out[t,h] = sum_j softmax(s)_j c_j.
   virtual void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads,
-                                int64_t kv_lora, int64_t rope_dim, const float* cache, int64_t block_size,
+                                int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache, int64_t block_size,
                                 const BlockTables& tables, const int32_t* pos, float scale, float* out) = 0;
 
   // ---- Mixture-of-Experts (kernels/cpu/expert_permute.h defines the layouts) ----

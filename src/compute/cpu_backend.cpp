@@ -28,6 +28,13 @@
 namespace shardlm {
 namespace {
 
+cpu::CacheElem cache_elem(const KvCacheRef& cache) {
+  if (cache.dtype == DType::BF16) return cpu::CacheElem::BF16;
+  SHARDLM_CHECK(cache.dtype == DType::F32, "cpu backend: a KV cache of " << dtype_name(cache.dtype)
+                                                                        << " (F32 and BF16 are kept)");
+  return cpu::CacheElem::F32;
+}
+
 // Buffers from 4 MiB up (weights, the KV cache, large activations) are 2 MiB-aligned and asked to
 // be backed by transparent huge pages: attention walks the KV cache a row of one head at a time,
 // a 4 KiB page holding as few as two positions, and with 4 KiB pages that walk misses the TLB at
@@ -209,16 +216,16 @@ void CpuBackend::silu_mul(const float* gate, const float* up, float* out, int64_
 void CpuBackend::add(float* y, const float* x, int64_t n) { cpu::add_inplace(y, x, n); }
 
 void CpuBackend::kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
-                          int64_t head_dim, int64_t block_size, float* k_cache, float* v_cache) {
-  cpu::kv_cache_write(k, v, T, slots, n_kv_heads, head_dim, block_size, k_cache, v_cache);
+                          int64_t head_dim, int64_t block_size, const KvCacheRef& cache) {
+  cpu::kv_cache_write(k, v, T, slots, n_kv_heads, head_dim, block_size, cache.k, cache.v, cache_elem(cache));
 }
 
 void CpuBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                           const float* k_cache, const float* v_cache, int64_t block_size,
-                           const BlockTables& tables, const int32_t* pos, int64_t window, float scale, float* out) {
+                           const KvCacheRef& cache, int64_t block_size, const BlockTables& tables, const int32_t* pos,
+                           int64_t window, float scale, float* out) {
   SHARDLM_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0,
                 "cpu backend: n_heads " << n_heads << " is not a multiple of n_kv_heads " << n_kv_heads);
-  cpu::paged_attention(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, block_size,
+  cpu::paged_attention(q, T, n_heads, n_kv_heads, head_dim, cache.k, cache.v, cache_elem(cache), block_size,
                        token_tables(tables, T), pos, window, scale, out);
 }
 
@@ -244,15 +251,15 @@ void CpuBackend::head_linear(const float* x, int64_t T, int64_t n_heads, int64_t
 }
 
 void CpuBackend::latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots,
-                                    int64_t kv_lora, int64_t rope_dim, float* cache) {
-  cpu::latent_cache_write(latent, k_rope, T, slots, kv_lora, rope_dim, cache);
+                                    int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache) {
+  cpu::latent_cache_write(latent, k_rope, T, slots, kv_lora, rope_dim, cache.k, cache_elem(cache));
 }
 
 void CpuBackend::latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads,
-                                  int64_t kv_lora, int64_t rope_dim, const float* cache, int64_t block_size,
+                                  int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache, int64_t block_size,
                                   const BlockTables& tables, const int32_t* pos, float scale, float* out) {
-  cpu::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, token_tables(tables, T),
-                        pos, scale, out);
+  cpu::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache.k, cache_elem(cache), block_size,
+                        token_tables(tables, T), pos, scale, out);
 }
 
 void CpuBackend::moe_route(const float* logits, int64_t T, const RouterConfig& cfg, int32_t* ids, float* weights) {

@@ -49,19 +49,19 @@ class CpuBackend : public ComputeBackend {
   void silu_mul(const float* gate, const float* up, float* out, int64_t n) override;
   void add(float* y, const float* x, int64_t n) override;
   void kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
-                int64_t head_dim, int64_t block_size, float* k_cache, float* v_cache) override;
+                int64_t head_dim, int64_t block_size, const KvCacheRef& cache) override;
   void attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                 const float* k_cache, const float* v_cache, int64_t block_size,
-                 const BlockTables& tables, const int32_t* pos, int64_t window, float scale, float* out) override;
+                 const KvCacheRef& cache, int64_t block_size, const BlockTables& tables, const int32_t* pos,
+                 int64_t window, float scale, float* out) override;
   void rope_strided(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
                     int64_t rot_dim, const int32_t* pos, const float* inv_freq, bool interleaved,
                     float attention_factor, float* out) override;
   void head_linear(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
                    const Matrix& w, float* y) override;
   void latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots,
-                          int64_t kv_lora, int64_t rope_dim, float* cache) override;
+                          int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache) override;
   void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora,
-                        int64_t rope_dim, const float* cache, int64_t block_size,
+                        int64_t rope_dim, const KvCacheRef& cache, int64_t block_size,
                         const BlockTables& tables, const int32_t* pos, float scale, float* out) override;
   // Mixture-of-Experts: the host router (arch/moe_router.h) and kernels/cpu/expert_permute.h,
   // gated_add.h, so that a block running through these ops matches the host path bit for bit.

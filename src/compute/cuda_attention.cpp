@@ -60,8 +60,8 @@ cuda::AttentionSplit CudaBackend::attention_split(int64_t blocks, int64_t T, int
 }
 
 void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                            const float* k_cache, const float* v_cache, int64_t block_size, const BlockTables& tables,
-                            const int32_t* pos, int64_t window, float scale, float* out) {
+                            const KvCacheRef& cache, int64_t block_size, const BlockTables& tables, const int32_t* pos,
+                            int64_t window, float scale, float* out) {
   SHARDLM_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0,
                 "cuda backend: n_heads " << n_heads << " is not a multiple of n_kv_heads " << n_kv_heads);
   SHARDLM_CHECK(head_dim <= 256, "cuda backend: attention supports head_dim up to 256, not " << head_dim);
@@ -76,18 +76,18 @@ void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t 
   last_attention_parts_ = split.parts;
   last_attention_tiled_ = chunks && split.parts <= 1;
   if (last_attention_tiled_) {
-    cuda::paged_attention_tiled(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, block_size, tables.blocks,
-                                tables.start, pos, window, scale, out, stream_of(stream_));
+    cuda::paged_attention_tiled(q, T, n_heads, n_kv_heads, head_dim, cache.k, cache.v, bf16_cache(cache), block_size,
+                                tables.blocks, tables.start, pos, window, scale, out, stream_of(stream_));
     check_launch("paged_attention_tiled");
     return;
   }
-  cuda::paged_attention(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, block_size, tables.blocks, tables.start,
-                        pos, window, scale, out, split, stream_of(stream_));
+  cuda::paged_attention(q, T, n_heads, n_kv_heads, head_dim, cache.k, cache.v, bf16_cache(cache), block_size,
+                        tables.blocks, tables.start, pos, window, scale, out, split, stream_of(stream_));
   check_launch("paged_attention");
 }
 
 void CudaBackend::latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads,
-                                   int64_t kv_lora, int64_t rope_dim, const float* cache, int64_t block_size,
+                                   int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache, int64_t block_size,
                                    const BlockTables& tables, const int32_t* pos, float scale, float* out) {
   SHARDLM_CHECK(kv_lora <= 512 && rope_dim <= 64,
                 "cuda backend: latent attention supports kv_lora_rank up to 512 and "
@@ -97,8 +97,8 @@ void CudaBackend::latent_attention(const float* q_latent, const float* q_rope, i
       attention_split(cuda::latent_attention_blocks(T, n_heads), T, n_heads, kv_lora, tables, 0);
   last_attention_parts_ = split.parts;
   last_attention_tiled_ = false;
-  cuda::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, tables.blocks,
-                         tables.start, pos, scale, out, split, stream_of(stream_));
+  cuda::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache.k, bf16_cache(cache), block_size,
+                         tables.blocks, tables.start, pos, scale, out, split, stream_of(stream_));
   check_launch("latent_attention");
 }
 

@@ -5,6 +5,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "compute/backend.h"
 #include "core/error.h"
 
 #define SHARDLM_CUDA_CHECK(call)                                                                   \
@@ -32,5 +33,12 @@ namespace shardlm {
 // The backend keeps its cuBLAS handle and streams as void* (its header includes no CUDA header).
 inline cublasHandle_t cublas_of(void* p) { return static_cast<cublasHandle_t>(p); }
 inline cudaStream_t stream_of(void* p) { return static_cast<cudaStream_t>(p); }
+
+// Whether a KV cache holds bf16 (the kernels' flag); fp32 otherwise, and nothing else is kept.
+inline bool bf16_cache(const KvCacheRef& cache) {
+  SHARDLM_CHECK(cache.dtype == DType::BF16 || cache.dtype == DType::F32,
+                "cuda backend: a KV cache of " << dtype_name(cache.dtype) << " (F32 and BF16 are kept)");
+  return cache.dtype == DType::BF16;
+}
 
 }  // namespace shardlm

@@ -30,7 +30,7 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
       tok_(tokenizer),
       cfg_(cfg),
       blocks_(model.allocate_kv_cache(cfg.kv_cache_bytes, cfg.scheduler.block_size,
-                                      kv_block_cap(model.spec(), cfg.scheduler))) {
+                                      kv_block_cap(model.spec(), cfg.scheduler), cfg.kv_dtype)) {
   const int64_t m = std::max(1, model.max_steps_in_flight());
   // Each micro-batch takes its share of the sequence cap; the token budget is per step.
   SchedulerConfig per = cfg.scheduler;

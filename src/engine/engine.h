@@ -39,6 +39,7 @@ struct EngineConfig {
   SchedulerConfig scheduler;
   SamplingParams defaults;        // run-wide sampling defaults (request fields override)
   int64_t kv_cache_bytes = 4LL << 30;
+  DType kv_dtype = DType::F32;    // the KV cache's elements: F32 or BF16
   double progress_interval_s = 2.0;  // <= 0: no progress lines
   int64_t total_requests = -1;       // for the progress line; -1 when unknown
   int32_t replica = 0;               // recorded with every result and step

@@ -315,7 +315,7 @@ class Runner {
     ctx.tables = BlockTables{blocks.data(), start.data(), blocks.data(), start.data()};
     ctx.block_size = kBlockSize;
     std::vector<float> out(static_cast<size_t>(ctx.T * H_), NAN);
-    block_->forward(h.data(), ctx, cache_.data(), nullptr, scratch_, out.data());
+    block_->forward(h.data(), ctx, KvCacheRef{cache_.data(), nullptr, DType::F32}, scratch_, out.data());
     return out;
   }
 

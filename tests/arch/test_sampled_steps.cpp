@@ -38,8 +38,9 @@ class HostSampled final : public Model {
   explicit HostSampled(Model& inner) : inner_(inner) {}
   const ModelSpec& spec() const override { return inner_.spec(); }
   const ShardPlan& shard() const override { return inner_.shard(); }
-  int32_t allocate_kv_cache(int64_t budget_bytes, int64_t block_size, int64_t max_blocks) override {
-    return inner_.allocate_kv_cache(budget_bytes, block_size, max_blocks);
+  int32_t allocate_kv_cache(int64_t budget_bytes, int64_t block_size, int64_t max_blocks,
+                            DType dtype = DType::F32) override {
+    return inner_.allocate_kv_cache(budget_bytes, block_size, max_blocks, dtype);
   }
   void forward(const ForwardBatch& batch, float* logits) override { inner_.forward(batch, logits); }
   size_t load_bytes() const override { return inner_.load_bytes(); }

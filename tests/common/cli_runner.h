@@ -73,6 +73,7 @@ struct RunOutput {
   std::map<std::string, std::vector<int32_t>> tokens;
   std::map<std::string, std::vector<float>> logprobs;
   std::map<std::string, std::string> errors;
+  bool bf16_cache = false;  // the run's resolved --kv-dtype was bf16
 };
 
 inline RunOutput read_run(const std::string& h5) {
@@ -87,6 +88,7 @@ inline RunOutput read_run(const std::string& h5) {
     r.logprobs[ids[i]] = lps[i];
     r.errors[ids[i]] = errs[i];
   }
+  r.bf16_cache = h.string_attr("config").find("kv-dtype = bf16") != std::string::npos;
   return r;
 }
 

@@ -1,6 +1,9 @@
 // Checks that sharded runs give the single-rank result: the same tokens, and log-probabilities of
 // the chosen tokens within kLogprobTol (tensor and expert parallelism sum partial products in
-// another order, so logits differ in the last bits).
+// another order, so logits differ in the last bits), or kBf16CacheLogprobTol when a run keeps a
+// bf16 KV cache: there a key or value whose fp32 result differs in its last bit can round to the
+// neighbouring bf16 (2^-8 apart). Measured: up to 2.8e-4 on the random tiny models, 5.4e-3 on one
+// request of stories260K at tp 2; the tokens stayed the same.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -17,6 +20,7 @@
 namespace shardlm::test {
 
 constexpr float kLogprobTol = 1e-4f;
+constexpr float kBf16CacheLogprobTol = 1e-2f;
 
 // Prompts of several lengths (some longer than a sliding window of 64), greedy and sampled.
 inline void write_layout_prompts(const std::filesystem::path& p, int n, bool long_prompts) {
@@ -44,7 +48,7 @@ inline void expect_same_run(const RunOutput& a, const RunOutput& b, const std::s
     ASSERT_EQ(la.size(), lb.size()) << what << " " << id;
     float worst = 0;
     for (size_t i = 0; i < la.size(); ++i) worst = std::max(worst, std::fabs(la[i] - lb[i]));
-    EXPECT_LE(worst, kLogprobTol) << what << " request " << id;
+    EXPECT_LE(worst, a.bf16_cache || b.bf16_cache ? kBf16CacheLogprobTol : kLogprobTol) << what << " request " << id;
   }
 }
 
@@ -57,11 +61,12 @@ struct LayoutRun {
 // Runs MODEL on one rank and then in every layout, on the same prompts; every layout must give
 // the single-rank result. Returns the path of each layout's output, in order.
 inline std::vector<std::string> check_layout_runs(const std::string& model, const std::vector<LayoutRun>& runs,
-                                                  bool long_prompts, const std::string& tag) {
+                                                  bool long_prompts, const std::string& tag,
+                                                  const std::string& common_flags = "") {
   std::filesystem::path d = fresh_dir("layouts-" + tag);
   write_layout_prompts(d / "p.jsonl", 12, long_prompts);
   const std::string common = " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
-                             " --threads 1 -q --seed 3 --max-seqs 5 --max-batch-tokens 48 --comm-timeout 120";
+                             " --threads 1 -q --seed 3 --max-seqs 5 --max-batch-tokens 48 --comm-timeout 120" + common_flags;
   std::vector<std::string> outs;
   Proc one = sh(shardlm_bin() + common + " --out " + (d / "one.h5").string());
   EXPECT_EQ(one.code, 0) << one.out;

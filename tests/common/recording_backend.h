@@ -124,20 +124,19 @@ class RecordingBackend final : public ComputeBackend {
     op([=, this] { cpu_.add(y, x, n); });
   }
   void kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads, int64_t head_dim,
-                int64_t block_size, float* k_cache, float* v_cache) override {
-    op([=, this] { cpu_.kv_write(k, v, T, slots, n_kv_heads, head_dim, block_size, k_cache, v_cache); });
+                int64_t block_size, const KvCacheRef& cache) override {
+    op([=, this] { cpu_.kv_write(k, v, T, slots, n_kv_heads, head_dim, block_size, cache); });
   }
   void attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                 const float* k_cache, const float* v_cache, int64_t block_size, const BlockTables& tables,
-                 const int32_t* pos, int64_t window, float scale, float* out) override {
+                 const KvCacheRef& cache, int64_t block_size, const BlockTables& tables, const int32_t* pos,
+                 int64_t window, float scale, float* out) override {
     // A recorded op may not use the host copies of the block tables: they belong to one step.
     if (recording_) {
       SHARDLM_CHECK(!tables.host_blocks && !tables.host_start,
                     "recording backend: attention captured with host block tables");
     }
     op([=, this] {
-      cpu_.attention(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, block_size, tables, pos, window, scale,
-                     out);
+      cpu_.attention(q, T, n_heads, n_kv_heads, head_dim, cache, block_size, tables, pos, window, scale, out);
     });
   }
   void rope_strided(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
@@ -153,11 +152,11 @@ class RecordingBackend final : public ComputeBackend {
     op([=, this] { cpu_.head_linear(x, T, n_heads, x_stride, head_stride, w, y); });
   }
   void latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots, int64_t kv_lora,
-                          int64_t rope_dim, float* cache) override {
+                          int64_t rope_dim, const KvCacheRef& cache) override {
     op([=, this] { cpu_.latent_cache_write(latent, k_rope, T, slots, kv_lora, rope_dim, cache); });
   }
   void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora,
-                        int64_t rope_dim, const float* cache, int64_t block_size, const BlockTables& tables,
+                        int64_t rope_dim, const KvCacheRef& cache, int64_t block_size, const BlockTables& tables,
                         const int32_t* pos, float scale, float* out) override {
     if (recording_) {
       SHARDLM_CHECK(!tables.host_blocks && !tables.host_start,

@@ -26,6 +26,7 @@
 #include <random>
 #include <vector>
 
+#include "cache_bf16.h"
 #include "common/gpu.h"
 #include "compute/backend.h"
 #include "compute/cuda_backend.h"
@@ -207,13 +208,13 @@ TEST(CudaAttention, PagedAttentionMatchesCpu) {
     const std::vector<float> k = rand_vec(n_write * row, 101), v = rand_vec(n_write * row, 102);
     std::vector<float> k_cache(cache_len, nan), v_cache(cache_len, nan), k_rows(cache_len, nan), v_rows(cache_len, nan);
     cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), c.n_kv, c.head_dim, pool.block_size, k_cache.data(),
-                        v_cache.data());
+                        v_cache.data(), cpu::CacheElem::F32);
     row_cache_write(k, v, slots, row, k_rows, v_rows);
 
     DeviceBuffer<float> d_k(k), d_v(v);
     DeviceBuffer<float> d_kc(std::vector<float>(cache_len, nan)), d_vc(std::vector<float>(cache_len, nan));
     cuda::kv_cache_write(d_k.get(), d_v.get(), n_write, d_slots.get(), c.n_kv, c.head_dim, d_kc.get(), d_vc.get(),
-                         nullptr);
+                         false, nullptr);
     cuda_sync("kv_cache_write");
     ASSERT_TRUE(all_bits_equal(d_kc.download(), k_rows));
     ASSERT_TRUE(all_bits_equal(d_vc.download(), v_rows));
@@ -225,26 +226,29 @@ TEST(CudaAttention, PagedAttentionMatchesCpu) {
       const std::vector<float> q = rand_vec(T * c.n_heads * c.head_dim, 103);
       const std::vector<const int32_t*> bt = host_block_table(pool, st);
       std::vector<float> want(T * c.n_heads * c.head_dim);
-      cpu::paged_attention(q.data(), T, c.n_heads, c.n_kv, c.head_dim, k_cache.data(), v_cache.data(), pool.block_size,
-                           bt.data(), st.pos.data(), c.window, scale, want.data());
+      cpu::paged_attention(q.data(), T, c.n_heads, c.n_kv, c.head_dim, k_cache.data(), v_cache.data(),
+                           cpu::CacheElem::F32, pool.block_size, bt.data(), st.pos.data(), c.window, scale,
+                           want.data());
 
       if (T > 1) {
         EXPECT_GE(max_partitions(st, c.window), 2) << "the mixed step should split";
       }
       DeviceBuffer<float> d_q(q);
       DeviceBuffer<int32_t> d_pos(st.pos), d_start(st.table_start);
-      const std::vector<float> got = unsplit_and_split(
-          want.size(), T * c.n_heads * (c.head_dim + 2), max_partitions(st, c.window),
-          [&](const cuda::AttentionSplit& split, float* out) {
-            cuda::paged_attention(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(), pool.block_size,
-                                  d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale, out, split, nullptr);
-          });
+      const std::vector<float> got =
+          unsplit_and_split(want.size(), T * c.n_heads * (c.head_dim + 2), max_partitions(st, c.window),
+                            [&](const cuda::AttentionSplit& split, float* out) {
+                              cuda::paged_attention(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(),
+                                                    false, pool.block_size, d_blocks.get(), d_start.get(), d_pos.get(),
+                                                    c.window, scale, out, split, nullptr);
+                            });
       EXPECT_TRUE(all_close(got, want, kRel, kAbs));
       // The prefill kernel that shares rounds across a sequence's tokens (tiles of 4, or 2 at
       // head_dim 256; see mixed_step for the runs): the per-token kernel's bits.
       DeviceBuffer<float> d_tiled(std::vector<float>(want.size(), nan));
-      cuda::paged_attention_tiled(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(), pool.block_size,
-                                  d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale, d_tiled.get(), nullptr);
+      cuda::paged_attention_tiled(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(), false,
+                                  pool.block_size, d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale,
+                                  d_tiled.get(), nullptr);
       cuda_sync("paged_attention_tiled");
       EXPECT_TRUE(all_bits_equal(d_tiled.download(), got)) << "tiled";
     }
@@ -277,22 +281,23 @@ TEST(CudaAttention, BackendTilesPrefillChunks) {
   const std::vector<float> q = rand_vec(T * nh * hd, 403);
   std::vector<float> kc(pool.num_blocks * pool.block_size * row, nan), vc(kc.size(), nan), want(T * nh * hd);
   std::vector<float> k_rows(kc.size(), nan), v_rows(kc.size(), nan);
-  cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), nkv, hd, pool.block_size, kc.data(), vc.data());
+  cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), nkv, hd, pool.block_size, kc.data(), vc.data(),
+                      cpu::CacheElem::F32);
   row_cache_write(k, v, slots, row, k_rows, v_rows);
   const std::vector<const int32_t*> bt = host_block_table(pool, st);
   DeviceBuffer<float> d_kc(k_rows), d_vc(v_rows), d_q(q);
   DeviceBuffer<int32_t> d_blocks(pool.blocks), d_start(st.table_start), d_pos(st.pos);
   for (int64_t window : {int64_t{0}, int64_t{100}}) {
     SCOPED_TRACE(testing::Message() << "window " << window);
-    cpu::paged_attention(q.data(), T, nh, nkv, hd, kc.data(), vc.data(), pool.block_size, bt.data(), st.pos.data(),
-                         window, 0.088f, want.data());
+    cpu::paged_attention(q.data(), T, nh, nkv, hd, kc.data(), vc.data(), cpu::CacheElem::F32, pool.block_size,
+                         bt.data(), st.pos.data(), window, 0.088f, want.data());
     std::vector<float> first;
     for (bool host : {true, false}) {
       const BlockTables tables{d_blocks.get(), d_start.get(), host ? pool.blocks.data() : nullptr,
                                host ? st.table_start.data() : nullptr, 1099};
       DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
-      gpu->attention(d_q.get(), T, nh, nkv, hd, d_kc.get(), d_vc.get(), pool.block_size, tables, d_pos.get(), window,
-                     0.088f, d_out.get());
+      gpu->attention(d_q.get(), T, nh, nkv, hd, KvCacheRef{d_kc.get(), d_vc.get(), DType::F32}, pool.block_size, tables,
+                     d_pos.get(), window, 0.088f, d_out.get());
       EXPECT_EQ(gpu->last_attention_tiled(), host && window <= 0) << "host tables " << host;
       EXPECT_EQ(gpu->last_attention_parts(), 1);
       cuda_sync("backend attention");
@@ -328,13 +333,14 @@ TEST(CudaAttention, LatentAttentionMatchesCpu) {
     const int64_t cache_len = pool.num_blocks * pool.block_size * row;
     const std::vector<float> lat = rand_vec(n_write * c.kv_lora, 201), kr = rand_vec(n_write * c.rope_dim, 202);
     std::vector<float> cache(cache_len, nan);
-    cpu::latent_cache_write(lat.data(), kr.data(), n_write, slots.data(), c.kv_lora, c.rope_dim, cache.data());
+    cpu::latent_cache_write(lat.data(), kr.data(), n_write, slots.data(), c.kv_lora, c.rope_dim, cache.data(),
+                            cpu::CacheElem::F32);
 
     DeviceBuffer<float> d_lat(lat), d_kr(kr), d_cache(std::vector<float>(cache_len, nan));
     DeviceBuffer<int64_t> d_slots(slots);
     DeviceBuffer<int32_t> d_blocks(pool.blocks);
     cuda::latent_cache_write(d_lat.get(), d_kr.get(), n_write, d_slots.get(), c.kv_lora, c.rope_dim, d_cache.get(),
-                             nullptr);
+                             false, nullptr);
     cuda_sync("latent_cache_write");
     ASSERT_TRUE(all_bits_equal(d_cache.download(), cache));
 
@@ -347,8 +353,8 @@ TEST(CudaAttention, LatentAttentionMatchesCpu) {
       const std::vector<float> qr = rand_vec(T * c.n_heads * c.rope_dim, 204);
       const std::vector<const int32_t*> bt = host_block_table(pool, st);
       std::vector<float> want(T * c.n_heads * c.kv_lora);
-      cpu::latent_attention(ql.data(), qr.data(), T, c.n_heads, c.kv_lora, c.rope_dim, cache.data(), pool.block_size,
-                            bt.data(), st.pos.data(), scale, want.data());
+      cpu::latent_attention(ql.data(), qr.data(), T, c.n_heads, c.kv_lora, c.rope_dim, cache.data(),
+                            cpu::CacheElem::F32, pool.block_size, bt.data(), st.pos.data(), scale, want.data());
 
       if (T > 1) {
         EXPECT_GE(max_partitions(st, 0), 2) << "the mixed step should split";
@@ -359,8 +365,8 @@ TEST(CudaAttention, LatentAttentionMatchesCpu) {
           unsplit_and_split(want.size(), T * c.n_heads * (c.kv_lora + 2), max_partitions(st, 0),
                             [&](const cuda::AttentionSplit& split, float* out) {
                               cuda::latent_attention(d_ql.get(), d_qr.get(), T, c.n_heads, c.kv_lora, c.rope_dim,
-                                                     d_cache.get(), pool.block_size, d_blocks.get(), d_start.get(),
-                                                     d_pos.get(), scale, out, split, nullptr);
+                                                     d_cache.get(), false, pool.block_size, d_blocks.get(),
+                                                     d_start.get(), d_pos.get(), scale, out, split, nullptr);
                             });
       EXPECT_TRUE(all_close(got, want, kRel, kAbs));
     }
@@ -420,14 +426,15 @@ TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
     const std::vector<float> q = rand_vec(nh * hd, 303);
     std::vector<float> kc(pool.num_blocks * pool.block_size * row, nan), vc(kc.size(), nan), want(nh * hd);
     std::vector<float> k_rows(kc.size(), nan), v_rows(kc.size(), nan);
-    cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), nkv, hd, pool.block_size, kc.data(), vc.data());
+    cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), nkv, hd, pool.block_size, kc.data(), vc.data(),
+                        cpu::CacheElem::F32);
     row_cache_write(k, v, slots, row, k_rows, v_rows);
-    cpu::paged_attention(q.data(), 1, nh, nkv, hd, kc.data(), vc.data(), pool.block_size, bt.data(), st.pos.data(), 0,
-                         0.088f, want.data());
+    cpu::paged_attention(q.data(), 1, nh, nkv, hd, kc.data(), vc.data(), cpu::CacheElem::F32, pool.block_size,
+                         bt.data(), st.pos.data(), 0, 0.088f, want.data());
     DeviceBuffer<float> d_kc(k_rows), d_vc(v_rows), d_q(q);
     check(want.size(), want, [&](const BlockTables& tables, float* out) {
-      gpu->attention(d_q.get(), 1, nh, nkv, hd, d_kc.get(), d_vc.get(), pool.block_size, tables, d_pos.get(), 0, 0.088f,
-                     out);
+      gpu->attention(d_q.get(), 1, nh, nkv, hd, KvCacheRef{d_kc.get(), d_vc.get(), DType::F32}, pool.block_size, tables,
+                     d_pos.get(), 0, 0.088f, out);
     });
   }
   {  // MLA: 16 heads (a tp shard of DeepSeek-V3), kv_lora 512, rope 64.
@@ -435,13 +442,156 @@ TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
     const std::vector<float> lat = rand_vec(n_write * lora, 311), kr = rand_vec(n_write * rope, 312);
     const std::vector<float> ql = rand_vec(nh * lora, 313), qr = rand_vec(nh * rope, 314);
     std::vector<float> cache(pool.num_blocks * pool.block_size * row, nan), want(nh * lora);
-    cpu::latent_cache_write(lat.data(), kr.data(), n_write, slots.data(), lora, rope, cache.data());
-    cpu::latent_attention(ql.data(), qr.data(), 1, nh, lora, rope, cache.data(), pool.block_size, bt.data(),
-                          st.pos.data(), 0.072f, want.data());
+    cpu::latent_cache_write(lat.data(), kr.data(), n_write, slots.data(), lora, rope, cache.data(),
+                            cpu::CacheElem::F32);
+    cpu::latent_attention(ql.data(), qr.data(), 1, nh, lora, rope, cache.data(), cpu::CacheElem::F32, pool.block_size,
+                          bt.data(), st.pos.data(), 0.072f, want.data());
     DeviceBuffer<float> d_cache(cache), d_ql(ql), d_qr(qr);
     check(want.size(), want, [&](const BlockTables& tables, float* out) {
-      gpu->latent_attention(d_ql.get(), d_qr.get(), 1, nh, lora, rope, d_cache.get(), pool.block_size, tables,
-                            d_pos.get(), 0.072f, out);
+      gpu->latent_attention(d_ql.get(), d_qr.get(), 1, nh, lora, rope, KvCacheRef{d_cache.get(), nullptr, DType::F32},
+                            pool.block_size, tables, d_pos.get(), 0.072f, out);
     });
+  }
+}
+
+namespace {
+
+std::vector<float> bf16_rounded(const std::vector<float>& v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = cache_bf16::widen(cache_bf16::round(v[i]));
+  return r;
+}
+
+// The bf16 rows the device cache must hold: rows [T, width] of x at their slots' offset `at` of a
+// [slots, row] cache, rounded; everything else keeps `fill`.
+void expect_bf16_rows(std::vector<uint16_t>& cache, const std::vector<float>& x, const std::vector<int64_t>& slots,
+                      int64_t width, int64_t row, int64_t at) {
+  for (size_t t = 0; t < slots.size(); ++t) {
+    if (slots[t] < 0) continue;
+    for (int64_t c = 0; c < width; ++c)
+      cache[slots[t] * row + at + c] = cache_bf16::round(x[static_cast<int64_t>(t) * width + c]);
+  }
+}
+
+constexpr uint16_t kBf16Nan = 0xffc0;  // unwritten rows: a stray read shows
+
+}  // namespace
+
+// A bf16 cache (--kv-dtype bf16) on the device: kv_cache_write and latent_cache_write store the
+// host's rounding (kernels/cache_bf16.h) bit for bit, and every attention launch over it (unsplit,
+// split, tiled prefill) gives the bits of the same launch over an fp32 cache holding the rounded
+// values, and the CPU kernels' bf16-cache result within the kernel tolerance.
+TEST(CudaAttention, Bf16CacheIsTheFp32CacheOfTheRoundedValues) {
+  SHARDLM_REQUIRE_GPU();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Pool pool(16, kSeqLens, 5, 7);
+  const std::vector<int64_t> slots = pool.all_slots();
+  const int64_t n_write = static_cast<int64_t>(slots.size());
+  DeviceBuffer<int32_t> d_blocks(pool.blocks);
+  DeviceBuffer<int64_t> d_slots(slots);
+  for (const GqaCase& c : {GqaCase{8, 2, 128, 0}, GqaCase{8, 1, 256, 37}, GqaCase{4, 4, 96, 0}}) {
+    SCOPED_TRACE(testing::Message() << "GQA heads " << c.n_heads << "/" << c.n_kv << ", head_dim " << c.head_dim
+                                    << ", window " << c.window);
+    const int64_t row = c.n_kv * c.head_dim, cache_len = pool.num_blocks * pool.block_size * row;
+    const std::vector<float> k = rand_vec(n_write * row, 401), v = rand_vec(n_write * row, 402);
+    std::vector<uint16_t> k16(cache_len, kBf16Nan), v16(cache_len, kBf16Nan);
+    expect_bf16_rows(k16, k, slots, row, row, 0);
+    expect_bf16_rows(v16, v, slots, row, row, 0);
+    DeviceBuffer<float> d_k(k), d_v(v);
+    DeviceBuffer<uint16_t> d_kc(std::vector<uint16_t>(cache_len, kBf16Nan)),
+        d_vc(std::vector<uint16_t>(cache_len, kBf16Nan));
+    cuda::kv_cache_write(d_k.get(), d_v.get(), n_write, d_slots.get(), c.n_kv, c.head_dim, d_kc.get(), d_vc.get(), true,
+                         nullptr);
+    cuda_sync("kv_cache_write bf16");
+    ASSERT_TRUE(all_bits_equal(d_kc.download(), k16));
+    ASSERT_TRUE(all_bits_equal(d_vc.download(), v16));
+    // The fp32 device cache of the rounded values, and the CPU's bf16 cache.
+    std::vector<float> k_rows(cache_len, nan), v_rows(cache_len, nan);
+    row_cache_write(bf16_rounded(k), bf16_rounded(v), slots, row, k_rows, v_rows);
+    DeviceBuffer<float> d_kr(k_rows), d_vr(v_rows);
+    std::vector<uint16_t> cpu_k(cache_len, kBf16Nan), cpu_v(cache_len, kBf16Nan);
+    cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), c.n_kv, c.head_dim, pool.block_size, cpu_k.data(),
+                        cpu_v.data(), cpu::CacheElem::BF16);
+
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    for (const Step& st : {mixed_step(pool), decode_step(pool)}) {
+      const int64_t T = static_cast<int64_t>(st.pos.size());
+      SCOPED_TRACE(testing::Message() << "T " << T);
+      const std::vector<float> q = rand_vec(T * c.n_heads * c.head_dim, 403);
+      const std::vector<const int32_t*> bt = host_block_table(pool, st);
+      std::vector<float> want(T * c.n_heads * c.head_dim);
+      cpu::paged_attention(q.data(), T, c.n_heads, c.n_kv, c.head_dim, cpu_k.data(), cpu_v.data(), cpu::CacheElem::BF16,
+                           pool.block_size, bt.data(), st.pos.data(), c.window, scale, want.data());
+      DeviceBuffer<float> d_q(q), d_fp32(std::vector<float>(want.size(), nan));
+      DeviceBuffer<int32_t> d_pos(st.pos), d_start(st.table_start);
+      cuda::paged_attention(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kr.get(), d_vr.get(), false, pool.block_size,
+                            d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale, d_fp32.get(),
+                            cuda::AttentionSplit{}, nullptr);
+      cuda_sync("paged_attention fp32 of the rounded values");
+      const std::vector<float> got =
+          unsplit_and_split(want.size(), T * c.n_heads * (c.head_dim + 2), max_partitions(st, c.window),
+                            [&](const cuda::AttentionSplit& split, float* out) {
+                              cuda::paged_attention(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(),
+                                                    true, pool.block_size, d_blocks.get(), d_start.get(), d_pos.get(),
+                                                    c.window, scale, out, split, nullptr);
+                            });
+      EXPECT_TRUE(all_bits_equal(got, d_fp32.download()));
+      EXPECT_TRUE(all_close(got, want, kRel, kAbs));
+      DeviceBuffer<float> d_tiled(std::vector<float>(want.size(), nan));
+      cuda::paged_attention_tiled(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(), true,
+                                  pool.block_size, d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale,
+                                  d_tiled.get(), nullptr);
+      cuda_sync("paged_attention_tiled bf16");
+      EXPECT_TRUE(all_bits_equal(d_tiled.download(), got)) << "tiled";
+    }
+  }
+  {
+    const MlaCase c{16, 512, 64, 16};
+    SCOPED_TRACE("MLA heads 16, kv_lora 512, rope 64");
+    const int64_t row = c.kv_lora + c.rope_dim, cache_len = pool.num_blocks * pool.block_size * row;
+    const std::vector<float> lat = rand_vec(n_write * c.kv_lora, 411), kr = rand_vec(n_write * c.rope_dim, 412);
+    std::vector<uint16_t> want16(cache_len, kBf16Nan), cpu16(cache_len, kBf16Nan);
+    expect_bf16_rows(want16, lat, slots, c.kv_lora, row, 0);
+    expect_bf16_rows(want16, kr, slots, c.rope_dim, row, c.kv_lora);
+    DeviceBuffer<float> d_lat(lat), d_kr(kr);
+    DeviceBuffer<uint16_t> d_cache(std::vector<uint16_t>(cache_len, kBf16Nan));
+    cuda::latent_cache_write(d_lat.get(), d_kr.get(), n_write, d_slots.get(), c.kv_lora, c.rope_dim, d_cache.get(),
+                             true, nullptr);
+    cuda_sync("latent_cache_write bf16");
+    ASSERT_TRUE(all_bits_equal(d_cache.download(), want16));
+    cpu::latent_cache_write(lat.data(), kr.data(), n_write, slots.data(), c.kv_lora, c.rope_dim, cpu16.data(),
+                            cpu::CacheElem::BF16);
+    ASSERT_TRUE(all_bits_equal(cpu16, want16)) << "the CPU's bf16 latent rows";
+    std::vector<float> rounded_rows(cache_len, nan);
+    const std::vector<float> latr = bf16_rounded(lat), krr = bf16_rounded(kr);
+    cpu::latent_cache_write(latr.data(), krr.data(), n_write, slots.data(), c.kv_lora, c.rope_dim, rounded_rows.data(),
+                            cpu::CacheElem::F32);
+    DeviceBuffer<float> d_rounded(rounded_rows);
+    const float scale = 1.0f / std::sqrt(192.0f);
+    for (const Step& st : {mixed_step(pool), decode_step(pool)}) {
+      const int64_t T = static_cast<int64_t>(st.pos.size());
+      SCOPED_TRACE(testing::Message() << "T " << T);
+      const std::vector<float> ql = rand_vec(T * c.n_heads * c.kv_lora, 413);
+      const std::vector<float> qr = rand_vec(T * c.n_heads * c.rope_dim, 414);
+      const std::vector<const int32_t*> bt = host_block_table(pool, st);
+      std::vector<float> want(T * c.n_heads * c.kv_lora);
+      cpu::latent_attention(ql.data(), qr.data(), T, c.n_heads, c.kv_lora, c.rope_dim, cpu16.data(),
+                            cpu::CacheElem::BF16, pool.block_size, bt.data(), st.pos.data(), scale, want.data());
+      DeviceBuffer<float> d_ql(ql), d_qr(qr), d_fp32(std::vector<float>(want.size(), nan));
+      DeviceBuffer<int32_t> d_pos(st.pos), d_start(st.table_start);
+      cuda::latent_attention(d_ql.get(), d_qr.get(), T, c.n_heads, c.kv_lora, c.rope_dim, d_rounded.get(), false,
+                             pool.block_size, d_blocks.get(), d_start.get(), d_pos.get(), scale, d_fp32.get(),
+                             cuda::AttentionSplit{}, nullptr);
+      cuda_sync("latent_attention fp32 of the rounded values");
+      const std::vector<float> got =
+          unsplit_and_split(want.size(), T * c.n_heads * (c.kv_lora + 2), max_partitions(st, 0),
+                            [&](const cuda::AttentionSplit& split, float* out) {
+                              cuda::latent_attention(d_ql.get(), d_qr.get(), T, c.n_heads, c.kv_lora, c.rope_dim,
+                                                     d_cache.get(), true, pool.block_size, d_blocks.get(),
+                                                     d_start.get(), d_pos.get(), scale, out, split, nullptr);
+                            });
+      EXPECT_TRUE(all_bits_equal(got, d_fp32.download()));
+      EXPECT_TRUE(all_close(got, want, kRel, kAbs));
+    }
   }
 }

@@ -190,12 +190,52 @@ TEST(Cli, JobFileWithCommandLineOverride) {
   EXPECT_EQ(h.strings("/requests/id"), (std::vector<std::string>{"1", "2"}));
 }
 
+// --kv-dtype: auto resolves from the checkpoint (stories260K is float32) and the resolved dtype is
+// recorded; a bf16 cache changes the stored keys and values (every log-probability moves a
+// little), yet greedy decoding from BOS still gives the reference's 200 tokens; a bad name fails.
+TEST(Cli, KvDtypeIsResolvedRecordedAndUsed) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  fs::path d = tmpdir("kv-dtype");
+  test::write_file(d / "p.jsonl", "{\"id\": \"bos\", \"prompt_token_ids\": [1], \"max_tokens\": 200}\n");
+  std::vector<std::vector<float>> logprobs;
+  for (const char* dtype : {"auto", "bf16"}) {
+    const fs::path out = d / (std::string(dtype) + ".h5");
+    Proc p = sh(bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --out " + out.string() +
+                " --kv-dtype " + dtype);
+    ASSERT_EQ(p.code, 0) << p.out;
+    const std::string want = std::string("KV cache ") + (std::string(dtype) == "auto" ? "fp32" : "bf16");
+    EXPECT_NE(p.out.find(want), std::string::npos) << p.out;
+    test::H5Reader h(out);
+    ASSERT_TRUE(h.ok());
+    EXPECT_NE(h.string_attr("config").find(std::string("kv-dtype = ") + (std::string(dtype) == "auto" ? "fp32" : "bf16")),
+              std::string::npos)
+        << h.string_attr("config");
+    auto outs = h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32);
+    ASSERT_EQ(outs.size(), 1u);
+    EXPECT_EQ(outs[0], test::read_ids(model + "/expected_greedy_from_bos.ids")) << dtype;
+    logprobs.push_back(h.lists<float>("/requests/token_logprobs", H5T_NATIVE_FLOAT).at(0));
+  }
+  ASSERT_EQ(logprobs[0].size(), logprobs[1].size());
+  size_t moved = 0;
+  float most = 0;
+  for (size_t i = 0; i < logprobs[0].size(); ++i) {
+    moved += logprobs[0][i] != logprobs[1][i];
+    most = std::max(most, std::abs(logprobs[0][i] - logprobs[1][i]));
+  }
+  EXPECT_GT(moved, logprobs[0].size() / 2) << "the bf16 cache left the log-probabilities as they were";
+  EXPECT_LT(most, 0.1f);
+  Proc bad = sh(bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --out " +
+                (d / "bad.h5").string() + " --kv-dtype fp16");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("--kv-dtype must be auto, fp32 or bf16, not 'fp16'"), std::string::npos) << bad.out;
+}
+
 TEST(Cli, HelpListsOptionsWithDefaults) {
   Proc p = sh(bin() + " run --help");
   EXPECT_EQ(p.code, 0);
   for (const char* opt : {"--model", "--prompts", "--out", "--max-new-tokens arg (=128)", "--temperature arg (=0)",
                           "--top-p", "--top-k", "--min-p", "--seed", "--max-batch-tokens", "--max-seqs",
-                          "--kv-cache-gb", "--config"}) {
+                          "--kv-cache-gb", "--kv-dtype arg (=auto)", "--config"}) {
     EXPECT_NE(p.out.find(opt), std::string::npos) << opt;
   }
   Proc bad = sh(bin() + " run --model x --prompts y --out z --temperature warm");

@@ -49,6 +49,14 @@ TEST(Layouts, Stories260KEveryLayoutMatchesOneRank) {
   check_layouts(model, {{2, 1, 1}, {4, 1, 1}, {1, 2, 1}, {1, 3, 1}, {2, 2, 1}, {1, 1, 2}, {2, 2, 2}}, false, "stories");
 }
 
+// A bf16 KV cache (stories260K is an fp32 checkpoint, whose cache is fp32 by default): every layout
+// gives the single rank's bf16-cache result.
+TEST(Layouts, Bf16KvCacheMatchesOneRank) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  std::vector<test::LayoutRun> runs{{2, "--tp 2"}, {2, "--pp 2"}, {4, "--tp 2 --pp 2"}};
+  test::check_layout_runs(model, runs, true, "bf16-cache", " --kv-dtype bf16");
+}
+
 // Random models made here: KV heads fewer than tp (replicated), q/k/v bias with tied embeddings,
 // QK-norm with head_dim != hidden/heads, and a sliding window shorter than the prompts.
 // Unbalanced stages given by hand: one layer on the first stage, four on the second.

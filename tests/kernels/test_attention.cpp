@@ -65,7 +65,8 @@ struct Cache {
 void fill(Cache& c, const Seq& s, const std::vector<int32_t>& table) {
   std::vector<int64_t> slots(s.len);
   for (int64_t p = 0; p < s.len; ++p) slots[p] = table[p / c.block_size] * c.block_size + p % c.block_size;
-  cpu::kv_cache_write(s.k.data(), s.v.data(), s.len, slots.data(), c.n_kv, c.hd, c.block_size, c.k.data(), c.v.data());
+  cpu::kv_cache_write(s.k.data(), s.v.data(), s.len, slots.data(), c.n_kv, c.hd, c.block_size, c.k.data(), c.v.data(),
+                      cpu::CacheElem::F32);
 }
 
 Seq make_seq(int64_t len, int64_t n_kv, int64_t hd, uint32_t seed) {
@@ -84,8 +85,8 @@ std::vector<float> run_all(const AttnSetup& st, const Cache& c, const std::vecto
   std::iota(pos.begin(), pos.end(), 0);
   std::vector<const int32_t*> bt(len, table.data());
   std::vector<float> out(len * st.n_heads * st.hd);
-  cpu::paged_attention(q.data(), len, st.n_heads, st.n_kv, st.hd, c.k.data(), c.v.data(), c.block_size, bt.data(),
-                       pos.data(), window, st.scale, out.data());
+  cpu::paged_attention(q.data(), len, st.n_heads, st.n_kv, st.hd, c.k.data(), c.v.data(), cpu::CacheElem::F32,
+                       c.block_size, bt.data(), pos.data(), window, st.scale, out.data());
   return out;
 }
 
@@ -177,13 +178,13 @@ TEST(PagedAttention, BatchInvariantAcrossTokensAndSequences) {
   for (int64_t window : {0, 8}) {
     std::vector<float> batch(T * row);
     cpu::set_num_threads(2);
-    cpu::paged_attention(q.data(), T, st.n_heads, st.n_kv, st.hd, c.k.data(), c.v.data(), st.bs, bt.data(), pos.data(),
-                         window, st.scale, batch.data());
+    cpu::paged_attention(q.data(), T, st.n_heads, st.n_kv, st.hd, c.k.data(), c.v.data(), cpu::CacheElem::F32, st.bs,
+                         bt.data(), pos.data(), window, st.scale, batch.data());
     cpu::set_num_threads(1);
     for (int64_t t = 0; t < T; ++t) {
       std::vector<float> alone(row);
-      cpu::paged_attention(&q[t * row], 1, st.n_heads, st.n_kv, st.hd, c.k.data(), c.v.data(), st.bs, &bt[t], &pos[t],
-                           window, st.scale, alone.data());
+      cpu::paged_attention(&q[t * row], 1, st.n_heads, st.n_kv, st.hd, c.k.data(), c.v.data(), cpu::CacheElem::F32,
+                           st.bs, &bt[t], &pos[t], window, st.scale, alone.data());
       ASSERT_EQ(0, std::memcmp(alone.data(), &batch[t * row], row * 4)) << "t=" << t << " window=" << window;
     }
     // And against the reference.
@@ -218,8 +219,8 @@ TEST(PagedAttention, HeadRunsGiveTheSameBits) {
     for (int threads : {1, 2, 3, 8}) {
       cpu::set_num_threads(threads);
       std::vector<float> out(row, NAN);
-      cpu::paged_attention(q.data(), 1, st.n_heads, st.n_kv, st.hd, c.k.data(), c.v.data(), st.bs, &bt, &p, window,
-                           st.scale, out.data());
+      cpu::paged_attention(q.data(), 1, st.n_heads, st.n_kv, st.hd, c.k.data(), c.v.data(), cpu::CacheElem::F32, st.bs,
+                           &bt, &p, window, st.scale, out.data());
       if (first.empty()) {
         first = out;
         std::vector<double> ref;
@@ -293,8 +294,8 @@ TEST(PagedAttention, GivesThePlainLoopsBits) {
         for (int threads : {1, 2}) {
           cpu::set_num_threads(threads);
           std::vector<float> out(want.size(), NAN);
-          cpu::paged_attention(q.data(), T, n_heads, n_kv, hd, c.k.data(), c.v.data(), bs, bt.data(), pos.data(),
-                               window, 0.3f, out.data());
+          cpu::paged_attention(q.data(), T, n_heads, n_kv, hd, c.k.data(), c.v.data(), cpu::CacheElem::F32, bs,
+                               bt.data(), pos.data(), window, 0.3f, out.data());
           ASSERT_EQ(0, std::memcmp(want.data(), out.data(), out.size() * 4))
               << "hd " << hd << ", " << n_heads << "/" << n_kv << " heads, window " << window << ", " << threads
               << " threads";
@@ -311,7 +312,7 @@ TEST(KvCacheWrite, WritesEachKvHeadsRowsOfABlockTogetherAndSkipsNegative) {
   auto k = rand_vec(T * n_kv * hd, 10), v = rand_vec(T * n_kv * hd, 11);
   std::vector<float> kc(slots_total * n_kv * hd, 0.0f), vc(kc.size(), 0.0f);
   const std::vector<int64_t> slots = {5, -1, 2, 11};
-  cpu::kv_cache_write(k.data(), v.data(), T, slots.data(), n_kv, hd, bs, kc.data(), vc.data());
+  cpu::kv_cache_write(k.data(), v.data(), T, slots.data(), n_kv, hd, bs, kc.data(), vc.data(), cpu::CacheElem::F32);
   std::vector<bool> written(kc.size(), false);
   for (int64_t t = 0; t < T; ++t) {
     if (slots[t] < 0) continue;

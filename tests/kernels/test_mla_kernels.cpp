@@ -167,7 +167,8 @@ LatentSeq make_latent_seq(const LatentSetup& st, int64_t len, std::vector<int32_
 void write_seq(const LatentSetup& st, const LatentSeq& s, std::vector<float>& cache) {
   std::vector<int64_t> slots(s.len);
   for (int64_t p = 0; p < s.len; ++p) slots[p] = s.table[p / st.bs] * st.bs + p % st.bs;
-  cpu::latent_cache_write(s.lat.data(), s.rope.data(), s.len, slots.data(), st.L, st.dr, cache.data());
+  cpu::latent_cache_write(s.lat.data(), s.rope.data(), s.len, slots.data(), st.L, st.dr, cache.data(),
+                          cpu::CacheElem::F32);
 }
 
 // Reference for one (token, head): attends over positions [0, p] of s.
@@ -195,7 +196,7 @@ TEST(LatentCacheWrite, WritesRowsAndSkipsNegative) {
   auto lat = rand_vec(T * L, 10), rope = rand_vec(T * dr, 11);
   std::vector<float> cache(5 * (L + dr), -7.0f);
   std::vector<int64_t> slots = {4, -1, 0};
-  cpu::latent_cache_write(lat.data(), rope.data(), T, slots.data(), L, dr, cache.data());
+  cpu::latent_cache_write(lat.data(), rope.data(), T, slots.data(), L, dr, cache.data(), cpu::CacheElem::F32);
   for (int64_t i = 0; i < L; ++i) {
     EXPECT_EQ(cache[4 * (L + dr) + i], lat[0 * L + i]);
     EXPECT_EQ(cache[0 * (L + dr) + i], lat[2 * L + i]);
@@ -230,8 +231,8 @@ TEST(LatentAttention, MatchesReferenceAndIsBatchInvariant) {
   auto ql = rand_vec(T * st.nh * st.L, 23), qr = rand_vec(T * st.nh * st.dr, 24);
   std::vector<float> batch(T * st.nh * st.L, NAN);
   cpu::set_num_threads(2);
-  cpu::latent_attention(ql.data(), qr.data(), T, st.nh, st.L, st.dr, cache.data(), st.bs, bt.data(), pos.data(),
-                        st.scale, batch.data());
+  cpu::latent_attention(ql.data(), qr.data(), T, st.nh, st.L, st.dr, cache.data(), cpu::CacheElem::F32, st.bs,
+                        bt.data(), pos.data(), st.scale, batch.data());
   const double tol = 2e-6 * std::max(1.0, max_abs(seqs[0].lat));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < st.nh; ++h) {
@@ -244,8 +245,8 @@ TEST(LatentAttention, MatchesReferenceAndIsBatchInvariant) {
   const int64_t row = st.nh * st.L;
   for (int64_t t = 0; t < T; ++t) {
     std::vector<float> alone(row);
-    cpu::latent_attention(&ql[t * row], &qr[t * st.nh * st.dr], 1, st.nh, st.L, st.dr, cache.data(), st.bs, &bt[t],
-                          &pos[t], st.scale, alone.data());
+    cpu::latent_attention(&ql[t * row], &qr[t * st.nh * st.dr], 1, st.nh, st.L, st.dr, cache.data(),
+                          cpu::CacheElem::F32, st.bs, &bt[t], &pos[t], st.scale, alone.data());
     ASSERT_EQ(0, std::memcmp(alone.data(), &batch[t * row], row * 4)) << "t=" << t;
   }
 }
@@ -302,8 +303,8 @@ TEST(LatentAttention, GivesThePlainLoopsBits) {
     for (int threads : {1, 2}) {
       cpu::set_num_threads(threads);
       std::vector<float> out(want.size(), NAN);
-      cpu::latent_attention(ql.data(), qr.data(), T, st.nh, L, dr, cache.data(), st.bs, bt.data(), pos.data(), st.scale,
-                            out.data());
+      cpu::latent_attention(ql.data(), qr.data(), T, st.nh, L, dr, cache.data(), cpu::CacheElem::F32, st.bs, bt.data(),
+                            pos.data(), st.scale, out.data());
       ASSERT_EQ(0, std::memcmp(want.data(), out.data(), out.size() * 4))
           << "kv_lora " << L << ", rope " << dr << ", " << threads << " threads";
     }
@@ -325,7 +326,7 @@ TEST(LatentAttention, HeadsSeeOnlyTheirOwnQuery) {
   const int32_t p = 8;
   const int32_t* bt = s.table.data();
   std::vector<float> out(st.nh * st.L);
-  cpu::latent_attention(ql.data(), qr.data(), 1, st.nh, st.L, st.dr, cache.data(), st.bs, &bt, &p, st.scale,
-                        out.data());
+  cpu::latent_attention(ql.data(), qr.data(), 1, st.nh, st.L, st.dr, cache.data(), cpu::CacheElem::F32, st.bs, &bt, &p,
+                        st.scale, out.data());
   for (int64_t h = 1; h < st.nh; ++h) ASSERT_EQ(0, std::memcmp(&out[0], &out[h * st.L], st.L * 4)) << "h=" << h;
 }

@@ -1,0 +1,195 @@
+// The bf16 KV cache of the CPU kernels (cpu/cache_rows.h): values are stored rounded to nearest
+// even as torch's .to(bfloat16) rounds finite values, and attention over the cache is, bit for bit,
+// attention over an fp32 cache holding the rounded values, for GQA (paged_attention) and MLA
+// (latent_attention), with scrambled block tables, windows, widths with a tail past 16 values, and
+// 1 or 2 threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cache_bf16.h"
+#include "cpu/latent_attention.h"
+#include "cpu/paged_attention.h"
+#include "cpu/threads.h"
+
+using namespace shardlm;
+
+namespace {
+
+struct ThreadGuard {
+  int saved = cpu::num_threads();
+  ~ThreadGuard() { cpu::set_num_threads(saved); }
+};
+
+std::vector<float> rand_vec(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> U(-scale, scale);
+  std::vector<float> v(n);
+  for (auto& e : v) e = U(rng);
+  return v;
+}
+
+float bits_to_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+std::vector<float> rounded(const std::vector<float>& v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = cache_bf16::widen(cache_bf16::round(v[i]));
+  return r;
+}
+
+// Three sequences with scrambled, interleaved physical blocks; their tokens in one call: a chunk
+// of A, B's decode token, the start of C, and a padding token.
+struct Batch {
+  std::vector<int32_t> tA{9, 2, 7, 4, 0, 11}, tB{5, 1, 10}, tC{3};
+  int64_t lenA = 81, lenB = 45, lenC = 12;
+  std::vector<int32_t> pos;
+  std::vector<const int32_t*> bt;
+  Batch() {
+    for (int32_t p = 60; p < lenA; ++p) pos.push_back(p), bt.push_back(tA.data());
+    pos.push_back(static_cast<int32_t>(lenB - 1)), bt.push_back(tB.data());
+    for (int32_t p = 0; p < lenC; ++p) pos.push_back(p), bt.push_back(tC.data());
+    pos.push_back(-1), bt.push_back(tC.data());
+  }
+  int64_t T() const { return static_cast<int64_t>(pos.size()); }
+  static std::vector<int64_t> slots(const std::vector<int32_t>& table, int64_t len, int64_t bs) {
+    std::vector<int64_t> s(static_cast<size_t>(len));
+    for (int64_t p = 0; p < len; ++p) s[p] = table[p / bs] * bs + p % bs;
+    return s;
+  }
+};
+
+}  // namespace
+
+TEST(Bf16Cache, RoundsToNearestEvenAsTorch) {
+  struct Case {
+    uint32_t in;
+    uint16_t want;
+  };
+  // The finite and infinite cases are what torch's .to(torch.bfloat16) gives (checked with torch
+  // 2 on this machine): ties go to the even mantissa, the largest finite floats round to
+  // infinity. A NaN stays a NaN, quiet, with its sign and top payload bits (torch's own NaN
+  // bits vary: 0x7fc0 from its scalar code, 0xffff from its vector code here).
+  const Case cases[] = {
+      {0x3f800000u, 0x3f80},  // 1
+      {0x3f808000u, 0x3f80},  // 1 + 2^-8: a tie, down to the even 1
+      {0x3f818000u, 0x3f82},  // 1 + 3 * 2^-8: a tie, up to the even neighbour
+      {0x3f808001u, 0x3f81},  // just above the tie: up
+      {0x3f807fffu, 0x3f80},  // just below: down
+      {0xbf818000u, 0xbf82},  // negative ties as positive
+      {0x7f7fffffu, 0x7f80},  // FLT_MAX: past the largest bf16, infinity
+      {0x7f800000u, 0x7f80},  // +inf
+      {0xff800000u, 0xff80},  // -inf
+      {0x7f800001u, 0x7fc0},  // a signalling NaN: quiet
+      {0xffc00000u, 0xffc0},  // -NaN keeps its sign
+      {0x00000001u, 0x0000},  // the smallest subnormal: down to +0
+      {0x80000000u, 0x8000},  // -0
+      {0x00018000u, 0x0002},  // a subnormal tie: up to even
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(cache_bf16::round(bits_to_float(c.in)), c.want) << std::hex << "0x" << c.in;
+  }
+  // Widening is exact: every finite bf16 comes back as itself.
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const float f = cache_bf16::widen(static_cast<uint16_t>(h));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(cache_bf16::round(f), h) << std::hex << h;
+  }
+}
+
+TEST(Bf16Cache, KvCacheWriteStoresTheRoundedValues) {
+  const int64_t n_kv = 2, hd = 24, T = 3, bs = 4;
+  auto k = rand_vec(T * n_kv * hd, 1), v = rand_vec(T * n_kv * hd, 2);
+  k[5] = NAN;
+  v[7] = INFINITY;
+  std::vector<uint16_t> kc(3 * bs * n_kv * hd, 0x1234), vc(kc.size(), 0x1234);
+  const std::vector<int64_t> slots = {6, -1, 1};
+  cpu::kv_cache_write(k.data(), v.data(), T, slots.data(), n_kv, hd, bs, kc.data(), vc.data(), cpu::CacheElem::BF16);
+  size_t written = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    if (slots[t] < 0) continue;
+    for (int64_t h = 0; h < n_kv; ++h)
+      for (int64_t d = 0; d < hd; ++d) {
+        const int64_t at = ((slots[t] / bs * n_kv + h) * bs + slots[t] % bs) * hd + d;
+        ASSERT_EQ(kc[at], cache_bf16::round(k[(t * n_kv + h) * hd + d]));
+        ASSERT_EQ(vc[at], cache_bf16::round(v[(t * n_kv + h) * hd + d]));
+        ++written;
+      }
+  }
+  size_t untouched = 0;
+  for (size_t i = 0; i < kc.size(); ++i) untouched += kc[i] == 0x1234 && vc[i] == 0x1234;
+  EXPECT_EQ(written + untouched, kc.size()) << "a slot outside slots[] was written";
+}
+
+TEST(Bf16Cache, PagedAttentionIsTheFp32CacheOfTheRoundedValues) {
+  ThreadGuard guard;
+  const int64_t bs = 16;
+  Batch b;
+  for (auto [hd, n_heads, n_kv] : {std::tuple<int64_t, int64_t, int64_t>{64, 8, 2}, {72, 6, 3}, {8, 4, 4}}) {
+    const int64_t nblocks = 12, row = n_kv * hd, T = b.T();
+    std::vector<uint16_t> kb(nblocks * bs * row, 0xffc0), vb(kb.size(), 0xffc0);  // NaN: an unwritten row shows
+    std::vector<float> kf(kb.size(), NAN), vf(kb.size(), NAN);
+    uint32_t seed = 10;
+    for (auto [table, len] : {std::pair{&b.tA, b.lenA}, {&b.tB, b.lenB}, {&b.tC, b.lenC}}) {
+      const auto k = rand_vec(len * row, seed++, 3.0f), v = rand_vec(len * row, seed++);
+      const auto slots = Batch::slots(*table, len, bs);
+      cpu::kv_cache_write(k.data(), v.data(), len, slots.data(), n_kv, hd, bs, kb.data(), vb.data(),
+                          cpu::CacheElem::BF16);
+      const auto kr = rounded(k), vr = rounded(v);
+      cpu::kv_cache_write(kr.data(), vr.data(), len, slots.data(), n_kv, hd, bs, kf.data(), vf.data(),
+                          cpu::CacheElem::F32);
+    }
+    const auto q = rand_vec(T * n_heads * hd, 40);
+    for (int64_t window : {0, 29}) {
+      for (int threads : {1, 2}) {
+        cpu::set_num_threads(threads);
+        std::vector<float> want(T * n_heads * hd, NAN), got(want.size(), -1.0f);
+        cpu::paged_attention(q.data(), T, n_heads, n_kv, hd, kf.data(), vf.data(), cpu::CacheElem::F32, bs, b.bt.data(),
+                             b.pos.data(), window, 0.2f, want.data());
+        cpu::paged_attention(q.data(), T, n_heads, n_kv, hd, kb.data(), vb.data(), cpu::CacheElem::BF16, bs,
+                             b.bt.data(), b.pos.data(), window, 0.2f, got.data());
+        for (float x : want) ASSERT_TRUE(std::isfinite(x));
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+            << "head_dim " << hd << ", " << n_heads << "/" << n_kv << " heads, window " << window << ", " << threads
+            << " threads";
+      }
+    }
+  }
+}
+
+TEST(Bf16Cache, LatentAttentionIsTheFp32CacheOfTheRoundedValues) {
+  ThreadGuard guard;
+  const int64_t bs = 16, nh = 20;
+  Batch b;
+  for (auto [L, dr] : {std::pair<int64_t, int64_t>{64, 16}, {72, 8}, {512, 64}}) {
+    const int64_t nblocks = 12, row = L + dr, T = b.T();
+    std::vector<uint16_t> cb(nblocks * bs * row, 0xffc0);
+    std::vector<float> cf(cb.size(), NAN);
+    uint32_t seed = 50;
+    for (auto [table, len] : {std::pair{&b.tA, b.lenA}, {&b.tB, b.lenB}, {&b.tC, b.lenC}}) {
+      const auto lat = rand_vec(len * L, seed++), rope = rand_vec(len * dr, seed++, 2.0f);
+      const auto slots = Batch::slots(*table, len, bs);
+      cpu::latent_cache_write(lat.data(), rope.data(), len, slots.data(), L, dr, cb.data(), cpu::CacheElem::BF16);
+      const auto lr = rounded(lat), rr = rounded(rope);
+      cpu::latent_cache_write(lr.data(), rr.data(), len, slots.data(), L, dr, cf.data(), cpu::CacheElem::F32);
+    }
+    const auto ql = rand_vec(T * nh * L, 60), qr = rand_vec(T * nh * dr, 61);
+    for (int threads : {1, 2}) {
+      cpu::set_num_threads(threads);
+      std::vector<float> want(T * nh * L, NAN), got(want.size(), -1.0f);
+      cpu::latent_attention(ql.data(), qr.data(), T, nh, L, dr, cf.data(), cpu::CacheElem::F32, bs, b.bt.data(),
+                            b.pos.data(), 0.05f, want.data());
+      cpu::latent_attention(ql.data(), qr.data(), T, nh, L, dr, cb.data(), cpu::CacheElem::BF16, bs, b.bt.data(),
+                            b.pos.data(), 0.05f, got.data());
+      for (float x : want) ASSERT_TRUE(std::isfinite(x));
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+          << "kv_lora " << L << ", rope " << dr << ", " << threads << " threads";
+    }
+  }
+}
