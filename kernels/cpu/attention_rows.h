@@ -11,13 +11,42 @@
 //  - accumulate_rows: out_r[d] += p_rj * v_j[d] over j in increasing order, the product rounded
 //    then added (the kernels build with -ffp-contract=off), with up to kAccRows outputs held in
 //    registers across the rows instead of being read and written per row.
+// Cache rows are fp32 or bf16 (uint16_t, cache_rows.h): a bf16 row is widened as it is loaded,
+// exactly, so both give the bits of the fp32 row holding the widened values.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
+#include "cache_bf16.h"
 #include "cpu/vec16.h"
 
 namespace shardlm::cpu::detail {
+
+// Sixteen bf16 values from p, widened: one zero extension and one shift.
+inline v16f widen16(const uint16_t* p) {
+  typedef uint16_t v16h __attribute__((vector_size(32)));
+  typedef uint32_t v16u __attribute__((vector_size(64)));
+  v16h h;
+  std::memcpy(&h, p, sizeof h);
+  const v16u w = __builtin_convertvector(h, v16u) << 16;
+  v16f f;
+  std::memcpy(&f, &w, sizeof f);
+  return f;
+}
+
+// dst[i] = src[i] widened, i < n.
+inline void widen_row(const uint16_t* src, int64_t n, float* dst) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) store16(dst + i, widen16(src + i));
+  for (; i < n; ++i) dst[i] = cache_bf16::widen(src[i]);
+}
+
+// Sixteen cache values from p as fp32.
+inline v16f load_row16(const float* p) { return load16(p); }
+inline v16f load_row16(const uint16_t* p) { return widen16(p); }
+inline float row_value(float x) { return x; }
+inline float row_value(uint16_t x) { return cache_bf16::widen(x); }
 
 namespace dot_impl {
 // dot16's tree stages (l, l+8), (l, l+4), (l, l+2) for 8 rows' lane partials a[0..8), each
@@ -43,8 +72,8 @@ inline v16f tree_last(v16f d0, v16f d1) {
 }
 
 // Lane partials of J queries against 8 rows, each row chunk loaded once for all J, then tree8.
-template <int J>
-inline void rows8(const float* const* q, const float* const* rows, int64_t n, v16f* d) {
+template <int J, class E>
+inline void rows8(const float* const* q, const E* const* rows, int64_t n, v16f* d) {
   v16f a[J][8];
   for (int j = 0; j < J; ++j)
     for (int i = 0; i < 8; ++i) a[j][i] = v16f{};
@@ -53,14 +82,14 @@ inline void rows8(const float* const* q, const float* const* rows, int64_t n, v1
     v16f qk[J];
     for (int j = 0; j < J; ++j) qk[j] = load16(q[j] + k);
     for (int i = 0; i < 8; ++i) {
-      const v16f r = load16(rows[i] + k);
+      const v16f r = load_row16(rows[i] + k);
       for (int j = 0; j < J; ++j) a[j][i] += qk[j] * r;
     }
   }
   if (k < n) {  // the tail: lane l < n - k only, as dot16 (the other lanes stay untouched)
     for (int j = 0; j < J; ++j)
       for (int i = 0; i < 8; ++i)
-        for (int l = 0; k + l < n; ++l) a[j][i][l] += q[j][k + l] * rows[i][k + l];
+        for (int l = 0; k + l < n; ++l) a[j][i][l] += q[j][k + l] * row_value(rows[i][k + l]);
   }
   for (int j = 0; j < J; ++j) d[j] = tree8(a[j]);
 }
@@ -70,11 +99,11 @@ inline void rows8(const float* const* q, const float* const* rows, int64_t n, v1
 // reduces them by a fixed tree; here each row's partials are one vector and the sixteen trees run
 // together as a transpose whose every addition is one of the tree's. With J = 2 each chunk of a
 // row is loaded once for two queries (two heads of a KV head, or two tokens).
-template <int J>
-inline void dot16_x16_n(const float* const* q, const float* const* rows, int64_t n, v16f* out) {
+template <int J, class E>
+inline void dot16_x16_n(const float* const* q, const E* const* rows, int64_t n, v16f* out) {
   v16f d0[J], d1[J];
-  dot_impl::rows8<J>(q, rows, n, d0);
-  dot_impl::rows8<J>(q, rows + 8, n, d1);
+  dot_impl::rows8<J, E>(q, rows, n, d0);
+  dot_impl::rows8<J, E>(q, rows + 8, n, d1);
   for (int j = 0; j < J; ++j) out[j] = dot_impl::tree_last(d0[j], d1[j]);
 }
 
@@ -89,14 +118,14 @@ constexpr int kAccRows = 4;
 
 namespace acc_impl {
 // Dims [c0, c0 + 16 V) of up to kAccRows outputs, in registers over the nj value rows.
-template <int V>
-inline void chunk(const AccRow* r, int nr, const float* const* vals, int64_t nj, int64_t c0) {
+template <int V, class E>
+inline void chunk(const AccRow* r, int nr, const E* const* vals, int64_t nj, int64_t c0) {
   v16f acc[kAccRows][V];
   for (int i = 0; i < nr; ++i)
     for (int u = 0; u < V; ++u) acc[i][u] = load16(r[i].out + c0 + 16 * u);
   for (int64_t j = 0; j < nj; ++j) {
     v16f v[V];
-    for (int u = 0; u < V; ++u) v[u] = load16(vals[j] + c0 + 16 * u);
+    for (int u = 0; u < V; ++u) v[u] = load_row16(vals[j] + c0 + 16 * u);
     for (int i = 0; i < nr; ++i) {
       if (j < r[i].jb || j >= r[i].je) continue;
       const float p = r[i].p[j - r[i].jb];
@@ -110,18 +139,19 @@ inline void chunk(const AccRow* r, int nr, const float* const* vals, int64_t nj,
 
 // r[i].out[d] += r[i].p[j - jb] * vals[j][d] for d < width, j in [r[i].jb, r[i].je) increasing;
 // nr <= kAccRows.
-inline void accumulate_rows(const AccRow* r, int nr, const float* const* vals, int64_t nj, int64_t width) {
+template <class E>
+inline void accumulate_rows(const AccRow* r, int nr, const E* const* vals, int64_t nj, int64_t width) {
   int64_t c0 = 0;
-  for (; c0 + 64 <= width; c0 += 64) acc_impl::chunk<4>(r, nr, vals, nj, c0);
+  for (; c0 + 64 <= width; c0 += 64) acc_impl::chunk<4, E>(r, nr, vals, nj, c0);
   switch ((width - c0) / 16) {
     case 3:
-      acc_impl::chunk<3>(r, nr, vals, nj, c0);
+      acc_impl::chunk<3, E>(r, nr, vals, nj, c0);
       break;
     case 2:
-      acc_impl::chunk<2>(r, nr, vals, nj, c0);
+      acc_impl::chunk<2, E>(r, nr, vals, nj, c0);
       break;
     case 1:
-      acc_impl::chunk<1>(r, nr, vals, nj, c0);
+      acc_impl::chunk<1, E>(r, nr, vals, nj, c0);
       break;
     default:
       break;
@@ -129,7 +159,7 @@ inline void accumulate_rows(const AccRow* r, int nr, const float* const* vals, i
   c0 += (width - c0) / 16 * 16;
   for (int i = 0; i < nr; ++i)  // the last width % 16 dims
     for (int64_t j = r[i].jb; j < r[i].je; ++j)
-      for (int64_t d = c0; d < width; ++d) r[i].out[d] += r[i].p[j - r[i].jb] * vals[j][d];
+      for (int64_t d = c0; d < width; ++d) r[i].out[d] += r[i].p[j - r[i].jb] * row_value(vals[j][d]);
 }
 
 }  // namespace shardlm::cpu::detail

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/attention_tile.h"
@@ -36,6 +37,7 @@ void attend(const float* q_latent, const float* q_rope, int64_t T, int64_t n_hea
             const E* cache, int64_t block_size, const int32_t* const* block_table, const int32_t* pos, float scale,
             float* out) {
   const int64_t row = kv_lora + rope_dim;
+  const detail::BlockOf bo(block_size);
   const std::vector<int64_t> tile = detail::token_tiles(block_table, T, kTileTokens);
   const int64_t tiles = static_cast<int64_t>(tile.size()) - 1;
   // Smaller head blocks only when there are fewer tiles than threads (a lone decode token).
@@ -51,12 +53,12 @@ void attend(const float* q_latent, const float* q_rope, int64_t T, int64_t n_hea
       const int64_t ti = it / hblocks;
       const int64_t h0 = (it % hblocks) * head_block;
       const int32_t* bt = block_table[tile[ti]];
-      auto cache_row = [&](int64_t p) { return cache + detail::slot_of(bt, p, block_size) * row; };
+      auto cache_row = [&](int64_t p) { return cache + detail::slot_of(bt, p, bo) * row; };
       detail::attend_tile(
           tile[ti], tile[ti + 1], std::min(head_block, n_heads - h0), pos, [](int64_t) { return int64_t{0}; },
           cache_row, row, cache_row, kv_lora,
-          [&](const detail::TileQuery* qs, int nq, const float* const* rows, detail::v16f* x) {
-            const float* rope_rows[detail::kRound];
+          [&](const detail::TileQuery* qs, int nq, auto rows, detail::v16f* x) {  // rows: const R* const*
+            std::remove_const_t<std::remove_pointer_t<decltype(rows)>> rope_rows[detail::kRound];
             for (int64_t i = 0; i < detail::kRound; ++i) rope_rows[i] = rows[i] + kv_lora;
             const float *ql[2], *qr[2];
             for (int j = 0; j < nq; ++j) {

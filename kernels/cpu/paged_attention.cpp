@@ -40,6 +40,7 @@ void attend(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int6
             float scale, float* out) {
   const int64_t group = n_heads / n_kv_heads;
   const int64_t block_floats = n_kv_heads * block_size * head_dim;
+  const detail::BlockOf bo(block_size);
   const std::vector<int64_t> tile = detail::token_tiles(block_table, T, kTileTokens);
   const int64_t tiles = static_cast<int64_t>(tile.size()) - 1;
   // Split a KV head's query heads over items only when there are fewer (tile, KV head) pairs than
@@ -60,13 +61,13 @@ void attend(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int6
       const int32_t* bt = block_table[tile[ti]];
       const E* k_head = k_cache + kvh * block_size * head_dim;
       const E* v_head = v_cache + kvh * block_size * head_dim;
-      auto row_of = [&](int64_t p) { return bt[p / block_size] * block_floats + p % block_size * head_dim; };
+      auto row_of = [&](int64_t p) { return bt[bo.block(p)] * block_floats + bo.offset(p) * head_dim; };
       detail::attend_tile(
           tile[ti], tile[ti + 1], h1 - h0, pos,
           [&](int64_t t) { return window > 0 ? std::max<int64_t>(0, pos[t] - window + 1) : int64_t{0}; },
           [&](int64_t p) { return k_head + row_of(p); }, head_dim, [&](int64_t p) { return v_head + row_of(p); },
           head_dim,
-          [&](const detail::TileQuery* qs, int nq, const float* const* rows, detail::v16f* x) {
+          [&](const detail::TileQuery* qs, int nq, auto rows, detail::v16f* x) {  // rows: const R* const*
             const float* qp[2];
             for (int j = 0; j < nq; ++j) qp[j] = q + (qs[j].t * n_heads + h0 + qs[j].g) * head_dim;
             if (nq == 2) {

@@ -23,6 +23,7 @@
 #include "cpu/ceilings.h"
 #include "cpu/threads.h"
 #include "engine/engine.h"
+#include "engine/kv_cache.h"
 #include "engine/rng.h"
 #include "model/checkpoint.h"
 #include "model/model_spec.h"
@@ -155,7 +156,7 @@ void print_sampling(ComputeBackend& b, int64_t V, double bw_gbs) {
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  std::string model_dir, backend_name = "cpu";
+  std::string model_dir, backend_name = "cpu", kv_dtype = "auto";
   int64_t prompt_len = 512, decode_tokens = 128, batch = 64, batch_in = 128, batch_out = 128;
   int threads = 0;
   double kv_gb = 4.0;
@@ -171,6 +172,7 @@ int cmd_bench(int argc, char** argv) {
     ("backend", po::value(&backend_name)->default_value(backend_name), "compute backend: cpu or cuda")
     ("threads", po::value(&threads)->default_value(threads), "CPU threads (0 = all cores)")
     ("kv-cache-gb", po::value(&kv_gb)->default_value(kv_gb), "KV cache budget, GiB")
+    ("kv-dtype", po::value(&kv_dtype)->default_value(kv_dtype), "KV cache of the scenarios: auto (bf16 for a bfloat16 checkpoint, as shardlm run), fp32 or bf16")
     ;
   // clang-format on
   po::variables_map vm;
@@ -181,6 +183,7 @@ int cmd_bench(int argc, char** argv) {
   cpu::set_num_threads(threads);
 
   ModelSpec spec = ModelSpec::load(model_dir);
+  const DType cache_dtype = resolve_kv_dtype(kv_dtype, spec.torch_dtype);
   std::unique_ptr<Tokenizer> tok = Tokenizer::load(model_dir);
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(model_dir);
   std::unique_ptr<ComputeBackend> backend = make_backend(backend_name);
@@ -193,9 +196,9 @@ int cmd_bench(int argc, char** argv) {
   const double flop_per_token = 2.0 * (params - (spec.tie_word_embeddings ? 0.0 : embed));
 
   const bool gpu = backend->name() == "cuda";
-  std::printf("shardlm bench: %s (%s, %.1fM parameters, %.0f MB of weights), backend %s, %d threads\n",
+  std::printf("shardlm bench: %s (%s, %.1fM parameters, %.0f MB of weights), backend %s, %d threads, %s KV cache\n",
               model_dir.c_str(), spec.architecture.c_str(), params / 1e6, weight_bytes / 1e6, backend->name().c_str(),
-              cpu::num_threads());
+              cpu::num_threads(), kv_dtype_name(cache_dtype));
   double bw = 0, peak = 0, fp32_peak = 0;  // GB/s; GFLOP/s of the matmuls' dtype and of fp32
   const char* peak_name = "fp32 FMA peak";
   if (gpu) {
@@ -212,6 +215,7 @@ int cmd_bench(int argc, char** argv) {
 
   EngineConfig ec;
   ec.kv_cache_bytes = static_cast<int64_t>(kv_gb * (1ull << 30));
+  ec.kv_dtype = cache_dtype;
   ec.scheduler.max_seqs = std::max<int64_t>(batch, 1);
   ec.scheduler.max_batch_tokens = std::max<int64_t>(prompt_len, 2048);
 

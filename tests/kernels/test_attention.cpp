@@ -270,10 +270,11 @@ std::vector<float> plain_attention(const std::vector<float>& q, const std::vecto
 TEST(PagedAttention, GivesThePlainLoopsBits) {
   // One step: a 21-token prefill chunk of A (tiles of 8 + 8 + 5 tokens), a decode token of B, a
   // 12-token first chunk of C and a padding token (pos -1, zeros), over head sizes with and
-  // without a tail past the 16-float vectors, MHA and GQA, with and without a sliding window.
-  const int64_t bs = 16;
+  // without a tail past the 16-float vectors, MHA and GQA, with and without a sliding window;
+  // blocks of 16 positions (a power of two: the kernels locate rows by shifts) and of 24 (by
+  // division).
   const int saved = cpu::num_threads();
-  for (int64_t hd : {8, 16, 80, 128}) {
+  for (auto [hd, bs] : {std::pair<int64_t, int64_t>{8, 16}, {16, 24}, {80, 16}, {128, 24}, {128, 16}}) {
     for (auto [n_heads, n_kv] : {std::pair<int64_t, int64_t>{4, 4}, {8, 2}}) {
       Seq A = make_seq(81, n_kv, hd, 31), B = make_seq(45, n_kv, hd, 32), C = make_seq(12, n_kv, hd, 33);
       Cache c(bs, n_kv, hd, 12);
@@ -297,8 +298,8 @@ TEST(PagedAttention, GivesThePlainLoopsBits) {
           cpu::paged_attention(q.data(), T, n_heads, n_kv, hd, c.k.data(), c.v.data(), cpu::CacheElem::F32, bs,
                                bt.data(), pos.data(), window, 0.3f, out.data());
           ASSERT_EQ(0, std::memcmp(want.data(), out.data(), out.size() * 4))
-              << "hd " << hd << ", " << n_heads << "/" << n_kv << " heads, window " << window << ", " << threads
-              << " threads";
+              << "hd " << hd << ", block " << bs << ", " << n_heads << "/" << n_kv << " heads, window " << window
+              << ", " << threads << " threads";
         }
       }
     }

@@ -131,6 +131,8 @@ TEST(Bf16Cache, PagedAttentionIsTheFp32CacheOfTheRoundedValues) {
   ThreadGuard guard;
   const int64_t bs = 16;
   Batch b;
+  // Groups of 4 query heads read each row for more than one pair of queries (a round is widened
+  // once); groups of 2 and 1 give a decode token one pair (rows widened as they are loaded).
   for (auto [hd, n_heads, n_kv] : {std::tuple<int64_t, int64_t, int64_t>{64, 8, 2}, {72, 6, 3}, {8, 4, 4}}) {
     const int64_t nblocks = 12, row = n_kv * hd, T = b.T();
     std::vector<uint16_t> kb(nblocks * bs * row, 0xffc0), vb(kb.size(), 0xffc0);  // NaN: an unwritten row shows
@@ -165,9 +167,12 @@ TEST(Bf16Cache, PagedAttentionIsTheFp32CacheOfTheRoundedValues) {
 
 TEST(Bf16Cache, LatentAttentionIsTheFp32CacheOfTheRoundedValues) {
   ThreadGuard guard;
-  const int64_t bs = 16, nh = 20;
+  const int64_t bs = 16;
   Batch b;
-  for (auto [L, dr] : {std::pair<int64_t, int64_t>{64, 16}, {72, 8}, {512, 64}}) {
+  // 20 heads: items of many heads widen a round of rows once; 2 heads: a decode token's item
+  // holds one pair of queries, which widen the rows as they load them.
+  for (auto [L, dr, nh] :
+       {std::tuple<int64_t, int64_t, int64_t>{64, 16, 20}, {72, 8, 2}, {512, 64, 20}, {512, 64, 2}}) {
     const int64_t nblocks = 12, row = L + dr, T = b.T();
     std::vector<uint16_t> cb(nblocks * bs * row, 0xffc0);
     std::vector<float> cf(cb.size(), NAN);
@@ -189,7 +194,7 @@ TEST(Bf16Cache, LatentAttentionIsTheFp32CacheOfTheRoundedValues) {
                             b.pos.data(), 0.05f, got.data());
       for (float x : want) ASSERT_TRUE(std::isfinite(x));
       ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
-          << "kv_lora " << L << ", rope " << dr << ", " << threads << " threads";
+          << "kv_lora " << L << ", rope " << dr << ", " << nh << " heads, " << threads << " threads";
     }
   }
 }
