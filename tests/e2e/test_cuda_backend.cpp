@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
 
 #include "common/cli_runner.h"
 #include "common/gpu.h"
@@ -120,12 +121,17 @@ TEST(CudaBackend, CudaGraphsMatchEager) {
 // attention split along the positions (kernels/cuda/attention_partitions.h): eager steps into the
 // partitions their tokens have, captured ones into those the context limit (1024) allows. GQA
 // (tiny-llama) and MLA (tiny-deepseek-v3, whose MoE layers keep its --cuda-graphs run eager): the
-// tokens must be the CPU backend's, and the graph run's the eager run's.
+// tokens must be the CPU backend's, and the graph run's the eager run's. Then once more with a
+// bf16 KV cache (--kv-dtype bf16) on both backends, log-probabilities within the bf16 cache's
+// layout tolerance (tests/common/layout_check.h).
 TEST(CudaBackend, LongContextsMatchCpuAndGraphs) {
   SHARDLM_REQUIRE_GPU();
-  for (const char* config : {"tiny-llama", "tiny-deepseek-v3"}) {
+  for (auto [kv, config] : {std::pair<const char*, const char*>{"fp32", "tiny-llama"},
+                            {"fp32", "tiny-deepseek-v3"},
+                            {"bf16", "tiny-llama"},
+                            {"bf16", "tiny-deepseek-v3"}}) {
     const std::string model = make(config, "fp32");
-    const fs::path d = test::fresh_dir(std::string("cuda-long-") + config);
+    const fs::path d = test::fresh_dir(std::string("cuda-long-") + config + "-" + kv);
     std::string prompts;
     for (int i = 0; i < 4; ++i) {
       std::string ids;
@@ -135,7 +141,7 @@ TEST(CudaBackend, LongContextsMatchCpuAndGraphs) {
     }
     test::write_file(d / "p.jsonl", prompts);
     const std::string common = " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
-                               " --threads 1 -q --seed 3 --max-seqs 2 --max-batch-tokens 512";
+                               " --threads 1 -q --seed 3 --max-seqs 2 --max-batch-tokens 512 --kv-dtype " + kv;
     Proc cpu = sh(shardlm_bin() + common + " --out " + (d / "cpu.h5").string());
     Proc gpu = sh(shardlm_bin() + common + " --backend cuda --out " + (d / "gpu.h5").string());
     Proc graphs = sh(shardlm_bin() + common + " --backend cuda --cuda-graphs --out " + (d / "graphs.h5").string());
@@ -143,9 +149,10 @@ TEST(CudaBackend, LongContextsMatchCpuAndGraphs) {
     ASSERT_EQ(gpu.code, 0) << gpu.out;
     ASSERT_EQ(graphs.code, 0) << graphs.out;
     const test::RunOutput gpu_run = test::read_run((d / "gpu.h5").string());
-    test::expect_same_run(test::read_run((d / "cpu.h5").string()), gpu_run, std::string("long cpu/gpu ") + config);
+    test::expect_same_run(test::read_run((d / "cpu.h5").string()), gpu_run,
+                          std::string("long cpu/gpu ") + config + ", " + kv + " cache");
     test::expect_same_run(gpu_run, test::read_run((d / "graphs.h5").string()),
-                          std::string("long eager/graphs ") + config);
+                          std::string("long eager/graphs ") + config + ", " + kv + " cache");
   }
 }
 
