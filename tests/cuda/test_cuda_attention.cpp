@@ -24,6 +24,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "cache_bf16.h"
@@ -185,15 +186,140 @@ struct GqaCase {
 
 }  // namespace
 
+namespace {
+
+// A cache of E: fp32 (float) or bf16 (uint16_t, --kv-dtype bf16). Unwritten rows hold NaN, so a
+// stray read shows.
+template <class E>
+constexpr bool kBf16 = std::is_same_v<E, uint16_t>;
+template <class E>
+E unwritten() {
+  if constexpr (kBf16<E>) {
+    return 0xffc0;
+  } else {
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+}
+template <class E>
+cpu::CacheElem elem_of() {
+  return kBf16<E> ? cpu::CacheElem::BF16 : cpu::CacheElem::F32;
+}
+
+// What a device cache [slots, row] of E must hold after rows [T, width] of x were written at
+// offset `at` of their slots: the values, rounded for bf16 as the host rounds them.
+template <class E>
+void expect_rows(std::vector<E>& cache, const std::vector<float>& x, const std::vector<int64_t>& slots, int64_t width,
+                 int64_t row, int64_t at) {
+  for (size_t t = 0; t < slots.size(); ++t) {
+    if (slots[t] < 0) continue;
+    for (int64_t c = 0; c < width; ++c) {
+      const float v = x[static_cast<int64_t>(t) * width + c];
+      if constexpr (kBf16<E>) {
+        cache[slots[t] * row + at + c] = cache_bf16::round(v);
+      } else {
+        cache[slots[t] * row + at + c] = v;
+      }
+    }
+  }
+}
+
+// The same cache as fp32: a bf16 cache's values widened (its NaN rows stay NaN).
+template <class E>
+std::vector<float> as_fp32(const std::vector<E>& cache) {
+  std::vector<float> f(cache.size());
+  for (size_t i = 0; i < cache.size(); ++i) {
+    if constexpr (kBf16<E>) {
+      f[i] = cache_bf16::widen(cache[i]);
+    } else {
+      f[i] = cache[i];
+    }
+  }
+  return f;
+}
+
+// The pool every GQA case caches, with its block list and slots on the device.
+struct DevicePool {
+  Pool pool{16, kSeqLens, 5, 7};
+  std::vector<int64_t> slots = pool.all_slots();
+  int64_t n_write = static_cast<int64_t>(slots.size());
+  DeviceBuffer<int32_t> d_blocks{pool.blocks};
+  DeviceBuffer<int64_t> d_slots{slots};
+};
+
+// One GQA case over a device cache of E: cuda::kv_cache_write stores exactly the expected rows;
+// paged_attention, unsplit and split, matches the CPU kernel over a CPU cache of E within the
+// tolerance; the tiled prefill launch gives its bits; and over bf16, both give the bits of the
+// same launches over an fp32 cache holding the rounded values.
+template <class E>
+void check_paged_attention(const GqaCase& c, DevicePool& p) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Pool& pool = p.pool;
+  const int64_t row = c.n_kv * c.head_dim;
+  const int64_t cache_len = pool.num_blocks * pool.block_size * row;
+  const std::vector<float> k = rand_vec(p.n_write * row, 101), v = rand_vec(p.n_write * row, 102);
+  std::vector<E> k_cache(cache_len, unwritten<E>()), v_cache(cache_len, unwritten<E>());
+  std::vector<E> k_rows(cache_len, unwritten<E>()), v_rows(cache_len, unwritten<E>());
+  cpu::kv_cache_write(k.data(), v.data(), p.n_write, p.slots.data(), c.n_kv, c.head_dim, pool.block_size,
+                      k_cache.data(), v_cache.data(), elem_of<E>());
+  expect_rows(k_rows, k, p.slots, row, row, 0);
+  expect_rows(v_rows, v, p.slots, row, row, 0);
+
+  DeviceBuffer<float> d_k(k), d_v(v);
+  DeviceBuffer<E> d_kc(std::vector<E>(cache_len, unwritten<E>())), d_vc(std::vector<E>(cache_len, unwritten<E>()));
+  cuda::kv_cache_write(d_k.get(), d_v.get(), p.n_write, p.d_slots.get(), c.n_kv, c.head_dim, d_kc.get(), d_vc.get(),
+                       kBf16<E>, nullptr);
+  cuda_sync("kv_cache_write");
+  ASSERT_TRUE(all_bits_equal(d_kc.download(), k_rows));
+  ASSERT_TRUE(all_bits_equal(d_vc.download(), v_rows));
+  DeviceBuffer<float> d_k32(as_fp32(k_rows)), d_v32(as_fp32(v_rows));
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  for (const Step& st : {mixed_step(pool), decode_step(pool)}) {
+    const int64_t T = static_cast<int64_t>(st.pos.size());
+    SCOPED_TRACE(testing::Message() << "T " << T);
+    const std::vector<float> q = rand_vec(T * c.n_heads * c.head_dim, 103);
+    const std::vector<const int32_t*> bt = host_block_table(pool, st);
+    std::vector<float> want(T * c.n_heads * c.head_dim);
+    cpu::paged_attention(q.data(), T, c.n_heads, c.n_kv, c.head_dim, k_cache.data(), v_cache.data(), elem_of<E>(),
+                         pool.block_size, bt.data(), st.pos.data(), c.window, scale, want.data());
+
+    if (T > 1) {
+      EXPECT_GE(max_partitions(st, c.window), 2) << "the mixed step should split";
+    }
+    DeviceBuffer<float> d_q(q);
+    DeviceBuffer<int32_t> d_pos(st.pos), d_start(st.table_start);
+    const std::vector<float> got =
+        unsplit_and_split(want.size(), T * c.n_heads * (c.head_dim + 2), max_partitions(st, c.window),
+                          [&](const cuda::AttentionSplit& split, float* out) {
+                            cuda::paged_attention(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(),
+                                                  kBf16<E>, pool.block_size, p.d_blocks.get(), d_start.get(),
+                                                  d_pos.get(), c.window, scale, out, split, nullptr);
+                          });
+    EXPECT_TRUE(all_close(got, want, kRel, kAbs));
+    if constexpr (kBf16<E>) {
+      DeviceBuffer<float> d_fp32(std::vector<float>(want.size(), nan));
+      cuda::paged_attention(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_k32.get(), d_v32.get(), false,
+                            pool.block_size, p.d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale,
+                            d_fp32.get(), cuda::AttentionSplit{}, nullptr);
+      cuda_sync("paged_attention over the rounded values in fp32");
+      EXPECT_TRUE(all_bits_equal(got, d_fp32.download())) << "bf16 cache against fp32 of its values";
+    }
+    // The prefill kernel that shares rounds across a sequence's tokens (tiles of 4, or 2 at
+    // head_dim 256; see mixed_step for the runs): the per-token kernel's bits.
+    DeviceBuffer<float> d_tiled(std::vector<float>(want.size(), nan));
+    cuda::paged_attention_tiled(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(), kBf16<E>,
+                                pool.block_size, p.d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale,
+                                d_tiled.get(), nullptr);
+    cuda_sync("paged_attention_tiled");
+    EXPECT_TRUE(all_bits_equal(d_tiled.download(), got)) << "tiled";
+  }
+}
+
+}  // namespace
+
 TEST(CudaAttention, PagedAttentionMatchesCpu) {
   SHARDLM_REQUIRE_GPU();
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  const Pool pool(16, kSeqLens, 5, 7);
-  const std::vector<int64_t> slots = pool.all_slots();
-  const int64_t n_write = static_cast<int64_t>(slots.size());
-  DeviceBuffer<int32_t> d_blocks(pool.blocks);
-  DeviceBuffer<int64_t> d_slots(slots);
-
+  DevicePool p;
   // Query heads per KV head: 4, 1 (MHA), 12 (a block of 8 heads and one of 4 with idle warps),
   // 16 (two full blocks), 8 at head_dim 256 (the largest staged round). Windows: 37 (across the
   // first partition boundary at position 512), 21, and 600 (the decode token's window starts
@@ -203,55 +329,20 @@ TEST(CudaAttention, PagedAttentionMatchesCpu) {
                            GqaCase{8, 1, 256, 0}, GqaCase{8, 2, 128, 600}}) {
     SCOPED_TRACE(testing::Message() << "heads " << c.n_heads << "/" << c.n_kv << ", head_dim " << c.head_dim
                                     << ", window " << c.window);
-    const int64_t row = c.n_kv * c.head_dim;
-    const int64_t cache_len = pool.num_blocks * pool.block_size * row;
-    const std::vector<float> k = rand_vec(n_write * row, 101), v = rand_vec(n_write * row, 102);
-    std::vector<float> k_cache(cache_len, nan), v_cache(cache_len, nan), k_rows(cache_len, nan), v_rows(cache_len, nan);
-    cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), c.n_kv, c.head_dim, pool.block_size, k_cache.data(),
-                        v_cache.data(), cpu::CacheElem::F32);
-    row_cache_write(k, v, slots, row, k_rows, v_rows);
+    check_paged_attention<float>(c, p);
+  }
+}
 
-    DeviceBuffer<float> d_k(k), d_v(v);
-    DeviceBuffer<float> d_kc(std::vector<float>(cache_len, nan)), d_vc(std::vector<float>(cache_len, nan));
-    cuda::kv_cache_write(d_k.get(), d_v.get(), n_write, d_slots.get(), c.n_kv, c.head_dim, d_kc.get(), d_vc.get(),
-                         false, nullptr);
-    cuda_sync("kv_cache_write");
-    ASSERT_TRUE(all_bits_equal(d_kc.download(), k_rows));
-    ASSERT_TRUE(all_bits_equal(d_vc.download(), v_rows));
-
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    for (const Step& st : {mixed_step(pool), decode_step(pool)}) {
-      const int64_t T = static_cast<int64_t>(st.pos.size());
-      SCOPED_TRACE(testing::Message() << "T " << T);
-      const std::vector<float> q = rand_vec(T * c.n_heads * c.head_dim, 103);
-      const std::vector<const int32_t*> bt = host_block_table(pool, st);
-      std::vector<float> want(T * c.n_heads * c.head_dim);
-      cpu::paged_attention(q.data(), T, c.n_heads, c.n_kv, c.head_dim, k_cache.data(), v_cache.data(),
-                           cpu::CacheElem::F32, pool.block_size, bt.data(), st.pos.data(), c.window, scale,
-                           want.data());
-
-      if (T > 1) {
-        EXPECT_GE(max_partitions(st, c.window), 2) << "the mixed step should split";
-      }
-      DeviceBuffer<float> d_q(q);
-      DeviceBuffer<int32_t> d_pos(st.pos), d_start(st.table_start);
-      const std::vector<float> got =
-          unsplit_and_split(want.size(), T * c.n_heads * (c.head_dim + 2), max_partitions(st, c.window),
-                            [&](const cuda::AttentionSplit& split, float* out) {
-                              cuda::paged_attention(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(),
-                                                    false, pool.block_size, d_blocks.get(), d_start.get(), d_pos.get(),
-                                                    c.window, scale, out, split, nullptr);
-                            });
-      EXPECT_TRUE(all_close(got, want, kRel, kAbs));
-      // The prefill kernel that shares rounds across a sequence's tokens (tiles of 4, or 2 at
-      // head_dim 256; see mixed_step for the runs): the per-token kernel's bits.
-      DeviceBuffer<float> d_tiled(std::vector<float>(want.size(), nan));
-      cuda::paged_attention_tiled(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(), false,
-                                  pool.block_size, d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale,
-                                  d_tiled.get(), nullptr);
-      cuda_sync("paged_attention_tiled");
-      EXPECT_TRUE(all_bits_equal(d_tiled.download(), got)) << "tiled";
-    }
+// A bf16 cache (--kv-dtype bf16): the device stores the host's rounding (kernels/cache_bf16.h) bit
+// for bit, and every launch over it gives the bits of the same launch over the rounded values in
+// fp32, which the kernels only ever see.
+TEST(CudaAttention, PagedAttentionOverBf16CacheMatchesCpu) {
+  SHARDLM_REQUIRE_GPU();
+  DevicePool p;
+  for (const GqaCase& c : {GqaCase{8, 2, 128, 0}, GqaCase{8, 1, 256, 37}, GqaCase{4, 4, 96, 0}}) {
+    SCOPED_TRACE(testing::Message() << "bf16 cache, heads " << c.n_heads << "/" << c.n_kv << ", head_dim " << c.head_dim
+                                    << ", window " << c.window);
+    check_paged_attention<uint16_t>(c, p);
   }
 }
 
@@ -317,59 +408,92 @@ struct MlaCase {
 };
 }  // namespace
 
+namespace {
+
+// One MLA case over a device latent cache of E, as check_paged_attention does for GQA (the CPU and
+// the device keep the same latent rows, so the device cache must equal the CPU's bit for bit).
+template <class E>
+void check_latent_attention(const MlaCase& c) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Pool pool(c.block_size, kSeqLens, 3, 9);
+  const std::vector<int64_t> slots = pool.all_slots();
+  const int64_t n_write = static_cast<int64_t>(slots.size());
+  const int64_t row = c.kv_lora + c.rope_dim;
+  const int64_t cache_len = pool.num_blocks * pool.block_size * row;
+  const std::vector<float> lat = rand_vec(n_write * c.kv_lora, 201), kr = rand_vec(n_write * c.rope_dim, 202);
+  std::vector<E> cache(cache_len, unwritten<E>()), rows(cache_len, unwritten<E>());
+  cpu::latent_cache_write(lat.data(), kr.data(), n_write, slots.data(), c.kv_lora, c.rope_dim, cache.data(),
+                          elem_of<E>());
+  expect_rows(rows, lat, slots, c.kv_lora, row, 0);
+  expect_rows(rows, kr, slots, c.rope_dim, row, c.kv_lora);
+  ASSERT_TRUE(all_bits_equal(cache, rows)) << "the CPU's latent rows";
+
+  DeviceBuffer<float> d_lat(lat), d_kr(kr);
+  DeviceBuffer<E> d_cache(std::vector<E>(cache_len, unwritten<E>()));
+  DeviceBuffer<int64_t> d_slots(slots);
+  DeviceBuffer<int32_t> d_blocks(pool.blocks);
+  cuda::latent_cache_write(d_lat.get(), d_kr.get(), n_write, d_slots.get(), c.kv_lora, c.rope_dim, d_cache.get(),
+                           kBf16<E>, nullptr);
+  cuda_sync("latent_cache_write");
+  ASSERT_TRUE(all_bits_equal(d_cache.download(), cache));
+  DeviceBuffer<float> d_cache32(as_fp32(cache));
+
+  // DeepSeek's softmax scale: 1 / sqrt(qk_nope + qk_rope) = 1 / sqrt(192).
+  const float scale = 1.0f / std::sqrt(192.0f);
+  for (const Step& st : {mixed_step(pool), decode_step(pool)}) {
+    const int64_t T = static_cast<int64_t>(st.pos.size());
+    SCOPED_TRACE(testing::Message() << "T " << T);
+    const std::vector<float> ql = rand_vec(T * c.n_heads * c.kv_lora, 203);
+    const std::vector<float> qr = rand_vec(T * c.n_heads * c.rope_dim, 204);
+    const std::vector<const int32_t*> bt = host_block_table(pool, st);
+    std::vector<float> want(T * c.n_heads * c.kv_lora);
+    cpu::latent_attention(ql.data(), qr.data(), T, c.n_heads, c.kv_lora, c.rope_dim, cache.data(), elem_of<E>(),
+                          pool.block_size, bt.data(), st.pos.data(), scale, want.data());
+
+    if (T > 1) {
+      EXPECT_GE(max_partitions(st, 0), 2) << "the mixed step should split";
+    }
+    DeviceBuffer<float> d_ql(ql), d_qr(qr);
+    DeviceBuffer<int32_t> d_pos(st.pos), d_start(st.table_start);
+    const std::vector<float> got =
+        unsplit_and_split(want.size(), T * c.n_heads * (c.kv_lora + 2), max_partitions(st, 0),
+                          [&](const cuda::AttentionSplit& split, float* out) {
+                            cuda::latent_attention(d_ql.get(), d_qr.get(), T, c.n_heads, c.kv_lora, c.rope_dim,
+                                                   d_cache.get(), kBf16<E>, pool.block_size, d_blocks.get(),
+                                                   d_start.get(), d_pos.get(), scale, out, split, nullptr);
+                          });
+    EXPECT_TRUE(all_close(got, want, kRel, kAbs));
+    if constexpr (kBf16<E>) {
+      DeviceBuffer<float> d_fp32(std::vector<float>(want.size(), nan));
+      cuda::latent_attention(d_ql.get(), d_qr.get(), T, c.n_heads, c.kv_lora, c.rope_dim, d_cache32.get(), false,
+                             pool.block_size, d_blocks.get(), d_start.get(), d_pos.get(), scale, d_fp32.get(),
+                             cuda::AttentionSplit{}, nullptr);
+      cuda_sync("latent_attention over the rounded values in fp32");
+      EXPECT_TRUE(all_bits_equal(got, d_fp32.download())) << "bf16 cache against fp32 of its values";
+    }
+  }
+}
+
+}  // namespace
+
 TEST(CudaAttention, LatentAttentionMatchesCpu) {
   SHARDLM_REQUIRE_GPU();
-  const float nan = std::numeric_limits<float>::quiet_NaN();
   // DeepSeek-V3 / Kimi K2 shapes (a tensor-parallel shard of 16 heads), and odd sizes.
   // Heads per block: 8 (two full blocks), 3 (one partial block), 20 (8 + 8 + 4 with idle warps), 1.
   for (const MlaCase& c : {MlaCase{16, 512, 64, 64}, MlaCase{16, 512, 64, 16}, MlaCase{3, 80, 16, 16},
                            MlaCase{20, 512, 64, 16}, MlaCase{1, 96, 32, 16}}) {
     SCOPED_TRACE(testing::Message() << "heads " << c.n_heads << ", kv_lora " << c.kv_lora << ", rope " << c.rope_dim
                                     << ", block " << c.block_size);
-    const Pool pool(c.block_size, kSeqLens, 3, 9);
-    const std::vector<int64_t> slots = pool.all_slots();
-    const int64_t n_write = static_cast<int64_t>(slots.size());
-    const int64_t row = c.kv_lora + c.rope_dim;
-    const int64_t cache_len = pool.num_blocks * pool.block_size * row;
-    const std::vector<float> lat = rand_vec(n_write * c.kv_lora, 201), kr = rand_vec(n_write * c.rope_dim, 202);
-    std::vector<float> cache(cache_len, nan);
-    cpu::latent_cache_write(lat.data(), kr.data(), n_write, slots.data(), c.kv_lora, c.rope_dim, cache.data(),
-                            cpu::CacheElem::F32);
+    check_latent_attention<float>(c);
+  }
+}
 
-    DeviceBuffer<float> d_lat(lat), d_kr(kr), d_cache(std::vector<float>(cache_len, nan));
-    DeviceBuffer<int64_t> d_slots(slots);
-    DeviceBuffer<int32_t> d_blocks(pool.blocks);
-    cuda::latent_cache_write(d_lat.get(), d_kr.get(), n_write, d_slots.get(), c.kv_lora, c.rope_dim, d_cache.get(),
-                             false, nullptr);
-    cuda_sync("latent_cache_write");
-    ASSERT_TRUE(all_bits_equal(d_cache.download(), cache));
-
-    // DeepSeek's softmax scale: 1 / sqrt(qk_nope + qk_rope) = 1 / sqrt(192).
-    const float scale = 1.0f / std::sqrt(192.0f);
-    for (const Step& st : {mixed_step(pool), decode_step(pool)}) {
-      const int64_t T = static_cast<int64_t>(st.pos.size());
-      SCOPED_TRACE(testing::Message() << "T " << T);
-      const std::vector<float> ql = rand_vec(T * c.n_heads * c.kv_lora, 203);
-      const std::vector<float> qr = rand_vec(T * c.n_heads * c.rope_dim, 204);
-      const std::vector<const int32_t*> bt = host_block_table(pool, st);
-      std::vector<float> want(T * c.n_heads * c.kv_lora);
-      cpu::latent_attention(ql.data(), qr.data(), T, c.n_heads, c.kv_lora, c.rope_dim, cache.data(),
-                            cpu::CacheElem::F32, pool.block_size, bt.data(), st.pos.data(), scale, want.data());
-
-      if (T > 1) {
-        EXPECT_GE(max_partitions(st, 0), 2) << "the mixed step should split";
-      }
-      DeviceBuffer<float> d_ql(ql), d_qr(qr);
-      DeviceBuffer<int32_t> d_pos(st.pos), d_start(st.table_start);
-      const std::vector<float> got =
-          unsplit_and_split(want.size(), T * c.n_heads * (c.kv_lora + 2), max_partitions(st, 0),
-                            [&](const cuda::AttentionSplit& split, float* out) {
-                              cuda::latent_attention(d_ql.get(), d_qr.get(), T, c.n_heads, c.kv_lora, c.rope_dim,
-                                                     d_cache.get(), false, pool.block_size, d_blocks.get(),
-                                                     d_start.get(), d_pos.get(), scale, out, split, nullptr);
-                            });
-      EXPECT_TRUE(all_close(got, want, kRel, kAbs));
-    }
+TEST(CudaAttention, LatentAttentionOverBf16CacheMatchesCpu) {
+  SHARDLM_REQUIRE_GPU();
+  for (const MlaCase& c : {MlaCase{16, 512, 64, 16}, MlaCase{3, 80, 16, 16}}) {
+    SCOPED_TRACE(testing::Message() << "bf16 cache, heads " << c.n_heads << ", kv_lora " << c.kv_lora << ", rope "
+                                    << c.rope_dim);
+    check_latent_attention<uint16_t>(c);
   }
 }
 
@@ -451,147 +575,5 @@ TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
       gpu->latent_attention(d_ql.get(), d_qr.get(), 1, nh, lora, rope, KvCacheRef{d_cache.get(), nullptr, DType::F32},
                             pool.block_size, tables, d_pos.get(), 0.072f, out);
     });
-  }
-}
-
-namespace {
-
-std::vector<float> bf16_rounded(const std::vector<float>& v) {
-  std::vector<float> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = cache_bf16::widen(cache_bf16::round(v[i]));
-  return r;
-}
-
-// The bf16 rows the device cache must hold: rows [T, width] of x at their slots' offset `at` of a
-// [slots, row] cache, rounded; everything else keeps `fill`.
-void expect_bf16_rows(std::vector<uint16_t>& cache, const std::vector<float>& x, const std::vector<int64_t>& slots,
-                      int64_t width, int64_t row, int64_t at) {
-  for (size_t t = 0; t < slots.size(); ++t) {
-    if (slots[t] < 0) continue;
-    for (int64_t c = 0; c < width; ++c)
-      cache[slots[t] * row + at + c] = cache_bf16::round(x[static_cast<int64_t>(t) * width + c]);
-  }
-}
-
-constexpr uint16_t kBf16Nan = 0xffc0;  // unwritten rows: a stray read shows
-
-}  // namespace
-
-// A bf16 cache (--kv-dtype bf16) on the device: kv_cache_write and latent_cache_write store the
-// host's rounding (kernels/cache_bf16.h) bit for bit, and every attention launch over it (unsplit,
-// split, tiled prefill) gives the bits of the same launch over an fp32 cache holding the rounded
-// values, and the CPU kernels' bf16-cache result within the kernel tolerance.
-TEST(CudaAttention, Bf16CacheIsTheFp32CacheOfTheRoundedValues) {
-  SHARDLM_REQUIRE_GPU();
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  const Pool pool(16, kSeqLens, 5, 7);
-  const std::vector<int64_t> slots = pool.all_slots();
-  const int64_t n_write = static_cast<int64_t>(slots.size());
-  DeviceBuffer<int32_t> d_blocks(pool.blocks);
-  DeviceBuffer<int64_t> d_slots(slots);
-  for (const GqaCase& c : {GqaCase{8, 2, 128, 0}, GqaCase{8, 1, 256, 37}, GqaCase{4, 4, 96, 0}}) {
-    SCOPED_TRACE(testing::Message() << "GQA heads " << c.n_heads << "/" << c.n_kv << ", head_dim " << c.head_dim
-                                    << ", window " << c.window);
-    const int64_t row = c.n_kv * c.head_dim, cache_len = pool.num_blocks * pool.block_size * row;
-    const std::vector<float> k = rand_vec(n_write * row, 401), v = rand_vec(n_write * row, 402);
-    std::vector<uint16_t> k16(cache_len, kBf16Nan), v16(cache_len, kBf16Nan);
-    expect_bf16_rows(k16, k, slots, row, row, 0);
-    expect_bf16_rows(v16, v, slots, row, row, 0);
-    DeviceBuffer<float> d_k(k), d_v(v);
-    DeviceBuffer<uint16_t> d_kc(std::vector<uint16_t>(cache_len, kBf16Nan)),
-        d_vc(std::vector<uint16_t>(cache_len, kBf16Nan));
-    cuda::kv_cache_write(d_k.get(), d_v.get(), n_write, d_slots.get(), c.n_kv, c.head_dim, d_kc.get(), d_vc.get(), true,
-                         nullptr);
-    cuda_sync("kv_cache_write bf16");
-    ASSERT_TRUE(all_bits_equal(d_kc.download(), k16));
-    ASSERT_TRUE(all_bits_equal(d_vc.download(), v16));
-    // The fp32 device cache of the rounded values, and the CPU's bf16 cache.
-    std::vector<float> k_rows(cache_len, nan), v_rows(cache_len, nan);
-    row_cache_write(bf16_rounded(k), bf16_rounded(v), slots, row, k_rows, v_rows);
-    DeviceBuffer<float> d_kr(k_rows), d_vr(v_rows);
-    std::vector<uint16_t> cpu_k(cache_len, kBf16Nan), cpu_v(cache_len, kBf16Nan);
-    cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), c.n_kv, c.head_dim, pool.block_size, cpu_k.data(),
-                        cpu_v.data(), cpu::CacheElem::BF16);
-
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    for (const Step& st : {mixed_step(pool), decode_step(pool)}) {
-      const int64_t T = static_cast<int64_t>(st.pos.size());
-      SCOPED_TRACE(testing::Message() << "T " << T);
-      const std::vector<float> q = rand_vec(T * c.n_heads * c.head_dim, 403);
-      const std::vector<const int32_t*> bt = host_block_table(pool, st);
-      std::vector<float> want(T * c.n_heads * c.head_dim);
-      cpu::paged_attention(q.data(), T, c.n_heads, c.n_kv, c.head_dim, cpu_k.data(), cpu_v.data(), cpu::CacheElem::BF16,
-                           pool.block_size, bt.data(), st.pos.data(), c.window, scale, want.data());
-      DeviceBuffer<float> d_q(q), d_fp32(std::vector<float>(want.size(), nan));
-      DeviceBuffer<int32_t> d_pos(st.pos), d_start(st.table_start);
-      cuda::paged_attention(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kr.get(), d_vr.get(), false, pool.block_size,
-                            d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale, d_fp32.get(),
-                            cuda::AttentionSplit{}, nullptr);
-      cuda_sync("paged_attention fp32 of the rounded values");
-      const std::vector<float> got =
-          unsplit_and_split(want.size(), T * c.n_heads * (c.head_dim + 2), max_partitions(st, c.window),
-                            [&](const cuda::AttentionSplit& split, float* out) {
-                              cuda::paged_attention(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(),
-                                                    true, pool.block_size, d_blocks.get(), d_start.get(), d_pos.get(),
-                                                    c.window, scale, out, split, nullptr);
-                            });
-      EXPECT_TRUE(all_bits_equal(got, d_fp32.download()));
-      EXPECT_TRUE(all_close(got, want, kRel, kAbs));
-      DeviceBuffer<float> d_tiled(std::vector<float>(want.size(), nan));
-      cuda::paged_attention_tiled(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(), true,
-                                  pool.block_size, d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale,
-                                  d_tiled.get(), nullptr);
-      cuda_sync("paged_attention_tiled bf16");
-      EXPECT_TRUE(all_bits_equal(d_tiled.download(), got)) << "tiled";
-    }
-  }
-  {
-    const MlaCase c{16, 512, 64, 16};
-    SCOPED_TRACE("MLA heads 16, kv_lora 512, rope 64");
-    const int64_t row = c.kv_lora + c.rope_dim, cache_len = pool.num_blocks * pool.block_size * row;
-    const std::vector<float> lat = rand_vec(n_write * c.kv_lora, 411), kr = rand_vec(n_write * c.rope_dim, 412);
-    std::vector<uint16_t> want16(cache_len, kBf16Nan), cpu16(cache_len, kBf16Nan);
-    expect_bf16_rows(want16, lat, slots, c.kv_lora, row, 0);
-    expect_bf16_rows(want16, kr, slots, c.rope_dim, row, c.kv_lora);
-    DeviceBuffer<float> d_lat(lat), d_kr(kr);
-    DeviceBuffer<uint16_t> d_cache(std::vector<uint16_t>(cache_len, kBf16Nan));
-    cuda::latent_cache_write(d_lat.get(), d_kr.get(), n_write, d_slots.get(), c.kv_lora, c.rope_dim, d_cache.get(),
-                             true, nullptr);
-    cuda_sync("latent_cache_write bf16");
-    ASSERT_TRUE(all_bits_equal(d_cache.download(), want16));
-    cpu::latent_cache_write(lat.data(), kr.data(), n_write, slots.data(), c.kv_lora, c.rope_dim, cpu16.data(),
-                            cpu::CacheElem::BF16);
-    ASSERT_TRUE(all_bits_equal(cpu16, want16)) << "the CPU's bf16 latent rows";
-    std::vector<float> rounded_rows(cache_len, nan);
-    const std::vector<float> latr = bf16_rounded(lat), krr = bf16_rounded(kr);
-    cpu::latent_cache_write(latr.data(), krr.data(), n_write, slots.data(), c.kv_lora, c.rope_dim, rounded_rows.data(),
-                            cpu::CacheElem::F32);
-    DeviceBuffer<float> d_rounded(rounded_rows);
-    const float scale = 1.0f / std::sqrt(192.0f);
-    for (const Step& st : {mixed_step(pool), decode_step(pool)}) {
-      const int64_t T = static_cast<int64_t>(st.pos.size());
-      SCOPED_TRACE(testing::Message() << "T " << T);
-      const std::vector<float> ql = rand_vec(T * c.n_heads * c.kv_lora, 413);
-      const std::vector<float> qr = rand_vec(T * c.n_heads * c.rope_dim, 414);
-      const std::vector<const int32_t*> bt = host_block_table(pool, st);
-      std::vector<float> want(T * c.n_heads * c.kv_lora);
-      cpu::latent_attention(ql.data(), qr.data(), T, c.n_heads, c.kv_lora, c.rope_dim, cpu16.data(),
-                            cpu::CacheElem::BF16, pool.block_size, bt.data(), st.pos.data(), scale, want.data());
-      DeviceBuffer<float> d_ql(ql), d_qr(qr), d_fp32(std::vector<float>(want.size(), nan));
-      DeviceBuffer<int32_t> d_pos(st.pos), d_start(st.table_start);
-      cuda::latent_attention(d_ql.get(), d_qr.get(), T, c.n_heads, c.kv_lora, c.rope_dim, d_rounded.get(), false,
-                             pool.block_size, d_blocks.get(), d_start.get(), d_pos.get(), scale, d_fp32.get(),
-                             cuda::AttentionSplit{}, nullptr);
-      cuda_sync("latent_attention fp32 of the rounded values");
-      const std::vector<float> got =
-          unsplit_and_split(want.size(), T * c.n_heads * (c.kv_lora + 2), max_partitions(st, 0),
-                            [&](const cuda::AttentionSplit& split, float* out) {
-                              cuda::latent_attention(d_ql.get(), d_qr.get(), T, c.n_heads, c.kv_lora, c.rope_dim,
-                                                     d_cache.get(), true, pool.block_size, d_blocks.get(),
-                                                     d_start.get(), d_pos.get(), scale, out, split, nullptr);
-                            });
-      EXPECT_TRUE(all_bits_equal(got, d_fp32.download()));
-      EXPECT_TRUE(all_close(got, want, kRel, kAbs));
-    }
   }
 }
