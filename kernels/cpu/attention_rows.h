@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cache_bf16.h"
+#include "bf16_bits.h"
 #include "cpu/vec16.h"
 
 namespace shardlm::cpu::detail {
@@ -39,14 +39,14 @@ inline v16f widen16(const uint16_t* p) {
 inline void widen_row(const uint16_t* src, int64_t n, float* dst) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) store16(dst + i, widen16(src + i));
-  for (; i < n; ++i) dst[i] = cache_bf16::widen(src[i]);
+  for (; i < n; ++i) dst[i] = bf16_bits::to_f32(src[i]);
 }
 
 // Sixteen cache values from p as fp32.
 inline v16f load_row16(const float* p) { return load16(p); }
 inline v16f load_row16(const uint16_t* p) { return widen16(p); }
 inline float row_value(float x) { return x; }
-inline float row_value(uint16_t x) { return cache_bf16::widen(x); }
+inline float row_value(uint16_t x) { return bf16_bits::to_f32(x); }
 
 namespace dot_impl {
 // dot16's tree stages (l, l+8), (l, l+4), (l, l+2) for 8 rows' lane partials a[0..8), each

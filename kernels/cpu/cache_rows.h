@@ -2,7 +2,7 @@
 //
 // A bf16 cache stores each fp32 value rounded to nearest even and the attention kernels widen it
 // back exactly, as they load it or a round of rows at a time (cpu/attention_rows.h;
-// kernels/cache_bf16.h is the rounding both backends share). So attention over a bf16 cache is,
+// kernels/bf16_bits.h is the rounding both backends share). So attention over a bf16 cache is,
 // bit for bit, attention over an fp32 cache holding the rounded values: the cache's dtype changes
 // what is stored, never how the kernels reduce it. It halves the bytes a long decode streams, and
 // the memory a sequence holds.
@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cache_bf16.h"
+#include "bf16_bits.h"
 
 namespace shardlm::cpu {
 
@@ -21,7 +21,7 @@ namespace detail {
 
 // dst[i] = src[i] rounded, i < n.
 inline void narrow_row(const float* src, int64_t n, uint16_t* dst) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = cache_bf16::round(src[i]);
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits::from_f32(src[i]);
 }
 
 // Stores n fp32 values at element offset `at` of a cache of `elem`.

@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "cache_bf16.h"
+#include "bf16_bits.h"
 #include "cuda/attention_partitions.h"
 #include "cuda/warp_sum16.h"
 
@@ -80,15 +80,15 @@ __device__ inline GqaBlock gqa_block(int64_t n_heads, int64_t n_kv_heads, int he
 }
 
 // Element i of a KV cache side as fp32: the cache holds fp32, or bf16 (bf16 true, uniform over
-// the launch) widened exactly as the CPU kernels widen it (cache_bf16.h).
+// the launch) widened exactly as the CPU kernels widen it (bf16_bits.h).
 __device__ __forceinline__ float cache_load(const void* cache, int64_t i, bool bf16) {
-  return bf16 ? cache_bf16::widen(static_cast<const uint16_t*>(cache)[i]) : static_cast<const float*>(cache)[i];
+  return bf16 ? bf16_bits::to_f32(static_cast<const uint16_t*>(cache)[i]) : static_cast<const float*>(cache)[i];
 }
 
 // Stores v at element i of a KV cache side, rounded as the CPU kernels round it for bf16.
 __device__ __forceinline__ void cache_store(void* cache, int64_t i, float v, bool bf16) {
   if (bf16) {
-    static_cast<uint16_t*>(cache)[i] = cache_bf16::round(v);
+    static_cast<uint16_t*>(cache)[i] = bf16_bits::from_f32(v);
   } else {
     static_cast<float*>(cache)[i] = v;
   }

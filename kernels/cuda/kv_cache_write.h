@@ -1,6 +1,6 @@
 // Stores a step's keys and values into the paged KV cache (the device form of
 // cpu::kv_cache_write). Cache layout per layer: [num_blocks, block_size, n_kv_heads, head_dim]
-// fp32, or bf16 (bf16_cache: each value rounded as kernels/cache_bf16.h rounds it); a slot is
+// fp32, or bf16 (bf16_cache: each value rounded as kernels/bf16_bits.h rounds it); a slot is
 // block * block_size + offset. Device pointers.
 #pragma once
 

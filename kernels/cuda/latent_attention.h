@@ -2,7 +2,7 @@
 // cpu/latent_attention.h).
 //
 // Cache layout per layer: [num_blocks, block_size, kv_lora + rope_dim] fp32, or bf16 when
-// bf16_cache (rounded and widened as kernels/cache_bf16.h does), a row being a token's
+// bf16_cache (rounded and widened as kernels/bf16_bits.h does), a row being a token's
 // normed latent c followed by its roped shared key k_r; a slot is block * block_size + offset.
 // Token t attends to positions [0, pos[t]] of its own sequence, whose logical block j is the
 // physical block blocks[table_start[t] + j] (as in paged_attention.h). For head h:

@@ -1,7 +1,7 @@
 // Causal grouped-query attention over a paged KV cache (the device form of cpu::paged_attention).
 //
 // Cache layout per layer: k_cache, v_cache [num_blocks, block_size, n_kv_heads, head_dim] fp32,
-// or bf16 when bf16_cache (widened exactly on read, kernels/cache_bf16.h); a slot is
+// or bf16 when bf16_cache (widened exactly on read, kernels/bf16_bits.h); a slot is
 // block * block_size + offset. Token t attends to positions
 // [max(0, pos[t] - window + 1), pos[t]] (window <= 0: [0, pos[t]]) of its own sequence; that
 // sequence's logical block j is the physical block blocks[table_start[t] + j]. Query head h reads

@@ -2,8 +2,9 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <string>
+
+#include "bf16_bits.h"
 
 namespace shardlm {
 
@@ -28,21 +29,10 @@ const char* dtype_name(DType t);
 // Parses a safetensors dtype name; returns false for names shardlm does not handle.
 bool dtype_from_name(const std::string& name, DType* out);
 
-inline float bf16_to_f32(uint16_t h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// Round-to-nearest-even, NaN kept quiet: the same rounding torch uses for .to(bfloat16).
-inline uint16_t f32_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
+// The kernels' bf16 conversions (kernels/bf16_bits.h): exact widening, and round-to-nearest-even
+// as torch's .to(bfloat16) rounds finite values.
+inline float bf16_to_f32(uint16_t h) { return bf16_bits::to_f32(h); }
+inline uint16_t f32_to_bf16(float f) { return bf16_bits::from_f32(f); }
 
 float f16_to_f32(uint16_t h);
 

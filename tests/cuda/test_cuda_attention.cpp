@@ -27,7 +27,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "cache_bf16.h"
+#include "bf16_bits.h"
 #include "common/gpu.h"
 #include "compute/backend.h"
 #include "compute/cuda_backend.h"
@@ -215,7 +215,7 @@ void expect_rows(std::vector<E>& cache, const std::vector<float>& x, const std::
     for (int64_t c = 0; c < width; ++c) {
       const float v = x[static_cast<int64_t>(t) * width + c];
       if constexpr (kBf16<E>) {
-        cache[slots[t] * row + at + c] = cache_bf16::round(v);
+        cache[slots[t] * row + at + c] = bf16_bits::from_f32(v);
       } else {
         cache[slots[t] * row + at + c] = v;
       }
@@ -229,7 +229,7 @@ std::vector<float> as_fp32(const std::vector<E>& cache) {
   std::vector<float> f(cache.size());
   for (size_t i = 0; i < cache.size(); ++i) {
     if constexpr (kBf16<E>) {
-      f[i] = cache_bf16::widen(cache[i]);
+      f[i] = bf16_bits::to_f32(cache[i]);
     } else {
       f[i] = cache[i];
     }
@@ -333,7 +333,7 @@ TEST(CudaAttention, PagedAttentionMatchesCpu) {
   }
 }
 
-// A bf16 cache (--kv-dtype bf16): the device stores the host's rounding (kernels/cache_bf16.h) bit
+// A bf16 cache (--kv-dtype bf16): the device stores the host's rounding (kernels/bf16_bits.h) bit
 // for bit, and every launch over it gives the bits of the same launch over the rounded values in
 // fp32, which the kernels only ever see.
 TEST(CudaAttention, PagedAttentionOverBf16CacheMatchesCpu) {

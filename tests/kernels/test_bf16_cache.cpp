@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "cache_bf16.h"
+#include "bf16_bits.h"
 #include "cpu/latent_attention.h"
 #include "cpu/paged_attention.h"
 #include "cpu/threads.h"
@@ -40,7 +40,7 @@ float bits_to_float(uint32_t u) {
 
 std::vector<float> rounded(const std::vector<float>& v) {
   std::vector<float> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = cache_bf16::widen(cache_bf16::round(v[i]));
+  for (size_t i = 0; i < v.size(); ++i) r[i] = bf16_bits::to_f32(bf16_bits::from_f32(v[i]));
   return r;
 }
 
@@ -93,13 +93,13 @@ TEST(Bf16Cache, RoundsToNearestEvenAsTorch) {
       {0x00018000u, 0x0002},  // a subnormal tie: up to even
   };
   for (const Case& c : cases) {
-    EXPECT_EQ(cache_bf16::round(bits_to_float(c.in)), c.want) << std::hex << "0x" << c.in;
+    EXPECT_EQ(bf16_bits::from_f32(bits_to_float(c.in)), c.want) << std::hex << "0x" << c.in;
   }
   // Widening is exact: every finite bf16 comes back as itself.
   for (uint32_t h = 0; h < 0x10000u; ++h) {
-    const float f = cache_bf16::widen(static_cast<uint16_t>(h));
+    const float f = bf16_bits::to_f32(static_cast<uint16_t>(h));
     if (std::isnan(f)) continue;
-    ASSERT_EQ(cache_bf16::round(f), h) << std::hex << h;
+    ASSERT_EQ(bf16_bits::from_f32(f), h) << std::hex << h;
   }
 }
 
@@ -117,8 +117,8 @@ TEST(Bf16Cache, KvCacheWriteStoresTheRoundedValues) {
     for (int64_t h = 0; h < n_kv; ++h)
       for (int64_t d = 0; d < hd; ++d) {
         const int64_t at = ((slots[t] / bs * n_kv + h) * bs + slots[t] % bs) * hd + d;
-        ASSERT_EQ(kc[at], cache_bf16::round(k[(t * n_kv + h) * hd + d]));
-        ASSERT_EQ(vc[at], cache_bf16::round(v[(t * n_kv + h) * hd + d]));
+        ASSERT_EQ(kc[at], bf16_bits::from_f32(k[(t * n_kv + h) * hd + d]));
+        ASSERT_EQ(vc[at], bf16_bits::from_f32(v[(t * n_kv + h) * hd + d]));
         ++written;
       }
   }
