@@ -143,9 +143,8 @@ template <int MaxHeadDim, int Q>
 __global__ void __launch_bounds__(kMaxThreads, MaxHeadDim <= 128 ? 3 : 2)
     paged_attention_tiled_kernel(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int head_dim,
                                  const void* k_cache, const void* v_cache, bool bf16, int64_t block_size,
-                                 const int32_t* blocks,
-                                 const int32_t* table_start, const int32_t* pos, int64_t window, float scale,
-                                 float* out, int heads_per_block, int blocks_per_kv) {
+                                 const int32_t* blocks, const int32_t* table_start, const int32_t* pos, int64_t window,
+                                 float scale, float* out, int heads_per_block, int blocks_per_kv) {
   extern __shared__ float smem[];
   float* sk = smem;
   float* sv = sk + kTile * MaxHeadDim;
