@@ -245,10 +245,19 @@ requeue_test() {
     scontrol) scontrol requeue "$rq" ;;
     timelimit) scancel --batch --signal=USR1 "$rq" ;;
   esac
-  # A requeued job waits a moment (BeginTime) before it is eligible again: let it start now.
+  # A requeued job waits a moment (BeginTime) before it is eligible again: let it start now, but not
+  # in the second Slurm requeued it. slurmd revokes the first start's credential at the requeue and
+  # refuses any credential of that job issued in the same second (whole seconds compared): the
+  # job then ends FAILED, "Job credential revoked" (seen once in CI).
+  local pending_since=
   for _ in $(seq 60); do
     grep -q "(start 2)" "$log" 2>/dev/null && break
-    [ "$(job_state "$rq")" = PENDING ] && { scontrol update jobid="$rq" StartTime=now >/dev/null 2>&1 || true; }
+    if [ "$(job_state "$rq")" = PENDING ]; then
+      [ -n "$pending_since" ] || pending_since=$(date +%s)
+      if [ $(($(date +%s) - pending_since)) -ge 2 ]; then
+        scontrol update jobid="$rq" StartTime=now >/dev/null 2>&1 || true
+      fi
+    fi
     sleep 1
   done
   wait_job "$rq" 180
