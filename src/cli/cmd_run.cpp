@@ -132,7 +132,8 @@ void print_header(const std::vector<RankRecord>& ranks, const Topology& topo, co
   }
 }
 
-EngineConfig engine_config(const RunOptions& opt, const Topology& topo, const std::string& prompts) {
+EngineConfig engine_config(const RunOptions& opt, const ModelSpec& spec, const Topology& topo,
+                           const std::string& prompts) {
   EngineConfig ec;
   ec.scheduler.max_batch_tokens = opt.max_batch_tokens;
   ec.scheduler.max_seqs = opt.max_seqs;
@@ -147,7 +148,7 @@ EngineConfig engine_config(const RunOptions& opt, const Topology& topo, const st
   ec.defaults.ignore_eos = opt.ignore_eos;
   SHARDLM_CHECK(ec.defaults.validate().empty(), "run defaults: " << ec.defaults.validate());
   ec.kv_cache_bytes = static_cast<int64_t>(opt.kv_cache_gb * (1ull << 30));
-  ec.kv_dtype = resolve_kv_dtype(opt.kv_dtype, DType::F32);  // resolved from the checkpoint already
+  ec.kv_dtype = resolve_kv_dtype(opt.kv_dtype, spec.torch_dtype);
   ec.progress_interval_s = opt.quiet ? 0 : opt.progress_interval;
   // With several replicas the share of each is not known in advance: the progress line shows the
   // file's total.
@@ -276,7 +277,7 @@ int cmd_run(int argc, char** argv) {
     if (!why.empty() && rank == 0)
       std::fprintf(stderr, "[shardlm] --cuda-graphs: every step runs eagerly: %s\n", why.c_str());
   }
-  EngineConfig ec = engine_config(opt, topo, opt.prompts);
+  EngineConfig ec = engine_config(opt, spec, topo, opt.prompts);
   ec.lockstep = groups.dp_leaders.get();
 
   // Load report: every rank's shard, printed once.
