@@ -12,7 +12,8 @@
 //    then added (the kernels build with -ffp-contract=off), with up to kAccRows outputs held in
 //    registers across the rows instead of being read and written per row.
 // Cache rows are fp32 or bf16 (uint16_t, cache_rows.h): a bf16 row is widened as it is loaded,
-// exactly, so both give the bits of the fp32 row holding the widened values.
+// exactly, so both give the bits of the fp32 row holding the widened values. fp8 rows (uint8_t)
+// are read back into fp32 rows first (widen_row), their scale applied.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,7 @@
 
 #include "bf16_bits.h"
 #include "cpu/vec16.h"
+#include "fp8_bits.h"
 
 namespace shardlm::cpu::detail {
 
@@ -40,6 +42,30 @@ inline void widen_row(const uint16_t* src, int64_t n, float* dst) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) store16(dst + i, widen16(src + i));
   for (; i < n; ++i) dst[i] = bf16_bits::to_f32(src[i]);
+}
+
+// Sixteen fp8 e4m3fn codes from p read back, as fp8_bits::to_f32(c) * scale: a normal code is
+// rebiased in place, a subnormal one (m * 2^-9, m < 8) converted from its integer m, exactly.
+inline v16f widen16(const uint8_t* p, float scale) {
+  typedef uint8_t v16b __attribute__((vector_size(16)));
+  typedef uint32_t v16u __attribute__((vector_size(64)));
+  v16b b;
+  std::memcpy(&b, p, sizeof b);
+  const v16u u = __builtin_convertvector(b, v16u);
+  const v16u mag = u & 0x7fu;
+  const v16u normal = (mag << 20) + (120u << 23);
+  const v16f sub = __builtin_convertvector(reinterpret_cast<v16i>(mag), v16f) * 0x1p-9f;
+  v16f f = select16(reinterpret_cast<v16i>(mag < 8u), sub, reinterpret_cast<v16f>(normal));
+  f = select16(reinterpret_cast<v16i>(mag == 0x7fu), v16f{} + fp8_bits::to_f32(0x7f), f);
+  f = reinterpret_cast<v16f>(reinterpret_cast<v16u>(f) | ((u & 0x80u) << 24));
+  return f * scale;
+}
+
+// dst[i] = src[i] read back, i < n.
+inline void widen_row(const uint8_t* src, int64_t n, float scale, float* dst) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) store16(dst + i, widen16(src + i, scale));
+  for (; i < n; ++i) dst[i] = fp8_bits::to_f32(src[i]) * scale;
 }
 
 // Sixteen cache values from p as fp32.

@@ -52,16 +52,26 @@ inline void prefetch_row(const E* p, int64_t n) {
   for (int64_t b = 0; b < n * int64_t{sizeof(E)}; b += 64) __builtin_prefetch(c + b, 0, 2);
 }
 
+// An fp8 cache's read-back scales, key side and value side (kv_cache_format.h); 1 for the others.
+struct RowScales {
+  float k = 1.0f, v = 1.0f;
+};
+
 // Cache row j of a round (n elements of E) as the rows the kernels reduce (R): the row itself, or,
-// for R = float from a bf16 cache, widened into slot j of buf.
+// for R = float from a bf16 or fp8 cache, read back into slot j of buf (fp8: times scale).
 template <class R, class E>
-inline const R* round_row(const E* row, int64_t n, std::vector<float>& buf, int64_t j) {
+inline const R* round_row(const E* row, int64_t n, float scale, std::vector<float>& buf, int64_t j) {
   if constexpr (std::is_same_v<R, E>) {
     return row;
   } else {
-    static_assert(std::is_same_v<R, float> && std::is_same_v<E, uint16_t>);
+    static_assert(std::is_same_v<R, float>);
     float* dst = buf.data() + j * n;
-    widen_row(row, n, dst);
+    if constexpr (std::is_same_v<E, uint8_t>) {
+      widen_row(row, n, scale, dst);
+    } else {
+      static_assert(std::is_same_v<E, uint16_t>);
+      widen_row(row, n, dst);
+    }
     return dst;
   }
 }
@@ -117,7 +127,7 @@ struct TileScratch {
 // attend_tile's rounds over positions [P0, P1], its spans and outputs set up, reducing rows of R.
 template <class R, class Key, class Value, class Score, class Out>
 void attend_rounds(int64_t ta, int64_t tb, int64_t G, int64_t P0, int64_t P1, Key key, int64_t key_width, Value value,
-                   int64_t width, Score score, Out out, TileScratch& s) {
+                   int64_t width, Score score, Out out, RowScales scales, TileScratch& s) {
   std::vector<R>& zero = s.zero_of<R>();
   if (static_cast<int64_t>(zero.size()) < key_width) zero.assign(static_cast<size_t>(key_width), R{0});
   const int64_t block = std::clamp<int64_t>(kValueBytes / (width * int64_t{sizeof(R)}), kRound, 64);
@@ -132,7 +142,7 @@ void attend_rounds(int64_t ta, int64_t tb, int64_t G, int64_t P0, int64_t P1, Ke
   for (int64_t base = P0; base <= P1; base += kRound) {
     const int64_t cnt = std::min(kRound, P1 - base + 1);
     for (int64_t j = 0; j < kRound; ++j) {
-      rows[j] = j < cnt ? round_row<R>(key(base + j), key_width, s.kbuf, j) : zero.data();
+      rows[j] = j < cnt ? round_row<R>(key(base + j), key_width, scales.k, s.kbuf, j) : zero.data();
       if (base + kRound + j <= P1) prefetch_row(key(base + kRound + j), key_width);
     }
     // The (token, head) pairs that attend to this round, scored two at a time.
@@ -165,7 +175,7 @@ void attend_rounds(int64_t ta, int64_t tb, int64_t G, int64_t P0, int64_t P1, Ke
   for (int64_t base = P0; base <= P1; base += block) {
     const int64_t cnt = std::min(block, P1 - base + 1);
     for (int64_t j = 0; j < cnt; ++j) {
-      rows[j] = round_row<R>(value(base + j), width, s.vbuf, j);
+      rows[j] = round_row<R>(value(base + j), width, scales.v, s.vbuf, j);
       if (base + block + j <= P1) prefetch_row(value(base + block + j), width);
     }
     AccRow acc[kAccRows];
@@ -189,7 +199,7 @@ void attend_rounds(int64_t ta, int64_t tb, int64_t G, int64_t P0, int64_t P1, Ke
 //  - token t attends to [first(t), pos[t]] (pos[t] < 0: a padding token, output zeros);
 //  - key(p), value(p): the cache rows of position p the scores and the outputs read (value rows
 //    are `width` elements, key rows at least key_width), as const float* or, for a bf16 cache, as
-//    const uint16_t*;
+//    const uint16_t*, for an fp8 cache as const uint8_t* (read back times scales.k / scales.v);
 //  - score(qs, nq, rows, x): x[j] = the 16 scaled scores of (token, head) qs[j] against key rows
 //    rows[0..16) (const R* const*: float, or uint16_t from a bf16 cache, see below), for nq = 1 or
 //    2 (rows past the round's last position are a zero row); pairs let a kernel load each row
@@ -197,7 +207,7 @@ void attend_rounds(int64_t ta, int64_t tb, int64_t G, int64_t P0, int64_t P1, Ke
 //  - out(t, g): the output row, `width` floats.
 template <class First, class Key, class Value, class Score, class Out>
 void attend_tile(int64_t ta, int64_t tb, int64_t G, const int32_t* pos, First first, Key key, int64_t key_width,
-                 Value value, int64_t width, Score score, Out out, TileScratch& s) {
+                 Value value, int64_t width, Score score, Out out, RowScales scales, TileScratch& s) {
   s.span.resize(static_cast<size_t>(tb - ta));
   int64_t P0 = INT64_MAX, P1 = -1, total = 0;  // [P0, P1]: every position the tile attends to
   for (int64_t t = ta; t < tb; ++t) {
@@ -211,19 +221,21 @@ void attend_tile(int64_t ta, int64_t tb, int64_t G, const int32_t* pos, First fi
   }
   s.sc.resize(static_cast<size_t>(total));
   using E = std::remove_cv_t<std::remove_pointer_t<decltype(key(int64_t{0}))>>;
-  static_assert(std::is_same_v<E, float> || std::is_same_v<E, uint16_t>, "cache rows are fp32 or bf16");
+  static_assert(std::is_same_v<E, float> || std::is_same_v<E, uint16_t> || std::is_same_v<E, uint8_t>,
+                "cache rows are fp32, bf16 or fp8");
   // A bf16 tile that reads each row for one pair of queries (a decode token of a KV head with two
   // query heads) widens it as it loads it (R = uint16_t): no store and reload. One that reads it
   // for more (a prefill chunk, larger groups) widens a round of rows once into scratch (R = float),
   // so that its many loads stay plain (measured: 28% slower prefill attention loading bf16 for
-  // every pair). The same values either way, so the same bits.
-  if constexpr (std::is_same_v<E, float>) {
-    attend_rounds<float>(ta, tb, G, P0, P1, key, key_width, value, width, score, out, s);
-  } else if ((tb - ta) * G > 2) {
-    attend_rounds<float>(ta, tb, G, P0, P1, key, key_width, value, width, score, out, s);
-  } else {
-    attend_rounds<uint16_t>(ta, tb, G, P0, P1, key, key_width, value, width, score, out, s);
+  // every pair). The same values either way, so the same bits. An fp8 tile always reads a round
+  // back into scratch: its rows need the scale.
+  if constexpr (std::is_same_v<E, uint16_t>) {
+    if ((tb - ta) * G <= 2) {
+      attend_rounds<uint16_t>(ta, tb, G, P0, P1, key, key_width, value, width, score, out, scales, s);
+      return;
+    }
   }
+  attend_rounds<float>(ta, tb, G, P0, P1, key, key_width, value, width, score, out, scales, s);
 }
 
 }  // namespace shardlm::cpu::detail

@@ -21,12 +21,12 @@ constexpr int64_t kTileTokens = 8;  // tokens of one sequence (a prefill chunk) 
 }  // namespace
 
 void latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots, int64_t kv_lora,
-                        int64_t rope_dim, void* cache, CacheElem elem) {
+                        int64_t rope_dim, void* cache, KvFormat fmt) {
   const int64_t row = kv_lora + rope_dim;
   for (int64_t t = 0; t < T; ++t) {
     if (slots[t] < 0) continue;  // padding token: nothing to store
-    detail::store_row(latent + t * kv_lora, kv_lora, elem, cache, slots[t] * row);
-    detail::store_row(k_rope + t * rope_dim, rope_dim, elem, cache, slots[t] * row + kv_lora);
+    detail::store_row(latent + t * kv_lora, kv_lora, fmt.elem, fmt.k_scale, cache, slots[t] * row);
+    detail::store_row(k_rope + t * rope_dim, rope_dim, fmt.elem, fmt.k_scale, cache, slots[t] * row + kv_lora);
   }
 }
 
@@ -34,8 +34,8 @@ namespace {
 
 template <class E>
 void attend(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora, int64_t rope_dim,
-            const E* cache, int64_t block_size, const int32_t* const* block_table, const int32_t* pos, float scale,
-            float* out) {
+            const E* cache, float cache_scale, int64_t block_size, const int32_t* const* block_table,
+            const int32_t* pos, float scale, float* out) {
   const int64_t row = kv_lora + rope_dim;
   const detail::BlockOf bo(block_size);
   const std::vector<int64_t> tile = detail::token_tiles(block_table, T, kTileTokens);
@@ -76,7 +76,8 @@ void attend(const float* q_latent, const float* q_rope, int64_t T, int64_t n_hea
             }
             for (int j = 0; j < nq; ++j) x[j] = (lat[j] + rope[j]) * scale;
           },
-          [&](int64_t t, int64_t g) { return out + (t * n_heads + h0 + g) * kv_lora; }, scratch);
+          [&](int64_t t, int64_t g) { return out + (t * n_heads + h0 + g) * kv_lora; },
+          detail::RowScales{cache_scale, cache_scale}, scratch);
     }
   }
 }
@@ -84,14 +85,17 @@ void attend(const float* q_latent, const float* q_rope, int64_t T, int64_t n_hea
 }  // namespace
 
 void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora,
-                      int64_t rope_dim, const void* cache, CacheElem elem, int64_t block_size,
+                      int64_t rope_dim, const void* cache, KvFormat fmt, int64_t block_size,
                       const int32_t* const* block_table, const int32_t* pos, float scale, float* out) {
-  if (elem == CacheElem::BF16) {
-    attend(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, static_cast<const uint16_t*>(cache), block_size,
+  if (fmt.elem == CacheElem::BF16) {
+    attend(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, static_cast<const uint16_t*>(cache), 1.0f, block_size,
+           block_table, pos, scale, out);
+  } else if (fmt.elem == CacheElem::FP8) {
+    attend(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, static_cast<const uint8_t*>(cache), fmt.k_scale, block_size,
            block_table, pos, scale, out);
   } else {
-    attend(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, static_cast<const float*>(cache), block_size, block_table,
-           pos, scale, out);
+    attend(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, static_cast<const float*>(cache), 1.0f, block_size,
+           block_table, pos, scale, out);
   }
 }
 

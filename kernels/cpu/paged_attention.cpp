@@ -10,15 +10,15 @@
 namespace shardlm::cpu {
 
 void kv_cache_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
-                    int64_t head_dim, int64_t block_size, void* k_cache, void* v_cache, CacheElem elem) {
+                    int64_t head_dim, int64_t block_size, void* k_cache, void* v_cache, KvFormat fmt) {
   for (int64_t t = 0; t < T; ++t) {
     if (slots[t] < 0) continue;  // padding token: nothing to store
     const int64_t block = slots[t] / block_size, offset = slots[t] % block_size;
     for (int64_t h = 0; h < n_kv_heads; ++h) {
       const int64_t dst = ((block * n_kv_heads + h) * block_size + offset) * head_dim;
       const int64_t src = (t * n_kv_heads + h) * head_dim;
-      detail::store_row(k + src, head_dim, elem, k_cache, dst);
-      detail::store_row(v + src, head_dim, elem, v_cache, dst);
+      detail::store_row(k + src, head_dim, fmt.elem, fmt.k_scale, k_cache, dst);
+      detail::store_row(v + src, head_dim, fmt.elem, fmt.v_scale, v_cache, dst);
     }
   }
 }
@@ -36,8 +36,8 @@ constexpr int64_t kTileTokens = 8;
 // i.e. on what else the step holds.
 template <class E>
 void attend(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const E* k_cache,
-            const E* v_cache, int64_t block_size, const int32_t* const* block_table, const int32_t* pos, int64_t window,
-            float scale, float* out) {
+            const E* v_cache, detail::RowScales scales, int64_t block_size, const int32_t* const* block_table,
+            const int32_t* pos, int64_t window, float scale, float* out) {
   const int64_t group = n_heads / n_kv_heads;
   const int64_t block_floats = n_kv_heads * block_size * head_dim;
   const detail::BlockOf bo(block_size);
@@ -77,7 +77,7 @@ void attend(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int6
             }
             for (int j = 0; j < nq; ++j) x[j] *= scale;
           },
-          [&](int64_t t, int64_t g) { return out + (t * n_heads + h0 + g) * head_dim; }, scratch);
+          [&](int64_t t, int64_t g) { return out + (t * n_heads + h0 + g) * head_dim; }, scales, scratch);
     }
   }
 }
@@ -85,14 +85,18 @@ void attend(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int6
 }  // namespace
 
 void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                     const void* k_cache, const void* v_cache, CacheElem elem, int64_t block_size,
+                     const void* k_cache, const void* v_cache, KvFormat fmt, int64_t block_size,
                      const int32_t* const* block_table, const int32_t* pos, int64_t window, float scale, float* out) {
-  if (elem == CacheElem::BF16) {
+  if (fmt.elem == CacheElem::BF16) {
     attend(q, T, n_heads, n_kv_heads, head_dim, static_cast<const uint16_t*>(k_cache),
-           static_cast<const uint16_t*>(v_cache), block_size, block_table, pos, window, scale, out);
+           static_cast<const uint16_t*>(v_cache), {}, block_size, block_table, pos, window, scale, out);
+  } else if (fmt.elem == CacheElem::FP8) {
+    attend(q, T, n_heads, n_kv_heads, head_dim, static_cast<const uint8_t*>(k_cache),
+           static_cast<const uint8_t*>(v_cache), {fmt.k_scale, fmt.v_scale}, block_size, block_table, pos, window,
+           scale, out);
   } else {
     attend(q, T, n_heads, n_kv_heads, head_dim, static_cast<const float*>(k_cache), static_cast<const float*>(v_cache),
-           block_size, block_table, pos, window, scale, out);
+           {}, block_size, block_table, pos, window, scale, out);
   }
 }
 

@@ -13,9 +13,9 @@
 
 #include <cstdint>
 
-#include "bf16_bits.h"
 #include "cuda/attention_partitions.h"
 #include "cuda/warp_sum16.h"
+#include "kv_cache_format.h"
 
 namespace shardlm::cuda::detail {
 
@@ -79,32 +79,18 @@ __device__ inline GqaBlock gqa_block(int64_t n_heads, int64_t n_kv_heads, int he
   return g;
 }
 
-// Element i of a KV cache side as fp32: the cache holds fp32, or bf16 (bf16 true, uniform over
-// the launch) widened exactly as the CPU kernels widen it (bf16_bits.h).
-__device__ __forceinline__ float cache_load(const void* cache, int64_t i, bool bf16) {
-  return bf16 ? bf16_bits::to_f32(static_cast<const uint16_t*>(cache)[i]) : static_cast<const float*>(cache)[i];
-}
-
-// Stores v at element i of a KV cache side, rounded as the CPU kernels round it for bf16.
-__device__ __forceinline__ void cache_store(void* cache, int64_t i, float v, bool bf16) {
-  if (bf16) {
-    static_cast<uint16_t*>(cache)[i] = bf16_bits::from_f32(v);
-  } else {
-    static_cast<float*>(cache)[i] = v;
-  }
-}
-
 // GQA: the whole block stages the K and V rows of KV head kvh at positions [base, base + cnt) in
-// sk, sv ([cnt, head_dim] each, fp32; consecutive threads, consecutive dims of a row). row:
-// elements per cache slot (every KV head).
-__device__ inline void stage_round(float* sk, float* sv, const void* k_cache, const void* v_cache, bool bf16,
+// sk, sv ([cnt, head_dim] each, fp32, read back as kv_cache_format.h reads them, exactly as the
+// CPU kernels do; consecutive threads, consecutive dims of a row). row: elements per cache slot
+// (every KV head).
+__device__ inline void stage_round(float* sk, float* sv, const void* k_cache, const void* v_cache, KvFormat fmt,
                                    const int32_t* bt, int base, int cnt, int64_t block_size, int64_t row, int64_t kvh,
                                    int head_dim) {
   for (int i = threadIdx.x; i < cnt * head_dim; i += blockDim.x) {
     const int j = i / head_dim, d = i - j * head_dim;
     const int64_t off = cache_slot(bt, base + j, block_size) * row + kvh * head_dim + d;
-    sk[i] = cache_load(k_cache, off, bf16);
-    sv[i] = cache_load(v_cache, off, bf16);
+    sk[i] = kv_load(k_cache, off, fmt.elem, fmt.k_scale);
+    sv[i] = kv_load(v_cache, off, fmt.elem, fmt.v_scale);
   }
 }
 

@@ -2,21 +2,15 @@
 
 #include <cstdint>
 
+#include "fp8_bits.h"
+
 namespace shardlm::cuda {
 
 namespace {
 
 constexpr int kThreads = 256;
 
-// e4m3fn: sign | 4 exponent bits (bias 7) | 3 mantissa bits; exponent 0 is subnormal (m * 2^-9),
-// S.1111.111 is NaN (the host's table holds the default quiet NaN with the code's sign).
-__device__ inline float decode_e4m3(uint32_t v) {
-  const uint32_t sign = (v & 0x80u) << 24;
-  const uint32_t e = (v >> 3) & 0xfu, m = v & 0x7u;
-  if ((v & 0x7fu) == 0x7fu) return __uint_as_float(sign | 0x7fc00000u);
-  if (e == 0) return __uint_as_float(sign | __float_as_uint(static_cast<float>(m) * 0x1p-9f));
-  return __uint_as_float(sign | ((e + 120u) << 23) | (m << 20));  // exponent rebiased 7 -> 127
-}
+__device__ inline float decode_e4m3(uint32_t v) { return fp8_bits::to_f32(static_cast<uint8_t>(v)); }
 
 // The product as x86 SSE computes it, NaN bits included: a NaN operand propagates quieted (the
 // first one when both are), an invalid operation (0 * inf) gives the negative default NaN. The

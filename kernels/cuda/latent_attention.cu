@@ -20,15 +20,15 @@ constexpr int kTile = detail::kAttnTile;
 constexpr int kMaxThreads = detail::kAttnHeadsPerBlock * 32;
 
 __global__ void latent_cache_write_kernel(const float* latent, const float* k_rope, int64_t T, const int64_t* slots,
-                                          int64_t kv_lora, int64_t rope_dim, void* cache, bool bf16) {
+                                          int64_t kv_lora, int64_t rope_dim, void* cache, KvFormat fmt) {
   const int64_t row = kv_lora + rope_dim;
   const int64_t n = T * row;
   for (int64_t i = detail::global_thread(); i < n; i += detail::grid_threads()) {
     const int64_t t = i / row, c = i % row;
     const int64_t slot = slots[t];
     if (slot < 0) continue;
-    detail::cache_store(cache, slot * row + c,
-                        c < kv_lora ? latent[t * kv_lora + c] : k_rope[t * rope_dim + (c - kv_lora)], bf16);
+    kv_store(cache, slot * row + c, c < kv_lora ? latent[t * kv_lora + c] : k_rope[t * rope_dim + (c - kv_lora)],
+             fmt.elem, fmt.k_scale);
   }
 }
 
@@ -36,7 +36,7 @@ __global__ void latent_cache_write_kernel(const float* latent, const float* k_ro
 // fold_positions does.
 __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&ql)[kLoraPerLane],
                                                const float (&qr)[kRopePerLane], bool active, int kv_lora, int rope_dim,
-                                               const void* cache, bool bf16, const int32_t* bt, int64_t block_size,
+                                               const void* cache, KvFormat fmt, const int32_t* bt, int64_t block_size,
                                                float scale, float* sc, float& m, float& l, float (&acc)[kLoraPerLane]) {
   const int lane = threadIdx.x & 31;
   const int row = kv_lora + rope_dim;
@@ -46,7 +46,7 @@ __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&ql)
     // The whole block stages the round's rows (consecutive threads, consecutive columns of a row).
     for (int i = threadIdx.x; i < cnt * row; i += blockDim.x) {
       const int j = i / row, c = i - j * row;
-      sc[i] = detail::cache_load(cache, detail::cache_slot(bt, base + j, block_size) * row + c, bf16);
+      sc[i] = kv_load(cache, detail::cache_slot(bt, base + j, block_size) * row + c, fmt.elem, fmt.k_scale);
     }
     __syncthreads();
     if (active) {
@@ -81,7 +81,7 @@ __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&ql)
 // in paged_attention.cu.
 __global__ void __launch_bounds__(kMaxThreads)
     latent_attention_kernel(const float* q_latent, const float* q_rope, int64_t n_heads, int kv_lora, int rope_dim,
-                            const void* cache, bool bf16, int64_t block_size, const int32_t* blocks,
+                            const void* cache, KvFormat fmt, int64_t block_size, const int32_t* blocks,
                             const int32_t* table_start, const int32_t* pos, float scale, float* out,
                             int heads_per_block, int blocks_per_token, float* states) {
   __shared__ float sc[kTile * (kMaxLora + kMaxRope)];  // the round's cache rows [cnt][row]
@@ -118,8 +118,8 @@ __global__ void __launch_bounds__(kMaxThreads)
   float M = -INFINITY, L = 0.0f;  // the merged state of the partitions before (unsplit launch)
   for (int k = w.first; k <= w.last; ++k) {
     float m, l, acc[kLoraPerLane];
-    fold_positions(w.begin(k), w.end(k), ql, qr, active, kv_lora, rope_dim, cache, bf16, bt, block_size, scale, sc, m,
-                   l, acc);
+    fold_positions(w.begin(k), w.end(k), ql, qr, active, kv_lora, rope_dim, cache, fmt, bt, block_size, scale, sc, m, l,
+                   acc);
     if (active) detail::warp_finish_partition(k, w, w.state(states, th, kv_lora, k), o, kv_lora, m, l, acc, M, L);
   }
 }
@@ -127,16 +127,16 @@ __global__ void __launch_bounds__(kMaxThreads)
 }  // namespace
 
 void latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots, int64_t kv_lora,
-                        int64_t rope_dim, void* cache, bool bf16_cache, cudaStream_t stream) {
+                        int64_t rope_dim, void* cache, KvFormat cache_fmt, cudaStream_t stream) {
   const int64_t n = T * (kv_lora + rope_dim);
   if (T <= 0 || n <= 0) return;
   latent_cache_write_kernel<<<detail::elementwise_blocks(n), detail::kElementwiseThreads, 0, stream>>>(
-      latent, k_rope, T, slots, kv_lora, rope_dim, cache, bf16_cache);
+      latent, k_rope, T, slots, kv_lora, rope_dim, cache, cache_fmt);
 }
 
 void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora,
-                      int64_t rope_dim, const void* cache, bool bf16_cache, int64_t block_size, const int32_t* blocks,
-                      const int32_t* table_start, const int32_t* pos, float scale, float* out,
+                      int64_t rope_dim, const void* cache, KvFormat cache_fmt, int64_t block_size,
+                      const int32_t* blocks, const int32_t* table_start, const int32_t* pos, float scale, float* out,
                       const AttentionSplit& split, cudaStream_t stream) {
   if (T <= 0 || n_heads <= 0 || kv_lora <= 0) return;
   const int heads_per_block =
@@ -145,7 +145,7 @@ void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int
   const int64_t parts = split.parts > 1 ? split.parts : 1;
   const dim3 grid(static_cast<unsigned>(T * blocks_per_token), static_cast<unsigned>(parts));
   latent_attention_kernel<<<grid, heads_per_block * 32, 0, stream>>>(
-      q_latent, q_rope, n_heads, static_cast<int>(kv_lora), static_cast<int>(rope_dim), cache, bf16_cache, block_size,
+      q_latent, q_rope, n_heads, static_cast<int>(kv_lora), static_cast<int>(rope_dim), cache, cache_fmt, block_size,
       blocks, table_start, pos, scale, out, heads_per_block, blocks_per_token, parts > 1 ? split.states : nullptr);
   if (parts > 1) attention_combine(T, n_heads, kv_lora, pos, 0, parts, split.states, out, stream);
 }

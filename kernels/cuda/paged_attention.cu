@@ -26,13 +26,14 @@ constexpr int kBlocksPerSm = MaxHeadDim <= 128 ? 4 : 2;
 // warp of the block meets every barrier, `active` ones score and fold.
 template <int DimPerLane>
 __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&qr)[DimPerLane], bool active, int head_dim,
-                                               const void* k_cache, const void* v_cache, bool bf16, const int32_t* bt,
-                                               int64_t block_size, int64_t row, int64_t kvh, float scale, float* sk,
-                                               float* sv, float& m, float& l, float (&acc)[DimPerLane]) {
+                                               const void* k_cache, const void* v_cache, KvFormat fmt,
+                                               const int32_t* bt, int64_t block_size, int64_t row, int64_t kvh,
+                                               float scale, float* sk, float* sv, float& m, float& l,
+                                               float (&acc)[DimPerLane]) {
   detail::warp_state_reset(m, l, acc);
   for (int base = a0; base <= a1; base += kTile) {
     const int cnt = detail::round_count(base, a1);
-    detail::stage_round(sk, sv, k_cache, v_cache, bf16, bt, base, cnt, block_size, row, kvh, head_dim);
+    detail::stage_round(sk, sv, k_cache, v_cache, fmt, bt, base, cnt, block_size, row, kvh, head_dim);
     __syncthreads();
     if (active) {
       float s[kTile];
@@ -50,7 +51,7 @@ __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&qr)
 template <int MaxHeadDim>
 __global__ void __launch_bounds__(kMaxThreads, kBlocksPerSm<MaxHeadDim>)
     paged_attention_kernel(const float* q, int64_t n_heads, int64_t n_kv_heads, int head_dim, const void* k_cache,
-                           const void* v_cache, bool bf16, int64_t block_size, const int32_t* blocks,
+                           const void* v_cache, KvFormat fmt, int64_t block_size, const int32_t* blocks,
                            const int32_t* table_start, const int32_t* pos, int64_t window, float scale, float* out,
                            int heads_per_block, int blocks_per_kv, float* states) {
   constexpr int kDimPerLane = MaxHeadDim / 32;
@@ -83,7 +84,7 @@ __global__ void __launch_bounds__(kMaxThreads, kBlocksPerSm<MaxHeadDim>)
   float M = -INFINITY, L = 0.0f;  // the merged state of the partitions before (unsplit launch)
   for (int k = w.first; k <= w.last; ++k) {
     float m, l, acc[kDimPerLane];
-    fold_positions(w.begin(k), w.end(k), qr, active, head_dim, k_cache, v_cache, bf16, bt, block_size,
+    fold_positions(w.begin(k), w.end(k), qr, active, head_dim, k_cache, v_cache, fmt, bt, block_size,
                    n_kv_heads * head_dim, kvh, scale, sk, sv, m, l, acc);
     if (active) {
       detail::warp_finish_partition(k, w, w.state(states, t * n_heads + h, head_dim, k), o, head_dim, m, l, acc, M, L);
@@ -94,7 +95,7 @@ __global__ void __launch_bounds__(kMaxThreads, kBlocksPerSm<MaxHeadDim>)
 }  // namespace
 
 void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                     const void* k_cache, const void* v_cache, bool bf16_cache, int64_t block_size,
+                     const void* k_cache, const void* v_cache, KvFormat cache_fmt, int64_t block_size,
                      const int32_t* blocks, const int32_t* table_start, const int32_t* pos, int64_t window, float scale,
                      float* out, const AttentionSplit& split, cudaStream_t stream) {
   if (T <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0) return;
@@ -106,7 +107,7 @@ void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_he
   const dim3 grid(static_cast<unsigned>(T * n_kv_heads * blocks_per_kv), static_cast<unsigned>(parts));
   auto* kernel = head_dim <= 128 ? paged_attention_kernel<128> : paged_attention_kernel<kMaxHeadDim>;
   kernel<<<grid, heads_per_block * 32, 0, stream>>>(
-      q, n_heads, n_kv_heads, static_cast<int>(head_dim), k_cache, v_cache, bf16_cache, block_size, blocks, table_start,
+      q, n_heads, n_kv_heads, static_cast<int>(head_dim), k_cache, v_cache, cache_fmt, block_size, blocks, table_start,
       pos, window, scale, out, heads_per_block, blocks_per_kv, parts > 1 ? split.states : nullptr);
   if (parts > 1) attention_combine(T, n_heads, head_dim, pos, window, parts, split.states, out, stream);
 }

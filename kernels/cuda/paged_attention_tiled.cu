@@ -21,7 +21,7 @@ constexpr int kMaxThreads = detail::kAttnHeadsPerBlock * 32;
 struct Cache {
   const void* k;
   const void* v;
-  bool bf16;                     // elements bf16 (else fp32)
+  KvFormat fmt;
   int64_t block_size, row, kvh;  // row: elements per cache slot (every KV head); kvh: this block's
   int head_dim;
 };
@@ -90,7 +90,7 @@ __device__ __forceinline__ void attend_run(int64_t t0, int n, int64_t h, bool ac
     __syncwarp();
     for (int base = a0; base <= a1; base += kTile) {
       const int cnt = detail::round_count(base, a1);
-      detail::stage_round(sk, sv, c.k, c.v, c.bf16, bt, base, cnt, c.block_size, c.row, c.kvh, hd);
+      detail::stage_round(sk, sv, c.k, c.v, c.fmt, bt, base, cnt, c.block_size, c.row, c.kvh, hd);
       __syncthreads();
       if (active) {
 #pragma unroll 1
@@ -142,7 +142,7 @@ constexpr size_t kSharedBytes = sizeof(float) *
 template <int MaxHeadDim, int Q>
 __global__ void __launch_bounds__(kMaxThreads, MaxHeadDim <= 128 ? 3 : 2)
     paged_attention_tiled_kernel(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int head_dim,
-                                 const void* k_cache, const void* v_cache, bool bf16, int64_t block_size,
+                                 const void* k_cache, const void* v_cache, KvFormat fmt, int64_t block_size,
                                  const int32_t* blocks, const int32_t* table_start, const int32_t* pos, int64_t window,
                                  float scale, float* out, int heads_per_block, int blocks_per_kv) {
   extern __shared__ float smem[];
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kMaxThreads, MaxHeadDim <= 128 ? 3 : 2)
   const int64_t tile = g.item, kvh = g.kvh, h = g.h;
   const bool active = g.active;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const Cache c{k_cache, v_cache, bf16, block_size, n_kv_heads * head_dim, kvh, head_dim};
+  const Cache c{k_cache, v_cache, fmt, block_size, n_kv_heads * head_dim, kvh, head_dim};
   float* sacc = sv + kTile * MaxHeadDim + warp * Q * MaxHeadDim;
   float* sml = sv + kTile * MaxHeadDim + detail::kAttnHeadsPerBlock * Q * MaxHeadDim + warp * Q * 4;
   const int64_t end = (tile + 1) * Q < T ? (tile + 1) * Q : T;
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kMaxThreads, MaxHeadDim <= 128 ? 3 : 2)
 
 template <int MaxHeadDim, int Q>
 void launch(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const void* k_cache,
-            const void* v_cache, bool bf16, int64_t block_size, const int32_t* blocks, const int32_t* table_start,
+            const void* v_cache, KvFormat fmt, int64_t block_size, const int32_t* blocks, const int32_t* table_start,
             const int32_t* pos, int64_t window, float scale, float* out, cudaStream_t stream) {
   const int64_t group = n_heads / n_kv_heads;
   const int heads_per_block = static_cast<int>(group < detail::kAttnHeadsPerBlock ? group : detail::kAttnHeadsPerBlock);
@@ -191,8 +191,8 @@ void launch(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int6
   }
   paged_attention_tiled_kernel<MaxHeadDim, Q>
       <<<static_cast<unsigned>(tiles * n_kv_heads * blocks_per_kv), heads_per_block * 32, bytes, stream>>>(
-          q, T, n_heads, n_kv_heads, static_cast<int>(head_dim), k_cache, v_cache, bf16, block_size, blocks,
-          table_start, pos, window, scale, out, heads_per_block, blocks_per_kv);
+          q, T, n_heads, n_kv_heads, static_cast<int>(head_dim), k_cache, v_cache, fmt, block_size, blocks, table_start,
+          pos, window, scale, out, heads_per_block, blocks_per_kv);
 }
 
 }  // namespace
@@ -200,15 +200,15 @@ void launch(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int6
 int paged_attention_tile_tokens(int64_t head_dim) { return head_dim <= 128 ? 4 : 2; }
 
 void paged_attention_tiled(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                           const void* k_cache, const void* v_cache, bool bf16_cache, int64_t block_size,
+                           const void* k_cache, const void* v_cache, KvFormat cache_fmt, int64_t block_size,
                            const int32_t* blocks, const int32_t* table_start, const int32_t* pos, int64_t window,
                            float scale, float* out, cudaStream_t stream) {
   if (T <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || n_heads < n_kv_heads) return;
   if (head_dim <= 128) {
-    launch<128, 4>(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, bf16_cache, block_size, blocks, table_start,
+    launch<128, 4>(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, cache_fmt, block_size, blocks, table_start,
                    pos, window, scale, out, stream);
   } else {
-    launch<256, 2>(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, bf16_cache, block_size, blocks, table_start,
+    launch<256, 2>(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, cache_fmt, block_size, blocks, table_start,
                    pos, window, scale, out, stream);
   }
 }

@@ -37,16 +37,20 @@ class GqaAttention final : public AttentionBlock {
       q_norm_ = w.vec(p + "q_norm.weight", hd);
       k_norm_ = w.vec(p + "k_norm.weight", hd);
     }
+    scales_ = w.kv_scales(p);
   }
 
   int64_t k_width() const override { return nkv_ * hd_; }
   int64_t v_width() const override { return nkv_ * hd_; }
 
-  void forward(const float* h, const StepContext& ctx, const KvCacheRef& cache, Scratch& scratch,
+  void forward(const float* h, const StepContext& ctx, const KvCacheRef& layer_cache, Scratch& scratch,
                float* out) override {
     ComputeBackend& b = scratch.backend();
     const int64_t T = ctx.T;
     if (T == 0) return;
+    KvCacheRef cache = layer_cache;  // an fp8 cache reads this layer's scales
+    cache.k_scale = scales_.k;
+    cache.v_scale = scales_.v;
     float* q = scratch.get(Scratch::kAttention + 0, T * nh_ * hd_);
     float* k = scratch.get(Scratch::kAttention + 1, T * nkv_ * hd_);
     float* v = scratch.get(Scratch::kAttention + 2, T * nkv_ * hd_);
@@ -74,6 +78,7 @@ class GqaAttention final : public AttentionBlock {
   Matrix q_, k_, v_, o_;
   std::optional<Vector> q_bias_, k_bias_, v_bias_, o_bias_;
   std::optional<Vector> q_norm_, k_norm_;  // Qwen3 per-head norms
+  WeightLoader::KvScales scales_;
 };
 
 }  // namespace

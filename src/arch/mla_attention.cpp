@@ -71,6 +71,7 @@ class MlaAttention final : public AttentionBlock {
       kv_a_rope_bias_ = w.vec(p + "kv_a_proj_with_mqa.bias", L + dr, L, dr);
     }
     kv_a_norm_ = w.vec(p + "kv_a_layernorm.weight", L);
+    cache_scale_ = w.kv_scales(p).k;  // an fp8 latent cache: one scale for the whole row
     load_kv_b(w, p + "kv_b_proj.weight", NH, plan.q_head0);
     o_ = w.cols(p + "o_proj.weight", H, NH * dv, plan.q_head0 * dv, nh_ * dv);
     // Row-parallel outputs are summed over the tp group: their bias is added by one rank only.
@@ -88,11 +89,13 @@ class MlaAttention final : public AttentionBlock {
   int64_t k_width() const override { return kv_lora_ + rope_; }
   int64_t v_width() const override { return 0; }
 
-  void forward(const float* h, const StepContext& ctx, const KvCacheRef& cache, Scratch& scratch,
+  void forward(const float* h, const StepContext& ctx, const KvCacheRef& layer_cache, Scratch& scratch,
                float* out) override {
     ComputeBackend& b = scratch.backend();
     const int64_t T = ctx.T;
     if (T == 0) return;
+    KvCacheRef cache = layer_cache;
+    cache.k_scale = cache.v_scale = cache_scale_;
     const int64_t L = kv_lora_, dr = rope_, dn = nope_, dv = vdim_, nh = nh_, qk = dn + dr;
     float* q = scratch.get(Scratch::kAttention + 0, T * nh * qk);
     float* latent = scratch.get(Scratch::kAttention + 1, T * L);
@@ -173,6 +176,7 @@ class MlaAttention final : public AttentionBlock {
   Matrix q_a_, q_b_, kv_a_latent_, kv_a_rope_, o_, w_uk_t_, w_uv_;
   Vector q_a_norm_, kv_a_norm_;
   std::optional<Vector> q_a_bias_, kv_a_latent_bias_, kv_a_rope_bias_, o_bias_;
+  float cache_scale_ = 1.0f;
   std::vector<uint8_t> uk_t_host_, uv_host_;
 };
 

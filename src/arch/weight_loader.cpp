@@ -1,5 +1,8 @@
 #include "arch/weight_loader.h"
 
+#include <cmath>
+#include <cstring>
+
 #include "core/error.h"
 #include "model/fp8_block.h"
 #include "model/tensor_slice.h"
@@ -10,7 +13,32 @@ namespace {
 
 std::string scale_name(const std::string& weight) { return weight + "_scale_inv"; }
 
+float host_scalar(const TensorView& t) {
+  SHARDLM_CHECK(t.numel() == 1 && (t.dtype == DType::F32 || t.dtype == DType::BF16),
+                t.file << ": tensor '" << t.name << "' is a KV cache scale, so one F32 or BF16 value, but it is "
+                       << dtype_name(t.dtype) << " with " << t.numel() << " elements");
+  float f;
+  if (t.dtype == DType::F32) {
+    std::memcpy(&f, t.data, 4);
+  } else {
+    uint16_t h;
+    std::memcpy(&h, t.data, 2);
+    f = bf16_to_f32(h);
+  }
+  SHARDLM_CHECK(std::isfinite(f) && f > 0,
+                t.file << ": KV cache scale '" << t.name << "' is " << f << ", not a finite positive number");
+  return f;
+}
+
 }  // namespace
+
+WeightLoader::KvScales WeightLoader::kv_scales(const std::string& prefix) const {
+  KvScales s;
+  if (ckpt_.has(prefix + "kv_scale")) s.k = s.v = host_scalar(ckpt_.get(prefix + "kv_scale"));
+  if (ckpt_.has(prefix + "k_scale")) s.k = host_scalar(ckpt_.get(prefix + "k_scale"));
+  if (ckpt_.has(prefix + "v_scale")) s.v = host_scalar(ckpt_.get(prefix + "v_scale"));
+  return s;
+}
 
 Matrix WeightLoader::rows(const std::string& name, int64_t R, int64_t C, int64_t r0, int64_t n) {
   const TensorView& t = ckpt_.get(name, {R, C});

@@ -30,6 +30,15 @@ class WeightLoader {
   Vector vec(const std::string& name, int64_t N, int64_t r0, int64_t n);
   Vector vec(const std::string& name, int64_t N) { return vec(name, N, 0, N); }
 
+  // An fp8 KV cache's scales for the attention layer whose tensors start with `prefix`
+  // ("model.layers.N.self_attn."): the checkpoint's prefix + "k_scale" and prefix + "v_scale" (the
+  // names vLLM and llm-compressor write; an older prefix + "kv_scale" serves both), one-element F32
+  // or BF16 tensors read on the host, each finite and positive; 1 where the checkpoint has none.
+  struct KvScales {
+    float k = 1.0f, v = 1.0f;
+  };
+  KvScales kv_scales(const std::string& prefix) const;
+
   // Bytes of checkpoint data read so far.
   size_t bytes() const { return bytes_; }
   ComputeBackend& backend() { return b_; }

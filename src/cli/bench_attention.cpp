@@ -10,6 +10,7 @@
 
 #include "engine/kv_cache.h"
 #include "engine/rng.h"
+#include "fp8_bits.h"
 #ifdef SHARDLM_HAVE_CUDA
 #include "compute/cuda_backend.h"
 #endif
@@ -64,9 +65,9 @@ struct Shape {
   }
 };
 
-// A cache of `slots` random rows of `dtype` (F32 or BF16) in blocks 0, 1, ... (GQA: K then V, MLA:
-// latent rows) and random queries for up to max_t tokens, in backend memory; time_us runs one
-// attention call over it.
+// A cache of `slots` random rows of `dtype` (F32, BF16, or F8_E4M3 with scale 1) in blocks 0, 1,
+// ... (GQA: K then V, MLA: latent rows) and random queries for up to max_t tokens, in backend
+// memory; time_us runs one attention call over it.
 class Rig {
  public:
   Rig(ComputeBackend& b, const Shape& shape, int64_t slots, int64_t max_t, DType dtype)
@@ -87,6 +88,10 @@ class Rig {
       std::vector<uint16_t> narrow(host.size());
       for (size_t i = 0; i < host.size(); ++i) narrow[i] = f32_to_bf16(host[i]);
       b.copy_to_device(cache_.p, narrow.data(), narrow.size() * sizeof(uint16_t));
+    } else if (dtype == DType::F8_E4M3) {
+      std::vector<uint8_t> codes(host.size());
+      for (size_t i = 0; i < host.size(); ++i) codes[i] = fp8_bits::from_f32(host[i]);
+      b.copy_to_device(cache_.p, codes.data(), codes.size());
     } else {
       b.copy_to_device(cache_.p, host.data(), host.size() * sizeof(float));
     }
@@ -253,8 +258,8 @@ void print_prefill(ComputeBackend& b, const Shape& sh, double fp32_gflops, DType
 
 void print_attention_bench(ComputeBackend& b, const ModelSpec& spec, double bw_gbs, double fp32_gflops) {
   const Shape shape(spec);
-  for (DType dtype : {DType::F32, DType::BF16}) print_decode(b, shape, bw_gbs, dtype);
-  for (DType dtype : {DType::F32, DType::BF16}) print_prefill(b, shape, fp32_gflops, dtype);
+  for (DType dtype : {DType::F32, DType::BF16, DType::F8_E4M3}) print_decode(b, shape, bw_gbs, dtype);
+  for (DType dtype : {DType::F32, DType::BF16, DType::F8_E4M3}) print_prefill(b, shape, fp32_gflops, dtype);
 }
 
 }  // namespace shardlm

@@ -1,5 +1,5 @@
 // The attention op alone, for shardlm bench, at the model's head shape (GQA, or MLA on the latent
-// cache) with a cache of random rows, fp32 and then bf16 (--kv-dtype):
+// cache) with a cache of random rows, fp32, bf16 and fp8 in turn (--kv-dtype):
 //  - decode on long contexts: microseconds per call and the rate the K/V cache is read at, beside
 //    the memory bandwidth (decode attention reads every cached row once per step, so the bandwidth
 //    is its ceiling);
@@ -17,8 +17,8 @@ namespace shardlm {
 // launches it (split along the positions when the step is short of work) and forced unsplit (no
 // bound on the positions), so one run shows what the split gains. Prefill: one chunk of 512
 // tokens, as a whole prompt and at the end of a 4096-position one; on CUDA, when the backend tiles
-// the chunk's tokens, also timed with the per-token kernel (tables without their host copies). fp32_gflops <= 0: no peak known
-// (no percentage printed).
+// the chunk's tokens, also timed with the per-token kernel (tables without their host copies).
+// fp32_gflops <= 0: no peak known (no percentage printed).
 void print_attention_bench(ComputeBackend& b, const ModelSpec& spec, double bw_gbs, double fp32_gflops);
 
 }  // namespace shardlm

@@ -172,7 +172,7 @@ int cmd_bench(int argc, char** argv) {
     ("backend", po::value(&backend_name)->default_value(backend_name), "compute backend: cpu or cuda")
     ("threads", po::value(&threads)->default_value(threads), "CPU threads (0 = all cores)")
     ("kv-cache-gb", po::value(&kv_gb)->default_value(kv_gb), "KV cache budget, GiB")
-    ("kv-dtype", po::value(&kv_dtype)->default_value(kv_dtype), "KV cache of the scenarios: auto (bf16 for a bfloat16 checkpoint, as shardlm run), fp32 or bf16")
+    ("kv-dtype", po::value(&kv_dtype)->default_value(kv_dtype), "KV cache of the scenarios: auto (bf16 for a bfloat16 checkpoint, as shardlm run), fp32, bf16 or fp8")
     ;
   // clang-format on
   po::variables_map vm;

@@ -14,6 +14,7 @@
 #include "compute/backend.h"
 #include "core/error.h"
 #include "cpu/threads.h"
+#include "engine/kv_cache.h"
 #include "model/checkpoint.h"
 #include "model/model_spec.h"
 #include "parallel/layout_groups.h"
@@ -47,7 +48,7 @@ void write_npy_f32(const std::string& path, const std::vector<float>& data, int6
 }  // namespace
 
 int cmd_score(int argc, char** argv) {
-  std::string model_dir, ids_text, out, comm = "mpi";
+  std::string model_dir, ids_text, out, comm = "mpi", kv_dtype = "fp32";
   int threads = 0, tp = 1, pp = 1;
   double comm_timeout = 600;
   po::options_description d("shardlm score options");
@@ -58,13 +59,16 @@ int cmd_score(int argc, char** argv) {
       "tp", po::value(&tp)->default_value(tp), "tensor-parallel ranks (mpirun -np tp x pp)")(
       "pp", po::value(&pp)->default_value(pp), "pipeline stages")(
       "comm", po::value(&comm)->default_value(comm), "communicator of the tp and pp groups: mpi, fabric or nccl")(
-      "comm-timeout", po::value(&comm_timeout)->default_value(comm_timeout), "seconds a rank waits on another");
+      "comm-timeout", po::value(&comm_timeout)->default_value(comm_timeout), "seconds a rank waits on another")(
+      "kv-dtype", po::value(&kv_dtype)->default_value(kv_dtype),
+      "KV cache the scores attend over: fp32 (unrounded keys and values), bf16, fp8 or auto, as shardlm run");
   po::variables_map vm;
   const char* usage = "[mpirun -np TPxPP] shardlm score --model DIR --ids \"1 2 3\" --out logits.npy [--tp T] [--pp P]";
   if (!parse_subcommand(argc, argv, "score", usage, d, &vm)) return 0;
   SHARDLM_CHECK(!model_dir.empty() && !out.empty() && !ids_text.empty(), "shardlm score: --model, --ids and --out are required");
   cpu::set_num_threads(threads);
   ModelSpec spec = ModelSpec::load(model_dir);
+  const DType cache_dtype = resolve_kv_dtype(kv_dtype, spec.torch_dtype);
   std::vector<int32_t> ids;
   {
     std::istringstream in(ids_text);
@@ -87,7 +91,7 @@ int cmd_score(int argc, char** argv) {
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend, plan, groups.shard());
   const int64_t blocks = (T + 15) / 16;
   if (!topo.is_replica_leader()) {
-    serve_replica_steps(*model, *groups.replica, INT64_MAX / 2, 16, blocks, DType::F32);
+    serve_replica_steps(*model, *groups.replica, INT64_MAX / 2, 16, blocks, cache_dtype);
     return 0;
   }
   std::unique_ptr<BroadcastingModel> broadcasting;
@@ -96,7 +100,7 @@ int cmd_score(int argc, char** argv) {
     broadcasting = std::make_unique<BroadcastingModel>(*model, *groups.replica);
     leader = broadcasting.get();
   }
-  leader->allocate_kv_cache(INT64_MAX / 2, 16, blocks, DType::F32);  // scores from unrounded keys and values
+  leader->allocate_kv_cache(INT64_MAX / 2, 16, blocks, cache_dtype);
   std::vector<int32_t> table(blocks);
   for (int64_t b = 0; b < blocks; ++b) table[b] = static_cast<int32_t>(b);
   ForwardBatch batch;

@@ -35,7 +35,7 @@ po::options_description describe(RunOptions& o) {
     ("max-batch-tokens", po::value(&o.max_batch_tokens)->default_value(o.max_batch_tokens), "tokens per scheduler step (prefill chunks included)")
     ("max-seqs", po::value(&o.max_seqs)->default_value(o.max_seqs), "sequences running at once")
     ("kv-cache-gb", po::value(&o.kv_cache_gb)->default_value(o.kv_cache_gb), "KV cache memory budget per rank, GiB")
-    ("kv-dtype", po::value(&o.kv_dtype)->default_value(o.kv_dtype), "KV cache elements: fp32, bf16 (half the memory and the bytes decode attention reads), or auto: bf16 for a bfloat16 checkpoint, else fp32")
+    ("kv-dtype", po::value(&o.kv_dtype)->default_value(o.kv_dtype), "KV cache elements: fp32, bf16 (half the memory and the bytes decode attention reads), fp8 (e4m3, a quarter; scaled by the checkpoint's k_scale / v_scale, else 1), or auto: bf16 for a bfloat16 checkpoint, else fp32")
     ("block-size", po::value(&o.block_size)->default_value(o.block_size), "tokens per KV cache block")
     ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads per rank (0 = all cores)")
     ("flush-every", po::value(&o.flush_every)->default_value(o.flush_every), "flush the HDF5 file every N finished requests")
@@ -90,8 +90,9 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
   SHARDLM_CHECK(!o.out.empty(), "shardlm run: --out is required");
   SHARDLM_CHECK(o.max_new_tokens >= 1, "--max-new-tokens must be >= 1");
   SHARDLM_CHECK(o.kv_cache_gb > 0, "--kv-cache-gb must be positive");
-  SHARDLM_CHECK(o.kv_dtype == "auto" || o.kv_dtype == "fp32" || o.kv_dtype == "bf16",
-                "--kv-dtype must be auto, fp32 or bf16, not '" << o.kv_dtype << "'");
+  SHARDLM_CHECK(o.kv_dtype == "auto" || o.kv_dtype == "fp32" || o.kv_dtype == "bf16" || o.kv_dtype == "fp8" ||
+                    o.kv_dtype == "fp8_e4m3",
+                "--kv-dtype must be auto, fp32, bf16 or fp8, not '" << o.kv_dtype << "'");
   SHARDLM_CHECK(o.block_size >= 1 && o.block_size <= 1024, "--block-size must be in [1, 1024]");
   SHARDLM_CHECK(o.threads >= 0, "--threads must be >= 0");
   SHARDLM_CHECK(o.flush_every >= 1, "--flush-every must be >= 1");

@@ -27,7 +27,7 @@ struct RunOptions {
   int64_t max_batch_tokens = 2048;
   int64_t max_seqs = 64;
   double kv_cache_gb = 4.0;
-  std::string kv_dtype = "auto";  // KV cache elements: auto (the checkpoint's bf16, else fp32) | fp32 | bf16
+  std::string kv_dtype = "auto";  // KV cache elements: auto (the checkpoint's bf16, else fp32) | fp32 | bf16 | fp8
   int64_t block_size = 16;
   int threads = 0;                // CPU threads per rank; 0 = all cores
   int flush_every = 64;           // HDF5 flush period in finished requests

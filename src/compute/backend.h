@@ -39,13 +39,16 @@ struct BlockTables {
 };
 
 // One layer's KV cache in backend memory: k (GQA keys, or MLA's latent rows) and v (GQA values;
-// null for MLA), elements of `dtype`: F32, or BF16 (each value rounded to nearest even when written
-// and widened exactly when read, so attention over it equals attention over an fp32 cache holding
-// the rounded values).
+// null for MLA), elements of `dtype`: F32; BF16 (each value rounded to nearest even when written and
+// widened exactly when read); or F8_E4M3, codes of value / scale read back as code * scale, with
+// k_scale for the K side (MLA: the whole latent row) and v_scale for the V side. Attention over a
+// narrow cache equals attention over an fp32 cache holding the values read back
+// (kernels/kv_cache_format.h).
 struct KvCacheRef {
   void* k = nullptr;
   void* v = nullptr;
   DType dtype = DType::F32;
+  float k_scale = 1.0f, v_scale = 1.0f;
 };
 
 // How a Mixture-of-Experts router picks k of num_experts experts per token (arch/moe_router.h

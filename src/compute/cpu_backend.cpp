@@ -28,11 +28,12 @@
 namespace shardlm {
 namespace {
 
-cpu::CacheElem cache_elem(const KvCacheRef& cache) {
-  if (cache.dtype == DType::BF16) return cpu::CacheElem::BF16;
-  SHARDLM_CHECK(cache.dtype == DType::F32, "cpu backend: a KV cache of " << dtype_name(cache.dtype)
-                                                                        << " (F32 and BF16 are kept)");
-  return cpu::CacheElem::F32;
+KvFormat cache_format(const KvCacheRef& cache) {
+  if (cache.dtype == DType::BF16) return KvFormat(KvElem::BF16);
+  if (cache.dtype == DType::F8_E4M3) return KvFormat(KvElem::FP8, cache.k_scale, cache.v_scale);
+  SHARDLM_CHECK(cache.dtype == DType::F32,
+                "cpu backend: a KV cache of " << dtype_name(cache.dtype) << " (F32, BF16 and F8_E4M3 are kept)");
+  return KvFormat(KvElem::F32);
 }
 
 // Buffers from 4 MiB up (weights, the KV cache, large activations) are 2 MiB-aligned and asked to
@@ -217,7 +218,7 @@ void CpuBackend::add(float* y, const float* x, int64_t n) { cpu::add_inplace(y, 
 
 void CpuBackend::kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
                           int64_t head_dim, int64_t block_size, const KvCacheRef& cache) {
-  cpu::kv_cache_write(k, v, T, slots, n_kv_heads, head_dim, block_size, cache.k, cache.v, cache_elem(cache));
+  cpu::kv_cache_write(k, v, T, slots, n_kv_heads, head_dim, block_size, cache.k, cache.v, cache_format(cache));
 }
 
 void CpuBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
@@ -225,7 +226,7 @@ void CpuBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t n
                            int64_t window, float scale, float* out) {
   SHARDLM_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0,
                 "cpu backend: n_heads " << n_heads << " is not a multiple of n_kv_heads " << n_kv_heads);
-  cpu::paged_attention(q, T, n_heads, n_kv_heads, head_dim, cache.k, cache.v, cache_elem(cache), block_size,
+  cpu::paged_attention(q, T, n_heads, n_kv_heads, head_dim, cache.k, cache.v, cache_format(cache), block_size,
                        token_tables(tables, T), pos, window, scale, out);
 }
 
@@ -252,13 +253,13 @@ void CpuBackend::head_linear(const float* x, int64_t T, int64_t n_heads, int64_t
 
 void CpuBackend::latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots,
                                     int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache) {
-  cpu::latent_cache_write(latent, k_rope, T, slots, kv_lora, rope_dim, cache.k, cache_elem(cache));
+  cpu::latent_cache_write(latent, k_rope, T, slots, kv_lora, rope_dim, cache.k, cache_format(cache));
 }
 
 void CpuBackend::latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads,
                                   int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache, int64_t block_size,
                                   const BlockTables& tables, const int32_t* pos, float scale, float* out) {
-  cpu::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache.k, cache_elem(cache), block_size,
+  cpu::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache.k, cache_format(cache), block_size,
                         token_tables(tables, T), pos, scale, out);
 }
 

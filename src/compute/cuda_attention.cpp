@@ -76,12 +76,12 @@ void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t 
   last_attention_parts_ = split.parts;
   last_attention_tiled_ = chunks && split.parts <= 1;
   if (last_attention_tiled_) {
-    cuda::paged_attention_tiled(q, T, n_heads, n_kv_heads, head_dim, cache.k, cache.v, bf16_cache(cache), block_size,
+    cuda::paged_attention_tiled(q, T, n_heads, n_kv_heads, head_dim, cache.k, cache.v, cache_format(cache), block_size,
                                 tables.blocks, tables.start, pos, window, scale, out, stream_of(stream_));
     check_launch("paged_attention_tiled");
     return;
   }
-  cuda::paged_attention(q, T, n_heads, n_kv_heads, head_dim, cache.k, cache.v, bf16_cache(cache), block_size,
+  cuda::paged_attention(q, T, n_heads, n_kv_heads, head_dim, cache.k, cache.v, cache_format(cache), block_size,
                         tables.blocks, tables.start, pos, window, scale, out, split, stream_of(stream_));
   check_launch("paged_attention");
 }
@@ -97,7 +97,7 @@ void CudaBackend::latent_attention(const float* q_latent, const float* q_rope, i
       attention_split(cuda::latent_attention_blocks(T, n_heads), T, n_heads, kv_lora, tables, 0);
   last_attention_parts_ = split.parts;
   last_attention_tiled_ = false;
-  cuda::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache.k, bf16_cache(cache), block_size,
+  cuda::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache.k, cache_format(cache), block_size,
                          tables.blocks, tables.start, pos, scale, out, split, stream_of(stream_));
   check_launch("latent_attention");
 }

@@ -432,7 +432,7 @@ void CudaBackend::add(float* y, const float* x, int64_t n) {
 
 void CudaBackend::kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
                            int64_t head_dim, int64_t /*block_size: whole rows per slot*/, const KvCacheRef& cache) {
-  cuda::kv_cache_write(k, v, T, slots, n_kv_heads, head_dim, cache.k, cache.v, bf16_cache(cache), stream_of(stream_));
+  cuda::kv_cache_write(k, v, T, slots, n_kv_heads, head_dim, cache.k, cache.v, cache_format(cache), stream_of(stream_));
   check_launch("kv_write");
 }
 
@@ -464,7 +464,7 @@ void CudaBackend::head_linear(const float* x, int64_t T, int64_t n_heads, int64_
 
 void CudaBackend::latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots,
                                      int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache) {
-  cuda::latent_cache_write(latent, k_rope, T, slots, kv_lora, rope_dim, cache.k, bf16_cache(cache),
+  cuda::latent_cache_write(latent, k_rope, T, slots, kv_lora, rope_dim, cache.k, cache_format(cache),
                            stream_of(stream_));
   check_launch("latent_cache_write");
 }

@@ -7,6 +7,7 @@
 
 #include "compute/backend.h"
 #include "core/error.h"
+#include "kv_cache_format.h"
 
 #define SHARDLM_CUDA_CHECK(call)                                                                   \
   do {                                                                                             \
@@ -34,11 +35,13 @@ namespace shardlm {
 inline cublasHandle_t cublas_of(void* p) { return static_cast<cublasHandle_t>(p); }
 inline cudaStream_t stream_of(void* p) { return static_cast<cudaStream_t>(p); }
 
-// Whether a KV cache holds bf16 (the kernels' flag); fp32 otherwise, and nothing else is kept.
-inline bool bf16_cache(const KvCacheRef& cache) {
-  SHARDLM_CHECK(cache.dtype == DType::BF16 || cache.dtype == DType::F32,
-                "cuda backend: a KV cache of " << dtype_name(cache.dtype) << " (F32 and BF16 are kept)");
-  return cache.dtype == DType::BF16;
+// A KV cache's format as the kernels take it (kernels/kv_cache_format.h).
+inline KvFormat cache_format(const KvCacheRef& cache) {
+  if (cache.dtype == DType::BF16) return KvFormat(KvElem::BF16);
+  if (cache.dtype == DType::F8_E4M3) return KvFormat(KvElem::FP8, cache.k_scale, cache.v_scale);
+  SHARDLM_CHECK(cache.dtype == DType::F32,
+                "cuda backend: a KV cache of " << dtype_name(cache.dtype) << " (F32, BF16 and F8_E4M3 are kept)");
+  return KvFormat(KvElem::F32);
 }
 
 }  // namespace shardlm

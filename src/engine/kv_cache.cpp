@@ -9,16 +9,20 @@ namespace shardlm {
 DType resolve_kv_dtype(const std::string& name, DType checkpoint_dtype) {
   if (name == "fp32") return DType::F32;
   if (name == "bf16") return DType::BF16;
-  SHARDLM_CHECK(name == "auto", "--kv-dtype must be auto, fp32 or bf16, not '" << name << "'");
+  if (name == "fp8" || name == "fp8_e4m3") return DType::F8_E4M3;
+  SHARDLM_CHECK(name == "auto", "--kv-dtype must be auto, fp32, bf16 or fp8, not '" << name << "'");
   return checkpoint_dtype == DType::BF16 ? DType::BF16 : DType::F32;
 }
 
-const char* kv_dtype_name(DType dtype) { return dtype == DType::BF16 ? "bf16" : "fp32"; }
+const char* kv_dtype_name(DType dtype) {
+  if (dtype == DType::BF16) return "bf16";
+  return dtype == DType::F8_E4M3 ? "fp8" : "fp32";
+}
 
 KvCache::KvCache(ComputeBackend& backend, const KvCacheShape& shape, int64_t budget_bytes, int64_t max_blocks)
     : backend_(backend), shape_(shape) {
-  SHARDLM_CHECK(shape.dtype == DType::F32 || shape.dtype == DType::BF16,
-                "a KV cache of " << dtype_name(shape.dtype) << ": F32 and BF16 are kept");
+  SHARDLM_CHECK(shape.dtype == DType::F32 || shape.dtype == DType::BF16 || shape.dtype == DType::F8_E4M3,
+                "a KV cache of " << dtype_name(shape.dtype) << ": F32, BF16 and F8_E4M3 are kept");
   const int64_t per_block = shape.bytes_per_block();
   const int64_t fit = budget_bytes / per_block;
   SHARDLM_CHECK(fit >= 1, "KV cache budget of " << budget_bytes << " bytes holds no block of " << per_block

@@ -10,28 +10,16 @@
 #include <vector>
 
 #include "core/error.h"
+#include "fp8_bits.h"
 
 namespace shardlm {
 
 namespace {
 
-// e4m3fn: sign | 4 exponent bits (bias 7) | 3 mantissa bits; exponent 0 is subnormal (m * 2^-9),
-// S.1111.111 is NaN, there is no infinity, the largest finite value is 0x7e = 1.75 * 2^8 = 448.
+// Every code decoded once (fp8_bits.h), for the loops that convert many.
 std::array<float, 256> build_decode_table() {
   std::array<float, 256> t{};
-  for (int v = 0; v < 256; ++v) {
-    const int e = (v >> 3) & 0xf;
-    const int m = v & 0x7;
-    float mag;
-    if ((v & 0x7f) == 0x7f) {
-      mag = std::numeric_limits<float>::quiet_NaN();
-    } else if (e == 0) {
-      mag = std::ldexp(static_cast<float>(m), -9);
-    } else {
-      mag = std::ldexp(static_cast<float>(8 + m), e - 10);  // (1 + m/8) * 2^(e-7)
-    }
-    t[v] = (v & 0x80) ? -mag : mag;
-  }
+  for (int v = 0; v < 256; ++v) t[v] = fp8_bits::to_f32(static_cast<uint8_t>(v));
   return t;
 }
 
@@ -113,27 +101,7 @@ void lookup_row(const uint8_t* src, uint16_t* dst, int64_t n, const uint16_t* tb
 
 float fp8_e4m3_to_f32(uint8_t v) { return decode_table()[v]; }
 
-uint8_t f32_to_fp8_e4m3(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
-  const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7f;    // NaN
-  if (a >= 0x43e00000u) return sign | 0x7e;   // >= 448, infinity included: saturate
-  if (a >= 0x3c800000u) {                     // >= 2^-6: normal e4m3
-    // Round the 23-bit mantissa to 3 bits, nearest even; a carry moves into the exponent.
-    const uint32_t r = a + 0x7ffffu + ((a >> 20) & 1u);
-    return sign | static_cast<uint8_t>((r >> 20) - (120u << 3));  // rebias 127 -> 7
-  }
-  // Subnormal e4m3: k * 2^-9, k = 0..7 (k = 8 is 2^-6, code 0x08, the smallest normal).
-  float x;
-  std::memcpy(&x, &a, 4);
-  x *= 512.0f;  // exact: a power-of-two scaling that cannot overflow here
-  uint32_t k = static_cast<uint32_t>(x);
-  const float frac = x - static_cast<float>(k);  // exact
-  if (frac > 0.5f || (frac == 0.5f && (k & 1u))) ++k;
-  return sign | static_cast<uint8_t>(k);
-}
+uint8_t f32_to_fp8_e4m3(float f) { return fp8_bits::from_f32(f); }
 
 void check_fp8_slice(const TensorView& w, const TensorView& scale_inv, int64_t block_rows, int64_t block_cols,
                      int64_t r0, int64_t nr, int64_t c0, int64_t nc) {

@@ -73,7 +73,7 @@ struct RunOutput {
   std::map<std::string, std::vector<int32_t>> tokens;
   std::map<std::string, std::vector<float>> logprobs;
   std::map<std::string, std::string> errors;
-  bool bf16_cache = false;  // the run's resolved --kv-dtype was bf16
+  std::string kv_dtype;  // the run's resolved --kv-dtype (fp32, bf16 or fp8)
 };
 
 inline RunOutput read_run(const std::string& h5) {
@@ -88,7 +88,9 @@ inline RunOutput read_run(const std::string& h5) {
     r.logprobs[ids[i]] = lps[i];
     r.errors[ids[i]] = errs[i];
   }
-  r.bf16_cache = h.string_attr("config").find("kv-dtype = bf16") != std::string::npos;
+  const std::string config = h.string_attr("config");
+  const size_t at = config.find("kv-dtype = ");
+  if (at != std::string::npos) r.kv_dtype = config.substr(at + 11, config.find('\n', at) - at - 11);
   return r;
 }
 

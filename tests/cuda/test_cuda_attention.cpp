@@ -27,7 +27,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "bf16_bits.h"
 #include "common/gpu.h"
 #include "compute/backend.h"
 #include "compute/cuda_backend.h"
@@ -40,6 +39,7 @@
 #include "cuda/latent_attention.h"
 #include "cuda/paged_attention.h"
 #include "cuda/paged_attention_tiled.h"
+#include "kv_cache_format.h"
 
 using namespace shardlm;
 using test::all_bits_equal;
@@ -188,52 +188,51 @@ struct GqaCase {
 
 namespace {
 
-// A cache of E: fp32 (float) or bf16 (uint16_t, --kv-dtype bf16). Unwritten rows hold NaN, so a
-// stray read shows.
+// A cache of E: fp32 (float), bf16 (uint16_t, --kv-dtype bf16) or fp8 (uint8_t, --kv-dtype fp8,
+// with K and V scales that are not powers of two). Unwritten rows hold NaN, so a stray read shows.
 template <class E>
-constexpr bool kBf16 = std::is_same_v<E, uint16_t>;
+constexpr bool kNarrow = !std::is_same_v<E, float>;
 template <class E>
 E unwritten() {
-  if constexpr (kBf16<E>) {
+  if constexpr (std::is_same_v<E, uint8_t>) {
+    return 0x7f;
+  } else if constexpr (std::is_same_v<E, uint16_t>) {
     return 0xffc0;
   } else {
     return std::numeric_limits<float>::quiet_NaN();
   }
 }
 template <class E>
-cpu::CacheElem elem_of() {
-  return kBf16<E> ? cpu::CacheElem::BF16 : cpu::CacheElem::F32;
+KvFormat format_of() {
+  if constexpr (std::is_same_v<E, uint8_t>) {
+    return KvFormat(KvElem::FP8, 0.0123f, 0.0077f);
+  } else if constexpr (std::is_same_v<E, uint16_t>) {
+    return KvFormat(KvElem::BF16);
+  } else {
+    return KvFormat(KvElem::F32);
+  }
 }
 
 // What a device cache [slots, row] of E must hold after rows [T, width] of x were written at
-// offset `at` of their slots: the values, rounded for bf16 as the host rounds them.
+// offset `at` of their slots: the values, stored as the host stores them (kv_cache_format.h) with
+// the side's scale.
 template <class E>
 void expect_rows(std::vector<E>& cache, const std::vector<float>& x, const std::vector<int64_t>& slots, int64_t width,
-                 int64_t row, int64_t at) {
+                 int64_t row, int64_t at, float scale) {
   for (size_t t = 0; t < slots.size(); ++t) {
     if (slots[t] < 0) continue;
-    for (int64_t c = 0; c < width; ++c) {
-      const float v = x[static_cast<int64_t>(t) * width + c];
-      if constexpr (kBf16<E>) {
-        cache[slots[t] * row + at + c] = bf16_bits::from_f32(v);
-      } else {
-        cache[slots[t] * row + at + c] = v;
-      }
-    }
+    for (int64_t c = 0; c < width; ++c)
+      kv_store(cache.data(), slots[t] * row + at + c, x[static_cast<int64_t>(t) * width + c], format_of<E>().elem,
+               scale);
   }
 }
 
-// The same cache as fp32: a bf16 cache's values widened (its NaN rows stay NaN).
+// The same cache as fp32: a narrow cache's values read back (its NaN rows stay NaN).
 template <class E>
-std::vector<float> as_fp32(const std::vector<E>& cache) {
+std::vector<float> as_fp32(const std::vector<E>& cache, float scale) {
   std::vector<float> f(cache.size());
-  for (size_t i = 0; i < cache.size(); ++i) {
-    if constexpr (kBf16<E>) {
-      f[i] = bf16_bits::to_f32(cache[i]);
-    } else {
-      f[i] = cache[i];
-    }
-  }
+  for (size_t i = 0; i < cache.size(); ++i)
+    f[i] = kv_load(cache.data(), static_cast<int64_t>(i), format_of<E>().elem, scale);
   return f;
 }
 
@@ -248,8 +247,8 @@ struct DevicePool {
 
 // One GQA case over a device cache of E: cuda::kv_cache_write stores exactly the expected rows;
 // paged_attention, unsplit and split, matches the CPU kernel over a CPU cache of E within the
-// tolerance; the tiled prefill launch gives its bits; and over bf16, both give the bits of the
-// same launches over an fp32 cache holding the rounded values.
+// tolerance; the tiled prefill launch gives its bits; and over bf16 or fp8, both give the bits of
+// the same launches over an fp32 cache holding the values read back.
 template <class E>
 void check_paged_attention(const GqaCase& c, DevicePool& p) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -259,19 +258,20 @@ void check_paged_attention(const GqaCase& c, DevicePool& p) {
   const std::vector<float> k = rand_vec(p.n_write * row, 101), v = rand_vec(p.n_write * row, 102);
   std::vector<E> k_cache(cache_len, unwritten<E>()), v_cache(cache_len, unwritten<E>());
   std::vector<E> k_rows(cache_len, unwritten<E>()), v_rows(cache_len, unwritten<E>());
+  const KvFormat fmt = format_of<E>();
   cpu::kv_cache_write(k.data(), v.data(), p.n_write, p.slots.data(), c.n_kv, c.head_dim, pool.block_size,
-                      k_cache.data(), v_cache.data(), elem_of<E>());
-  expect_rows(k_rows, k, p.slots, row, row, 0);
-  expect_rows(v_rows, v, p.slots, row, row, 0);
+                      k_cache.data(), v_cache.data(), fmt);
+  expect_rows(k_rows, k, p.slots, row, row, 0, fmt.k_scale);
+  expect_rows(v_rows, v, p.slots, row, row, 0, fmt.v_scale);
 
   DeviceBuffer<float> d_k(k), d_v(v);
   DeviceBuffer<E> d_kc(std::vector<E>(cache_len, unwritten<E>())), d_vc(std::vector<E>(cache_len, unwritten<E>()));
   cuda::kv_cache_write(d_k.get(), d_v.get(), p.n_write, p.d_slots.get(), c.n_kv, c.head_dim, d_kc.get(), d_vc.get(),
-                       kBf16<E>, nullptr);
+                       fmt, nullptr);
   cuda_sync("kv_cache_write");
   ASSERT_TRUE(all_bits_equal(d_kc.download(), k_rows));
   ASSERT_TRUE(all_bits_equal(d_vc.download(), v_rows));
-  DeviceBuffer<float> d_k32(as_fp32(k_rows)), d_v32(as_fp32(v_rows));
+  DeviceBuffer<float> d_k32(as_fp32(k_rows, fmt.k_scale)), d_v32(as_fp32(v_rows, fmt.v_scale));
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   for (const Step& st : {mixed_step(pool), decode_step(pool)}) {
@@ -280,7 +280,7 @@ void check_paged_attention(const GqaCase& c, DevicePool& p) {
     const std::vector<float> q = rand_vec(T * c.n_heads * c.head_dim, 103);
     const std::vector<const int32_t*> bt = host_block_table(pool, st);
     std::vector<float> want(T * c.n_heads * c.head_dim);
-    cpu::paged_attention(q.data(), T, c.n_heads, c.n_kv, c.head_dim, k_cache.data(), v_cache.data(), elem_of<E>(),
+    cpu::paged_attention(q.data(), T, c.n_heads, c.n_kv, c.head_dim, k_cache.data(), v_cache.data(), fmt,
                          pool.block_size, bt.data(), st.pos.data(), c.window, scale, want.data());
 
     if (T > 1) {
@@ -292,22 +292,22 @@ void check_paged_attention(const GqaCase& c, DevicePool& p) {
         unsplit_and_split(want.size(), T * c.n_heads * (c.head_dim + 2), max_partitions(st, c.window),
                           [&](const cuda::AttentionSplit& split, float* out) {
                             cuda::paged_attention(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(),
-                                                  kBf16<E>, pool.block_size, p.d_blocks.get(), d_start.get(),
-                                                  d_pos.get(), c.window, scale, out, split, nullptr);
+                                                  fmt, pool.block_size, p.d_blocks.get(), d_start.get(), d_pos.get(),
+                                                  c.window, scale, out, split, nullptr);
                           });
     EXPECT_TRUE(all_close(got, want, kRel, kAbs));
-    if constexpr (kBf16<E>) {
+    if constexpr (kNarrow<E>) {
       DeviceBuffer<float> d_fp32(std::vector<float>(want.size(), nan));
-      cuda::paged_attention(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_k32.get(), d_v32.get(), false,
+      cuda::paged_attention(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_k32.get(), d_v32.get(), KvElem::F32,
                             pool.block_size, p.d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale,
                             d_fp32.get(), cuda::AttentionSplit{}, nullptr);
-      cuda_sync("paged_attention over the rounded values in fp32");
-      EXPECT_TRUE(all_bits_equal(got, d_fp32.download())) << "bf16 cache against fp32 of its values";
+      cuda_sync("paged_attention over the values read back, in fp32");
+      EXPECT_TRUE(all_bits_equal(got, d_fp32.download())) << "narrow cache against fp32 of its values";
     }
     // The prefill kernel that shares rounds across a sequence's tokens (tiles of 4, or 2 at
     // head_dim 256; see mixed_step for the runs): the per-token kernel's bits.
     DeviceBuffer<float> d_tiled(std::vector<float>(want.size(), nan));
-    cuda::paged_attention_tiled(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(), kBf16<E>,
+    cuda::paged_attention_tiled(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(), fmt,
                                 pool.block_size, p.d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale,
                                 d_tiled.get(), nullptr);
     cuda_sync("paged_attention_tiled");
@@ -343,6 +343,17 @@ TEST(CudaAttention, PagedAttentionOverBf16CacheMatchesCpu) {
     SCOPED_TRACE(testing::Message() << "bf16 cache, heads " << c.n_heads << "/" << c.n_kv << ", head_dim " << c.head_dim
                                     << ", window " << c.window);
     check_paged_attention<uint16_t>(c, p);
+  }
+}
+
+// An fp8 cache (--kv-dtype fp8) with K and V scales: likewise, over the values read back.
+TEST(CudaAttention, PagedAttentionOverFp8CacheMatchesCpu) {
+  SHARDLM_REQUIRE_GPU();
+  DevicePool p;
+  for (const GqaCase& c : {GqaCase{8, 2, 128, 0}, GqaCase{8, 1, 256, 37}, GqaCase{4, 4, 96, 0}}) {
+    SCOPED_TRACE(testing::Message() << "fp8 cache, heads " << c.n_heads << "/" << c.n_kv << ", head_dim " << c.head_dim
+                                    << ", window " << c.window);
+    check_paged_attention<uint8_t>(c, p);
   }
 }
 
@@ -422,21 +433,21 @@ void check_latent_attention(const MlaCase& c) {
   const int64_t cache_len = pool.num_blocks * pool.block_size * row;
   const std::vector<float> lat = rand_vec(n_write * c.kv_lora, 201), kr = rand_vec(n_write * c.rope_dim, 202);
   std::vector<E> cache(cache_len, unwritten<E>()), rows(cache_len, unwritten<E>());
-  cpu::latent_cache_write(lat.data(), kr.data(), n_write, slots.data(), c.kv_lora, c.rope_dim, cache.data(),
-                          elem_of<E>());
-  expect_rows(rows, lat, slots, c.kv_lora, row, 0);
-  expect_rows(rows, kr, slots, c.rope_dim, row, c.kv_lora);
+  const KvFormat fmt = format_of<E>();  // the latent row takes the K side's scale
+  cpu::latent_cache_write(lat.data(), kr.data(), n_write, slots.data(), c.kv_lora, c.rope_dim, cache.data(), fmt);
+  expect_rows(rows, lat, slots, c.kv_lora, row, 0, fmt.k_scale);
+  expect_rows(rows, kr, slots, c.rope_dim, row, c.kv_lora, fmt.k_scale);
   ASSERT_TRUE(all_bits_equal(cache, rows)) << "the CPU's latent rows";
 
   DeviceBuffer<float> d_lat(lat), d_kr(kr);
   DeviceBuffer<E> d_cache(std::vector<E>(cache_len, unwritten<E>()));
   DeviceBuffer<int64_t> d_slots(slots);
   DeviceBuffer<int32_t> d_blocks(pool.blocks);
-  cuda::latent_cache_write(d_lat.get(), d_kr.get(), n_write, d_slots.get(), c.kv_lora, c.rope_dim, d_cache.get(),
-                           kBf16<E>, nullptr);
+  cuda::latent_cache_write(d_lat.get(), d_kr.get(), n_write, d_slots.get(), c.kv_lora, c.rope_dim, d_cache.get(), fmt,
+                           nullptr);
   cuda_sync("latent_cache_write");
   ASSERT_TRUE(all_bits_equal(d_cache.download(), cache));
-  DeviceBuffer<float> d_cache32(as_fp32(cache));
+  DeviceBuffer<float> d_cache32(as_fp32(cache, fmt.k_scale));
 
   // DeepSeek's softmax scale: 1 / sqrt(qk_nope + qk_rope) = 1 / sqrt(192).
   const float scale = 1.0f / std::sqrt(192.0f);
@@ -447,8 +458,8 @@ void check_latent_attention(const MlaCase& c) {
     const std::vector<float> qr = rand_vec(T * c.n_heads * c.rope_dim, 204);
     const std::vector<const int32_t*> bt = host_block_table(pool, st);
     std::vector<float> want(T * c.n_heads * c.kv_lora);
-    cpu::latent_attention(ql.data(), qr.data(), T, c.n_heads, c.kv_lora, c.rope_dim, cache.data(), elem_of<E>(),
-                          pool.block_size, bt.data(), st.pos.data(), scale, want.data());
+    cpu::latent_attention(ql.data(), qr.data(), T, c.n_heads, c.kv_lora, c.rope_dim, cache.data(), fmt, pool.block_size,
+                          bt.data(), st.pos.data(), scale, want.data());
 
     if (T > 1) {
       EXPECT_GE(max_partitions(st, 0), 2) << "the mixed step should split";
@@ -459,17 +470,17 @@ void check_latent_attention(const MlaCase& c) {
         unsplit_and_split(want.size(), T * c.n_heads * (c.kv_lora + 2), max_partitions(st, 0),
                           [&](const cuda::AttentionSplit& split, float* out) {
                             cuda::latent_attention(d_ql.get(), d_qr.get(), T, c.n_heads, c.kv_lora, c.rope_dim,
-                                                   d_cache.get(), kBf16<E>, pool.block_size, d_blocks.get(),
-                                                   d_start.get(), d_pos.get(), scale, out, split, nullptr);
+                                                   d_cache.get(), fmt, pool.block_size, d_blocks.get(), d_start.get(),
+                                                   d_pos.get(), scale, out, split, nullptr);
                           });
     EXPECT_TRUE(all_close(got, want, kRel, kAbs));
-    if constexpr (kBf16<E>) {
+    if constexpr (kNarrow<E>) {
       DeviceBuffer<float> d_fp32(std::vector<float>(want.size(), nan));
-      cuda::latent_attention(d_ql.get(), d_qr.get(), T, c.n_heads, c.kv_lora, c.rope_dim, d_cache32.get(), false,
+      cuda::latent_attention(d_ql.get(), d_qr.get(), T, c.n_heads, c.kv_lora, c.rope_dim, d_cache32.get(), KvElem::F32,
                              pool.block_size, d_blocks.get(), d_start.get(), d_pos.get(), scale, d_fp32.get(),
                              cuda::AttentionSplit{}, nullptr);
-      cuda_sync("latent_attention over the rounded values in fp32");
-      EXPECT_TRUE(all_bits_equal(got, d_fp32.download())) << "bf16 cache against fp32 of its values";
+      cuda_sync("latent_attention over the values read back, in fp32");
+      EXPECT_TRUE(all_bits_equal(got, d_fp32.download())) << "narrow cache against fp32 of its values";
     }
   }
 }
@@ -494,6 +505,15 @@ TEST(CudaAttention, LatentAttentionOverBf16CacheMatchesCpu) {
     SCOPED_TRACE(testing::Message() << "bf16 cache, heads " << c.n_heads << ", kv_lora " << c.kv_lora << ", rope "
                                     << c.rope_dim);
     check_latent_attention<uint16_t>(c);
+  }
+}
+
+TEST(CudaAttention, LatentAttentionOverFp8CacheMatchesCpu) {
+  SHARDLM_REQUIRE_GPU();
+  for (const MlaCase& c : {MlaCase{16, 512, 64, 16}, MlaCase{3, 80, 16, 16}}) {
+    SCOPED_TRACE(testing::Message() << "fp8 cache, heads " << c.n_heads << ", kv_lora " << c.kv_lora << ", rope "
+                                    << c.rope_dim);
+    check_latent_attention<uint8_t>(c);
   }
 }
 

@@ -1,6 +1,7 @@
 // The shardlm binary end to end: run -> HDF5, bad input lines, bad checkpoints, tokenize, job files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -197,37 +198,47 @@ TEST(Cli, KvDtypeIsResolvedRecordedAndUsed) {
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
   fs::path d = tmpdir("kv-dtype");
   test::write_file(d / "p.jsonl", "{\"id\": \"bos\", \"prompt_token_ids\": [1], \"max_tokens\": 200}\n");
+  const std::vector<int32_t> reference = test::read_ids(model + "/expected_greedy_from_bos.ids");
+  // (--kv-dtype, what it resolves to for this fp32 checkpoint)
+  const std::pair<const char*, const char*> cases[] = {{"auto", "fp32"}, {"bf16", "bf16"}, {"fp8_e4m3", "fp8"}};
   std::vector<std::vector<float>> logprobs;
-  for (const char* dtype : {"auto", "bf16"}) {
+  for (const auto& [dtype, resolved] : cases) {
     const fs::path out = d / (std::string(dtype) + ".h5");
     Proc p = sh(bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --out " + out.string() +
                 " --kv-dtype " + dtype);
     ASSERT_EQ(p.code, 0) << p.out;
-    const std::string want = std::string("KV cache ") + (std::string(dtype) == "auto" ? "fp32" : "bf16");
-    EXPECT_NE(p.out.find(want), std::string::npos) << p.out;
+    EXPECT_NE(p.out.find(std::string("KV cache ") + resolved), std::string::npos) << p.out;
     test::H5Reader h(out);
     ASSERT_TRUE(h.ok());
-    EXPECT_NE(h.string_attr("config").find(std::string("kv-dtype = ") + (std::string(dtype) == "auto" ? "fp32" : "bf16")),
-              std::string::npos)
+    EXPECT_NE(h.string_attr("config").find(std::string("kv-dtype = ") + resolved), std::string::npos)
         << h.string_attr("config");
     auto outs = h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32);
     ASSERT_EQ(outs.size(), 1u);
-    EXPECT_EQ(outs[0], test::read_ids(model + "/expected_greedy_from_bos.ids")) << dtype;
+    if (std::string(resolved) == "fp8") {
+      // e4m3 keeps 3 mantissa bits: greedy decoding leaves the reference after a while (measured:
+      // at token 106 of 200, log-probabilities up to 0.32 away before that).
+      ASSERT_EQ(outs[0].size(), reference.size());
+      EXPECT_TRUE(std::equal(reference.begin(), reference.begin() + 50, outs[0].begin())) << dtype;
+    } else {
+      EXPECT_EQ(outs[0], reference) << dtype;
+    }
     logprobs.push_back(h.lists<float>("/requests/token_logprobs", H5T_NATIVE_FLOAT).at(0));
   }
-  ASSERT_EQ(logprobs[0].size(), logprobs[1].size());
-  size_t moved = 0;
-  float most = 0;
-  for (size_t i = 0; i < logprobs[0].size(); ++i) {
-    moved += logprobs[0][i] != logprobs[1][i];
-    most = std::max(most, std::abs(logprobs[0][i] - logprobs[1][i]));
+  for (size_t c = 1; c < logprobs.size(); ++c) {
+    ASSERT_EQ(logprobs[0].size(), logprobs[c].size());
+    size_t moved = 0;
+    float most = 0;
+    for (size_t i = 0; i < 50; ++i) {
+      moved += logprobs[0][i] != logprobs[c][i];
+      most = std::max(most, std::abs(logprobs[0][i] - logprobs[c][i]));
+    }
+    EXPECT_GT(moved, 25u) << "the " << cases[c].second << " cache left the log-probabilities as they were";
+    EXPECT_LT(most, c == 1 ? 0.1f : 0.5f) << cases[c].second;
   }
-  EXPECT_GT(moved, logprobs[0].size() / 2) << "the bf16 cache left the log-probabilities as they were";
-  EXPECT_LT(most, 0.1f);
   Proc bad = sh(bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --out " +
                 (d / "bad.h5").string() + " --kv-dtype fp16");
   EXPECT_NE(bad.code, 0);
-  EXPECT_NE(bad.out.find("--kv-dtype must be auto, fp32 or bf16, not 'fp16'"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("--kv-dtype must be auto, fp32, bf16 or fp8, not 'fp16'"), std::string::npos) << bad.out;
 }
 
 TEST(Cli, HelpListsOptionsWithDefaults) {

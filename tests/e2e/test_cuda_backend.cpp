@@ -122,14 +122,16 @@ TEST(CudaBackend, CudaGraphsMatchEager) {
 // partitions their tokens have, captured ones into those the context limit (1024) allows. GQA
 // (tiny-llama) and MLA (tiny-deepseek-v3, whose MoE layers keep its --cuda-graphs run eager): the
 // tokens must be the CPU backend's, and the graph run's the eager run's. Then once more with a
-// bf16 KV cache (--kv-dtype bf16) on both backends, log-probabilities within the bf16 cache's
-// layout tolerance (tests/common/layout_check.h).
+// bf16 and with an fp8 KV cache (--kv-dtype) on both backends, log-probabilities within the
+// narrow cache's layout tolerance (tests/common/layout_check.h).
 TEST(CudaBackend, LongContextsMatchCpuAndGraphs) {
   SHARDLM_REQUIRE_GPU();
   for (auto [kv, config] : {std::pair<const char*, const char*>{"fp32", "tiny-llama"},
                             {"fp32", "tiny-deepseek-v3"},
                             {"bf16", "tiny-llama"},
-                            {"bf16", "tiny-deepseek-v3"}}) {
+                            {"bf16", "tiny-deepseek-v3"},
+                            {"fp8", "tiny-llama"},
+                            {"fp8", "tiny-deepseek-v3"}}) {
     const std::string model = make(config, "fp32");
     const fs::path d = test::fresh_dir(std::string("cuda-long-") + config + "-" + kv);
     std::string prompts;

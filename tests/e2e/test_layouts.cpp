@@ -57,6 +57,13 @@ TEST(Layouts, Bf16KvCacheMatchesOneRank) {
   test::check_layout_runs(model, runs, true, "bf16-cache", " --kv-dtype bf16");
 }
 
+// An fp8 KV cache, likewise.
+TEST(Layouts, Fp8KvCacheMatchesOneRank) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  std::vector<test::LayoutRun> runs{{2, "--tp 2"}, {2, "--pp 2"}, {4, "--tp 2 --pp 2"}};
+  test::check_layout_runs(model, runs, true, "fp8-cache", " --kv-dtype fp8");
+}
+
 // Random models made here: KV heads fewer than tp (replicated), q/k/v bias with tied embeddings,
 // QK-norm with head_dim != hidden/heads, and a sliding window shorter than the prompts.
 // Unbalanced stages given by hand: one layer on the first stage, four on the second.

@@ -95,13 +95,13 @@ TEST(MoeLayouts, MixtralOneExpertPerRank) {
 }
 
 // Qwen2-MoE's gated shared expert and Qwen3-MoE's dense mlp_only layer, and a Kimi-K2-shaped model
-// (one expert group) in fp8 with block scales.
+// (one expert group) in fp8 with block scales, its latent KV cache in fp8 too.
 TEST(MoeLayouts, QwenMoeAndKimiFp8) {
   test::check_layout_runs(make("tiny-qwen2-moe", "bf16"), {{4, "--dp 2 --tp 2 --ep 4"}, {2, "--tp 2"}}, false,
                           "qwen2-moe");
   test::check_layout_runs(make("tiny-qwen3-moe", "bf16"), {{4, "--dp 4 --ep 4"}, {2, "--pp 2"}}, false, "qwen3-moe");
   test::check_layout_runs(make("tiny-kimi-k2", "fp8"), {{4, "--dp 4 --ep 4"}, {4, "--dp 2 --tp 2 --ep 4"}}, false,
-                          "kimi-k2-fp8");
+                          "kimi-k2-fp8", " --kv-dtype fp8");
 }
 
 // With --ep 4 each rank reads every non-expert tensor and a quarter of the routed experts' bytes,

@@ -1,0 +1,175 @@
+// The fp8 (e4m3fn) KV cache of the CPU kernels (kernels/kv_cache_format.h): a value is stored as
+// the code of value / scale, rounded to nearest even and saturated, and read back as code * scale;
+// attention over the cache is, bit for bit, attention over an fp32 cache holding the values read
+// back, for GQA (paged_attention) and MLA (latent_attention), with scales that are not powers of
+// two, scrambled block tables, windows, widths with a tail past 16 values, and 1 or 2 threads.
+// (fp8_torch_check.py checks the conversion itself against torch, bit for bit.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cpu/attention_rows.h"
+#include "cpu/latent_attention.h"
+#include "cpu/paged_attention.h"
+#include "cpu/threads.h"
+#include "fp8_bits.h"
+#include "kernels/narrow_cache_batch.h"
+#include "kv_cache_format.h"
+
+using namespace shardlm;
+using test::Batch;
+using test::rand_vec;
+using test::ThreadGuard;
+
+namespace {
+
+// The values an fp8 cache side of `scale` reads back for v.
+std::vector<float> read_back(const std::vector<float>& v, float scale) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = fp8_bits::to_f32(fp8_bits::from_f32(v[i] / scale)) * scale;
+  return r;
+}
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+constexpr uint8_t kUnwritten = 0x7f;  // NaN: an unwritten row shows in the results
+
+}  // namespace
+
+// The kernels' vector read-back (16 codes at a time) gives the scalar rule's bits for every code
+// under every scale, NaN codes as NaN.
+TEST(Fp8Cache, VectorReadBackIsTheScalarRule) {
+  uint8_t codes[256];
+  for (int c = 0; c < 256; ++c) codes[c] = static_cast<uint8_t>(c);
+  for (float scale : {1.0f, 0.0371f, 3.3f, 1.0f / 448.0f}) {
+    for (int c0 = 0; c0 < 256; c0 += 16) {
+      const cpu::detail::v16f v = cpu::detail::widen16(codes + c0, scale);
+      for (int l = 0; l < 16; ++l) {
+        const float want = kv_load(codes, c0 + l, KvElem::FP8, scale);
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(v[l])) << "code " << c0 + l;
+        } else {
+          EXPECT_EQ(bits(v[l]), bits(want)) << "code " << c0 + l << ", scale " << scale;
+        }
+      }
+    }
+    std::vector<float> row(77);
+    cpu::detail::widen_row(codes + 100, 77, scale, row.data());  // 4 vectors and a tail
+    for (int i = 0; i < 77; ++i) {
+      if (!std::isnan(row[i])) {
+        EXPECT_EQ(bits(row[i]), bits(fp8_bits::to_f32(codes[100 + i]) * scale)) << i;
+      }
+    }
+  }
+}
+
+TEST(Fp8Cache, KvCacheWriteStoresTheScaledCodes) {
+  const int64_t n_kv = 2, hd = 24, T = 3, bs = 4;
+  auto k = rand_vec(T * n_kv * hd, 1, 40.0f), v = rand_vec(T * n_kv * hd, 2);
+  k[5] = NAN;
+  k[6] = 1e6f;  // saturates to the largest code
+  v[7] = -INFINITY;
+  const float ks = 0.13f, vs = 0.0029f;
+  std::vector<uint8_t> kc(3 * bs * n_kv * hd, 0x11), vc(kc.size(), 0x11);
+  const std::vector<int64_t> slots = {6, -1, 1};
+  cpu::kv_cache_write(k.data(), v.data(), T, slots.data(), n_kv, hd, bs, kc.data(), vc.data(),
+                      KvFormat(KvElem::FP8, ks, vs));
+  size_t written = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    if (slots[t] < 0) continue;
+    for (int64_t h = 0; h < n_kv; ++h)
+      for (int64_t d = 0; d < hd; ++d) {
+        const int64_t at = ((slots[t] / bs * n_kv + h) * bs + slots[t] % bs) * hd + d;
+        ASSERT_EQ(kc[at], fp8_bits::from_f32(k[(t * n_kv + h) * hd + d] / ks));
+        ASSERT_EQ(vc[at], fp8_bits::from_f32(v[(t * n_kv + h) * hd + d] / vs));
+        ++written;
+      }
+  }
+  EXPECT_EQ(kc[((6 / bs * n_kv) * bs + 6 % bs) * hd + 5] & 0x7f, 0x7f) << "NaN stays NaN";
+  EXPECT_EQ(kc[((6 / bs * n_kv) * bs + 6 % bs) * hd + 6], 0x7e) << "1e6 saturates to 448";
+  EXPECT_EQ(vc[((6 / bs * n_kv) * bs + 6 % bs) * hd + 7], 0xfe) << "-inf saturates to -448";
+  size_t untouched = 0;
+  for (size_t i = 0; i < kc.size(); ++i) untouched += kc[i] == 0x11 && vc[i] == 0x11;
+  EXPECT_EQ(written + untouched, kc.size()) << "a slot outside slots[] was written";
+}
+
+TEST(Fp8Cache, PagedAttentionIsTheFp32CacheOfTheReadBackValues) {
+  ThreadGuard guard;
+  const int64_t bs = 16;
+  Batch b;
+  // Groups of 4, 2 and 1 query heads: every shape of tile the bf16 cache distinguishes.
+  for (auto [hd, n_heads, n_kv] : {std::tuple<int64_t, int64_t, int64_t>{64, 8, 2}, {72, 6, 3}, {8, 4, 4}}) {
+    for (auto [ks, vs] : {std::pair{1.0f, 1.0f}, {0.0173f, 0.0041f}}) {
+      const int64_t nblocks = 12, row = n_kv * hd, T = b.T();
+      std::vector<uint8_t> kb(nblocks * bs * row, kUnwritten), vb(kb.size(), kUnwritten);
+      std::vector<float> kf(kb.size(), NAN), vf(kb.size(), NAN);
+      uint32_t seed = 10;
+      for (auto [table, len] : {std::pair{&b.tA, b.lenA}, {&b.tB, b.lenB}, {&b.tC, b.lenC}}) {
+        const auto k = rand_vec(len * row, seed++, 3.0f), v = rand_vec(len * row, seed++);
+        const auto slots = Batch::slots(*table, len, bs);
+        cpu::kv_cache_write(k.data(), v.data(), len, slots.data(), n_kv, hd, bs, kb.data(), vb.data(),
+                            KvFormat(KvElem::FP8, ks, vs));
+        const auto kr = read_back(k, ks), vr = read_back(v, vs);
+        cpu::kv_cache_write(kr.data(), vr.data(), len, slots.data(), n_kv, hd, bs, kf.data(), vf.data(), KvElem::F32);
+      }
+      const auto q = rand_vec(T * n_heads * hd, 40);
+      for (int64_t window : {0, 29}) {
+        for (int threads : {1, 2}) {
+          cpu::set_num_threads(threads);
+          std::vector<float> want(T * n_heads * hd, NAN), got(want.size(), -1.0f);
+          cpu::paged_attention(q.data(), T, n_heads, n_kv, hd, kf.data(), vf.data(), KvElem::F32, bs, b.bt.data(),
+                               b.pos.data(), window, 0.2f, want.data());
+          cpu::paged_attention(q.data(), T, n_heads, n_kv, hd, kb.data(), vb.data(), KvFormat(KvElem::FP8, ks, vs), bs,
+                               b.bt.data(), b.pos.data(), window, 0.2f, got.data());
+          for (float x : want) ASSERT_TRUE(std::isfinite(x));
+          ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+              << "head_dim " << hd << ", " << n_heads << "/" << n_kv << " heads, scales " << ks << "/" << vs
+              << ", window " << window << ", " << threads << " threads";
+        }
+      }
+    }
+  }
+}
+
+TEST(Fp8Cache, LatentAttentionIsTheFp32CacheOfTheReadBackValues) {
+  ThreadGuard guard;
+  const int64_t bs = 16;
+  Batch b;
+  for (auto [L, dr, nh] :
+       {std::tuple<int64_t, int64_t, int64_t>{64, 16, 20}, {72, 8, 2}, {512, 64, 20}, {512, 64, 2}}) {
+    for (float scale : {1.0f, 0.0093f}) {
+      const int64_t nblocks = 12, row = L + dr, T = b.T();
+      std::vector<uint8_t> cb(nblocks * bs * row, kUnwritten);
+      std::vector<float> cf(cb.size(), NAN);
+      uint32_t seed = 50;
+      for (auto [table, len] : {std::pair{&b.tA, b.lenA}, {&b.tB, b.lenB}, {&b.tC, b.lenC}}) {
+        const auto lat = rand_vec(len * L, seed++), rope = rand_vec(len * dr, seed++, 2.0f);
+        const auto slots = Batch::slots(*table, len, bs);
+        // The whole row, rope part included, takes the K side's scale.
+        cpu::latent_cache_write(lat.data(), rope.data(), len, slots.data(), L, dr, cb.data(),
+                                KvFormat(KvElem::FP8, scale, 123.0f));
+        const auto lr = read_back(lat, scale), rr = read_back(rope, scale);
+        cpu::latent_cache_write(lr.data(), rr.data(), len, slots.data(), L, dr, cf.data(), KvElem::F32);
+      }
+      const auto ql = rand_vec(T * nh * L, 60), qr = rand_vec(T * nh * dr, 61);
+      for (int threads : {1, 2}) {
+        cpu::set_num_threads(threads);
+        std::vector<float> want(T * nh * L, NAN), got(want.size(), -1.0f);
+        cpu::latent_attention(ql.data(), qr.data(), T, nh, L, dr, cf.data(), KvElem::F32, bs, b.bt.data(), b.pos.data(),
+                              0.05f, want.data());
+        cpu::latent_attention(ql.data(), qr.data(), T, nh, L, dr, cb.data(), KvFormat(KvElem::FP8, scale, 123.0f), bs,
+                              b.bt.data(), b.pos.data(), 0.05f, got.data());
+        for (float x : want) ASSERT_TRUE(std::isfinite(x));
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+            << "kv_lora " << L << ", rope " << dr << ", " << nh << " heads, scale " << scale << ", " << threads
+            << " threads";
+      }
+    }
+  }
+}
