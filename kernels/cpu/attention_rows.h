@@ -23,6 +23,10 @@
 #include "cpu/vec16.h"
 #include "fp8_bits.h"
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 namespace shardlm::cpu::detail {
 
 // Sixteen bf16 values from p, widened: one zero extension and one shift.
@@ -44,21 +48,68 @@ inline void widen_row(const uint16_t* src, int64_t n, float* dst) {
   for (; i < n; ++i) dst[i] = bf16_bits::to_f32(src[i]);
 }
 
-// Sixteen fp8 e4m3fn codes from p read back, as fp8_bits::to_f32(c) * scale: a normal code is
-// rebiased in place, a subnormal one (m * 2^-9, m < 8) converted from its integer m, exactly.
-inline v16f widen16(const uint8_t* p, float scale) {
-  typedef uint8_t v16b __attribute__((vector_size(16)));
-  typedef uint32_t v16u __attribute__((vector_size(64)));
+namespace fp8_impl {
+typedef uint8_t v16b __attribute__((vector_size(16)));
+typedef uint16_t v16h __attribute__((vector_size(32)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
+
+inline v16h load_codes(const uint8_t* p) {
   v16b b;
   std::memcpy(&b, p, sizeof b);
-  const v16u u = __builtin_convertvector(b, v16u);
+  return __builtin_convertvector(b, v16h);
+}
+
+// The NaN codes S.1111.111 of c as NaN, the other lanes as f.
+inline v16f nan_lanes(v16h c, v16f f) {
+  return select16(__builtin_convertvector((c & 0x7f) == 0x7f, v16i), v16f{} + fp8_bits::to_f32(0x7f), f);
+}
+
+// Integer operations only: a normal code rebiased in place, a subnormal one (m * 2^-9, m < 8)
+// converted from its integer m, then the sign. No subnormal fp32 operand (measured: placing every
+// code's bits under the fp32 exponent field and scaling by 2^120, subnormal codes become subnormal
+// operands, and decode attention ran 33% slower here).
+inline v16f widen_portable(const uint8_t* p, float scale) {
+  const v16h c = load_codes(p);
+  const v16u u = __builtin_convertvector(c, v16u);  // via 16 bits: GCC 12 lowers 8 -> 32 bits to byte moves
   const v16u mag = u & 0x7fu;
   const v16u normal = (mag << 20) + (120u << 23);
   const v16f sub = __builtin_convertvector(reinterpret_cast<v16i>(mag), v16f) * 0x1p-9f;
   v16f f = select16(reinterpret_cast<v16i>(mag < 8u), sub, reinterpret_cast<v16f>(normal));
-  f = select16(reinterpret_cast<v16i>(mag == 0x7fu), v16f{} + fp8_bits::to_f32(0x7f), f);
   f = reinterpret_cast<v16f>(reinterpret_cast<v16u>(f) | ((u & 0x80u) << 24));
-  return f * scale;
+  return nan_lanes(c, f * scale);
+}
+
+// A code's bits moved into a half float (sign to sign, exponent and mantissa under its exponent
+// and mantissa) are the code's value times 2^-8 exactly, subnormal codes included (e4m3's bias is
+// 7, half's 15); F16C widens halves exactly, and times scale * 2^8 (exact) that is one rounding of
+// value * scale. Measured: 16% faster decode attention than widen_portable (EPYC, AVX-512).
+#if defined(__F16C__)
+inline v16f widen_f16c(const uint8_t* p, float scale) {
+  const v16h c = load_codes(p);
+  const v16h half = ((c & 0x80) << 8) | ((c & 0x7f) << 7);
+  v16f f;
+#if defined(__AVX512F__)
+  // (maskz: the unmasked form starts from an undefined vector, which GCC 12 warns about)
+  f = reinterpret_cast<v16f>(_mm512_maskz_cvtph_ps(0xffff, reinterpret_cast<__m256i>(half)));
+#else
+  const __m256 lo = _mm256_cvtph_ps(_mm256_castsi256_si128(reinterpret_cast<__m256i>(half)));
+  const __m256 hi = _mm256_cvtph_ps(_mm256_extracti128_si256(reinterpret_cast<__m256i>(half), 1));
+  std::memcpy(&f, &lo, sizeof lo);
+  std::memcpy(reinterpret_cast<char*>(&f) + sizeof lo, &hi, sizeof hi);
+#endif
+  return nan_lanes(c, f * (scale * 256.0f));
+}
+#endif
+}  // namespace fp8_impl
+
+// Sixteen fp8 e4m3fn codes from p read back, as fp8_bits::to_f32(c) * scale, bit for bit (both
+// forms are one rounding of the code's exact value times scale).
+inline v16f widen16(const uint8_t* p, float scale) {
+#if defined(__F16C__)
+  return fp8_impl::widen_f16c(p, scale);
+#else
+  return fp8_impl::widen_portable(p, scale);
+#endif
 }
 
 // dst[i] = src[i] read back, i < n.

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "cpu/attention_rows.h"
@@ -43,19 +44,28 @@ constexpr uint8_t kUnwritten = 0x7f;  // NaN: an unwritten row shows in the resu
 }  // namespace
 
 // The kernels' vector read-back (16 codes at a time) gives the scalar rule's bits for every code
-// under every scale, NaN codes as NaN.
+// under every scale, NaN codes as NaN: the portable integer form, the F16C form where the target
+// has it, and the row walk with its tail.
 TEST(Fp8Cache, VectorReadBackIsTheScalarRule) {
+  using cpu::detail::v16f;
   uint8_t codes[256];
   for (int c = 0; c < 256; ++c) codes[c] = static_cast<uint8_t>(c);
-  for (float scale : {1.0f, 0.0371f, 3.3f, 1.0f / 448.0f}) {
-    for (int c0 = 0; c0 < 256; c0 += 16) {
-      const cpu::detail::v16f v = cpu::detail::widen16(codes + c0, scale);
-      for (int l = 0; l < 16; ++l) {
-        const float want = kv_load(codes, c0 + l, KvElem::FP8, scale);
-        if (std::isnan(want)) {
-          EXPECT_TRUE(std::isnan(v[l])) << "code " << c0 + l;
-        } else {
-          EXPECT_EQ(bits(v[l]), bits(want)) << "code " << c0 + l << ", scale " << scale;
+  std::vector<std::pair<const char*, v16f (*)(const uint8_t*, float)>> forms{
+      {"portable", cpu::detail::fp8_impl::widen_portable}, {"widen16", cpu::detail::widen16}};
+#if defined(__F16C__)
+  forms.push_back({"f16c", cpu::detail::fp8_impl::widen_f16c});
+#endif
+  for (float scale : {1.0f, 0.0371f, 3.3f, 1.0f / 448.0f, 1e-30f}) {
+    for (const auto& [name, widen] : forms) {
+      for (int c0 = 0; c0 < 256; c0 += 16) {
+        const v16f v = widen(codes + c0, scale);
+        for (int l = 0; l < 16; ++l) {
+          const float want = kv_load(codes, c0 + l, KvElem::FP8, scale);
+          if (std::isnan(want)) {
+            EXPECT_TRUE(std::isnan(v[l])) << name << ", code " << c0 + l;
+          } else {
+            EXPECT_EQ(bits(v[l]), bits(want)) << name << ", code " << c0 + l << ", scale " << scale;
+          }
         }
       }
     }
