@@ -135,11 +135,32 @@ def compare_tokenizer(name, binary, model_dir):
     return ok
 
 
-def main():
+def arg_parser():
+    """The options every transformers comparison takes."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardlm", default=os.path.join(ROOT, "build", "shardlm"))
     ap.add_argument("--shared", default=os.path.join(os.path.dirname(ROOT), "shared"))
     ap.add_argument("--tokens", type=int, default=100)
+    return ap
+
+
+def make_model(binary, cfg, out, dtype, rng, tokens):
+    """make-model's random checkpoint of inputs/models/CFG.json in OUT, and `tokens` random ids."""
+    subprocess.run([binary, "make-model", "--config", os.path.join(ROOT, "inputs", "models", cfg + ".json"),
+                    "--out", out, "--dtype", dtype, "--seed", "3"], check=True, capture_output=True)
+    with open(os.path.join(out, "config.json")) as f:
+        vocab = json.load(f)["vocab_size"]
+    return [int(x) for x in rng.integers(0, vocab, size=tokens)]
+
+
+def stories_ids(stories, n=150):
+    """BOS and the first n tokens of stories260K's reference greedy continuation."""
+    with open(os.path.join(stories, "expected_greedy_from_bos.ids")) as f:
+        return [1] + [int(x) for x in f.read().split()][:n]
+
+
+def main():
+    ap = arg_parser()
     ap.add_argument("--only", nargs="*", help="config names to run (default: all)")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -152,11 +173,7 @@ def main():
                 continue
             for dtype in dtypes:
                 d = os.path.join(tmp, f"{cfg}-{dtype}")
-                subprocess.run([args.shardlm, "make-model", "--config", os.path.join(ROOT, "inputs", "models", cfg + ".json"),
-                                "--out", d, "--dtype", dtype, "--seed", "3"], check=True, capture_output=True)
-                with open(os.path.join(d, "config.json")) as f:
-                    vocab = json.load(f)["vocab_size"]
-                ids = [int(x) for x in rng.integers(0, vocab, size=args.tokens)]
+                ids = make_model(args.shardlm, cfg, d, dtype, rng, args.tokens)
                 ok &= compare(f"{cfg} {dtype}", shardlm_logits(args.shardlm, d, ids, tmp), hf_logits(d, ids, tmp))
             if cfg in TOKENIZER_CHECKED:
                 ok &= compare_tokenizer(cfg, args.shardlm, d)
@@ -164,7 +181,7 @@ def main():
         if args.only:
             pass
         elif os.path.isdir(stories):
-            ids = [1] + [int(x) for x in open(os.path.join(stories, "expected_greedy_from_bos.ids")).read().split()][:150]
+            ids = stories_ids(stories)
             ok &= compare("stories260K fp32", shardlm_logits(args.shardlm, stories, ids, tmp), hf_logits(stories, ids))
         else:
             print(f"stories260K: skipped, {stories} is absent")

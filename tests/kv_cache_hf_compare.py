@@ -18,7 +18,6 @@ moves the logits by (see compare). Prints the figures.
 
 Exit code 77 (CTest: skipped) when torch, transformers or safetensors is not installed.
 """
-import argparse
 import json
 import os
 import shutil
@@ -41,7 +40,6 @@ if not hasattr(torch, "float8_e4m3fn"):  # pragma: no cover
 
 import hf_compare  # noqa: E402  (the same tolerance and comparison)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Shares of the narrow cache's own shift of the logits that a difference from the reference may
 # reach when it is past hf_compare's tolerance (see compare).
 MEAN_SHARE, MAX_SHARE = 0.20, 0.50
@@ -158,26 +156,17 @@ def run_model(args, name, model_dir, ids, tmp):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shardlm", default=os.path.join(ROOT, "build", "shardlm"))
-    ap.add_argument("--shared", default=os.path.join(os.path.dirname(ROOT), "shared"))
-    ap.add_argument("--tokens", type=int, default=100)
-    args = ap.parse_args()
+    args = hf_compare.arg_parser().parse_args()
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
     ok = True
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
         for cfg in CONFIGS:
             d = os.path.join(tmp, cfg)
-            subprocess.run([args.shardlm, "make-model", "--config", os.path.join(ROOT, "inputs", "models", cfg + ".json"),
-                            "--out", d, "--dtype", "fp32", "--seed", "3"], check=True, capture_output=True)
-            with open(os.path.join(d, "config.json")) as f:
-                vocab = json.load(f)["vocab_size"]
-            ok &= run_model(args, cfg, d, [int(x) for x in rng.integers(0, vocab, size=args.tokens)], tmp)
+            ok &= run_model(args, cfg, d, hf_compare.make_model(args.shardlm, cfg, d, "fp32", rng, args.tokens), tmp)
         stories = os.path.join(args.shared, "models", "stories260K")
         if os.path.isdir(stories):
-            ids = [1] + [int(x) for x in open(os.path.join(stories, "expected_greedy_from_bos.ids")).read().split()][:150]
-            ok &= run_model(args, "stories260K", stories, ids, tmp)
+            ok &= run_model(args, "stories260K", stories, hf_compare.stories_ids(stories), tmp)
         else:
             print(f"stories260K: skipped, {stories} is absent")
     print("kv_cache_hf_compare:", "every cache matches" if ok else "MISMATCH")

@@ -7,19 +7,14 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include "bf16_bits.h"
-#include "cpu/latent_attention.h"
 #include "cpu/paged_attention.h"
-#include "cpu/threads.h"
 #include "kernels/narrow_cache_batch.h"
 
 using namespace shardlm;
-using test::Batch;
 using test::rand_vec;
-using test::ThreadGuard;
 
 namespace {
 
@@ -27,12 +22,6 @@ float bits_to_float(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
-}
-
-std::vector<float> rounded(const std::vector<float>& v) {
-  std::vector<float> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = bf16_bits::to_f32(bf16_bits::from_f32(v[i]));
-  return r;
 }
 
 }  // namespace
@@ -98,73 +87,14 @@ TEST(Bf16Cache, KvCacheWriteStoresTheRoundedValues) {
 }
 
 TEST(Bf16Cache, PagedAttentionIsTheFp32CacheOfTheRoundedValues) {
-  ThreadGuard guard;
-  const int64_t bs = 16;
-  Batch b;
   // Groups of 4 query heads read each row for more than one pair of queries (a round is widened
   // once); groups of 2 and 1 give a decode token one pair (rows widened as they are loaded).
-  for (auto [hd, n_heads, n_kv] : {std::tuple<int64_t, int64_t, int64_t>{64, 8, 2}, {72, 6, 3}, {8, 4, 4}}) {
-    const int64_t nblocks = 12, row = n_kv * hd, T = b.T();
-    std::vector<uint16_t> kb(nblocks * bs * row, 0xffc0), vb(kb.size(), 0xffc0);  // NaN: an unwritten row shows
-    std::vector<float> kf(kb.size(), NAN), vf(kb.size(), NAN);
-    uint32_t seed = 10;
-    for (auto [table, len] : {std::pair{&b.tA, b.lenA}, {&b.tB, b.lenB}, {&b.tC, b.lenC}}) {
-      const auto k = rand_vec(len * row, seed++, 3.0f), v = rand_vec(len * row, seed++);
-      const auto slots = Batch::slots(*table, len, bs);
-      cpu::kv_cache_write(k.data(), v.data(), len, slots.data(), n_kv, hd, bs, kb.data(), vb.data(),
-                          cpu::CacheElem::BF16);
-      const auto kr = rounded(k), vr = rounded(v);
-      cpu::kv_cache_write(kr.data(), vr.data(), len, slots.data(), n_kv, hd, bs, kf.data(), vf.data(),
-                          cpu::CacheElem::F32);
-    }
-    const auto q = rand_vec(T * n_heads * hd, 40);
-    for (int64_t window : {0, 29}) {
-      for (int threads : {1, 2}) {
-        cpu::set_num_threads(threads);
-        std::vector<float> want(T * n_heads * hd, NAN), got(want.size(), -1.0f);
-        cpu::paged_attention(q.data(), T, n_heads, n_kv, hd, kf.data(), vf.data(), cpu::CacheElem::F32, bs, b.bt.data(),
-                             b.pos.data(), window, 0.2f, want.data());
-        cpu::paged_attention(q.data(), T, n_heads, n_kv, hd, kb.data(), vb.data(), cpu::CacheElem::BF16, bs,
-                             b.bt.data(), b.pos.data(), window, 0.2f, got.data());
-        for (float x : want) ASSERT_TRUE(std::isfinite(x));
-        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
-            << "head_dim " << hd << ", " << n_heads << "/" << n_kv << " heads, window " << window << ", " << threads
-            << " threads";
-      }
-    }
-  }
+  test::expect_paged_attention_reads_back<uint16_t>(KvElem::BF16, 0xffc0, {{64, 8, 2}, {72, 6, 3}, {8, 4, 4}});
 }
 
 TEST(Bf16Cache, LatentAttentionIsTheFp32CacheOfTheRoundedValues) {
-  ThreadGuard guard;
-  const int64_t bs = 16;
-  Batch b;
   // 20 heads: items of many heads widen a round of rows once; 2 heads: a decode token's item
   // holds one pair of queries, which widen the rows as they load them.
-  for (auto [L, dr, nh] :
-       {std::tuple<int64_t, int64_t, int64_t>{64, 16, 20}, {72, 8, 2}, {512, 64, 20}, {512, 64, 2}}) {
-    const int64_t nblocks = 12, row = L + dr, T = b.T();
-    std::vector<uint16_t> cb(nblocks * bs * row, 0xffc0);
-    std::vector<float> cf(cb.size(), NAN);
-    uint32_t seed = 50;
-    for (auto [table, len] : {std::pair{&b.tA, b.lenA}, {&b.tB, b.lenB}, {&b.tC, b.lenC}}) {
-      const auto lat = rand_vec(len * L, seed++), rope = rand_vec(len * dr, seed++, 2.0f);
-      const auto slots = Batch::slots(*table, len, bs);
-      cpu::latent_cache_write(lat.data(), rope.data(), len, slots.data(), L, dr, cb.data(), cpu::CacheElem::BF16);
-      const auto lr = rounded(lat), rr = rounded(rope);
-      cpu::latent_cache_write(lr.data(), rr.data(), len, slots.data(), L, dr, cf.data(), cpu::CacheElem::F32);
-    }
-    const auto ql = rand_vec(T * nh * L, 60), qr = rand_vec(T * nh * dr, 61);
-    for (int threads : {1, 2}) {
-      cpu::set_num_threads(threads);
-      std::vector<float> want(T * nh * L, NAN), got(want.size(), -1.0f);
-      cpu::latent_attention(ql.data(), qr.data(), T, nh, L, dr, cf.data(), cpu::CacheElem::F32, bs, b.bt.data(),
-                            b.pos.data(), 0.05f, want.data());
-      cpu::latent_attention(ql.data(), qr.data(), T, nh, L, dr, cb.data(), cpu::CacheElem::BF16, bs, b.bt.data(),
-                            b.pos.data(), 0.05f, got.data());
-      for (float x : want) ASSERT_TRUE(std::isfinite(x));
-      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
-          << "kv_lora " << L << ", rope " << dr << ", " << nh << " heads, " << threads << " threads";
-    }
-  }
+  test::expect_latent_attention_reads_back<uint16_t>(KvElem::BF16, 0xffc0,
+                                                     {{64, 16, 20}, {72, 8, 2}, {512, 64, 20}, {512, 64, 2}});
 }

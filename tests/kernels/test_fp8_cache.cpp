@@ -12,26 +12,15 @@
 #include <vector>
 
 #include "cpu/attention_rows.h"
-#include "cpu/latent_attention.h"
 #include "cpu/paged_attention.h"
-#include "cpu/threads.h"
 #include "fp8_bits.h"
 #include "kernels/narrow_cache_batch.h"
 #include "kv_cache_format.h"
 
 using namespace shardlm;
-using test::Batch;
 using test::rand_vec;
-using test::ThreadGuard;
 
 namespace {
-
-// The values an fp8 cache side of `scale` reads back for v.
-std::vector<float> read_back(const std::vector<float>& v, float scale) {
-  std::vector<float> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = fp8_bits::to_f32(fp8_bits::from_f32(v[i] / scale)) * scale;
-  return r;
-}
 
 uint32_t bits(float f) {
   uint32_t u;
@@ -110,76 +99,16 @@ TEST(Fp8Cache, KvCacheWriteStoresTheScaledCodes) {
 }
 
 TEST(Fp8Cache, PagedAttentionIsTheFp32CacheOfTheReadBackValues) {
-  ThreadGuard guard;
-  const int64_t bs = 16;
-  Batch b;
   // Groups of 4, 2 and 1 query heads: every shape of tile the bf16 cache distinguishes.
-  for (auto [hd, n_heads, n_kv] : {std::tuple<int64_t, int64_t, int64_t>{64, 8, 2}, {72, 6, 3}, {8, 4, 4}}) {
-    for (auto [ks, vs] : {std::pair{1.0f, 1.0f}, {0.0173f, 0.0041f}}) {
-      const int64_t nblocks = 12, row = n_kv * hd, T = b.T();
-      std::vector<uint8_t> kb(nblocks * bs * row, kUnwritten), vb(kb.size(), kUnwritten);
-      std::vector<float> kf(kb.size(), NAN), vf(kb.size(), NAN);
-      uint32_t seed = 10;
-      for (auto [table, len] : {std::pair{&b.tA, b.lenA}, {&b.tB, b.lenB}, {&b.tC, b.lenC}}) {
-        const auto k = rand_vec(len * row, seed++, 3.0f), v = rand_vec(len * row, seed++);
-        const auto slots = Batch::slots(*table, len, bs);
-        cpu::kv_cache_write(k.data(), v.data(), len, slots.data(), n_kv, hd, bs, kb.data(), vb.data(),
-                            KvFormat(KvElem::FP8, ks, vs));
-        const auto kr = read_back(k, ks), vr = read_back(v, vs);
-        cpu::kv_cache_write(kr.data(), vr.data(), len, slots.data(), n_kv, hd, bs, kf.data(), vf.data(), KvElem::F32);
-      }
-      const auto q = rand_vec(T * n_heads * hd, 40);
-      for (int64_t window : {0, 29}) {
-        for (int threads : {1, 2}) {
-          cpu::set_num_threads(threads);
-          std::vector<float> want(T * n_heads * hd, NAN), got(want.size(), -1.0f);
-          cpu::paged_attention(q.data(), T, n_heads, n_kv, hd, kf.data(), vf.data(), KvElem::F32, bs, b.bt.data(),
-                               b.pos.data(), window, 0.2f, want.data());
-          cpu::paged_attention(q.data(), T, n_heads, n_kv, hd, kb.data(), vb.data(), KvFormat(KvElem::FP8, ks, vs), bs,
-                               b.bt.data(), b.pos.data(), window, 0.2f, got.data());
-          for (float x : want) ASSERT_TRUE(std::isfinite(x));
-          ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
-              << "head_dim " << hd << ", " << n_heads << "/" << n_kv << " heads, scales " << ks << "/" << vs
-              << ", window " << window << ", " << threads << " threads";
-        }
-      }
-    }
+  for (const KvFormat& fmt : {KvFormat(KvElem::FP8), KvFormat(KvElem::FP8, 0.0173f, 0.0041f)}) {
+    test::expect_paged_attention_reads_back<uint8_t>(fmt, kUnwritten, {{64, 8, 2}, {72, 6, 3}, {8, 4, 4}});
   }
 }
 
 TEST(Fp8Cache, LatentAttentionIsTheFp32CacheOfTheReadBackValues) {
-  ThreadGuard guard;
-  const int64_t bs = 16;
-  Batch b;
-  for (auto [L, dr, nh] :
-       {std::tuple<int64_t, int64_t, int64_t>{64, 16, 20}, {72, 8, 2}, {512, 64, 20}, {512, 64, 2}}) {
-    for (float scale : {1.0f, 0.0093f}) {
-      const int64_t nblocks = 12, row = L + dr, T = b.T();
-      std::vector<uint8_t> cb(nblocks * bs * row, kUnwritten);
-      std::vector<float> cf(cb.size(), NAN);
-      uint32_t seed = 50;
-      for (auto [table, len] : {std::pair{&b.tA, b.lenA}, {&b.tB, b.lenB}, {&b.tC, b.lenC}}) {
-        const auto lat = rand_vec(len * L, seed++), rope = rand_vec(len * dr, seed++, 2.0f);
-        const auto slots = Batch::slots(*table, len, bs);
-        // The whole row, rope part included, takes the K side's scale.
-        cpu::latent_cache_write(lat.data(), rope.data(), len, slots.data(), L, dr, cb.data(),
-                                KvFormat(KvElem::FP8, scale, 123.0f));
-        const auto lr = read_back(lat, scale), rr = read_back(rope, scale);
-        cpu::latent_cache_write(lr.data(), rr.data(), len, slots.data(), L, dr, cf.data(), KvElem::F32);
-      }
-      const auto ql = rand_vec(T * nh * L, 60), qr = rand_vec(T * nh * dr, 61);
-      for (int threads : {1, 2}) {
-        cpu::set_num_threads(threads);
-        std::vector<float> want(T * nh * L, NAN), got(want.size(), -1.0f);
-        cpu::latent_attention(ql.data(), qr.data(), T, nh, L, dr, cf.data(), KvElem::F32, bs, b.bt.data(), b.pos.data(),
-                              0.05f, want.data());
-        cpu::latent_attention(ql.data(), qr.data(), T, nh, L, dr, cb.data(), KvFormat(KvElem::FP8, scale, 123.0f), bs,
-                              b.bt.data(), b.pos.data(), 0.05f, got.data());
-        for (float x : want) ASSERT_TRUE(std::isfinite(x));
-        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
-            << "kv_lora " << L << ", rope " << dr << ", " << nh << " heads, scale " << scale << ", " << threads
-            << " threads";
-      }
-    }
+  // The V scale (123) must play no part: the latent row is one K-side row.
+  for (const KvFormat& fmt : {KvFormat(KvElem::FP8), KvFormat(KvElem::FP8, 0.0093f, 123.0f)}) {
+    test::expect_latent_attention_reads_back<uint8_t>(fmt, kUnwritten,
+                                                      {{64, 16, 20}, {72, 8, 2}, {512, 64, 20}, {512, 64, 2}});
   }
 }
