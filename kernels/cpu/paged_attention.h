@@ -1,15 +1,15 @@
 // Causal attention over a paged KV cache (grouped-query).
 //
 // Cache layout per layer: k_cache, v_cache [num_blocks, n_kv_heads, block_size, head_dim] of
-// fmt.elem (fp32, bf16, or fp8 read back times fmt.k_scale / fmt.v_scale: kv_cache_format.h), a
-// KV head's rows of a block together. A work item reads one
-// KV head, whose rows of a 16-position block are then one 4 KiB run (head_dim 64, fp32) instead of
-// 16 runs of 256 bytes a whole row apart: two threads streaming such runs read 22.7 GB/s against
-// 15.9 (EPYC, 35 GB/s peak), and long decode attention runs 15-20% faster. A token's cache slot is
-// block * block_size + offset. Prefill chunks and decode tokens go through the same path: token t
-// attends to positions [max(0, pos[t] - window + 1), pos[t]] of its own sequence, whose blocks are
-// listed in block_table[t] (logical block j -> physical block). Each token's result depends only
-// on its own q and its sequence's cache (batch invariance).
+// fmt.elem (fp32, bf16, or fp8 read back times fmt.k_scale / fmt.v_scale: kv_cache_format.h), a KV
+// head's rows of a block together. A work item reads one KV head, whose rows of a 16-position block
+// are then one 4 KiB run (head_dim 64, fp32) instead of 16 runs of 256 bytes a whole row apart: two
+// threads streaming such runs read 22.7 GB/s against 15.9 (EPYC, 35 GB/s peak), and long decode
+// attention runs 15-20% faster. A token's cache slot is block * block_size + offset. Prefill chunks
+// and decode tokens go through the same path: token t attends to positions
+// [max(0, pos[t] - window + 1), pos[t]] of its own sequence, whose blocks are listed in
+// block_table[t] (logical block j -> physical block). Each token's result depends only on its own
+// q and its sequence's cache (batch invariance).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Paged KV cache storage: per layer, a K side of num_blocks x block_size x k_width and a V side of
-// num_blocks x block_size x v_width values (fp32, bf16 or fp8 e4m3) in backend memory, sized from a byte
-// budget (the order inside a block is the backend's: ComputeBackend::kv_write). GQA keeps
+// num_blocks x block_size x v_width values (fp32, bf16 or fp8 e4m3) in backend memory, sized from a
+// byte budget (the order inside a block is the backend's: ComputeBackend::kv_write). GQA keeps
 // n_kv_heads x head_dim on each side; MLA keeps its latent + rope key on the K side and no V side.
 #pragma once
 
