@@ -26,8 +26,6 @@ struct KvFormat {
   SHARDLM_HD KvFormat(KvElem e, float ks = 1.0f, float vs = 1.0f) : elem(e), k_scale(ks), v_scale(vs) {}
 };
 
-SHARDLM_HD inline int kv_elem_bytes(KvElem e) { return e == KvElem::F32 ? 4 : (e == KvElem::BF16 ? 2 : 1); }
-
 // Element i of a cache side of elem, as fp32 (scale: the side's, FP8 only).
 SHARDLM_HD inline float kv_load(const void* side, int64_t i, KvElem elem, float scale) {
   if (elem == KvElem::BF16) return bf16_bits::to_f32(static_cast<const uint16_t*>(side)[i]);
