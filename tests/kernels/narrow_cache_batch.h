@@ -56,9 +56,12 @@ struct Batch {
 inline std::vector<float> read_back(const std::vector<float>& v, KvElem elem, float scale) {
   std::vector<float> r(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
-    uint32_t code = 0;  // room for any element
-    kv_store(&code, 0, v[i], elem, scale);
-    r[i] = kv_load(&code, 0, elem, scale);
+    float f = 0;  // a slot of the element's own type
+    uint16_t h = 0;
+    uint8_t c = 0;
+    void* slot = elem == KvElem::BF16 ? static_cast<void*>(&h) : elem == KvElem::FP8 ? static_cast<void*>(&c) : &f;
+    kv_store(slot, 0, v[i], elem, scale);
+    r[i] = kv_load(slot, 0, elem, scale);
   }
   return r;
 }
