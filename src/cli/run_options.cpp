@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "engine/kv_cache.h"
 
 namespace po = boost::program_options;
 
@@ -90,9 +91,7 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
   SHARDLM_CHECK(!o.out.empty(), "shardlm run: --out is required");
   SHARDLM_CHECK(o.max_new_tokens >= 1, "--max-new-tokens must be >= 1");
   SHARDLM_CHECK(o.kv_cache_gb > 0, "--kv-cache-gb must be positive");
-  SHARDLM_CHECK(o.kv_dtype == "auto" || o.kv_dtype == "fp32" || o.kv_dtype == "bf16" || o.kv_dtype == "fp8" ||
-                    o.kv_dtype == "fp8_e4m3",
-                "--kv-dtype must be auto, fp32, bf16 or fp8, not '" << o.kv_dtype << "'");
+  resolve_kv_dtype(o.kv_dtype, DType::F32);  // the one list of names: throws on any other
   SHARDLM_CHECK(o.block_size >= 1 && o.block_size <= 1024, "--block-size must be in [1, 1024]");
   SHARDLM_CHECK(o.threads >= 0, "--threads must be >= 0");
   SHARDLM_CHECK(o.flush_every >= 1, "--flush-every must be >= 1");
