@@ -1,0 +1,9 @@
+# The CUDA kernels, one .cu per kernel, each with a header declaring its launcher. Built by nvcc into
+# shardlm_kernels_cuda and, translated to host C++, into the emulated shardlm_kernels_cuda_emu.
+set(SHARDLM_CUDA_KERNELS
+    device_info.cu
+    # Model ops (activations fp32, weights fp32 or bf16).
+    embedding.cu rmsnorm.cu rope.cu activation.cu elementwise.cu kv_cache_write.cu paged_attention.cu
+    paged_attention_tiled.cu latent_attention.cu attention_combine.cu head_matmul.cu
+    # Routing, expert permutation, expert-parallel row movement, fp8 dequantisation, sampling, logprobs.
+    moe_topk.cu expert_permute.cu fp8_dequant.cu sampling.cu gated_add.cu expert_rows.cu)

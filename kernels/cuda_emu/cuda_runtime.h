@@ -1,0 +1,316 @@
+// The CUDA runtime as the emulated kernels see it: this header stands in for the toolkit's
+// <cuda_runtime.h> (its directory comes first on the emulated targets' include path), so the
+// kernels of kernels/cuda, translated by translate_cu.py, build with g++ and run on the host.
+//
+// Why: the CUDA kernels' logic (indexing, barriers, warp shuffles, online softmax, the fp8 and bf16
+// cache formats) is then tested against the CPU references on every machine, not only when a GPU
+// is at hand. What the emulation cannot show (timing, races between blocks, the memory model,
+// nvcc's own code generation) still needs the GPU run of tests/gpu/run_gpu_checks.sh.
+//
+// The model: a launch runs its blocks one after another; a block's threads are fibers on this host
+// thread, run in turn until each reaches a barrier (__syncthreads, a warp intrinsic) or returns;
+// the last thread to arrive at a barrier releases it and goes on.
+// __shared__ variables are function statics (one block runs at a time). A barrier that can never
+// complete (threads waiting at different barriers) and a warp intrinsic that names an exited lane
+// are reported as kernel errors, which the next cudaGetLastError / cudaDeviceSynchronize returns.
+// Streams are accepted and ignored: every launch and copy completes before it returns.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#ifndef SHARDLM_CUDA_EMULATION
+#define SHARDLM_CUDA_EMULATION 1
+#endif
+
+// ---- Device-code qualifiers: plain host C++ ----
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) alignas(n)
+
+// ---- Runtime types ----
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+};
+struct uint3 {
+  unsigned x, y, z;
+};
+
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDeviceFunction = 98,
+  cudaErrorLaunchOutOfResources = 701,
+  cudaErrorLaunchFailure = 719,
+};
+using cudaError = cudaError_t;
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+
+enum cudaFuncAttribute {
+  cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+};
+
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+
+// The fields the project reads, with an H200's values.
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem;
+  size_t sharedMemPerBlock;
+  size_t sharedMemPerBlockOptin;
+  int warpSize;
+  int maxThreadsPerBlock;
+  int multiProcessorCount;
+  int major, minor;
+};
+
+namespace shardlm_emu {
+
+// ---- Fibers, barriers and launches (emu_scheduler.cpp) ----
+const uint3& thread_idx();
+const uint3& block_idx();
+const dim3& block_dim();
+const dim3& grid_dim();
+void* dynamic_shared();
+
+void syncthreads();
+// The warp intrinsics: every lane of `mask` meets here, posting `value`. A shuffle returns the
+// value lane `src` posted (src: the lane in the warp); a match returns the mask of the lanes that
+// posted this lane's value; a sync returns 0.
+enum class WarpOp { Sync, Shuffle, MatchAny };
+uint64_t warp_meet(WarpOp op, unsigned mask, uint64_t value, unsigned src, const char* what);
+unsigned lane_id();
+
+struct LaunchConfig {
+  const void* fn;
+  const char* name;
+  dim3 grid, block;
+  size_t shared_bytes;
+};
+void launch_erased(const LaunchConfig& cfg, void (*call)(void*), void* body);
+// Runs body() once per thread of every block, as described at the top of this file.
+template <class F>
+void launch(const LaunchConfig& cfg, F& body) {
+  void (*call)(void*) = [](void* b) { (*static_cast<F*>(b))(); };
+  launch_erased(cfg, call, &body);
+}
+
+// What translate_cu.py makes of `kernel<<<grid, block, shared, stream>>>(args)`:
+// (Launch(fn_key(kernel), "kernel", grid, block, shared, stream) | [&](auto&... a) { kernel(a...); })(args)
+template <class Call>
+struct BoundLaunch {
+  LaunchConfig cfg;
+  Call call;
+  template <class... A>
+  void operator()(A&&... args) {
+    // Arguments are evaluated once, on the host, and each thread gets its own copy, as a kernel's
+    // parameters are.
+    auto body = [&, saved = std::make_tuple(static_cast<std::decay_t<A>>(args)...)]() {
+      auto copy = saved;
+      std::apply(call, copy);
+    };
+    launch(cfg, body);
+  }
+};
+struct Launch {
+  LaunchConfig cfg;
+  Launch(const void* fn, const char* name, dim3 grid, dim3 block, size_t shared = 0, cudaStream_t = nullptr)
+      : cfg{fn, name, grid, block, shared} {}
+  template <class Call>
+  BoundLaunch<Call> operator|(Call call) const {
+    return {cfg, std::move(call)};
+  }
+};
+
+// A kernel's identity for cudaFuncSetAttribute and the launch: the function, or the function
+// pointer a launcher chose at run time.
+template <class F>
+const void* fn_key(F* fn) {
+  return reinterpret_cast<const void*>(fn);
+}
+
+template <class T>
+uint64_t to_bits(T v) {
+  static_assert(sizeof(T) <= sizeof(uint64_t), "warp intrinsics move at most 8 bytes");
+  uint64_t b = 0;
+  std::memcpy(&b, &v, sizeof(T));
+  return b;
+}
+template <class T>
+T from_bits(uint64_t b) {
+  T v;
+  std::memcpy(&v, &b, sizeof(T));
+  return v;
+}
+
+}  // namespace shardlm_emu
+
+// ---- Built-in variables ----
+#define threadIdx (::shardlm_emu::thread_idx())
+#define blockIdx (::shardlm_emu::block_idx())
+#define blockDim (::shardlm_emu::block_dim())
+#define gridDim (::shardlm_emu::grid_dim())
+constexpr int warpSize = 32;
+
+// ---- Synchronisation and warp intrinsics ----
+inline void __syncthreads() { ::shardlm_emu::syncthreads(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  ::shardlm_emu::warp_meet(::shardlm_emu::WarpOp::Sync, mask, 0, 0, "__syncwarp");
+}
+
+namespace shardlm_emu {
+// A shuffle from lane src_in_segment of this lane's width-lane segment, as the hardware computes it.
+template <class T>
+T shuffle(unsigned mask, T v, unsigned src_in_segment, int width, const char* what) {
+  const unsigned base = lane_id() & ~static_cast<unsigned>(width - 1);
+  const unsigned src = base + (src_in_segment & static_cast<unsigned>(width - 1));
+  return from_bits<T>(warp_meet(WarpOp::Shuffle, mask, to_bits(v), src, what));
+}
+}  // namespace shardlm_emu
+
+template <class T>
+T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
+  return ::shardlm_emu::shuffle(mask, v, static_cast<unsigned>(src_lane), width, "__shfl_sync");
+}
+template <class T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  const unsigned lane = ::shardlm_emu::lane_id() & static_cast<unsigned>(width - 1);
+  const unsigned src = lane ^ static_cast<unsigned>(lane_mask);
+  // A source beyond the segment reads the lane's own value.
+  return ::shardlm_emu::shuffle(mask, v, src < static_cast<unsigned>(width) ? src : lane, width, "__shfl_xor_sync");
+}
+template <class T>
+T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  const unsigned lane = ::shardlm_emu::lane_id() & static_cast<unsigned>(width - 1);
+  const unsigned src = lane + delta;
+  return ::shardlm_emu::shuffle(mask, v, src < static_cast<unsigned>(width) ? src : lane, width, "__shfl_down_sync");
+}
+template <class T>
+unsigned __match_any_sync(unsigned mask, T v) {
+  return static_cast<unsigned>(::shardlm_emu::warp_meet(::shardlm_emu::WarpOp::MatchAny, mask,
+                                                        ::shardlm_emu::to_bits(v), 0, "__match_any_sync"));
+}
+
+// One block runs at a time and its threads take turns, so an atomic is a plain update.
+template <class T>
+T atomicAdd(T* p, T v) {
+  const T old = *p;
+  *p = old + v;
+  return old;
+}
+template <class T>
+T atomicMax(T* p, T v) {
+  const T old = *p;
+  if (v > old) *p = v;
+  return old;
+}
+template <class T>
+T atomicMin(T* p, T v) {
+  const T old = *p;
+  if (v < old) *p = v;
+  return old;
+}
+
+// ---- Bit casts and IEEE operations with explicit rounding (the build disables contraction) ----
+inline unsigned __float_as_uint(float x) { return ::shardlm_emu::from_bits<unsigned>(::shardlm_emu::to_bits(x)); }
+inline float __uint_as_float(unsigned x) { return ::shardlm_emu::from_bits<float>(::shardlm_emu::to_bits(x)); }
+inline int __float_as_int(float x) { return ::shardlm_emu::from_bits<int>(::shardlm_emu::to_bits(x)); }
+inline float __int_as_float(int x) { return ::shardlm_emu::from_bits<float>(::shardlm_emu::to_bits(x)); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x)); }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float __expf(float x) { return std::exp(x); }
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+template <class T>
+T min(T a, T b) {
+  return b < a ? b : a;
+}
+template <class T>
+T max(T a, T b) {
+  return a < b ? b : a;
+}
+
+// ---- Runtime API: host memory stands in for device memory ----
+namespace shardlm_emu {
+cudaError_t cudaMalloc(void** p, size_t bytes);
+template <class T>
+cudaError_t cudaMalloc(T** p, size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(p), bytes);
+}
+cudaError_t cudaFree(void* p);
+cudaError_t cudaMallocHost(void** p, size_t bytes);
+cudaError_t cudaFreeHost(void* p);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = nullptr);
+cudaError_t cudaMemset(void* p, int value, size_t bytes);
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s = nullptr);
+cudaError_t cudaStreamCreate(cudaStream_t* s);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+const char* cudaGetErrorString(cudaError_t e);
+cudaError_t cudaGetDeviceCount(int* n);
+cudaError_t cudaGetDevice(int* d);
+cudaError_t cudaSetDevice(int d);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d);
+cudaError_t cudaRuntimeGetVersion(int* v);
+cudaError_t cudaDriverGetVersion(int* v);
+cudaError_t func_set_attribute(const void* fn, cudaFuncAttribute attr, int value);
+template <class F>
+cudaError_t cudaFuncSetAttribute(F* fn, cudaFuncAttribute attr, int value) {
+  return func_set_attribute(reinterpret_cast<const void*>(fn), attr, value);
+}
+}  // namespace shardlm_emu
+
+using shardlm_emu::cudaDeviceSynchronize;
+using shardlm_emu::cudaDriverGetVersion;
+using shardlm_emu::cudaFree;
+using shardlm_emu::cudaFreeHost;
+using shardlm_emu::cudaFuncSetAttribute;
+using shardlm_emu::cudaGetDevice;
+using shardlm_emu::cudaGetDeviceCount;
+using shardlm_emu::cudaGetDeviceProperties;
+using shardlm_emu::cudaGetErrorString;
+using shardlm_emu::cudaGetLastError;
+using shardlm_emu::cudaMalloc;
+using shardlm_emu::cudaMallocHost;
+using shardlm_emu::cudaMemcpy;
+using shardlm_emu::cudaMemcpyAsync;
+using shardlm_emu::cudaMemset;
+using shardlm_emu::cudaMemsetAsync;
+using shardlm_emu::cudaPeekAtLastError;
+using shardlm_emu::cudaRuntimeGetVersion;
+using shardlm_emu::cudaSetDevice;
+using shardlm_emu::cudaStreamCreate;
+using shardlm_emu::cudaStreamDestroy;
+using shardlm_emu::cudaStreamSynchronize;

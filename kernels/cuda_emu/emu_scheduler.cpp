@@ -1,0 +1,373 @@
+// Blocks run one after another; a block's threads are fibers (emu_context.h) on the calling host
+// thread.
+// A fiber runs until it waits at a barrier or returns; when every fiber is waiting or done, the
+// barriers whose members have all arrived are released. See cuda_runtime.h for the model.
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cuda_runtime.h"
+#include "emu_context.h"
+#include "emu_state.h"
+
+namespace shardlm_emu {
+namespace {
+
+// Kernels keep their per-thread arrays (accumulators, staged keys) on this stack.
+constexpr size_t kStackBytes = 256 * 1024;
+constexpr unsigned kMaxThreadsPerBlock = 1024;
+constexpr size_t kDefaultDynamicShared = 48 * 1024;
+constexpr size_t kMaxDynamicShared = 227 * 1024;  // an H200's opt-in limit per block
+
+enum class Wait { None, Block, Warp, Done };
+
+struct Fiber {
+  Context ctx;
+  Wait wait = Wait::None;
+  uint3 tid{};
+  // At a warp intrinsic: what it is, its member mask, and for a shuffle the source lane.
+  WarpOp op = WarpOp::Sync;
+  const char* what = nullptr;
+  unsigned mask = 0, src = 0;
+  uint64_t result = 0;  // the intrinsic's result, set at release
+};
+
+struct Warp {
+  std::array<uint64_t, 32> posted{};
+  unsigned arrived = 0;  // lanes waiting at a warp intrinsic
+  unsigned exited = 0;   // lanes that have returned (or do not exist: a partial last warp)
+};
+
+struct BlockRun {
+  std::vector<Fiber> fibers;
+  std::vector<Warp> warps;
+  size_t at_block_barrier = 0, done = 0;
+  uint3 bid{};
+  dim3 bdim, gdim;
+  int current = -1;
+  Context sched;
+  void (*call)(void*) = nullptr;
+  void* body = nullptr;
+  void* shared = nullptr;
+  std::string error;
+};
+
+thread_local BlockRun* g_run = nullptr;
+
+std::vector<std::unique_ptr<char[]>>& stacks() {
+  thread_local std::vector<std::unique_ptr<char[]>> pool;
+  return pool;
+}
+
+std::map<const void*, size_t>& dynamic_limits() {
+  static std::map<const void*, size_t> limits;
+  return limits;
+}
+
+size_t current() { return static_cast<size_t>(g_run->current); }
+Fiber& me() { return g_run->fibers[current()]; }
+
+// The next thread that can run, after `from` in turn, or -1.
+int next_runnable(const BlockRun& r, size_t from) {
+  const size_t n = r.fibers.size();
+  for (size_t k = 1; k <= n; ++k) {
+    const size_t j = (from + k) % n;
+    if (r.fibers[j].wait == Wait::None) return static_cast<int>(j);
+  }
+  return -1;
+}
+
+// Switches straight to the next runnable thread (half the switches of going through the
+// scheduler); to the scheduler when none can run or an error stopped the block.
+void switch_away(Fiber& from) {
+  BlockRun& r = *g_run;
+  const int next = r.error.empty() ? next_runnable(r, current()) : -1;
+  if (next < 0) {
+    switch_context(from.ctx, r.sched);
+    return;
+  }
+  if (&r.fibers[static_cast<size_t>(next)] == &from) return;  // released while arriving: go on
+  r.current = next;
+  switch_context(from.ctx, r.fibers[static_cast<size_t>(next)].ctx);
+}
+
+void yield() { switch_away(me()); }
+
+std::string where(const BlockRun& r, size_t i) {
+  const Fiber& f = r.fibers[i];
+  std::ostringstream s;
+  s << "block (" << r.bid.x << "," << r.bid.y << "," << r.bid.z << ") thread (" << f.tid.x << "," << f.tid.y << ","
+    << f.tid.z << ")";
+  return s.str();
+}
+
+void fail(const std::string& msg) {
+  if (g_run->error.empty()) g_run->error = msg;
+}
+
+bool same_intrinsic(const Fiber& a, const Fiber& b) {
+  return a.op == b.op && a.mask == b.mask && (a.what == b.what || std::strcmp(a.what, b.what) == 0);
+}
+
+// Called by the last member of a warp group to arrive: checks that the members met at the same
+// intrinsic, computes each member's result and lets them go on.
+__attribute__((noinline)) void release_warp(BlockRun& r, size_t w, unsigned mask, size_t caller) {
+  Warp& warp = r.warps[w];
+  const Fiber& f = r.fibers[caller];
+  for (unsigned l = 0; l < 32; ++l) {
+    if (!((mask >> l) & 1u)) continue;
+    const Fiber& g = r.fibers[w * 32 + l];
+    if (!same_intrinsic(f, g)) {
+      fail(where(r, caller) + " and " + where(r, w * 32 + l) + " met at different warp intrinsics: " + f.what +
+           " (mask " + std::to_string(f.mask) + ") and " + g.what + " (mask " + std::to_string(g.mask) + ")");
+      return;
+    }
+  }
+  for (unsigned l = 0; l < 32; ++l) {
+    if (!((mask >> l) & 1u)) continue;
+    Fiber& g = r.fibers[w * 32 + l];
+    switch (g.op) {
+      case WarpOp::Sync:
+        g.result = 0;
+        break;
+      case WarpOp::Shuffle:
+        if (!((mask >> g.src) & 1u)) {
+          fail(where(r, w * 32 + l) + ": " + g.what + " reads lane " + std::to_string(g.src) +
+               ", which is not in its mask " + std::to_string(mask));
+          return;
+        }
+        g.result = warp.posted[g.src];
+        break;
+      case WarpOp::MatchAny: {
+        unsigned same = 0;
+        for (unsigned m = 0; m < 32; ++m)
+          if (((mask >> m) & 1u) && warp.posted[m] == warp.posted[l]) same |= 1u << m;
+        g.result = same;
+        break;
+      }
+    }
+    g.wait = Wait::None;
+  }
+  warp.arrived &= ~mask;
+}
+
+void release_block(BlockRun& r) {
+  for (Fiber& f : r.fibers)
+    if (f.wait == Wait::Block) f.wait = Wait::None;
+  r.at_block_barrier = 0;
+}
+
+// A lane has returned: a warp group waiting for it can never complete. (A block barrier completes
+// without the threads that returned, as on the device since Volta.)
+void on_exit(BlockRun& r, size_t i) {
+  Fiber& f = r.fibers[i];
+  f.wait = Wait::Done;
+  ++r.done;
+  Warp& warp = r.warps[i / 32];
+  const unsigned bit = 1u << (i % 32);
+  warp.exited |= bit;
+  for (unsigned l = 0; l < 32; ++l) {
+    const size_t j = (i / 32) * 32 + l;
+    if (((warp.arrived >> l) & 1u) && (r.fibers[j].mask & bit)) {
+      fail(where(r, j) + ": " + r.fibers[j].what + " names lane " + std::to_string(i % 32) +
+           " of its warp, which has exited");
+      return;
+    }
+  }
+  if (r.at_block_barrier > 0 && r.at_block_barrier + r.done == r.fibers.size()) release_block(r);
+}
+
+void entry() {
+  BlockRun& r = *g_run;
+  try {
+    r.call(r.body);
+  } catch (const std::exception& e) {
+    fail(where(r, current()) + ": " + e.what());
+  }
+  on_exit(r, current());
+  switch_away(r.fibers[current()]);  // never resumed
+  __builtin_unreachable();
+}
+
+// Which barriers the threads wait at: "16 threads wait at __syncthreads (first: block (0,0,0)
+// thread (0,0,0)), 16 threads wait at __syncwarp (...)".
+std::string deadlock_report(const BlockRun& r) {
+  std::vector<std::pair<std::string, std::pair<size_t, size_t>>> kinds;  // barrier, (count, first)
+  for (size_t i = 0; i < r.fibers.size(); ++i) {
+    const Fiber& f = r.fibers[i];
+    if (f.wait == Wait::Done) continue;
+    const std::string at = f.wait == Wait::Block ? "__syncthreads" : f.what;
+    auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == at; });
+    if (it == kinds.end())
+      kinds.push_back({at, {1, i}});
+    else
+      ++it->second.first;
+  }
+  std::ostringstream s;
+  s << "deadlock: no thread can go on; ";
+  for (size_t k = 0; k < kinds.size(); ++k)
+    s << (k ? ", " : "") << kinds[k].second.first << " threads wait at " << kinds[k].first
+      << " (first: " << where(r, kinds[k].second.second) << ")";
+  s << "; " << r.done << " of " << r.fibers.size() << " threads have returned";
+  return s.str();
+}
+
+void run_block(BlockRun& r) {
+  const size_t n = r.fibers.size();
+  auto& pool = stacks();
+  while (pool.size() < n) pool.emplace_back(new char[kStackBytes]);
+  for (size_t i = 0; i < n; ++i) {
+    r.fibers[i].wait = Wait::None;
+    // Stack tops kStackBytes apart would share cache sets (every resumption would miss); each
+    // starts a different number of cache lines below its end.
+    prepare_context(r.fibers[i].ctx, pool[i].get(), kStackBytes - (i % 64) * 192, entry);
+  }
+  for (size_t w = 0; w < r.warps.size(); ++w) {
+    r.warps[w].arrived = 0;
+    // Lanes past the block's last thread never arrive anywhere.
+    const size_t lanes = n - w * 32 < 32 ? n - w * 32 : 32;
+    r.warps[w].exited = lanes == 32 ? 0u : ~((1u << lanes) - 1u);
+  }
+  r.at_block_barrier = 0;
+  r.done = 0;
+  // The threads switch among themselves (switch_away) and come back here when none can run.
+  r.current = 0;
+  switch_context(r.sched, r.fibers[0].ctx);
+  if (r.done < n && r.error.empty()) fail(deadlock_report(r));
+  r.current = -1;
+}
+
+cudaError_t check_config(const LaunchConfig& c, std::string& why) {
+  const uint64_t threads = uint64_t{c.block.x} * c.block.y * c.block.z;
+  if (threads == 0 || threads > kMaxThreadsPerBlock || c.block.z > 64) {
+    why = "block of " + std::to_string(threads) + " threads (at most 1024, z at most 64)";
+    return cudaErrorInvalidConfiguration;
+  }
+  if (c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0 || c.grid.y > 65535 || c.grid.z > 65535 ||
+      c.grid.x > 0x7fffffffu) {
+    why = "grid (" + std::to_string(c.grid.x) + "," + std::to_string(c.grid.y) + "," + std::to_string(c.grid.z) + ")";
+    return cudaErrorInvalidConfiguration;
+  }
+  auto it = dynamic_limits().find(c.fn);
+  const size_t limit = it == dynamic_limits().end() ? kDefaultDynamicShared : it->second;
+  if (c.shared_bytes > limit) {
+    why = std::to_string(c.shared_bytes) + " bytes of dynamic shared memory, above the kernel's limit of " +
+          std::to_string(limit) + (limit == kDefaultDynamicShared ? " (no cudaFuncSetAttribute opt-in)" : "");
+    return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
+const uint3& thread_idx() { return me().tid; }
+const uint3& block_idx() { return g_run->bid; }
+const dim3& block_dim() { return g_run->bdim; }
+const dim3& grid_dim() { return g_run->gdim; }
+void* dynamic_shared() { return g_run->shared; }
+
+unsigned lane_id() { return static_cast<unsigned>(g_run->current) & 31u; }
+
+void syncthreads() {
+  BlockRun& r = *g_run;
+  me().wait = Wait::Block;
+  if (++r.at_block_barrier + r.done == r.fibers.size()) {
+    release_block(r);  // the last to arrive: go on
+    return;
+  }
+  yield();
+}
+
+namespace {
+// Out of line, so that warp_meet's frame stays small: it is entered at every warp intrinsic.
+__attribute__((noinline, cold)) void bad_mask(BlockRun& r, size_t i, unsigned mask, const char* what) {
+  const size_t w = i / 32;
+  const unsigned lane = static_cast<unsigned>(i % 32);
+  if (!((mask >> lane) & 1u)) {
+    fail(where(r, i) + ": " + what + " with a mask that leaves out the lane itself");
+    return;
+  }
+  const unsigned l = static_cast<unsigned>(__builtin_ctz(mask & r.warps[w].exited));
+  fail(where(r, i) + ": " + what + " names lane " + std::to_string(l) + " of its warp, which " +
+       (w * 32 + l >= r.fibers.size() ? "does not exist" : "has exited"));
+}
+}  // namespace
+
+uint64_t warp_meet(WarpOp op, unsigned mask, uint64_t value, unsigned src, const char* what) {
+  BlockRun& r = *g_run;
+  const size_t i = current(), w = i / 32;
+  const unsigned lane = static_cast<unsigned>(i % 32);
+  Fiber& f = r.fibers[i];
+  Warp& warp = r.warps[w];
+  f.wait = Wait::Warp;
+  if (__builtin_expect(!((mask >> lane) & 1u) || (mask & warp.exited) != 0, 0)) {
+    bad_mask(r, i, mask, what);
+    yield();  // the scheduler stops at the error and never resumes this thread
+  }
+  warp.posted[lane] = value;
+  f.op = op;
+  f.what = what;
+  f.mask = mask;
+  f.src = src;
+  warp.arrived |= 1u << lane;
+  if ((warp.arrived & mask) == mask) release_warp(r, w, mask, i);  // the last member to arrive
+  if (f.wait != Wait::None) yield();
+  return f.result;
+}
+
+void launch_erased(const LaunchConfig& cfg, void (*call)(void*), void* body) {
+  if (g_run != nullptr) {
+    set_error(cudaErrorLaunchFailure, std::string(cfg.name) + ": launched from inside a kernel");
+    return;
+  }
+  std::string why;
+  const cudaError_t bad = check_config(cfg, why);
+  if (bad != cudaSuccess) {
+    set_error(bad, std::string("launch of ") + cfg.name + ": " + why);
+    return;
+  }
+  // Shared memory starts as NaN bytes, so a read of a word never written shows up in the results.
+  std::vector<unsigned char> shared(cfg.shared_bytes + 16, 0xff);
+  BlockRun r;
+  r.bdim = cfg.block;
+  r.gdim = cfg.grid;
+  r.call = call;
+  r.body = body;
+  r.shared = shared.data();
+  const unsigned threads = cfg.block.x * cfg.block.y * cfg.block.z;
+  r.fibers.resize(threads);
+  r.warps.resize((threads + 31) / 32);
+  for (unsigned i = 0; i < threads; ++i)
+    r.fibers[i].tid = uint3{i % cfg.block.x, (i / cfg.block.x) % cfg.block.y, i / (cfg.block.x * cfg.block.y)};
+  g_run = &r;
+  for (unsigned z = 0; z < cfg.grid.z && r.error.empty(); ++z)
+    for (unsigned y = 0; y < cfg.grid.y && r.error.empty(); ++y)
+      for (unsigned x = 0; x < cfg.grid.x && r.error.empty(); ++x) {
+        r.bid = uint3{x, y, z};
+        run_block(r);
+      }
+  g_run = nullptr;
+  if (!r.error.empty()) {
+    const std::string msg = std::string("kernel ") + cfg.name + ": " + r.error;
+    std::fprintf(stderr, "cuda emulation: %s\n", msg.c_str());
+    set_error(cudaErrorLaunchFailure, msg);
+  }
+}
+
+cudaError_t func_set_attribute(const void* fn, cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorInvalidValue;
+  if (value < 0 || static_cast<size_t>(value) > kMaxDynamicShared) return cudaErrorInvalidValue;
+  dynamic_limits()[fn] = static_cast<size_t>(value);
+  return cudaSuccess;
+}
+
+size_t max_dynamic_shared() { return kMaxDynamicShared; }
+
+}  // namespace shardlm_emu
