@@ -13,7 +13,8 @@
 // __shared__ variables are function statics (one block runs at a time). A barrier that can never
 // complete (threads waiting at different barriers) and a warp intrinsic that names an exited lane
 // are reported as kernel errors, which the next cudaGetLastError / cudaDeviceSynchronize returns.
-// Streams are accepted and ignored: every launch and copy completes before it returns.
+// Streams order nothing: every launch and copy completes before it returns, except on a stream
+// being captured, where they are recorded into the graph that cudaGraphLaunch replays.
 #pragma once
 
 #include <cmath>
@@ -52,8 +53,13 @@ enum cudaError_t {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDeviceFunction = 98,
+  cudaErrorIllegalState = 401,
+  cudaErrorNotReady = 600,
   cudaErrorLaunchOutOfResources = 701,
   cudaErrorLaunchFailure = 719,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureImplicit = 906,
 };
 using cudaError = cudaError_t;
 
@@ -71,6 +77,35 @@ enum cudaFuncAttribute {
 
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
+struct CUgraph_st;
+using cudaGraph_t = CUgraph_st*;
+struct CUgraphExec_st;
+using cudaGraphExec_t = CUgraphExec_st*;
+
+constexpr unsigned cudaStreamDefault = 0, cudaStreamNonBlocking = 1;
+constexpr unsigned cudaEventDefault = 0, cudaEventDisableTiming = 2;
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+enum cudaDeviceAttr {
+  cudaDevAttrMultiProcessorCount = 16,
+};
+enum cudaMemoryType {
+  cudaMemoryTypeUnregistered = 0,
+  cudaMemoryTypeHost = 1,
+  cudaMemoryTypeDevice = 2,
+  cudaMemoryTypeManaged = 3,
+};
+struct cudaPointerAttributes {
+  cudaMemoryType type;
+  int device;
+  void* devicePointer;
+  void* hostPointer;
+};
 
 // The fields the project reads, with an H200's values.
 struct cudaDeviceProp {
@@ -106,8 +141,26 @@ struct LaunchConfig {
   const char* name;
   dim3 grid, block;
   size_t shared_bytes;
+  cudaStream_t stream;
 };
 void launch_erased(const LaunchConfig& cfg, void (*call)(void*), void* body);
+// Work issued to a stream: run now, or recorded into the graph being captured on that stream.
+// `what` names it in errors (work on the legacy stream while this thread captures).
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void run() = 0;
+};
+void enqueue_work(cudaStream_t stream, Work* work, const char* what);  // takes ownership
+template <class F>
+void enqueue(cudaStream_t stream, F fn, const char* what) {
+  struct Fn final : Work {
+    F f;
+    explicit Fn(F g) : f(std::move(g)) {}
+    void run() override { f(); }
+  };
+  enqueue_work(stream, new Fn(std::move(fn)), what);
+}
 // Runs body() once per thread of every block, as described at the top of this file.
 template <class F>
 void launch(const LaunchConfig& cfg, F& body) {
@@ -116,7 +169,7 @@ void launch(const LaunchConfig& cfg, F& body) {
 }
 
 // What translate_cu.py makes of `kernel<<<grid, block, shared, stream>>>(args)`:
-// (Launch(fn_key(kernel), "kernel", grid, block, shared, stream) | [&](auto&... a) { kernel(a...); })(args)
+// (Launch(fn_key(kernel), "kernel", grid, block, shared, stream) | [=](auto&... a) { kernel(a...); })(args)
 template <class Call>
 struct BoundLaunch {
   LaunchConfig cfg;
@@ -124,18 +177,24 @@ struct BoundLaunch {
   template <class... A>
   void operator()(A&&... args) {
     // Arguments are evaluated once, on the host, and each thread gets its own copy, as a kernel's
-    // parameters are.
-    auto body = [&, saved = std::make_tuple(static_cast<std::decay_t<A>>(args)...)]() {
-      auto copy = saved;
-      std::apply(call, copy);
-    };
-    launch(cfg, body);
+    // parameters are; a captured launch keeps them for every replay.
+    auto saved = std::make_tuple(static_cast<std::decay_t<A>>(args)...);
+    enqueue(
+        cfg.stream,
+        [cfg = cfg, call = call, saved]() {
+          auto body = [&]() {
+            auto copy = saved;
+            std::apply(call, copy);
+          };
+          launch(cfg, body);
+        },
+        cfg.name);
   }
 };
 struct Launch {
   LaunchConfig cfg;
-  Launch(const void* fn, const char* name, dim3 grid, dim3 block, size_t shared = 0, cudaStream_t = nullptr)
-      : cfg{fn, name, grid, block, shared} {}
+  Launch(const void* fn, const char* name, dim3 grid, dim3 block, size_t shared = 0, cudaStream_t stream = nullptr)
+      : cfg{fn, name, grid, block, shared, stream} {}
   template <class Call>
   BoundLaunch<Call> operator|(Call call) const {
     return {cfg, std::move(call)};
@@ -285,6 +344,25 @@ cudaError_t cudaSetDevice(int d);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d);
 cudaError_t cudaRuntimeGetVersion(int* v);
 cudaError_t cudaDriverGetVersion(int* v);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
+cudaError_t cudaStreamQuery(cudaStream_t s);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaEventCreate(cudaEvent_t* e);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p);
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
+const char* cudaGetErrorName(cudaError_t e);
 cudaError_t func_set_attribute(const void* fn, cudaFuncAttribute attr, int value);
 template <class F>
 cudaError_t cudaFuncSetAttribute(F* fn, cudaFuncAttribute attr, int value) {
@@ -292,25 +370,44 @@ cudaError_t cudaFuncSetAttribute(F* fn, cudaFuncAttribute attr, int value) {
 }
 }  // namespace shardlm_emu
 
+using shardlm_emu::cudaDeviceGetAttribute;
 using shardlm_emu::cudaDeviceSynchronize;
 using shardlm_emu::cudaDriverGetVersion;
+using shardlm_emu::cudaEventCreate;
+using shardlm_emu::cudaEventCreateWithFlags;
+using shardlm_emu::cudaEventDestroy;
+using shardlm_emu::cudaEventElapsedTime;
+using shardlm_emu::cudaEventRecord;
+using shardlm_emu::cudaEventSynchronize;
 using shardlm_emu::cudaFree;
 using shardlm_emu::cudaFreeHost;
 using shardlm_emu::cudaFuncSetAttribute;
 using shardlm_emu::cudaGetDevice;
 using shardlm_emu::cudaGetDeviceCount;
 using shardlm_emu::cudaGetDeviceProperties;
+using shardlm_emu::cudaGetErrorName;
 using shardlm_emu::cudaGetErrorString;
 using shardlm_emu::cudaGetLastError;
+using shardlm_emu::cudaGraphDestroy;
+using shardlm_emu::cudaGraphExecDestroy;
+using shardlm_emu::cudaGraphInstantiate;
+using shardlm_emu::cudaGraphLaunch;
 using shardlm_emu::cudaMalloc;
 using shardlm_emu::cudaMallocHost;
 using shardlm_emu::cudaMemcpy;
 using shardlm_emu::cudaMemcpyAsync;
+using shardlm_emu::cudaMemGetInfo;
 using shardlm_emu::cudaMemset;
 using shardlm_emu::cudaMemsetAsync;
 using shardlm_emu::cudaPeekAtLastError;
+using shardlm_emu::cudaPointerGetAttributes;
 using shardlm_emu::cudaRuntimeGetVersion;
 using shardlm_emu::cudaSetDevice;
+using shardlm_emu::cudaStreamBeginCapture;
 using shardlm_emu::cudaStreamCreate;
+using shardlm_emu::cudaStreamCreateWithFlags;
 using shardlm_emu::cudaStreamDestroy;
+using shardlm_emu::cudaStreamEndCapture;
+using shardlm_emu::cudaStreamQuery;
 using shardlm_emu::cudaStreamSynchronize;
+using shardlm_emu::cudaStreamWaitEvent;

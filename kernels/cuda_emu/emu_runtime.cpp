@@ -1,10 +1,13 @@
 // The runtime API over host memory: allocations are aligned host blocks, copies are memcpy, and
-// every call completes before it returns.
+// every call completes before it returns, unless a stream is being captured (then the stream's
+// work is recorded into a graph).
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <mutex>
-#include <set>
 #include <string>
+#include <vector>
 
 #include "cuda_runtime.h"
 #include "emu_state.h"
@@ -16,7 +19,7 @@ struct State {
   std::mutex mu;
   cudaError_t last = cudaSuccess;
   std::string message;
-  std::set<void*> allocations;
+  std::map<const char*, size_t> device, host;  // allocations: start -> bytes
 };
 State& state() {
   static State s;
@@ -42,57 +45,282 @@ void set_error(cudaError_t e, const std::string& message) {
   }
 }
 
-cudaError_t cudaMalloc(void** p, size_t bytes) {
+namespace {
+using Allocations = std::map<const char*, size_t> State::*;
+
+// Device memory is 256-byte aligned, as cudaMalloc's is; every allocation starts as NaN bytes, not
+// zeros, so a kernel that reads memory nobody wrote shows it.
+cudaError_t allocate(void** p, size_t bytes, Allocations which) {
   if (p == nullptr) return cudaErrorInvalidValue;
-  // 256-byte alignment, as cudaMalloc guarantees; the contents start as NaN bytes, not zeros, so a
-  // kernel that reads memory nobody wrote shows it.
   const size_t rounded = (bytes + 255) / 256 * 256;
   *p = std::aligned_alloc(256, rounded > 0 ? rounded : 256);
   if (*p == nullptr) return cudaErrorMemoryAllocation;
   std::memset(*p, 0xff, rounded);
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
-  s.allocations.insert(*p);
+  (s.*which)[static_cast<const char*>(*p)] = bytes;
   return cudaSuccess;
 }
 
-cudaError_t cudaFree(void* p) {
+// Only what this kind of allocation returned: a stray or second free is an error, not a crash.
+cudaError_t release(void* p, Allocations which) {
   if (p == nullptr) return cudaSuccess;
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (s.allocations.erase(p) == 0) return cudaErrorInvalidValue;
+  if ((s.*which).erase(static_cast<const char*>(p)) == 0) return cudaErrorInvalidValue;
   std::free(p);
   return cudaSuccess;
 }
+}  // namespace
 
-cudaError_t cudaMallocHost(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
-cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
+cudaError_t cudaMalloc(void** p, size_t bytes) { return allocate(p, bytes, &State::device); }
+cudaError_t cudaFree(void* p) { return release(p, &State::device); }
+cudaError_t cudaMallocHost(void** p, size_t bytes) { return allocate(p, bytes, &State::host); }
+cudaError_t cudaFreeHost(void* p) { return release(p, &State::host); }
+
+namespace {
+bool inside(const std::map<const char*, size_t>& m, const char* p) {
+  auto it = m.upper_bound(p);
+  if (it == m.begin()) return false;
+  --it;
+  return p < it->first + (it->second > 0 ? it->second : 1);
+}
+}  // namespace
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+  if (a == nullptr) return cudaErrorInvalidValue;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  const auto* c = static_cast<const char*>(p);
+  *a = cudaPointerAttributes{};
+  a->device = 0;
+  if (inside(s.device, c)) {
+    a->type = cudaMemoryTypeDevice;
+    a->devicePointer = const_cast<void*>(p);
+  } else if (inside(s.host, c)) {
+    a->type = cudaMemoryTypeHost;
+    a->hostPointer = const_cast<void*>(p);
+  } else {
+    a->type = cudaMemoryTypeUnregistered;
+    a->hostPointer = const_cast<void*>(p);
+  }
+  return cudaSuccess;
+}
+
+// ---- Capture: thread-local, of one stream at a time ----
+}  // namespace shardlm_emu
+
+struct CUstream_st {
+  unsigned flags = 0;
+};
+struct CUevent_st {
+  unsigned flags = 0;
+};
+struct CUgraph_st {
+  std::vector<std::shared_ptr<shardlm_emu::Work>> work;
+};
+struct CUgraphExec_st {
+  std::vector<std::shared_ptr<shardlm_emu::Work>> work;
+};
+
+namespace shardlm_emu {
+namespace {
+struct Capture {
+  cudaStream_t stream = nullptr;
+  bool active = false;
+  cudaError_t invalidated = cudaSuccess;
+  std::unique_ptr<CUgraph_st> graph;
+};
+Capture& capture() {
+  thread_local Capture c;
+  return c;
+}
+// Work that the legacy stream would have to order against the capture ends it, as on the device.
+bool refuse_during_capture(const char* what, cudaError_t why) {
+  Capture& c = capture();
+  if (!c.active) return false;
+  if (c.invalidated == cudaSuccess) c.invalidated = why;
+  set_error(why, std::string(what) + " while a stream is being captured");
+  return true;
+}
+}  // namespace
+
+void enqueue_work(cudaStream_t stream, Work* work, const char* what) {
+  std::unique_ptr<Work> w(work);
+  Capture& c = capture();
+  if (c.active && stream == c.stream) {
+    c.graph->work.emplace_back(std::move(w));
+    return;
+  }
+  if (c.active && stream == nullptr) {
+    refuse_during_capture(what, cudaErrorStreamCaptureImplicit);
+    return;
+  }
+  w->run();
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+  Capture& c = capture();
+  if (s == nullptr) return cudaErrorStreamCaptureUnsupported;  // the legacy stream cannot be captured
+  if (c.active) return cudaErrorIllegalState;
+  c.active = true;
+  c.stream = s;
+  c.invalidated = cudaSuccess;
+  c.graph = std::make_unique<CUgraph_st>();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  Capture& c = capture();
+  if (!c.active || s != c.stream) return cudaErrorIllegalState;
+  c.active = false;
+  if (c.invalidated != cudaSuccess) {
+    c.graph.reset();
+    if (graph) *graph = nullptr;
+    return cudaErrorStreamCaptureInvalidated;
+  }
+  if (graph) *graph = c.graph.release();
+  c.graph.reset();
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (exec == nullptr || graph == nullptr) return cudaErrorInvalidValue;
+  *exec = new CUgraphExec_st{graph->work};
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  if (exec == nullptr) return cudaErrorInvalidValue;
+  if (capture().active) return cudaErrorStreamCaptureUnsupported;
+  for (auto& w : exec->work) w->run();
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+  if (e == nullptr) return cudaErrorInvalidValue;
+  *e = new CUevent_st{flags};
+  return cudaSuccess;
+}
+// Every piece of work is complete when it returns, so an event is always reached.
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (ms == nullptr || start == nullptr || end == nullptr) return cudaErrorInvalidValue;
+  if ((start->flags | end->flags) & cudaEventDisableTiming) return cudaErrorInvalidValue;
+  *ms = 0.0f;  // no device time to report
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned) {
+  return e ? cudaSuccess : cudaErrorInvalidValue;
+}
+cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (free_bytes == nullptr || total_bytes == nullptr) return cudaErrorInvalidValue;
+  *total_bytes = size_t{141} << 30;
+  *free_bytes = size_t{140} << 30;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (value == nullptr || device != 0) return cudaErrorInvalidValue;
+  if (attr != cudaDevAttrMultiProcessorCount) return cudaErrorInvalidValue;
+  *value = 132;
+  return cudaSuccess;
+}
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
   if (bytes > 0 && (dst == nullptr || src == nullptr)) return cudaErrorInvalidValue;
+  if (refuse_during_capture("cudaMemcpy", cudaErrorStreamCaptureImplicit)) return cudaErrorStreamCaptureImplicit;
   if (bytes > 0) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t s) {
+  if (bytes > 0 && (dst == nullptr || src == nullptr)) return cudaErrorInvalidValue;
+  if (bytes == 0) return cudaSuccess;
+  // Captured, the copy is a graph node: it reads src when the graph is replayed, as on the device.
+  enqueue(
+      s, [dst, src, bytes] { std::memmove(dst, src, bytes); }, "cudaMemcpyAsync");
+  return cudaSuccess;
 }
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
   if (bytes > 0 && p == nullptr) return cudaErrorInvalidValue;
+  if (refuse_during_capture("cudaMemset", cudaErrorStreamCaptureImplicit)) return cudaErrorStreamCaptureImplicit;
   if (bytes > 0) std::memset(p, value, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
-
-cudaError_t cudaStreamCreate(cudaStream_t* s) {
-  if (s == nullptr) return cudaErrorInvalidValue;
-  *s = nullptr;
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
+  if (bytes > 0 && p == nullptr) return cudaErrorInvalidValue;
+  if (bytes > 0)
+    enqueue(
+        s, [p, value, bytes] { std::memset(p, value, bytes); }, "cudaMemsetAsync");
   return cudaSuccess;
 }
-cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return take_error(false); }
-cudaError_t cudaDeviceSynchronize() { return take_error(false); }
+
+cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+  if (s == nullptr) return cudaErrorInvalidValue;
+  *s = new CUstream_st{flags};  // a distinct handle: a capture is of one stream
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  delete s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  if (refuse_during_capture("cudaStreamSynchronize", cudaErrorStreamCaptureUnsupported))
+    return cudaErrorStreamCaptureUnsupported;
+  return take_error(false);
+}
+cudaError_t cudaDeviceSynchronize() {
+  if (refuse_during_capture("cudaDeviceSynchronize", cudaErrorStreamCaptureUnsupported))
+    return cudaErrorStreamCaptureUnsupported;
+  return take_error(false);
+}
 cudaError_t cudaGetLastError() { return take_error(true); }
 cudaError_t cudaPeekAtLastError() { return take_error(false); }
+
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDeviceFunction:
+      return "cudaErrorInvalidDeviceFunction";
+    case cudaErrorIllegalState:
+      return "cudaErrorIllegalState";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
+    case cudaErrorLaunchOutOfResources:
+      return "cudaErrorLaunchOutOfResources";
+    case cudaErrorLaunchFailure:
+      return "cudaErrorLaunchFailure";
+    case cudaErrorStreamCaptureUnsupported:
+      return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated:
+      return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureImplicit:
+      return "cudaErrorStreamCaptureImplicit";
+  }
+  return "cudaErrorUnknown";
+}
 
 const char* cudaGetErrorString(cudaError_t e) {
   if (e == cudaSuccess) return "no error";

@@ -4,7 +4,7 @@
 Two constructs have no C++ spelling, so they are rewritten; everything else is left to the
 macros and functions of the emulated cuda_runtime.h:
   kernel<<<grid, block[, shared[, stream]]>>>(args)
-      -> (::shardlm_emu::Launch(&kernel, "kernel", grid, block[, ...]) | [&](auto&... a) { kernel(a...); })(args)
+      -> (::shardlm_emu::Launch(fn_key(kernel), "kernel", grid, block[, ...]) | [=](auto&... a) { kernel(a...); })(args)
   extern __shared__ T name[];
       -> T* name = static_cast<T*>(::shardlm_emu::dynamic_shared());
 
@@ -23,7 +23,7 @@ def translate(text: str) -> str:
         kernel = re.sub(r"\s+", " ", m.group(1)).strip()
         config = m.group(2)
         return (f'(::shardlm_emu::Launch(::shardlm_emu::fn_key({kernel}), "{kernel}", {config}) | '
-                f'[&](auto&... emu_args) {{ {kernel}(emu_args...); }})')
+                f'[=](auto&... emu_args) {{ {kernel}(emu_args...); }})')
 
     def shared(m: re.Match) -> str:
         return f"{m.group(1)}* {m.group(2)} = static_cast<{m.group(1)}*>(::shardlm_emu::dynamic_shared());"

@@ -228,5 +228,8 @@ void check_grouped_linear(const std::vector<int64_t>& offsets, const std::vector
 // factory and one line in that table.
 std::unique_ptr<ComputeBackend> make_backend(const std::string& name);  // throws Error listing names
 std::vector<std::string> backend_names();
+// Makes `name` (new or registered) use `factory` in this process: how the build of shardlm over
+// the emulated CUDA runtime (src/compute/emulated_cuda_hook.cpp) puts its CudaBackend in.
+void override_backend(const std::string& name, std::unique_ptr<ComputeBackend> (*factory)());
 
 }  // namespace shardlm

@@ -31,7 +31,13 @@ inline Proc sh(const std::string& cmd) {
   return p;
 }
 
+// The binary under test: shardlm, or shardlm-emulated for the tests built to run the CUDA backend
+// over the emulated runtime.
+#ifdef SHARDLM_EMULATED_BINARY
+inline std::string shardlm_bin() { return SHARDLM_EMULATED_BINARY; }
+#else
 inline std::string shardlm_bin() { return SHARDLM_BINARY; }
+#endif
 
 // "mpirun --oversubscribe -np N" (Open MPI allowed to run as root, as CI does).
 inline std::string mpirun(int np) {

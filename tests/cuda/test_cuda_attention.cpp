@@ -29,9 +29,7 @@
 
 #include "common/gpu.h"
 #include "compute/backend.h"
-#ifndef SHARDLM_CUDA_EMULATION  // the backend (cuBLAS, graphs) is not emulated: its tests need a GPU
 #include "compute/cuda_backend.h"
-#endif
 #include "cpu/latent_attention.h"
 #include "cpu/paged_attention.h"
 #include "cuda/attention_partitions.h"
@@ -65,9 +63,8 @@ std::vector<float> rand_vec(size_t n, uint32_t seed) {
 // host: what cuda::kv_cache_write must produce and what the device caches are loaded with. The CPU
 // kernels keep a KV head's rows of a block together instead (cpu::kv_cache_write), so the CPU
 // references read caches of their own, written from the same rows.
-[[maybe_unused]] void row_cache_write(const std::vector<float>& k, const std::vector<float>& v,
-                                      const std::vector<int64_t>& slots, int64_t row, std::vector<float>& k_cache,
-                                      std::vector<float>& v_cache) {
+void row_cache_write(const std::vector<float>& k, const std::vector<float>& v, const std::vector<int64_t>& slots,
+                     int64_t row, std::vector<float>& k_cache, std::vector<float>& v_cache) {
   for (size_t t = 0; t < slots.size(); ++t) {
     if (slots[t] < 0) continue;
     std::copy_n(k.begin() + static_cast<int64_t>(t) * row, row, k_cache.begin() + slots[t] * row);
@@ -360,7 +357,6 @@ TEST(CudaAttention, PagedAttentionOverFp8CacheMatchesCpu) {
   }
 }
 
-#ifndef SHARDLM_CUDA_EMULATION
 // CudaBackend::attention picks the tiled prefill kernel for a step of prefill chunks when it
 // has the host copy of the table starts (an eager step) and the layer has no sliding window, the
 // per-token kernel otherwise; the bits are the same.
@@ -416,7 +412,6 @@ TEST(CudaAttention, BackendTilesPrefillChunks) {
     }
   }
 }
-#endif  // SHARDLM_CUDA_EMULATION
 
 namespace {
 struct MlaCase {
@@ -522,7 +517,6 @@ TEST(CudaAttention, LatentAttentionOverFp8CacheMatchesCpu) {
   }
 }
 
-#ifndef SHARDLM_CUDA_EMULATION
 // CudaBackend::attention / latent_attention choose the split launch themselves: a lone decode
 // token of 2000 positions (four partitions) on few heads leaves the device short of work, so with
 // its own position as the bound (an eager step) it splits four ways; with the bound 4095 (a
@@ -603,4 +597,3 @@ TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
     });
   }
 }
-#endif  // SHARDLM_CUDA_EMULATION

@@ -212,3 +212,68 @@ TEST(CudaEmulation, DeviceMemoryStartsAsNanBytes) {
 }
 
 }  // namespace
+
+namespace {
+
+__global__ void scale_kernel(const float* x, float s, float* y, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) y[i] = x[i] * s;
+}
+
+// Work on a captured stream is recorded, not run; each replay runs it with the memory as it is
+// then (the kernel's arguments as they were at capture). Synchronous work, or work on the legacy
+// stream, during the capture invalidates it, as on the device.
+TEST(CudaEmulation, CapturedWorkReplaysFromTheGraph) {
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  const int n = 100;
+  float *x = nullptr, *y = nullptr, *z = nullptr;
+  ASSERT_EQ(cudaMalloc(&x, n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&y, n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&z, n * sizeof(float)), cudaSuccess);
+  std::vector<float> host(n, 1.0f), out(n, 0.0f);
+  ASSERT_EQ(cudaMemcpy(x, host.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  float scale = 3.0f;
+  (::shardlm_emu::Launch(::shardlm_emu::fn_key(scale_kernel), "scale_kernel", 1, 128, 0, s) |
+   [](auto&... a) { scale_kernel(a...); })(x, scale, y, n);
+  scale = 100.0f;  // the launch keeps 3
+  ASSERT_EQ(cudaMemcpyAsync(z, y, n * sizeof(float), cudaMemcpyDeviceToDevice, s), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(out.data(), z, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (float v : out) ASSERT_TRUE(std::isnan(v)) << "captured work ran at capture";
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  for (float in : {1.0f, -2.0f}) {
+    host.assign(n, in);
+    ASSERT_EQ(cudaMemcpy(x, host.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(out.data(), z, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    for (float v : out) ASSERT_EQ(v, 3.0f * in);
+  }
+  EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+
+  // A synchronous copy (legacy stream) during the capture fails and invalidates it.
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(out.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost), cudaErrorStreamCaptureImplicit);
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(graph, nullptr);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorStreamCaptureImplicit);
+
+  // A launch on the legacy stream while another stream captures is refused.
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  (::shardlm_emu::Launch(::shardlm_emu::fn_key(scale_kernel), "scale_kernel", 1, 128) |
+   [](auto&... a) { scale_kernel(a...); })(x, 3.0f, y, n);
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  const std::string e = last_error();
+  EXPECT_NE(e.find("scale_kernel while a stream is being captured"), std::string::npos) << e;
+  cudaFree(x);
+  cudaFree(y);
+  cudaFree(z);
+  cudaStreamDestroy(s);
+}
+
+}  // namespace
