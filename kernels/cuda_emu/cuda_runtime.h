@@ -14,13 +14,15 @@
 // complete (threads waiting at different barriers) and a warp intrinsic that names an exited lane
 // are reported as kernel errors, which the next cudaGetLastError / cudaDeviceSynchronize returns.
 // Streams order nothing: every launch and copy completes before it returns, except on a stream
-// being captured, where they are recorded into the graph that cudaGraphLaunch replays.
+// being captured, where they are recorded into the graph that cudaGraphLaunch replays, and except
+// work in flight (Pending, below: emulated NCCL operations), which their stream waits for.
 #pragma once
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -53,6 +55,7 @@ enum cudaError_t {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDeviceFunction = 98,
+  cudaErrorInvalidDevice = 101,
   cudaErrorIllegalState = 401,
   cudaErrorNotReady = 600,
   cudaErrorLaunchOutOfResources = 701,
@@ -161,6 +164,22 @@ void enqueue(cudaStream_t stream, F fn, const char* what) {
   };
   enqueue_work(stream, new Fn(std::move(fn)), what);
 }
+// Work that completes after the call that issued it returns: an emulated NCCL operation in flight
+// (emu_nccl_ops.cpp), which its peers complete. Until it is done its stream is busy (cudaStreamQuery
+// says cudaErrorNotReady), and a synchronize, or work that the stream orders after it (on that
+// stream; on the legacy stream, after any blocking stream's), waits for it. During a graph replay
+// each operation completes before the next node runs, as the graph's stream would run them.
+class Pending {
+ public:
+  virtual ~Pending() = default;
+  virtual bool done() = 0;    // polls; never blocks
+  virtual void finish() = 0;  // blocks until done
+};
+// owner: what issued it, for drop_pending.
+void add_pending(cudaStream_t stream, std::shared_ptr<Pending> p, const void* owner);
+// Forgets owner's work without waiting (an aborted communicator's operations never complete).
+void drop_pending(const void* owner);
+
 // Runs body() once per thread of every block, as described at the top of this file.
 template <class F>
 void launch(const LaunchConfig& cfg, F& body) {

@@ -1,6 +1,6 @@
 // The runtime API over host memory: allocations are aligned host blocks, copies are memcpy, and
 // every call completes before it returns, unless a stream is being captured (then the stream's
-// work is recorded into a graph).
+// work is recorded into a graph) or the work is an operation in flight (Pending: emulated NCCL).
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -46,6 +46,21 @@ void set_error(cudaError_t e, const std::string& message) {
 }
 
 namespace {
+// SHARDLM_EMULATED_GPUS devices (default 8, a p5en node's), so that ranks sharing a host can each
+// take their own, as on a GPU node; the device of this process is set by cudaSetDevice.
+int device_count() {
+  static const int n = [] {
+    const char* v = std::getenv("SHARDLM_EMULATED_GPUS");
+    const int k = v != nullptr ? std::atoi(v) : 8;
+    return k >= 0 ? k : 0;
+  }();
+  return n;
+}
+int& current_device() {
+  static int d = 0;
+  return d;
+}
+
 using Allocations = std::map<const char*, size_t> State::*;
 
 // Device memory is 256-byte aligned, as cudaMalloc's is; every allocation starts as NaN bytes, not
@@ -93,7 +108,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
   std::lock_guard<std::mutex> lock(s.mu);
   const auto* c = static_cast<const char*>(p);
   *a = cudaPointerAttributes{};
-  a->device = 0;
+  a->device = current_device();
   if (inside(s.device, c)) {
     a->type = cudaMemoryTypeDevice;
     a->devicePointer = const_cast<void*>(p);
@@ -115,6 +130,7 @@ struct CUstream_st {
 };
 struct CUevent_st {
   unsigned flags = 0;
+  cudaStream_t stream = nullptr;  // where it was last recorded
 };
 struct CUgraph_st {
   std::vector<std::shared_ptr<shardlm_emu::Work>> work;
@@ -145,6 +161,76 @@ bool refuse_during_capture(const char* what, cudaError_t why) {
 }
 }  // namespace
 
+// ---- Work in flight (Pending) ----
+namespace {
+struct InFlight {
+  cudaStream_t stream;
+  std::shared_ptr<Pending> work;
+  const void* owner;
+};
+std::vector<InFlight>& in_flight() {
+  static std::vector<InFlight> v;
+  return v;
+}
+thread_local bool g_replaying = false;
+
+// Whether work issued to `waiter` is ordered after work on `on`: its own stream's; the legacy
+// stream and the blocking streams are ordered after each other.
+bool ordered_after(cudaStream_t waiter, cudaStream_t on) {
+  if (waiter == on) return true;
+  if (waiter == nullptr) return !(on->flags & cudaStreamNonBlocking);
+  if (on == nullptr) return !(waiter->flags & cudaStreamNonBlocking);
+  return false;
+}
+
+// Waits for the work in flight that `waiter` is ordered after (all of it: all_streams).
+void settle(cudaStream_t waiter, bool all_streams = false) {
+  auto& v = in_flight();
+  for (size_t i = 0; i < v.size();) {
+    if (all_streams || ordered_after(waiter, v[i].stream)) {
+      const std::shared_ptr<Pending> w = v[i].work;
+      v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
+      w->finish();  // may issue or drop other work: start over
+      i = 0;
+    } else {
+      ++i;
+    }
+  }
+}
+
+bool busy(cudaStream_t s) {
+  auto& v = in_flight();
+  bool any = false;
+  for (size_t i = 0; i < v.size();) {
+    if (ordered_after(s, v[i].stream) && v[i].work->done()) {
+      v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      any = any || ordered_after(s, v[i].stream);
+      ++i;
+    }
+  }
+  return any;
+}
+}  // namespace
+
+void add_pending(cudaStream_t stream, std::shared_ptr<Pending> p, const void* owner) {
+  if (g_replaying) {
+    p->finish();
+    return;
+  }
+  in_flight().push_back({stream, std::move(p), owner});
+}
+
+void drop_pending(const void* owner) {
+  auto& v = in_flight();
+  for (size_t i = 0; i < v.size();) {
+    if (v[i].owner == owner)
+      v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
+    else
+      ++i;
+  }
+}
+
 void enqueue_work(cudaStream_t stream, Work* work, const char* what) {
   std::unique_ptr<Work> w(work);
   Capture& c = capture();
@@ -156,6 +242,7 @@ void enqueue_work(cudaStream_t stream, Work* work, const char* what) {
     refuse_during_capture(what, cudaErrorStreamCaptureImplicit);
     return;
   }
+  settle(stream);
   w->run();
 }
 
@@ -192,7 +279,10 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsig
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
   if (exec == nullptr) return cudaErrorInvalidValue;
   if (capture().active) return cudaErrorStreamCaptureUnsupported;
+  settle(s);
+  g_replaying = true;
   for (auto& w : exec->work) w->run();
+  g_replaying = false;
   return cudaSuccess;
 }
 cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
@@ -210,9 +300,18 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
   *e = new CUevent_st{flags};
   return cudaSuccess;
 }
-// Every piece of work is complete when it returns, so an event is always reached.
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) { return e ? cudaSuccess : cudaErrorInvalidValue; }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+// Work is complete when it returns, except work in flight: an event is reached when the work in
+// flight that its stream had when it was recorded is done (here: all of that stream's).
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  if (e == nullptr) return cudaErrorInvalidValue;
+  e->stream = s;
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (e == nullptr) return cudaErrorInvalidValue;
+  settle(e->stream);
+  return cudaSuccess;
+}
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete e;
   return cudaSuccess;
@@ -223,10 +322,13 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   *ms = 0.0f;  // no device time to report
   return cudaSuccess;
 }
+// The host waits here for what the stream would wait for.
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned) {
-  return e ? cudaSuccess : cudaErrorInvalidValue;
+  if (e == nullptr) return cudaErrorInvalidValue;
+  settle(e->stream);
+  return cudaSuccess;
 }
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamQuery(cudaStream_t s) { return busy(s) ? cudaErrorNotReady : cudaSuccess; }
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   if (free_bytes == nullptr || total_bytes == nullptr) return cudaErrorInvalidValue;
@@ -235,7 +337,8 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
-  if (value == nullptr || device != 0) return cudaErrorInvalidValue;
+  if (value == nullptr) return cudaErrorInvalidValue;
+  if (device < 0 || device >= device_count()) return cudaErrorInvalidDevice;
   if (attr != cudaDevAttrMultiProcessorCount) return cudaErrorInvalidValue;
   *value = 132;
   return cudaSuccess;
@@ -244,6 +347,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
   if (bytes > 0 && (dst == nullptr || src == nullptr)) return cudaErrorInvalidValue;
   if (refuse_during_capture("cudaMemcpy", cudaErrorStreamCaptureImplicit)) return cudaErrorStreamCaptureImplicit;
+  settle(nullptr);
   if (bytes > 0) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
@@ -258,6 +362,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
   if (bytes > 0 && p == nullptr) return cudaErrorInvalidValue;
   if (refuse_during_capture("cudaMemset", cudaErrorStreamCaptureImplicit)) return cudaErrorStreamCaptureImplicit;
+  settle(nullptr);
   if (bytes > 0) std::memset(p, value, bytes);
   return cudaSuccess;
 }
@@ -275,18 +380,33 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
   *s = new CUstream_st{flags};  // a distinct handle: a capture is of one stream
   return cudaSuccess;
 }
+// Work still in flight on it completes first (on the device it would complete after).
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (s == nullptr) return cudaSuccess;
+  auto& v = in_flight();
+  for (size_t i = 0; i < v.size();) {
+    if (v[i].stream == s) {
+      const std::shared_ptr<Pending> w = v[i].work;
+      v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
+      w->finish();
+      i = 0;
+    } else {
+      ++i;
+    }
+  }
   delete s;
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   if (refuse_during_capture("cudaStreamSynchronize", cudaErrorStreamCaptureUnsupported))
     return cudaErrorStreamCaptureUnsupported;
+  settle(s);
   return take_error(false);
 }
 cudaError_t cudaDeviceSynchronize() {
   if (refuse_during_capture("cudaDeviceSynchronize", cudaErrorStreamCaptureUnsupported))
     return cudaErrorStreamCaptureUnsupported;
+  settle(nullptr, true);
   return take_error(false);
 }
 cudaError_t cudaGetLastError() { return take_error(true); }
@@ -300,6 +420,8 @@ const char* cudaGetErrorName(cudaError_t e) {
       return "cudaErrorInvalidValue";
     case cudaErrorMemoryAllocation:
       return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
     case cudaErrorInvalidConfiguration:
       return "cudaErrorInvalidConfiguration";
     case cudaErrorInvalidDeviceFunction:
@@ -334,18 +456,23 @@ const char* cudaGetErrorString(cudaError_t e) {
 
 cudaError_t cudaGetDeviceCount(int* n) {
   if (n == nullptr) return cudaErrorInvalidValue;
-  *n = 1;
+  *n = device_count();
   return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int* d) {
   if (d == nullptr) return cudaErrorInvalidValue;
-  *d = 0;
+  *d = current_device();
   return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaSetDevice(int d) {
+  if (d < 0 || d >= device_count()) return cudaErrorInvalidDevice;
+  current_device() = d;
+  return cudaSuccess;
+}
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
-  if (p == nullptr || d != 0) return cudaErrorInvalidValue;
+  if (p == nullptr) return cudaErrorInvalidValue;
+  if (d < 0 || d >= device_count()) return cudaErrorInvalidDevice;
   *p = cudaDeviceProp{};
   std::strncpy(p->name, "host emulation of an sm_90 device", sizeof(p->name) - 1);
   p->totalGlobalMem = size_t{141} << 30;

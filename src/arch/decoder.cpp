@@ -167,10 +167,13 @@ class Decoder final : public Model {
     std::string why;
     if (!b_.supports_capture()) {
       why = "backend " + b_.name() + " cannot capture graphs";
-    } else if (comms_.tp || comms_.pp || comms_.ep || comms_.replica || plan_.stages > 1 || plan_.tp_size > 1) {
-      // Collectives between ranks go through MPI, staged through host memory, which no graph can
-      // hold. NCCL collectives could be captured; that is left for later.
-      why = "graphs need a single rank per replica (no tp, pp or ep)";
+    } else if (comms_.pp || comms_.ep || plan_.stages > 1) {
+      // Hidden states between stages and the MoE all-to-all are sized on the host step by step.
+      why = "graphs need a single pipeline stage and no expert parallelism (no pp or ep)";
+    } else if (plan_.tp_size > 1 && !(comms_.tp && comms_.tp->can_enqueue())) {
+      // An MPI or libfabric all-reduce goes through host memory, which no graph can hold; NCCL's
+      // is queued on the captured stream.
+      why = "graphs with tp need --comm nccl (the tp all-reduce must be queued on the captured stream)";
     } else {
       for (int64_t l = plan_.first_layer; l < plan_.last_layer; ++l) {
         // An MoE layer sizes its expert GEMMs from per-expert counts it copies to the host.
@@ -353,9 +356,10 @@ class Decoder final : public Model {
   // ---- CUDA graphs for decode steps (--cuda-graphs) ----
   //
   // A step is graph-eligible when every row is a decode token (one token per sequence) and every
-  // row samples; enable_step_graphs() has checked the rest (one rank, no MoE layer, a backend that
-  // captures). Its T rows are padded to a bucket B, and the whole device part (embedding .. LM head
-  // output) of a B-row step is captured once per bucket and replayed with new inputs:
+  // row samples; enable_step_graphs() has checked the rest (one stage, no MoE layer, a backend that
+  // captures, tp only over a communicator that queues on streams). Its T rows are padded to a bucket
+  // B, and the whole device part (embedding .. LM head output) of a B-row step is captured once per
+  // bucket and replayed with new inputs:
   //  - inputs (ids, positions, KV slots, per-token block-list starts, block ids) are written into
   //    their scratch slots before the capture or replay, never inside it;
   //  - padding rows have id -1 (embedding gives zeros), position -1 (attention over no positions
@@ -368,7 +372,11 @@ class Decoder final : public Model {
   //    recaptured on next use;
   //  - before a bucket's first capture the step runs eagerly once: that sizes every scratch slot
   //    and backend workspace the capture touches (nothing may be allocated while capturing). Run
-  //    twice, the step writes the same KV entries with the same values.
+  //    twice, the step writes the same KV entries with the same values;
+  //  - with tp, the layers' all-reduces are queued on the captured stream (NCCL), so every tp rank
+  //    replays them in its graph (all ranks take the same steps, so the same buckets); the
+  //    vocabulary slices are gathered after the replay, eagerly, and the warm-up gathers once too
+  //    to size those slots.
   static constexpr int64_t kGraphBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
   // The bucket a step is padded to, or 0 when it runs eagerly.
@@ -442,14 +450,15 @@ class Decoder final : public Model {
     float* proj = scratch_.get(2, B * H);
     const int32_t* ids = scratch_.get_as<int32_t>(3, B);
     b_.embedding(ids, B, embed_, residual);
+    tp_sum(residual, B * H);  // vocabulary-parallel embedding (see run_stage)
     run_layers(ctx, residual, h, proj);
     float* rows = scratch_.get(12, B * H);
     b_.rmsnorm(residual, final_norm_, B, eps, rows);
     b_.linear(rows, B, lm_head_, nullptr, scratch_.get(13, B * plan_.vocab));
   }
 
-  // Replays (capturing first if need be) the step's bucket; returns the logits slot, [B, vocab] in
-  // backend memory, of which the first T rows are the step's.
+  // Replays (capturing first if need be) the step's bucket; returns the logits, [B, vocab] in
+  // backend memory (gathered over tp), of which the first T rows are the step's.
   const float* graph_step(const ForwardBatch& batch, int64_t B) {
     SHARDLM_CHECK(cache_, "forward before allocate_kv_cache");
     if (spec_.moe.enabled()) moe_stats_.reset(spec_.moe.num_experts);
@@ -458,11 +467,15 @@ class Decoder final : public Model {
     auto it = graph_handles_.find(B);
     if (it == graph_handles_.end()) {
       graph_device_work(ctx);  // the warm-up run (see above)
+      if (comms_.tp) gather_vocab(scratch_.get(13, B * plan_.vocab), B);
       if (scratch_.generation() != graph_generation_) drop_graphs();
+      const CommStats before = comms_.tp ? comms_.tp->stats() : CommStats{};
       b_.begin_capture();
+      capturing_ = true;
       try {
         graph_device_work(ctx);
       } catch (...) {
+        capturing_ = false;
         // Leave the backend out of capture mode; the partial graph is of no use.
         try {
           b_.end_capture();
@@ -471,10 +484,19 @@ class Decoder final : public Model {
         drop_graphs();
         throw;
       }
-      it = graph_handles_.emplace(B, b_.end_capture()).first;
+      capturing_ = false;
+      CommStats moved;  // what each replay moves over tp (the capture counted it once)
+      if (comms_.tp) {
+        moved.calls = comms_.tp->stats().calls - before.calls;
+        moved.bytes_sent = comms_.tp->stats().bytes_sent - before.bytes_sent;
+      }
+      it = graph_handles_.emplace(B, CapturedStep{b_.end_capture(), moved}).first;
+    } else if (comms_.tp) {
+      comms_.tp->count_replayed(it->second.tp_moved);
     }
-    b_.replay(it->second);
-    return scratch_.get(13, B * plan_.vocab);
+    b_.replay(it->second.handle);
+    const float* local = scratch_.get(13, B * plan_.vocab);
+    return comms_.tp ? gather_vocab(local, B) : local;
   }
 
   // The last stage: final norm and the vocabulary-parallel LM head on the rows that sample, then
@@ -545,9 +567,14 @@ class Decoder final : public Model {
     MoeStepStats moe;  // of this step's stage-0 MoE layers
   };
 
-  // Sums a row-parallel partial result over the tensor-parallel group (in host memory for now).
+  // Sums a row-parallel partial result over the tensor-parallel group; in a step being captured,
+  // queued on the captured stream (see graph_step).
   void tp_sum(float* x, int64_t n) {
-    if (comms_.tp) comms_.tp->all_reduce(x, static_cast<size_t>(n), CommDType::kF32, ReduceOp::kSum);
+    if (!comms_.tp) return;
+    if (capturing_)
+      comms_.tp->enqueue_all_reduce(x, static_cast<size_t>(n), CommDType::kF32, ReduceOp::kSum, b_.current_stream());
+    else
+      comms_.tp->all_reduce(x, static_cast<size_t>(n), CommDType::kF32, ReduceOp::kSum);
   }
 
   ModelSpec spec_;
@@ -570,8 +597,12 @@ class Decoder final : public Model {
   std::deque<InFlight> inflight_;  // the leader's begun pipeline steps, oldest first
   std::optional<DeviceStep> device_step_;  // the begun step, with logits_end_here()
   // CUDA graphs (see graph_step).
-  bool graphs_on_ = false;
-  std::map<int64_t, int64_t> graph_handles_;  // bucket -> backend capture handle
+  bool graphs_on_ = false, capturing_ = false;
+  struct CapturedStep {
+    int64_t handle;      // the backend's
+    CommStats tp_moved;  // calls and bytes of the tp all-reduces each replay runs
+  };
+  std::map<int64_t, CapturedStep> graph_handles_;  // by bucket
   uint64_t graph_generation_ = 0;             // scratch generation the handles were captured at
   size_t block_capacity_ = 0;                 // block ids the block-id slot is sized for
   std::vector<int32_t> g_ids_, g_pos_, g_start_;

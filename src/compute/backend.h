@@ -111,6 +111,10 @@ class ComputeBackend {
   // drop_captures(). The defaults (backends that cannot capture) throw, but drop_captures, which
   // has nothing to drop.
   virtual bool supports_capture() const { return false; }
+  // The cudaStream_t ops are issued to now (the capture stream while capturing); null for the
+  // legacy stream and for backends without streams. What a communicator queues a captured
+  // collective on.
+  virtual void* current_stream() const { return nullptr; }
   virtual void begin_capture();
   virtual int64_t end_capture();
   virtual void replay(int64_t handle);

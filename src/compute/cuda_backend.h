@@ -63,6 +63,7 @@ class CudaBackend final : public ComputeBackend {
   void synchronize() override;
 
   bool supports_capture() const override { return true; }
+  void* current_stream() const override { return stream_; }
   void begin_capture() override;
   int64_t end_capture() override;
   void replay(int64_t handle) override;

@@ -143,12 +143,14 @@ void NcclCommunicator::wait_done(const char* op, const std::string& peers) {
   wait_with_deadline(
       context(op, peers),
       [&]() -> PollResult {
+        // The stream first, then the async error: an error raised while the stream drained (the
+        // operation's own) is seen before the wait reports success.
+        const cudaError_t e = cudaStreamQuery(stream_);
         ncclResult_t state = ncclSuccess;
         const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
         if (r != ncclSuccess) return {PollState::kFailed, "ncclCommGetAsyncError: " + nccl_text(r)};
         if (state == ncclInProgress) return {PollState::kPending, ""};  // not yet on the stream
         if (state != ncclSuccess) return {PollState::kFailed, nccl_text(state)};
-        const cudaError_t e = cudaStreamQuery(stream_);
         if (e == cudaSuccess) return {PollState::kDone, ""};
         if (e == cudaErrorNotReady) return {PollState::kPending, ""};
         cudaGetLastError();
@@ -217,6 +219,18 @@ void NcclCommunicator::all_reduce(void* buf, size_t count, CommDType t, ReduceOp
   StatScope st(stats_, size() > 1 ? count * comm_dtype_size(t) : 0);
   check_enqueue(ncclAllReduce(buf, buf, count, nccl_dtype(t), nccl_op(op), comm_, stream_), "all_reduce");
   wait_done("all_reduce", all_peers());
+}
+
+void NcclCommunicator::enqueue_all_reduce(void* buf, size_t count, CommDType t, ReduceOp op, void* stream) {
+  SHARDLM_CHECK(device_call("enqueue_all_reduce", {{"reduction", buf}}) || count == 0,
+                "enqueue_all_reduce on group " << name()
+                                               << ": the buffer is host memory; only device memory can be "
+                                                  "queued on a stream");
+  check_usable("enqueue_all_reduce");
+  StatScope st(stats_, size() > 1 ? count * comm_dtype_size(t) : 0);
+  check_enqueue(ncclAllReduce(buf, buf, count, nccl_dtype(t), nccl_op(op), comm_, static_cast<cudaStream_t>(stream)),
+                "enqueue_all_reduce");
+  wait_enqueued("enqueue_all_reduce", all_peers());  // taken by the communicator, not completed
 }
 
 void NcclCommunicator::all_gather(const void* send, void* recv, size_t count, CommDType t) {

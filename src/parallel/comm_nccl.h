@@ -70,6 +70,9 @@ class NcclCommunicator final : public Communicator {
   void send_recv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
                  CommDType t, int tag) override;
   void barrier() override;  // over MPI
+  // On `stream` without waiting (a step being captured); its completion is the stream's.
+  bool can_enqueue() const override { return true; }
+  void enqueue_all_reduce(void* buf, size_t count, CommDType t, ReduceOp op, void* stream) override;
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }

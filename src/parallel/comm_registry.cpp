@@ -4,6 +4,7 @@
 // device buffers work too (through pinned host memory). On CPU-only machines it stays the plain
 // MPI communicator: no pointer checks on every call. "nccl" exists only in NCCL builds and needs
 // a GPU.
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -65,7 +66,25 @@ const std::vector<Backend>& backends() {
   return table;
 }
 
+std::vector<std::pair<std::string, CommFactory>>& overrides() {
+  static std::vector<std::pair<std::string, CommFactory>> o;
+  return o;
+}
+
 }  // namespace
+
+void override_communicator(const std::string& name, CommFactory factory) {
+  for (auto& [n, f] : overrides())
+    if (n == name) {
+      f = factory;
+      return;
+    }
+  overrides().emplace_back(name, factory);
+}
+
+void Communicator::enqueue_all_reduce(void*, size_t, CommDType, ReduceOp, void*) {
+  SHARDLM_FAIL("communicator " << name() << " cannot queue collectives on a stream (CUDA graphs need --comm nccl)");
+}
 
 size_t comm_dtype_size(CommDType t) {
   switch (t) {
@@ -80,11 +99,15 @@ size_t comm_dtype_size(CommDType t) {
 std::vector<std::string> comm_backend_names() {
   std::vector<std::string> names;
   for (const Backend& b : backends()) names.emplace_back(b.name);
+  for (const auto& [n, f] : overrides())
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
   return names;
 }
 
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, const std::vector<int>& members,
                                                 const std::string& name, double timeout_s) {
+  for (const auto& [n, f] : overrides())
+    if (backend == n) return f(members, name, timeout_s);
   for (const Backend& b : backends())
     if (backend == b.name) return b.make(members, name, timeout_s);
   std::string known;

@@ -76,6 +76,17 @@ class Communicator {
   // eth0)"); "" where the backend name says it all.
   virtual std::string transport() const { return ""; }
 
+  // For steps captured as CUDA graphs: queues an in-place all-reduce of device memory on `stream`
+  // (a cudaStream_t, the one being captured) and returns without waiting for it, so the capture
+  // records it and every replay runs it. Only where can_enqueue() (NCCL); the others throw.
+  virtual bool can_enqueue() const { return false; }
+  virtual void enqueue_all_reduce(void* buf, size_t count, CommDType t, ReduceOp op, void* stream);
+  // Counts what a replayed graph moved (its calls and bytes, as they were at capture) in stats().
+  void count_replayed(const CommStats& per_replay) {
+    stats_.calls += per_replay.calls;
+    stats_.bytes_sent += per_replay.bytes_sent;
+  }
+
   const CommStats& stats() const { return stats_; }
 
  protected:
@@ -88,5 +99,11 @@ class Communicator {
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, const std::vector<int>& members,
                                                 const std::string& name, double timeout_s);
 std::vector<std::string> comm_backend_names();
+
+// Makes `name` (a new one, or one of the table's) use `factory` from now on. For programs whose
+// "nccl" is the emulated NCCL over the emulated CUDA runtime (see src/parallel/CMakeLists.txt).
+using CommFactory = std::unique_ptr<Communicator> (*)(const std::vector<int>& members, const std::string& name,
+                                                      double timeout_s);
+void override_communicator(const std::string& name, CommFactory factory);
 
 }  // namespace shardlm

@@ -10,4 +10,8 @@ namespace shardlm {
 // there is no GPU or the build has no CUDA. Throws Error when cudaSetDevice fails.
 int bind_local_gpu(const NodeLocal& node);
 
+// Makes bind_local_gpu call `binder` from now on: how a program over the emulated CUDA runtime
+// (src/parallel/emulated_nccl_hook.cpp) binds its ranks to emulated GPUs by the same rule.
+void override_gpu_binding(int (*binder)(const NodeLocal& node));
+
 }  // namespace shardlm

@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -274,6 +276,95 @@ TEST(CudaEmulation, CapturedWorkReplaysFromTheGraph) {
   cudaFree(y);
   cudaFree(z);
   cudaStreamDestroy(s);
+}
+
+}  // namespace
+
+namespace {
+
+// Work in flight (what an emulated NCCL operation is) that completes when the test says so; it
+// counts the times it was waited for.
+class Flag final : public ::shardlm_emu::Pending {
+ public:
+  bool ready = false;
+  int finished = 0;
+  bool done() override { return ready; }
+  void finish() override {
+    ready = true;
+    ++finished;
+  }
+};
+
+// A stream is busy while its work in flight is not done; a synchronize, or work the stream orders
+// after it, waits for it: on the same stream, and on the legacy stream after a blocking stream's
+// (both ways), never across a non-blocking stream. A replayed graph completes each piece before
+// the next node; an owner's work can be dropped without waiting (an aborted communicator's).
+TEST(CudaEmulation, WorkInFlightOrdersItsStream) {
+  cudaStream_t blocking = nullptr, other = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&blocking, cudaStreamDefault), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+  const int owner = 0;
+  float* y = nullptr;
+  ASSERT_EQ(cudaMalloc(&y, 4 * sizeof(float)), cudaSuccess);
+
+  auto a = std::make_shared<Flag>();
+  ::shardlm_emu::add_pending(blocking, a, &owner);
+  EXPECT_EQ(cudaStreamQuery(blocking), cudaErrorNotReady);
+  EXPECT_EQ(cudaStreamQuery(other), cudaSuccess);  // not ordered after it
+  EXPECT_EQ(cudaMemsetAsync(y, 0, 4 * sizeof(float), other), cudaSuccess);
+  EXPECT_EQ(a->finished, 0);
+  a->ready = true;  // the peer completed it
+  EXPECT_EQ(cudaStreamQuery(blocking), cudaSuccess);
+  EXPECT_EQ(a->finished, 0);
+
+  auto b = std::make_shared<Flag>();
+  ::shardlm_emu::add_pending(blocking, b, &owner);
+  EXPECT_EQ(cudaMemset(y, 0, 4 * sizeof(float)), cudaSuccess);  // legacy stream: after the blocking one
+  EXPECT_EQ(b->finished, 1);
+
+  auto c = std::make_shared<Flag>();
+  ::shardlm_emu::add_pending(nullptr, c, &owner);
+  EXPECT_EQ(cudaMemsetAsync(y, 0, 4 * sizeof(float), other), cudaSuccess);
+  EXPECT_EQ(c->finished, 0);
+  EXPECT_EQ(cudaMemsetAsync(y, 0, 4 * sizeof(float), blocking), cudaSuccess);  // blocking: after the legacy one
+  EXPECT_EQ(c->finished, 1);
+
+  auto d = std::make_shared<Flag>();
+  ::shardlm_emu::add_pending(other, d, &owner);
+  EXPECT_EQ(cudaStreamSynchronize(other), cudaSuccess);
+  EXPECT_EQ(d->finished, 1);
+
+  auto e = std::make_shared<Flag>();
+  ::shardlm_emu::add_pending(other, e, &owner);
+  ::shardlm_emu::drop_pending(&owner);
+  EXPECT_EQ(cudaStreamQuery(other), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(e->finished, 0);
+
+  // Captured: the piece is issued at each replay and completed before the replay goes on.
+  std::vector<std::shared_ptr<Flag>> issued;
+  ASSERT_EQ(cudaStreamBeginCapture(other, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ::shardlm_emu::enqueue(
+      other,
+      [&issued, &owner, other] {
+        issued.push_back(std::make_shared<Flag>());
+        ::shardlm_emu::add_pending(other, issued.back(), &owner);
+      },
+      "in flight");
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(other, &graph), cudaSuccess);
+  EXPECT_TRUE(issued.empty());
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(cudaGraphLaunch(exec, other), cudaSuccess);
+  ASSERT_EQ(issued.size(), 2u);
+  for (const auto& f : issued) EXPECT_EQ(f->finished, 1);
+  EXPECT_EQ(cudaStreamQuery(other), cudaSuccess);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaFree(y);
+  cudaStreamDestroy(blocking);
+  cudaStreamDestroy(other);
 }
 
 }  // namespace

@@ -65,6 +65,64 @@ TEST(CudaBackend, MoeAndMlaMatchCpu) {
   test::check_layout_runs(make("tiny-qwen2-moe", "fp32"), {{1, "--backend cuda"}}, false, "cuda-qwen2-moe");
 }
 
+// NCCL refuses two ranks of one communicator on one GPU: a run of n ranks over --comm nccl needs n
+// GPUs (over the emulated runtime, n emulated ones: 8 by default).
+#ifdef SHARDLM_HAVE_CUDA
+#define SHARDLM_REQUIRE_GPU_PER_RANK(n)                                                           \
+  do {                                                                                           \
+    SHARDLM_REQUIRE_GPU();                                                                       \
+    if (cuda::device_count() < (n))                                                              \
+      GTEST_SKIP() << "--comm nccl with " << (n) << " ranks needs a GPU per rank; this host has " \
+                   << cuda::device_count();                                                      \
+  } while (0)
+#else
+#define SHARDLM_REQUIRE_GPU_PER_RANK(n) SHARDLM_REQUIRE_GPU()
+#endif
+
+// --comm nccl: the activations of the tp and pp groups (stories260K) and the MoE all-to-all of the
+// ep group (Mixtral, dp 2 x ep 2) travel through NCCL on device buffers; with the CPU backend every
+// buffer is host memory and takes the communicator's MPI path. NCCL refuses two ranks of one
+// communicator on one GPU, so this needs a GPU per rank: over the emulated runtime every rank has
+// its own emulated GPU (kernels/cuda_emu/nccl.h); a one-GPU machine skips it.
+TEST(CudaBackend, NcclLayoutsMatchCpu) {
+  SHARDLM_REQUIRE_GPU_PER_RANK(2);
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  test::check_layout_runs(
+      model,
+      {{2, "--backend cuda --tp 2 --comm nccl"}, {2, "--backend cuda --pp 2 --comm nccl"}, {2, "--tp 2 --comm nccl"}},
+      true, "nccl-stories260k");
+  test::check_layout_runs(make("tiny-mixtral", "fp32"), {{2, "--backend cuda --dp 2 --ep 2 --comm nccl"}}, false,
+                          "nccl-mixtral");
+}
+
+// --cuda-graphs with tp over NCCL: each tp rank captures its decode steps with the layers' NCCL
+// all-reduces queued on the captured stream, and replays them in step with the others; the tokens
+// and logprobs must be the eager run's. Over MPI the tp all-reduce cannot be captured: the run
+// says so and runs eagerly.
+TEST(CudaBackend, CudaGraphsWithTpOverNcclMatchEager) {
+  SHARDLM_REQUIRE_GPU_PER_RANK(2);
+  SHARDLM_REQUIRE_SHARED(stories, "models/stories260K");
+  const fs::path d = test::fresh_dir("cuda-graphs-tp");
+  test::write_layout_prompts(d / "p.jsonl", 12, true);
+  const std::string common = " run --model " + stories + " --prompts " + (d / "p.jsonl").string() +
+                             " --threads 1 --seed 3 --max-seqs 5 --max-batch-tokens 48 --backend cuda --tp 2";
+  Proc eager = sh(test::mpirun(2) + shardlm_bin() + common + " --comm nccl -q --out " + (d / "eager.h5").string());
+  Proc graphs = sh(test::mpirun(2) + shardlm_bin() + common +
+                   " --comm nccl --cuda-graphs --progress-interval 0 --out " + (d / "graphs.h5").string());
+  ASSERT_EQ(eager.code, 0) << eager.out;
+  ASSERT_EQ(graphs.code, 0) << graphs.out;
+  EXPECT_NE(graphs.out.find("(CUDA graphs)"), std::string::npos) << graphs.out;
+  EXPECT_EQ(graphs.out.find("every step runs eagerly"), std::string::npos) << graphs.out;
+  test::expect_same_run(test::read_run((d / "eager.h5").string()), test::read_run((d / "graphs.h5").string()),
+                        "cuda graphs tp 2 over nccl");
+  test::write_file(d / "one.jsonl", "{\"id\": \"a\", \"prompt_token_ids\": [1, 403], \"max_tokens\": 2}\n");
+  Proc mpi =
+      sh(test::mpirun(2) + shardlm_bin() + " run --model " + stories + " --prompts " + (d / "one.jsonl").string() +
+         " --backend cuda --tp 2 --comm mpi --cuda-graphs --out " + (d / "mpi.h5").string());
+  ASSERT_EQ(mpi.code, 0) << mpi.out;
+  EXPECT_NE(mpi.out.find("every step runs eagerly: graphs with tp need --comm nccl"), std::string::npos) << mpi.out;
+}
+
 // bf16 weights: the GPU multiplies bf16 activations, the CPU fp32 ones, so sampled continuations
 // may part after a while; the greedy first token of each prompt must still agree.
 TEST(CudaBackend, Bf16GreedyFirstTokensMatchCpu) {

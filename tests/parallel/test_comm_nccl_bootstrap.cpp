@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -305,9 +306,17 @@ TEST(NcclGpu, EveryOpOnDeviceBuffers) {
       }
       EXPECT_EQ(r2.get(), vals<int32_t>(prev, count)) << "send/recv" << at;
       DeviceVec<int32_t> r3(count);
-      // Send before receive on every rank: NCCL would hold an early irecv on the stream.
-      auto sq = c.isend(s.p, count, CommDType::kI32, next, 3);
-      auto rq = c.irecv(r3.p, count, CommDType::kI32, prev, 3);
+      // Outside a group NCCL's send and receive each block the stream until the peer's matching
+      // call runs (NCCL's point-to-point documentation), so a ring where every rank sends first
+      // may deadlock: rank 0 sends first and the others receive first, as with send/recv above.
+      std::unique_ptr<CommRequest> sq, rq;
+      if (g == 0) {
+        sq = c.isend(s.p, count, CommDType::kI32, next, 3);
+        rq = c.irecv(r3.p, count, CommDType::kI32, prev, 3);
+      } else {
+        rq = c.irecv(r3.p, count, CommDType::kI32, prev, 3);
+        sq = c.isend(s.p, count, CommDType::kI32, next, 3);
+      }
       sq->wait();
       rq->wait();
       EXPECT_EQ(r3.get(), vals<int32_t>(prev, count)) << "isend/irecv" << at;
@@ -340,6 +349,34 @@ TEST(NcclGpu, TwoRanksOnOneGpuFailClearly) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
+
+#ifdef SHARDLM_CUDA_EMULATION
+// A device-side failure (here a receive shorter than its message, which the emulated NCCL turns
+// into an async error, as NCCL reports a failed peer or network) ends the wait with an Error naming
+// the operation, the group, the rank and the error, and aborts the communicator, which then refuses
+// device calls. Emulated only: NCCL leaves mismatched counts undefined.
+TEST(NcclGpu, AsyncErrorAbortsTheCommunicatorClearly) {
+  SHARDLM_REQUIRE_GPU();
+  const NodeLocal nl = node_local();
+  if (MpiEnv::size() < 2 || !every_rank_has_own_gpu(nl)) GTEST_SKIP() << "needs two ranks with a GPU each";
+  ASSERT_GE(bind_local_gpu(nl), 0);
+  if (MpiEnv::rank() < 2) {
+    NcclCommunicator c({0, 1}, "pair", kTimeout);
+    DeviceVec<int32_t> s(vals<int32_t>(0, 8)), r(4);
+    if (c.rank() == 0) {
+      c.send(s.p, 8, CommDType::kI32, 1, 0);
+    } else {
+      const std::string msg = message_of([&] { c.recv(r.p, 4, CommDType::kI32, 0, 0); });
+      EXPECT_NE(msg.find("recv on group pair failed on rank 1 (world rank 1"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("unhandled system error (MPI: "), std::string::npos) << msg;
+      EXPECT_NE(msg.find("(communicator aborted)"), std::string::npos) << msg;
+      const std::string again = message_of([&] { c.all_reduce(r.p, 4, CommDType::kI32, ReduceOp::kSum); });
+      EXPECT_NE(again.find("the NCCL communicator was aborted after an earlier error"), std::string::npos) << again;
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+#endif  // SHARDLM_CUDA_EMULATION
 
 #endif  // SHARDLM_HAVE_NCCL
 
