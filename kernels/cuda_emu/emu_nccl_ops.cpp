@@ -216,11 +216,13 @@ ncclResult_t ncclGroupEnd() {
   if (--g.depth > 0) return ncclSuccess;
   std::vector<Op> ops = std::move(g.ops);
   g.ops.clear();
-  // One piece of work per stream, in the order the streams were first used.
+  // One piece of work per (stream, communicator), in first-use order: its errors are that
+  // communicator's.
   while (!ops.empty()) {
     const cudaStream_t s = ops.front().stream;
+    const ncclComm* c = ops.front().comm;
     std::vector<Op> same, rest;
-    for (Op& op : ops) (op.stream == s ? same : rest).push_back(std::move(op));
+    for (Op& op : ops) (op.stream == s && op.comm == c ? same : rest).push_back(std::move(op));
     issue(std::move(same));
     ops = std::move(rest);
   }

@@ -280,9 +280,11 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
   if (exec == nullptr) return cudaErrorInvalidValue;
   if (capture().active) return cudaErrorStreamCaptureUnsupported;
   settle(s);
-  g_replaying = true;
+  struct Replaying {  // reset also when a node throws
+    Replaying() { g_replaying = true; }
+    ~Replaying() { g_replaying = false; }
+  } replaying;
   for (auto& w : exec->work) w->run();
-  g_replaying = false;
   return cudaSuccess;
 }
 cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
