@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "arch/moe_test_util.h"
+#include "common/test_dirs.h"
 #include "parallel/communicator.h"
 #include "parallel/mpi_env.h"
 
@@ -42,13 +43,6 @@ std::vector<int> all_ranks() {
   std::vector<int> r(static_cast<size_t>(world_size()));
   for (size_t i = 0; i < r.size(); ++i) r[i] = static_cast<int>(i);
   return r;
-}
-
-std::filesystem::path fresh_dir(const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / ("shardlm-test-" + name + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
 }
 
 // This rank's copy of the case's checkpoint (same bytes on every rank), removed at the end.

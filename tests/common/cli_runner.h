@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/h5_read.h"
+#include "common/test_dirs.h"
 
 namespace shardlm::test {
 
@@ -66,13 +67,6 @@ inline int wait_exit(pid_t pid) {
   int st = 0;
   waitpid(pid, &st, 0);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-inline std::filesystem::path fresh_dir(const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / ("shardlm-test-" + name + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
 }
 
 struct RunOutput {

@@ -1,14 +1,13 @@
 // A random checkpoint of an inputs/models config, made in-process once per (config, dtype, seed)
-// and test process, under the system temp directory.
+// and test process, under the system temp directory (removed at the process's exit).
 #pragma once
-
-#include <unistd.h>
 
 #include <filesystem>
 #include <map>
 #include <string>
 #include <tuple>
 
+#include "common/test_dirs.h"
 #include "core/dtype.h"
 #include "model/make_model.h"
 
@@ -18,10 +17,7 @@ inline std::string tiny_model_dir(const std::string& config, DType dtype = DType
   static std::map<std::tuple<std::string, int, uint64_t>, std::string> made;
   const auto key = std::make_tuple(config, static_cast<int>(dtype), seed);
   if (auto it = made.find(key); it != made.end()) return it->second;
-  const auto root = std::filesystem::temp_directory_path() /
-                    ("shardlm-test-" + config + "-" + std::to_string(static_cast<int>(dtype)) + "-" +
-                     std::to_string(seed) + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(root);
+  const auto root = fresh_dir(config + "-" + std::to_string(static_cast<int>(dtype)) + "-" + std::to_string(seed));
   const std::string dir = (root / "m").string();
   make_model({std::string(SHARDLM_SOURCE_DIR) + "/inputs/models/" + config + ".json", dir, dtype, seed, ""});
   return made[key] = dir;

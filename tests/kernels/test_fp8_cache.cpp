@@ -33,8 +33,8 @@ constexpr uint8_t kUnwritten = 0x7f;  // NaN: an unwritten row shows in the resu
 }  // namespace
 
 // The kernels' vector read-back (16 codes at a time) gives the scalar rule's bits for every code
-// under every scale, NaN codes as NaN: the portable integer form, the F16C form where the target
-// has it, and the row walk with its tail.
+// under every scale, NaN codes as NaN: the portable integer form, the F16C and AVX-512 forms where
+// the target has them, and the row walk with its tail.
 TEST(Fp8Cache, VectorReadBackIsTheScalarRule) {
   using cpu::detail::v16f;
   uint8_t codes[256];
@@ -43,6 +43,9 @@ TEST(Fp8Cache, VectorReadBackIsTheScalarRule) {
       {"portable", cpu::detail::fp8_impl::widen_portable}, {"widen16", cpu::detail::widen16}};
 #if defined(__F16C__)
   forms.push_back({"f16c", cpu::detail::fp8_impl::widen_f16c});
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+  forms.push_back({"avx512", cpu::detail::fp8_impl::widen_avx512});
 #endif
   for (float scale : {1.0f, 0.0371f, 3.3f, 1.0f / 448.0f, 1e-30f}) {
     for (const auto& [name, widen] : forms) {
