@@ -2,11 +2,12 @@
 // send/recv, size by size, in the format of nccl-tests (time, algorithm and bus bandwidth,
 // #wrong), so that the same nodes can be compared with all_reduce_perf & co.
 //
-//   mpirun -np N shardlm bench-comm [--comm mpi|nccl] [--op all] [--min-bytes 8] [--max-bytes 64M] [--iters 20]
+//   mpirun -np N shardlm bench-comm [--comm mpi|fabric|nccl] [--buffers auto|host|device] [--op all] [--max-bytes 64M]
 //
-// With --comm nccl the buffers are device memory (cudaMalloc; the input pattern is copied in and
-// the results copied back for the check), so the figures are NCCL's; each rank binds the GPU of
-// its local rank first. With mpi they are host memory.
+// Each rank binds the GPU of its local rank first. With --comm nccl the buffers are device memory
+// (allocated through the communicator's memory space; the input pattern is copied in and the
+// results copied back for the check), so the figures are NCCL's. With mpi or fabric they are host
+// memory, or with --buffers device (on a GPU) device memory staged through pinned host buffers.
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
@@ -25,17 +26,9 @@
 #include "core/error.h"
 #include "parallel/communicator.h"
 #include "parallel/gpu_binding.h"
+#include "parallel/memory_space.h"
 #include "parallel/mpi_env.h"
 #include "parallel/node_local.h"
-
-#ifdef SHARDLM_HAVE_CUDA
-#include <cuda_runtime.h>
-
-#include "cuda/device_info.h"
-#endif
-#ifdef SHARDLM_HAVE_NCCL
-#include <nccl.h>
-#endif
 
 namespace po = boost::program_options;
 
@@ -184,7 +177,7 @@ struct Options {
   uint64_t min_bytes = 8, max_bytes = 64ull << 20;
   int step = 2, iters = 20, warmup = 5;
   bool check = true, inject_wrong = false;
-  bool device = false;  // device buffers (--comm nccl)
+  MemorySpace* device = nullptr;  // device buffers (--buffers device): the communicator's memory
   std::string min_text, max_text;
 };
 
@@ -198,27 +191,22 @@ CommDType dtype_of() {
   return std::is_same_v<T, float> ? CommDType::kF32 : CommDType::kI32;
 }
 
-// The input and output of one size: host vectors, and for device runs their device copies, which
-// are what the communicator sees.
+// The input and output of one size: host vectors, and for device runs their device copies (in the
+// communicator's device memory), which are what the communicator sees.
 template <typename T>
 class Buffers {
  public:
-  Buffers(size_t send_n, size_t recv_n, bool device) : send(send_n), recv(recv_n), device_(device) {
-#ifdef SHARDLM_HAVE_CUDA
-    // At least one element, so that every rank passes a real device pointer even for size 0.
+  Buffers(size_t send_n, size_t recv_n, MemorySpace* device) : send(send_n), recv(recv_n), device_(device) {
     if (device_) {
-      check(cudaMalloc(&dsend_, std::max<size_t>(send_n, 1) * sizeof(T)), "cudaMalloc");
-      check(cudaMalloc(&drecv_, std::max<size_t>(recv_n, 1) * sizeof(T)), "cudaMalloc");
+      dsend_ = static_cast<T*>(device_->alloc_device(send_n * sizeof(T)));
+      drecv_ = static_cast<T*>(device_->alloc_device(recv_n * sizeof(T)));
     }
-#else
-    SHARDLM_CHECK(!device_, "shardlm bench-comm: device buffers need a CUDA build");
-#endif
   }
   ~Buffers() {
-#ifdef SHARDLM_HAVE_CUDA
-    if (dsend_) cudaFree(dsend_);
-    if (drecv_) cudaFree(drecv_);
-#endif
+    if (device_) {
+      device_->free_device(dsend_);
+      device_->free_device(drecv_);
+    }
   }
   Buffers(const Buffers&) = delete;
   Buffers& operator=(const Buffers&) = delete;
@@ -227,29 +215,19 @@ class Buffers {
   T* recv_ptr() { return device_ ? drecv_ : recv.data(); }
   // Host vectors to the device buffers (no-op for host runs).
   void upload() {
-#ifdef SHARDLM_HAVE_CUDA
     if (!device_) return;
-    if (!send.empty()) check(cudaMemcpy(dsend_, send.data(), send.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
-    if (!recv.empty()) check(cudaMemcpy(drecv_, recv.data(), recv.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
-#endif
+    device_->to_device(dsend_, send.data(), send.size() * sizeof(T));
+    device_->to_device(drecv_, recv.data(), recv.size() * sizeof(T));
   }
   // The device output back to the host vector (no-op for host runs).
   void download() {
-#ifdef SHARDLM_HAVE_CUDA
-    if (device_ && !recv.empty())
-      check(cudaMemcpy(recv.data(), drecv_, recv.size() * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
-#endif
+    if (device_) device_->to_host(recv.data(), drecv_, recv.size() * sizeof(T));
   }
 
   std::vector<T> send, recv;
 
  private:
-#ifdef SHARDLM_HAVE_CUDA
-  static void check(cudaError_t e, const char* what) {
-    SHARDLM_CHECK(e == cudaSuccess, "shardlm bench-comm: " << what << ": " << cudaGetErrorString(e));
-  }
-#endif
-  bool device_;
+  MemorySpace* device_;  // null: host buffers
   T* dsend_ = nullptr;
   T* drecv_ = nullptr;
 };
@@ -381,7 +359,7 @@ int bench_all(Communicator& comm, const Options& o, const char* type_name, const
 }  // namespace
 
 int cmd_bench_comm(int argc, char** argv) {
-  std::string backend = "mpi", backend_alias, group = "world", op_text = "all", dtype = "float";
+  std::string backend = "mpi", backend_alias, group = "world", op_text = "all", dtype = "float", buffers_text = "auto";
   Options o;
   o.min_text = "8";
   o.max_text = "64M";
@@ -390,8 +368,8 @@ int cmd_bench_comm(int argc, char** argv) {
   po::options_description d("shardlm bench-comm options");
   d.add_options()("comm", po::value(&backend)->default_value(backend),
                   "communicator backend: mpi or fabric (host buffers), nccl (device buffers)")(
-      "backend", po::value(&backend_alias), "same as --comm")(
-      "group", po::value(&group)->default_value(group), "ranks taking part: world")(
+      "backend", po::value(&backend_alias), "same as --comm")("group", po::value(&group)->default_value(group),
+                                                              "ranks taking part: world")(
       "op", po::value(&op_text)->default_value(op_text),
       "all, or a comma list of all_reduce, all_gather, reduce_scatter, all_to_all, sendrecv")(
       "min-bytes,b", po::value(&o.min_text)->default_value(o.min_text), "smallest size (K/M/G suffixes)")(
@@ -402,6 +380,8 @@ int cmd_bench_comm(int argc, char** argv) {
       "timeout", po::value(&timeout)->default_value(timeout), "seconds any rank waits for its peers before failing")(
       "check,c", po::value(&check)->default_value(check), "1: verify every element of one extra run of each size")(
       "dtype", po::value(&dtype)->default_value(dtype), "float or int32")(
+      "buffers", po::value(&buffers_text)->default_value(buffers_text),
+      "host, device, or auto (device for nccl, host for the others)")(
       "inject-wrong", po::bool_switch(&o.inject_wrong), "testing: corrupt one received element on the last rank");
   po::variables_map vm;
   if (!parse_subcommand(argc, argv, "bench-comm",
@@ -412,7 +392,6 @@ int cmd_bench_comm(int argc, char** argv) {
                   "shardlm bench-comm: --comm " << backend << " and --backend " << backend_alias << " disagree");
     backend = backend_alias;
   }
-  o.device = backend == "nccl";
   o.min_bytes = parse_size(o.min_text, "--min-bytes");
   o.max_bytes = parse_size(o.max_text, "--max-bytes");
   o.ops = parse_ops(op_text);
@@ -422,26 +401,27 @@ int cmd_bench_comm(int argc, char** argv) {
   SHARDLM_CHECK(o.iters >= 1 && o.warmup >= 0, "shardlm bench-comm: --iters must be >= 1 and --warmup >= 0");
   SHARDLM_CHECK(dtype == "float" || dtype == "int32", "shardlm bench-comm: --dtype must be float or int32, not '" << dtype << "'");
   SHARDLM_CHECK(group == "world", "shardlm bench-comm: --group '" << group << "' unknown (world)");
+  SHARDLM_CHECK(buffers_text == "auto" || buffers_text == "host" || buffers_text == "device",
+                "shardlm bench-comm: --buffers must be auto, host or device, not '" << buffers_text << "'");
+  const bool device_buffers = buffers_text == "device" || (buffers_text == "auto" && backend == "nccl");
 
   std::vector<int> members(static_cast<size_t>(MpiEnv::size()));
   for (size_t i = 0; i < members.size(); ++i) members[i] = static_cast<int>(i);
   const int gpu = bind_local_gpu(node_local());  // collective: every rank calls it
   std::unique_ptr<Communicator> comm = make_communicator(backend, members, group, timeout);
+  const std::shared_ptr<MemorySpace> device_memory = device_buffers ? comm->device_memory() : nullptr;
+  // Every rank checks the same thing (the same build, a GPU on each or on none), so all fail alike.
+  SHARDLM_CHECK(!device_buffers || device_memory, "shardlm bench-comm: --comm "
+                                                      << backend << " on rank " << MpiEnv::rank()
+                                                      << " has no device memory (no GPU, or a build without CUDA)");
+  o.device = device_memory.get();
   const std::string hosts = host_summary(*comm);
   std::string buffers = "host memory";
-  if (!comm->transport().empty()) buffers += ", " + comm->transport();
   if (o.device) {
-    buffers = "device memory (rank 0: GPU " + std::to_string(gpu);
-#ifdef SHARDLM_HAVE_CUDA
-    buffers += ", " + cuda::device_name(gpu);
-#endif
-    buffers += ")";
-#ifdef SHARDLM_HAVE_NCCL
-    int v = 0;
-    ncclGetVersion(&v);
-    buffers += ", NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
-#endif
+    const std::string name = o.device->device_name(gpu);
+    buffers = "device memory (rank 0: GPU " + std::to_string(gpu) + (name.empty() ? "" : ", " + name) + ")";
   }
+  if (!comm->transport().empty()) buffers += ", " + comm->transport();
   char head[1024];
   std::snprintf(head, sizeof head,
                 "# shardlm bench-comm: backend %s, group %s, %d ranks on %s\n# MPI library: %s\n"

@@ -171,6 +171,15 @@ std::string NcclCommunicator::all_peers() const {
   return s;
 }
 
+std::string NcclCommunicator::transport() const {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess || v <= 0) return "NCCL (no version: the emulation over MPI)";
+  // NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch since 2.9.
+  return "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
+std::shared_ptr<MemorySpace> NcclCommunicator::device_memory() const { return cuda_memory_space(); }
+
 std::string NcclCommunicator::peer_text(int group_rank) const {
   return "world rank " + std::to_string(world_rank_of(group_rank)) + " (group rank " + std::to_string(group_rank) + ")";
 }

@@ -70,6 +70,8 @@ class NcclCommunicator final : public Communicator {
   void send_recv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count, int source,
                  CommDType t, int tag) override;
   void barrier() override;  // over MPI
+  std::string transport() const override;  // "NCCL 2.21.5"
+  std::shared_ptr<MemorySpace> device_memory() const override;
   // On `stream` without waiting (a step being captured); its completion is the stream's.
   bool can_enqueue() const override { return true; }
   void enqueue_all_reduce(void* buf, size_t count, CommDType t, ReduceOp op, void* stream) override;

@@ -46,6 +46,7 @@ class StagedCommunicator final : public Communicator {
                  CommDType t, int tag) override;
   void barrier() override;
   std::string transport() const override { return inner_->transport(); }
+  std::shared_ptr<MemorySpace> device_memory() const override { return memory_; }
 
   Communicator& inner() { return *inner_; }
   MemorySpace& memory() { return *memory_; }

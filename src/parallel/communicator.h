@@ -15,6 +15,8 @@
 
 namespace shardlm {
 
+class MemorySpace;  // parallel/memory_space.h
+
 enum class ReduceOp { kSum, kMax, kMin };
 enum class CommDType { kF32, kI32, kI64, kU8 };
 size_t comm_dtype_size(CommDType t);
@@ -75,6 +77,9 @@ class Communicator {
   // What carries the bytes, for run headers ("libfabric tcp;ofi_rxm (fabric 192.0.2.0/24, domain
   // eth0)"); "" where the backend name says it all.
   virtual std::string transport() const { return ""; }
+  // The memory whose buffers this backend moves itself (NCCL: CUDA device memory), for callers
+  // that must allocate such buffers (shardlm bench-comm); null for host-memory backends.
+  virtual std::shared_ptr<MemorySpace> device_memory() const { return nullptr; }
 
   // For steps captured as CUDA graphs: queues an in-place all-reduce of device memory on `stream`
   // (a cudaStream_t, the one being captured) and returns without waiting for it, so the capture

@@ -1,7 +1,9 @@
 // Compiled into every program built with shardlm_comm_nccl_emu (see src/parallel/CMakeLists.txt):
 // "nccl" there is the NcclCommunicator built over the emulated NCCL and CUDA runtime (whose name
-// NcclCommunicator stands for in such a program), and ranks bind to the emulated GPUs by the rule
-// of gpu_binding.h (the program's own call reaches the real runtime, which has none here).
+// NcclCommunicator stands for in such a program), "mpi" stages device buffers through the emulated
+// runtime's host memory as comm_registry.cpp's does through the real one on a GPU machine, and
+// ranks bind to the emulated GPUs by the rule of gpu_binding.h (the program's own call reaches the
+// real runtime, which has none here).
 #include <cuda_runtime.h>
 
 #include <memory>
@@ -10,9 +12,12 @@
 
 #include "core/error.h"
 #include "cuda/device_info.h"
+#include "parallel/comm_mpi.h"
 #include "parallel/comm_nccl.h"
+#include "parallel/comm_staged.h"
 #include "parallel/communicator.h"
 #include "parallel/gpu_binding.h"
+#include "parallel/memory_space.h"
 
 namespace shardlm {
 namespace {
@@ -34,7 +39,15 @@ std::unique_ptr<Communicator> make_nccl(const std::vector<int>& members, const s
   return std::make_unique<NcclCommunicator>(members, name, timeout_s);
 }
 
-const bool registered = (override_communicator("nccl", &make_nccl), override_gpu_binding(&bind_emulated_gpu), true);
+std::unique_ptr<Communicator> make_staged_mpi(const std::vector<int>& members, const std::string& name,
+                                              double timeout_s) {
+  auto host = std::make_unique<MpiCommunicator>(members, name, timeout_s);
+  if (cuda::device_count() <= 0) return host;
+  return std::make_unique<StagedCommunicator>(std::move(host), cuda_memory_space());
+}
+
+const bool registered = (override_communicator("nccl", &make_nccl), override_communicator("mpi", &make_staged_mpi),
+                         override_gpu_binding(&bind_emulated_gpu), true);
 
 }  // namespace
 }  // namespace shardlm

@@ -1,6 +1,7 @@
 // Where a buffer lives, and how to move bytes between it and host memory. The staged MPI
 // communicator goes through this interface so that its staging logic is tested without a GPU
-// (tests use a heap arena that counts as "device" memory).
+// (tests use a heap arena that counts as "device" memory); shardlm bench-comm allocates its device
+// buffers through the space of the communicator it measures.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +22,11 @@ class MemorySpace {
   // Host memory for staging (pinned where the backend has it: faster copies).
   virtual void* alloc_host_staging(size_t bytes) = 0;
   virtual void free_host_staging(void* p) = 0;
+  // Device memory on the current device (at least one byte, so that size 0 is a real pointer).
+  virtual void* alloc_device(size_t bytes) = 0;
+  virtual void free_device(void* p) = 0;
+  // What device d is ("NVIDIA H200"), "" when the space cannot say.
+  virtual std::string device_name(int device) const = 0;
 };
 
 // CUDA memory (cudaPointerGetAttributes, cudaMemcpy, cudaMallocHost). Only in CUDA builds.

@@ -37,6 +37,23 @@ class CudaMemorySpace final : public MemorySpace {
   void free_host_staging(void* p) override {
     if (p != nullptr) cudaFreeHost(p);
   }
+  void* alloc_device(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes > 0 ? bytes : 1);
+    SHARDLM_CHECK(e == cudaSuccess, "cudaMalloc of " << bytes << " bytes failed: " << cudaGetErrorString(e));
+    return p;
+  }
+  void free_device(void* p) override {
+    if (p != nullptr) cudaFree(p);
+  }
+  std::string device_name(int device) const override {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+      cudaGetLastError();
+      return "";
+    }
+    return prop.name;
+  }
 };
 
 }  // namespace

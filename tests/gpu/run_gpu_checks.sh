@@ -3,8 +3,8 @@
 # references, the NCCL and staged-MPI communicator tests, --backend cuda end to end against the CPU
 # backend (stories260K and the tiny dense, MoE and MLA models; 2 ranks sharing the GPU with
 # --comm mpi and --comm fabric), and the GPU benchmarks (decode and prefill tok/s, cuBLAS GEMM TFLOP/s, sampling
-# us/row, and one DeepSeek-sized MoE layer's grouped expert GEMMs, beside the H200's 4.8 TB/s and
-# 989 TFLOP/s).
+# us/row, one DeepSeek-sized MoE layer's grouped expert GEMMs, beside the H200's 4.8 TB/s and
+# 989 TFLOP/s, and bench-comm on device buffers).
 #
 #   tests/gpu/run_gpu_checks.sh BUILD_DIR LOG_DIR [SHARED_DIR]
 #
@@ -71,5 +71,11 @@ run bench "$build/shardlm" bench --model "$model" --backend cuda --prompt-len 20
 #    bf16 peak and the HBM bandwidth.
 run bench-moe "$build/shardlm" bench-moe --backend cuda --hidden 7168 --experts 32 --inter 2048 --top-k 8 \
   --groups 8 --topk-groups 4 --shared 1 --tokens 16,128,1024,4096 --iters 10 --warmup 2
+# 5. bench-comm on device buffers: NCCL on the one GPU (one rank: the device path and its check;
+#    bus bandwidth needs 2+ GPUs), and 2 ranks sharing it over MPI staged through pinned memory.
+mpiexec=$(command -v mpiexec || echo "$mpiexec_then")
+run bench-comm-nccl "$mpiexec" -np 1 "$build/shardlm" bench-comm --comm nccl --max-bytes 256M --iters 5
+run bench-comm-staged "$mpiexec" -np 2 "$build/shardlm" bench-comm --comm mpi --buffers device --max-bytes 256M \
+  --iters 5
 step "done: status $status"
 exit $status

@@ -23,7 +23,7 @@ class FakeDeviceMemory final : public MemorySpace {
   }
 
   // Bump allocation inside the arena, 64-byte aligned; nothing is freed until reset().
-  void* alloc_device(size_t bytes) {
+  void* alloc_device(size_t bytes) override {
     const size_t off = (used_ + 63) / 64 * 64;
     SHARDLM_CHECK(off + bytes <= arena_.size(), "fake device arena full");
     used_ = off + bytes;
@@ -34,6 +34,8 @@ class FakeDeviceMemory final : public MemorySpace {
     return static_cast<T*>(alloc_device(n * sizeof(T)));
   }
   void reset() { used_ = 0; }
+  void free_device(void*) override {}
+  std::string device_name(int) const override { return "fake device"; }
 
   std::string name() const override { return "fake device arena"; }
   bool is_device(const void* p) const override {
