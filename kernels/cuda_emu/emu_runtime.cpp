@@ -1,6 +1,7 @@
 // The runtime API over host memory: allocations are aligned host blocks, copies are memcpy, and
 // every call completes before it returns, unless a stream is being captured (then the stream's
 // work is recorded into a graph) or the work is an operation in flight (Pending: emulated NCCL).
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -20,6 +21,7 @@ struct State {
   cudaError_t last = cudaSuccess;
   std::string message;
   std::map<const char*, size_t> device, host;  // allocations: start -> bytes
+  size_t device_bytes = 0;                     // device allocations, rounded as allocated
 };
 State& state() {
   static State s;
@@ -61,19 +63,43 @@ int& current_device() {
   return d;
 }
 
+// SHARDLM_EMULATED_GPU_MEMORY_MIB of device memory per process (default 141 GiB, an H200's):
+// cudaMalloc past it fails as on the device, and cudaMemGetInfo reports what is left, so code that
+// sizes itself by free memory (the KV cache's auto budget) is tested with small devices.
+size_t device_memory_bytes() {
+  static const size_t n = [] {
+    const char* v = std::getenv("SHARDLM_EMULATED_GPU_MEMORY_MIB");
+    const long long mib = v != nullptr ? std::atoll(v) : 141LL * 1024;
+    return static_cast<size_t>(mib > 0 ? mib : 0) << 20;
+  }();
+  return n;
+}
+
 using Allocations = std::map<const char*, size_t> State::*;
+
+size_t rounded_size(size_t bytes) { return bytes > 0 ? (bytes + 255) / 256 * 256 : 256; }
 
 // Device memory is 256-byte aligned, as cudaMalloc's is; every allocation starts as NaN bytes, not
 // zeros, so a kernel that reads memory nobody wrote shows it.
 cudaError_t allocate(void** p, size_t bytes, Allocations which) {
   if (p == nullptr) return cudaErrorInvalidValue;
-  const size_t rounded = (bytes + 255) / 256 * 256;
-  *p = std::aligned_alloc(256, rounded > 0 ? rounded : 256);
+  const size_t rounded = rounded_size(bytes);
+  const bool device = which == &State::device;
+  if (device) {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (rounded > device_memory_bytes() - std::min(s.device_bytes, device_memory_bytes())) {
+      *p = nullptr;
+      return cudaErrorMemoryAllocation;
+    }
+  }
+  *p = std::aligned_alloc(256, rounded);
   if (*p == nullptr) return cudaErrorMemoryAllocation;
   std::memset(*p, 0xff, rounded);
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   (s.*which)[static_cast<const char*>(*p)] = bytes;
+  if (device) s.device_bytes += rounded;
   return cudaSuccess;
 }
 
@@ -82,7 +108,10 @@ cudaError_t release(void* p, Allocations which) {
   if (p == nullptr) return cudaSuccess;
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
-  if ((s.*which).erase(static_cast<const char*>(p)) == 0) return cudaErrorInvalidValue;
+  auto it = (s.*which).find(static_cast<const char*>(p));
+  if (it == (s.*which).end()) return cudaErrorInvalidValue;
+  if (which == &State::device) s.device_bytes -= rounded_size(it->second);
+  (s.*which).erase(it);
   std::free(p);
   return cudaSuccess;
 }
@@ -334,8 +363,10 @@ cudaError_t cudaStreamQuery(cudaStream_t s) { return busy(s) ? cudaErrorNotReady
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   if (free_bytes == nullptr || total_bytes == nullptr) return cudaErrorInvalidValue;
-  *total_bytes = size_t{141} << 30;
-  *free_bytes = size_t{140} << 30;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  *total_bytes = device_memory_bytes();
+  *free_bytes = *total_bytes - std::min(s.device_bytes, *total_bytes);
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
@@ -452,7 +483,13 @@ const char* cudaGetErrorString(cudaError_t e) {
   std::lock_guard<std::mutex> lock(s.mu);
   // The message of the error last recorded, when it is this one: it names the kernel and thread.
   thread_local std::string text;
-  text = (e == s.last || s.last == cudaSuccess) && !s.message.empty() ? s.message : "error " + std::to_string(e);
+  if ((e == s.last || s.last == cudaSuccess) && !s.message.empty()) {
+    text = s.message;
+  } else if (e == cudaErrorMemoryAllocation) {
+    text = "out of memory";  // the runtime's own words
+  } else {
+    text = "error " + std::to_string(e);
+  }
   return text.c_str();
 }
 

@@ -3,7 +3,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <algorithm>
 #include <fstream>
+#include <iomanip>
+#include <sstream>
 #include <unordered_set>
 
 #include "arch/model.h"
@@ -132,6 +135,57 @@ void print_header(const std::vector<RankRecord>& ranks, const Topology& topo, co
   }
 }
 
+// "126.9 GiB", "3.4 MiB".
+std::string memory_text(double bytes) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(1);
+  if (bytes >= double(1ull << 30)) {
+    s << bytes / double(1ull << 30) << " GiB";
+  } else {
+    s << bytes / double(1ull << 20) << " MiB";
+  }
+  return s.str();
+}
+
+// Ranks of this node bound to the same GPU as this one (several when a node has more ranks than
+// GPUs): they split its free memory. Collective over the world: when it returns, every rank has
+// loaded its weights, so the free memory each then sees is what all of them left.
+int ranks_sharing_gpu(Communicator* world, const NodeLocal& node, int gpu) {
+  if (world == nullptr) return 1;
+  const int32_t mine[2] = {node.node, gpu};
+  std::vector<int32_t> all(2 * static_cast<size_t>(world->size()));
+  world->all_gather(mine, all.data(), 2, CommDType::kI32);
+  int n = 0;
+  for (size_t r = 0; r < all.size(); r += 2) n += all[r] == mine[0] && all[r + 1] == mine[1];
+  return std::max(n, 1);
+}
+
+// The KV cache budget of this rank: --kv-cache-gb, or for auto, on a device, a share of the memory
+// free now that the weights are loaded, divided among the ranks sharing the device
+// (TensorRT-LLM's kv_cache_free_gpu_mem_fraction; what is left holds the activations, which grow
+// with the first large steps, and NCCL's buffers), and on the CPU 4 GiB. `how` says which, for the
+// run's header.
+struct KvBudget {
+  int64_t bytes = 0;
+  std::string how;
+};
+
+KvBudget kv_cache_budget(const RunOptions& opt, const ComputeBackend& backend, int sharing) {
+  if (const double gib = kv_cache_gib(opt); gib > 0) {
+    return {static_cast<int64_t>(gib * double(1ull << 30)), "--kv-cache-gb"};
+  }
+  size_t free_b = 0, total_b = 0;
+  if (!backend.device_memory(&free_b, &total_b)) return {int64_t{4} << 30, "auto: 4 GiB on the CPU"};
+  const auto bytes = static_cast<int64_t>(opt.kv_cache_free_fraction * static_cast<double>(free_b) / sharing);
+  std::ostringstream how;
+  how << "auto: " << opt.kv_cache_free_fraction << " of the " << memory_text(static_cast<double>(free_b)) << " of "
+      << memory_text(static_cast<double>(total_b)) << " free after loading";
+  if (sharing > 1) how << ", shared by " << sharing << " ranks";
+  SHARDLM_CHECK(bytes > 0, "--kv-cache-gb auto: no device memory is free after loading the weights ("
+                               << free_b << " of " << total_b << " bytes free); use a layout with more ranks");
+  return {bytes, how.str()};
+}
+
 EngineConfig engine_config(const RunOptions& opt, const ModelSpec& spec, const Topology& topo,
                            const std::string& prompts) {
   EngineConfig ec;
@@ -147,7 +201,6 @@ EngineConfig engine_config(const RunOptions& opt, const ModelSpec& spec, const T
   ec.defaults.stop = opt.stop;
   ec.defaults.ignore_eos = opt.ignore_eos;
   SHARDLM_CHECK(ec.defaults.validate().empty(), "run defaults: " << ec.defaults.validate());
-  ec.kv_cache_bytes = static_cast<int64_t>(opt.kv_cache_gb * (1ull << 30));
   ec.kv_dtype = resolve_kv_dtype(opt.kv_dtype, spec.torch_dtype);
   ec.progress_interval_s = opt.quiet ? 0 : opt.progress_interval;
   // With several replicas the share of each is not known in advance: the progress line shows the
@@ -246,7 +299,12 @@ int cmd_run(int argc, char** argv) {
   }
   // A GPU per rank (round-robin over the node's GPUs by local rank) before any communicator is
   // made: NCCL communicators and staged MPI buffers live on the current device.
-  if (opt.backend == "cuda" || opt.comm == "nccl") bind_local_gpu(node_local());
+  int gpu = -1;
+  NodeLocal node;
+  if (opt.backend == "cuda" || opt.comm == "nccl") {
+    node = node_local();
+    gpu = bind_local_gpu(node);
+  }
   LayoutGroups groups = make_layout_groups(topo, opt.comm, opt.comm_timeout);
   // The writer opens its file before any weight is read: a bad output path fails at once, and a
   // resumed file says which requests are done.
@@ -279,6 +337,9 @@ int cmd_run(int argc, char** argv) {
   }
   EngineConfig ec = engine_config(opt, spec, topo, opt.prompts);
   ec.lockstep = groups.dp_leaders.get();
+  const int sharing = opt.backend == "cuda" ? ranks_sharing_gpu(groups.world.get(), node, gpu) : 1;
+  const KvBudget kv_budget = kv_cache_budget(opt, *backend, sharing);
+  ec.kv_cache_bytes = kv_budget.bytes;
 
   // Load report: every rank's shard, printed once.
   if (!opt.quiet) {
@@ -302,6 +363,11 @@ int cmd_run(int argc, char** argv) {
     leader_model = broadcasting.get();
   }
   Engine engine(*leader_model, *tok, ec);
+  if (rank == 0 && !opt.quiet) {
+    std::fprintf(stderr, "[shardlm] KV cache on rank 0: %d blocks of %lld tokens (budget %s, %s)\n", engine.kv_blocks(),
+                 static_cast<long long>(ec.scheduler.block_size),
+                 memory_text(static_cast<double>(kv_budget.bytes)).c_str(), kv_budget.how.c_str());
+  }
   RequestReader reader(opt.prompts, prompt_format_from_name(opt.format));
   ReaderSource whole_file(reader);
   std::unique_ptr<ClaimingSource> claiming;
@@ -319,6 +385,8 @@ int cmd_run(int argc, char** argv) {
 
   write_attributes(*writer, opt, spec, topo, comm_transport(groups), started, argc, argv);
   write_fabric_attributes(*writer, fabric);
+  writer->set_attr("kv_cache_blocks", static_cast<int64_t>(engine.kv_blocks()));  // rank 0's
+  writer->set_attr("kv_cache_budget_bytes", kv_budget.bytes);
   if (!done.empty()) writer->set_attr("resumed_with_requests", static_cast<int64_t>(done.size()));
   RunStats stats;  // every replica's requests
   WriterSink writer_sink(*writer, stats, finished);

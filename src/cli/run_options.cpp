@@ -1,6 +1,8 @@
 #include "cli/run_options.h"
 
 #include <boost/program_options.hpp>
+#include <cmath>
+#include <exception>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -35,7 +37,8 @@ po::options_description describe(RunOptions& o) {
     ("ignore-eos", po::bool_switch(&o.ignore_eos), "keep generating past EOS")
     ("max-batch-tokens", po::value(&o.max_batch_tokens)->default_value(o.max_batch_tokens), "tokens per scheduler step (prefill chunks included)")
     ("max-seqs", po::value(&o.max_seqs)->default_value(o.max_seqs), "sequences running at once")
-    ("kv-cache-gb", po::value(&o.kv_cache_gb)->default_value(o.kv_cache_gb), "KV cache memory budget per rank, GiB")
+    ("kv-cache-gb", po::value(&o.kv_cache_gb)->default_value(o.kv_cache_gb), "KV cache memory budget per rank, GiB, or auto: on a GPU --kv-cache-free-fraction of the device memory free once the weights are loaded, on the CPU 4")
+    ("kv-cache-free-fraction", po::value(&o.kv_cache_free_fraction)->default_value(o.kv_cache_free_fraction), "with --kv-cache-gb auto on a GPU: the share of the free device memory the KV cache takes (the rest stays for activations and NCCL)")
     ("kv-dtype", po::value(&o.kv_dtype)->default_value(o.kv_dtype), "KV cache elements: fp32, bf16 (half the memory and the bytes decode attention reads), fp8 (e4m3, a quarter; scaled by the checkpoint's k_scale / v_scale, else 1), or auto: bf16 for a bfloat16 checkpoint, else fp32")
     ("block-size", po::value(&o.block_size)->default_value(o.block_size), "tokens per KV cache block")
     ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads per rank (0 = all cores)")
@@ -90,7 +93,9 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
   SHARDLM_CHECK(!o.prompts.empty(), "shardlm run: --prompts is required");
   SHARDLM_CHECK(!o.out.empty(), "shardlm run: --out is required");
   SHARDLM_CHECK(o.max_new_tokens >= 1, "--max-new-tokens must be >= 1");
-  SHARDLM_CHECK(o.kv_cache_gb > 0, "--kv-cache-gb must be positive");
+  kv_cache_gib(o);  // throws on anything but auto or a positive number
+  SHARDLM_CHECK(o.kv_cache_free_fraction > 0 && o.kv_cache_free_fraction <= 1,
+                "--kv-cache-free-fraction must be in (0, 1], not " << o.kv_cache_free_fraction);
   resolve_kv_dtype(o.kv_dtype, DType::F32);  // the one list of names: throws on any other
   SHARDLM_CHECK(o.block_size >= 1 && o.block_size <= 1024, "--block-size must be in [1, 1024]");
   SHARDLM_CHECK(o.threads >= 0, "--threads must be >= 0");
@@ -109,6 +114,20 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
   return true;
 }
 
+double kv_cache_gib(const RunOptions& o) {
+  if (o.kv_cache_gb == "auto") return 0;
+  size_t used = 0;
+  double gib = 0;
+  try {
+    gib = std::stod(o.kv_cache_gb, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  SHARDLM_CHECK(used == o.kv_cache_gb.size() && used > 0 && gib > 0 && std::isfinite(gib),
+                "--kv-cache-gb must be auto or a positive number of GiB, not '" << o.kv_cache_gb << "'");
+  return gib;
+}
+
 std::string to_ini(const RunOptions& o) {
   std::ostringstream s;
   s << "model = " << o.model << "\nprompts = " << o.prompts << "\nout = " << o.out << "\nformat = " << o.format
@@ -117,9 +136,11 @@ std::string to_ini(const RunOptions& o) {
     << "\ntop-p = " << o.top_p << "\ntop-k = " << o.top_k << "\nmin-p = " << o.min_p << "\nseed = " << o.seed;
   for (const auto& st : o.stop) s << "\nstop = " << st;
   s << "\nignore-eos = " << (o.ignore_eos ? "true" : "false") << "\nmax-batch-tokens = " << o.max_batch_tokens
-    << "\nmax-seqs = " << o.max_seqs << "\nkv-cache-gb = " << o.kv_cache_gb << "\nkv-dtype = " << o.kv_dtype << "\nblock-size = " << o.block_size
-    << "\nthreads = " << o.threads << "\nflush-every = " << o.flush_every << "\nflush-seconds = " << o.flush_seconds
-    << "\nresume = " << (o.resume ? "true" : "false") << "\ntp = " << o.tp << "\npp = " << o.pp << "\nreplicas = " << o.replicas << "\ndp = " << o.dp << "\nep = " << o.ep;
+    << "\nmax-seqs = " << o.max_seqs << "\nkv-cache-gb = " << o.kv_cache_gb
+    << "\nkv-cache-free-fraction = " << o.kv_cache_free_fraction << "\nkv-dtype = " << o.kv_dtype
+    << "\nblock-size = " << o.block_size << "\nthreads = " << o.threads << "\nflush-every = " << o.flush_every
+    << "\nflush-seconds = " << o.flush_seconds << "\nresume = " << (o.resume ? "true" : "false") << "\ntp = " << o.tp
+    << "\npp = " << o.pp << "\nreplicas = " << o.replicas << "\ndp = " << o.dp << "\nep = " << o.ep;
   if (!o.pp_layers.empty()) s << "\npp-layers = " << o.pp_layers;
   s << "\ncomm = " << o.comm << "\ncomm-timeout = " << o.comm_timeout
     << "\nrequire-efa = " << (o.require_efa ? "true" : "false") << "\nfabric-report = " << o.fabric_report << "\n";

@@ -26,7 +26,8 @@ struct RunOptions {
   bool ignore_eos = false;
   int64_t max_batch_tokens = 2048;
   int64_t max_seqs = 64;
-  double kv_cache_gb = 4.0;
+  std::string kv_cache_gb = "auto";     // per rank, GiB, or auto (kv_cache_gib)
+  double kv_cache_free_fraction = 0.9;  // auto on a GPU: this fraction of the memory free after loading
   std::string kv_dtype = "auto";  // KV cache elements: auto (the checkpoint's bf16, else fp32) | fp32 | bf16 | fp8
   int64_t block_size = 16;
   int threads = 0;                // CPU threads per rank; 0 = all cores
@@ -55,5 +56,7 @@ struct RunOptions {
 bool parse_run_options(int argc, char** argv, RunOptions* out);
 // The resolved options as INI text (one "key = value" per line): a job file that reproduces the run.
 std::string to_ini(const RunOptions& o);
+// --kv-cache-gb as a number of GiB; 0 for auto. Throws on anything else.
+double kv_cache_gib(const RunOptions& o);
 
 }  // namespace shardlm

@@ -100,6 +100,9 @@ class ComputeBackend {
   // Activation memory, owned by the backend, freed when the backend is destroyed or by free().
   virtual void* alloc(size_t bytes) = 0;
   virtual void free(void* p) = 0;
+  // The device memory alloc() draws from, free and total bytes, where the backend has a device
+  // (false on the CPU): what an automatic KV cache budget sizes itself by.
+  virtual bool device_memory(size_t* free_bytes, size_t* total_bytes) const { return false; }
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
 

@@ -222,10 +222,15 @@ void* CudaBackend::alloc(size_t bytes) {
     cudaMemGetInfo(&free_b, &total_b);
     SHARDLM_FAIL("cuda backend: cudaMalloc of " << bytes << " bytes failed on device " << device_ << " ("
                                                 << cudaGetErrorString(err) << "; " << free_b << " of " << total_b
-                                                << " bytes free)");
+                                                << " bytes free; the KV cache takes --kv-cache-gb, or with "
+                                                   "auto --kv-cache-free-fraction of what loading left: lower it)");
   }
   allocs_.insert(p);
   return p;
+}
+
+bool CudaBackend::device_memory(size_t* free_bytes, size_t* total_bytes) const {
+  return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess;
 }
 
 void CudaBackend::free(void* p) {

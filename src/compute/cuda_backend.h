@@ -58,6 +58,7 @@ class CudaBackend final : public ComputeBackend {
 
   void* alloc(size_t bytes) override;
   void free(void* p) override;
+  bool device_memory(size_t* free_bytes, size_t* total_bytes) const override;
   void copy_to_device(void* dst, const void* src, size_t bytes) override;
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
   void synchronize() override;

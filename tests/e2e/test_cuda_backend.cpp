@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -121,6 +122,80 @@ TEST(CudaBackend, CudaGraphsWithTpOverNcclMatchEager) {
          " --backend cuda --tp 2 --comm mpi --cuda-graphs --out " + (d / "mpi.h5").string());
   ASSERT_EQ(mpi.code, 0) << mpi.out;
   EXPECT_NE(mpi.out.find("every step runs eagerly: graphs with tp need --comm nccl"), std::string::npos) << mpi.out;
+}
+
+// --kv-cache-gb auto on a GPU: the budget is --kv-cache-free-fraction of the device memory free
+// after loading, and the cache holds as many blocks as fit in it (up to the context cap); the
+// tokens are those of a fixed budget. Over the emulated runtime the device has 8 MiB
+// (SHARDLM_EMULATED_GPU_MEMORY_MIB), so the budget, not the cap, sets the block count; on a real
+// GPU the same checks hold with its own memory.
+TEST(CudaBackend, KvCacheAutoBudgetTakesTheFreeMemoryShare) {
+  SHARDLM_REQUIRE_GPU();
+  SHARDLM_REQUIRE_SHARED(stories, "models/stories260K");
+#ifdef SHARDLM_EMULATED_BINARY
+  const std::string env = "SHARDLM_EMULATED_GPU_MEMORY_MIB=8 ";
+  const double device_bytes = 8.0 * (1 << 20);
+#else
+  const std::string env;
+  const double device_bytes = 0;  // the device's own: only the relations below are checked
+#endif
+  const fs::path d = test::fresh_dir("cuda-kv-auto");
+  test::write_layout_prompts(d / "p.jsonl", 6, true);
+  const std::string common = " run --model " + stories + " --prompts " + (d / "p.jsonl").string() +
+                             " --threads 1 --seed 3 --backend cuda --kv-dtype fp32";
+  // stories260K, fp32 cache: 5 layers x (K + V) x 4 KV heads x 8 dims x 4 bytes, 16 tokens a block.
+  const int64_t block_bytes = 5 * 2 * 4 * 8 * 4 * 16;
+  std::map<std::string, std::pair<int64_t, int64_t>> blocks_and_budget;
+  for (const char* fraction : {"0.25", "0.5"}) {
+    const std::string out = (d / (std::string("auto-") + fraction + ".h5")).string();
+    Proc r = sh(env + shardlm_bin() + common + " --kv-cache-free-fraction " + fraction + " --out " + out);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find(std::string("auto: ") + fraction + " of the "), std::string::npos) << r.out;
+    test::H5Reader h(out);
+    const auto blocks = h.scalar_attr<int64_t>("kv_cache_blocks", H5T_NATIVE_INT64);
+    const auto budget = h.scalar_attr<int64_t>("kv_cache_budget_bytes", H5T_NATIVE_INT64);
+    EXPECT_GE(blocks, 1);
+    EXPECT_LE(blocks * block_bytes, budget) << fraction;
+    if (device_bytes > 0) {  // the budget set the count: the weights and scratch take under 2 MiB
+      EXPECT_EQ(blocks, budget / block_bytes) << fraction;
+      EXPECT_LE(budget, std::stod(fraction) * device_bytes) << fraction;
+      EXPECT_GE(budget, std::stod(fraction) * (device_bytes - 2.0 * (1 << 20))) << fraction;
+    }
+    blocks_and_budget[fraction] = {blocks, budget};
+    test::expect_same_run(test::read_run(out), test::read_run((d / "auto-0.25.h5").string()), "kv auto");
+  }
+  // Twice the share, twice the budget (the free memory is the same at both starts).
+  EXPECT_NEAR(double(blocks_and_budget["0.5"].second) / double(blocks_and_budget["0.25"].second), 2.0, 1e-2);
+  Proc fixed = sh(env + shardlm_bin() + common + " --kv-cache-gb 0.001 --out " + (d / "fixed.h5").string());
+  ASSERT_EQ(fixed.code, 0) << fixed.out;
+  EXPECT_NE(fixed.out.find("(budget 1.0 MiB, --kv-cache-gb)"), std::string::npos) << fixed.out;
+  test::expect_same_run(test::read_run((d / "fixed.h5").string()), test::read_run((d / "auto-0.25.h5").string()),
+                        "kv fixed");
+#ifdef SHARDLM_EMULATED_BINARY
+  // Two ranks bound to one GPU (an emulated node of one) split its free memory.
+  const std::string shared_out = (d / "shared.h5").string();
+  Proc shared = sh("SHARDLM_EMULATED_GPUS=1 " + env + test::mpirun(2) + shardlm_bin() + common +
+                   " --tp 2 --comm mpi --kv-cache-free-fraction 0.5 --out " + shared_out);
+  ASSERT_EQ(shared.code, 0) << shared.out;
+  EXPECT_NE(shared.out.find(" free after loading, shared by 2 ranks)"), std::string::npos) << shared.out;
+  const auto shared_budget = test::H5Reader(shared_out).scalar_attr<int64_t>("kv_cache_budget_bytes", H5T_NATIVE_INT64);
+  EXPECT_LE(shared_budget, 0.5 * device_bytes / 2);
+  EXPECT_GE(shared_budget, 0.5 * (device_bytes - 2.0 * (1 << 20)) / 2);
+  test::expect_same_run(test::read_run(shared_out), test::read_run((d / "auto-0.25.h5").string()), "kv shared");
+  // All of the free memory to the cache: the first step's activations find none, and the error
+  // says what to lower.
+  Proc full = sh(env + shardlm_bin() + common + " --kv-cache-free-fraction 1 --out " + (d / "full.h5").string());
+  EXPECT_NE(full.code, 0);
+  EXPECT_NE(full.out.find("failed on device 0 (out of memory; "), std::string::npos) << full.out;
+  EXPECT_NE(full.out.find(" of 8388608 bytes free; the KV cache takes --kv-cache-gb, or with auto "
+                          "--kv-cache-free-fraction of what loading left: lower it)"),
+            std::string::npos)
+      << full.out;
+#endif
+  Proc bad = sh(env + shardlm_bin() + common + " --kv-cache-gb lots --out " + (d / "bad.h5").string());
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("--kv-cache-gb must be auto or a positive number of GiB, not 'lots'"), std::string::npos)
+      << bad.out;
 }
 
 // bf16 weights: the GPU multiplies bf16 activations, the CPU fp32 ones, so sampled continuations
