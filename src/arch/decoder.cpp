@@ -88,6 +88,7 @@ class Decoder final : public Model {
     int64_t blocks = std::min<int64_t>(budget_bytes / shape.bytes_per_block(), max_blocks);
     // Every rank of the replica takes the same block ids: agree on the smallest count.
     if (comms_.replica) comms_.replica->all_reduce(&blocks, 1, CommDType::kI64, ReduceOp::kMin);
+    cache_.reset();  // a budget sized by the free memory counts on the old cache's being gone
     cache_ = std::make_unique<KvCache>(b_, shape, blocks * shape.bytes_per_block(), blocks);
     return cache_->num_blocks();
   }

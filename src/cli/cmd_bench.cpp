@@ -17,6 +17,7 @@
 #include "cli/bench_attention.h"
 #include "cli/commands.h"
 #include "cli/device_ceilings.h"
+#include "cli/kv_budget.h"
 #include "cli/subcommand.h"
 #include "compute/backend.h"
 #include "core/error.h"
@@ -159,7 +160,8 @@ int cmd_bench(int argc, char** argv) {
   std::string model_dir, backend_name = "cpu", kv_dtype = "auto";
   int64_t prompt_len = 512, decode_tokens = 128, batch = 64, batch_in = 128, batch_out = 128;
   int threads = 0;
-  double kv_gb = 4.0;
+  std::string kv_gb = "auto";
+  double kv_fraction = 0.9;
   po::options_description d("shardlm bench options");
   // clang-format off
   d.add_options()
@@ -171,7 +173,8 @@ int cmd_bench(int argc, char** argv) {
     ("batch-out", po::value(&batch_out)->default_value(batch_out), "batched scenario: output tokens per sequence")
     ("backend", po::value(&backend_name)->default_value(backend_name), "compute backend: cpu or cuda")
     ("threads", po::value(&threads)->default_value(threads), "CPU threads (0 = all cores)")
-    ("kv-cache-gb", po::value(&kv_gb)->default_value(kv_gb), "KV cache budget, GiB")
+    ("kv-cache-gb", po::value(&kv_gb)->default_value(kv_gb), "KV cache budget, GiB, or auto (as shardlm run: on a GPU --kv-cache-free-fraction of the memory free after loading, on the CPU 4)")
+    ("kv-cache-free-fraction", po::value(&kv_fraction)->default_value(kv_fraction), "with --kv-cache-gb auto on a GPU: the share of the free device memory the KV cache takes")
     ("kv-dtype", po::value(&kv_dtype)->default_value(kv_dtype), "KV cache of the scenarios: auto (bf16 for a bfloat16 checkpoint, as shardlm run), fp32, bf16 or fp8")
     ;
   // clang-format on
@@ -213,8 +216,12 @@ int cmd_bench(int argc, char** argv) {
               "compute-bound tokens (prefill, batched decode) %.1f tok/s\n\n",
               bw * 1e9 / weight_bytes, peak * 1e9 / flop_per_token);
 
+  // Sized once, after loading: each scenario's engine frees the last one's cache before making its own.
+  const KvBudget kv_budget = kv_cache_budget(kv_gb, kv_fraction, *backend, 1);
+  std::printf("KV cache budget %s (%s)\n\n", memory_text(static_cast<double>(kv_budget.bytes)).c_str(),
+              kv_budget.how.c_str());
   EngineConfig ec;
-  ec.kv_cache_bytes = static_cast<int64_t>(kv_gb * (1ull << 30));
+  ec.kv_cache_bytes = kv_budget.bytes;
   ec.kv_dtype = cache_dtype;
   ec.scheduler.max_seqs = std::max<int64_t>(batch, 1);
   ec.scheduler.max_batch_tokens = std::max<int64_t>(prompt_len, 2048);

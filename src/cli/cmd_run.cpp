@@ -3,15 +3,13 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <algorithm>
 #include <fstream>
-#include <iomanip>
-#include <sstream>
 #include <unordered_set>
 
 #include "arch/model.h"
 #include "arch/replica_steps.h"
 #include "cli/commands.h"
+#include "cli/kv_budget.h"
 #include "cli/run_info.h"
 #include "cli/run_options.h"
 #include "cli/run_sinks.h"
@@ -133,57 +131,6 @@ void print_header(const std::vector<RankRecord>& ranks, const Topology& topo, co
                  r.host.c_str(), r.local_rank, r.replica, r.pp, r.dp, r.tp, l0, l1, r.load_bytes / 1e6, r.load_s,
                  r.load_s > 0 ? r.load_bytes / r.load_s / 1e9 : 0.0);
   }
-}
-
-// "126.9 GiB", "3.4 MiB".
-std::string memory_text(double bytes) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(1);
-  if (bytes >= double(1ull << 30)) {
-    s << bytes / double(1ull << 30) << " GiB";
-  } else {
-    s << bytes / double(1ull << 20) << " MiB";
-  }
-  return s.str();
-}
-
-// Ranks of this node bound to the same GPU as this one (several when a node has more ranks than
-// GPUs): they split its free memory. Collective over the world: when it returns, every rank has
-// loaded its weights, so the free memory each then sees is what all of them left.
-int ranks_sharing_gpu(Communicator* world, const NodeLocal& node, int gpu) {
-  if (world == nullptr) return 1;
-  const int32_t mine[2] = {node.node, gpu};
-  std::vector<int32_t> all(2 * static_cast<size_t>(world->size()));
-  world->all_gather(mine, all.data(), 2, CommDType::kI32);
-  int n = 0;
-  for (size_t r = 0; r < all.size(); r += 2) n += all[r] == mine[0] && all[r + 1] == mine[1];
-  return std::max(n, 1);
-}
-
-// The KV cache budget of this rank: --kv-cache-gb, or for auto, on a device, a share of the memory
-// free now that the weights are loaded, divided among the ranks sharing the device
-// (TensorRT-LLM's kv_cache_free_gpu_mem_fraction; what is left holds the activations, which grow
-// with the first large steps, and NCCL's buffers), and on the CPU 4 GiB. `how` says which, for the
-// run's header.
-struct KvBudget {
-  int64_t bytes = 0;
-  std::string how;
-};
-
-KvBudget kv_cache_budget(const RunOptions& opt, const ComputeBackend& backend, int sharing) {
-  if (const double gib = kv_cache_gib(opt); gib > 0) {
-    return {static_cast<int64_t>(gib * double(1ull << 30)), "--kv-cache-gb"};
-  }
-  size_t free_b = 0, total_b = 0;
-  if (!backend.device_memory(&free_b, &total_b)) return {int64_t{4} << 30, "auto: 4 GiB on the CPU"};
-  const auto bytes = static_cast<int64_t>(opt.kv_cache_free_fraction * static_cast<double>(free_b) / sharing);
-  std::ostringstream how;
-  how << "auto: " << opt.kv_cache_free_fraction << " of the " << memory_text(static_cast<double>(free_b)) << " of "
-      << memory_text(static_cast<double>(total_b)) << " free after loading";
-  if (sharing > 1) how << ", shared by " << sharing << " ranks";
-  SHARDLM_CHECK(bytes > 0, "--kv-cache-gb auto: no device memory is free after loading the weights ("
-                               << free_b << " of " << total_b << " bytes free); use a layout with more ranks");
-  return {bytes, how.str()};
 }
 
 EngineConfig engine_config(const RunOptions& opt, const ModelSpec& spec, const Topology& topo,
@@ -338,7 +285,7 @@ int cmd_run(int argc, char** argv) {
   EngineConfig ec = engine_config(opt, spec, topo, opt.prompts);
   ec.lockstep = groups.dp_leaders.get();
   const int sharing = opt.backend == "cuda" ? ranks_sharing_gpu(groups.world.get(), node, gpu) : 1;
-  const KvBudget kv_budget = kv_cache_budget(opt, *backend, sharing);
+  const KvBudget kv_budget = kv_cache_budget(opt.kv_cache_gb, opt.kv_cache_free_fraction, *backend, sharing);
   ec.kv_cache_bytes = kv_budget.bytes;
 
   // Load report: every rank's shard, printed once.

@@ -1,12 +1,11 @@
 #include "cli/run_options.h"
 
 #include <boost/program_options.hpp>
-#include <cmath>
-#include <exception>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
+#include "cli/kv_budget.h"
 #include "core/error.h"
 #include "engine/kv_cache.h"
 
@@ -93,7 +92,7 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
   SHARDLM_CHECK(!o.prompts.empty(), "shardlm run: --prompts is required");
   SHARDLM_CHECK(!o.out.empty(), "shardlm run: --out is required");
   SHARDLM_CHECK(o.max_new_tokens >= 1, "--max-new-tokens must be >= 1");
-  kv_cache_gib(o);  // throws on anything but auto or a positive number
+  parse_kv_cache_gib(o.kv_cache_gb);  // throws on anything but auto or a positive number
   SHARDLM_CHECK(o.kv_cache_free_fraction > 0 && o.kv_cache_free_fraction <= 1,
                 "--kv-cache-free-fraction must be in (0, 1], not " << o.kv_cache_free_fraction);
   resolve_kv_dtype(o.kv_dtype, DType::F32);  // the one list of names: throws on any other
@@ -112,20 +111,6 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
                 "--tp, --pp and --dp must be >= 1, --replicas and --ep >= 0");
   *out = o;
   return true;
-}
-
-double kv_cache_gib(const RunOptions& o) {
-  if (o.kv_cache_gb == "auto") return 0;
-  size_t used = 0;
-  double gib = 0;
-  try {
-    gib = std::stod(o.kv_cache_gb, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  SHARDLM_CHECK(used == o.kv_cache_gb.size() && used > 0 && gib > 0 && std::isfinite(gib),
-                "--kv-cache-gb must be auto or a positive number of GiB, not '" << o.kv_cache_gb << "'");
-  return gib;
 }
 
 std::string to_ini(const RunOptions& o) {

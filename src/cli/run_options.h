@@ -56,7 +56,5 @@ struct RunOptions {
 bool parse_run_options(int argc, char** argv, RunOptions* out);
 // The resolved options as INI text (one "key = value" per line): a job file that reproduces the run.
 std::string to_ini(const RunOptions& o);
-// --kv-cache-gb as a number of GiB; 0 for auto. Throws on anything else.
-double kv_cache_gib(const RunOptions& o);
 
 }  // namespace shardlm
