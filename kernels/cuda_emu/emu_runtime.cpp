@@ -2,6 +2,7 @@
 // every call completes before it returns, unless a stream is being captured (then the stream's
 // work is recorded into a graph) or the work is an operation in flight (Pending: emulated NCCL).
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -160,6 +161,8 @@ struct CUstream_st {
 struct CUevent_st {
   unsigned flags = 0;
   cudaStream_t stream = nullptr;  // where it was last recorded
+  bool recorded = false;
+  std::chrono::steady_clock::time_point at;  // host time of the last record
 };
 struct CUgraph_st {
   std::vector<std::shared_ptr<shardlm_emu::Work>> work;
@@ -328,7 +331,8 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
 cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
   if (e == nullptr) return cudaErrorInvalidValue;
-  *e = new CUevent_st{flags};
+  *e = new CUevent_st;
+  (*e)->flags = flags;
   return cudaSuccess;
 }
 // Work is complete when it returns, except work in flight: an event is reached when the work in
@@ -336,6 +340,8 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (e == nullptr) return cudaErrorInvalidValue;
   e->stream = s;
+  e->recorded = true;
+  e->at = std::chrono::steady_clock::now();
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
@@ -350,7 +356,10 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (ms == nullptr || start == nullptr || end == nullptr) return cudaErrorInvalidValue;
   if ((start->flags | end->flags) & cudaEventDisableTiming) return cudaErrorInvalidValue;
-  *ms = 0.0f;  // no device time to report
+  if (!start->recorded || !end->recorded) return cudaErrorInvalidResourceHandle;
+  // Host time between the records: kernels, copies and GEMMs run when they are issued, so it is
+  // the time of the work issued between them (not of NCCL operations still in flight).
+  *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
   return cudaSuccess;
 }
 // The host waits here for what the stream would wait for.
@@ -459,6 +468,8 @@ const char* cudaGetErrorName(cudaError_t e) {
       return "cudaErrorInvalidConfiguration";
     case cudaErrorInvalidDeviceFunction:
       return "cudaErrorInvalidDeviceFunction";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
     case cudaErrorIllegalState:
       return "cudaErrorIllegalState";
     case cudaErrorNotReady:

@@ -8,12 +8,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "engine/kv_cache.h"
 #include "engine/rng.h"
 #include "fp8_bits.h"
-#ifdef SHARDLM_HAVE_CUDA
-#include "compute/cuda_backend.h"
-#endif
 
 namespace shardlm {
 
@@ -21,7 +19,7 @@ namespace {
 
 constexpr int64_t kBlock = 16;                        // cache block size (positions)
 constexpr int64_t kMaxCacheBytes = int64_t{2} << 30;  // K and V of the largest shape timed
-constexpr int64_t kChunk = 512;                       // prefill tokens per call
+constexpr int64_t kChunk = 512;                       // prefill tokens per call (at most)
 
 // Backend memory that frees itself.
 struct Buffer {
@@ -143,20 +141,10 @@ class Rig {
     return best * 1e6;
   }
 
-  // What the last call launched: the split along positions (CUDA), 1 otherwise; whether it
-  // tiled a prefill chunk's tokens (CUDA).
-  int64_t last_parts() const {
-#ifdef SHARDLM_HAVE_CUDA
-    if (auto* gpu = dynamic_cast<CudaBackend*>(&b_)) return gpu->last_attention_parts();
-#endif
-    return 1;
-  }
-  bool last_tiled() const {
-#ifdef SHARDLM_HAVE_CUDA
-    if (auto* gpu = dynamic_cast<CudaBackend*>(&b_)) return gpu->last_attention_tiled();
-#endif
-    return false;
-  }
+  // What the last call launched: the split along positions, whether it tiled a prefill chunk's
+  // tokens.
+  int64_t last_parts() const { return b_.last_attention_parts(); }
+  bool last_tiled() const { return b_.last_attention_tiled(); }
 
  private:
   ComputeBackend& b_;
@@ -180,17 +168,25 @@ std::string describe(const Shape& s) {
   return buf;
 }
 
-void print_decode(ComputeBackend& b, const Shape& sh, double bw_gbs, DType dtype) {
+// The short context (4096) and the long one, in increasing order, without repeats.
+std::vector<int64_t> decode_contexts(int64_t longest) {
+  std::vector<int64_t> c = {std::min<int64_t>(4096, longest)};
+  if (longest > c[0]) c.push_back(longest);
+  return c;
+}
+
+void print_decode(ComputeBackend& b, const Shape& sh, double bw_gbs, DType dtype, int64_t longest) {
   const int64_t row_bytes = sh.cache_row() * static_cast<int64_t>(dtype_size(dtype));
   // (sequences, cached positions): lone decode and a small batch, at a short and a long context;
   // those whose cache takes more than kMaxCacheBytes are left out (a model with many KV heads).
   std::vector<std::pair<int64_t, int64_t>> shapes;
-  for (auto [T, ctx] : {std::pair<int64_t, int64_t>{1, 4096}, {1, 32768}, {8, 4096}, {8, 32768}}) {
-    if (T * ctx * row_bytes <= kMaxCacheBytes) shapes.emplace_back(T, ctx);
+  for (int64_t T : {1, 8}) {
+    for (int64_t ctx : decode_contexts(longest))
+      if (T * ctx * row_bytes <= kMaxCacheBytes) shapes.emplace_back(T, ctx);
   }
   if (shapes.empty()) {
-    std::printf("attention decode: not timed (one 4096-position sequence's cache is over %lld MiB)\n",
-                static_cast<long long>(kMaxCacheBytes >> 20));
+    std::printf("attention decode: not timed (one %lld-position sequence's cache is over %lld MiB)\n",
+                static_cast<long long>(decode_contexts(longest)[0]), static_cast<long long>(kMaxCacheBytes >> 20));
     return;
   }
   int64_t max_slots = 0, max_t = 0;
@@ -219,21 +215,22 @@ void print_decode(ComputeBackend& b, const Shape& sh, double bw_gbs, DType dtype
   }
 }
 
-void print_prefill(ComputeBackend& b, const Shape& sh, double fp32_gflops, DType dtype) {
+void print_prefill(ComputeBackend& b, const Shape& sh, double fp32_gflops, DType dtype, int64_t longest) {
   const int64_t row_bytes = sh.cache_row() * static_cast<int64_t>(dtype_size(dtype));
-  std::vector<int64_t> contexts;  // the chunk is the last kChunk positions of each
-  for (int64_t ctx : {kChunk, int64_t{4096}}) {
-    if (ctx * row_bytes <= kMaxCacheBytes) contexts.push_back(ctx);
+  const int64_t chunk = std::min(kChunk, longest);
+  std::vector<int64_t> contexts;  // the chunk is the last `chunk` positions of each
+  for (int64_t ctx : {chunk, std::min<int64_t>(4096, longest)}) {
+    if (ctx * row_bytes <= kMaxCacheBytes && (contexts.empty() || ctx > contexts.back())) contexts.push_back(ctx);
   }
   if (contexts.empty()) return;
-  Rig rig(b, sh, contexts.back(), kChunk, dtype);
+  Rig rig(b, sh, contexts.back(), chunk, dtype);
   std::printf("attention prefill (%s, %s cache; %lld-token chunks of one sequence, FLOPs against the fp32 peak",
-              describe(sh).c_str(), kv_dtype_name(dtype), static_cast<long long>(kChunk));
+              describe(sh).c_str(), kv_dtype_name(dtype), static_cast<long long>(chunk));
   if (fp32_gflops > 0) std::printf(", %.0f GFLOP/s", fp32_gflops);
   std::printf("):\n");
   for (int64_t ctx : contexts) {
-    std::vector<int32_t> start(kChunk, 0), pos(kChunk);
-    for (int64_t t = 0; t < kChunk; ++t) pos[t] = static_cast<int32_t>(ctx - kChunk + t);
+    std::vector<int32_t> start(chunk, 0), pos(chunk);
+    for (int64_t t = 0; t < chunk; ++t) pos[t] = static_cast<int32_t>(ctx - chunk + t);
     rig.set_tokens(start, pos);
     double attended = 0;  // (token, position) pairs: token t attends to pos[t] + 1 positions
     for (int32_t p : pos) attended += p + 1.0;
@@ -241,7 +238,7 @@ void print_prefill(ComputeBackend& b, const Shape& sh, double fp32_gflops, DType
     const double us = rig.time_us(ctx - 1, flop > 2e10 ? 3 : 10);
     const double gflops = flop / us / 1e3;
     char span[48];
-    std::snprintf(span, sizeof span, "%lld..%lld", static_cast<long long>(ctx - kChunk),
+    std::snprintf(span, sizeof span, "%lld..%lld", static_cast<long long>(ctx - chunk),
                   static_cast<long long>(ctx - 1));
     std::printf("  positions %-11s: %10.1f us  (%7.1f GFLOP/s", span, us, gflops);
     if (fp32_gflops > 0) std::printf(", %5.1f%% of peak", 100.0 * gflops / fp32_gflops);
@@ -256,10 +253,13 @@ void print_prefill(ComputeBackend& b, const Shape& sh, double fp32_gflops, DType
 
 }  // namespace
 
-void print_attention_bench(ComputeBackend& b, const ModelSpec& spec, double bw_gbs, double fp32_gflops) {
+void print_attention_bench(ComputeBackend& b, const ModelSpec& spec, double bw_gbs, double fp32_gflops,
+                           int64_t longest_context) {
+  SHARDLM_CHECK(longest_context > 0, "attention bench: the longest context must be positive, not " << longest_context);
   const Shape shape(spec);
-  for (DType dtype : {DType::F32, DType::BF16, DType::F8_E4M3}) print_decode(b, shape, bw_gbs, dtype);
-  for (DType dtype : {DType::F32, DType::BF16, DType::F8_E4M3}) print_prefill(b, shape, fp32_gflops, dtype);
+  for (DType dtype : {DType::F32, DType::BF16, DType::F8_E4M3}) print_decode(b, shape, bw_gbs, dtype, longest_context);
+  for (DType dtype : {DType::F32, DType::BF16, DType::F8_E4M3})
+    print_prefill(b, shape, fp32_gflops, dtype, longest_context);
 }
 
 }  // namespace shardlm

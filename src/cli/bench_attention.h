@@ -13,12 +13,14 @@
 
 namespace shardlm {
 
-// Decode: a few (sequences x cached positions). On CUDA each is timed twice: as the backend
-// launches it (split along the positions when the step is short of work) and forced unsplit (no
-// bound on the positions), so one run shows what the split gains. Prefill: one chunk of 512
-// tokens, as a whole prompt and at the end of a 4096-position one; on CUDA, when the backend tiles
-// the chunk's tokens, also timed with the per-token kernel (tables without their host copies).
+// Decode: 1 and 8 sequences at 4096 and at longest_context cached positions. On CUDA each is
+// timed twice: as the backend launches it (split along the positions when the step is short of
+// work) and forced unsplit (no bound on the positions), so one run shows what the split gains.
+// Prefill: one chunk of 512 tokens, as a whole prompt and at the end of a 4096-position one; on
+// CUDA, when the backend tiles the chunk's tokens, also timed with the per-token kernel (tables
+// without their host copies). A longest_context under 4096 (or 512) caps those too.
 // fp32_gflops <= 0: no peak known (no percentage printed).
-void print_attention_bench(ComputeBackend& b, const ModelSpec& spec, double bw_gbs, double fp32_gflops);
+void print_attention_bench(ComputeBackend& b, const ModelSpec& spec, double bw_gbs, double fp32_gflops,
+                           int64_t longest_context = 32768);
 
 }  // namespace shardlm

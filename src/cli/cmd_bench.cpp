@@ -7,6 +7,7 @@
 // (bench_attention.h).
 #include <boost/program_options.hpp>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -16,7 +17,6 @@
 #include "arch/model.h"
 #include "cli/bench_attention.h"
 #include "cli/commands.h"
-#include "cli/device_ceilings.h"
 #include "cli/kv_budget.h"
 #include "cli/subcommand.h"
 #include "compute/backend.h"
@@ -30,9 +30,6 @@
 #include "model/model_spec.h"
 #include "plan/gpu_specs.h"
 #include "tokenizer/tokenizer.h"
-#ifdef SHARDLM_HAVE_CUDA
-#include "compute/cuda_ceilings.h"
-#endif
 
 namespace po = boost::program_options;
 
@@ -87,31 +84,27 @@ Scenario run_scenario(Model& model, const Tokenizer& tok, EngineConfig ec, int64
 }
 
 // The GPU's ceilings: the datasheet's (src/plan/gpu_specs.h) when the device is a known one, the
-// measured device bandwidth otherwise; cuBLAS GEMMs at the model's projection shapes are printed
-// beside them so that a slow model step can be told from a slow GEMM.
-void gpu_ceilings(const ModelSpec& spec, int64_t prompt_len, double* bw_gbs, double* peak_gflops,
-                  double* fp32_gflops) {
-#ifdef SHARDLM_HAVE_CUDA
-  const DeviceCeilings c = measure_device_ceilings();
+// measured device bandwidth otherwise; cuBLAS GEMMs at the model's projection shapes (and a square
+// one of peak_gemm a side, when not 0) are printed beside them so that a slow model step can be
+// told from a slow GEMM.
+void gpu_ceilings(ComputeBackend& b, const ModelSpec& spec, int64_t prompt_len, int64_t peak_gemm, double* bw_gbs,
+                  double* peak_gflops, double* fp32_gflops) {
+  DeviceCeilings c;
+  SHARDLM_CHECK(b.measure_device_ceilings(&c), "shardlm bench: backend " << b.name() << " has no device ceilings");
   std::printf("%s\n", c.text.c_str());
   *bw_gbs = c.bw_gbs;
   *peak_gflops = c.peak_gflops;
   *fp32_gflops = c.fp32_gflops;
   const int64_t H = spec.hidden_size, I = spec.intermediate_size;
-  const int64_t shapes[][3] = {{prompt_len, 3 * H, H}, {prompt_len, 2 * I, H}, {prompt_len, H, I}, {8192, 8192, 8192}};
+  std::vector<std::array<int64_t, 3>> shapes = {{prompt_len, 3 * H, H}, {prompt_len, 2 * I, H}, {prompt_len, H, I}};
+  if (peak_gemm > 0) shapes.push_back({peak_gemm, peak_gemm, peak_gemm});
   for (const auto& s : shapes) {
-    const cuda::GemmFigure f = cuda::measure_gemm(s[0], s[1], s[2], /*bf16=*/true);
-    std::printf("  cuBLAS bf16 GEMM %lld x %lld x %lld: %.1f TFLOP/s (%.1f%% of peak)\n", static_cast<long long>(f.m),
+    const GemmFigure f = b.time_linear_gemm(s[0], s[1], s[2], /*bf16=*/true);
+    std::printf("  cuBLAS bf16 GEMM %lld x %lld x %lld: %.4g TFLOP/s (%.1f%% of peak)\n", static_cast<long long>(f.m),
                 static_cast<long long>(f.n), static_cast<long long>(f.k), f.tflops,
                 *peak_gflops > 0 ? 100.0 * f.tflops * 1e3 / *peak_gflops : 0.0);
   }
   if (*peak_gflops == 0) *peak_gflops = 1;  // unknown device: percentages are meaningless but finite
-#else
-  (void)spec;
-  (void)prompt_len;
-  *bw_gbs = *peak_gflops = *fp32_gflops = 1;
-  SHARDLM_FAIL("shardlm bench: this build has no CUDA");
-#endif
 }
 
 // Microseconds per row of the backend's sample op on R random rows of V logits (backend memory),
@@ -159,6 +152,7 @@ void print_sampling(ComputeBackend& b, int64_t V, double bw_gbs) {
 int cmd_bench(int argc, char** argv) {
   std::string model_dir, backend_name = "cpu", kv_dtype = "auto";
   int64_t prompt_len = 512, decode_tokens = 128, batch = 64, batch_in = 128, batch_out = 128;
+  int64_t peak_gemm = 8192, attention_context = 32768;
   int threads = 0;
   std::string kv_gb = "auto";
   double kv_fraction = 0.9;
@@ -176,13 +170,17 @@ int cmd_bench(int argc, char** argv) {
     ("kv-cache-gb", po::value(&kv_gb)->default_value(kv_gb), "KV cache budget, GiB, or auto (as shardlm run: on a GPU --kv-cache-free-fraction of the memory free after loading, on the CPU 4)")
     ("kv-cache-free-fraction", po::value(&kv_fraction)->default_value(kv_fraction), "with --kv-cache-gb auto on a GPU: the share of the free device memory the KV cache takes")
     ("kv-dtype", po::value(&kv_dtype)->default_value(kv_dtype), "KV cache of the scenarios: auto (bf16 for a bfloat16 checkpoint, as shardlm run), fp32, bf16 or fp8")
+    ("attention-context", po::value(&attention_context)->default_value(attention_context), "attention alone: the longest cached context decode is timed at (also at 4096); 0 skips the attention timings")
+    ("peak-gemm", po::value(&peak_gemm)->default_value(peak_gemm), "with --backend cuda: also time a square bf16 GEMM of this side beside the peak (0: only the model's shapes)")
     ;
   // clang-format on
   po::variables_map vm;
   if (!parse_subcommand(argc, argv, "bench", "shardlm bench --model DIR [options]", d, &vm)) return 0;
   SHARDLM_CHECK(!model_dir.empty(), "shardlm bench: --model is required");
-  SHARDLM_CHECK(prompt_len > 0 && decode_tokens > 1 && batch > 0 && batch_in > 0 && batch_out > 1,
-                "shardlm bench: sizes must be positive (decode and batch-out at least 2)");
+  SHARDLM_CHECK(prompt_len > 0 && decode_tokens > 1 && batch > 0 && batch_in > 0 && batch_out > 1 &&
+                    attention_context >= 0 && peak_gemm >= 0,
+                "shardlm bench: sizes must be positive (decode and batch-out at least 2; attention-context and "
+                "peak-gemm 0 or more)");
   cpu::set_num_threads(threads);
 
   ModelSpec spec = ModelSpec::load(model_dir);
@@ -205,7 +203,7 @@ int cmd_bench(int argc, char** argv) {
   double bw = 0, peak = 0, fp32_peak = 0;  // GB/s; GFLOP/s of the matmuls' dtype and of fp32
   const char* peak_name = "fp32 FMA peak";
   if (gpu) {
-    gpu_ceilings(spec, prompt_len, &bw, &peak, &fp32_peak);
+    gpu_ceilings(*backend, spec, prompt_len, peak_gemm, &bw, &peak, &fp32_peak);
     peak_name = "bf16 tensor peak";
   } else {
     bw = cpu::measure_memory_bandwidth(4).best();
@@ -256,8 +254,9 @@ int cmd_bench(int argc, char** argv) {
 
   // 5. Attention alone: decode on long contexts against the bandwidth, prefill chunks against the
   //    fp32 peak (the op runs in fp32).
+  if (attention_context == 0) return 0;
   try {
-    print_attention_bench(*backend, spec, bw, fp32_peak);
+    print_attention_bench(*backend, spec, bw, fp32_peak, attention_context);
   } catch (const Error& e) {  // e.g. a head_dim the backend's kernel does not take
     std::printf("attention decode: not timed (%s)\n", e.what());
   }

@@ -29,7 +29,6 @@
 #include "arch/moe_router.h"
 #include "arch/scratch.h"
 #include "cli/commands.h"
-#include "cli/device_ceilings.h"
 #include "cli/subcommand.h"
 #include "compute/backend.h"
 #include "core/dtype.h"
@@ -233,7 +232,8 @@ int cmd_bench_moe(int argc, char** argv) {
   float ceil[2] = {0, 0};
   std::string device_text;
   if (rank == 0 && gpu) {
-    const DeviceCeilings c = measure_device_ceilings();
+    DeviceCeilings c;
+    SHARDLM_CHECK(b.measure_device_ceilings(&c), "backend " << b.name() << " measures no device ceilings");
     ceil[0] = static_cast<float>(c.peak_gflops);
     ceil[1] = static_cast<float>(c.bw_gbs);
     device_text = c.text;
@@ -418,11 +418,15 @@ int cmd_bench_moe(int argc, char** argv) {
       const double w = per_ns(static_cast<double>(wb[q]), gt[q]);
       if (worst_gbs < 0 || w < worst_gbs) worst_gbs = w;
     }
+    char of_peak[64] = " (no peak known for this device)";
+    if (peak_rank > 0)
+      std::snprintf(of_peak, sizeof of_peak, " = %.0f%% of %s", 100.0 * worst_gflops / peak_rank, peak_name);
     std::snprintf(buf, sizeof buf,
-                  "%" PRId64 " rows/rank (min %" PRId64 ", max %" PRId64 "), %.1f GFLOP/s on the slowest rank = "
-                  "%.0f%% of %s; its experts' weights read at %.1f GB/s = %.0f%% of %.0f GB/s",
-                  rsum / n, rmin, rmax, worst_gflops, 100.0 * worst_gflops / std::max(peak_rank, 1e-9), peak_name,
-                  worst_gbs, 100.0 * worst_gbs / std::max(membw, 1e-9), membw);
+                  "%" PRId64 " rows/rank (min %" PRId64 ", max %" PRId64
+                  "), %.1f GFLOP/s on the slowest rank%s; "
+                  "its experts' weights read at %.1f GB/s = %.0f%% of %.0f GB/s",
+                  rsum / n, rmin, rmax, worst_gflops, of_peak, worst_gbs, 100.0 * worst_gbs / std::max(membw, 1e-9),
+                  membw);
     line("expert GEMMs", kGemm, buf);
     if (n > 1) line("(wait)", kWait, "barrier before the combine: the other ranks' longer expert GEMMs");
     if (n > 1) {

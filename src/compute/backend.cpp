@@ -22,6 +22,10 @@ void ComputeBackend::replay(int64_t) { SHARDLM_FAIL("backend " << name() << " ca
 
 void ComputeBackend::drop_captures() {}
 
+GemmFigure ComputeBackend::time_linear_gemm(int64_t, int64_t, int64_t, bool, int) {
+  SHARDLM_FAIL("backend " << name() << " has no device to time GEMMs on");
+}
+
 void check_grouped_linear(const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w, const char* who) {
   SHARDLM_CHECK(offsets.size() == w.size() + 1,
                 who << ": grouped_linear got " << offsets.size() << " offsets for " << w.size() << " groups");

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "compute/device_ceilings.h"
 #include "core/dtype.h"
 
 namespace shardlm {
@@ -103,6 +104,13 @@ class ComputeBackend {
   // The device memory alloc() draws from, free and total bytes, where the backend has a device
   // (false on the CPU): what an automatic KV cache budget sizes itself by.
   virtual bool device_memory(size_t* free_bytes, size_t* total_bytes) const { return false; }
+  // The benchmarks' ceilings, where the backend runs on a device (false on the CPU, whose
+  // ceilings cpu/ceilings.h measures). The bandwidth probe copies within the device, so it needs
+  // free memory: up to 2 GiB, less on a device with less free.
+  virtual bool measure_device_ceilings(DeviceCeilings* c) { return false; }
+  // A GEMM as linear() runs it for weights of that dtype, timed on the device: the median of
+  // `runs` after a warm-up. Throws where the backend has no device.
+  virtual GemmFigure time_linear_gemm(int64_t m, int64_t n, int64_t k, bool bf16, int runs = 20);
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
 
@@ -184,6 +192,10 @@ class ComputeBackend {
   virtual void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads,
                                 int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache, int64_t block_size,
                                 const BlockTables& tables, const int32_t* pos, float scale, float* out) = 0;
+  // How the last attention or latent_attention call ran, for the benchmarks: blocks per (token,
+  // head group) along its positions (1: unsplit) and whether it tiled a prefill chunk's tokens.
+  virtual int64_t last_attention_parts() const { return 1; }
+  virtual bool last_attention_tiled() const { return false; }
 
   // ---- Mixture-of-Experts (kernels/cpu/expert_permute.h defines the layouts) ----
   // Router logits [T, num_experts] -> ids [T, k] (best first) and weights [T, k].

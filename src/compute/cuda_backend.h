@@ -59,6 +59,8 @@ class CudaBackend final : public ComputeBackend {
   void* alloc(size_t bytes) override;
   void free(void* p) override;
   bool device_memory(size_t* free_bytes, size_t* total_bytes) const override;
+  bool measure_device_ceilings(DeviceCeilings* c) override;  // cuda_ceilings.cpp
+  GemmFigure time_linear_gemm(int64_t m, int64_t n, int64_t k, bool bf16, int runs) override;
   void copy_to_device(void* dst, const void* src, size_t bytes) override;
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
   void synchronize() override;
@@ -85,10 +87,10 @@ class CudaBackend final : public ComputeBackend {
   std::string grouped_linear_path() const override;
   // Blocks per (token, head group) the last attention or latent_attention call launched along
   // its positions: 1 unsplit, else the split's partitions (cuda_attention.cpp).
-  int64_t last_attention_parts() const { return last_attention_parts_; }
+  int64_t last_attention_parts() const override { return last_attention_parts_; }
   // Whether the last attention call ran the prefill kernel that tiles a sequence's tokens
   // (kernels/cuda/paged_attention_tiled.h).
-  bool last_attention_tiled() const { return last_attention_tiled_; }
+  bool last_attention_tiled() const override { return last_attention_tiled_; }
   int64_t grouped_linear_rows() const override { return 16384; }
   void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
             const float* inv_freq) override;

@@ -1,17 +1,21 @@
-#include "compute/cuda_ceilings.h"
-
+// CudaBackend's ceilings for the benchmarks (`shardlm bench --backend cuda`, `bench-moe`): device
+// memory bandwidth, as a device-to-device copy reads each byte once and writes it once, and cuBLAS
+// GEMM throughput at a given shape, beside the datasheet figures of src/plan/gpu_specs.h. Built
+// with the backend, so that the emulated backend measures its emulated device the same way.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <vector>
 
+#include "compute/cuda_backend.h"
 #include "compute/cuda_check.h"
 #include "cuda/device_info.h"
 #include "plan/gpu_specs.h"
 
-namespace shardlm::cuda {
+namespace shardlm {
 
 namespace {
 
@@ -41,9 +45,8 @@ struct Events {
   }
 };
 
-}  // namespace
-
-double measure_device_bandwidth(size_t bytes, int runs) {
+// Bytes moved per second (read + write) by cudaMemcpy of `bytes` within the device; best of runs.
+double copy_bandwidth(size_t bytes, int runs) {
   DeviceBuffer a(bytes), b(bytes);
   SHARDLM_CUDA_CHECK(cudaMemset(a.p, 1, bytes));
   Events ev;
@@ -58,7 +61,49 @@ double measure_device_bandwidth(size_t bytes, int runs) {
   return best;
 }
 
-GemmFigure measure_gemm(int64_t m, int64_t n, int64_t k, bool bf16, int runs) {
+// The spec name of src/plan/gpu_specs.h that the device's marketing name contains ("h200",
+// "h100"), or "" when none does.
+std::string spec_name(int dev) {
+  std::string name = cuda::device_name(dev);
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const plan::GpuSpec& s : plan::gpu_specs())
+    if (name.find(s.name) != std::string::npos) return s.name;
+  return "";
+}
+
+}  // namespace
+
+bool CudaBackend::measure_device_ceilings(DeviceCeilings* c) {
+  // 1 GiB a side saturates HBM; a device with less than 8 GiB free copies an eighth of it a side.
+  size_t free_bytes = 0, total = 0;
+  SHARDLM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  const size_t bytes = std::max<size_t>(std::min<size_t>(size_t{1} << 30, free_bytes / 8) & ~size_t{4095}, 4096);
+  *c = DeviceCeilings{};
+  c->measured_bw_gbs = copy_bandwidth(bytes, 10) / 1e9;
+  const std::string name = spec_name(device_);
+  char buf[512];
+  if (!name.empty()) {
+    const plan::GpuSpec& g = plan::gpu_spec(name);
+    c->bw_gbs = g.hbm_bw / 1e9;
+    c->peak_gflops = g.bf16_flops / 1e9;
+    c->fp32_gflops = g.fp32_flops / 1e9;
+    std::snprintf(buf, sizeof buf,
+                  "device: %s: datasheet %.0f GB/s HBM, %.0f TFLOP/s dense bf16; measured device-to-device copy "
+                  "%.0f GB/s (%.0f%%)",
+                  g.description.c_str(), c->bw_gbs, c->peak_gflops / 1e3, c->measured_bw_gbs,
+                  100.0 * c->measured_bw_gbs / c->bw_gbs);
+  } else {
+    c->bw_gbs = c->measured_bw_gbs;
+    std::snprintf(buf, sizeof buf, "device: %s, not in the spec table; measured device-to-device copy %.1f GB/s",
+                  cuda::device_name(device_).c_str(), c->measured_bw_gbs);
+  }
+  c->text = buf;
+  return true;
+}
+
+GemmFigure CudaBackend::time_linear_gemm(int64_t m, int64_t n, int64_t k, bool bf16, int runs) {
+  SHARDLM_CHECK(m > 0 && n > 0 && k > 0 && runs > 0,
+                "cuda backend: time_linear_gemm of " << m << " x " << n << " x " << k << ", " << runs << " runs");
   const size_t es = bf16 ? 2 : 4;
   DeviceBuffer x(static_cast<size_t>(m * k) * es), w(static_cast<size_t>(n * k) * es), y(static_cast<size_t>(m * n) * 4);
   // Small values (bytes 0x3c: about 0.01 in bf16 pairs, or a tiny fp32) keep the sums finite.
@@ -100,14 +145,4 @@ GemmFigure measure_gemm(int64_t m, int64_t n, int64_t k, bool bf16, int runs) {
   return f;
 }
 
-std::string device_spec_name() {
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return "";
-  std::string name = device_name(dev);
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (const plan::GpuSpec& s : plan::gpu_specs())
-    if (name.find(s.name) != std::string::npos) return s.name;
-  return "";
-}
-
-}  // namespace shardlm::cuda
+}  // namespace shardlm

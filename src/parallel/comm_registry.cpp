@@ -1,9 +1,9 @@
 // Backends by name: make_communicator looks the name up in one table.
 //
-// "mpi" is host MPI; where the CUDA runtime sees a GPU it is wrapped in StagedCommunicator so that
-// device buffers work too (through pinned host memory). On CPU-only machines it stays the plain
-// MPI communicator: no pointer checks on every call. "nccl" exists only in NCCL builds and needs
-// a GPU.
+// "mpi" (and "fabric") move host memory; where the CUDA runtime sees a GPU they are wrapped in
+// StagedCommunicator so that device buffers work too (through pinned host memory). On CPU-only
+// machines they stay plain: no pointer checks on every call. "nccl" exists only in NCCL builds and
+// needs a GPU.
 #include <algorithm>
 #include <functional>
 #include <memory>
@@ -14,10 +14,10 @@
 #include "parallel/comm_mpi.h"
 #include "parallel/communicator.h"
 
-#ifdef SHARDLM_HAVE_CUDA
-#include "cuda/device_info.h"
 #include "parallel/comm_staged.h"
 #include "parallel/memory_space.h"
+#ifdef SHARDLM_HAVE_CUDA
+#include "cuda/device_info.h"
 #endif
 #ifdef SHARDLM_HAVE_NCCL
 #include "parallel/comm_nccl.h"
@@ -37,11 +37,22 @@ struct Backend {
   Factory make;
 };
 
+std::shared_ptr<MemorySpace> cuda_where_gpu() {
+#ifdef SHARDLM_HAVE_CUDA
+  if (cuda::device_count() > 0) return cuda_memory_space();
+#endif
+  return nullptr;
+}
+
+StagingMemory& staging_memory() {
+  static StagingMemory s = &cuda_where_gpu;
+  return s;
+}
+
 // A host-memory communicator, wrapped so that device buffers work too where there is a GPU.
 std::unique_ptr<Communicator> staged_where_gpu(std::unique_ptr<Communicator> host) {
-#ifdef SHARDLM_HAVE_CUDA
-  if (cuda::device_count() > 0) return std::make_unique<StagedCommunicator>(std::move(host), cuda_memory_space());
-#endif
+  std::shared_ptr<MemorySpace> memory = staging_memory()();
+  if (memory) return std::make_unique<StagedCommunicator>(std::move(host), std::move(memory));
   return host;
 }
 
@@ -81,6 +92,8 @@ void override_communicator(const std::string& name, CommFactory factory) {
     }
   overrides().emplace_back(name, factory);
 }
+
+void override_staging_memory(StagingMemory staging) { staging_memory() = staging; }
 
 void Communicator::enqueue_all_reduce(void*, size_t, CommDType, ReduceOp, void*) {
   SHARDLM_FAIL("communicator " << name() << " cannot queue collectives on a stream (CUDA graphs need --comm nccl)");

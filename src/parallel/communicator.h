@@ -111,4 +111,10 @@ using CommFactory = std::unique_ptr<Communicator> (*)(const std::vector<int>& me
                                                       double timeout_s);
 void override_communicator(const std::string& name, CommFactory factory);
 
+// The memory the host-memory communicators (mpi, fabric) stage device buffers through, or null
+// where there are none to stage: by default CUDA memory where the runtime sees a GPU. Programs over
+// the emulated CUDA runtime, whose GPUs the real runtime does not see, name theirs here.
+using StagingMemory = std::shared_ptr<MemorySpace> (*)();
+void override_staging_memory(StagingMemory staging);
+
 }  // namespace shardlm

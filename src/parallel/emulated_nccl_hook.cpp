@@ -1,8 +1,8 @@
 // Compiled into every program built with shardlm_comm_nccl_emu (see src/parallel/CMakeLists.txt):
 // "nccl" there is the NcclCommunicator built over the emulated NCCL and CUDA runtime (whose name
-// NcclCommunicator stands for in such a program), "mpi" stages device buffers through the emulated
-// runtime's host memory as comm_registry.cpp's does through the real one on a GPU machine, and
-// ranks bind to the emulated GPUs by the rule of gpu_binding.h (the program's own call reaches the
+// NcclCommunicator stands for in such a program), "mpi" and "fabric" stage device buffers through
+// the emulated runtime's memory as comm_registry.cpp's do through the real one on a GPU machine, and
+// ranks bind to the emulated GPUs by the rule of gpu_binding.h (the program's own calls reach the
 // real runtime, which has none here).
 #include <cuda_runtime.h>
 
@@ -12,9 +12,7 @@
 
 #include "core/error.h"
 #include "cuda/device_info.h"
-#include "parallel/comm_mpi.h"
 #include "parallel/comm_nccl.h"
-#include "parallel/comm_staged.h"
 #include "parallel/communicator.h"
 #include "parallel/gpu_binding.h"
 #include "parallel/memory_space.h"
@@ -39,14 +37,9 @@ std::unique_ptr<Communicator> make_nccl(const std::vector<int>& members, const s
   return std::make_unique<NcclCommunicator>(members, name, timeout_s);
 }
 
-std::unique_ptr<Communicator> make_staged_mpi(const std::vector<int>& members, const std::string& name,
-                                              double timeout_s) {
-  auto host = std::make_unique<MpiCommunicator>(members, name, timeout_s);
-  if (cuda::device_count() <= 0) return host;
-  return std::make_unique<StagedCommunicator>(std::move(host), cuda_memory_space());
-}
+std::shared_ptr<MemorySpace> emulated_staging() { return cuda::device_count() > 0 ? cuda_memory_space() : nullptr; }
 
-const bool registered = (override_communicator("nccl", &make_nccl), override_communicator("mpi", &make_staged_mpi),
+const bool registered = (override_communicator("nccl", &make_nccl), override_staging_memory(&emulated_staging),
                          override_gpu_binding(&bind_emulated_gpu), true);
 
 }  // namespace

@@ -5,9 +5,11 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -365,6 +367,31 @@ TEST(CudaEmulation, WorkInFlightOrdersItsStream) {
   cudaFree(y);
   cudaStreamDestroy(blocking);
   cudaStreamDestroy(other);
+}
+
+// Events time the host between their records: work runs when it is issued, so the span is the
+// time of the work issued between them (what the benchmarks' ceilings read). Timing an event
+// never recorded, or one made without timing, fails as on the device.
+TEST(CudaEmulation, EventsTimeTheWorkBetweenTheirRecords) {
+  cudaEvent_t start = nullptr, stop = nullptr, untimed = nullptr;
+  ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&stop), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming), cudaSuccess);
+  float ms = -1;
+  EXPECT_EQ(cudaEventElapsedTime(&ms, start, stop), cudaErrorInvalidResourceHandle);
+  ASSERT_EQ(cudaEventRecord(start), cudaSuccess);
+  ::shardlm_emu::enqueue(
+      nullptr, [] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); }, "30 ms of work");
+  ASSERT_EQ(cudaEventRecord(stop), cudaSuccess);
+  ASSERT_EQ(cudaEventSynchronize(stop), cudaSuccess);
+  ASSERT_EQ(cudaEventElapsedTime(&ms, start, stop), cudaSuccess);
+  EXPECT_GE(ms, 29.0f);
+  EXPECT_LT(ms, 10000.0f);
+  ASSERT_EQ(cudaEventRecord(untimed), cudaSuccess);
+  EXPECT_EQ(cudaEventElapsedTime(&ms, start, untimed), cudaErrorInvalidValue);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaEventDestroy(untimed);
 }
 
 }  // namespace

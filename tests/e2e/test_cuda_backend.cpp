@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "common/bench_report.h"
 #include "common/cli_runner.h"
 #include "common/gpu.h"
 #include "common/h5_read.h"
@@ -299,6 +300,46 @@ TEST(CudaBackend, LongContextsMatchCpuAndGraphs) {
     test::expect_same_run(gpu_run, test::read_run((d / "graphs.h5").string()),
                           std::string("long eager/graphs ") + config + ", " + kv + " cache");
   }
+}
+
+// shardlm bench --backend cuda, the GPU benchmark of tests/gpu/run_gpu_checks.sh, at small sizes on
+// stories260K: the device's ceilings (copy bandwidth, cuBLAS GEMMs at the model's shapes and one
+// square one), the KV budget from the device's free memory, every scenario, device sampling and the
+// attention op alone for each cache dtype, with positive figures. Over the emulated runtime the
+// device is not in the spec table, and its bandwidth probe copies an eighth of its 64 MiB.
+TEST(CudaBackend, BenchReportsEveryPart) {
+  SHARDLM_REQUIRE_GPU();
+  SHARDLM_REQUIRE_SHARED(stories, "models/stories260K");
+#ifdef SHARDLM_EMULATED_BINARY
+  const std::string env = "SHARDLM_EMULATED_GPU_MEMORY_MIB=64 ";
+#else
+  const std::string env;
+#endif
+  Proc r = sh(env + shardlm_bin() + " bench --model " + stories +
+              " --backend cuda --threads 1 --prompt-len 32 --decode-tokens 4 --batch 2 --batch-in 8 --batch-out 2"
+              " --attention-context 64 --peak-gemm 64");
+  ASSERT_EQ(r.code, 0) << r.out;
+  test::BenchShape s;
+  s.gpu = true;
+  s.prompt_len = 32;
+  s.batch = 2;
+  s.batch_in = 8;
+  s.batch_out = 2;
+  s.attention_context = 64;
+  s.gemm_lines = 4;
+  s.heads = 8;
+  s.kv_heads = 4;
+  s.head_dim = 8;
+  test::expect_bench_report(r.out, s);
+  EXPECT_NE(r.out.find("cuBLAS bf16 GEMM 64 x 64 x 64: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("KV cache budget "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(auto: 0.9 of the "), std::string::npos) << r.out;
+#ifdef SHARDLM_EMULATED_BINARY
+  EXPECT_NE(r.out.find("device: host emulation of an sm_90 device, not in the spec table; measured "
+                       "device-to-device copy "),
+            std::string::npos)
+      << r.out;
+#endif
 }
 
 }  // namespace

@@ -1,0 +1,91 @@
+// Checks on the report `shardlm bench` prints: every part present, at the sizes asked for, with
+// positive, finite figures. The figures themselves are the machine's: only their presence and
+// form are checked.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace shardlm::test {
+
+// One entry per line of `out` that matches `line` (std::regex, searched): its first capture
+// group, or "" when the pattern has none.
+inline std::vector<std::string> bench_lines(const std::string& out, const std::string& line) {
+  std::vector<std::string> v;
+  const std::regex re(line);
+  size_t at = 0;
+  while (at < out.size()) {
+    size_t end = out.find('\n', at);
+    if (end == std::string::npos) end = out.size();
+    std::smatch m;
+    const std::string text = out.substr(at, end - at);
+    if (std::regex_search(text, m, re)) v.push_back(m.size() > 1 ? m[1].str() : std::string());
+    at = end + 1;
+  }
+  return v;
+}
+
+// `count` lines match `line`, and the figure each captures, if it captures one, is positive and
+// finite.
+inline void expect_bench_lines(const std::string& out, const std::string& line, size_t count) {
+  const std::vector<std::string> v = bench_lines(out, line);
+  EXPECT_EQ(v.size(), count) << "lines matching '" << line << "' in:\n" << out;
+  for (const std::string& figure : v) {
+    if (figure.empty()) continue;
+    const double x = std::stod(figure);
+    EXPECT_TRUE(std::isfinite(x) && x > 0) << line << ": " << figure << " in:\n" << out;
+  }
+}
+
+struct BenchShape {
+  bool gpu = false;
+  int64_t prompt_len = 0, batch = 0, batch_in = 0, batch_out = 0;
+  int64_t attention_context = 0;  // >= 4096 also gives the 4096 lines; 0: no attention part
+  int64_t gemm_lines = 0;         // GPU: cuBLAS lines (the model's three shapes, and --peak-gemm's)
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+};
+
+inline void expect_bench_report(const std::string& out, const BenchShape& s) {
+  const std::string num = "([0-9]+\\.?[0-9]*(?:e[+-]?[0-9]+)?)";
+  if (s.gpu) {
+    expect_bench_lines(out, "^device: .*measured device-to-device copy " + num + " GB/s", 1);
+    expect_bench_lines(out, "^  cuBLAS bf16 GEMM [0-9]+ x [0-9]+ x [0-9]+: " + num + " TFLOP/s", s.gemm_lines);
+  } else {
+    expect_bench_lines(out, "^machine: memory bandwidth " + num + " GB/s, fp32 FMA peak", 1);
+  }
+  expect_bench_lines(out, "^ceilings for this model: decode .* " + num + " tok/s;", 1);
+  expect_bench_lines(out, "^KV cache budget " + num + " [KMG]iB \\(", 1);
+  expect_bench_lines(out, "^prefill +" + std::to_string(s.prompt_len) + "-token prompt: +" + num + " tok/s", 1);
+  expect_bench_lines(out, "^decode   batch 1: +" + num + " tok/s", 1);
+  expect_bench_lines(out,
+                     "^batched  " + std::to_string(s.batch) + " x \\(" + std::to_string(s.batch_in) + " in \\+ " +
+                         std::to_string(s.batch_out) + " out\\): +" + num + " tok/s total",
+                     1);
+  expect_bench_lines(out, "^sampling 64 rows x [0-9]+ vocab: +greedy " + num + ",", 1);
+  const std::string heads = std::to_string(s.heads) + " heads / " + std::to_string(s.kv_heads) +
+                            " KV heads, head_dim " + std::to_string(s.head_dim);
+  const size_t contexts = s.attention_context > 4096 ? 2 : (s.attention_context > 0 ? 1 : 0);
+  for (const char* dtype : {"fp32", "bf16", "fp8"}) {
+    expect_bench_lines(out, "^attention decode \\(" + heads + ", " + dtype + " cache", contexts > 0 ? 1 : 0);
+    expect_bench_lines(out, "^attention prefill \\(" + heads + ", " + dtype + " cache", contexts > 0 ? 1 : 0);
+  }
+  if (contexts > 0) {
+    const int64_t shortest = std::min<int64_t>(4096, s.attention_context);
+    for (int64_t T : {1, 8}) {
+      expect_bench_lines(out, "^  " + std::to_string(T) + " x +" + std::to_string(shortest) + " positions: +" + num, 3);
+      if (contexts == 2)
+        expect_bench_lines(
+            out, "^  " + std::to_string(T) + " x +" + std::to_string(s.attention_context) + " positions: +" + num, 3);
+    }
+    const int64_t chunk = std::min<int64_t>(512, s.attention_context);
+    expect_bench_lines(out, "^  positions 0\\.\\." + std::to_string(chunk - 1) + " +: +" + num + " us", 3);
+  }
+  EXPECT_EQ(out.find("not timed"), std::string::npos) << out;
+  for (const char* bad : {" nan", " inf", "-nan", "error"}) EXPECT_EQ(out.find(bad), std::string::npos) << bad << out;
+}
+
+}  // namespace shardlm::test

@@ -1,0 +1,57 @@
+// shardlm bench end to end on the CPU backend at small sizes: every part of the report (the
+// machine's ceilings, prefill, decode, batched, sampling, attention decode and prefill for each
+// cache dtype) is printed with positive figures. The figures are this machine's; what they are
+// measured against is the bench's own business (cmd_bench.cpp).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "common/bench_report.h"
+#include "common/cli_runner.h"
+#include "common/shared_data.h"
+
+namespace shardlm {
+namespace {
+
+using test::Proc;
+using test::sh;
+
+TEST(BenchCli, Stories260kReportsEveryPart) {
+  SHARDLM_REQUIRE_SHARED(stories, "models/stories260K");
+  Proc r = sh(std::string(SHARDLM_BINARY) + " bench --model " + stories +
+              " --threads 1 --prompt-len 48 --decode-tokens 4 --batch 3 --batch-in 8 --batch-out 2"
+              " --attention-context 5000");
+  ASSERT_EQ(r.code, 0) << r.out;
+  test::BenchShape s;
+  s.prompt_len = 48;
+  s.batch = 3;
+  s.batch_in = 8;
+  s.batch_out = 2;
+  s.attention_context = 5000;
+  s.heads = 8;
+  s.kv_heads = 4;
+  s.head_dim = 8;
+  test::expect_bench_report(r.out, s);
+  EXPECT_NE(r.out.find("KV cache budget 4.0 GiB (auto: 4 GiB on the CPU"), std::string::npos) << r.out;
+}
+
+TEST(BenchCli, SkipsAttentionAndRefusesBadSizes) {
+  SHARDLM_REQUIRE_SHARED(stories, "models/stories260K");
+  const std::string common = std::string(SHARDLM_BINARY) + " bench --model " + stories +
+                             " --threads 1 --prompt-len 16 --decode-tokens 2"
+                             " --batch 1 --batch-in 4 --batch-out 2";
+  Proc r = sh(common + " --attention-context 0");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("attention"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sampling 64 rows"), std::string::npos) << r.out;
+  Proc bad = sh(common + " --attention-context -1");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("attention-context and peak-gemm 0 or more"), std::string::npos) << bad.out;
+  Proc bad_kv = sh(common + " --kv-cache-gb none");
+  EXPECT_NE(bad_kv.code, 0);
+  EXPECT_NE(bad_kv.out.find("--kv-cache-gb must be auto or a positive number of GiB, not 'none'"), std::string::npos)
+      << bad_kv.out;
+}
+
+}  // namespace
+}  // namespace shardlm
