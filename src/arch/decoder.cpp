@@ -34,6 +34,8 @@ struct Layer {
 // Pipeline messages between stages: the residual stream, then the step's logits back to the
 // leader, or, for a step with sample rows, the choices (R tokens, then R logprobs' bits).
 constexpr int kTagHidden = 11, kTagLogits = 12;
+// The scratch slot where a later stage's graph step receives the previous stage's hidden states.
+constexpr int kStageInput = 17;
 
 class Decoder final : public Model {
  public:
@@ -117,7 +119,7 @@ class Decoder final : public Model {
     f.sampled = sampled;
     const int64_t T = batch.num_tokens();
     if (T > 0 || runs_empty_steps()) {
-      run_stage(batch);
+      stage_to_device(batch);
       if (f.rows > 0 && sampled) {
         f.choices.resize(static_cast<size_t>(2 * f.rows));
         f.recv = comms_.pp->irecv(f.choices.data(), f.choices.size(), CommDType::kI32, plan_.stages - 1, kTagLogits);
@@ -168,9 +170,9 @@ class Decoder final : public Model {
     std::string why;
     if (!b_.supports_capture()) {
       why = "backend " + b_.name() + " cannot capture graphs";
-    } else if (comms_.pp || comms_.ep || plan_.stages > 1) {
-      // Hidden states between stages and the MoE all-to-all are sized on the host step by step.
-      why = "graphs need a single pipeline stage and no expert parallelism (no pp or ep)";
+    } else if (comms_.ep) {
+      // The MoE all-to-all is sized on the host step by step.
+      why = "graphs need no expert parallelism (no ep)";
     } else if (plan_.tp_size > 1 && !(comms_.tp && comms_.tp->can_enqueue())) {
       // An MPI or libfabric all-reduce goes through host memory, which no graph can hold; NCCL's
       // is queued on the captured stream.
@@ -184,6 +186,7 @@ class Decoder final : public Model {
     graphs_on_ = why.empty();
     return why;
   }
+  int64_t graph_steps() const override { return graph_steps_; }
   const MoeStepStats* last_step_moe() const override {
     return spec_.moe.enabled() ? (leads_pipeline() ? &last_moe_ : &moe_stats_) : nullptr;
   }
@@ -199,7 +202,7 @@ class Decoder final : public Model {
         b_.copy_to_host(logits, dev, R * spec_.vocab_size * sizeof(float));
       return;
     }
-    run_stage(batch);
+    const float* graph_logits = stage_to_device(batch);
     const int64_t H = spec_.hidden_size;
     float* residual = scratch_.get(0, std::max<int64_t>(T, 1) * H);
     if (!plan_.last_stage()) {
@@ -215,7 +218,7 @@ class Decoder final : public Model {
       if (back) back->wait();
       return;
     }
-    head(batch);
+    head(batch, graph_logits);
   }
 
  private:
@@ -278,6 +281,16 @@ class Decoder final : public Model {
     if (const int64_t bucket = graph_bucket(batch); bucket > 0) return graph_step(batch, bucket);
     run_stage(batch);
     return logits_to_device(batch);
+  }
+
+  // This stage's part of a step of several stages, by its graph when the step is graph-eligible
+  // (graph_step), else eagerly (run_stage): the residual stream ends in slot 0 either way. On the
+  // last stage a graph also computes the logits; they are returned (in backend memory, [T, vocab]
+  // first, gathered over tp), null otherwise (head() computes them).
+  const float* stage_to_device(const ForwardBatch& batch) {
+    if (const int64_t bucket = graph_bucket(batch); bucket > 0) return graph_step(batch, bucket);
+    run_stage(batch);
+    return nullptr;
   }
 
   // This stage's layers over the batch; the residual stream ends in scratch slot 0. With expert
@@ -357,9 +370,10 @@ class Decoder final : public Model {
   // ---- CUDA graphs for decode steps (--cuda-graphs) ----
   //
   // A step is graph-eligible when every row is a decode token (one token per sequence) and every
-  // row samples; enable_step_graphs() has checked the rest (one stage, no MoE layer, a backend that
+  // row samples; enable_step_graphs() has checked the rest (no MoE layer, no ep, a backend that
   // captures, tp only over a communicator that queues on streams). Its T rows are padded to a bucket
-  // B, and the whole device part (embedding .. LM head output) of a B-row step is captured once per
+  // B, and the whole device part of a B-row step on this stage (embedding or the received hidden
+  // states, the stage's layers, and on the last stage the LM head output) is captured once per
   // bucket and replayed with new inputs:
   //  - inputs (ids, positions, KV slots, per-token block-list starts, block ids) are written into
   //    their scratch slots before the capture or replay, never inside it;
@@ -377,7 +391,12 @@ class Decoder final : public Model {
   //  - with tp, the layers' all-reduces are queued on the captured stream (NCCL), so every tp rank
   //    replays them in its graph (all ranks take the same steps, so the same buckets); the
   //    vocabulary slices are gathered after the replay, eagerly, and the warm-up gathers once too
-  //    to size those slots.
+  //    to size those slots;
+  //  - with pp, the hidden states travel between stages outside the graphs, eagerly, as in an
+  //    eager step (so over any communicator): a later stage receives the T rows into an input
+  //    slot before the replay, and its graph starts by copying them into the residual stream (the
+  //    warm-up run leaves its output there, so the capture must not start from it); every stage
+  //    takes the same steps, so each replays its own graph of the same bucket.
   static constexpr int64_t kGraphBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
   // The bucket a step is padded to, or 0 when it runs eagerly.
@@ -439,27 +458,40 @@ class Decoder final : public Model {
     const int64_t max_len = std::min<int64_t>(spec_.max_position_embeddings,
                                               cache_->num_blocks() * cache_->shape().block_size);
     ctx.tables = BlockTables{blocks, start, nullptr, nullptr, max_len - 1};
+    if (!plan_.first_stage()) {
+      // The previous stage's hidden states of the T real rows; the padding rows keep whatever
+      // the slot held (every op works row by row, and nothing reads them back).
+      comms_.pp->recv(scratch_.get(kStageInput, B * spec_.hidden_size), T * spec_.hidden_size, CommDType::kF32,
+                      plan_.stage - 1, kTagHidden);
+    }
     return ctx;
   }
 
-  // The device part of a graph step: what is captured. Logits [B, vocab] end in slot 13.
+  // The device part of a graph step on this stage: what is captured. The residual stream ends in
+  // slot 0; on the last stage the logits [B, vocab] end in slot 13.
   void graph_device_work(const StepContext& ctx) {
     const int64_t B = ctx.T, H = spec_.hidden_size;
     const float eps = static_cast<float>(spec_.rms_norm_eps);
     float* residual = scratch_.get(0, B * H);
     float* h = scratch_.get(1, B * H);
     float* proj = scratch_.get(2, B * H);
-    const int32_t* ids = scratch_.get_as<int32_t>(3, B);
-    b_.embedding(ids, B, embed_, residual);
-    tp_sum(residual, B * H);  // vocabulary-parallel embedding (see run_stage)
+    if (plan_.first_stage()) {
+      const int32_t* ids = scratch_.get_as<int32_t>(3, B);
+      b_.embedding(ids, B, embed_, residual);
+      tp_sum(residual, B * H);  // vocabulary-parallel embedding (see run_stage)
+    } else {
+      b_.copy_to_device(residual, scratch_.get(kStageInput, B * H), B * H * sizeof(float));
+    }
     run_layers(ctx, residual, h, proj);
+    if (!plan_.last_stage()) return;
     float* rows = scratch_.get(12, B * H);
     b_.rmsnorm(residual, final_norm_, B, eps, rows);
     b_.linear(rows, B, lm_head_, nullptr, scratch_.get(13, B * plan_.vocab));
   }
 
-  // Replays (capturing first if need be) the step's bucket; returns the logits, [B, vocab] in
-  // backend memory (gathered over tp), of which the first T rows are the step's.
+  // Replays (capturing first if need be) the step's bucket; on the last stage returns the logits,
+  // [B, vocab] in backend memory (gathered over tp), of which the first T rows are the step's;
+  // null on the others (the residual stream is in slot 0).
   const float* graph_step(const ForwardBatch& batch, int64_t B) {
     SHARDLM_CHECK(cache_, "forward before allocate_kv_cache");
     if (spec_.moe.enabled()) moe_stats_.reset(spec_.moe.num_experts);
@@ -468,7 +500,7 @@ class Decoder final : public Model {
     auto it = graph_handles_.find(B);
     if (it == graph_handles_.end()) {
       graph_device_work(ctx);  // the warm-up run (see above)
-      if (comms_.tp) gather_vocab(scratch_.get(13, B * plan_.vocab), B);
+      if (comms_.tp && plan_.last_stage()) gather_vocab(scratch_.get(13, B * plan_.vocab), B);
       if (scratch_.generation() != graph_generation_) drop_graphs();
       const CommStats before = comms_.tp ? comms_.tp->stats() : CommStats{};
       b_.begin_capture();
@@ -496,6 +528,8 @@ class Decoder final : public Model {
       comms_.tp->count_replayed(it->second.tp_moved);
     }
     b_.replay(it->second.handle);
+    ++graph_steps_;
+    if (!plan_.last_stage()) return nullptr;
     const float* local = scratch_.get(13, B * plan_.vocab);
     return comms_.tp ? gather_vocab(local, B) : local;
   }
@@ -540,9 +574,10 @@ class Decoder final : public Model {
   }
 
   // The last of several stages: the step's whole logits go back to the leader, or, for a step
-  // with sample rows, the choices made here (tp rank 0 sends).
-  void head(const ForwardBatch& batch) {
-    const float* dev = logits_to_device(batch);
+  // with sample rows, the choices made here (tp rank 0 sends). graph_logits: the logits a graph
+  // step computed (its first rows are the step's: every row samples), else null.
+  void head(const ForwardBatch& batch, const float* graph_logits) {
+    const float* dev = graph_logits ? graph_logits : logits_to_device(batch);
     if (!dev || plan_.tp_rank != 0) return;
     const int64_t R = static_cast<int64_t>(batch.logit_rows.size()), V = spec_.vocab_size;
     if (batch.sampled()) {
@@ -605,6 +640,7 @@ class Decoder final : public Model {
   };
   std::map<int64_t, CapturedStep> graph_handles_;  // by bucket
   uint64_t graph_generation_ = 0;             // scratch generation the handles were captured at
+  int64_t graph_steps_ = 0;                   // steps run by a replay
   size_t block_capacity_ = 0;                 // block ids the block-id slot is sized for
   std::vector<int32_t> g_ids_, g_pos_, g_start_;
   std::vector<int64_t> g_slots_;

@@ -93,6 +93,8 @@ class Model {
   // Opt-in CUDA graphs for decode steps (--cuda-graphs): returns "" when this model will capture
   // and replay the steps that allow it (the others run eagerly), else why every step runs eagerly.
   virtual std::string enable_step_graphs() { return "this model does not capture steps"; }
+  // Steps this rank ran by replaying a captured graph.
+  virtual int64_t graph_steps() const { return 0; }
   // Bytes of checkpoint data this rank loaded, and the seconds it took.
   virtual size_t load_bytes() const = 0;
   virtual double load_seconds() const = 0;

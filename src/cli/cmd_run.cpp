@@ -100,6 +100,7 @@ RankRecord my_record(const Topology& topo, const Model& model, const LayoutGroup
   if (g.pp) r.pp_bytes_sent = static_cast<int64_t>(g.pp->stats().bytes_sent);
   if (g.replica) r.replica_bytes_sent = static_cast<int64_t>(g.replica->stats().bytes_sent);
   if (g.ep) r.ep_bytes_sent = static_cast<int64_t>(g.ep->stats().bytes_sent);
+  r.graph_steps = model.graph_steps();
   return r;
 }
 

@@ -16,7 +16,7 @@ struct Packed {
   char host[64];
   int64_t load_bytes;
   double load_s;
-  int64_t peak_rss_bytes, tp_bytes_sent, pp_bytes_sent, replica_bytes_sent, ep_bytes_sent;
+  int64_t peak_rss_bytes, tp_bytes_sent, pp_bytes_sent, replica_bytes_sent, ep_bytes_sent, graph_steps;
 };
 
 }  // namespace
@@ -55,6 +55,7 @@ std::vector<RankRecord> gather_rank_records(Communicator* world, const RankRecor
   p.pp_bytes_sent = mine.pp_bytes_sent;
   p.replica_bytes_sent = mine.replica_bytes_sent;
   p.ep_bytes_sent = mine.ep_bytes_sent;
+  p.graph_steps = mine.graph_steps;
   std::vector<Packed> all(static_cast<size_t>(world->size()));
   world->all_gather(&p, all.data(), sizeof p, CommDType::kU8);
   std::vector<RankRecord> out;
@@ -73,6 +74,7 @@ std::vector<RankRecord> gather_rank_records(Communicator* world, const RankRecor
     r.pp_bytes_sent = q.pp_bytes_sent;
     r.replica_bytes_sent = q.replica_bytes_sent;
     r.ep_bytes_sent = q.ep_bytes_sent;
+    r.graph_steps = q.graph_steps;
     out.push_back(r);
   }
   assign_local_ranks(&out);

@@ -97,6 +97,11 @@ TEST(CudaBackend, NcclLayoutsMatchCpu) {
                           "nccl-mixtral");
 }
 
+// Steps each rank ran by a graph replay (/ranks/graph_steps), in world-rank order.
+std::vector<int64_t> graph_steps(const std::string& h5) {
+  return test::H5Reader(h5).scalars<int64_t>("/ranks/graph_steps", H5T_NATIVE_INT64);
+}
+
 // --cuda-graphs with tp over NCCL: each tp rank captures its decode steps with the layers' NCCL
 // all-reduces queued on the captured stream, and replays them in step with the others; the tokens
 // and logprobs must be the eager run's. Over MPI the tp all-reduce cannot be captured: the run
@@ -117,12 +122,46 @@ TEST(CudaBackend, CudaGraphsWithTpOverNcclMatchEager) {
   EXPECT_EQ(graphs.out.find("every step runs eagerly"), std::string::npos) << graphs.out;
   test::expect_same_run(test::read_run((d / "eager.h5").string()), test::read_run((d / "graphs.h5").string()),
                         "cuda graphs tp 2 over nccl");
+  for (int64_t n : graph_steps((d / "graphs.h5").string())) EXPECT_GT(n, 0);
+  for (int64_t n : graph_steps((d / "eager.h5").string())) EXPECT_EQ(n, 0);
   test::write_file(d / "one.jsonl", "{\"id\": \"a\", \"prompt_token_ids\": [1, 403], \"max_tokens\": 2}\n");
   Proc mpi =
       sh(test::mpirun(2) + shardlm_bin() + " run --model " + stories + " --prompts " + (d / "one.jsonl").string() +
          " --backend cuda --tp 2 --comm mpi --cuda-graphs --out " + (d / "mpi.h5").string());
   ASSERT_EQ(mpi.code, 0) << mpi.out;
   EXPECT_NE(mpi.out.find("every step runs eagerly: graphs with tp need --comm nccl"), std::string::npos) << mpi.out;
+}
+
+// --cuda-graphs with pp: each stage replays its own graph of the step's bucket, the hidden states
+// passing between stages outside the graphs; the tokens and logprobs must be the eager run's, and
+// every rank must have replayed steps. Over MPI (2 ranks sharing one GPU, staged through host
+// memory), and tp 2 x pp 2 over NCCL (a GPU per rank), whose stages' graphs hold the tp all-reduces.
+TEST(CudaBackend, CudaGraphsWithPpMatchEager) {
+  SHARDLM_REQUIRE_GPU();
+  SHARDLM_REQUIRE_SHARED(stories, "models/stories260K");
+  const fs::path d = test::fresh_dir("cuda-graphs-pp");
+  test::write_layout_prompts(d / "p.jsonl", 12, true);
+  const std::string common = " run --model " + stories + " --prompts " + (d / "p.jsonl").string() +
+                             " --threads 1 --seed 3 --max-seqs 5 --max-batch-tokens 48 --backend cuda";
+  auto check = [&](int np, const std::string& layout, const std::string& name) {
+    const std::string eager_out = (d / (name + "-eager.h5")).string(), graphs_out = (d / (name + "-graphs.h5")).string();
+    Proc eager = sh(test::mpirun(np) + shardlm_bin() + common + layout + " -q --out " + eager_out);
+    Proc graphs =
+        sh(test::mpirun(np) + shardlm_bin() + common + layout + " --cuda-graphs --progress-interval 0 --out " + graphs_out);
+    ASSERT_EQ(eager.code, 0) << eager.out;
+    ASSERT_EQ(graphs.code, 0) << graphs.out;
+    EXPECT_NE(graphs.out.find("(CUDA graphs)"), std::string::npos) << graphs.out;
+    EXPECT_EQ(graphs.out.find("every step runs eagerly"), std::string::npos) << graphs.out;
+    test::expect_same_run(test::read_run(eager_out), test::read_run(graphs_out), "cuda graphs " + name);
+    const std::vector<int64_t> replayed = graph_steps(graphs_out);
+    EXPECT_EQ(replayed.size(), static_cast<size_t>(np));
+    for (int64_t n : replayed) EXPECT_GT(n, 0) << name;
+    for (int64_t n : graph_steps(eager_out)) EXPECT_EQ(n, 0) << name;
+  };
+  check(2, " --pp 2 --comm mpi", "pp2-mpi");
+#ifdef SHARDLM_HAVE_CUDA
+  if (cuda::device_count() >= 4) check(4, " --tp 2 --pp 2 --comm nccl", "tp2-pp2-nccl");
+#endif
 }
 
 // --kv-cache-gb auto on a GPU: the budget is --kv-cache-free-fraction of the device memory free
