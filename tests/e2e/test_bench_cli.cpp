@@ -22,15 +22,9 @@ TEST(BenchCli, Stories260kReportsEveryPart) {
               " --threads 1 --prompt-len 48 --decode-tokens 4 --batch 3 --batch-in 8 --batch-out 2"
               " --attention-context 5000");
   ASSERT_EQ(r.code, 0) << r.out;
-  test::BenchShape s;
-  s.prompt_len = 48;
-  s.batch = 3;
-  s.batch_in = 8;
-  s.batch_out = 2;
-  s.attention_context = 5000;
-  s.heads = 8;
-  s.kv_heads = 4;
-  s.head_dim = 8;
+  // stories260K: 8 heads / 4 KV heads, head_dim 8.
+  const test::BenchShape s{.prompt_len = 48, .batch = 3, .batch_in = 8, .batch_out = 2, .attention_context = 5000,
+                           .heads = 8, .kv_heads = 4, .head_dim = 8};
   test::expect_bench_report(r.out, s);
   EXPECT_NE(r.out.find("KV cache budget 4.0 GiB (auto: 4 GiB on the CPU"), std::string::npos) << r.out;
 }

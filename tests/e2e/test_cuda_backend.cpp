@@ -358,17 +358,9 @@ TEST(CudaBackend, BenchReportsEveryPart) {
               " --backend cuda --threads 1 --prompt-len 32 --decode-tokens 4 --batch 2 --batch-in 8 --batch-out 2"
               " --attention-context 64 --peak-gemm 64");
   ASSERT_EQ(r.code, 0) << r.out;
-  test::BenchShape s;
-  s.gpu = true;
-  s.prompt_len = 32;
-  s.batch = 2;
-  s.batch_in = 8;
-  s.batch_out = 2;
-  s.attention_context = 64;
-  s.gemm_lines = 4;
-  s.heads = 8;
-  s.kv_heads = 4;
-  s.head_dim = 8;
+  // stories260K: 8 heads / 4 KV heads, head_dim 8; the model's three GEMM shapes and --peak-gemm's.
+  const test::BenchShape s{.gpu = true, .prompt_len = 32, .batch = 2, .batch_in = 8, .batch_out = 2,
+                           .attention_context = 64, .gemm_lines = 4, .heads = 8, .kv_heads = 4, .head_dim = 8};
   test::expect_bench_report(r.out, s);
   EXPECT_NE(r.out.find("cuBLAS bf16 GEMM 64 x 64 x 64: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("KV cache budget "), std::string::npos) << r.out;
