@@ -87,10 +87,8 @@ Scenario run_scenario(Model& model, const Tokenizer& tok, EngineConfig ec, int64
 // measured device bandwidth otherwise; cuBLAS GEMMs at the model's projection shapes (and a square
 // one of peak_gemm a side, when not 0) are printed beside them so that a slow model step can be
 // told from a slow GEMM.
-void gpu_ceilings(ComputeBackend& b, const ModelSpec& spec, int64_t prompt_len, int64_t peak_gemm, double* bw_gbs,
-                  double* peak_gflops, double* fp32_gflops) {
-  DeviceCeilings c;
-  SHARDLM_CHECK(b.measure_device_ceilings(&c), "shardlm bench: backend " << b.name() << " has no device ceilings");
+void gpu_ceilings(ComputeBackend& b, const DeviceCeilings& c, const ModelSpec& spec, int64_t prompt_len,
+                  int64_t peak_gemm, double* bw_gbs, double* peak_gflops, double* fp32_gflops) {
   std::printf("%s\n", c.text.c_str());
   *bw_gbs = c.bw_gbs;
   *peak_gflops = c.peak_gflops;
@@ -196,14 +194,16 @@ int cmd_bench(int argc, char** argv) {
   const double embed = static_cast<double>(spec.vocab_size * spec.hidden_size);
   const double flop_per_token = 2.0 * (params - (spec.tie_word_embeddings ? 0.0 : embed));
 
-  const bool gpu = backend->name() == "cuda";
+  // A backend with device ceilings runs on an accelerator: its figures stand beside those, not the CPU's.
+  DeviceCeilings device;
+  const bool gpu = backend->measure_device_ceilings(&device);
   std::printf("shardlm bench: %s (%s, %.1fM parameters, %.0f MB of weights), backend %s, %d threads, %s KV cache\n",
               model_dir.c_str(), spec.architecture.c_str(), params / 1e6, weight_bytes / 1e6, backend->name().c_str(),
               cpu::num_threads(), kv_dtype_name(cache_dtype));
   double bw = 0, peak = 0, fp32_peak = 0;  // GB/s; GFLOP/s of the matmuls' dtype and of fp32
   const char* peak_name = "fp32 FMA peak";
   if (gpu) {
-    gpu_ceilings(*backend, spec, prompt_len, peak_gemm, &bw, &peak, &fp32_peak);
+    gpu_ceilings(*backend, device, spec, prompt_len, peak_gemm, &bw, &peak, &fp32_peak);
     peak_name = "bf16 tensor peak";
   } else {
     bw = cpu::measure_memory_bandwidth(4).best();
