@@ -1,0 +1,254 @@
+// shardlm report's summary of a result file written from known rows (report_sample.h): the columns
+// read back, counts, percentiles, throughput and the mixture-of-experts figures against values
+// computed by hand, a file without the MoE columns, and a run that never finished.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "report/report_summary.h"
+#include "report/result_file.h"
+#include "report_sample.h"
+
+namespace shardlm::report {
+namespace {
+
+TEST(ErrorKind, FirstWordsWithoutLinePrefix) {
+  EXPECT_EQ(error_kind("line 4: empty prompt"), "empty prompt");
+  EXPECT_EQ(error_kind("line 12: prompt of 300 tokens leaves no room"), "prompt of");
+  EXPECT_EQ(error_kind("line 3: not valid JSON (syntax error)"), "not valid JSON");
+  EXPECT_EQ(error_kind("line 9: token id 70000 is outside the vocabulary"), "token id");
+  EXPECT_EQ(error_kind("line 2: \"max_tokens\" must be >= 0 (got -1)"), "\"max_tokens\" must be");
+  EXPECT_EQ(error_kind("empty prompt: \"prompt_token_ids\" is an empty list"), "empty prompt");
+  EXPECT_EQ(error_kind(""), "other");
+}
+
+TEST_F(ReportTest, ReadsTheColumnsBack) {
+  const RunData d = load_run(file_);
+  ASSERT_EQ(d.requests.size(), 6u);
+  EXPECT_EQ(d.requests.id[5], "r6");
+  EXPECT_EQ(d.requests.prompt_len[4], 10);
+  EXPECT_EQ(d.requests.output_len[0], 5);
+  EXPECT_EQ(d.requests.finish_reason[1], "length");
+  EXPECT_EQ(d.requests.error[3], "line 4: empty prompt");
+  EXPECT_EQ(d.requests.replica[5], 1);
+  EXPECT_DOUBLE_EQ(d.requests.t_first_token[5], 1.5);
+  ASSERT_EQ(d.steps.size(), 4u);
+  EXPECT_EQ(d.steps.kv_blocks_used[3], 5);
+  ASSERT_EQ(d.ranks.size(), 2u);
+  EXPECT_EQ(d.ranks.host[1], "node-b");
+  EXPECT_EQ(d.ranks.pp_bytes_sent[1], 440);
+  EXPECT_EQ(d.attrs.at("git_commit"), "abc123def456");
+  EXPECT_EQ(d.attrs.at("requests"), 6);
+  EXPECT_DOUBLE_EQ(d.attrs.at("wall_seconds").get<double>(), 2.5);
+}
+
+TEST_F(ReportTest, SummaryNumbers) {
+  const ReportSummary s = summarize(load_run(file_));
+  EXPECT_EQ(s.version, "0.1.0");
+  EXPECT_EQ(s.git_commit, "abc123def456");
+  EXPECT_TRUE(s.finished);
+  EXPECT_EQ(s.interrupted_by_signal, 0);
+
+  EXPECT_EQ(s.requests, 6);
+  EXPECT_EQ(s.ok, 4);
+  EXPECT_EQ(s.errors, 2);
+  EXPECT_EQ(s.error_kinds, (std::map<std::string, int64_t>{{"empty prompt", 1}, {"prompt of", 1}}));
+  EXPECT_EQ(s.finish_reasons, (std::map<std::string, int64_t>{{"error", 2}, {"length", 1}, {"stop", 3}}));
+  EXPECT_EQ(s.prompt_tokens, 20);
+  EXPECT_EQ(s.output_tokens, 11);
+  ASSERT_EQ(s.replicas.size(), 2u);
+  EXPECT_EQ(s.replicas.at(0).requests, 3);
+  EXPECT_EQ(s.replicas.at(0).output_tokens, 6);
+  EXPECT_EQ(s.replicas.at(1).output_tokens, 5);
+  EXPECT_EQ(s.replicas.at(1).steps, 2);
+
+  // Over wall_seconds = 2.5: 11 output tokens, 31 tokens, 6 requests.
+  EXPECT_DOUBLE_EQ(s.wall_s, 2.5);
+  EXPECT_EQ(s.wall_source, "wall_seconds");
+  EXPECT_NEAR(s.output_tokens_per_s, 4.4, kTol);
+  EXPECT_NEAR(s.total_tokens_per_s, 12.4, kTol);
+  EXPECT_NEAR(s.requests_per_s, 2.4, kTol);
+
+  // TTFT {0.1, 0.2, 0.3, 0.5}: p50 at 1.5 -> 0.25, p90 at 2.7 -> 0.44, p99 at 2.97 -> 0.494.
+  EXPECT_EQ(s.ttft.n, 4);
+  EXPECT_NEAR(s.ttft.mean, 0.275, kTol);
+  EXPECT_NEAR(s.ttft.p50, 0.25, kTol);
+  EXPECT_NEAR(s.ttft.p90, 0.44, kTol);
+  EXPECT_NEAR(s.ttft.p99, 0.494, kTol);
+  EXPECT_NEAR(s.ttft.max, 0.5, kTol);
+  // TPOT {0.1, 0.2, 0.5} (r3 has one token): p50 0.2, p90 at 1.8 -> 0.44, p99 at 1.98 -> 0.494.
+  EXPECT_EQ(s.tpot.n, 3);
+  EXPECT_NEAR(s.tpot.mean, 0.8 / 3, kTol);
+  EXPECT_NEAR(s.tpot.p50, 0.2, kTol);
+  EXPECT_NEAR(s.tpot.p90, 0.44, kTol);
+  EXPECT_NEAR(s.tpot.p99, 0.494, kTol);
+  EXPECT_NEAR(s.tpot.max, 0.5, kTol);
+  // End-to-end {0.2, 0.5, 0.7, 1.0}: p50 0.6, p90 0.91, p99 0.991.
+  EXPECT_EQ(s.e2e.n, 4);
+  EXPECT_NEAR(s.e2e.mean, 0.6, kTol);
+  EXPECT_NEAR(s.e2e.p50, 0.6, kTol);
+  EXPECT_NEAR(s.e2e.p90, 0.91, kTol);
+  EXPECT_NEAR(s.e2e.p99, 0.991, kTol);
+  EXPECT_NEAR(s.e2e.max, 1.0, kTol);
+
+  // Steps: batch 2,2,1,3; prefill 7+0+2+1 = 10; decode 0+2+0+2 = 4; wall 0.1+0.05+0.2+0.05.
+  EXPECT_EQ(s.steps, 4);
+  EXPECT_NEAR(s.mean_batch_size, 2.0, kTol);
+  EXPECT_EQ(s.step_prefill_tokens, 10);
+  EXPECT_EQ(s.step_decode_tokens, 4);
+  EXPECT_NEAR(s.prefill_share, 10.0 / 14, kTol);
+  EXPECT_NEAR(s.decode_share, 4.0 / 14, kTol);
+  EXPECT_NEAR(s.mean_step_wall_s, 0.1, kTol);
+  EXPECT_EQ(s.kv_blocks_used_max, 5);
+
+  // Ranks: 2 GB in 0.5 s = 4 GB/s; 1 GB in 2 s = 0.5 GB/s. Bytes per output token: 1100/11,
+  // 440/11, 220/11.
+  ASSERT_EQ(s.ranks.size(), 2u);
+  EXPECT_NEAR(s.ranks[0].load_gb_per_s, 4.0, kTol);
+  EXPECT_NEAR(s.ranks[1].load_gb_per_s, 0.5, kTol);
+  EXPECT_EQ(s.ranks[1].host, "node-b");
+  EXPECT_EQ(s.peak_rss_max, int64_t{3} << 29);
+  EXPECT_EQ(s.tp_bytes_sent, 1100);
+  EXPECT_NEAR(s.tp_bytes_per_token, 100.0, kTol);
+  EXPECT_NEAR(s.pp_bytes_per_token, 40.0, kTol);
+  EXPECT_NEAR(s.replica_bytes_per_token, 20.0, kTol);
+}
+
+// The sample is a dense run (empty expert_tokens rows): no MoE section, no dp / ep columns.
+TEST_F(ReportTest, DenseRunHasNoMoeSection) {
+  const RunData d = load_run(file_);
+  ASSERT_EQ(d.steps.expert_tokens.size(), 4u);
+  for (const auto& row : d.steps.expert_tokens) EXPECT_TRUE(row.empty());
+  EXPECT_TRUE(d.ranks.has_dp);
+  const ReportSummary s = summarize(d);
+  EXPECT_FALSE(s.moe.present);
+  EXPECT_FALSE(s.ranks_show_dp_ep);
+  const std::string text = format_report(s);
+  EXPECT_EQ(text.find("mixture of experts"), std::string::npos) << text;
+  EXPECT_EQ(text.find("ep sent"), std::string::npos) << text;
+  EXPECT_FALSE(report_json(s).contains("moe"));
+  EXPECT_FALSE(report_json(s)["ranks"][0].contains("dp"));
+}
+
+// A file written before the MoE columns existed (they are deleted here) reads as a dense run.
+TEST_F(ReportTest, FileWithoutMoeColumnsReads) {
+  const std::string old = (dir_ / "old.h5").string();
+  fs::copy_file(file_, old);
+  {
+    const hid_t f = H5Fopen(old.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    for (const char* col : {"/steps/moe_dispatch_s", "/steps/moe_combine_s", "/steps/moe_dispatch_bytes",
+                            "/steps/moe_combine_bytes", "/steps/expert_tokens", "/ranks/dp", "/ranks/ep_bytes_sent"}) {
+      EXPECT_GE(H5Ldelete(f, col, H5P_DEFAULT), 0) << col;
+    }
+    H5Fclose(f);
+  }
+  const RunData d = load_run(old);
+  ASSERT_EQ(d.steps.size(), 4u);
+  EXPECT_EQ(d.steps.expert_tokens.size(), 4u);
+  EXPECT_EQ(d.steps.moe_dispatch_s, std::vector<double>(4, 0.0));
+  EXPECT_FALSE(d.ranks.has_dp);
+  EXPECT_FALSE(d.ranks.has_ep_bytes_sent);
+  ASSERT_EQ(d.ranks.size(), 2u);
+  EXPECT_EQ(d.ranks.dp, std::vector<int64_t>(2, 0));
+  const ReportSummary s = summarize(d);
+  EXPECT_FALSE(s.moe.present);
+  ReportSummary now = summarize(load_run(file_));
+  now.path = old;
+  EXPECT_EQ(format_report(s), format_report(now));
+}
+
+// Known MoE rows: the figures by hand.
+//   step 0: wall 0.2, dispatch 0.01 s / 100 B, combine 0.03 s / 300 B, experts [4, 0, 2, 6]
+//   step 1: wall 0.3, dispatch 0.02 s / 200 B, combine 0.04 s / 400 B, experts [2, 0, 0, 6, 4]
+//   step 2: wall 0.5, no expert counts (an older stage's row): times still count
+// Totals: experts [6, 0, 2, 12, 4] (24 routed, mean 4.8, max/mean 2.5), 1 idle; all-to-all
+// 0.03 + 0.07 = 0.1 s of 1.0 s; 10 output tokens: 30 B and 70 B per token.
+TEST_F(ReportTest, MoeFiguresByHand) {
+  const std::string f = (dir_ / "moe.h5").string();
+  {
+    ResultWriter w(f);
+    w.append(request("r1", 3, 10, FinishReason::kLength, 0.0, 0.1, 1.0, 0));
+    auto moe_step = [](int64_t n, double wall, double ds, int64_t db, double cs, int64_t cb, std::vector<int32_t> e) {
+      StepRecord st = step(n, static_cast<int>(n % 2), 1, 1, 0, 1, 0.1 * static_cast<double>(n), wall);
+      st.moe_dispatch_s = ds;
+      st.moe_dispatch_bytes = db;
+      st.moe_combine_s = cs;
+      st.moe_combine_bytes = cb;
+      st.expert_tokens = std::move(e);
+      return st;
+    };
+    w.append_step(moe_step(0, 0.2, 0.01, 100, 0.03, 300, {4, 0, 2, 6}));
+    w.append_step(moe_step(1, 0.3, 0.02, 200, 0.04, 400, {2, 0, 0, 6, 4}));
+    w.append_step(moe_step(2, 0.5, 0.0, 0, 0.0, 0, {}));
+    RankRecord r0 = rank(0, 0, "node-a", 1000, 1.0, 1 << 20, 0, 0, 0), r1 = r0;
+    r1.rank = 1;
+    r1.dp = 1;
+    r0.ep_bytes_sent = 1500;
+    r1.ep_bytes_sent = 500;
+    w.write_ranks({r0, r1});
+    w.set_attr("wall_seconds", 2.0);
+    w.close();
+  }
+  const ReportSummary s = summarize(load_run(f));
+  const MoeSummary& m = s.moe;
+  ASSERT_TRUE(m.present);
+  EXPECT_EQ(m.experts, 5);
+  EXPECT_EQ(m.steps, 2);
+  EXPECT_EQ(m.expert_tokens, (std::vector<int64_t>{6, 0, 2, 12, 4}));
+  EXPECT_EQ(m.routed_tokens, 24);
+  EXPECT_EQ(m.load_min, 0);
+  EXPECT_EQ(m.load_max, 12);
+  EXPECT_NEAR(m.load_mean, 4.8, kTol);
+  EXPECT_NEAR(m.imbalance, 2.5, kTol);
+  EXPECT_EQ(m.idle_experts, 1);
+  EXPECT_EQ(m.busiest, (std::vector<int64_t>{3, 0, 4, 2}));  // the idle expert is not listed
+  EXPECT_NEAR(m.dispatch_s, 0.03, kTol);
+  EXPECT_NEAR(m.combine_s, 0.07, kTol);
+  EXPECT_NEAR(m.all_to_all_share, 0.1, kTol);
+  EXPECT_NEAR(m.dispatch_share, 0.03, kTol);
+  EXPECT_EQ(m.dispatch_bytes, 300);
+  EXPECT_EQ(m.combine_bytes, 700);
+  EXPECT_NEAR(m.dispatch_bytes_per_token, 30.0, kTol);
+  EXPECT_NEAR(m.combine_bytes_per_token, 70.0, kTol);
+  EXPECT_EQ(m.ep_bytes_sent, 2000);
+  EXPECT_NEAR(m.ep_bytes_per_token, 200.0, kTol);
+  ASSERT_EQ(s.ranks.size(), 2u);
+  EXPECT_EQ(s.ranks[1].dp, 1);
+  EXPECT_TRUE(s.ranks_show_dp_ep);
+  const std::string text = format_report(s);
+  for (const char* want : {"mixture of experts (5 experts, 2 steps with expert counts)",
+                           "dispatch 30.000 ms + combine 70.000 ms = 10.0% of the steps' wall time (dispatch 3.0%, combine 7.0%)",
+                           "30 B per output token (300 B in all", "70 B per output token (700 B in all",
+                           "min 0 / mean 4.8 / max 12, imbalance (max/mean) 2.50 (24 summed over the step rows)",
+                           "1 of 5 never received a token", "e3: 12 (50.0%), e0: 6 (25.0%), e4: 4 (16.7%), e2: 2 (8.3%)",
+                           " dp ", "ep sent", "1.46 KiB", "200 B (1.95 KiB in all)"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << "missing '" << want << "' in:\n" << text;
+  }
+  const nlohmann::json j = report_json(s);
+  ASSERT_TRUE(j.contains("moe"));
+  EXPECT_EQ(j["moe"]["expert_tokens"], (std::vector<int64_t>{6, 0, 2, 12, 4}));
+  EXPECT_NEAR(j["moe"]["expert_load"]["imbalance"].get<double>(), 2.5, kTol);
+  EXPECT_EQ(j["moe"]["expert_load"]["busiest"][0]["expert"], 3);
+  EXPECT_EQ(j["moe"]["ranks"][1]["dp"], 1);
+  EXPECT_EQ(j["ranks"][0]["ep_bytes_sent"], 1500);
+}
+
+TEST_F(ReportTest, UnfinishedRunUsesTheLastFinishTime) {
+  const std::string f = (dir_ / "crashed.h5").string();
+  write_sample(f, /*finished=*/false);
+  const ReportSummary s = summarize(load_run(f));
+  EXPECT_FALSE(s.finished);
+  EXPECT_EQ(s.wall_source, "last t_finished");
+  EXPECT_DOUBLE_EQ(s.wall_s, 2.0);
+  EXPECT_NEAR(s.output_tokens_per_s, 5.5, kTol);
+  EXPECT_TRUE(s.ranks.empty());
+  EXPECT_NE(format_report(s).find("incomplete"), std::string::npos) << format_report(s);
+}
+
+}  // namespace
+}  // namespace shardlm::report
