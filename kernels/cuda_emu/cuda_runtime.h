@@ -9,8 +9,11 @@
 //
 // The model: a launch runs its blocks one after another; a block's threads are fibers on this host
 // thread, run in turn until each reaches a barrier (__syncthreads, a warp intrinsic) or returns;
-// the last thread to arrive at a barrier releases it and goes on.
-// __shared__ variables are function statics (one block runs at a time). A barrier that can never
+// the last thread to arrive at a barrier releases it and goes on. The turn is the threads' and
+// blocks' index order unless SHARDLM_EMU_SCHEDULE (set_schedule) says otherwise: a kernel with a
+// missing barrier can give the right result in one fixed order, and fail only in another.
+// __shared__ variables are function statics (one block runs at a time), filled with NaN bytes at
+// each block's first pass over the declaration. A barrier that can never
 // complete (threads waiting at different barriers) and a warp intrinsic that names an exited lane
 // are reported as kernel errors, which the next cudaGetLastError / cudaDeviceSynchronize returns.
 // Streams order nothing: every launch and copy completes before it returns, except on a stream
@@ -131,6 +134,20 @@ const uint3& block_idx();
 const dim3& block_dim();
 const dim3& grid_dim();
 void* dynamic_shared();
+// After each static __shared__ declaration (translate_cu.py adds the call in kernels/cuda's .cu
+// and .cuh files): the first thread of a block to pass it fills the variable with NaN bytes, as dynamic
+// shared memory is filled before every block, so a block reads nothing an earlier block left.
+void fresh_shared(void* p, size_t bytes);
+
+// The order threads take turns in and blocks run in. Forward: by index. Reverse: downwards, so
+// that a thread reading what a lower thread wrote without a barrier between (or a block, what an
+// earlier block wrote) reads it before it is written. Shuffle: a new random turn per block and
+// after every __syncthreads, blocks in a random order, from a seed (the same launches after the same
+// set_schedule take the same turns). SHARDLM_EMU_SCHEDULE=forward, reverse, shuffle or
+// shuffle:SEED sets it at start.
+enum class Schedule { Forward, Reverse, Shuffle };
+void set_schedule(Schedule s, uint64_t seed = 1);
+Schedule schedule();
 
 void syncthreads();
 // The warp intrinsics: every lane of `mask` meets here, posting `value`. A shuffle returns the

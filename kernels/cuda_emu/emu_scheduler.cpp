@@ -4,10 +4,14 @@
 // barriers whose members have all arrived are released. See cuda_runtime.h for the model.
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -48,6 +52,10 @@ struct Warp {
 struct BlockRun {
   std::vector<Fiber> fibers;
   std::vector<Warp> warps;
+  // The turn: fiber order[k] runs after order[k - 1]; pos inverts order.
+  std::vector<unsigned> order, pos;
+  Schedule schedule = Schedule::Forward;
+  std::mt19937_64 rng;
   size_t at_block_barrier = 0, done = 0;
   uint3 bid{};
   dim3 bdim, gdim;
@@ -56,6 +64,7 @@ struct BlockRun {
   void (*call)(void*) = nullptr;
   void* body = nullptr;
   void* shared = nullptr;
+  std::vector<void*> fresh;  // the static __shared__ variables this block has filled
   std::string error;
 };
 
@@ -76,12 +85,23 @@ Fiber& me() { return g_run->fibers[current()]; }
 
 // The next thread that can run, after `from` in turn, or -1.
 int next_runnable(const BlockRun& r, size_t from) {
-  const size_t n = r.fibers.size();
+  const size_t n = r.fibers.size(), p = r.pos[from];
   for (size_t k = 1; k <= n; ++k) {
-    const size_t j = (from + k) % n;
+    const unsigned j = r.order[(p + k) % n];
     if (r.fibers[j].wait == Wait::None) return static_cast<int>(j);
   }
   return -1;
+}
+
+// A new turn for the threads: at the start of a block, and under Shuffle at every block barrier.
+void new_turn(BlockRun& r) {
+  const size_t n = r.fibers.size();
+  r.order.resize(n);
+  r.pos.resize(n);
+  std::iota(r.order.begin(), r.order.end(), 0u);
+  if (r.schedule == Schedule::Reverse) std::reverse(r.order.begin(), r.order.end());
+  if (r.schedule == Schedule::Shuffle) std::shuffle(r.order.begin(), r.order.end(), r.rng);
+  for (size_t k = 0; k < n; ++k) r.pos[r.order[k]] = static_cast<unsigned>(k);
 }
 
 // Switches straight to the next runnable thread (half the switches of going through the
@@ -162,6 +182,7 @@ void release_block(BlockRun& r) {
   for (Fiber& f : r.fibers)
     if (f.wait == Wait::Block) f.wait = Wait::None;
   r.at_block_barrier = 0;
+  if (r.schedule == Schedule::Shuffle) new_turn(r);
 }
 
 // A lane has returned: a warp group waiting for it can never complete. (A block barrier completes
@@ -192,6 +213,7 @@ void entry() {
     fail(where(r, current()) + ": " + e.what());
   }
   on_exit(r, current());
+  r.fibers[current()].ctx.exiting = true;
   switch_away(r.fibers[current()]);  // never resumed
   __builtin_unreachable();
 }
@@ -237,9 +259,10 @@ void run_block(BlockRun& r) {
   }
   r.at_block_barrier = 0;
   r.done = 0;
+  if (r.schedule != Schedule::Forward || r.order.size() != n) new_turn(r);
   // The threads switch among themselves (switch_away) and come back here when none can run.
-  r.current = 0;
-  switch_context(r.sched, r.fibers[0].ctx);
+  r.current = static_cast<int>(r.order[0]);
+  switch_context(r.sched, r.fibers[r.order[0]].ctx);
   if (r.done < n && r.error.empty()) fail(deadlock_report(r));
   r.current = -1;
 }
@@ -265,13 +288,77 @@ cudaError_t check_config(const LaunchConfig& c, std::string& why) {
   return cudaSuccess;
 }
 
+struct ScheduleState {
+  std::atomic<Schedule> kind{Schedule::Forward};
+  std::atomic<uint64_t> seed{0};
+  std::atomic<uint64_t> launches{0};
+  ScheduleState() {
+    const char* v = std::getenv("SHARDLM_EMU_SCHEDULE");
+    if (v == nullptr || *v == 0 || std::strcmp(v, "forward") == 0) return;
+    if (std::strcmp(v, "reverse") == 0) {
+      kind = Schedule::Reverse;
+      return;
+    }
+    if (std::strncmp(v, "shuffle", 7) == 0 && (v[7] == 0 || v[7] == ':')) {
+      char* end = nullptr;
+      const uint64_t n = v[7] == 0 ? 1 : std::strtoull(v + 8, &end, 10);
+      if (v[7] == 0 || (end != v + 8 && *end == 0)) {
+        kind = Schedule::Shuffle;
+        seed = n;
+        return;
+      }
+    }
+    std::fprintf(stderr,
+                 "cuda emulation: SHARDLM_EMU_SCHEDULE=%s: expected forward, reverse, shuffle or shuffle:SEED\n", v);
+    std::exit(2);
+  }
+};
+
+ScheduleState& schedule_state() {
+  static ScheduleState s;
+  return s;
+}
+
+// The n-th block to run of a grid of `blocks`, as a linear index: upwards, downwards, or by the
+// stride permutation i -> (a i + c) mod blocks with a coprime to blocks (no table for 2^31 blocks).
+struct GridOrder {
+  Schedule kind;
+  uint64_t blocks, a = 1, c = 0;
+  GridOrder(Schedule k, uint64_t n, std::mt19937_64& rng) : kind(k), blocks(n) {
+    if (kind != Schedule::Shuffle || n < 2) return;
+    c = rng() % n;
+    a = rng() % n;
+    while (std::gcd(a, n) != 1) a = (a + 1) % n;
+  }
+  uint64_t operator()(uint64_t i) const {
+    if (kind == Schedule::Reverse) return blocks - 1 - i;
+    if (kind == Schedule::Shuffle && blocks > 1)
+      return static_cast<uint64_t>((static_cast<unsigned __int128>(a) * i + c) % blocks);
+    return i;
+  }
+};
+
 }  // namespace
+
+void set_schedule(Schedule s, uint64_t seed) {
+  schedule_state().kind = s;
+  schedule_state().seed = seed;
+  schedule_state().launches = 0;  // the same launches after the same seed take the same turns
+}
+Schedule schedule() { return schedule_state().kind; }
 
 const uint3& thread_idx() { return me().tid; }
 const uint3& block_idx() { return g_run->bid; }
 const dim3& block_dim() { return g_run->bdim; }
 const dim3& grid_dim() { return g_run->gdim; }
 void* dynamic_shared() { return g_run->shared; }
+
+void fresh_shared(void* p, size_t bytes) {
+  std::vector<void*>& seen = g_run->fresh;
+  if (std::find(seen.begin(), seen.end(), p) != seen.end()) return;
+  std::memset(p, 0xff, bytes);
+  seen.push_back(p);
+}
 
 unsigned lane_id() { return static_cast<unsigned>(g_run->current) & 31u; }
 
@@ -336,6 +423,9 @@ void launch_erased(const LaunchConfig& cfg, void (*call)(void*), void* body) {
   // Shared memory starts as NaN bytes, so a read of a word never written shows up in the results.
   std::vector<unsigned char> shared(cfg.shared_bytes + 16, 0xff);
   BlockRun r;
+  ScheduleState& sched = schedule_state();
+  r.schedule = sched.kind;
+  r.rng.seed(sched.seed ^ (0x9e3779b97f4a7c15ull * ++sched.launches));
   r.bdim = cfg.block;
   r.gdim = cfg.grid;
   r.call = call;
@@ -347,12 +437,16 @@ void launch_erased(const LaunchConfig& cfg, void (*call)(void*), void* body) {
   for (unsigned i = 0; i < threads; ++i)
     r.fibers[i].tid = uint3{i % cfg.block.x, (i / cfg.block.x) % cfg.block.y, i / (cfg.block.x * cfg.block.y)};
   g_run = &r;
-  for (unsigned z = 0; z < cfg.grid.z && r.error.empty(); ++z)
-    for (unsigned y = 0; y < cfg.grid.y && r.error.empty(); ++y)
-      for (unsigned x = 0; x < cfg.grid.x && r.error.empty(); ++x) {
-        r.bid = uint3{x, y, z};
-        run_block(r);
-      }
+  const uint64_t gx = cfg.grid.x, gxy = gx * cfg.grid.y, blocks = gxy * cfg.grid.z;
+  const GridOrder grid_order(r.schedule, blocks, r.rng);
+  for (uint64_t i = 0; i < blocks && r.error.empty(); ++i) {
+    const uint64_t b = grid_order(i);
+    r.bid = uint3{static_cast<unsigned>(b % gx), static_cast<unsigned>(b % gxy / gx), static_cast<unsigned>(b / gxy)};
+    // A block reads no shared memory another left: on the device that is whatever was there.
+    if (i > 0) std::memset(shared.data(), 0xff, shared.size());
+    r.fresh.clear();
+    run_block(r);
+  }
   g_run = nullptr;
   if (!r.error.empty()) {
     const std::string msg = std::string("kernel ") + cfg.name + ": " + r.error;

@@ -7,15 +7,20 @@ macros and functions of the emulated cuda_runtime.h:
       -> (::shardlm_emu::Launch(fn_key(kernel), "kernel", grid, block[, ...]) | [=](auto&... a) { kernel(a...); })(args)
   extern __shared__ T name[];
       -> T* name = static_cast<T*>(::shardlm_emu::dynamic_shared());
+A static `__shared__ T name[...];` stays (the macro makes it a function static) and is followed
+by ::shardlm_emu::fresh_shared(&name, sizeof(name)), which fills it with NaN bytes once per block.
 
-Usage: translate_cu.py IN.cu OUT.cpp
+Usage: translate_cu.py IN.cu OUT.cpp (or IN.cuh OUT.cuh: a device header)
 """
+import os
 import re
 import sys
 
 # A kernel name, maybe qualified and with template arguments, then <<<config>>>.
 LAUNCH = re.compile(r"([A-Za-z_][\w:]*(?:\s*<[^<>;()]*(?:<[^<>;()]*>[^<>;()]*)*>)?)\s*<<<(.*?)>>>", re.S)
 DYNAMIC_SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?([\w:\s]+?)\s+(\w+)\s*\[\s*\]\s*;")
+# A static shared declaration: __shared__ [__align__(n)] T name[dims]...;
+STATIC_SHARED = re.compile(r"__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?[\w:<>,\s]+?\s+(\w+)\s*(?:\[[^\];]*\]\s*)*;")
 
 
 def translate(text: str) -> str:
@@ -28,7 +33,11 @@ def translate(text: str) -> str:
     def shared(m: re.Match) -> str:
         return f"{m.group(1)}* {m.group(2)} = static_cast<{m.group(1)}*>(::shardlm_emu::dynamic_shared());"
 
+    def fresh(m: re.Match) -> str:
+        return f"{m.group(0)} ::shardlm_emu::fresh_shared(&{m.group(1)}, sizeof({m.group(1)}));"
+
     text = DYNAMIC_SHARED.sub(shared, text)
+    text = STATIC_SHARED.sub(fresh, text)
     out = LAUNCH.sub(launch, text)
     if "<<<" in out or "extern __shared__" in out:
         raise SystemExit("translate_cu.py: a launch or dynamic shared array was left untranslated")
@@ -42,6 +51,7 @@ def main() -> None:
     with open(src, encoding="utf-8") as f:
         text = f.read()
     body = translate(text)
+    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
     with open(dst, "w", encoding="utf-8") as f:
         f.write(f'#line 1 "{src}"\n{body}')
 

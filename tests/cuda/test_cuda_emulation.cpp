@@ -5,9 +5,11 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,6 +43,122 @@ TEST(CudaEmulation, SyncthreadsOrdersSharedMemory) {
   ASSERT_EQ(last_error(), "");
   for (int b = 0; b < 3; ++b)
     for (int t = 0; t < 256; ++t) EXPECT_EQ(out[b * 256 + t], (t + 1) % 256 + b * 1000);
+}
+
+// The turn each thread of each block took: the order of their atomicAdds on one counter.
+__global__ void turn_kernel(int* counter, int* turn) {
+  turn[blockIdx.x * blockDim.x + threadIdx.x] = atomicAdd(counter, 1);
+}
+
+// Each thread writes base + its index and reads the previous thread's slot with no barrier between:
+// a race. Threads taking turns upwards hide it (the previous thread has always written).
+__global__ void missing_barrier_kernel(int base, int* out) {
+  __shared__ int s[128];
+  const int t = static_cast<int>(threadIdx.x);
+  s[t] = base + t;
+  out[t] = t == 0 ? base - 1 : s[t - 1];
+}
+
+// Block b reads what block b - 1 wrote to global memory: blocks order nothing among themselves, and
+// only blocks run upwards see it.
+__global__ void chained_blocks_kernel(int* cells) {
+  if (threadIdx.x == 0) cells[blockIdx.x + 1] = cells[blockIdx.x] + 1;
+}
+
+// The schedule tests start from the index order whatever SHARDLM_EMU_SCHEDULE says, and put it
+// back when they end.
+struct ScheduleScope {
+  ScheduleScope() { ::shardlm_emu::set_schedule(::shardlm_emu::Schedule::Forward); }
+  ~ScheduleScope() { ::shardlm_emu::set_schedule(::shardlm_emu::Schedule::Forward); }
+};
+
+std::vector<int> turns(int blocks, int threads) {
+  std::vector<int> turn(static_cast<size_t>(blocks * threads), -1);
+  int counter = 0;
+  launch(turn_kernel, "turn_kernel", blocks, threads)(&counter, turn.data());
+  return turn;
+}
+
+TEST(CudaEmulation, ScheduleSetsTheTurnOfThreadsAndBlocks) {
+  using ::shardlm_emu::Schedule;
+  using ::shardlm_emu::set_schedule;
+  ScheduleScope scope;
+  const int blocks = 5, threads = 96;
+  std::vector<int> up(blocks * threads), down(blocks * threads);
+  std::iota(up.begin(), up.end(), 0);
+  std::iota(down.rbegin(), down.rend(), 0);
+  EXPECT_EQ(turns(blocks, threads), up);
+  set_schedule(Schedule::Reverse);
+  EXPECT_EQ(turns(blocks, threads), down);
+  set_schedule(Schedule::Shuffle, 7);
+  const std::vector<int> a = turns(blocks, threads), a2 = turns(blocks, threads);
+  set_schedule(Schedule::Shuffle, 7);
+  EXPECT_EQ(turns(blocks, threads), a) << "the same seed takes the same turns";
+  set_schedule(Schedule::Shuffle, 8);
+  const std::vector<int> b = turns(blocks, threads);
+  EXPECT_NE(a, a2);
+  EXPECT_NE(a, b);
+  EXPECT_NE(a, up);
+  EXPECT_NE(a, down);
+  // A permutation, with each block's threads taking consecutive turns (one block runs at a time),
+  // the blocks in some other order than upwards.
+  std::vector<int> sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, up);
+  std::vector<int> block_at(blocks);
+  for (int blk = 0; blk < blocks; ++blk) {
+    const auto first = a.begin() + blk * threads;
+    const int lo = *std::min_element(first, first + threads), hi = *std::max_element(first, first + threads);
+    EXPECT_EQ(lo % threads, 0) << blk;
+    EXPECT_EQ(hi - lo, threads - 1) << blk;
+    block_at[lo / threads] = blk;
+  }
+  std::vector<int> in_order(blocks);
+  std::iota(in_order.begin(), in_order.end(), 0);
+  EXPECT_NE(block_at, in_order);
+  // Correct kernels give the device's result in every order.
+  for (const Schedule s : {Schedule::Reverse, Schedule::Shuffle}) {
+    set_schedule(s, 3);
+    std::vector<int> out(3 * 256, -1);
+    launch(rotate_kernel, "rotate_kernel", 3, 256)(out.data());
+    ASSERT_EQ(last_error(), "");
+    for (int blk = 0; blk < 3; ++blk)
+      for (int t = 0; t < 256; ++t) EXPECT_EQ(out[blk * 256 + t], (t + 1) % 256 + blk * 1000);
+  }
+}
+
+TEST(CudaEmulation, ScheduleExposesMissingBarriers) {
+  using ::shardlm_emu::Schedule;
+  using ::shardlm_emu::set_schedule;
+  ScheduleScope scope;
+  auto shared_wrong = [](int base) {  // threads that read something other than the previous one's value
+    std::vector<int> out(128, 0);
+    launch(missing_barrier_kernel, "missing_barrier_kernel", 1, 128)(base, out.data());
+    EXPECT_EQ(last_error(), "");
+    int wrong = 0;
+    for (int t = 0; t < 128; ++t) wrong += out[t] != base + t - 1;
+    return wrong;
+  };
+  auto blocks_wrong = [] {  // blocks that did not see the previous block's cell
+    std::vector<int> cells(65, -100);
+    cells[0] = 0;
+    launch(chained_blocks_kernel, "chained_blocks_kernel", 64, 32)(cells.data());
+    EXPECT_EQ(last_error(), "");
+    int wrong = 0;
+    for (int b = 1; b <= 64; ++b) wrong += cells[b] != b;
+    return wrong;
+  };
+  // Upwards both races stay hidden.
+  EXPECT_EQ(shared_wrong(100), 0);
+  EXPECT_EQ(blocks_wrong(), 0);
+  // Downwards every reader runs first.
+  set_schedule(Schedule::Reverse);
+  EXPECT_EQ(shared_wrong(200), 127);
+  EXPECT_EQ(blocks_wrong(), 63);
+  // Shuffled, a reader runs first about half the time.
+  set_schedule(Schedule::Shuffle, 11);
+  EXPECT_GT(shared_wrong(300), 20);
+  EXPECT_GT(blocks_wrong(), 10);
 }
 
 // A butterfly sum with __shfl_xor_sync, a broadcast with __shfl_sync, a width-8 rotation with
@@ -84,6 +202,50 @@ TEST(CudaEmulation, WarpIntrinsicsFollowTheDeviceRules) {
       for (int m = 0; m < 32; ++m)
         if (m % 3 == l % 3) g |= 1u << m;
       EXPECT_EQ(groups[i], g) << i;
+    }
+  }
+}
+
+// A static shared word in a device function, declared the way translate_cu.py writes it: the
+// first call in a block finds it unwritten, the second what the first left.
+__device__ float shared_word_then_set(float value) {
+  __shared__ float word;
+  ::shardlm_emu::fresh_shared(&word, sizeof(word));
+  const float before = word;
+  __syncthreads();
+  if (threadIdx.x == 0) word = value;
+  __syncthreads();
+  return before;
+}
+
+// Every block reads its static and dynamic shared memory before writing it.
+__global__ void stale_shared_kernel(float* seen) {
+  float* dyn = static_cast<float*>(::shardlm_emu::dynamic_shared());
+  const float dyn_before = dyn[0];
+  const float first = shared_word_then_set(10.0f + blockIdx.x);
+  const float second = shared_word_then_set(0);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    dyn[0] = 1;
+    seen[3 * blockIdx.x] = first;
+    seen[3 * blockIdx.x + 1] = second;
+    seen[3 * blockIdx.x + 2] = dyn_before;
+  }
+}
+
+TEST(CudaEmulation, EveryBlockStartsWithUnwrittenSharedMemory) {
+  using ::shardlm_emu::Schedule;
+  ScheduleScope scope;
+  for (const Schedule s : {Schedule::Forward, Schedule::Reverse, Schedule::Shuffle}) {
+    ::shardlm_emu::set_schedule(s, 5);
+    const int blocks = 4;
+    std::vector<float> seen(3 * blocks, 0);
+    launch(stale_shared_kernel, "stale_shared_kernel", blocks, 64, 16)(seen.data());
+    ASSERT_EQ(last_error(), "");
+    for (int b = 0; b < blocks; ++b) {
+      EXPECT_TRUE(std::isnan(seen[3 * b])) << "block " << b << " read " << seen[3 * b];
+      EXPECT_EQ(seen[3 * b + 1], 10.0f + b) << "block " << b << ": the second call saw the first's word";
+      EXPECT_TRUE(std::isnan(seen[3 * b + 2])) << "block " << b << " read " << seen[3 * b + 2];
     }
   }
 }
