@@ -2,10 +2,7 @@
 
 #include <cstdint>
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/common_interface_defs.h>
-#define SHARDLM_EMU_ASAN_FIBERS 1
-#endif
+#include "emu_asan.h"
 
 #ifdef SHARDLM_EMU_FAST_SWITCH
 // shardlm_emu_switch(void** save_sp, void* next_sp): pushes the System V callee-saved registers,
@@ -41,7 +38,7 @@ namespace shardlm_emu {
 #ifdef SHARDLM_EMU_FAST_SWITCH
 namespace {
 
-#ifdef SHARDLM_EMU_ASAN_FIBERS
+#ifdef SHARDLM_EMU_ASAN
 // The contexts of the switch under way on this host thread.
 thread_local Context* g_from = nullptr;
 thread_local Context* g_to = nullptr;
@@ -88,7 +85,7 @@ void prepare_context(Context& c, char* stack, size_t bytes, void (*fn)()) {
   auto top = reinterpret_cast<uintptr_t>(stack + bytes) & ~uintptr_t{15};
   auto* slot = reinterpret_cast<void**>(top);
   *--slot = nullptr;
-#ifdef SHARDLM_EMU_ASAN_FIBERS
+#ifdef SHARDLM_EMU_ASAN
   *--slot = reinterpret_cast<void*>(&start_context);
 #else
   *--slot = reinterpret_cast<void*>(fn);
