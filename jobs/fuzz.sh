@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets in fuzz/ (clang, ASan + UBSan, coverage-instrumented shardlm_core)
+# Builds the libFuzzer targets in fuzz/ (clang, ASan + UBSan, coverage-instrumented shardlm_inputs)
 # into build-fuzz/ and runs each one for N seconds (default 30) from its seed corpus.
 #   bash jobs/fuzz.sh            # 30 s per target (smoke run)
 #   bash jobs/fuzz.sh 3600       # an hour per target (a real campaign; run overnight or per release)

@@ -2,8 +2,6 @@
 
 #include <cstdint>
 
-#include "emu_asan.h"
-
 #ifdef SHARDLM_EMU_FAST_SWITCH
 // shardlm_emu_switch(void** save_sp, void* next_sp): pushes the System V callee-saved registers,
 // stores the stack pointer, loads the next one and pops that context's registers; `ret` resumes it.
@@ -92,11 +90,13 @@ void prepare_context(Context& c, char* stack, size_t bytes, void (*fn)()) {
 #endif
   for (int i = 0; i < 6; ++i) *--slot = nullptr;
   c.sp = slot;
+#ifdef SHARDLM_EMU_ASAN
   c.fn = fn;
   c.stack = stack;
   c.stack_bytes = bytes;
   c.fake_stack = nullptr;
   c.exiting = false;
+#endif
 }
 
 void switch_context(Context& from, Context& to) {
@@ -111,7 +111,6 @@ void prepare_context(Context& c, char* stack, size_t bytes, void (*fn)()) {
   c.uc.uc_stack.ss_size = bytes;
   c.uc.uc_link = nullptr;
   makecontext(&c.uc, fn, 0);
-  c.exiting = false;
 }
 
 // AddressSanitizer intercepts swapcontext: no annotations here.

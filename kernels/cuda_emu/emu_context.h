@@ -9,6 +9,8 @@
 
 #include <cstddef>
 
+#include "emu_asan.h"
+
 #if defined(__x86_64__)
 #define SHARDLM_EMU_FAST_SWITCH 1
 #else
@@ -20,17 +22,21 @@ namespace shardlm_emu {
 struct Context {
 #ifdef SHARDLM_EMU_FAST_SWITCH
   void* sp = nullptr;
-  void (*fn)() = nullptr;
 #else
   ucontext_t uc{};
 #endif
-  // The stack, for AddressSanitizer (a context that was never prepared, the host thread's own,
-  // learns its stack at its first switch away), and its fake stack of frames that outlive their
-  // return while this context does not run.
+#if defined(SHARDLM_EMU_FAST_SWITCH) && defined(SHARDLM_EMU_ASAN)
+  // For AddressSanitizer only (elsewhere a context is its stack pointer, and a block's contexts
+  // share fewer cache lines): the function a prepared context starts, its stack (a context that
+  // was never prepared, the host thread's own, learns its stack at its first switch away), its
+  // fake stack of frames that outlive their return while it does not run, and whether its next
+  // switch away is its last.
+  void (*fn)() = nullptr;
   const void* stack = nullptr;
   size_t stack_bytes = 0;
   void* fake_stack = nullptr;
-  bool exiting = false;  // its last switch away: it is never resumed
+  bool exiting = false;
+#endif
 };
 
 // Makes c start fn on the given stack at its first switch_to. fn must never return: it ends by
@@ -38,5 +44,11 @@ struct Context {
 void prepare_context(Context& c, char* stack, size_t bytes, void (*fn)());
 // Saves the running context into from and resumes to.
 void switch_context(Context& from, Context& to);
+// Before a context's last switch away: it is never resumed (AddressSanitizer drops its fake stack).
+inline void mark_exiting([[maybe_unused]] Context& c) {
+#if defined(SHARDLM_EMU_FAST_SWITCH) && defined(SHARDLM_EMU_ASAN)
+  c.exiting = true;
+#endif
+}
 
 }  // namespace shardlm_emu

@@ -83,11 +83,14 @@ std::map<const void*, size_t>& dynamic_limits() {
 size_t current() { return static_cast<size_t>(g_run->current); }
 Fiber& me() { return g_run->fibers[current()]; }
 
-// The next thread that can run, after `from` in turn, or -1.
+// The next thread that can run, after `from` in turn, or -1. (Entered at every switch: no
+// division, which took a quarter of this function's time.)
 int next_runnable(const BlockRun& r, size_t from) {
-  const size_t n = r.fibers.size(), p = r.pos[from];
+  const size_t n = r.fibers.size();
+  size_t p = r.pos[from];
   for (size_t k = 1; k <= n; ++k) {
-    const unsigned j = r.order[(p + k) % n];
+    if (++p == n) p = 0;
+    const unsigned j = r.order[p];
     if (r.fibers[j].wait == Wait::None) return static_cast<int>(j);
   }
   return -1;
@@ -213,7 +216,7 @@ void entry() {
     fail(where(r, current()) + ": " + e.what());
   }
   on_exit(r, current());
-  r.fibers[current()].ctx.exiting = true;
+  mark_exiting(r.fibers[current()].ctx);
   switch_away(r.fibers[current()]);  // never resumed
   __builtin_unreachable();
 }

@@ -20,6 +20,7 @@ namespace {
 constexpr int64_t kBlock = 16;                        // cache block size (positions)
 constexpr int64_t kMaxCacheBytes = int64_t{2} << 30;  // K and V of the largest shape timed
 constexpr int64_t kChunk = 512;                       // prefill tokens per call (at most)
+constexpr double kRunSeconds = 0.1;                   // a timed run of calls (about)
 
 // Backend memory that frees itself.
 struct Buffer {
@@ -108,9 +109,11 @@ class Rig {
     b_.copy_to_device(d_pos_.p, pos.data(), pos.size() * sizeof(int32_t));
   }
 
-  // Microseconds per call, best of 3 runs of `iters` calls after a warm-up call; max_pos is the
-  // tables' bound on the positions (-1: none); host_tables: whether the tables carry their host
-  // copies (as an eager step's do; CUDA tiles prefill chunks only then).
+  // Microseconds per call, best of 3 runs of up to `iters` calls after a warm-up call: as many as
+  // take about kRunSeconds at the warm-up's pace, at least one (a CPU call over a long context
+  // takes a quarter of a second; a GPU one microseconds). max_pos is the tables' bound on the
+  // positions (-1: none); host_tables: whether the tables carry their host copies (as an eager
+  // step's do; CUDA tiles prefill chunks only then).
   double time_us(int64_t max_pos, int iters, bool host_tables = true) {
     const int64_t T = static_cast<int64_t>(pos_.size());
     const BlockTables tables{d_blocks_.i(), d_start_.i(), host_tables ? blocks_.data() : nullptr,
@@ -129,8 +132,11 @@ class Rig {
                      1.0f / std::sqrt(static_cast<float>(hd)), out_.f());
       }
     };
+    const auto warm = std::chrono::steady_clock::now();
     call();
     b_.synchronize();
+    const double warm_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - warm).count();
+    if (warm_s * iters > kRunSeconds) iters = std::max(1, static_cast<int>(kRunSeconds / warm_s));
     double best = 1e30;
     for (int rep = 0; rep < 3; ++rep) {
       const auto t0 = std::chrono::steady_clock::now();

@@ -44,6 +44,10 @@ inline std::string shardlm_bin() { return SHARDLM_BINARY; }
 inline std::string mpirun(int np) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  // The ranks share the cores with the other tests CTest runs at the same time: a rank waiting in
+  // MPI yields its core instead of spinning on it (a tp run's collectives otherwise wait for the
+  // spinning peer's time slice).
+  setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
   return std::string(SHARDLM_MPIEXEC) + " --oversubscribe -np " + std::to_string(np) + " ";
 }
 

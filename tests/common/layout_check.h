@@ -67,13 +67,13 @@ struct LayoutRun {
   std::string flags;
 };
 
-// Runs MODEL on one rank and then in every layout, on the same prompts; every layout must give
-// the single-rank result. Returns the path of each layout's output, in order.
+// Runs MODEL on one rank and then in every layout, on the same `prompts` prompts; every layout
+// must give the single-rank result. Returns the path of each layout's output, in order.
 inline std::vector<std::string> check_layout_runs(const std::string& model, const std::vector<LayoutRun>& runs,
                                                   bool long_prompts, const std::string& tag,
-                                                  const std::string& common_flags = "") {
+                                                  const std::string& common_flags = "", int prompts = 12) {
   std::filesystem::path d = fresh_dir("layouts-" + tag);
-  write_layout_prompts(d / "p.jsonl", 12, long_prompts);
+  write_layout_prompts(d / "p.jsonl", prompts, long_prompts);
   const std::string common = " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
                              " --threads 1 -q --seed 3 --max-seqs 5 --max-batch-tokens 48 --comm-timeout 120" + common_flags;
   std::vector<std::string> outs;

@@ -366,19 +366,22 @@ TEST(CudaAttention, BackendTilesPrefillChunks) {
   auto backend = make_backend("cuda");
   auto* gpu = dynamic_cast<CudaBackend*>(backend.get());
   ASSERT_NE(gpu, nullptr);
-  const Pool pool(16, {1100, 300}, 2, 13);
+  const Pool pool(16, {1100, 560, 300}, 2, 13);
   const std::vector<int64_t> slots = pool.all_slots();
   const int64_t n_write = static_cast<int64_t>(slots.size());
-  // A 619-token chunk across positions 512 and 1024 (tiles 7 and 135 hold 509..512 and 1021..1024)
-  // and a 37-token one (tile 154 holds the last three of the first chunk and the first of this).
+  // Chunks of three sequences, tiled 4 tokens at a time in step order: one across position 1024
+  // (tile 4 holds 1021..1024), one across 512 (tile 28 holds 509..512) and a third; tiles 23 and 40
+  // hold the last three tokens of one chunk and the first of the next.
   std::vector<std::pair<int, int64_t>> toks;
-  for (int64_t p = 481; p < 1100; ++p) toks.push_back({0, p});
-  for (int64_t p = 263; p < 300; ++p) toks.push_back({1, p});
+  for (int64_t p = 1005; p < 1100; ++p) toks.push_back({0, p});
+  for (int64_t p = 492; p < 560; ++p) toks.push_back({1, p});
+  for (int64_t p = 263; p < 300; ++p) toks.push_back({2, p});
   const Step st = make_step(pool, toks);
   const int64_t T = static_cast<int64_t>(st.pos.size());
-  // 656 tokens in 164 tiles x 8 KV heads x 1 block of 4 heads: 1312 blocks of the tiled kernel,
-  // over 4 per multiprocessor on an H200, so the backend does not split.
-  const int64_t nh = 32, nkv = 8, hd = 128, row = nkv * hd;
+  // 200 tokens in 50 tiles x 16 heads (one per KV head): 800 blocks of the tiled kernel, over 4 per
+  // multiprocessor on an H200 (528), so the backend does not split. (The tiled kernel's other head
+  // groupings and sizes are in PagedAttentionMatchesCpu.)
+  const int64_t nh = 16, nkv = 16, hd = 32, row = nkv * hd;
   const std::vector<float> k = rand_vec(n_write * row, 401), v = rand_vec(n_write * row, 402);
   const std::vector<float> q = rand_vec(T * nh * hd, 403);
   std::vector<float> kc(pool.num_blocks * pool.block_size * row, nan), vc(kc.size(), nan), want(T * nh * hd);

@@ -37,6 +37,20 @@ std::string make(const std::string& config, const std::string& dtype) {
   return dir;
 }
 
+// Over the emulated runtime (shardlm-emulated) every kernel thread is a fiber on one host core, and
+// a run takes some 200 times the CPU backend's time: 7 prompts there, still long and short, greedy
+// and sampled, and more than --max-seqs 5, so that requests join running batches. 12 on a GPU.
+#ifdef SHARDLM_EMULATED_BINARY
+constexpr int kPrompts = 7;
+#else
+constexpr int kPrompts = 12;
+#endif
+
+std::vector<std::string> check_runs(const std::string& model, const std::vector<test::LayoutRun>& runs,
+                                    bool long_prompts, const std::string& tag) {
+  return test::check_layout_runs(model, runs, long_prompts, tag, "", kPrompts);
+}
+
 TEST(CudaBackend, Stories260kMatchesCpu) {
   SHARDLM_REQUIRE_GPU();
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
@@ -48,23 +62,23 @@ TEST(CudaBackend, Stories260kMatchesCpu) {
 #ifdef SHARDLM_HAVE_LIBFABRIC
   runs.push_back({2, "--backend cuda --tp 2 --comm fabric"});
 #endif
-  test::check_layout_runs(model, runs, true, "cuda-stories260k");
+  check_runs(model, runs, true, "cuda-stories260k");
 }
 
 TEST(CudaBackend, DenseArchitecturesMatchCpu) {
   SHARDLM_REQUIRE_GPU();
   for (const char* config : {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral"}) {
-    test::check_layout_runs(make(config, "fp32"), {{1, "--backend cuda"}}, true, std::string("cuda-") + config);
+    check_runs(make(config, "fp32"), {{1, "--backend cuda"}}, true, std::string("cuda-") + config);
   }
 }
 
 TEST(CudaBackend, MoeAndMlaMatchCpu) {
   SHARDLM_REQUIRE_GPU();
-  test::check_layout_runs(make("tiny-mixtral", "fp32"), {{1, "--backend cuda"}, {2, "--backend cuda --dp 2 --ep 2"}},
-                          false, "cuda-mixtral");
-  test::check_layout_runs(make("tiny-deepseek-v3", "fp32"),
-                          {{1, "--backend cuda"}, {2, "--backend cuda --tp 2 --comm mpi"}}, true, "cuda-deepseek-v3");
-  test::check_layout_runs(make("tiny-qwen2-moe", "fp32"), {{1, "--backend cuda"}}, false, "cuda-qwen2-moe");
+  check_runs(make("tiny-mixtral", "fp32"), {{1, "--backend cuda"}, {2, "--backend cuda --dp 2 --ep 2"}}, false,
+             "cuda-mixtral");
+  check_runs(make("tiny-deepseek-v3", "fp32"), {{1, "--backend cuda"}, {2, "--backend cuda --tp 2 --comm mpi"}}, true,
+             "cuda-deepseek-v3");
+  check_runs(make("tiny-qwen2-moe", "fp32"), {{1, "--backend cuda"}}, false, "cuda-qwen2-moe");
 }
 
 // NCCL refuses two ranks of one communicator on one GPU: a run of n ranks over --comm nccl needs n
@@ -89,12 +103,11 @@ TEST(CudaBackend, MoeAndMlaMatchCpu) {
 TEST(CudaBackend, NcclLayoutsMatchCpu) {
   SHARDLM_REQUIRE_GPU_PER_RANK(2);
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
-  test::check_layout_runs(
+  check_runs(
       model,
       {{2, "--backend cuda --tp 2 --comm nccl"}, {2, "--backend cuda --pp 2 --comm nccl"}, {2, "--tp 2 --comm nccl"}},
       true, "nccl-stories260k");
-  test::check_layout_runs(make("tiny-mixtral", "fp32"), {{2, "--backend cuda --dp 2 --ep 2 --comm nccl"}}, false,
-                          "nccl-mixtral");
+  check_runs(make("tiny-mixtral", "fp32"), {{2, "--backend cuda --dp 2 --ep 2 --comm nccl"}}, false, "nccl-mixtral");
 }
 
 // Steps each rank ran by a graph replay (/ranks/graph_steps), in world-rank order.
@@ -110,7 +123,7 @@ TEST(CudaBackend, CudaGraphsWithTpOverNcclMatchEager) {
   SHARDLM_REQUIRE_GPU_PER_RANK(2);
   SHARDLM_REQUIRE_SHARED(stories, "models/stories260K");
   const fs::path d = test::fresh_dir("cuda-graphs-tp");
-  test::write_layout_prompts(d / "p.jsonl", 12, true);
+  test::write_layout_prompts(d / "p.jsonl", kPrompts, true);
   const std::string common = " run --model " + stories + " --prompts " + (d / "p.jsonl").string() +
                              " --threads 1 --seed 3 --max-seqs 5 --max-batch-tokens 48 --backend cuda --tp 2";
   Proc eager = sh(test::mpirun(2) + shardlm_bin() + common + " --comm nccl -q --out " + (d / "eager.h5").string());
@@ -140,7 +153,7 @@ TEST(CudaBackend, CudaGraphsWithPpMatchEager) {
   SHARDLM_REQUIRE_GPU();
   SHARDLM_REQUIRE_SHARED(stories, "models/stories260K");
   const fs::path d = test::fresh_dir("cuda-graphs-pp");
-  test::write_layout_prompts(d / "p.jsonl", 12, true);
+  test::write_layout_prompts(d / "p.jsonl", kPrompts, true);
   const std::string common = " run --model " + stories + " --prompts " + (d / "p.jsonl").string() +
                              " --threads 1 --seed 3 --max-seqs 5 --max-batch-tokens 48 --backend cuda";
   auto check = [&](int np, const std::string& layout, const std::string& name) {
@@ -180,7 +193,7 @@ TEST(CudaBackend, KvCacheAutoBudgetTakesTheFreeMemoryShare) {
   const double device_bytes = 0;  // the device's own: only the relations below are checked
 #endif
   const fs::path d = test::fresh_dir("cuda-kv-auto");
-  test::write_layout_prompts(d / "p.jsonl", 6, true);
+  test::write_layout_prompts(d / "p.jsonl", kPrompts / 2, true);
   const std::string common = " run --model " + stories + " --prompts " + (d / "p.jsonl").string() +
                              " --threads 1 --seed 3 --backend cuda --kv-dtype fp32";
   // stories260K, fp32 cache: 5 layers x (K + V) x 4 KV heads x 8 dims x 4 bytes, 16 tokens a block.
@@ -273,7 +286,7 @@ TEST(CudaBackend, CudaGraphsMatchEager) {
   int n = 0;
   for (const std::string& model : {stories, make("tiny-llama", "fp32")}) {
     const fs::path d = test::fresh_dir("cuda-graphs-" + std::to_string(n++));
-    test::write_layout_prompts(d / "p.jsonl", 12, true);
+    test::write_layout_prompts(d / "p.jsonl", kPrompts, true);
     const std::string common = " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
                                " --threads 1 --seed 3 --max-seqs 5 --max-batch-tokens 48 --backend cuda";
     Proc eager = sh(shardlm_bin() + common + " -q --out " + (d / "eager.h5").string());
@@ -300,13 +313,14 @@ TEST(CudaBackend, CudaGraphsMatchEager) {
 //
 // Over the emulated runtime (shardlm-emulated) the contexts are shorter, still past 512, and one
 // case stands for the six: GQA over fp32, whose --cuda-graphs run captures the split launches (the
-// MLA and narrow-cache launches are in the kernel and backend tests). The full test takes over 15
-// minutes there, this one under 2.
+// MLA and narrow-cache launches are in the kernel and backend tests), and three prompts stand for
+// four (still more than --max-seqs 2). The full test takes over 15 minutes there, this one about
+// a minute.
 #ifdef SHARDLM_EMULATED_BINARY
-constexpr int kLongBase = 520, kLongStep = 20, kLongTokens = 6;
+constexpr int kLongPrompts = 3, kLongBase = 520, kLongStep = 20, kLongTokens = 6;
 const std::pair<const char*, const char*> kLongCases[] = {{"fp32", "tiny-llama"}};
 #else
-constexpr int kLongBase = 600, kLongStep = 130, kLongTokens = 12;
+constexpr int kLongPrompts = 4, kLongBase = 600, kLongStep = 130, kLongTokens = 12;
 const std::pair<const char*, const char*> kLongCases[] = {{"fp32", "tiny-llama"}, {"fp32", "tiny-deepseek-v3"},
                                                           {"bf16", "tiny-llama"}, {"bf16", "tiny-deepseek-v3"},
                                                           {"fp8", "tiny-llama"},  {"fp8", "tiny-deepseek-v3"}};
@@ -317,7 +331,7 @@ TEST(CudaBackend, LongContextsMatchCpuAndGraphs) {
     const std::string model = make(config, "fp32");
     const fs::path d = test::fresh_dir(std::string("cuda-long-") + config + "-" + kv);
     std::string prompts;
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kLongPrompts; ++i) {
       std::string ids;
       for (int j = 0; j < kLongBase + kLongStep * i; ++j)
         ids += (j ? ", " : "") + std::to_string(3 + (j * 37 + i * 11) % 500);
