@@ -38,10 +38,10 @@ std::string make(const std::string& config, const std::string& dtype) {
 }
 
 // Over the emulated runtime (shardlm-emulated) every kernel thread is a fiber on one host core, and
-// a run takes some 200 times the CPU backend's time: 7 prompts there, still long and short, greedy
-// and sampled, and more than --max-seqs 5, so that requests join running batches. 12 on a GPU.
+// a run takes some 200 times the CPU backend's time: 6 prompts there, still long and short, greedy
+// and sampled, and more than --max-seqs 5, so that a request joins a running batch. 12 on a GPU.
 #ifdef SHARDLM_EMULATED_BINARY
-constexpr int kPrompts = 7;
+constexpr int kPrompts = 6;
 #else
 constexpr int kPrompts = 12;
 #endif
