@@ -94,6 +94,7 @@ class Decoder final : public Model {
     cache_ = std::make_unique<KvCache>(b_, shape, blocks * shape.bytes_per_block(), blocks);
     return cache_->num_blocks();
   }
+  void release_kv_cache() override { cache_.reset(); }
 
   // Pipelined on the leader of a multi-stage replica: stage 0's part runs now and the hidden state
   // is handed to stage 1; the logits' receive is posted first, so the last stage can deliver them

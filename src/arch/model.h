@@ -65,6 +65,9 @@ class Model {
   // forward, with the same dtype.
   virtual int32_t allocate_kv_cache(int64_t budget_bytes, int64_t block_size, int64_t max_blocks,
                                     DType dtype = DType::F32) = 0;
+  // Frees the KV cache (the profile steps' throwaway one, before the free memory is read). The
+  // next forward needs allocate_kv_cache again.
+  virtual void release_kv_cache() = 0;
   // Runs this rank's part of the step. `logits` ([logit_rows.size(), vocab], host) is filled on
   // the replica leader; other ranks pass nullptr.
   virtual void forward(const ForwardBatch& batch, float* logits) = 0;

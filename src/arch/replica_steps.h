@@ -29,6 +29,7 @@ class BroadcastingModel final : public Model {
                             DType dtype = DType::F32) override {
     return inner_.allocate_kv_cache(budget_bytes, block_size, max_blocks, dtype);
   }
+  void release_kv_cache() override { inner_.release_kv_cache(); }
   void forward(const ForwardBatch& batch, float* logits) override;
   int max_steps_in_flight() const override { return inner_.max_steps_in_flight(); }
   void begin_step(const ForwardBatch& batch) override;

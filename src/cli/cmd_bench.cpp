@@ -165,8 +165,8 @@ int cmd_bench(int argc, char** argv) {
     ("batch-out", po::value(&batch_out)->default_value(batch_out), "batched scenario: output tokens per sequence")
     ("backend", po::value(&backend_name)->default_value(backend_name), "compute backend: cpu or cuda")
     ("threads", po::value(&threads)->default_value(threads), "CPU threads (0 = all cores)")
-    ("kv-cache-gb", po::value(&kv_gb)->default_value(kv_gb), "KV cache budget, GiB, or auto (as shardlm run: on a GPU --kv-cache-free-fraction of the memory free after loading, on the CPU 4)")
-    ("kv-cache-free-fraction", po::value(&kv_fraction)->default_value(kv_fraction), "with --kv-cache-gb auto on a GPU: the share of the free device memory the KV cache takes")
+    ("kv-cache-gb", po::value(&kv_gb)->default_value(kv_gb), "KV cache budget, GiB, or auto (as shardlm run: on a GPU --kv-cache-free-fraction of the memory free after loading and the profile steps, on the CPU 4)")
+    ("kv-cache-free-fraction", po::value(&kv_fraction)->default_value(kv_fraction), "with --kv-cache-gb auto on a GPU: the share of the free device memory (after the profile steps) the KV cache takes")
     ("kv-dtype", po::value(&kv_dtype)->default_value(kv_dtype), "KV cache of the scenarios: auto (bf16 for a bfloat16 checkpoint, as shardlm run), fp32, bf16 or fp8")
     ("attention-context", po::value(&attention_context)->default_value(attention_context), "attention alone: the longest cached context decode is timed at (also at 4096); 0 skips the attention timings")
     ("peak-gemm", po::value(&peak_gemm)->default_value(peak_gemm), "with --backend cuda: also time a square bf16 GEMM of this side beside the peak (0: only the model's shapes)")
@@ -215,14 +215,19 @@ int cmd_bench(int argc, char** argv) {
               bw * 1e9 / weight_bytes, peak * 1e9 / flop_per_token);
 
   // Sized once, after loading: each scenario's engine frees the last one's cache before making its own.
-  const KvBudget kv_budget = kv_cache_budget(kv_gb, kv_fraction, *backend, 1);
-  std::printf("KV cache budget %s (%s)\n\n", memory_text(static_cast<double>(kv_budget.bytes)).c_str(),
-              kv_budget.how.c_str());
   EngineConfig ec;
-  ec.kv_cache_bytes = kv_budget.bytes;
   ec.kv_dtype = cache_dtype;
   ec.scheduler.max_seqs = std::max<int64_t>(batch, 1);
-  ec.scheduler.max_batch_tokens = std::max<int64_t>(prompt_len, 2048);
+  // No scenario's step is larger than its prompt or its batch's prompts: a larger budget would only
+  // size the profile steps past anything the scenarios run.
+  ec.scheduler.max_batch_tokens = std::max<int64_t>(prompt_len, std::min<int64_t>(2048, batch * batch_in));
+  ProfileResult profile;
+  if (kv_budget_profiles(kv_gb, *backend))
+    profile = run_profile_steps(*model, *backend, true, ec.scheduler, cache_dtype);
+  const KvBudget kv_budget = kv_cache_budget(kv_gb, kv_fraction, *backend, 1, profile);
+  std::printf("KV cache budget %s (%s)\n\n", memory_text(static_cast<double>(kv_budget.bytes)).c_str(),
+              kv_budget.how.c_str());
+  ec.kv_cache_bytes = kv_budget.bytes;
 
   // 1. Prefill: one prompt in one step; the time to its first token is the prefill time.
   Scenario pre = run_scenario(*model, *tok, ec, 1, prompt_len, 1);

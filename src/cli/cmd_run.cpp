@@ -276,6 +276,13 @@ int cmd_run(int argc, char** argv) {
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(opt.model);
   std::unique_ptr<ComputeBackend> backend = make_backend(opt.backend);
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend, plan, groups.shard());
+  EngineConfig ec = engine_config(opt, spec, topo, opt.prompts);
+  ec.lockstep = groups.dp_leaders.get();
+  // Before any graph is captured: the profile steps run eagerly, as the largest steps do.
+  ProfileResult profile;
+  if (kv_budget_profiles(opt.kv_cache_gb, *backend)) {
+    profile = run_profile_steps(*model, *backend, topo.is_replica_leader(), ec.scheduler, ec.kv_dtype);
+  }
   // --cuda-graphs is a request: a layout or model that cannot replay graphs runs eagerly, and says
   // why once.
   if (opt.cuda_graphs) {
@@ -283,10 +290,8 @@ int cmd_run(int argc, char** argv) {
     if (!why.empty() && rank == 0)
       std::fprintf(stderr, "[shardlm] --cuda-graphs: every step runs eagerly: %s\n", why.c_str());
   }
-  EngineConfig ec = engine_config(opt, spec, topo, opt.prompts);
-  ec.lockstep = groups.dp_leaders.get();
   const int sharing = opt.backend == "cuda" ? ranks_sharing_gpu(groups.world.get(), node, gpu) : 1;
-  const KvBudget kv_budget = kv_cache_budget(opt.kv_cache_gb, opt.kv_cache_free_fraction, *backend, sharing);
+  const KvBudget kv_budget = kv_cache_budget(opt.kv_cache_gb, opt.kv_cache_free_fraction, *backend, sharing, profile);
   ec.kv_cache_bytes = kv_budget.bytes;
 
   // Load report: every rank's shard, printed once.
@@ -335,6 +340,10 @@ int cmd_run(int argc, char** argv) {
   write_fabric_attributes(*writer, fabric);
   writer->set_attr("kv_cache_blocks", static_cast<int64_t>(engine.kv_blocks()));  // rank 0's
   writer->set_attr("kv_cache_budget_bytes", kv_budget.bytes);
+  if (kv_budget.profile.tokens > 0) {
+    writer->set_attr("kv_cache_profile_tokens", kv_budget.profile.tokens);
+    writer->set_attr("kv_cache_profile_bytes", kv_budget.profile.grew_bytes);
+  }
   if (!done.empty()) writer->set_attr("resumed_with_requests", static_cast<int64_t>(done.size()));
   RunStats stats;  // every replica's requests
   WriterSink writer_sink(*writer, stats, finished);

@@ -46,21 +46,33 @@ int ranks_sharing_gpu(Communicator* world, const NodeLocal& node, int gpu) {
   return std::max(n, 1);
 }
 
+bool kv_budget_profiles(const std::string& kv_cache_gb, const ComputeBackend& backend) {
+  size_t free_b = 0, total_b = 0;
+  return parse_kv_cache_gib(kv_cache_gb) == 0 && backend.device_memory(&free_b, &total_b);
+}
+
 KvBudget kv_cache_budget(const std::string& kv_cache_gb, double free_fraction, const ComputeBackend& backend,
-                         int sharing) {
+                         int sharing, const ProfileResult& profile) {
   if (const double gib = parse_kv_cache_gib(kv_cache_gb); gib > 0) {
-    return {static_cast<int64_t>(gib * double(1ull << 30)), "--kv-cache-gb"};
+    return {static_cast<int64_t>(gib * double(1ull << 30)), "--kv-cache-gb", {}};
   }
   size_t free_b = 0, total_b = 0;
-  if (!backend.device_memory(&free_b, &total_b)) return {int64_t{4} << 30, "auto: 4 GiB on the CPU"};
+  if (!backend.device_memory(&free_b, &total_b)) return {int64_t{4} << 30, "auto: 4 GiB on the CPU", {}};
   const auto bytes = static_cast<int64_t>(free_fraction * static_cast<double>(free_b) / std::max(sharing, 1));
   std::ostringstream how;
   how << "auto: " << free_fraction << " of the " << memory_text(static_cast<double>(free_b)) << " of "
       << memory_text(static_cast<double>(total_b)) << " free after loading";
+  if (profile.tokens > 0) {
+    how << " and the profile steps (" << profile.tokens << " tokens";
+    if (profile.grew_bytes >= 0) how << ", " << memory_text(static_cast<double>(profile.grew_bytes)) << " kept";
+    how << ")";
+  }
   if (sharing > 1) how << ", shared by " << sharing << " ranks";
-  SHARDLM_CHECK(bytes > 0, "--kv-cache-gb auto: no device memory is free after loading the weights ("
-                               << free_b << " of " << total_b << " bytes free); use a layout with more ranks");
-  return {bytes, how.str()};
+  SHARDLM_CHECK(bytes > 0, "--kv-cache-gb auto: no device memory is free after loading the weights"
+                               << (profile.tokens > 0 ? " and running the profile steps" : "") << " (" << free_b
+                               << " of " << total_b << " bytes free); use a layout with more ranks"
+                               << (profile.tokens > 0 ? " or a smaller --max-batch-tokens" : ""));
+  return {bytes, how.str(), profile};
 }
 
 }  // namespace shardlm

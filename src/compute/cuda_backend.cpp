@@ -223,7 +223,8 @@ void* CudaBackend::alloc(size_t bytes) {
     SHARDLM_FAIL("cuda backend: cudaMalloc of " << bytes << " bytes failed on device " << device_ << " ("
                                                 << cudaGetErrorString(err) << "; " << free_b << " of " << total_b
                                                 << " bytes free; the KV cache takes --kv-cache-gb, or with "
-                                                   "auto --kv-cache-free-fraction of what loading left: lower it)");
+                                                   "auto --kv-cache-free-fraction of what loading and the profile "
+                                                   "steps left: lower it)");
   }
   allocs_.insert(p);
   return p;

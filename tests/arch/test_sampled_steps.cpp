@@ -42,6 +42,7 @@ class HostSampled final : public Model {
                             DType dtype = DType::F32) override {
     return inner_.allocate_kv_cache(budget_bytes, block_size, max_blocks, dtype);
   }
+  void release_kv_cache() override { inner_.release_kv_cache(); }
   void forward(const ForwardBatch& batch, float* logits) override { inner_.forward(batch, logits); }
   size_t load_bytes() const override { return inner_.load_bytes(); }
   double load_seconds() const override { return inner_.load_seconds(); }

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <iomanip>
 #include <map>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -140,7 +142,8 @@ TEST(CudaBackend, CudaGraphsWithTpOverNcclMatchEager) {
   test::write_file(d / "one.jsonl", "{\"id\": \"a\", \"prompt_token_ids\": [1, 403], \"max_tokens\": 2}\n");
   Proc mpi =
       sh(test::mpirun(2) + shardlm_bin() + " run --model " + stories + " --prompts " + (d / "one.jsonl").string() +
-         " --backend cuda --tp 2 --comm mpi --cuda-graphs --out " + (d / "mpi.h5").string());
+         " --backend cuda --tp 2 --comm mpi --cuda-graphs --max-batch-tokens 16 --max-seqs 2 --out " +
+         (d / "mpi.h5").string());
   ASSERT_EQ(mpi.code, 0) << mpi.out;
   EXPECT_NE(mpi.out.find("every step runs eagerly: graphs with tp need --comm nccl"), std::string::npos) << mpi.out;
 }
@@ -177,8 +180,9 @@ TEST(CudaBackend, CudaGraphsWithPpMatchEager) {
 #endif
 }
 
-// --kv-cache-gb auto on a GPU: the budget is --kv-cache-free-fraction of the device memory free
-// after loading, and the cache holds as many blocks as fit in it (up to the context cap); the
+// --kv-cache-gb auto on a GPU: every rank first runs the profile steps (the largest step
+// --max-batch-tokens and --max-seqs allow), then the budget is --kv-cache-free-fraction of the
+// device memory free, and the cache holds as many blocks as fit in it (up to the context cap); the
 // tokens are those of a fixed budget. Over the emulated runtime the device has 8 MiB
 // (SHARDLM_EMULATED_GPU_MEMORY_MIB), so the budget, not the cap, sets the block count; on a real
 // GPU the same checks hold with its own memory.
@@ -194,8 +198,10 @@ TEST(CudaBackend, KvCacheAutoBudgetTakesTheFreeMemoryShare) {
 #endif
   const fs::path d = test::fresh_dir("cuda-kv-auto");
   test::write_layout_prompts(d / "p.jsonl", kPrompts / 2, true);
-  const std::string common = " run --model " + stories + " --prompts " + (d / "p.jsonl").string() +
-                             " --threads 1 --seed 3 --backend cuda --kv-dtype fp32";
+  const std::string base = " run --model " + stories + " --prompts " + (d / "p.jsonl").string() +
+                           " --threads 1 --seed 3 --backend cuda --kv-dtype fp32";
+  // 64 tokens a step over up to 8 sequences: the profile steps are 64 tokens, then 8 decode tokens.
+  const std::string common = base + " --max-batch-tokens 64 --max-seqs 8";
   // stories260K, fp32 cache: 5 layers x (K + V) x 4 KV heads x 8 dims x 4 bytes, 16 tokens a block.
   const int64_t block_bytes = 5 * 2 * 4 * 8 * 4 * 16;
   std::map<std::string, std::pair<int64_t, int64_t>> blocks_and_budget;
@@ -204,9 +210,13 @@ TEST(CudaBackend, KvCacheAutoBudgetTakesTheFreeMemoryShare) {
     Proc r = sh(env + shardlm_bin() + common + " --kv-cache-free-fraction " + fraction + " --out " + out);
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find(std::string("auto: ") + fraction + " of the "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(" free after loading and the profile steps (64 tokens, "), std::string::npos) << r.out;
     test::H5Reader h(out);
     const auto blocks = h.scalar_attr<int64_t>("kv_cache_blocks", H5T_NATIVE_INT64);
     const auto budget = h.scalar_attr<int64_t>("kv_cache_budget_bytes", H5T_NATIVE_INT64);
+    EXPECT_EQ(h.scalar_attr<int64_t>("kv_cache_profile_tokens", H5T_NATIVE_INT64), 64);
+    // The activation scratch alone: 64 rows of the hidden state in three slots.
+    EXPECT_GE(h.scalar_attr<int64_t>("kv_cache_profile_bytes", H5T_NATIVE_INT64), 3 * 64 * 64 * 4);
     EXPECT_GE(blocks, 1);
     EXPECT_LE(blocks * block_bytes, budget) << fraction;
     if (device_bytes > 0) {  // the budget set the count: the weights and scratch take under 2 MiB
@@ -222,6 +232,7 @@ TEST(CudaBackend, KvCacheAutoBudgetTakesTheFreeMemoryShare) {
   Proc fixed = sh(env + shardlm_bin() + common + " --kv-cache-gb 0.001 --out " + (d / "fixed.h5").string());
   ASSERT_EQ(fixed.code, 0) << fixed.out;
   EXPECT_NE(fixed.out.find("(budget 1.0 MiB, --kv-cache-gb)"), std::string::npos) << fixed.out;
+  EXPECT_EQ(fixed.out.find("profile steps"), std::string::npos) << "a set budget profiles nothing: " << fixed.out;
   test::expect_same_run(test::read_run((d / "fixed.h5").string()), test::read_run((d / "auto-0.25.h5").string()),
                         "kv fixed");
 #ifdef SHARDLM_EMULATED_BINARY
@@ -230,20 +241,43 @@ TEST(CudaBackend, KvCacheAutoBudgetTakesTheFreeMemoryShare) {
   Proc shared = sh("SHARDLM_EMULATED_GPUS=1 " + env + test::mpirun(2) + shardlm_bin() + common +
                    " --tp 2 --comm mpi --kv-cache-free-fraction 0.5 --out " + shared_out);
   ASSERT_EQ(shared.code, 0) << shared.out;
-  EXPECT_NE(shared.out.find(" free after loading, shared by 2 ranks)"), std::string::npos) << shared.out;
+  EXPECT_NE(shared.out.find(" kept), shared by 2 ranks)"), std::string::npos) << shared.out;
   const auto shared_budget = test::H5Reader(shared_out).scalar_attr<int64_t>("kv_cache_budget_bytes", H5T_NATIVE_INT64);
   EXPECT_LE(shared_budget, 0.5 * device_bytes / 2);
   EXPECT_GE(shared_budget, 0.5 * (device_bytes - 2.0 * (1 << 20)) / 2);
   test::expect_same_run(test::read_run(shared_out), test::read_run((d / "auto-0.25.h5").string()), "kv shared");
-  // All of the free memory to the cache: the first step's activations find none, and the error
-  // says what to lower.
-  Proc full = sh(env + shardlm_bin() + common + " --kv-cache-free-fraction 1 --out " + (d / "full.h5").string());
-  EXPECT_NE(full.code, 0);
-  EXPECT_NE(full.out.find("failed on device 0 (out of memory; "), std::string::npos) << full.out;
-  EXPECT_NE(full.out.find(" of 8388608 bytes free; the KV cache takes --kv-cache-gb, or with auto "
-                          "--kv-cache-free-fraction of what loading left: lower it)"),
+  // All of the free memory to the cache, on a 4 MiB device where the budget binds: the profile
+  // steps have grown every buffer a step needs, so the run needs no more.
+  const std::string small = "SHARDLM_EMULATED_GPU_MEMORY_MIB=4 ";
+  const std::string full_out = (d / "full.h5").string();
+  Proc full = sh(small + shardlm_bin() + common + " --kv-cache-free-fraction 1 --out " + full_out);
+  ASSERT_EQ(full.code, 0) << full.out;
+  test::H5Reader fh(full_out);
+  const auto full_blocks = fh.scalar_attr<int64_t>("kv_cache_blocks", H5T_NATIVE_INT64);
+  const auto full_budget = fh.scalar_attr<int64_t>("kv_cache_budget_bytes", H5T_NATIVE_INT64);
+  const auto profile_bytes = fh.scalar_attr<int64_t>("kv_cache_profile_bytes", H5T_NATIVE_INT64);
+  EXPECT_EQ(full_blocks, full_budget / block_bytes);
+  EXPECT_LT(full_blocks, 8 * 512 / 16) << "the context cap set the count, not the budget";
+  test::expect_same_run(test::read_run(full_out), test::read_run((d / "auto-0.25.h5").string()), "kv full");
+  // What the share would be without the profile (the free memory after loading, the steps' buffers
+  // not yet grown), set as a fixed budget: the first steps find no memory, and the error says what
+  // to lower.
+  std::ostringstream unprofiled;
+  unprofiled << std::setprecision(9) << double(full_budget + profile_bytes) / double(1 << 30);
+  Proc over =
+      sh(small + shardlm_bin() + common + " --kv-cache-gb " + unprofiled.str() + " --out " + (d / "over.h5").string());
+  EXPECT_NE(over.code, 0);
+  EXPECT_NE(over.out.find("failed on device 0 (out of memory; "), std::string::npos) << over.out;
+  EXPECT_NE(over.out.find(" of 4194304 bytes free; the KV cache takes --kv-cache-gb, or with auto "
+                          "--kv-cache-free-fraction of what loading and the profile steps left: lower it)"),
             std::string::npos)
-      << full.out;
+      << over.out;
+  // Profile steps larger than the device: the error names them and the options that size them.
+  Proc huge = sh(env + shardlm_bin() + base + " --max-batch-tokens 30000 --out " + (d / "huge.h5").string());
+  EXPECT_NE(huge.code, 0);
+  EXPECT_NE(huge.out.find("the profile steps, the largest a step can be (30000 tokens by --max-batch-tokens, "),
+            std::string::npos)
+      << huge.out;
 #endif
   Proc bad = sh(env + shardlm_bin() + common + " --kv-cache-gb lots --out " + (d / "bad.h5").string());
   EXPECT_NE(bad.code, 0);
@@ -263,7 +297,9 @@ TEST(CudaBackend, Bf16GreedyFirstTokensMatchCpu) {
       prompts += "{\"id\": \"g" + std::to_string(i) + "\", \"prompt\": \"Once upon a time " + std::to_string(i * 7) +
                  "\", \"max_tokens\": 1}\n";
     test::write_file(d / "p.jsonl", prompts);
-    const std::string common = " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " -q --seed 3";
+    // Sizes that hold all 16 prompts in one step (the emulated profile steps stay small).
+    const std::string common = " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
+                               " -q --seed 3 --max-batch-tokens 128 --max-seqs 16";
     Proc cpu = sh(shardlm_bin() + common + " --out " + (d / "cpu.h5").string());
     Proc gpu = sh(shardlm_bin() + common + " --backend cuda --out " + (d / "gpu.h5").string());
     ASSERT_EQ(cpu.code, 0) << cpu.out;
