@@ -6,4 +6,6 @@ set(SHARDLM_CUDA_KERNELS
     embedding.cu rmsnorm.cu rope.cu activation.cu elementwise.cu kv_cache_write.cu paged_attention.cu
     paged_attention_tiled.cu latent_attention.cu attention_combine.cu head_matmul.cu
     # Routing, expert permutation, expert-parallel row movement, fp8 dequantisation, sampling, logprobs.
-    moe_topk.cu expert_permute.cu fp8_dequant.cu sampling.cu gated_add.cu expert_rows.cu)
+    moe_topk.cu expert_permute.cu fp8_dequant.cu sampling.cu gated_add.cu expert_rows.cu
+    # Calibration: the largest magnitude of a buffer (a KV cache's fp8 scales).
+    abs_max.cu)

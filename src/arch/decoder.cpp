@@ -73,7 +73,27 @@ class Decoder final : public Model {
     load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
-  ~Decoder() override { b_.free(inv_freq_dev_); }
+  ~Decoder() override {
+    b_.free(inv_freq_dev_);
+    b_.free(kv_amax_);
+  }
+
+  void record_kv_magnitudes() override {
+    if (kv_amax_) return;
+    const std::vector<float> zeros(2 * layers_.size(), 0.0f);
+    kv_amax_ = static_cast<float*>(b_.alloc(std::max<size_t>(zeros.size(), 1) * sizeof(float)));
+    b_.copy_to_device(kv_amax_, zeros.data(), zeros.size() * sizeof(float));
+    drop_graphs();
+    graphs_on_ = false;
+  }
+  std::vector<float> kv_magnitudes() const override {
+    if (!kv_amax_) return {};
+    std::vector<float> mine(2 * layers_.size());
+    b_.copy_to_host(mine.data(), kv_amax_, mine.size() * sizeof(float));
+    std::vector<float> all(2 * static_cast<size_t>(spec_.num_layers), 0.0f);
+    std::copy(mine.begin(), mine.end(), all.begin() + 2 * plan_.first_layer);
+    return all;
+  }
 
   const ModelSpec& spec() const override { return spec_; }
   const ShardPlan& shard() const override { return plan_; }
@@ -171,6 +191,8 @@ class Decoder final : public Model {
     std::string why;
     if (!b_.supports_capture()) {
       why = "backend " + b_.name() + " cannot capture graphs";
+    } else if (kv_amax_) {
+      why = "a KV cache calibration records every step eagerly";
     } else if (comms_.ep) {
       // The MoE all-to-all is sized on the host step by step.
       why = "graphs need no expert parallelism (no ep)";
@@ -359,7 +381,9 @@ class Decoder final : public Model {
       } else if (T > 0) {
         b_.add_rmsnorm(residual, proj, layer.input_norm, T, eps, h);
       }
-      layer.attn->forward(h, ctx, cache_->layer(static_cast<int64_t>(i)), scratch_, proj);
+      StepContext layer_ctx = ctx;
+      if (kv_amax_) layer_ctx.kv_amax = kv_amax_ + 2 * i;
+      layer.attn->forward(h, layer_ctx, cache_->layer(static_cast<int64_t>(i)), scratch_, proj);
       tp_sum(proj, T * H);
       if (T > 0) b_.add_rmsnorm(residual, proj, layer.post_attn_norm, T, eps, h);
       layer.ffn->forward(h, T, scratch_, proj);
@@ -635,6 +659,7 @@ class Decoder final : public Model {
   std::optional<DeviceStep> device_step_;  // the begun step, with logits_end_here()
   // CUDA graphs (see graph_step).
   bool graphs_on_ = false, capturing_ = false;
+  float* kv_amax_ = nullptr;  // recording KV magnitudes: [layer][K side, V side], backend memory
   struct CapturedStep {
     int64_t handle;      // the backend's
     CommStats tp_moved;  // calls and bytes of the tp all-reduces each replay runs

@@ -64,6 +64,10 @@ class GqaAttention final : public AttentionBlock {
     }
     b.rope(q, T, nh_, hd_, ctx.pos, inv_freq_);
     b.rope(k, T, nkv_, hd_, ctx.pos, inv_freq_);
+    if (ctx.kv_amax) {
+      b.abs_max(k, T * nkv_ * hd_, ctx.kv_amax);
+      b.abs_max(v, T * nkv_ * hd_, ctx.kv_amax + 1);
+    }
     b.kv_write(k, v, T, ctx.slots, nkv_, hd_, ctx.block_size, cache);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd_));
     b.attention(q, T, nh_, nkv_, hd_, cache, ctx.block_size, ctx.tables, ctx.pos, window_, scale, attn);

@@ -22,6 +22,9 @@ struct StepContext {
   const int64_t* slots = nullptr;         // [T] KV slots (backend memory)
   BlockTables tables;                     // each token's block list
   int64_t block_size = 0;
+  // KV cache calibration (Model::record_kv_magnitudes): this layer's running maxima of |K side| and
+  // |V side| as the cache is given them (backend memory, 2 floats); null when not recording.
+  float* kv_amax = nullptr;
 };
 
 class AttentionBlock {

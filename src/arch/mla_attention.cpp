@@ -121,6 +121,10 @@ class MlaAttention final : public AttentionBlock {
     b.rope_strided(q + dn, T, nh, nh * qk, qk, dr, ctx.pos, inv_freq_, interleave_, attention_factor_, q_rope);
     b.head_linear(q, T, nh, nh * qk, qk, w_uk_t_, q_lat);
 
+    if (ctx.kv_amax) {  // the cache row is the latent and the rope key, under one scale
+      b.abs_max(latent, T * L, ctx.kv_amax);
+      b.abs_max(k_rope, T * dr, ctx.kv_amax);
+    }
     b.latent_cache_write(latent, k_rope, T, ctx.slots, L, dr, cache);
     b.latent_attention(q_lat, q_rope, T, nh, L, dr, cache, ctx.block_size, ctx.tables, ctx.pos, scale_, o_lat);
 

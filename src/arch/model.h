@@ -10,6 +10,7 @@
 
 #include "arch/shard_plan.h"
 #include "compute/backend.h"
+#include "core/error.h"
 #include "engine/sampler.h"
 #include "model/model_spec.h"
 
@@ -96,6 +97,14 @@ class Model {
   // Opt-in CUDA graphs for decode steps (--cuda-graphs): returns "" when this model will capture
   // and replay the steps that allow it (the others run eagerly), else why every step runs eagerly.
   virtual std::string enable_step_graphs() { return "this model does not capture steps"; }
+  // KV cache calibration (shardlm run --kv-calibrate-out): from now on every step folds each
+  // layer's largest key and value magnitudes, as the cache is given them (before any fp8 scale),
+  // into running maxima. Steps run eagerly while recording (a graph's padding rows would count).
+  virtual void record_kv_magnitudes() { SHARDLM_FAIL("this model cannot record its KV cache's magnitudes"); }
+  // [num_layers x 2] (K side, V side; 0 for a layer with no V side) over all of the model's
+  // layers: this rank's layers' maxima so far, 0 for the others (callers take the maximum over the
+  // ranks). Empty when not recording.
+  virtual std::vector<float> kv_magnitudes() const { return {}; }
   // Steps this rank ran by replaying a captured graph.
   virtual int64_t graph_steps() const { return 0; }
   // Bytes of checkpoint data this rank loaded, and the seconds it took.

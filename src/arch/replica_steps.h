@@ -30,6 +30,8 @@ class BroadcastingModel final : public Model {
     return inner_.allocate_kv_cache(budget_bytes, block_size, max_blocks, dtype);
   }
   void release_kv_cache() override { inner_.release_kv_cache(); }
+  void record_kv_magnitudes() override { inner_.record_kv_magnitudes(); }
+  std::vector<float> kv_magnitudes() const override { return inner_.kv_magnitudes(); }
   void forward(const ForwardBatch& batch, float* logits) override;
   int max_steps_in_flight() const override { return inner_.max_steps_in_flight(); }
   void begin_step(const ForwardBatch& batch) override;

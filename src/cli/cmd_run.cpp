@@ -10,6 +10,7 @@
 #include "arch/replica_steps.h"
 #include "cli/commands.h"
 #include "cli/kv_budget.h"
+#include "cli/kv_calibration.h"
 #include "cli/run_info.h"
 #include "cli/run_options.h"
 #include "cli/run_sinks.h"
@@ -132,6 +133,16 @@ void print_header(const std::vector<RankRecord>& ranks, const Topology& topo, co
                  r.host.c_str(), r.local_rank, r.replica, r.pp, r.dp, r.tp, l0, l1, r.load_bytes / 1e6, r.load_s,
                  r.load_s > 0 ? r.load_bytes / r.load_s / 1e9 : 0.0);
   }
+}
+
+// --kv-calibrate-out, on every rank at the end of the run (collective over the world): the
+// layers' magnitudes, the maximum over every rank, and rank 0 writes the scales.
+void finish_kv_calibration(const RunOptions& opt, Communicator* world, const Model& model, int rank) {
+  if (opt.kv_calibrate_out.empty()) return;
+  const std::vector<float> all = reduce_kv_magnitudes(world, model.kv_magnitudes());
+  if (rank != 0) return;
+  write_kv_scales(opt.kv_calibrate_out, all);
+  if (!opt.quiet) std::fprintf(stderr, "[shardlm] KV cache scales -> %s\n", opt.kv_calibrate_out.c_str());
 }
 
 EngineConfig engine_config(const RunOptions& opt, const ModelSpec& spec, const Topology& topo,
@@ -274,6 +285,7 @@ int cmd_run(int argc, char** argv) {
   plan.set_expert_parallel(spec, layout.ep > 1 ? topo.ep_rank() : 0, layout.ep);
 
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(opt.model);
+  if (!opt.kv_scales.empty()) ckpt->add_file(opt.kv_scales);
   std::unique_ptr<ComputeBackend> backend = make_backend(opt.backend);
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend, plan, groups.shard());
   EngineConfig ec = engine_config(opt, spec, topo, opt.prompts);
@@ -283,6 +295,8 @@ int cmd_run(int argc, char** argv) {
   if (kv_budget_profiles(opt.kv_cache_gb, *backend)) {
     profile = run_profile_steps(*model, *backend, topo.is_replica_leader(), ec.scheduler, ec.kv_dtype);
   }
+  // After the profile steps, whose made-up tokens must not count.
+  if (!opt.kv_calibrate_out.empty()) model->record_kv_magnitudes();
   // --cuda-graphs is a request: a layout or model that cannot replay graphs runs eagerly, and says
   // why once.
   if (opt.cuda_graphs) {
@@ -303,6 +317,7 @@ int cmd_run(int argc, char** argv) {
   if (!topo.is_replica_leader()) {
     serve_replica_steps(*model, *groups.replica, ec.kv_cache_bytes, ec.scheduler.block_size,
                         kv_block_cap(spec, ec.scheduler), ec.kv_dtype);
+    finish_kv_calibration(opt, groups.world.get(), *model, rank);
     gather_rank_records(groups.world.get(), my_record(topo, *model, groups));
     return 0;
   }
@@ -332,6 +347,7 @@ int cmd_run(int argc, char** argv) {
     RunStats local = engine.run(source, sink);
     if (broadcasting) broadcasting->finish();
     sink.finish({local.steps, local.preemptions});
+    finish_kv_calibration(opt, groups.world.get(), *model, rank);
     gather_rank_records(groups.world.get(), my_record(topo, *model, groups));
     return local.interrupted_by ? 128 + local.interrupted_by : 0;
   }
@@ -368,6 +384,7 @@ int cmd_run(int argc, char** argv) {
   stats.steps = local.steps + collector.totals().steps;
   stats.preemptions = local.preemptions + collector.totals().preemptions;
 
+  finish_kv_calibration(opt, groups.world.get(), *model, rank);
   const std::vector<RankRecord> ranks = gather_rank_records(groups.world.get(), my_record(topo, *model, groups));
   int64_t load_bytes = 0;
   for (const RankRecord& r : ranks) load_bytes += r.load_bytes;

@@ -48,7 +48,7 @@ void write_npy_f32(const std::string& path, const std::vector<float>& data, int6
 }  // namespace
 
 int cmd_score(int argc, char** argv) {
-  std::string model_dir, ids_text, out, comm = "mpi", kv_dtype = "fp32";
+  std::string model_dir, ids_text, out, comm = "mpi", kv_dtype = "fp32", kv_scales;
   int threads = 0, tp = 1, pp = 1;
   double comm_timeout = 600;
   po::options_description d("shardlm score options");
@@ -61,7 +61,8 @@ int cmd_score(int argc, char** argv) {
       "comm", po::value(&comm)->default_value(comm), "communicator of the tp and pp groups: mpi, fabric or nccl")(
       "comm-timeout", po::value(&comm_timeout)->default_value(comm_timeout), "seconds a rank waits on another")(
       "kv-dtype", po::value(&kv_dtype)->default_value(kv_dtype),
-      "KV cache the scores attend over: fp32 (unrounded keys and values), bf16, fp8 or auto, as shardlm run");
+      "KV cache the scores attend over: fp32 (unrounded keys and values), bf16, fp8 or auto, as shardlm run")(
+      "kv-scales", po::value(&kv_scales), "an fp8 cache's per-layer scales from this safetensors file, as shardlm run");
   po::variables_map vm;
   const char* usage = "[mpirun -np TPxPP] shardlm score --model DIR --ids \"1 2 3\" --out logits.npy [--tp T] [--pp P]";
   if (!parse_subcommand(argc, argv, "score", usage, d, &vm)) return 0;
@@ -87,6 +88,7 @@ int cmd_score(int argc, char** argv) {
   const auto [first_layer, last_layer] = topo.stage_layers(topo.coords().pp);
   const ShardPlan plan = ShardPlan::make(spec, topo.coords().tp, tp, topo.coords().pp, pp, first_layer, last_layer);
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(model_dir);
+  if (!kv_scales.empty()) ckpt->add_file(kv_scales);
   std::unique_ptr<ComputeBackend> backend = make_backend("cpu");
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend, plan, groups.shard());
   const int64_t blocks = (T + 15) / 16;

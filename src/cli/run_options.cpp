@@ -39,6 +39,8 @@ po::options_description describe(RunOptions& o) {
     ("kv-cache-gb", po::value(&o.kv_cache_gb)->default_value(o.kv_cache_gb), "KV cache memory budget per rank, GiB, or auto: on a GPU --kv-cache-free-fraction of the device memory free once the weights are loaded and the profile steps (the largest a step can be: --max-batch-tokens over --max-seqs sequences) have run, on the CPU 4")
     ("kv-cache-free-fraction", po::value(&o.kv_cache_free_fraction)->default_value(o.kv_cache_free_fraction), "with --kv-cache-gb auto on a GPU: the share of the device memory free after the profile steps that the KV cache takes (the rest stays for CUDA graphs, NCCL and allocator slack)")
     ("kv-dtype", po::value(&o.kv_dtype)->default_value(o.kv_dtype), "KV cache elements: fp32, bf16 (half the memory and the bytes decode attention reads), fp8 (e4m3, a quarter; scaled by the checkpoint's k_scale / v_scale, else 1), or auto: bf16 for a bfloat16 checkpoint, else fp32")
+    ("kv-scales", po::value(&o.kv_scales), "safetensors file of per-layer model.layers.N.self_attn.k_scale / v_scale (as --kv-calibrate-out writes them) that an fp8 KV cache uses instead of the checkpoint's")
+    ("kv-calibrate-out", po::value(&o.kv_calibrate_out), "record every layer's largest key and value magnitudes over the run (steps run eagerly) and write fp8 KV scales (magnitude / 448) to this safetensors file, for --kv-scales")
     ("block-size", po::value(&o.block_size)->default_value(o.block_size), "tokens per KV cache block")
     ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads per rank (0 = all cores)")
     ("flush-every", po::value(&o.flush_every)->default_value(o.flush_every), "flush the HDF5 file every N finished requests")
@@ -122,8 +124,10 @@ std::string to_ini(const RunOptions& o) {
   for (const auto& st : o.stop) s << "\nstop = " << st;
   s << "\nignore-eos = " << (o.ignore_eos ? "true" : "false") << "\nmax-batch-tokens = " << o.max_batch_tokens
     << "\nmax-seqs = " << o.max_seqs << "\nkv-cache-gb = " << o.kv_cache_gb
-    << "\nkv-cache-free-fraction = " << o.kv_cache_free_fraction << "\nkv-dtype = " << o.kv_dtype
-    << "\nblock-size = " << o.block_size << "\nthreads = " << o.threads << "\nflush-every = " << o.flush_every
+    << "\nkv-cache-free-fraction = " << o.kv_cache_free_fraction << "\nkv-dtype = " << o.kv_dtype;
+  if (!o.kv_scales.empty()) s << "\nkv-scales = " << o.kv_scales;
+  if (!o.kv_calibrate_out.empty()) s << "\nkv-calibrate-out = " << o.kv_calibrate_out;
+  s << "\nblock-size = " << o.block_size << "\nthreads = " << o.threads << "\nflush-every = " << o.flush_every
     << "\nflush-seconds = " << o.flush_seconds << "\nresume = " << (o.resume ? "true" : "false") << "\ntp = " << o.tp
     << "\npp = " << o.pp << "\nreplicas = " << o.replicas << "\ndp = " << o.dp << "\nep = " << o.ep;
   if (!o.pp_layers.empty()) s << "\npp-layers = " << o.pp_layers;

@@ -29,6 +29,8 @@ struct RunOptions {
   std::string kv_cache_gb = "auto";     // per rank, GiB, or auto (kv_cache_gib)
   double kv_cache_free_fraction = 0.9;  // auto on a GPU: this fraction of the memory free after loading
   std::string kv_dtype = "auto";  // KV cache elements: auto (the checkpoint's bf16, else fp32) | fp32 | bf16 | fp8
+  std::string kv_scales;          // safetensors file of k_scale / v_scale over the checkpoint's (fp8 cache)
+  std::string kv_calibrate_out;   // write per-layer fp8 KV scales from this run's key and value magnitudes
   int64_t block_size = 16;
   int threads = 0;                // CPU threads per rank; 0 = all cores
   int flush_every = 64;           // HDF5 flush period in finished requests

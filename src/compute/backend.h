@@ -215,6 +215,9 @@ class ComputeBackend {
   // out [T, H] += g_t * y, g_t = 1 / (1 + exp(-gate_logits[t])) in fp32, or 1 when gate_logits is
   // null (a shared expert, Qwen2-MoE's gated one).
   virtual void gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) = 0;
+  // *acc = max(*acc, max_i |x[i]|), acc one float in backend memory, NaNs skipped
+  // (kernels/cpu/abs_max.h): a KV cache calibration's per-layer magnitudes.
+  virtual void abs_max(const float* x, int64_t n, float* acc) = 0;
 
   // ---- Expert-parallel data movement (arch/expert_dispatch.h; kernels/cpu/expert_rows.h defines
   // them). The host builds the index arrays (backend memory); only activation rows move. ----

@@ -14,6 +14,7 @@
 #include "cpu/embedding.h"
 #include "cpu/expert_permute.h"
 #include "cpu/expert_rows.h"
+#include "cpu/abs_max.h"
 #include "cpu/gated_add.h"
 #include "cpu/head_matmul.h"
 #include "cpu/latent_attention.h"
@@ -297,6 +298,8 @@ void CpuBackend::expert_combine(const float* yp, int64_t H, const int32_t* ids, 
 void CpuBackend::gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) {
   cpu::gated_add(out, y, gate_logits, T, H);
 }
+
+void CpuBackend::abs_max(const float* x, int64_t n, float* acc) { cpu::abs_max(x, n, acc); }
 
 void CpuBackend::gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
   cpu::gather_rows(src, H, rows, n, dst);

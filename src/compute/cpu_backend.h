@@ -73,6 +73,7 @@ class CpuBackend : public ComputeBackend {
   void expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights, const int32_t* slot_row,
                       int64_t T, int64_t k, float* out) override;
   void gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) override;
+  void abs_max(const float* x, int64_t n, float* acc) override;
   // Expert-parallel data movement: kernels/cpu/expert_rows.h. Ops run to completion, so
   // synchronize() has nothing to wait for.
   void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override;

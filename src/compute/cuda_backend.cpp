@@ -18,6 +18,7 @@
 #include "cuda/expert_permute.h"
 #include "cuda/expert_rows.h"
 #include "cuda/fp8_dequant.h"
+#include "cuda/abs_max.h"
 #include "cuda/gated_add.h"
 #include "cuda/head_matmul.h"
 #include "cuda/kv_cache_write.h"
@@ -522,6 +523,11 @@ void CudaBackend::expert_combine(const float* yp, int64_t H, const int32_t* ids,
 void CudaBackend::gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) {
   cuda::gated_add(out, y, gate_logits, T, H, stream_of(stream_));
   check_launch("gated_add");
+}
+
+void CudaBackend::abs_max(const float* x, int64_t n, float* acc) {
+  cuda::launch_abs_max(x, n, acc, stream_of(stream_));
+  check_launch("abs_max");
 }
 
 void CudaBackend::gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {

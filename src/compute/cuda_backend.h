@@ -118,6 +118,7 @@ class CudaBackend final : public ComputeBackend {
   void expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights, const int32_t* slot_row,
                       int64_t T, int64_t k, float* out) override;
   void gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) override;
+  void abs_max(const float* x, int64_t n, float* acc) override;
   // kernels/cuda/sampling.h on the device's logits: the rows go up, the tokens and logprobs come
   // back (R values each), and that copy is the only wait for the stream.
   void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, int32_t* tokens,

@@ -68,38 +68,46 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir) {
                                          << " holds neither model.safetensors nor model.safetensors.index.json");
   }
 
-  for (const auto& path : files) {
-    auto mf = std::make_unique<MappedFile>(path);
-    SafetensorsHeader h = parse_safetensors_header(mf->data(), mf->size(), mf->size(), path);
-    for (const auto& e : h.entries) {
-      TensorView tv;
-      tv.name = e.name;
-      tv.file = path;
-      tv.dtype = e.dtype;
-      tv.shape = e.shape;
-      tv.nbytes = static_cast<size_t>(e.end - e.begin);
-      tv.data = mf->data() + h.data_offset + e.begin;
-      tv.file_offset = h.data_offset + e.begin;
-      auto prev = ck->tensors_.find(e.name);
-      SHARDLM_CHECK(prev == ck->tensors_.end(), "tensor '" << e.name << "' appears in both " << prev->second.file
-                                                            << " and " << path);
-      if (!index_map.empty()) {
-        auto im = index_map.find(e.name);
-        // Extra tensors in a shard that the index does not list are tolerated (transformers does
-        // the same) but a tensor the index places elsewhere is an inconsistency.
-        SHARDLM_CHECK(im == index_map.end() || im->second == path,
-                      "tensor '" << e.name << "' is in " << path << " but " << index_path << " places it in "
-                                 << im->second);
-      }
-      ck->tensors_.emplace(e.name, std::move(tv));
-    }
-    ck->files_.push_back(std::move(mf));
-  }
+  for (const auto& path : files) ck->map_file(path, index_path, index_map, false);
   for (const auto& [name, path] : index_map) {
     SHARDLM_CHECK(ck->tensors_.count(name), index_path << ": tensor '" << name << "' is listed in weight_map for "
                                                        << path << " but that file does not hold it");
   }
   return ck;
+}
+
+void Checkpoint::map_file(const std::string& path, const std::string& index_path,
+                          const std::map<std::string, std::string>& index_map, bool replace) {
+  auto mf = std::make_unique<MappedFile>(path);
+  SafetensorsHeader h = parse_safetensors_header(mf->data(), mf->size(), mf->size(), path);
+  for (const auto& e : h.entries) {
+    TensorView tv;
+    tv.name = e.name;
+    tv.file = path;
+    tv.dtype = e.dtype;
+    tv.shape = e.shape;
+    tv.nbytes = static_cast<size_t>(e.end - e.begin);
+    tv.data = mf->data() + h.data_offset + e.begin;
+    tv.file_offset = h.data_offset + e.begin;
+    auto prev = tensors_.find(e.name);
+    SHARDLM_CHECK(replace || prev == tensors_.end(),
+                  "tensor '" << e.name << "' appears in both " << prev->second.file << " and " << path);
+    if (!index_map.empty()) {
+      auto im = index_map.find(e.name);
+      // Extra tensors in a shard that the index does not list are tolerated (transformers does
+      // the same) but a tensor the index places elsewhere is an inconsistency.
+      SHARDLM_CHECK(im == index_map.end() || im->second == path, "tensor '" << e.name << "' is in " << path << " but "
+                                                                            << index_path << " places it in "
+                                                                            << im->second);
+    }
+    tensors_[e.name] = std::move(tv);
+  }
+  files_.push_back(std::move(mf));
+}
+
+void Checkpoint::add_file(const std::string& path) {
+  SHARDLM_CHECK(fs::is_regular_file(path), "safetensors file " << path << " does not exist");
+  map_file(path, "", {}, true);
 }
 
 bool Checkpoint::has(const std::string& name) const { return tensors_.count(name) != 0; }

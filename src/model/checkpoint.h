@@ -49,9 +49,16 @@ class Checkpoint {
   const std::string& dir() const { return dir_; }
   // Total bytes of tensor data across all files.
   size_t total_bytes() const;
+  // Adds the tensors of another safetensors file (validated as the checkpoint's are); one of the
+  // same name as a checkpoint tensor replaces it. For --kv-scales: a calibration's fp8 KV scales
+  // over those the checkpoint carries.
+  void add_file(const std::string& path);
 
  private:
   Checkpoint() = default;
+  // Maps one file and indexes its tensors; a name already present throws unless `replace`.
+  void map_file(const std::string& path, const std::string& index_path,
+                const std::map<std::string, std::string>& index_map, bool replace);
   std::string dir_;
   std::vector<std::unique_ptr<MappedFile>> files_;
   std::map<std::string, TensorView> tensors_;

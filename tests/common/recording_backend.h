@@ -184,6 +184,9 @@ class RecordingBackend final : public ComputeBackend {
   void gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) override {
     op([=, this] { cpu_.gated_add(out, y, gate_logits, T, H); });
   }
+  void abs_max(const float* x, int64_t n, float* acc) override {
+    op([=, this] { cpu_.abs_max(x, n, acc); });
+  }
   void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override {
     op([=, this] { cpu_.gather_rows(src, H, rows, n, dst); });
   }

@@ -223,6 +223,33 @@ TEST_F(CudaBackendOps, ExpertRowOpsMatchCpu) {
   }
 }
 
+// The largest magnitude folded into a running maximum: the CPU's value (a maximum does not round),
+// over sizes below one block, across the grid-stride loop (more than 1024 blocks of 256), with a
+// negative extreme planted last and a NaN (skipped), and folding into what the accumulator held.
+TEST_F(CudaBackendOps, AbsMaxMatchesCpu) {
+  std::mt19937 g(31);
+  float* acc_g = up(*gpu_, std::vector<float>{0.0f});
+  for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{257}, int64_t{100003}, int64_t{300001}}) {
+    for (const float start : {0.0f, 0.5f, 1e6f}) {
+      auto x = randn(static_cast<size_t>(n), static_cast<uint32_t>(32 + n));
+      if (n > 2) {
+        x[static_cast<size_t>(n - 1)] = -37.25f;  // past the first pass of the grid-stride loop
+        x[static_cast<size_t>(g() % (n - 1))] = std::nanf("");
+      }
+      float acc_c = start;
+      cpu_.abs_max(x.data(), n, &acc_c);
+      gpu_->copy_to_device(acc_g, &start, sizeof start);
+      gpu_->abs_max(up(*gpu_, x), n, acc_g);
+      const float got = down(*gpu_, acc_g, 1)[0];
+      EXPECT_EQ(std::memcmp(&got, &acc_c, sizeof got), 0)
+          << "n " << n << " from " << start << ": " << got << " vs " << acc_c;
+      if (n > 2 && start < 37.25f) {
+        EXPECT_EQ(acc_c, 37.25f) << n;
+      }
+    }
+  }
+}
+
 // The single-rank ExpertDispatch on each backend: the same gathered input and, from the same
 // expert results, the same combined bits (into a larger output: rows outside the tokens zero).
 TEST_F(CudaBackendOps, ExpertDispatchMatchesCpu) {

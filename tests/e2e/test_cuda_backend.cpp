@@ -20,6 +20,7 @@
 #include "common/layout_check.h"
 #include "common/shared_data.h"
 #include "common/test_files.h"
+#include "model/checkpoint.h"
 
 namespace fs = std::filesystem;
 
@@ -283,6 +284,41 @@ TEST(CudaBackend, KvCacheAutoBudgetTakesTheFreeMemoryShare) {
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.out.find("--kv-cache-gb must be auto or a positive number of GiB, not 'lots'"), std::string::npos)
       << bad.out;
+}
+
+// --kv-calibrate-out on the CUDA backend (abs_max on the device, folded per layer): the CPU's
+// magnitudes, within the GEMMs' rounding; an fp8 cache with those scales gives the CPU's tokens.
+TEST(CudaBackend, KvCalibrationMatchesCpu) {
+  SHARDLM_REQUIRE_GPU();
+  SHARDLM_REQUIRE_SHARED(stories, "models/stories260K");
+  const fs::path d = test::fresh_dir("cuda-kv-calibration");
+  test::write_layout_prompts(d / "p.jsonl", 3, true);
+  const std::string common = " run --model " + stories + " --prompts " + (d / "p.jsonl").string() +
+                             " --threads 1 -q --seed 3 --max-seqs 5 --max-batch-tokens 48 --max-new-tokens 6";
+  std::vector<std::vector<float>> scales;
+  for (const char* backend : {"cpu", "cuda"}) {
+    const std::string file = (d / (std::string(backend) + ".safetensors")).string();
+    Proc p = sh(shardlm_bin() + common + " --backend " + backend + " --kv-calibrate-out " + file + " --out " +
+                (d / (std::string(backend) + ".h5")).string());
+    ASSERT_EQ(p.code, 0) << p.out;
+    const fs::path dir = d / (std::string("read-") + backend);
+    fs::create_directories(dir);
+    fs::copy_file(file, dir / "model.safetensors");
+    auto ckpt = Checkpoint::open(dir.string());
+    std::vector<float>& s = scales.emplace_back();
+    for (const std::string& name : ckpt->names()) s.push_back(*static_cast<const float*>(ckpt->get(name).data));
+    EXPECT_EQ(s.size(), 10u) << backend << ": k_scale and v_scale of 5 layers";
+  }
+  ASSERT_EQ(scales[0].size(), scales[1].size());
+  for (size_t i = 0; i < scales[0].size(); ++i) EXPECT_NEAR(scales[1][i], scales[0][i], 1e-4 * scales[0][i]) << i;
+  std::vector<std::string> outs;
+  for (const char* backend : {"cpu", "cuda"}) {
+    outs.push_back((d / (std::string("fp8-") + backend + ".h5")).string());
+    Proc p = sh(shardlm_bin() + common + " --backend " + backend + " --kv-dtype fp8 --kv-scales " +
+                (d / "cpu.safetensors").string() + " --out " + outs.back());
+    ASSERT_EQ(p.code, 0) << p.out;
+  }
+  test::expect_same_run(test::read_run(outs[0]), test::read_run(outs[1]), "calibrated fp8 cache cpu/cuda");
 }
 
 // bf16 weights: the GPU multiplies bf16 activations, the CPU fp32 ones, so sampled continuations
