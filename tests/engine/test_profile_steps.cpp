@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "arch/model.h"
+#include "common/model_steps.h"
 #include "common/tiny_model.h"
 #include "compute/backend.h"
 #include "core/error.h"
@@ -136,24 +137,8 @@ TEST(ProfileSteps, RejectsEmptySettings) {
   EXPECT_THROW(make_profile_steps(cfg, 0, 100), Error);
 }
 
-// One decode token per sequence after a prefill of each prompt; returns the step's logits.
 std::vector<float> reference_logits(Model& m) {
-  const int64_t bs = 16;
-  m.allocate_kv_cache(int64_t{1} << 30, bs, 8);
-  std::vector<std::vector<int32_t>> prompts = {{5, 9, 2, 7, 1}, {3, 3, 8}, {11, 4, 6, 2, 9, 10, 12}};
-  ForwardBatch prefill, decode;
-  prefill.clear();
-  decode.clear();
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const std::vector<int32_t> table = {static_cast<int32_t>(2 * i), static_cast<int32_t>(2 * i + 1)};
-    const int64_t n = static_cast<int64_t>(prompts[i].size());
-    prefill.add_chunk(prompts[i].data(), 0, n - 1, table, bs, false);
-    decode.add_chunk(prompts[i].data(), n - 1, 1, table, bs, true);
-  }
-  std::vector<float> logits(decode.logit_rows.size() * static_cast<size_t>(m.spec().vocab_size));
-  m.forward(prefill, nullptr);
-  m.forward(decode, logits.data());
-  return logits;
+  return test::prefill_then_decode(m, {{5, 9, 2, 7, 1}, {3, 3, 8}, {11, 4, 6, 2, 9, 10, 12}});
 }
 
 // After the profile steps the model has no cache, and the steps after a new one give the bits a
