@@ -80,6 +80,11 @@ void prepare_context(Context& c, char* stack, size_t bytes, void (*fn)()) {
   // start_context; neither returns), its address for shardlm_emu_switch's `ret`, and six zeros for
   // the registers it pops. It then starts with the stack pointer 8 below a multiple of 16, as after
   // a call.
+#ifdef SHARDLM_EMU_ASAN
+  // The stack was another thread's, whose frames never returned (a thread ends by switching away
+  // for good): their redzones are still poisoned where this thread's frames will lie.
+  __asan_unpoison_memory_region(stack, bytes);
+#endif
   auto top = reinterpret_cast<uintptr_t>(stack + bytes) & ~uintptr_t{15};
   auto* slot = reinterpret_cast<void**>(top);
   *--slot = nullptr;
