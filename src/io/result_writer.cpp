@@ -98,6 +98,15 @@ struct StringBatch {
 
 }  // namespace
 
+// The rows a flush committed (attribute `name` on the file), or -1 when no flush recorded them.
+int64_t committed_rows(hid_t file, const char* name) {
+  if (H5Aexists(file, name) <= 0) return -1;
+  h5::Id a(H5Aopen(file, name, H5P_DEFAULT));
+  int64_t v = -1;
+  if (a.get() < 0 || H5Aread(a.get(), H5T_NATIVE_INT64, &v) < 0) return -1;
+  return v;
+}
+
 struct ResultWriter::Impl {
   std::string path;
   std::string ctx;  // "HDF5 output '<path>'", the prefix of every error
@@ -121,7 +130,20 @@ struct ResultWriter::Impl {
   void write_requests();
   void write_steps();
   void release_handles();
+  // Writes what is buffered and makes it durable: the data first, then the row counts that say it
+  // is whole. A kill inside HDF5 between flushes can leave a dataset's new extent on disk before
+  // its rows (they read back as garbage); a resumed run keeps only the committed rows.
+  void commit();
 };
+
+void ResultWriter::Impl::commit() {
+  write_requests();
+  write_steps();
+  h5::check(H5Fflush(file, H5F_SCOPE_GLOBAL), "H5Fflush", ctx);
+  h5::write_attr(file, "rows_committed", rows_written, ctx);
+  h5::write_attr(file, "steps_committed", static_cast<int64_t>(steps->all().front()->size()), ctx);
+  h5::check(H5Fflush(file, H5F_SCOPE_GLOBAL), "H5Fflush", ctx);
+}
 
 void ResultWriter::Impl::write_requests() {
   const size_t n = pending.size();
@@ -239,14 +261,16 @@ ResultWriter::ResultWriter(const std::string& path, int flush_every, bool resume
       m.steps.emplace(m.steps_group.get(), m.ctx + " /steps");
       // A crash between flushes can leave some columns a batch longer than others: keep the rows
       // every column has.
-      auto even_out = [](std::vector<Column*> cols) {
+      // Rows past the last commit may hold anything (ResultWriter::Impl::commit).
+      auto even_out = [&](std::vector<Column*> cols, const char* committed) {
         hsize_t n = cols.front()->size();
         for (Column* c : cols) n = std::min(n, c->size());
+        if (const int64_t c = committed_rows(m.file, committed); c >= 0) n = std::min(n, static_cast<hsize_t>(c));
         for (Column* c : cols) c->truncate(n);
         return n;
       };
-      m.rows_written = static_cast<int64_t>(even_out(m.req->all()));
-      even_out(m.steps->all());
+      m.rows_written = static_cast<int64_t>(even_out(m.req->all(), "rows_committed"));
+      even_out(m.steps->all(), "steps_committed");
       // /ranks describes the run that writes it: the resumed run writes it anew.
       if (H5Lexists(m.file, "ranks", H5P_DEFAULT) > 0) {
         h5::check(H5Ldelete(m.file, "ranks", H5P_DEFAULT), "removing the previous run's /ranks", m.ctx);
@@ -372,9 +396,7 @@ void ResultWriter::set_attr(const std::string& name, int64_t value) {
 void ResultWriter::flush() {
   Impl& m = *impl_;
   SHARDLM_CHECK(m.open, m.ctx << ": flush after close");
-  m.write_requests();
-  m.write_steps();
-  h5::check(H5Fflush(m.file, H5F_SCOPE_GLOBAL), "H5Fflush", m.ctx);
+  m.commit();
   m.last_flush = std::chrono::steady_clock::now();
 }
 
@@ -383,8 +405,7 @@ void ResultWriter::close() {
   Impl& m = *impl_;
   std::exception_ptr failure;
   try {
-    m.write_requests();
-    m.write_steps();
+    m.commit();
   } catch (...) {
     failure = std::current_exception();
   }

@@ -14,7 +14,10 @@
 //
 // Rows are appended as requests finish and the file is flushed every `flush_every` rows, every
 // `flush_seconds` and at close, so a crash leaves a readable file holding what finished before the
-// last flush; a resumed run opens it, keeps those rows and appends the rest.
+// last flush; a resumed run opens it, keeps those rows and appends the rest. Each flush ends by
+// recording the rows it made durable (root attributes rows_committed, steps_committed), and a
+// resumed run keeps no row past them: a kill inside HDF5 can leave a longer extent on disk whose
+// last rows were never written.
 #pragma once
 
 #include <cstdint>
