@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "fp8_bits.h"
 #include "model/safetensors.h"
 
 namespace shardlm {
@@ -27,10 +28,10 @@ void write_kv_scales(const std::string& path, const std::vector<float>& magnitud
                                            << " (no token reached it, or they were not finite); " << path
                                            << " not written");
     const std::string prefix = "model.layers." + std::to_string(l) + ".self_attn.";
-    scales[2 * l] = k / kFp8E4m3Max;
+    scales[2 * l] = k / fp8_bits::kMax;
     items.push_back({prefix + "k_scale", DType::F32, {}, &scales[2 * l]});
     if (v > 0) {
-      scales[2 * l + 1] = v / kFp8E4m3Max;
+      scales[2 * l + 1] = v / fp8_bits::kMax;
       items.push_back({prefix + "v_scale", DType::F32, {}, &scales[2 * l + 1]});
     }
   }

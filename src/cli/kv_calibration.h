@@ -13,9 +13,6 @@
 
 namespace shardlm {
 
-// e4m3fn's largest finite magnitude.
-constexpr float kFp8E4m3Max = 448.0f;
-
 // The maximum over the world's ranks of each rank's Model::kv_magnitudes() ([num_layers x 2]),
 // collective; world may be null (one rank). Every rank passes a vector of the same length.
 std::vector<float> reduce_kv_magnitudes(Communicator* world, std::vector<float> local);
