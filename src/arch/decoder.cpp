@@ -51,7 +51,8 @@ class Decoder final : public Model {
     // as long as the model.
     weights_ = std::make_unique<WeightLoader>(ckpt, b_, spec.quant.block_rows, spec.quant.block_cols);
     WeightLoader& w = *weights_;
-    if (plan.first_stage()) embed_ = w.rows("model.embed_tokens.weight", spec.vocab_size, H, plan.vocab0, plan.vocab);
+    if (plan.first_stage())
+      embed_ = w.rows("model.embed_tokens.weight", spec.vocab_size, H, plan.vocab0, plan.vocab, WeightUse::kTable);
     if (plan.last_stage()) {
       final_norm_ = w.vec("model.norm.weight", H);
       const bool tied = spec.tie_word_embeddings && !ckpt.has("lm_head.weight");

@@ -138,12 +138,9 @@ class MlaAttention final : public AttentionBlock {
   // (head h: rows [h*v, (h+1)*v) = W_UV_h), in the loaded dtype (bf16 or f32; exact copies).
   void load_kv_b(WeightLoader& w, const std::string& name, int64_t NH, int64_t head0) {
     const int64_t L = kv_lora_, dn = nope_, dv = vdim_, nh = nh_, per = dn + dv;
-    const Matrix kv_b = w.rows(name, NH * per, L, head0 * per, nh * per);
-    SHARDLM_CHECK(kv_b.dtype == DType::F32 || kv_b.dtype == DType::BF16,
-                  "MLA attention: '" << name << "' loaded as " << dtype_name(kv_b.dtype) << "; expected F32 or BF16");
+    const TensorView kv_b = w.host_rows(name, NH * per, L, head0 * per, nh * per);
     const size_t es = dtype_size(kv_b.dtype);
-    std::vector<uint8_t> src(static_cast<size_t>(nh * per * L) * es);
-    b_.copy_to_host(src.data(), kv_b.data, src.size());
+    const auto* src = static_cast<const uint8_t*>(kv_b.data);
     uk_t_host_.resize(static_cast<size_t>(nh * L * dn) * es);
     uv_host_.resize(static_cast<size_t>(nh * dv * L) * es);
     auto transpose = [&](auto* dst, const auto* s) {
@@ -152,12 +149,12 @@ class MlaAttention final : public AttentionBlock {
           for (int64_t c = 0; c < L; ++c) dst[(h * L + c) * dn + d] = s[(h * per + d) * L + c];
     };
     if (es == 2)
-      transpose(reinterpret_cast<uint16_t*>(uk_t_host_.data()), reinterpret_cast<const uint16_t*>(src.data()));
+      transpose(reinterpret_cast<uint16_t*>(uk_t_host_.data()), reinterpret_cast<const uint16_t*>(src));
     else
-      transpose(reinterpret_cast<float*>(uk_t_host_.data()), reinterpret_cast<const float*>(src.data()));
+      transpose(reinterpret_cast<float*>(uk_t_host_.data()), reinterpret_cast<const float*>(src));
     for (int64_t h = 0; h < nh; ++h)
       std::memcpy(uv_host_.data() + static_cast<size_t>(h * dv * L) * es,
-                  src.data() + static_cast<size_t>((h * per + dn) * L) * es, static_cast<size_t>(dv * L) * es);
+                  src + static_cast<size_t>((h * per + dn) * L) * es, static_cast<size_t>(dv * L) * es);
     // load_matrix may keep a view (cpu): the host buffers live as long as the block.
     auto load = [&](const std::vector<uint8_t>& buf, const std::string& what, int64_t rows, int64_t cols) {
       TensorView t;

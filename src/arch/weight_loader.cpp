@@ -40,9 +40,9 @@ WeightLoader::KvScales WeightLoader::kv_scales(const std::string& prefix) const 
   return s;
 }
 
-Matrix WeightLoader::rows(const std::string& name, int64_t R, int64_t C, int64_t r0, int64_t n) {
+Matrix WeightLoader::rows(const std::string& name, int64_t R, int64_t C, int64_t r0, int64_t n, WeightUse use) {
   const TensorView& t = ckpt_.get(name, {R, C});
-  if (t.dtype == DType::F8_E4M3) return fp8_slice(t, r0, n, 0, C);
+  if (t.dtype == DType::F8_E4M3) return fp8_slice(t, r0, n, 0, C, use);
   TensorView v = slice_rows(t, r0, n);
   bytes_ += touch_pages(v);
   return b_.load_matrix(v);
@@ -50,11 +50,29 @@ Matrix WeightLoader::rows(const std::string& name, int64_t R, int64_t C, int64_t
 
 Matrix WeightLoader::cols(const std::string& name, int64_t R, int64_t C, int64_t c0, int64_t n) {
   const TensorView& t = ckpt_.get(name, {R, C});
-  if (t.dtype == DType::F8_E4M3) return fp8_slice(t, 0, R, c0, n);
+  if (t.dtype == DType::F8_E4M3) return fp8_slice(t, 0, R, c0, n, WeightUse::kLinear);
   owned_.emplace_back();
   TensorView v = slice_cols(t, c0, n, &owned_.back());
   bytes_ += v.nbytes;
   return b_.load_matrix(v);
+}
+
+TensorView WeightLoader::host_rows(const std::string& name, int64_t R, int64_t C, int64_t r0, int64_t n) {
+  const TensorView& t = ckpt_.get(name, {R, C});
+  if (t.dtype == DType::F8_E4M3) return fp8_host_slice(t, r0, n, 0, C);
+  TensorView v = slice_rows(t, r0, n);
+  bytes_ += touch_pages(v);
+  if (v.dtype == DType::F32 || v.dtype == DType::BF16) return v;
+  SHARDLM_CHECK(v.dtype == DType::F16, t.file << ": tensor '" << t.name << "' has dtype " << dtype_name(t.dtype)
+                                              << "; expected F32, BF16, F16 or F8_E4M3");
+  owned_.emplace_back(static_cast<size_t>(v.numel()) * sizeof(float));
+  auto* f = reinterpret_cast<float*>(owned_.back().data());
+  const auto* h = static_cast<const uint16_t*>(v.data);
+  for (int64_t i = 0; i < v.numel(); ++i) f[i] = f16_to_f32(h[i]);
+  v.dtype = DType::F32;
+  v.data = f;
+  v.nbytes = owned_.back().size();
+  return v;
 }
 
 Vector WeightLoader::vec(const std::string& name, int64_t N, int64_t r0, int64_t n) {
@@ -63,15 +81,23 @@ Vector WeightLoader::vec(const std::string& name, int64_t N, int64_t r0, int64_t
   return b_.load_vector(v);
 }
 
-Matrix WeightLoader::fp8_slice(const TensorView& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
+Matrix WeightLoader::fp8_slice(const TensorView& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc, WeightUse use) {
+  if (b_.takes_fp8()) {
+    const std::string sname = scale_name(w.name);
+    SHARDLM_CHECK(ckpt_.has(sname), w.file << ": tensor '" << w.name << "' is F8_E4M3 but its block scales '" << sname
+                                           << "' are missing");
+    const TensorView& s = ckpt_.get(sname);
+    bytes_ += static_cast<size_t>(nr * nc) + static_cast<size_t>(s.nbytes);
+    return b_.load_fp8_matrix(w, s, block_rows_, block_cols_, r0, nr, c0, nc, use == WeightUse::kLinear);
+  }
+  return b_.load_matrix(fp8_host_slice(w, r0, nr, c0, nc));
+}
+
+TensorView WeightLoader::fp8_host_slice(const TensorView& w, int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
   const std::string sname = scale_name(w.name);
   SHARDLM_CHECK(ckpt_.has(sname), w.file << ": tensor '" << w.name << "' is F8_E4M3 but its block scales '" << sname
                                          << "' are missing");
   const TensorView& s = ckpt_.get(sname);
-  if (b_.dequantises_fp8()) {
-    bytes_ += static_cast<size_t>(nr * nc) + static_cast<size_t>(s.nbytes);
-    return b_.load_fp8_matrix(w, s, block_rows_, block_cols_, r0, nr, c0, nc);
-  }
   owned_.emplace_back(static_cast<size_t>(nr * nc) * 2);
   std::vector<uint8_t>& buf = owned_.back();
   dequant_fp8_block(w, s, block_rows_, block_cols_, r0, nr, c0, nc, reinterpret_cast<uint16_t*>(buf.data()));
@@ -81,7 +107,7 @@ Matrix WeightLoader::fp8_slice(const TensorView& w, int64_t r0, int64_t nr, int6
   v.shape = {nr, nc};
   v.data = buf.data();
   v.nbytes = buf.size();
-  return b_.load_matrix(v);
+  return v;
 }
 
 }  // namespace shardlm

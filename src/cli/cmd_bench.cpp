@@ -103,6 +103,22 @@ void gpu_ceilings(ComputeBackend& b, const DeviceCeilings& c, const ModelSpec& s
                 *peak_gflops > 0 ? 100.0 * f.tflops * 1e3 / *peak_gflops : 0.0);
   }
   if (*peak_gflops == 0) *peak_gflops = 1;  // unknown device: percentages are meaningless but finite
+  // Linears on weights kept fp8 against the same linear on bf16 weights (activation casts
+  // included), at decode's row counts (1 and 16: the fp8 codes read directly) and past them (64:
+  // dequantised into a workspace for cuBLAS), on the gate/up shape and the square one. A decode
+  // linear streams its weight once: its ceiling is the weight's bytes at the bandwidth.
+  std::vector<std::array<int64_t, 2>> fp8_shapes = {{2 * I, H}};
+  if (peak_gemm > 0) fp8_shapes.push_back({peak_gemm, peak_gemm});
+  for (const auto& s : fp8_shapes)
+    for (int64_t m : {1, 16, 64}) {
+      const GemmFigure f8 = b.time_linear(m, s[0], s[1], DType::F8_E4M3);
+      const GemmFigure bf = b.time_linear(m, s[0], s[1], DType::BF16);
+      std::printf(
+          "  linear %lld x %lld x %lld, fp8 weights: %.2f us, %.1f GB/s of weights (%.1f%% of %.0f GB/s), "
+          "%.4g TFLOP/s; bf16 weights: %.2f us, %.1f GB/s\n",
+          static_cast<long long>(m), static_cast<long long>(s[0]), static_cast<long long>(s[1]), f8.seconds * 1e6,
+          f8.weight_gbs, 100.0 * f8.weight_gbs / *bw_gbs, *bw_gbs, f8.tflops, bf.seconds * 1e6, bf.weight_gbs);
+    }
 }
 
 // Microseconds per row of the backend's sample op on R random rows of V logits (backend memory),
@@ -152,7 +168,7 @@ int cmd_bench(int argc, char** argv) {
   int64_t prompt_len = 512, decode_tokens = 128, batch = 64, batch_in = 128, batch_out = 128;
   int64_t peak_gemm = 8192, attention_context = 32768;
   int threads = 0;
-  std::string kv_gb = "auto";
+  std::string kv_gb = "auto", fp8_weights = "fp8";
   double kv_fraction = 0.9;
   po::options_description d("shardlm bench options");
   // clang-format off
@@ -169,7 +185,8 @@ int cmd_bench(int argc, char** argv) {
     ("kv-cache-free-fraction", po::value(&kv_fraction)->default_value(kv_fraction), "with --kv-cache-gb auto on a GPU: the share of the free device memory (after the profile steps) the KV cache takes")
     ("kv-dtype", po::value(&kv_dtype)->default_value(kv_dtype), "KV cache of the scenarios: auto (bf16 for a bfloat16 checkpoint, as shardlm run), fp32, bf16 or fp8")
     ("attention-context", po::value(&attention_context)->default_value(attention_context), "attention alone: the longest cached context decode is timed at (also at 4096); 0 skips the attention timings")
-    ("peak-gemm", po::value(&peak_gemm)->default_value(peak_gemm), "with --backend cuda: also time a square bf16 GEMM of this side beside the peak (0: only the model's shapes)")
+    ("peak-gemm", po::value(&peak_gemm)->default_value(peak_gemm), "with --backend cuda: also time a square bf16 GEMM of this side beside the peak, and fp8- and bf16-weight linears of that shape (0: only the model's shapes)")
+    ("fp8-weights", po::value(&fp8_weights)->default_value(fp8_weights), "an fp8 checkpoint's linear weights with --backend cuda: fp8 (kept) or bf16 (dequantised at load), as shardlm run")
     ;
   // clang-format on
   po::variables_map vm;
@@ -179,6 +196,8 @@ int cmd_bench(int argc, char** argv) {
                     attention_context >= 0 && peak_gemm >= 0,
                 "shardlm bench: sizes must be positive (decode and batch-out at least 2; attention-context and "
                 "peak-gemm 0 or more)");
+  SHARDLM_CHECK(fp8_weights == "fp8" || fp8_weights == "bf16",
+                "shardlm bench: --fp8-weights must be fp8 or bf16, not '" << fp8_weights << "'");
   cpu::set_num_threads(threads);
 
   ModelSpec spec = ModelSpec::load(model_dir);
@@ -186,10 +205,17 @@ int cmd_bench(int argc, char** argv) {
   std::unique_ptr<Tokenizer> tok = Tokenizer::load(model_dir);
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(model_dir);
   std::unique_ptr<ComputeBackend> backend = make_backend(backend_name);
+  backend->set_keep_fp8_weights(fp8_weights == "fp8");
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend);
-  const double weight_bytes = static_cast<double>(ckpt->total_bytes());
+  // What decode streams per token: the checkpoint's bytes, or for an fp8 checkpoint a device
+  // dequantised at load, what the device holds (its linears twice their fp8 bytes).
+  const bool widened = spec.quant.fp8_block && !backend->keeps_fp8_weights() && backend->device_weight_bytes() > 0;
+  const double weight_bytes = static_cast<double>(widened ? backend->device_weight_bytes() : ckpt->total_bytes());
   double params = 0;
-  for (const auto& name : ckpt->names()) params += static_cast<double>(ckpt->get(name).numel());
+  for (const auto& name : ckpt->names()) {
+    const bool fp8_scales = name.size() > 10 && name.compare(name.size() - 10, 10, "_scale_inv") == 0;
+    if (!fp8_scales) params += static_cast<double>(ckpt->get(name).numel());
+  }
   // Per generated token the matmuls cost 2 FLOP per weight (the embedding is a gather, not a matmul).
   const double embed = static_cast<double>(spec.vocab_size * spec.hidden_size);
   const double flop_per_token = 2.0 * (params - (spec.tie_word_embeddings ? 0.0 : embed));

@@ -114,17 +114,20 @@ std::string comm_transport(const LayoutGroups& g) {
 }
 
 void print_header(const std::vector<RankRecord>& ranks, const Topology& topo, const ModelSpec& spec,
-                  const RunOptions& opt, const std::string& transport) {
+                  const RunOptions& opt, const ComputeBackend& backend, const std::string& transport) {
   std::fprintf(stderr, "[shardlm] shardlm %s (%s); layout %s on %zu rank(s); backend %s%s, comm %s%s%s\n",
                SHARDLM_VERSION, SHARDLM_GIT_COMMIT, topo.layout().str().c_str(), ranks.size(), opt.backend.c_str(),
                opt.cuda_graphs ? " (CUDA graphs)" : "", opt.comm.c_str(), transport.empty() ? "" : ": ",
                transport.c_str());
   for (const auto& [lib, ver] : library_versions()) std::fprintf(stderr, "[shardlm]   %-14s %s\n", lib.c_str(), ver.c_str());
   std::fprintf(stderr,
-               "[shardlm] model %s: %s, %lld layers, hidden %lld, %lld heads (%lld KV), vocab %lld; KV cache %s\n",
+               "[shardlm] model %s: %s, %lld layers, hidden %lld, %lld heads (%lld KV), vocab %lld%s; KV cache %s\n",
                opt.model.c_str(), spec.architecture.c_str(), static_cast<long long>(spec.num_layers),
                static_cast<long long>(spec.hidden_size), static_cast<long long>(spec.num_heads),
                static_cast<long long>(spec.num_kv_heads), static_cast<long long>(spec.vocab_size),
+               !spec.quant.fp8_block         ? ""
+               : backend.keeps_fp8_weights() ? "; fp8 weights kept fp8"
+                                             : "; fp8 weights dequantised to bf16",
                opt.kv_dtype.c_str());
   std::fprintf(stderr, "[shardlm]   rank  host              local  replica  stage  dp  tp  layers     loaded MB  seconds   GB/s\n");
   for (const RankRecord& r : ranks) {
@@ -171,7 +174,8 @@ EngineConfig engine_config(const RunOptions& opt, const ModelSpec& spec, const T
 }
 
 void write_attributes(ResultWriter& w, const RunOptions& opt, const ModelSpec& spec, const Topology& topo,
-                      const std::string& transport, const std::string& started, int argc, char** argv) {
+                      const ComputeBackend& backend, const std::string& transport, const std::string& started, int argc,
+                      char** argv) {
   w.set_attr("version", std::string(SHARDLM_VERSION));
   w.set_attr("git_commit", std::string(SHARDLM_GIT_COMMIT));
   w.set_attr("command_line", command_line(argc + 1, argv - 1));
@@ -181,6 +185,8 @@ void write_attributes(ResultWriter& w, const RunOptions& opt, const ModelSpec& s
   w.set_attr("layout", "world=" + std::to_string(topo.layout().world()) + " " + topo.layout().str());
   w.set_attr("backend", opt.backend);
   w.set_attr("cuda_graphs", static_cast<int64_t>(opt.cuda_graphs));
+  // What an fp8 checkpoint's linear weights are in memory: fp8 only where the backend keeps them.
+  if (spec.quant.fp8_block) w.set_attr("fp8_weights", std::string(backend.keeps_fp8_weights() ? "fp8" : "bf16"));
   w.set_attr("comm", opt.comm);
   if (!transport.empty()) w.set_attr("comm_transport", transport);
   w.set_attr("seed", static_cast<int64_t>(opt.seed));
@@ -287,6 +293,7 @@ int cmd_run(int argc, char** argv) {
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(opt.model);
   if (!opt.kv_scales.empty()) ckpt->add_file(opt.kv_scales);
   std::unique_ptr<ComputeBackend> backend = make_backend(opt.backend);
+  backend->set_keep_fp8_weights(opt.fp8_weights == "fp8");
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend, plan, groups.shard());
   EngineConfig ec = engine_config(opt, spec, topo, opt.prompts);
   ec.lockstep = groups.dp_leaders.get();
@@ -311,7 +318,7 @@ int cmd_run(int argc, char** argv) {
   // Load report: every rank's shard, printed once.
   if (!opt.quiet) {
     const auto records = gather_rank_records(groups.world.get(), my_record(topo, *model, groups));
-    if (rank == 0) print_header(records, topo, spec, opt, comm_transport(groups));
+    if (rank == 0) print_header(records, topo, spec, opt, *backend, comm_transport(groups));
   }
 
   if (!topo.is_replica_leader()) {
@@ -352,7 +359,7 @@ int cmd_run(int argc, char** argv) {
     return local.interrupted_by ? 128 + local.interrupted_by : 0;
   }
 
-  write_attributes(*writer, opt, spec, topo, comm_transport(groups), started, argc, argv);
+  write_attributes(*writer, opt, spec, topo, *backend, comm_transport(groups), started, argc, argv);
   write_fabric_attributes(*writer, fabric);
   writer->set_attr("kv_cache_blocks", static_cast<int64_t>(engine.kv_blocks()));  // rank 0's
   writer->set_attr("kv_cache_budget_bytes", kv_budget.bytes);

@@ -31,6 +31,8 @@ struct RunOptions {
   std::string kv_dtype = "auto";  // KV cache elements: auto (the checkpoint's bf16, else fp32) | fp32 | bf16 | fp8
   std::string kv_scales;          // safetensors file of k_scale / v_scale over the checkpoint's (fp8 cache)
   std::string kv_calibrate_out;   // write per-layer fp8 KV scales from this run's key and value magnitudes
+  std::string fp8_weights =
+      "fp8";  // an fp8 checkpoint's linear weights on a GPU: fp8 (kept) | bf16 (dequantised at load)
   int64_t block_size = 16;
   int threads = 0;                // CPU threads per rank; 0 = all cores
   int flush_every = 64;           // HDF5 flush period in finished requests

@@ -7,8 +7,8 @@
 namespace shardlm {
 
 Matrix ComputeBackend::load_fp8_matrix(const TensorView& w, const TensorView&, int64_t, int64_t, int64_t, int64_t,
-                                       int64_t, int64_t) {
-  SHARDLM_FAIL("backend " << name() << " does not dequantise fp8 weights itself ('" << w.name
+                                       int64_t, int64_t, bool) {
+  SHARDLM_FAIL("backend " << name() << " does not take fp8 weights itself ('" << w.name
                           << "'): the weight loader must dequantise them on the host");
 }
 
@@ -24,6 +24,10 @@ void ComputeBackend::drop_captures() {}
 
 GemmFigure ComputeBackend::time_linear_gemm(int64_t, int64_t, int64_t, bool, int) {
   SHARDLM_FAIL("backend " << name() << " has no device to time GEMMs on");
+}
+
+GemmFigure ComputeBackend::time_linear(int64_t, int64_t, int64_t, DType, int) {
+  SHARDLM_FAIL("backend " << name() << " has no device to time linears on");
 }
 
 void check_grouped_linear(const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w, const char* who) {

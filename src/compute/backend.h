@@ -17,11 +17,27 @@ namespace shardlm {
 
 struct TensorView;
 
+// The block scales of an fp8 weight kept as fp8 (model/fp8_block.h): element (r, c) of the matrix
+// takes scale_inv[((r + row_off) / block_rows) * cols + (c + col_off) / block_cols], fp32 in
+// backend memory. A tensor-parallel slice keeps the scales of the blocks it touches and where in its
+// first block it starts (row_off < block_rows, col_off < block_cols).
+struct Fp8Blocks {
+  const float* scale_inv = nullptr;
+  int64_t cols = 0;  // scale_inv's row length
+  int64_t block_rows = 0, block_cols = 0, row_off = 0, col_off = 0;
+};
+
 // A 2-D weight [rows, cols] (a Linear weight is [out_features, in_features]).
 struct Matrix {
-  DType dtype = DType::F32;  // F32 or BF16 (others are converted at load)
+  // F32 or BF16 (others are converted at load); F8_E4M3 only from load_fp8_matrix with keep, on a
+  // backend whose linear and grouped_linear take fp8 weights: then data holds the e4m3 codes and
+  // element (r, c) is bf16(fp32(code) * scale) with fp8's scale, the very value the host's
+  // dequantisation gives it (model/fp8_block.h), so keeping a weight fp8 halves its memory and
+  // changes no weight.
+  DType dtype = DType::F32;
   int64_t rows = 0, cols = 0;
   const void* data = nullptr;
+  Fp8Blocks fp8;
 };
 
 // The paged-KV block lists of a step's tokens: token t's sequence holds its positions in cache
@@ -90,13 +106,20 @@ class ComputeBackend {
   // Weight loading. Matrices in F32/BF16 may be used in place; other dtypes are converted.
   virtual Matrix load_matrix(const TensorView& t) = 0;
   virtual Vector load_vector(const TensorView& t) = 0;
-  // FP8 e4m3 weights with block scales (model/fp8_block.h): the bf16 matrix of rows [r0, r0 + nr)
-  // and columns [c0, c0 + nc) of w [R, C]. A backend that dequantises on its device moves the fp8
-  // bytes and the scales (about half the bytes of bf16) and says so with dequantises_fp8(); for
-  // the others the weight loader dequantises on the host and calls load_matrix.
-  virtual bool dequantises_fp8() const { return false; }
+  // FP8 e4m3 weights with block scales (model/fp8_block.h): rows [r0, r0 + nr) and columns
+  // [c0, c0 + nc) of w [R, C]. A backend that takes_fp8() moves the fp8 bytes and the scales (about
+  // half the bytes of bf16) and returns an F8_E4M3 matrix when `keep` (the caller passes it only to
+  // linear and grouped_linear) and keeps_fp8_weights(), else the bf16 dequantisation, made on its
+  // device with the host's rounding; for the other backends the weight loader dequantises on the
+  // host and calls load_matrix.
+  virtual bool takes_fp8() const { return false; }
   virtual Matrix load_fp8_matrix(const TensorView& w, const TensorView& scale_inv, int64_t block_rows,
-                                 int64_t block_cols, int64_t r0, int64_t nr, int64_t c0, int64_t nc);
+                                 int64_t block_cols, int64_t r0, int64_t nr, int64_t c0, int64_t nc, bool keep);
+  // Whether fp8 weights stay fp8 (--fp8-weights fp8) or are dequantised to bf16 once at load
+  // (--fp8-weights bf16: twice the memory, no dequantisation in the GEMMs). Only a backend that
+  // computes with fp8 weights can keep them; the others ignore the setting.
+  virtual void set_keep_fp8_weights(bool keep) {}
+  virtual bool keeps_fp8_weights() const { return false; }
 
   // Activation memory, owned by the backend, freed when the backend is destroyed or by free().
   virtual void* alloc(size_t bytes) = 0;
@@ -111,6 +134,12 @@ class ComputeBackend {
   // A GEMM as linear() runs it for weights of that dtype, timed on the device: the median of
   // `runs` after a warm-up. Throws where the backend has no device.
   virtual GemmFigure time_linear_gemm(int64_t m, int64_t n, int64_t k, bool bf16, int runs = 20);
+  // This backend's own linear() on a weight of `weight` dtype (BF16, or F8_E4M3 kept fp8 with
+  // 128 x 128 blocks), activation cast included, timed on the device as time_linear_gemm.
+  virtual GemmFigure time_linear(int64_t m, int64_t n, int64_t k, DType weight, int runs = 20);
+  // Bytes of device memory the loaded weights take, where the backend has a device (0 elsewhere:
+  // the CPU reads most weights in place from the mapped checkpoint).
+  virtual size_t device_weight_bytes() const { return 0; }
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
 

@@ -107,6 +107,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(cublas_ws_);
   if (capture_stream_) cudaStreamDestroy(stream_of(capture_stream_));
   cudaFree(bf16_ws_);
+  cudaFree(fp8_dequant_ws_);
   cudaFree(grouped_ptrs_);
   cudaFree(grouped_out_ws_);
   cudaFree(row_count_);
@@ -170,24 +171,35 @@ Matrix CudaBackend::load_matrix(const TensorView& t) {
 }
 
 Matrix CudaBackend::load_fp8_matrix(const TensorView& w, const TensorView& scale_inv, int64_t block_rows,
-                                    int64_t block_cols, int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
+                                    int64_t block_cols, int64_t r0, int64_t nr, int64_t c0, int64_t nc, bool keep) {
   check_fp8_slice(w, scale_inv, block_rows, block_cols, r0, nr, c0, nc);
   Matrix m;
-  m.dtype = DType::BF16;
   m.rows = nr;
   m.cols = nc;
-  void* out = nullptr;
-  SHARDLM_CUDA_CHECK(cudaMalloc(&out, std::max<size_t>(static_cast<size_t>(nr * nc) * 2, 1)));
-  owned_.push_back(out);
-  weight_bytes_ += static_cast<size_t>(nr * nc) * 2;
-  m.data = out;
-  if (nr == 0 || nc == 0) return m;
   // The slice's fp8 bytes, packed (a column slice is strided in the checkpoint), and its scales.
   const int64_t C = w.shape[1];
   std::vector<uint8_t> bytes(static_cast<size_t>(nr * nc));
   const auto* src = static_cast<const uint8_t*>(w.data);
   for (int64_t r = 0; r < nr; ++r) std::memcpy(&bytes[r * nc], src + (r0 + r) * C + c0, static_cast<size_t>(nc));
   const Fp8SliceScales s = fp8_slice_scales(scale_inv, block_rows, block_cols, r0, nr, c0, nc);
+  if (keep && keep_fp8_) {
+    m.dtype = DType::F8_E4M3;
+    m.data = upload(bytes.data(), bytes.size());
+    m.fp8.scale_inv = static_cast<const float*>(upload(s.scales.data(), s.scales.size() * sizeof(float)));
+    m.fp8.cols = s.cols;
+    m.fp8.block_rows = block_rows;
+    m.fp8.block_cols = block_cols;
+    m.fp8.row_off = r0 % block_rows;
+    m.fp8.col_off = c0 % block_cols;
+    return m;
+  }
+  m.dtype = DType::BF16;
+  void* out = nullptr;
+  SHARDLM_CUDA_CHECK(cudaMalloc(&out, std::max<size_t>(static_cast<size_t>(nr * nc) * 2, 1)));
+  owned_.push_back(out);
+  weight_bytes_ += static_cast<size_t>(nr * nc) * 2;
+  m.data = out;
+  if (nr == 0 || nc == 0) return m;
   // Staged uploads: freed below once the kernel has read them.
   void* q = upload(bytes.data(), bytes.size());
   void* sc = upload(s.scales.data(), s.scales.size() * sizeof(float));
@@ -371,6 +383,9 @@ uint16_t* CudaBackend::bf16_workspace(size_t n) {
 }
 
 void CudaBackend::embedding(const int32_t* ids, int64_t T, const Matrix& table, float* out) {
+  SHARDLM_CHECK(table.dtype == DType::BF16 || table.dtype == DType::F32,
+                "cuda backend: embedding table of dtype " << dtype_name(table.dtype)
+                                                          << " (tables load as WeightUse::kTable: F32 or BF16)");
   if (table.dtype == DType::BF16)
     cuda::embedding_bf16(ids, T, static_cast<const uint16_t*>(table.data), table.cols, out, stream_of(stream_));
   else
@@ -389,24 +404,31 @@ void CudaBackend::add_rmsnorm(float* residual, const float* x, const Vector& w, 
   check_launch("add_rmsnorm");
 }
 
+// Row-major y[M,N] = x[M,K] W^T is column-major y^T[N,M] = W^T(col-major [K,N])^T x^T([K,M]).
+void CudaBackend::gemm_bf16(const float* x, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y) {
+  const float alpha = 1.0f, beta = 0.0f;
+  uint16_t* xb = bf16_workspace(static_cast<size_t>(M * K));
+  cuda::f32_to_bf16(x, xb, M * K, stream_of(stream_));
+  check_launch("f32_to_bf16");
+  SHARDLM_CUBLAS_CHECK(cublasGemmEx(cublas_of(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
+                                    static_cast<int>(M), static_cast<int>(K), &alpha, w, CUDA_R_16BF,
+                                    static_cast<int>(K), xb, CUDA_R_16BF, static_cast<int>(K), &beta, y, CUDA_R_32F,
+                                    static_cast<int>(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 void CudaBackend::linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) {
   if (M == 0 || w.rows == 0) return;
   const int64_t N = w.rows, K = w.cols;
   SHARDLM_CHECK(N <= INT32_MAX && K <= INT32_MAX && M <= INT32_MAX,
                 "cuda backend: linear of " << M << " x " << K << " by " << N << " exceeds cuBLAS's int sizes");
   const float alpha = 1.0f, beta = 0.0f;
-  // Row-major y[M,N] = x[M,K] W^T is column-major y^T[N,M] = W^T(col-major [K,N])^T x^T([K,M]).
   if (w.dtype == DType::BF16) {
-    uint16_t* xb = bf16_workspace(static_cast<size_t>(M * K));
-    cuda::f32_to_bf16(x, xb, M * K, stream_of(stream_));
-    check_launch("f32_to_bf16");
-    SHARDLM_CUBLAS_CHECK(cublasGemmEx(cublas_of(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
-                                      static_cast<int>(M), static_cast<int>(K), &alpha, w.data, CUDA_R_16BF,
-                                      static_cast<int>(K), xb, CUDA_R_16BF, static_cast<int>(K), &beta, y, CUDA_R_32F,
-                                      static_cast<int>(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    gemm_bf16(x, M, static_cast<const uint16_t*>(w.data), N, K, y);
+  } else if (w.dtype == DType::F8_E4M3) {
+    linear_fp8(x, M, w, y);
   } else {
-    SHARDLM_CHECK(w.dtype == DType::F32, "cuda backend: linear weight dtype " << dtype_name(w.dtype)
-                                                                              << " is not F32 or BF16");
+    SHARDLM_CHECK(w.dtype == DType::F32,
+                  "cuda backend: linear weight dtype " << dtype_name(w.dtype) << " is not F32, BF16 or F8_E4M3");
     SHARDLM_CUBLAS_CHECK(cublasSgemm(cublas_of(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
                                      static_cast<int>(M), static_cast<int>(K), &alpha,
                                      static_cast<const float*>(w.data), static_cast<int>(K), x, static_cast<int>(K),

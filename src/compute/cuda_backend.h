@@ -14,8 +14,12 @@
 // after a capture keeps its old buffer until drop_captures(): the graph still points at it.
 //
 // Weights: F32 and BF16 matrices stay in their dtype on the device (F16 becomes F32); FP8 block-
-// quantised slices go up as fp8 bytes plus their scales and are dequantised to bf16 there, with
-// the host's rounding (kernels/cuda/fp8_dequant.h), so the bf16 weights are the CPU backend's. A BF16
+// quantised slices go up as fp8 bytes plus their scales. A linear's fp8 weight stays so (1 byte a
+// weight, half of bf16: what lets DeepSeek-V3 or Kimi K2 fit on the GPUs `shardlm plan` counts), and
+// a linear of it (cuda_fp8_linear.cpp) dequantises each weight in registers, with the host's
+// rounding, for a few rows, or the whole matrix into a bf16 workspace for cuBLAS for more; with
+// --fp8-weights bf16, and for embedding tables, the slice is dequantised once there
+// (kernels/cuda/fp8_dequant.h). Either way a weight's value is the CPU backend's. A BF16
 // linear casts the activations to bf16 and runs cuBLAS bf16 x bf16 with fp32 accumulation and
 // fp32 output, the way GPU inference engines run bf16 checkpoints; an F32 linear runs SGEMM without
 // TF32, so an fp32 checkpoint gives the CPU backend's results to rounding. Uploads go through two
@@ -49,18 +53,25 @@ class CudaBackend final : public ComputeBackend {
   int device() const { return device_; }
   // Bytes of device memory this backend holds for weights.
   size_t weight_bytes() const { return weight_bytes_; }
+  // fp8-weight linears so far that read the fp8 weight directly, and that dequantised it first.
+  int64_t fp8_direct_linears() const { return fp8_direct_calls_; }
+  int64_t fp8_dequant_linears() const { return fp8_dequant_calls_; }
 
   Matrix load_matrix(const TensorView& t) override;
   Vector load_vector(const TensorView& t) override;
-  bool dequantises_fp8() const override { return true; }
+  bool takes_fp8() const override { return true; }
   Matrix load_fp8_matrix(const TensorView& w, const TensorView& scale_inv, int64_t block_rows, int64_t block_cols,
-                         int64_t r0, int64_t nr, int64_t c0, int64_t nc) override;
+                         int64_t r0, int64_t nr, int64_t c0, int64_t nc, bool keep) override;
+  void set_keep_fp8_weights(bool keep) override { keep_fp8_ = keep; }
+  bool keeps_fp8_weights() const override { return keep_fp8_; }
 
   void* alloc(size_t bytes) override;
   void free(void* p) override;
   bool device_memory(size_t* free_bytes, size_t* total_bytes) const override;
   bool measure_device_ceilings(DeviceCeilings* c) override;  // cuda_ceilings.cpp
   GemmFigure time_linear_gemm(int64_t m, int64_t n, int64_t k, bool bf16, int runs) override;
+  GemmFigure time_linear(int64_t m, int64_t n, int64_t k, DType weight, int runs) override;
+  size_t device_weight_bytes() const override { return weight_bytes_; }
   void copy_to_device(void* dst, const void* src, size_t bytes) override;
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
   void synchronize() override;
@@ -128,6 +139,10 @@ class CudaBackend final : public ComputeBackend {
   void* upload(const void* host, size_t bytes);   // device copy of host bytes, owned by the backend
   void check_launch(const char* op);              // throws on a failed kernel launch
   uint16_t* bf16_workspace(size_t n);             // activations cast for a bf16 GEMM
+  // y[M, N] = bf16(x)[M, K] · W^T for bf16 W [N, K] (cuBLAS, fp32 accumulation and output).
+  void gemm_bf16(const float* x, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y);
+  // linear() of an F8_E4M3 weight (cuda_fp8_linear.cpp).
+  void linear_fp8(const float* x, int64_t M, const Matrix& w, float* y);
   // Replaces workspace ws (may be null) with a new one of `bytes`, after the stream has done with
   // the old one; the old one is retired, not freed, while captured graphs may hold it. Not while
   // capturing (nothing may allocate then). Returns the new ws.
@@ -145,6 +160,10 @@ class CudaBackend final : public ComputeBackend {
   size_t weight_bytes_ = 0;
   uint16_t* bf16_ws_ = nullptr;
   size_t bf16_ws_n_ = 0;
+  bool keep_fp8_ = true;
+  uint16_t* fp8_dequant_ws_ = nullptr;  // an fp8 weight dequantised for a large-M linear
+  size_t fp8_dequant_ws_n_ = 0;
+  int64_t fp8_direct_calls_ = 0, fp8_dequant_calls_ = 0;  // how fp8 linears ran (tests, benchmarks)
   int32_t* row_count_ = nullptr;  // device copy of the row count expert_gather reads
   int sms_ = 0;                   // multiprocessors of the device
 

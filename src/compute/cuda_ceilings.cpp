@@ -142,6 +142,55 @@ GemmFigure CudaBackend::time_linear_gemm(int64_t m, int64_t n, int64_t k, bool b
   f.dtype = bf16 ? "bf16" : "fp32";
   f.seconds = times[times.size() / 2];
   f.tflops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / f.seconds / 1e12;
+  f.weight_gbs = static_cast<double>(n * k) * static_cast<double>(es) / f.seconds / 1e9;
+  return f;
+}
+
+GemmFigure CudaBackend::time_linear(int64_t m, int64_t n, int64_t k, DType weight, int runs) {
+  SHARDLM_CHECK(m > 0 && n > 0 && k > 0 && runs > 0 && (weight == DType::BF16 || weight == DType::F8_E4M3),
+                "cuda backend: time_linear of " << m << " x " << n << " x " << k << ", " << dtype_name(weight)
+                                                << " weights, " << runs << " runs");
+  const bool fp8 = weight == DType::F8_E4M3;
+  constexpr int64_t kBlock = 128;  // DeepSeek-V3's and Kimi K2's weight_block_size
+  const int64_t scale_n = fp8 ? ((n + kBlock - 1) / kBlock) * ((k + kBlock - 1) / kBlock) : 0;
+  const size_t w_bytes = static_cast<size_t>(n * k) * (fp8 ? 1 : 2);
+  DeviceBuffer x(static_cast<size_t>(m * k) * 4), w(w_bytes), sc(static_cast<size_t>(scale_n) * 4),
+      y(static_cast<size_t>(m * n) * 4);
+  // Bytes 0x3c: about 0.011 as fp32 and as bf16 pairs, 1.5 as e4m3: finite sums.
+  SHARDLM_CUDA_CHECK(cudaMemset(x.p, 0x3c, static_cast<size_t>(m * k) * 4));
+  SHARDLM_CUDA_CHECK(cudaMemset(w.p, 0x3c, w_bytes));
+  if (scale_n) SHARDLM_CUDA_CHECK(cudaMemset(sc.p, 0x3c, static_cast<size_t>(scale_n) * 4));
+  Matrix mat;
+  mat.dtype = weight;
+  mat.rows = n;
+  mat.cols = k;
+  mat.data = w.p;
+  if (fp8) {
+    mat.fp8.scale_inv = static_cast<const float*>(sc.p);
+    mat.fp8.cols = (k + kBlock - 1) / kBlock;
+    mat.fp8.block_rows = mat.fp8.block_cols = kBlock;
+  }
+  auto* xf = static_cast<const float*>(x.p);
+  auto* yf = static_cast<float*>(y.p);
+  for (int i = 0; i < 3; ++i) linear(xf, m, mat, nullptr, yf);  // also sizes the workspaces
+  Events ev;
+  std::vector<double> times;
+  for (int i = 0; i < runs; ++i) {
+    SHARDLM_CUDA_CHECK(cudaEventRecord(ev.start, stream_of(stream_)));
+    linear(xf, m, mat, nullptr, yf);
+    SHARDLM_CUDA_CHECK(cudaEventRecord(ev.stop, stream_of(stream_)));
+    SHARDLM_CUDA_CHECK(cudaEventSynchronize(ev.stop));
+    times.push_back(ev.seconds());
+  }
+  std::sort(times.begin(), times.end());
+  GemmFigure f;
+  f.m = m;
+  f.n = n;
+  f.k = k;
+  f.dtype = fp8 ? "fp8" : "bf16";
+  f.seconds = times[times.size() / 2];
+  f.tflops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / f.seconds / 1e12;
+  f.weight_gbs = (static_cast<double>(w_bytes) + 4.0 * static_cast<double>(scale_n)) / f.seconds / 1e9;
   return f;
 }
 

@@ -20,9 +20,10 @@ struct DeviceCeilings {
 // One GEMM of ComputeBackend::linear's form, y[m, n] = x[m, k] W^T, timed on the device.
 struct GemmFigure {
   int64_t m = 0, n = 0, k = 0;
-  std::string dtype;   // "bf16" (fp32 accumulate) or "fp32"
-  double seconds = 0;  // median of the timed runs
-  double tflops = 0;   // 2 m n k / seconds / 1e12
+  std::string dtype;      // the weights': "bf16" (fp32 accumulate), "fp32" or "fp8" (e4m3, block scales)
+  double seconds = 0;     // median of the timed runs
+  double tflops = 0;      // 2 m n k / seconds / 1e12
+  double weight_gbs = 0;  // the weight's bytes (fp8: codes and scales) / seconds / 1e9
 };
 
 }  // namespace shardlm

@@ -20,6 +20,7 @@
 #include "common/gpu.h"
 #include "compute/backend.h"
 #include "compute/cpu_backend.h"
+#include "compute/cuda_backend.h"
 #include "core/dtype.h"
 #include "model/checkpoint.h"
 #include "model/fp8_block.h"
@@ -106,7 +107,7 @@ TEST_F(CudaBackendOps, Fp8SliceDequantIsBitIdenticalToHost) {
                                 {0, R, 37, 100}, {129, 60, 63, 2}}) {
     std::vector<uint16_t> host(static_cast<size_t>(nr * nc));
     dequant_fp8_block(tw, ts, br, bc, r0, nr, c0, nc, host.data());
-    const Matrix m = gpu_->load_fp8_matrix(tw, ts, br, bc, r0, nr, c0, nc);
+    const Matrix m = gpu_->load_fp8_matrix(tw, ts, br, bc, r0, nr, c0, nc, /*keep=*/false);
     ASSERT_EQ(m.dtype, DType::BF16);
     ASSERT_EQ(m.rows, nr);
     ASSERT_EQ(m.cols, nc);
@@ -114,6 +115,56 @@ TEST_F(CudaBackendOps, Fp8SliceDequantIsBitIdenticalToHost) {
     EXPECT_EQ(std::memcmp(got.data(), host.data(), host.size() * 2), 0)
         << "slice rows " << r0 << "+" << nr << " cols " << c0 << "+" << nc;
   }
+}
+
+// A linear weight kept fp8 (load_fp8_matrix with keep) against the same slice dequantised at load:
+// the weights are the same bf16 values, so the two linears differ in summation order only, for
+// the rows read directly from fp8 (up to 16) and for those that dequantise into a workspace for
+// cuBLAS. --fp8-weights bf16 (set_keep_fp8_weights(false)) loads the bf16 form even with keep.
+TEST_F(CudaBackendOps, Fp8KeptLinearMatchesTheDequantisedWeight) {
+  const int64_t R = 320, C = 512, br = 128, bc = 128;
+  std::mt19937 g(11);
+  std::vector<uint8_t> q(static_cast<size_t>(R * C));
+  for (auto& b : q) b = static_cast<uint8_t>(g() & 0xff);
+  for (auto& b : q)
+    if ((b & 0x7f) == 0x7f) b = 0x3c;
+  const int64_t sr = (R + br - 1) / br, sc = (C + bc - 1) / bc;
+  std::vector<float> scales = randn(static_cast<size_t>(sr * sc), 12, 0.01f);
+  for (float& s : scales) s = std::fabs(s) + 1e-4f;
+  const TensorView tw = view("w", DType::F8_E4M3, {R, C}, q.data(), q.size());
+  const TensorView ts = view("w_scale_inv", DType::F32, {sr, sc}, scales.data(), scales.size() * 4);
+  auto* gpu = dynamic_cast<CudaBackend*>(gpu_.get());
+  ASSERT_NE(gpu, nullptr);
+  ASSERT_TRUE(gpu->keeps_fp8_weights());
+  // A row slice (tensor-parallel rows, off the block grid), a column slice on the 16-code grid and
+  // one off it (the kernel's two paths).
+  for (auto [r0, nr, c0, nc] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t>{100, 150, 0, C}, {0, R, 128, 256}, {0, 96, 37, 300}}) {
+    SCOPED_TRACE(::testing::Message() << "slice rows " << r0 << "+" << nr << " cols " << c0 << "+" << nc);
+    const size_t before = gpu->weight_bytes();
+    const Matrix kept = gpu_->load_fp8_matrix(tw, ts, br, bc, r0, nr, c0, nc, /*keep=*/true);
+    ASSERT_EQ(kept.dtype, DType::F8_E4M3);
+    const Fp8SliceScales s = fp8_slice_scales(ts, br, bc, r0, nr, c0, nc);
+    EXPECT_EQ(gpu->weight_bytes() - before, static_cast<size_t>(nr * nc) + s.scales.size() * sizeof(float));
+    const Matrix bf = gpu_->load_fp8_matrix(tw, ts, br, bc, r0, nr, c0, nc, /*keep=*/false);
+    ASSERT_EQ(bf.dtype, DType::BF16);
+    for (int64_t M : {1, 5, 16, 17, 70}) {
+      const auto x = randn(static_cast<size_t>(M * nc), 13 + static_cast<uint32_t>(M));
+      float* xg = up(*gpu_, x);
+      auto* y8 = static_cast<float*>(gpu_->alloc(static_cast<size_t>(M * nr) * 4));
+      auto* yb = static_cast<float*>(gpu_->alloc(static_cast<size_t>(M * nr) * 4));
+      const int64_t direct = gpu->fp8_direct_linears(), dequant = gpu->fp8_dequant_linears();
+      gpu_->linear(xg, M, kept, nullptr, y8);
+      EXPECT_EQ(gpu->fp8_direct_linears() - direct, M <= 16 ? 1 : 0) << "M = " << M;
+      EXPECT_EQ(gpu->fp8_dequant_linears() - dequant, M <= 16 ? 0 : 1) << "M = " << M;
+      gpu_->linear(xg, M, bf, nullptr, yb);
+      expect_gemm_close(down(*gpu_, yb, static_cast<size_t>(M * nr)), down(*gpu_, y8, static_cast<size_t>(M * nr)),
+                        1e-5, "fp8 kept against bf16");
+      for (void* p : {static_cast<void*>(xg), static_cast<void*>(y8), static_cast<void*>(yb)}) gpu_->free(p);
+    }
+  }
+  gpu->set_keep_fp8_weights(false);
+  EXPECT_EQ(gpu_->load_fp8_matrix(tw, ts, br, bc, 0, R, 0, C, /*keep=*/true).dtype, DType::BF16);
 }
 
 TEST_F(CudaBackendOps, MoeOpsMatchCpu) {

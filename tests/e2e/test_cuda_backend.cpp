@@ -348,6 +348,68 @@ TEST(CudaBackend, Bf16GreedyFirstTokensMatchCpu) {
   }
 }
 
+// An fp8 checkpoint's linear weights kept fp8 (--fp8-weights fp8, the default) against the same
+// checkpoint dequantised to bf16 at load (--fp8-weights bf16): every weight has the same bf16 value.
+// The first token's step prefills all prompts at once (more than 16 rows: the fp8 weights are
+// dequantised into a workspace for the same cuBLAS GEMM), and the LM head then takes one row per
+// sequence (at most 16: the fp8 kernel reads the codes directly), so the first tokens must agree
+// and their log-probabilities within the summation order's rounding. The kept weights leave more
+// device memory for the KV cache (the auto budget grows). Then, on the dense model, CUDA graphs
+// over fp8 decode steps (the fp8 kernel gives each row the same bits whatever rows are padded in)
+// must give the eager run's tokens. MLA (tiny-deepseek-v3) reads kv_b_proj dequantised on the host
+// and its experts through grouped_linear.
+TEST(CudaBackend, Fp8WeightsKeptMatchTheDequantisedOnes) {
+  SHARDLM_REQUIRE_GPU();
+#ifdef SHARDLM_EMULATED_BINARY
+  const std::string env = "SHARDLM_EMULATED_GPU_MEMORY_MIB=256 ";
+#else
+  const std::string env;
+#endif
+  for (const char* config : {"tiny-llama", "tiny-deepseek-v3"}) {
+    SCOPED_TRACE(config);
+    const std::string model = make(config, "fp8");
+    const fs::path d = test::fresh_dir(std::string("cuda-fp8-weights-") + config);
+    std::string prompts;
+    for (int i = 0; i < 8; ++i)
+      prompts += "{\"id\": \"f" + std::to_string(i) + "\", \"prompt\": \"Once upon a time " + std::to_string(i * 13) +
+                 "\", \"max_tokens\": 1" + (i % 2 ? ", \"temperature\": 0.8" : "") + "}\n";
+    test::write_file(d / "p.jsonl", prompts);
+    const std::string common = env + shardlm_bin() + " run --model " + model + " --prompts " +
+                               (d / "p.jsonl").string() +
+                               " --backend cuda --seed 3 --max-batch-tokens 128 --max-seqs 8 --progress-interval 0";
+    Proc kept = sh(common + " --out " + (d / "fp8.h5").string());
+    Proc bf16 = sh(common + " --fp8-weights bf16 --out " + (d / "bf16.h5").string());
+    ASSERT_EQ(kept.code, 0) << kept.out;
+    ASSERT_EQ(bf16.code, 0) << bf16.out;
+    EXPECT_NE(kept.out.find("; fp8 weights kept fp8;"), std::string::npos) << kept.out;
+    EXPECT_NE(bf16.out.find("; fp8 weights dequantised to bf16;"), std::string::npos) << bf16.out;
+    const test::RunOutput a = test::read_run((d / "bf16.h5").string()), b = test::read_run((d / "fp8.h5").string());
+    ASSERT_EQ(a.tokens.size(), 8u);
+    for (const auto& [id, toks] : a.tokens) {
+      ASSERT_TRUE(b.tokens.count(id)) << id;
+      EXPECT_EQ(toks, b.tokens.at(id)) << id;
+      ASSERT_EQ(a.logprobs.at(id).size(), 1u) << id;
+      EXPECT_NEAR(a.logprobs.at(id)[0], b.logprobs.at(id)[0], test::kLogprobTol) << id;
+    }
+    const test::H5Reader hb((d / "bf16.h5").string()), hk((d / "fp8.h5").string());
+    EXPECT_EQ(hk.string_attr("fp8_weights"), "fp8");
+    EXPECT_EQ(hb.string_attr("fp8_weights"), "bf16");
+    EXPECT_GT(hk.scalar_attr<int64_t>("kv_cache_budget_bytes", H5T_NATIVE_INT64),
+              hb.scalar_attr<int64_t>("kv_cache_budget_bytes", H5T_NATIVE_INT64));
+  }
+  const std::string model = make("tiny-llama", "fp8");
+  const fs::path d = test::fresh_dir("cuda-fp8-weights-graphs");
+  test::write_layout_prompts(d / "p.jsonl", kPrompts, true);
+  const std::string common = " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
+                             " -q --seed 3 --max-seqs 5 --max-batch-tokens 48 --backend cuda";
+  Proc eager = sh(shardlm_bin() + common + " --out " + (d / "eager.h5").string());
+  Proc graphs = sh(shardlm_bin() + common + " --cuda-graphs --out " + (d / "graphs.h5").string());
+  ASSERT_EQ(eager.code, 0) << eager.out;
+  ASSERT_EQ(graphs.code, 0) << graphs.out;
+  test::expect_same_run(test::read_run((d / "eager.h5").string()), test::read_run((d / "graphs.h5").string()),
+                        "cuda graphs over fp8 weights");
+}
+
 // --cuda-graphs: decode steps padded to a bucket and replayed as CUDA graphs give the eager GPU
 // run's tokens (greedy and sampled; batches of up to 5 rows, so buckets 1, 2, 4 and 8, with
 // admissions in between). Logprobs within the layout tolerance: cuBLAS may pick another GEMM
@@ -429,9 +491,9 @@ TEST(CudaBackend, LongContextsMatchCpuAndGraphs) {
 
 // shardlm bench --backend cuda, the GPU benchmark of tests/gpu/run_gpu_checks.sh, at small sizes on
 // stories260K: the device's ceilings (copy bandwidth, cuBLAS GEMMs at the model's shapes and one
-// square one), the KV budget from the device's free memory, every scenario, device sampling and the
-// attention op alone for each cache dtype, with positive figures. Over the emulated runtime the
-// device is not in the spec table, and its bandwidth probe copies an eighth of its 64 MiB.
+// square one, fp8- and bf16-weight linears at decode's row counts), the KV budget from the device's free memory, every
+// scenario, device sampling and the attention op alone for each cache dtype, with positive figures. Over the emulated
+// runtime the device is not in the spec table, and its bandwidth probe copies an eighth of its 64 MiB.
 TEST(CudaBackend, BenchReportsEveryPart) {
   SHARDLM_REQUIRE_GPU();
   SHARDLM_REQUIRE_SHARED(stories, "models/stories260K");
@@ -449,6 +511,11 @@ TEST(CudaBackend, BenchReportsEveryPart) {
                            .attention_context = 64, .gemm_lines = 4, .heads = 8, .kv_heads = 4, .head_dim = 8};
   test::expect_bench_report(r.out, s);
   EXPECT_NE(r.out.find("cuBLAS bf16 GEMM 64 x 64 x 64: "), std::string::npos) << r.out;
+  // fp8- and bf16-weight linears at 1, 16 and 64 rows, on the gate/up shape (2 x 172 x 64) and the square one.
+  for (const char* line : {"  linear 1 x 344 x 64, fp8 weights: ", "  linear 16 x 344 x 64, fp8 weights: ",
+                           "  linear 64 x 344 x 64, fp8 weights: ", "  linear 1 x 64 x 64, fp8 weights: ",
+                           "  linear 64 x 64 x 64, fp8 weights: "})
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
   EXPECT_NE(r.out.find("KV cache budget "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(auto: 0.9 of the "), std::string::npos) << r.out;
 #ifdef SHARDLM_EMULATED_BINARY

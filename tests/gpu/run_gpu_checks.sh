@@ -3,7 +3,8 @@
 # references, the NCCL and staged-MPI communicator tests, --backend cuda end to end against the CPU
 # backend (stories260K and the tiny dense, MoE and MLA models; 2 ranks sharing the GPU with
 # --comm mpi and --comm fabric), and the GPU benchmarks (decode and prefill tok/s, cuBLAS GEMM TFLOP/s, sampling
-# us/row, one DeepSeek-sized MoE layer's grouped expert GEMMs, beside the H200's 4.8 TB/s and
+# us/row, linears on fp8 and bf16 weights, the fp8 model with its weights kept fp8 and dequantised,
+# one DeepSeek-sized MoE layer's grouped expert GEMMs, beside the H200's 4.8 TB/s and
 # 989 TFLOP/s, and bench-comm on device buffers).
 #
 #   tests/gpu/run_gpu_checks.sh BUILD_DIR LOG_DIR [SHARED_DIR]
@@ -65,6 +66,15 @@ model="${TMPDIR:-/tmp}/shardlm-bench-model"
   >"$logs/make-model.log" 2>&1
 run bench "$build/shardlm" bench --model "$model" --backend cuda --prompt-len 2048 --decode-tokens 256 \
   --batch 256 --batch-in 512 --batch-out 128
+# 3b. The same model in fp8 (128 x 128 block scales): its linear weights kept fp8 (the default),
+#     then dequantised to bf16 at load; decode reads half the bytes from the first.
+model8="${TMPDIR:-/tmp}/shardlm-bench-model-fp8"
+"$build/shardlm" make-model --config "$root/inputs/models/bench-1024.json" --out "$model8" --dtype fp8 --seed 1 \
+  >"$logs/make-model-fp8.log" 2>&1
+for form in fp8 bf16; do
+  run "bench-fp8-weights-$form" "$build/shardlm" bench --model "$model8" --backend cuda --fp8-weights "$form" \
+    --prompt-len 2048 --decode-tokens 256 --batch 64 --batch-in 512 --batch-out 128 --attention-context 0 --peak-gemm 0
+done
 # 4. One MoE layer of DeepSeek-V3's size as one rank of EP 8 holds it (hidden 7168, 32 routed
 #    experts of intermediate 2048, bf16, top 8 of the 256-expert routing scaled to 32: 8 groups, 4
 #    kept, one shared expert): route, expert GEMMs (grouped) and combine per token count, beside the

@@ -1,0 +1,42 @@
+// Linear layers whose weights stay fp8 e4m3 with block scales, for a few activation rows (decode
+// steps): the weight is dequantised in registers as it is read, one byte a weight from memory.
+//
+//   y[m, n] = sum_k x[m, k] * w(n, k),  w(n, k) = bf16(fp32(code[n, k]) * scale(n, k))
+//
+// w(n, k) is the value model/fp8_block.h's dequantisation gives the weight (NaN codes and NaN or
+// infinite scales included), so this is a GEMM against the dequantised bf16 matrix. x holds bf16
+// bit patterns (the activations rounded as for a bf16 GEMM), so every product is exact in fp32.
+// Sums are fp32 in an order that depends on K and the weight's layout only, never on M: lane l of
+// a warp adds its products in increasing k, then the 32 lane sums meet in a fixed butterfly. A
+// row's result is the same whatever rows share the call (batch invariant).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace shardlm::cuda {
+
+// An fp8 weight [N, K] on the device (see compute/backend.h's Fp8Blocks): code (n, k) at
+// codes[n * K + k]; its scale scale_inv[((n + row_off) / block_rows) * scale_cols +
+// (k + col_off) / block_cols].
+struct Fp8Weight {
+  const uint8_t* codes = nullptr;
+  const float* scale_inv = nullptr;
+  int64_t N = 0, K = 0;
+  int64_t scale_cols = 0, block_rows = 0, block_cols = 0, row_off = 0, col_off = 0;
+};
+
+// Activation rows a launch takes at once; more rows take several passes over the weight.
+constexpr int64_t kFp8MatmulRowsPerPass = 8;
+
+// y [M, N] (row-major, fp32) from x [M, K] (bf16 bits, row-major). The 16-byte path (K and
+// block_cols multiples of 16, block_cols a power of two, col_off a multiple of 16, codes and x
+// 16-byte aligned) reads 16 codes per lane and load; any other weight takes a one-code-per-lane path
+// with the same values.
+void launch_fp8_matmul(const uint16_t* x_bf16, int64_t M, const Fp8Weight& w, float* y, cudaStream_t stream);
+
+// Whether launch_fp8_matmul takes the 16-byte path for this weight and x (tests, benchmarks).
+bool fp8_matmul_vectorised(const Fp8Weight& w, const uint16_t* x_bf16);
+
+}  // namespace shardlm::cuda

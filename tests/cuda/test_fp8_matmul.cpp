@@ -1,0 +1,210 @@
+// kernels/cuda/fp8_matmul (a linear on fp8 e4m3 weights with block scales, dequantised as they are
+// read) against its CPU reference: the weights dequantised by model/fp8_block.h (the host's exact
+// bf16 values), the bf16 activations, products summed in double. Tolerance: the bound of fp32
+// accumulation of exact products, (K / 32 + 8) 2^-24 of sum |x w| per output. Also bit for bit: a row's result does not
+// depend on the other rows of the call (M = 1 against M up to 40), and the 16-byte path and the
+// one-code path agree with the reference on every code (NaN codes and scales of 2^8 and up take
+// the plain conversion). Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/gpu.h"
+#include "core/dtype.h"
+#include "model/checkpoint.h"
+#include "model/fp8_block.h"
+
+#ifdef SHARDLM_HAVE_CUDA
+#include "cuda/device_buffer.h"
+#include "cuda/fp8_matmul.h"
+#endif
+
+namespace shardlm {
+namespace {
+
+#ifdef SHARDLM_HAVE_CUDA
+using test::DeviceBuffer;
+
+// A [R, C] fp8 weight with [ceil(R / br), ceil(C / bc)] scales and the slice [r0, r0 + N) x
+// [c0, c0 + K) of it that a kernel call sees.
+struct Case {
+  int64_t R, C, br, bc, r0, N, c0, K;
+};
+
+struct Fp8Data {
+  std::vector<uint8_t> q;
+  std::vector<float> scales;
+};
+
+Fp8Data random_fp8(const Case& c, uint32_t seed, bool nan_codes, float big_scale) {
+  std::mt19937 g(seed);
+  Fp8Data d;
+  d.q.resize(static_cast<size_t>(c.R * c.C));
+  for (auto& b : d.q) {
+    b = static_cast<uint8_t>(g() & 0xff);
+    if (!nan_codes && (b & 0x7f) == 0x7f) b ^= 0x01;
+  }
+  const int64_t sr = (c.R + c.br - 1) / c.br, sc = (c.C + c.bc - 1) / c.bc;
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  d.scales.resize(static_cast<size_t>(sr * sc));
+  // Scales as checkpoints have them (amax / 448 of small weights), some tiny enough that products
+  // land on fp32 subnormals.
+  for (auto& s : d.scales) s = std::ldexp(1.0f + 0.5f * std::fabs(n(g)), -static_cast<int>(g() % 14) - 4);
+  if (!d.scales.empty()) d.scales[0] = 1e-39f;  // an fp32 subnormal scale
+  if (big_scale > 0 && d.scales.size() > 1) d.scales[1] = big_scale;
+  return d;
+}
+
+TensorView view(const char* name, DType dt, std::vector<int64_t> shape, const void* p, size_t n) {
+  TensorView t;
+  t.name = name;
+  t.dtype = dt;
+  t.shape = std::move(shape);
+  t.data = p;
+  t.nbytes = n;
+  return t;
+}
+
+// The reference: y[m, n] = sum_k bf16(x[m, k]) * w(n, k) in double; also sum |x w| per output.
+void reference(const Case& c, const Fp8Data& d, const std::vector<uint16_t>& xb, int64_t M, std::vector<double>* y,
+               std::vector<double>* mag) {
+  const TensorView tw = view("w", DType::F8_E4M3, {c.R, c.C}, d.q.data(), d.q.size());
+  const TensorView ts = view("w_scale_inv", DType::F32, {(c.R + c.br - 1) / c.br, (c.C + c.bc - 1) / c.bc},
+                             d.scales.data(), d.scales.size() * 4);
+  std::vector<uint16_t> w(static_cast<size_t>(c.N * c.K));
+  dequant_fp8_block(tw, ts, c.br, c.bc, c.r0, c.N, c.c0, c.K, w.data());
+  y->assign(static_cast<size_t>(M * c.N), 0.0);
+  mag->assign(y->size(), 0.0);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < c.N; ++n) {
+      double s = 0, a = 0;
+      for (int64_t k = 0; k < c.K; ++k) {
+        const double p = double(bf16_to_f32(xb[m * c.K + k])) * double(bf16_to_f32(w[n * c.K + k]));
+        s += p;
+        a += std::fabs(p);
+      }
+      (*y)[m * c.N + n] = s;
+      (*mag)[m * c.N + n] = a;
+    }
+}
+
+// The slice's codes packed and the scales of the blocks it touches, on the device, as CudaBackend
+// keeps a tensor-parallel slice.
+struct DeviceWeight {
+  DeviceBuffer<uint8_t> codes;
+  DeviceBuffer<float> scales;
+  cuda::Fp8Weight w;
+};
+
+DeviceWeight upload(const Case& c, const Fp8Data& d) {
+  std::vector<uint8_t> packed(static_cast<size_t>(c.N * c.K));
+  for (int64_t n = 0; n < c.N; ++n)
+    std::memcpy(&packed[n * c.K], &d.q[(c.r0 + n) * c.C + c.c0], static_cast<size_t>(c.K));
+  const TensorView ts = view("w_scale_inv", DType::F32, {(c.R + c.br - 1) / c.br, (c.C + c.bc - 1) / c.bc},
+                             d.scales.data(), d.scales.size() * 4);
+  const Fp8SliceScales s = fp8_slice_scales(ts, c.br, c.bc, c.r0, c.N, c.c0, c.K);
+  DeviceWeight dw{DeviceBuffer<uint8_t>(packed), DeviceBuffer<float>(s.scales), {}};
+  dw.w.codes = dw.codes.get();
+  dw.w.scale_inv = dw.scales.get();
+  dw.w.N = c.N;
+  dw.w.K = c.K;
+  dw.w.scale_cols = s.cols;
+  dw.w.block_rows = c.br;
+  dw.w.block_cols = c.bc;
+  dw.w.row_off = c.r0 % c.br;
+  dw.w.col_off = c.c0 % c.bc;
+  return dw;
+}
+
+std::vector<uint16_t> random_x(int64_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<uint16_t> x(static_cast<size_t>(n));
+  for (auto& v : x) v = f32_to_bf16(d(g));
+  return x;
+}
+
+std::vector<float> run(const DeviceWeight& dw, const std::vector<uint16_t>& xb, int64_t M) {
+  DeviceBuffer<uint16_t> dx(xb);
+  DeviceBuffer<float> dy(static_cast<size_t>(M * dw.w.N));
+  cuda::launch_fp8_matmul(dx.get(), M, dw.w, dy.get(), nullptr);
+  test::cuda_sync("fp8_matmul");
+  return dy.download();
+}
+
+void check(const Case& c, bool vectorised, uint32_t seed, bool nan_codes = false, float big_scale = 0) {
+  SCOPED_TRACE(::testing::Message() << "weight [" << c.R << ", " << c.C << "] blocks " << c.br << "x" << c.bc
+                                    << " slice rows " << c.r0 << "+" << c.N << " cols " << c.c0 << "+" << c.K);
+  const Fp8Data d = random_fp8(c, seed, nan_codes, big_scale);
+  const DeviceWeight dw = upload(c, d);
+  constexpr int64_t kMaxM = 40;
+  const std::vector<uint16_t> xb = random_x(kMaxM * c.K, seed + 1);
+  {
+    DeviceBuffer<uint16_t> dx(xb);
+    ASSERT_EQ(cuda::fp8_matmul_vectorised(dw.w, dx.get()), vectorised);
+  }
+  std::vector<double> want, mag;
+  reference(c, d, xb, kMaxM, &want, &mag);
+  const std::vector<float> all = run(dw, xb, kMaxM);
+  // A lane adds K / 32 exact products in sequence, then five butterfly adds: each add rounds by at
+  // most 2^-24 of the running magnitude.
+  const double tol = (static_cast<double>(c.K) / 32 + 8) * std::ldexp(1.0, -24);
+  for (int64_t i = 0; i < kMaxM * c.N; ++i) {
+    if (std::isnan(want[i])) {
+      ASSERT_TRUE(std::isnan(all[i])) << "output " << i;
+      continue;
+    }
+    ASSERT_NEAR(all[i], want[i], tol * mag[i] + 1e-30) << "row " << i / c.N << " output " << i % c.N;
+  }
+  // Batch invariance: every row count gives each row the bits it gets alone (a NaN is a NaN: which
+  // lane's NaN the butterfly ends with, and so its sign, follows the lane that writes it).
+  for (int64_t M : {1, 2, 3, 5, 8, 9, 16, 17}) {
+    const std::vector<float> part = run(dw, xb, M);
+    for (size_t i = 0; i < part.size(); ++i) {
+      if (std::isnan(all[i])) {
+        ASSERT_TRUE(std::isnan(part[i])) << "M = " << M << " output " << i;
+        continue;
+      }
+      ASSERT_EQ(std::memcmp(&part[i], &all[i], sizeof(float)), 0) << "M = " << M << " output " << i;
+    }
+  }
+}
+#endif
+
+TEST(CudaFp8Matmul, SixteenCodePathMatchesReference) {
+  SHARDLM_REQUIRE_GPU();
+#ifdef SHARDLM_HAVE_CUDA
+  // DeepSeek-V3's 128 x 128 blocks on a tensor-parallel slice starting inside a row block; a
+  // 64-wide grid with a column slice on it; an N that is not a multiple of a block's 8 outputs.
+  check({300, 512, 128, 128, 100, 150, 0, 512}, true, 1);
+  check({64, 768, 64, 64, 0, 64, 128, 384}, true, 2);
+  check({37, 96, 16, 32, 0, 37, 0, 96}, true, 3);
+#endif
+}
+
+TEST(CudaFp8Matmul, OneCodePathMatchesReference) {
+  SHARDLM_REQUIRE_GPU();
+#ifdef SHARDLM_HAVE_CUDA
+  // K not a multiple of 16; a column slice off the 16-grid; blocks that are not a power of two.
+  check({40, 200, 128, 128, 0, 40, 0, 200}, false, 4);
+  check({70, 256, 32, 64, 3, 50, 37, 100}, false, 5);
+  check({48, 96, 24, 48, 0, 48, 0, 96}, false, 6);
+#endif
+}
+
+TEST(CudaFp8Matmul, NanCodesAndLargeScalesKeepTheHostValues) {
+  SHARDLM_REQUIRE_GPU();
+#ifdef SHARDLM_HAVE_CUDA
+  // NaN codes make their outputs NaN; a scale of 2^8 or more takes the plain conversion.
+  check({16, 256, 16, 128, 0, 16, 0, 256}, true, 7, /*nan_codes=*/true);
+  check({32, 256, 16, 128, 0, 32, 0, 256}, true, 8, false, /*big_scale=*/300.0f);
+  check({32, 100, 16, 50, 0, 32, 0, 100}, false, 9, false, 3.0e5f);
+#endif
+}
+
+}  // namespace
+}  // namespace shardlm
