@@ -77,17 +77,28 @@ __device__ inline float warp_sum(float v) {
   return v;
 }
 
-// Grid: x covers N in kWarps * kRowsPerWarp outputs per block, y the passes of kMaxRows rows.
-template <int MT, bool kVectorised>
+// Grid: x covers N in kWarps * kRowsPerWarp outputs per block, y the passes: kMaxRows rows each of
+// one weight, or (kGrouped) passes[blockIdx.y], each naming its weight and rows.
+template <int MT, bool kVectorised, bool kGrouped>
 __global__ void __launch_bounds__(kThreads)
     fp8_matmul_kernel(const uint16_t* __restrict__ x, int64_t M, const uint8_t* __restrict__ codes,
-                      const float* __restrict__ scale_inv, int64_t N, int64_t K, int64_t scale_cols, int64_t block_rows,
-                      int64_t block_cols, int block_cols_log2, int64_t row_off, int64_t col_off,
-                      float* __restrict__ y) {
+                      const float* __restrict__ scale_inv, int64_t N, int64_t K, int64_t scale_cols,
+                      int64_t block_rows, int64_t block_cols, int block_cols_log2, int64_t row_off, int64_t col_off,
+                      float* __restrict__ y, const Fp8MatmulPass* __restrict__ passes) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRowsPerWarp;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kMaxRows;
-  const int rows = static_cast<int>(M - m0 < MT ? M - m0 : MT);
+  int64_t m0;
+  int rows;
+  if (kGrouped) {
+    const Fp8MatmulPass p = passes[blockIdx.y];
+    codes = p.codes;
+    scale_inv = p.scale_inv;
+    m0 = p.row0;
+    rows = p.rows < MT ? p.rows : MT;
+  } else {
+    m0 = static_cast<int64_t>(blockIdx.y) * kMaxRows;
+    rows = static_cast<int>(M - m0 < MT ? M - m0 : MT);
+  }
 
   float acc[kRowsPerWarp][MT];
 #pragma unroll
@@ -182,13 +193,28 @@ int log2_exact(int64_t v) {
   return (int64_t{1} << l) == v ? l : -1;
 }
 
-template <int MT, bool kVectorised>
+template <int MT, bool kVectorised, bool kGrouped = false>
 void launch_pass(const uint16_t* x, int64_t M, const Fp8Weight& w, int bc_log2, unsigned passes, float* y,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, const Fp8MatmulPass* pass_list = nullptr) {
   const int64_t per_block = kWarps * kRowsPerWarp;
   const dim3 grid(static_cast<unsigned>((w.N + per_block - 1) / per_block), passes);
-  fp8_matmul_kernel<MT, kVectorised><<<grid, kThreads, 0, stream>>>(
-      x, M, w.codes, w.scale_inv, w.N, w.K, w.scale_cols, w.block_rows, w.block_cols, bc_log2, w.row_off, w.col_off, y);
+  fp8_matmul_kernel<MT, kVectorised, kGrouped><<<grid, kThreads, 0, stream>>>(
+      x, M, w.codes, w.scale_inv, w.N, w.K, w.scale_cols, w.block_rows, w.block_cols, bc_log2, w.row_off, w.col_off, y,
+      pass_list);
+}
+
+template <bool kVectorised>
+void launch_grouped(const uint16_t* x, const Fp8MatmulPass* passes, int64_t n_passes, int max_rows,
+                    const Fp8Weight& w, int bc_log2, float* y, cudaStream_t stream) {
+  const auto n = static_cast<unsigned>(n_passes);
+  if (max_rows <= 1)
+    launch_pass<1, kVectorised, true>(x, 0, w, bc_log2, n, y, stream, passes);
+  else if (max_rows <= 2)
+    launch_pass<2, kVectorised, true>(x, 0, w, bc_log2, n, y, stream, passes);
+  else if (max_rows <= 4)
+    launch_pass<4, kVectorised, true>(x, 0, w, bc_log2, n, y, stream, passes);
+  else
+    launch_pass<8, kVectorised, true>(x, 0, w, bc_log2, n, y, stream, passes);
 }
 
 template <bool kVectorised>
@@ -215,6 +241,19 @@ void launch_all(const uint16_t* x, int64_t M, const Fp8Weight& w, int bc_log2, f
 bool fp8_matmul_vectorised(const Fp8Weight& w, const uint16_t* x_bf16) {
   return w.K % kVec == 0 && w.block_cols % kVec == 0 && log2_exact(w.block_cols) >= 0 && w.col_off % kVec == 0 &&
          reinterpret_cast<uintptr_t>(w.codes) % 16 == 0 && reinterpret_cast<uintptr_t>(x_bf16) % 16 == 0;
+}
+
+void launch_fp8_grouped_matmul(const uint16_t* x_bf16, const Fp8MatmulPass* passes, int64_t n_passes, int max_rows,
+                               const Fp8Weight& shape, bool vectorised, float* y, cudaStream_t stream) {
+  if (shape.N <= 0) return;
+  constexpr int64_t kMaxGridY = 65535;
+  for (int64_t p0 = 0; p0 < n_passes; p0 += kMaxGridY) {
+    const int64_t n = n_passes - p0 < kMaxGridY ? n_passes - p0 : kMaxGridY;
+    if (vectorised)
+      launch_grouped<true>(x_bf16, passes + p0, n, max_rows, shape, log2_exact(shape.block_cols), y, stream);
+    else
+      launch_grouped<false>(x_bf16, passes + p0, n, max_rows, shape, -1, y, stream);
+  }
 }
 
 void launch_fp8_matmul(const uint16_t* x_bf16, int64_t M, const Fp8Weight& w, float* y, cudaStream_t stream) {

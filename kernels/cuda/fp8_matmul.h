@@ -39,4 +39,21 @@ void launch_fp8_matmul(const uint16_t* x_bf16, int64_t M, const Fp8Weight& w, fl
 // Whether launch_fp8_matmul takes the 16-byte path for this weight and x (tests, benchmarks).
 bool fp8_matmul_vectorised(const Fp8Weight& w, const uint16_t* x_bf16);
 
+// One pass of a grouped call: rows [row0, row0 + rows) of x and y (rows <= kFp8MatmulRowsPerPass)
+// times one weight's codes and scales.
+struct Fp8MatmulPass {
+  const uint8_t* codes;
+  const float* scale_inv;
+  int64_t row0;
+  int32_t rows;
+};
+
+// Several weights of one shape and block layout (shape's N, K and scale geometry; its codes and
+// scale_inv are unused), each over its own rows, in one launch (Mixture-of-Experts decode: every
+// local expert's projection): passes (device memory) lists n_passes passes of at most max_rows
+// rows. Each row gets the bits launch_fp8_matmul gives it. `vectorised`: the 16-byte path, which
+// fp8_matmul_vectorised must allow for every pass's codes (and x).
+void launch_fp8_grouped_matmul(const uint16_t* x_bf16, const Fp8MatmulPass* passes, int64_t n_passes, int max_rows,
+                               const Fp8Weight& shape, bool vectorised, float* y, cudaStream_t stream);
+
 }  // namespace shardlm::cuda

@@ -108,6 +108,7 @@ CudaBackend::~CudaBackend() {
   if (capture_stream_) cudaStreamDestroy(stream_of(capture_stream_));
   cudaFree(bf16_ws_);
   cudaFree(fp8_dequant_ws_);
+  cudaFree(fp8_passes_);
   cudaFree(grouped_ptrs_);
   cudaFree(grouped_out_ws_);
   cudaFree(row_count_);

@@ -56,6 +56,8 @@ class CudaBackend final : public ComputeBackend {
   // fp8-weight linears so far that read the fp8 weight directly, and that dequantised it first.
   int64_t fp8_direct_linears() const { return fp8_direct_calls_; }
   int64_t fp8_dequant_linears() const { return fp8_dequant_calls_; }
+  // Grouped launches of the fp8 kernel (grouped_linear on fp8 weights) so far.
+  int64_t fp8_grouped_launches() const { return fp8_grouped_calls_; }
 
   Matrix load_matrix(const TensorView& t) override;
   Vector load_vector(const TensorView& t) override;
@@ -143,6 +145,11 @@ class CudaBackend final : public ComputeBackend {
   void gemm_bf16(const float* x, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y);
   // linear() of an F8_E4M3 weight (cuda_fp8_linear.cpp).
   void linear_fp8(const float* x, int64_t M, const Matrix& w, float* y);
+  // grouped_linear() of the `live` groups when every one is an F8_E4M3 weight of one block layout:
+  // the groups of up to 16 rows in one grouped fp8 launch, each larger one by linear_fp8. False
+  // (nothing run) when the weights differ in layout.
+  bool grouped_linear_fp8(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
+                          const std::vector<size_t>& live, float* y);
   // Replaces workspace ws (may be null) with a new one of `bytes`, after the stream has done with
   // the old one; the old one is retired, not freed, while captured graphs may hold it. Not while
   // capturing (nothing may allocate then). Returns the new ws.
@@ -164,6 +171,9 @@ class CudaBackend final : public ComputeBackend {
   uint16_t* fp8_dequant_ws_ = nullptr;  // an fp8 weight dequantised for a large-M linear
   size_t fp8_dequant_ws_n_ = 0;
   int64_t fp8_direct_calls_ = 0, fp8_dequant_calls_ = 0;  // how fp8 linears ran (tests, benchmarks)
+  int64_t fp8_grouped_calls_ = 0;                          // grouped fp8 launches
+  void* fp8_passes_ = nullptr;                             // cuda::Fp8MatmulPass [fp8_passes_n_], device
+  size_t fp8_passes_n_ = 0;
   int32_t* row_count_ = nullptr;  // device copy of the row count expert_gather reads
   int sms_ = 0;                   // multiprocessors of the device
 
@@ -189,7 +199,7 @@ class CudaBackend final : public ComputeBackend {
   // grouped_linear_path; kSgemm for grouped SGEMM). Device buffers that only grow, never used
   // inside a capture, so freed at once when they grow: the A, B, C pointer arrays, and the bf16
   // output of the second path.
-  enum class GroupedPath { kF32Out, kBf16Out, kPerGroup, kSgemm };
+  enum class GroupedPath { kF32Out, kBf16Out, kPerGroup, kSgemm, kFp8 };
   // One grouped GEMM over the groups in `live`: CUBLAS_STATUS_SUCCESS (0), or the status cuBLAS
   // refused it with as unsupported (any other failure throws).
   int grouped_gemm(const float* x, const uint16_t* xb, const std::vector<int64_t>& offsets,

@@ -8,6 +8,10 @@
 // host dequantisation's bf16 value, so the two paths differ in summation order only.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
 #include "compute/cuda_backend.h"
 #include "compute/cuda_check.h"
 #include "core/error.h"
@@ -70,6 +74,62 @@ void CudaBackend::linear_fp8(const float* x, int64_t M, const Matrix& w, float* 
   check_launch("fp8_dequant");
   gemm_bf16(x, M, fp8_dequant_ws_, N, K, y);
   ++fp8_dequant_calls_;
+}
+
+bool CudaBackend::grouped_linear_fp8(const float* x, const std::vector<int64_t>& offsets,
+                                     const std::vector<const Matrix*>& w, const std::vector<size_t>& live, float* y) {
+  const Matrix& w0 = *w[live[0]];
+  for (size_t g : live) {
+    const Fp8Blocks& a = w[g]->fp8;
+    if (w[g]->dtype != DType::F8_E4M3 || a.scale_inv == nullptr || a.cols != w0.fp8.cols ||
+        a.block_rows != w0.fp8.block_rows || a.block_cols != w0.fp8.block_cols || a.row_off != w0.fp8.row_off ||
+        a.col_off != w0.fp8.col_off)
+      return false;
+  }
+  const int64_t N = w0.rows, K = w0.cols;
+  const cudaStream_t s = stream_of(stream_);
+  std::vector<size_t> small;
+  for (size_t g : live) {
+    const int64_t rows = offsets[g + 1] - offsets[g];
+    if (rows > kFp8DirectRows) linear_fp8(x + offsets[g] * K, rows, *w[g], y + offsets[g] * N);
+    else small.push_back(g);
+  }
+  if (small.empty()) return true;
+  // The small groups' rows, cast once from the first to the last of them.
+  const int64_t base = offsets[small.front()], R = offsets[small.back() + 1] - base;
+  uint16_t* xb = bf16_workspace(static_cast<size_t>(R * K));
+  cuda::f32_to_bf16(x + base * K, xb, R * K, s);
+  check_launch("f32_to_bf16");
+  std::vector<cuda::Fp8MatmulPass> passes;
+  int max_rows = 1;
+  bool aligned = true;
+  for (size_t g : small) {
+    const int64_t rows = offsets[g + 1] - offsets[g];
+    aligned = aligned && reinterpret_cast<uintptr_t>(w[g]->data) % 16 == 0;
+    for (int64_t m0 = 0; m0 < rows; m0 += cuda::kFp8MatmulRowsPerPass) {
+      const auto n = static_cast<int32_t>(std::min(cuda::kFp8MatmulRowsPerPass, rows - m0));
+      passes.push_back({static_cast<const uint8_t*>(w[g]->data), w[g]->fp8.scale_inv, offsets[g] - base + m0, n});
+      max_rows = std::max(max_rows, static_cast<int>(n));
+    }
+  }
+  if (passes.size() > fp8_passes_n_) {
+    SHARDLM_CUDA_CHECK(cudaStreamSynchronize(s));  // an earlier launch may still read the old list
+    SHARDLM_CUDA_CHECK(cudaFree(fp8_passes_));
+    fp8_passes_ = nullptr;
+    fp8_passes_n_ = 0;
+    SHARDLM_CUDA_CHECK(cudaMalloc(&fp8_passes_, passes.size() * sizeof(cuda::Fp8MatmulPass)));
+    fp8_passes_n_ = passes.size();
+  }
+  // From pageable memory: returns once the host list is read.
+  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(fp8_passes_, passes.data(), passes.size() * sizeof(cuda::Fp8MatmulPass),
+                                     cudaMemcpyHostToDevice, s));
+  const cuda::Fp8Weight shape = fp8_weight(w0);
+  const bool vectorised = aligned && cuda::fp8_matmul_vectorised(shape, xb);
+  cuda::launch_fp8_grouped_matmul(xb, static_cast<const cuda::Fp8MatmulPass*>(fp8_passes_),
+                                  static_cast<int64_t>(passes.size()), max_rows, shape, vectorised, y + base * N, s);
+  check_launch("fp8_grouped_matmul");
+  ++fp8_grouped_calls_;
+  return true;
 }
 
 }  // namespace shardlm

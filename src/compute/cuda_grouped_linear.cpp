@@ -122,6 +122,12 @@ void CudaBackend::grouped_linear(const float* x, const std::vector<int64_t>& off
                 "cuda backend: grouped linear of " << offsets.back() << " rows x " << K << " by " << N
                                                    << " exceeds cuBLAS's int sizes");
   const DType dt = w[live[0]]->dtype;
+  // fp8 weights: their own grouped kernel (cuda_fp8_linear.cpp); its pass list goes up by a
+  // pageable copy, which a graph cannot hold.
+  if (dt == DType::F8_E4M3 && !capturing_ && live.size() > 1 && grouped_linear_fp8(x, offsets, w, live, y)) {
+    last_grouped_ = GroupedPath::kFp8;
+    return;
+  }
   bool one_dtype = dt == DType::BF16 || dt == DType::F32;
   for (size_t g : live) one_dtype = one_dtype && w[g]->dtype == dt;
   const bool bf16 = dt == DType::BF16;
@@ -175,6 +181,9 @@ std::string CudaBackend::grouped_linear_path() const {
     case GroupedPath::kSgemm: return "cuBLAS grouped batched SGEMM, fp32";
     case GroupedPath::kF32Out: return "cuBLAS grouped batched GEMM, bf16 in, fp32 out";
     case GroupedPath::kBf16Out: return "cuBLAS grouped batched GEMM, bf16 in, bf16 out, cast to fp32";
+    case GroupedPath::kFp8:
+      return "fp8 codes read by one grouped kernel for groups of up to 16 rows, larger groups dequantised for "
+             "cuBLAS one by one";
     case GroupedPath::kPerGroup: break;
   }
   return "one cuBLAS GEMM per group";

@@ -6,7 +6,8 @@
 //       of the largest output for fp32 weights, 1e-2 for bf16: the GPU rounds activations to bf16).
 // Groups with empty ones among them, all rows in one group, all groups empty, groups starting
 // past row 0 (earlier rows of y untouched), K = 80 and 72, bf16 and fp32 weights, and mixed
-// dtypes (run per group: bit for bit linear's). Skips without a GPU.
+// dtypes (run per group: bit for bit linear's); fp8 weights kept fp8 (one grouped launch for the
+// small groups, bit for bit linear's). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,12 +17,14 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/backend_data.h"
 #include "common/gpu.h"
 #include "compute/backend.h"
 #include "compute/cpu_backend.h"
+#include "compute/cuda_backend.h"
 #include "core/dtype.h"
 #include "model/checkpoint.h"
 
@@ -143,6 +146,73 @@ TEST_F(CudaGroupedLinear, GrowingCallsStayCorrect) {
   check({1, 2}, 0, 64, 48, {DType::BF16, DType::BF16}, "two groups");
   check({4, 0, 9, 33, 1, 7, 0, 2, 150, 3, 6, 11}, 0, 64, 48, bf16, "twelve groups");
   check({1, 2}, 0, 64, 48, {DType::BF16, DType::BF16}, "two groups again");
+}
+
+// fp8 weights kept fp8 (128 x 128 blocks): the groups of up to 16 rows go through one grouped launch
+// of the fp8 kernel, the larger ones through linear() each; every row must have the bits
+// linear() gives it per group (the kernel's sums do not depend on the rows beside them). K = 128
+// takes the 16-code path, K = 72 the one-code path.
+TEST_F(CudaGroupedLinear, Fp8KeptRunsOneGroupedLaunchBitForBit) {
+  auto* gpu = dynamic_cast<CudaBackend*>(gpu_.get());
+  ASSERT_NE(gpu, nullptr);
+  for (int64_t K : {128, 72}) {
+    for (const auto& [rows, first] : {std::pair<std::vector<int64_t>, int64_t>{kMixedRows, 0}, {kMixedRows, 3},
+                                      {{1, 2, 8, 9, 16, 3}, 0}, {kOneGroup, 0}}) {
+      SCOPED_TRACE(::testing::Message() << "K " << K << ", " << rows.size() << " groups from row " << first);
+      const int64_t N = 96;
+      std::vector<int64_t> offsets{first};
+      for (int64_t n : rows) offsets.push_back(offsets.back() + n);
+      const int64_t R = offsets.back();
+      std::vector<std::vector<uint8_t>> codes(rows.size());
+      std::vector<std::vector<float>> scales(rows.size());
+      std::vector<Matrix> wg;
+      std::mt19937 gen(static_cast<uint32_t>(K + R));
+      for (size_t g = 0; g < rows.size(); ++g) {
+        codes[g].resize(static_cast<size_t>(N * K));
+        for (auto& c : codes[g]) c = static_cast<uint8_t>(gen() & 0x7e);  // no NaN codes (0x7f, 0xff)
+        scales[g].assign(static_cast<size_t>((K + 127) / 128), 1e-2f * static_cast<float>(g + 1));
+        TensorView tw, ts;
+        tw.name = "w";
+        tw.dtype = DType::F8_E4M3;
+        tw.shape = {N, K};
+        tw.data = codes[g].data();
+        tw.nbytes = codes[g].size();
+        ts.name = "w_scale_inv";
+        ts.dtype = DType::F32;
+        ts.shape = {1, (K + 127) / 128};
+        ts.data = scales[g].data();
+        ts.nbytes = scales[g].size() * 4;
+        wg.push_back(gpu_->load_fp8_matrix(tw, ts, 128, 128, 0, N, 0, K, /*keep=*/true));
+        ASSERT_EQ(wg.back().dtype, DType::F8_E4M3);
+      }
+      std::vector<const Matrix*> pg;
+      for (const Matrix& m : wg) pg.push_back(&m);
+      const std::vector<float> x = randn(static_cast<size_t>(R * K), static_cast<uint32_t>(R + K), 1.0f);
+      const std::vector<float> fill(static_cast<size_t>(R * N), kUntouched);
+      float* xg = up(*gpu_, x);
+      float* yg = up(*gpu_, fill);
+      float* yl = up(*gpu_, fill);
+      const int64_t launches = gpu->fp8_grouped_launches();
+      gpu_->grouped_linear(xg, offsets, pg, yg);
+      bool small = false;
+      int live = 0;
+      for (int64_t n : rows) {
+        small = small || (n > 0 && n <= 16);
+        live += n > 0;
+      }
+      EXPECT_EQ(gpu->fp8_grouped_launches() - launches, small && live > 1 ? 1 : 0);
+      if (live > 1) {
+        EXPECT_NE(gpu_->grouped_linear_path().find("fp8"), std::string::npos) << gpu_->grouped_linear_path();
+      }
+      for (size_t g = 0; g < rows.size(); ++g)
+        if (rows[g] > 0) gpu_->linear(xg + offsets[g] * K, rows[g], wg[g], nullptr, yl + offsets[g] * N);
+      const std::vector<float> got = down(*gpu_, static_cast<const float*>(yg), fill.size());
+      const std::vector<float> want = down(*gpu_, static_cast<const float*>(yl), fill.size());
+      for (int64_t i = 0; i < first * N; ++i) ASSERT_EQ(got[i], kUntouched) << "row " << i / N << " written";
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+      for (float* p : {xg, yg, yl}) gpu_->free(p);
+    }
+  }
 }
 
 }  // namespace
