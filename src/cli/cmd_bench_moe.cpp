@@ -36,6 +36,7 @@
 #include "cpu/ceilings.h"
 #include "cpu/threads.h"
 #include "model/checkpoint.h"
+#include "model/fp8_block.h"
 #include "model/model_spec.h"
 #include "parallel/communicator.h"
 #include "parallel/gpu_binding.h"
@@ -70,6 +71,35 @@ Matrix random_matrix(ComputeBackend& b, std::vector<std::vector<uint8_t>>& store
   const size_t n = static_cast<size_t>(rows * cols);
   std::vector<float> f(n);
   fill_random(f.data(), n, seed, scale);
+  if (dt == DType::F8_E4M3) {
+    // 128 x 128 blocks, quantised as DeepSeek-V3's checkpoints are; kept fp8 where the backend
+    // computes with fp8 weights, else dequantised to bf16 on the host.
+    constexpr int64_t kBlock = 128;
+    const int64_t sr = (rows + kBlock - 1) / kBlock, sc = (cols + kBlock - 1) / kBlock;
+    store.emplace_back(n);
+    std::vector<uint8_t>& q = store.back();
+    store.emplace_back(static_cast<size_t>(sr * sc) * sizeof(float));
+    auto* scales = reinterpret_cast<float*>(store.back().data());
+    quantize_fp8_block(f.data(), rows, cols, kBlock, kBlock, q.data(), scales);
+    TensorView w, s;
+    w.name = "random";
+    w.dtype = DType::F8_E4M3;
+    w.shape = {rows, cols};
+    w.data = q.data();
+    w.nbytes = n;
+    s.name = "random_scale_inv";
+    s.dtype = DType::F32;
+    s.shape = {sr, sc};
+    s.data = scales;
+    s.nbytes = static_cast<size_t>(sr * sc) * sizeof(float);
+    if (b.takes_fp8()) return b.load_fp8_matrix(w, s, kBlock, kBlock, 0, rows, 0, cols, /*keep=*/true);
+    store.emplace_back(n * 2);
+    dequant_fp8_block(w, s, kBlock, kBlock, 0, rows, 0, cols, reinterpret_cast<uint16_t*>(store.back().data()));
+    w.dtype = DType::BF16;
+    w.data = store.back().data();
+    w.nbytes = n * 2;
+    return b.load_matrix(w);
+  }
   store.emplace_back(n * dtype_size(dt));
   if (dt == DType::BF16) {
     uint16_t* o = reinterpret_cast<uint16_t*>(store.back().data());
@@ -136,7 +166,8 @@ int cmd_bench_moe(int argc, char** argv) {
       "scoring", po::value(&scoring)->default_value(scoring), "sigmoid (DeepSeek-V3) or softmax (Mixtral/Qwen)")(
       "routed-scaling", po::value(&scale)->default_value(scale), "routed_scaling_factor (sigmoid routing)")(
       "tokens", po::value(&tokens_text)->default_value(tokens_text), "tokens per rank, a comma list")(
-      "dtype", po::value(&dtype)->default_value(dtype), "expert weight type: bf16 or f32")(
+      "dtype", po::value(&dtype)->default_value(dtype),
+      "expert weight type: bf16, f32 or fp8 (e4m3, 128 x 128 block scales: kept fp8 on the GPU)")(
       "iters,n", po::value(&iters)->default_value(iters), "timed iterations per token count")(
       "warmup,w", po::value(&warmup)->default_value(warmup), "untimed iterations per token count")(
       "threads", po::value(&threads)->default_value(threads), "CPU threads per rank (0: cores / ranks)")(
@@ -150,8 +181,8 @@ int cmd_bench_moe(int argc, char** argv) {
                         d, &vm))
     return 0;
   const std::vector<int64_t> tokens = parse_tokens(tokens_text);
-  SHARDLM_CHECK(dtype == "bf16" || dtype == "f32",
-                "shardlm bench-moe: --dtype must be bf16 or f32, not '" << dtype << "'");
+  SHARDLM_CHECK(dtype == "bf16" || dtype == "f32" || dtype == "fp8",
+                "shardlm bench-moe: --dtype must be bf16, f32 or fp8, not '" << dtype << "'");
   SHARDLM_CHECK(scoring == "sigmoid" || scoring == "softmax",
                 "shardlm bench-moe: --scoring must be sigmoid or softmax, not '" << scoring << "'");
   SHARDLM_CHECK(H > 0 && E > 0 && I > 0 && k > 0 && k <= E && shared >= 0,
@@ -185,7 +216,7 @@ int cmd_bench_moe(int argc, char** argv) {
   // and the shared expert (whole on every rank: tp 1).
   auto backend = make_backend(backend_name);
   ComputeBackend& b = *backend;
-  const DType wdt = dtype == "bf16" ? DType::BF16 : DType::F32;
+  const DType wdt = dtype == "bf16" ? DType::BF16 : dtype == "fp8" ? DType::F8_E4M3 : DType::F32;
   std::vector<std::vector<uint8_t>> store;
   const float ws = 1.0f / std::sqrt(static_cast<float>(H)), ds = 1.0f / std::sqrt(static_cast<float>(I));
   const Matrix router = random_matrix(b, store, E, H, DType::F32, 1, 4.0f * ws);
@@ -246,7 +277,11 @@ int cmd_bench_moe(int argc, char** argv) {
   const double peak_rank =
       gpu ? peak_alone : peak_alone * std::min(1.0, static_cast<double>(hw) / (n * cpu::num_threads()));
   const char* peak_name = gpu ? "the bf16 tensor peak" : "its FMA peak share";
-  const int64_t weight_elem_bytes = wdt == DType::BF16 ? 2 : 4;
+  // fp8 weights are read as 1 byte a weight only where the backend keeps them fp8 (the scales'
+  // 4 bytes per 128 x 128 block are left out).
+  const int64_t weight_elem_bytes = wdt == DType::F8_E4M3 ? (b.takes_fp8() && b.keeps_fp8_weights() ? 1 : 2)
+                                    : wdt == DType::BF16  ? 2
+                                                          : 4;
 
   if (rank == 0) {
     std::printf("# shardlm bench-moe: %d rank%s (ep %d, %" PRId64 " experts per rank), %d threads per rank, "
