@@ -86,7 +86,7 @@ void share_strings(Communicator* world, std::vector<std::string>* v) {
   }
 }
 
-RankRecord my_record(const Topology& topo, const Model& model, const LayoutGroups& g) {
+RankRecord my_record(const Topology& topo, const Model& model, const ComputeBackend& backend, const LayoutGroups& g) {
   RankRecord r;
   r.rank = topo.world_rank();
   r.replica = topo.coords().replica;
@@ -97,6 +97,7 @@ RankRecord my_record(const Topology& topo, const Model& model, const LayoutGroup
   r.load_bytes = static_cast<int64_t>(model.load_bytes());
   r.load_s = model.load_seconds();
   r.peak_rss_bytes = peak_rss_bytes();
+  r.device_weight_bytes = static_cast<int64_t>(backend.device_weight_bytes());
   if (g.tp) r.tp_bytes_sent = static_cast<int64_t>(g.tp->stats().bytes_sent);
   if (g.pp) r.pp_bytes_sent = static_cast<int64_t>(g.pp->stats().bytes_sent);
   if (g.replica) r.replica_bytes_sent = static_cast<int64_t>(g.replica->stats().bytes_sent);
@@ -129,12 +130,20 @@ void print_header(const std::vector<RankRecord>& ranks, const Topology& topo, co
                : backend.keeps_fp8_weights() ? "; fp8 weights kept fp8"
                                              : "; fp8 weights dequantised to bf16",
                opt.kv_dtype.c_str());
-  std::fprintf(stderr, "[shardlm]   rank  host              local  replica  stage  dp  tp  layers     loaded MB  seconds   GB/s\n");
+  // On a device: the memory the rank's weights take there (an fp8 checkpoint's kept fp8, or not).
+  bool device = false;
+  for (const RankRecord& r : ranks) device = device || r.device_weight_bytes > 0;
+  std::fprintf(
+      stderr,
+      "[shardlm]   rank  host              local  replica  stage  dp  tp  layers     loaded MB  seconds   GB/s%s\n",
+      device ? "  device MB" : "");
   for (const RankRecord& r : ranks) {
     const auto [l0, l1] = topo.stage_layers(r.pp);
-    std::fprintf(stderr, "[shardlm]   %4d  %-16s  %5d  %7d  %5d  %2d  %2d  [%3d,%3d)  %9.1f  %7.3f  %5.2f\n", r.rank,
+    std::fprintf(stderr, "[shardlm]   %4d  %-16s  %5d  %7d  %5d  %2d  %2d  [%3d,%3d)  %9.1f  %7.3f  %5.2f", r.rank,
                  r.host.c_str(), r.local_rank, r.replica, r.pp, r.dp, r.tp, l0, l1, r.load_bytes / 1e6, r.load_s,
                  r.load_s > 0 ? r.load_bytes / r.load_s / 1e9 : 0.0);
+    if (device) std::fprintf(stderr, "  %9.1f", r.device_weight_bytes / 1e6);
+    std::fprintf(stderr, "\n");
   }
 }
 
@@ -317,7 +326,7 @@ int cmd_run(int argc, char** argv) {
 
   // Load report: every rank's shard, printed once.
   if (!opt.quiet) {
-    const auto records = gather_rank_records(groups.world.get(), my_record(topo, *model, groups));
+    const auto records = gather_rank_records(groups.world.get(), my_record(topo, *model, *backend, groups));
     if (rank == 0) print_header(records, topo, spec, opt, *backend, comm_transport(groups));
   }
 
@@ -325,7 +334,7 @@ int cmd_run(int argc, char** argv) {
     serve_replica_steps(*model, *groups.replica, ec.kv_cache_bytes, ec.scheduler.block_size,
                         kv_block_cap(spec, ec.scheduler), ec.kv_dtype);
     finish_kv_calibration(opt, groups.world.get(), *model, rank);
-    gather_rank_records(groups.world.get(), my_record(topo, *model, groups));
+    gather_rank_records(groups.world.get(), my_record(topo, *model, *backend, groups));
     return 0;
   }
 
@@ -355,7 +364,7 @@ int cmd_run(int argc, char** argv) {
     if (broadcasting) broadcasting->finish();
     sink.finish({local.steps, local.preemptions});
     finish_kv_calibration(opt, groups.world.get(), *model, rank);
-    gather_rank_records(groups.world.get(), my_record(topo, *model, groups));
+    gather_rank_records(groups.world.get(), my_record(topo, *model, *backend, groups));
     return local.interrupted_by ? 128 + local.interrupted_by : 0;
   }
 
@@ -392,7 +401,8 @@ int cmd_run(int argc, char** argv) {
   stats.preemptions = local.preemptions + collector.totals().preemptions;
 
   finish_kv_calibration(opt, groups.world.get(), *model, rank);
-  const std::vector<RankRecord> ranks = gather_rank_records(groups.world.get(), my_record(topo, *model, groups));
+  const std::vector<RankRecord> ranks =
+      gather_rank_records(groups.world.get(), my_record(topo, *model, *backend, groups));
   int64_t load_bytes = 0;
   for (const RankRecord& r : ranks) load_bytes += r.load_bytes;
   writer->set_attr("load_bytes", load_bytes);
