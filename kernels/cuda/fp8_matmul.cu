@@ -117,49 +117,48 @@ __global__ void __launch_bounds__(kThreads)
 
   if (kVectorised) {
     for (int64_t k = static_cast<int64_t>(lane) * kVec; k < K; k += 32 * kVec) {
-      float xv[MT][kVec];
-#pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        if (m < rows) {
-          const uint16_t* xr = x + (m0 + m) * K + k;
-          const Words4 a = load16(xr), b = load16(xr + 8);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            xv[m][2 * j] = bf16_lo(a.w[j]);
-            xv[m][2 * j + 1] = bf16_hi(a.w[j]);
-            xv[m][8 + 2 * j] = bf16_lo(b.w[j]);
-            xv[m][8 + 2 * j + 1] = bf16_hi(b.w[j]);
-          }
-        } else {
-#pragma unroll
-          for (int j = 0; j < kVec; ++j) xv[m][j] = 0.0f;
-        }
-      }
+      // Both rows' weights first, then one activation row at a time: 2 x 16 weights and 16
+      // activations live at once, whatever MT (registers, so occupancy, do not grow with it).
       const int64_t sblock = (k + col_off) >> block_cols_log2;
+      float wv[kRowsPerWarp][kVec];
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
         const Words4 c = load16(codes + nrow[r] * K + k);
         const float s = scale_inv[srow[r] + sblock];
-        float wv[kVec];
         const bool plain = !(s < kScaleLimit && s > -kScaleLimit) || has_nan_code(c.w[0]) || has_nan_code(c.w[1]) ||
                            has_nan_code(c.w[2]) || has_nan_code(c.w[3]);
         if (!plain) {
           const float s_up = s * kTwo120;
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
-            wv[4 * j] = round_bf16(code_scaled_down<0>(c.w[j]) * s_up);
-            wv[4 * j + 1] = round_bf16(code_scaled_down<1>(c.w[j]) * s_up);
-            wv[4 * j + 2] = round_bf16(code_scaled_down<2>(c.w[j]) * s_up);
-            wv[4 * j + 3] = round_bf16(code_scaled_down<3>(c.w[j]) * s_up);
+            wv[r][4 * j] = round_bf16(code_scaled_down<0>(c.w[j]) * s_up);
+            wv[r][4 * j + 1] = round_bf16(code_scaled_down<1>(c.w[j]) * s_up);
+            wv[r][4 * j + 2] = round_bf16(code_scaled_down<2>(c.w[j]) * s_up);
+            wv[r][4 * j + 3] = round_bf16(code_scaled_down<3>(c.w[j]) * s_up);
           }
         } else {
 #pragma unroll
-          for (int j = 0; j < kVec; ++j) wv[j] = weight_exact(static_cast<uint8_t>(c.w[j / 4] >> (8 * (j % 4))), s);
+          for (int j = 0; j < kVec; ++j)
+            wv[r][j] = weight_exact(static_cast<uint8_t>(c.w[j / 4] >> (8 * (j % 4))), s);
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        if (m >= rows) continue;  // a row past the pass: its sums are never written
+        const uint16_t* xr = x + (m0 + m) * K + k;
+        const Words4 a = load16(xr), b = load16(xr + 8);
+        float xv[kVec];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          xv[2 * j] = bf16_lo(a.w[j]);
+          xv[2 * j + 1] = bf16_hi(a.w[j]);
+          xv[8 + 2 * j] = bf16_lo(b.w[j]);
+          xv[8 + 2 * j + 1] = bf16_hi(b.w[j]);
         }
 #pragma unroll
-        for (int m = 0; m < MT; ++m)
+        for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
-          for (int j = 0; j < kVec; ++j) acc[r][m] = fmaf(wv[j], xv[m][j], acc[r][m]);
+          for (int j = 0; j < kVec; ++j) acc[r][m] = fmaf(wv[r][j], xv[j], acc[r][m]);
       }
     }
   } else {
