@@ -61,6 +61,33 @@ double copy_bandwidth(size_t bytes, int runs) {
   return best;
 }
 
+// `run` (one GEMM of y[m, n] = x[m, k] W^T issued on `stream`) timed: the median of `runs` after 3
+// warm-up calls (which also size any workspace); weight_bytes for the GB/s of weights.
+template <typename Run>
+GemmFigure time_gemm(int64_t m, int64_t n, int64_t k, const char* dtype, double weight_bytes, int runs,
+                     cudaStream_t stream, Run run) {
+  for (int i = 0; i < 3; ++i) run();
+  Events ev;
+  std::vector<double> times;
+  for (int i = 0; i < runs; ++i) {
+    SHARDLM_CUDA_CHECK(cudaEventRecord(ev.start, stream));
+    run();
+    SHARDLM_CUDA_CHECK(cudaEventRecord(ev.stop, stream));
+    SHARDLM_CUDA_CHECK(cudaEventSynchronize(ev.stop));
+    times.push_back(ev.seconds());
+  }
+  std::sort(times.begin(), times.end());
+  GemmFigure f;
+  f.m = m;
+  f.n = n;
+  f.k = k;
+  f.dtype = dtype;
+  f.seconds = times[times.size() / 2];
+  f.tflops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / f.seconds / 1e12;
+  f.weight_gbs = weight_bytes / f.seconds / 1e9;
+  return f;
+}
+
 // The spec name of src/plan/gpu_specs.h that the device's marketing name contains ("h200",
 // "h100"), or "" when none does.
 std::string spec_name(int dev) {
@@ -124,26 +151,8 @@ GemmFigure CudaBackend::time_linear_gemm(int64_t m, int64_t n, int64_t k, bool b
                                       static_cast<int>(k), &beta, y.p, CUDA_R_32F, static_cast<int>(n),
                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   };
-  for (int i = 0; i < 3; ++i) run();
-  Events ev;
-  std::vector<double> times;
-  for (int i = 0; i < runs; ++i) {
-    SHARDLM_CUDA_CHECK(cudaEventRecord(ev.start));
-    run();
-    SHARDLM_CUDA_CHECK(cudaEventRecord(ev.stop));
-    SHARDLM_CUDA_CHECK(cudaEventSynchronize(ev.stop));
-    times.push_back(ev.seconds());
-  }
-  std::sort(times.begin(), times.end());
-  GemmFigure f;
-  f.m = m;
-  f.n = n;
-  f.k = k;
-  f.dtype = bf16 ? "bf16" : "fp32";
-  f.seconds = times[times.size() / 2];
-  f.tflops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / f.seconds / 1e12;
-  f.weight_gbs = static_cast<double>(n * k) * static_cast<double>(es) / f.seconds / 1e9;
-  return f;
+  return time_gemm(m, n, k, bf16 ? "bf16" : "fp32", static_cast<double>(n * k) * static_cast<double>(es), runs, nullptr,
+                   run);
 }
 
 GemmFigure CudaBackend::time_linear(int64_t m, int64_t n, int64_t k, DType weight, int runs) {
@@ -172,26 +181,8 @@ GemmFigure CudaBackend::time_linear(int64_t m, int64_t n, int64_t k, DType weigh
   }
   auto* xf = static_cast<const float*>(x.p);
   auto* yf = static_cast<float*>(y.p);
-  for (int i = 0; i < 3; ++i) linear(xf, m, mat, nullptr, yf);  // also sizes the workspaces
-  Events ev;
-  std::vector<double> times;
-  for (int i = 0; i < runs; ++i) {
-    SHARDLM_CUDA_CHECK(cudaEventRecord(ev.start, stream_of(stream_)));
-    linear(xf, m, mat, nullptr, yf);
-    SHARDLM_CUDA_CHECK(cudaEventRecord(ev.stop, stream_of(stream_)));
-    SHARDLM_CUDA_CHECK(cudaEventSynchronize(ev.stop));
-    times.push_back(ev.seconds());
-  }
-  std::sort(times.begin(), times.end());
-  GemmFigure f;
-  f.m = m;
-  f.n = n;
-  f.k = k;
-  f.dtype = fp8 ? "fp8" : "bf16";
-  f.seconds = times[times.size() / 2];
-  f.tflops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / f.seconds / 1e12;
-  f.weight_gbs = (static_cast<double>(w_bytes) + 4.0 * static_cast<double>(scale_n)) / f.seconds / 1e9;
-  return f;
+  return time_gemm(m, n, k, fp8 ? "fp8" : "bf16", static_cast<double>(w_bytes) + 4.0 * static_cast<double>(scale_n),
+                   runs, stream_of(stream_), [&] { linear(xf, m, mat, nullptr, yf); });
 }
 
 }  // namespace shardlm

@@ -90,18 +90,34 @@ TEST_F(CudaBackendOps, LinearBf16WithinBf16ActivationRounding) {
   expect_gemm_close(yc, down(*gpu_, yg, yc.size()), 1e-2, "bf16 linear");
 }
 
+// Random e4m3 codes (no NaN codes: their bits are compared separately) of a [R, C] weight and
+// positive scales of its br x bc blocks, with the views the loader would hand over.
+struct RandomFp8 {
+  std::vector<uint8_t> q;
+  std::vector<float> scales;
+  TensorView w, s;
+};
+
+RandomFp8 random_fp8(int64_t R, int64_t C, int64_t br, int64_t bc, uint32_t seed) {
+  RandomFp8 f;
+  std::mt19937 g(seed);
+  f.q.resize(static_cast<size_t>(R * C));
+  for (auto& b : f.q) b = static_cast<uint8_t>(g() & 0xff);
+  for (auto& b : f.q)
+    if ((b & 0x7f) == 0x7f) b = 0x3c;
+  const int64_t sr = (R + br - 1) / br, sc = (C + bc - 1) / bc;
+  f.scales = randn(static_cast<size_t>(sr * sc), seed + 1, 0.01f);
+  for (float& s : f.scales) s = std::fabs(s) + 1e-4f;
+  f.w = view("w", DType::F8_E4M3, {R, C}, f.q.data(), f.q.size());
+  f.s = view("w_scale_inv", DType::F32, {sr, sc}, f.scales.data(), f.scales.size() * 4);
+  return f;
+}
+
 TEST_F(CudaBackendOps, Fp8SliceDequantIsBitIdenticalToHost) {
   const int64_t R = 300, C = 200, br = 128, bc = 64;
-  std::mt19937 g(7);
-  std::vector<uint8_t> q(static_cast<size_t>(R * C));
-  for (auto& b : q) b = static_cast<uint8_t>(g() & 0xff);
-  for (auto& b : q)
-    if ((b & 0x7f) == 0x7f) b = 0x3c;  // keep NaN codes out: their bits are compared separately
-  const int64_t sr = (R + br - 1) / br, sc = (C + bc - 1) / bc;
-  std::vector<float> scales = randn(static_cast<size_t>(sr * sc), 8, 0.01f);
-  for (float& s : scales) s = std::fabs(s) + 1e-4f;
-  const TensorView tw = view("w", DType::F8_E4M3, {R, C}, q.data(), q.size());
-  const TensorView ts = view("w_scale_inv", DType::F32, {sr, sc}, scales.data(), scales.size() * 4);
+  const RandomFp8 f = random_fp8(R, C, br, bc, 7);
+  const TensorView& tw = f.w;
+  const TensorView& ts = f.s;
   // Whole, a row slice across a block boundary, a column slice off the block grid, and both.
   for (auto [r0, nr, c0, nc] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{0, R, 0, C}, {100, 150, 0, C},
                                 {0, R, 37, 100}, {129, 60, 63, 2}}) {
@@ -123,16 +139,9 @@ TEST_F(CudaBackendOps, Fp8SliceDequantIsBitIdenticalToHost) {
 // cuBLAS. --fp8-weights bf16 (set_keep_fp8_weights(false)) loads the bf16 form even with keep.
 TEST_F(CudaBackendOps, Fp8KeptLinearMatchesTheDequantisedWeight) {
   const int64_t R = 320, C = 512, br = 128, bc = 128;
-  std::mt19937 g(11);
-  std::vector<uint8_t> q(static_cast<size_t>(R * C));
-  for (auto& b : q) b = static_cast<uint8_t>(g() & 0xff);
-  for (auto& b : q)
-    if ((b & 0x7f) == 0x7f) b = 0x3c;
-  const int64_t sr = (R + br - 1) / br, sc = (C + bc - 1) / bc;
-  std::vector<float> scales = randn(static_cast<size_t>(sr * sc), 12, 0.01f);
-  for (float& s : scales) s = std::fabs(s) + 1e-4f;
-  const TensorView tw = view("w", DType::F8_E4M3, {R, C}, q.data(), q.size());
-  const TensorView ts = view("w_scale_inv", DType::F32, {sr, sc}, scales.data(), scales.size() * 4);
+  const RandomFp8 f = random_fp8(R, C, br, bc, 11);
+  const TensorView& tw = f.w;
+  const TensorView& ts = f.s;
   auto* gpu = dynamic_cast<CudaBackend*>(gpu_.get());
   ASSERT_NE(gpu, nullptr);
   ASSERT_TRUE(gpu->keeps_fp8_weights());

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "common/backend_data.h"
 #include "common/gpu.h"
 #include "core/dtype.h"
 #include "model/checkpoint.h"
@@ -60,13 +61,7 @@ Fp8Data random_fp8(const Case& c, uint32_t seed, bool nan_codes, float big_scale
 }
 
 TensorView view(const char* name, DType dt, std::vector<int64_t> shape, const void* p, size_t n) {
-  TensorView t;
-  t.name = name;
-  t.dtype = dt;
-  t.shape = std::move(shape);
-  t.data = p;
-  t.nbytes = n;
-  return t;
+  return test::tensor_view(name, dt, std::move(shape), p, n);
 }
 
 // The reference: y[m, n] = sum_k bf16(x[m, k]) * w(n, k) in double; also sum |x w| per output.
