@@ -6,20 +6,27 @@
 
 namespace shardlm::cpu {
 
-void expert_permute(const int32_t* topk_ids, int64_t T, int64_t k, int32_t e0, int64_t E, int32_t* offsets,
-                    int32_t* slot_row, int32_t* row_pair) {
+void expert_permute(const int32_t* topk_ids, int64_t T, int64_t k, int32_t e0, int64_t E, const int32_t* pos,
+                    int32_t* offsets, int32_t* slot_row, int32_t* row_pair, int64_t* counts) {
   const int64_t P = T * k;
-  auto local = [&](int32_t id) { return static_cast<int64_t>(id) - e0; };
+  // The pair's local expert, or -1 (not local, or a padding row's).
+  auto local_of = [&](int64_t i) -> int64_t {
+    if (pos && pos[i / k] < 0) return -1;
+    const int64_t e = static_cast<int64_t>(topk_ids[i]) - e0;
+    return e >= 0 && e < E ? e : -1;
+  };
   std::fill(offsets, offsets + E + 1, 0);
   for (int64_t i = 0; i < P; ++i) {
-    const int64_t e = local(topk_ids[i]);
-    if (e >= 0 && e < E) ++offsets[e + 1];
+    const int64_t e = local_of(i);
+    if (e >= 0) ++offsets[e + 1];
   }
+  if (counts)
+    for (int64_t e = 0; e < E; ++e) counts[e] += offsets[e + 1];
   for (int64_t e = 0; e < E; ++e) offsets[e + 1] += offsets[e];
   std::vector<int32_t> next(offsets, offsets + E);
   for (int64_t i = 0; i < P; ++i) {
-    const int64_t e = local(topk_ids[i]);
-    if (e >= 0 && e < E) {
+    const int64_t e = local_of(i);
+    if (e >= 0) {
       const int32_t r = next[e]++;
       slot_row[i] = r;
       row_pair[r] = static_cast<int32_t>(i);
@@ -29,7 +36,9 @@ void expert_permute(const int32_t* topk_ids, int64_t T, int64_t k, int32_t e0, i
   }
 }
 
-void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, int64_t rows, float* xp) {
+void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, const int32_t* num_rows,
+                   int64_t max_rows, float* xp) {
+  const int64_t rows = std::min<int64_t>(*num_rows, max_rows);
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(xp + r * H, x + (row_pair[r] / k) * H, static_cast<size_t>(H) * sizeof(float));
 }

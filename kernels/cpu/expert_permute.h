@@ -6,8 +6,12 @@
 //             a row map: the pairs (t, j) routed to local expert e take rows
 //             [offsets[e], offsets[e + 1]) in increasing (t, j) order (a stable counting sort);
 //             slot_row [T, k] = the row of pair (t, j), -1 when its expert is not local;
-//             row_pair [rows] = t * k + j of each row. Ids outside [e0, e0 + E) are skipped.
-//   gather    xp[r] = x[row_pair[r] / k] for r < rows.
+//             row_pair [rows] = t * k + j of each row. Ids outside [e0, e0 + E) are skipped, and
+//             so are the pairs of a token t with pos[t] < 0 when pos is given (a CUDA graph
+//             step's padding rows); counts (may be null) [E] += each local expert's rows (a
+//             step's per-expert token counts, accumulated where they are made).
+//   gather    xp[r] = x[row_pair[r] / k] for r < min(*rows, max_rows) (rows is the permute's
+//             offsets + E where the count stays in backend memory).
 //   combine   out[t] = sum of w[t, j] * yp[slot_row[t, j]] over t's local slots, accumulated
 //             from 0 in ascending expert id (the order the host combine of
 //             src/arch/expert_dispatch.cpp uses, so a single-rank result matches it bit for bit),
@@ -19,10 +23,11 @@
 
 namespace shardlm::cpu {
 
-void expert_permute(const int32_t* topk_ids, int64_t T, int64_t k, int32_t e0, int64_t E, int32_t* offsets,
-                    int32_t* slot_row, int32_t* row_pair);
+void expert_permute(const int32_t* topk_ids, int64_t T, int64_t k, int32_t e0, int64_t E, const int32_t* pos,
+                    int32_t* offsets, int32_t* slot_row, int32_t* row_pair, int64_t* counts);
 
-void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, int64_t rows, float* xp);
+void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, const int32_t* rows, int64_t max_rows,
+                   float* xp);
 
 void expert_combine(const float* yp, int64_t H, const int32_t* topk_ids, const float* topk_w,
                     const int32_t* slot_row, int64_t T, int64_t k, float* out);

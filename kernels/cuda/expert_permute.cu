@@ -14,9 +14,17 @@ constexpr int kRowThreads = 256;
 // do not depend on their order). Pass 2 walks the pairs in tiles of one pair per thread, in index
 // order; a pair's row is its expert's running base + the pairs of the same expert in earlier
 // warps of the tile + those in lower lanes of its own warp, so rows follow (t, j) order.
-__global__ void expert_permute_kernel(const int32_t* __restrict__ topk_ids, int64_t P, int32_t e0, int E,
-                                      int32_t* __restrict__ offsets, int32_t* __restrict__ slot_row,
-                                      int32_t* __restrict__ row_pair) {
+// The local expert of pair i, or -1 (not local, or a padding row's: pos[i / k] < 0).
+__device__ inline int local_expert(const int32_t* topk_ids, const int32_t* pos, int k, int64_t i, int32_t e0, int E) {
+  if (pos && pos[i / k] < 0) return -1;
+  const int64_t e = static_cast<int64_t>(topk_ids[i]) - e0;
+  return e >= 0 && e < E ? static_cast<int>(e) : -1;
+}
+
+__global__ void expert_permute_kernel(const int32_t* __restrict__ topk_ids, int64_t P, int k, int32_t e0, int E,
+                                      const int32_t* __restrict__ pos, int32_t* __restrict__ offsets,
+                                      int32_t* __restrict__ slot_row, int32_t* __restrict__ row_pair,
+                                      int64_t* __restrict__ counts) {
   extern __shared__ int shared[];
   int* base = shared;              // [E] next row of each expert
   int* count = base + E;           // [E]
@@ -26,10 +34,12 @@ __global__ void expert_permute_kernel(const int32_t* __restrict__ topk_ids, int6
   for (int e = tid; e < E; e += kPermuteThreads) count[e] = 0;
   __syncthreads();
   for (int64_t i = tid; i < P; i += kPermuteThreads) {
-    const int64_t e = static_cast<int64_t>(topk_ids[i]) - e0;
-    if (e >= 0 && e < E) atomicAdd(&count[e], 1);
+    const int e = local_expert(topk_ids, pos, k, i, e0, E);
+    if (e >= 0) atomicAdd(&count[e], 1);
   }
   __syncthreads();
+  if (counts)
+    for (int e = tid; e < E; e += kPermuteThreads) counts[e] += count[e];
   if (tid == 0) {
     int run = 0;
     for (int e = 0; e < E; ++e) {
@@ -45,12 +55,8 @@ __global__ void expert_permute_kernel(const int32_t* __restrict__ topk_ids, int6
     const int64_t i = tile + tid;
     int e = -1;
     if (i < P) {
-      const int64_t le = static_cast<int64_t>(topk_ids[i]) - e0;
-      if (le >= 0 && le < E) {
-        e = static_cast<int>(le);
-      } else {
-        slot_row[i] = -1;
-      }
+      e = local_expert(topk_ids, pos, k, i, e0, E);
+      if (e < 0) slot_row[i] = -1;
     }
     for (int x = tid; x < kPermuteWarps * E; x += kPermuteThreads) warp_count[x] = 0;
     __syncthreads();
@@ -131,8 +137,9 @@ int grid_for(int64_t n) { return static_cast<int>(n < 65535 * 16 ? n : 65535 * 1
 
 }  // namespace
 
-void launch_expert_permute(const int32_t* topk_ids, int64_t T, int k, int32_t e0, int E, int32_t* offsets,
-                           int32_t* slot_row, int32_t* row_pair, cudaStream_t stream) {
+void launch_expert_permute(const int32_t* topk_ids, int64_t T, int k, int32_t e0, int E, const int32_t* pos,
+                           int32_t* offsets, int32_t* slot_row, int32_t* row_pair, int64_t* counts,
+                           cudaStream_t stream) {
   if (E <= 0) return;
   const int64_t P = T * k;
   if (P <= 0) {
@@ -142,7 +149,8 @@ void launch_expert_permute(const int32_t* topk_ids, int64_t T, int k, int32_t e0
   const size_t smem = static_cast<size_t>(2 + kPermuteWarps) * E * sizeof(int);
   if (smem > 48 * 1024)
     cudaFuncSetAttribute(expert_permute_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  expert_permute_kernel<<<1, kPermuteThreads, smem, stream>>>(topk_ids, P, e0, E, offsets, slot_row, row_pair);
+  expert_permute_kernel<<<1, kPermuteThreads, smem, stream>>>(topk_ids, P, k, e0, E, pos, offsets, slot_row, row_pair,
+                                                              counts);
 }
 
 void launch_expert_gather(const float* x, int64_t H, int k, const int32_t* row_pair, const int32_t* num_rows,

@@ -14,11 +14,13 @@
 
 namespace shardlm::cuda {
 
-// topk_ids [T, k] -> offsets [E + 1], slot_row [T, k] (-1: not local), row_pair [>= rows] (row ->
-// t * k + j). One thread block; shared memory 18 * E * 4 bytes. With T * k == 0 it only zeroes
-// offsets.
-void launch_expert_permute(const int32_t* topk_ids, int64_t T, int k, int32_t e0, int E, int32_t* offsets,
-                           int32_t* slot_row, int32_t* row_pair, cudaStream_t stream);
+// topk_ids [T, k] -> offsets [E + 1], slot_row [T, k] (-1: not local, or a token with pos[t] < 0
+// when pos [T] is given), row_pair [>= rows] (row -> t * k + j); counts [E] (may be null) += each
+// local expert's rows. One thread block; shared memory 18 * E * 4 bytes. With T * k == 0 it only
+// zeroes offsets.
+void launch_expert_permute(const int32_t* topk_ids, int64_t T, int k, int32_t e0, int E, const int32_t* pos,
+                           int32_t* offsets, int32_t* slot_row, int32_t* row_pair, int64_t* counts,
+                           cudaStream_t stream);
 
 // xp[r] = x[row_pair[r] / k] (rows of H floats) for r < *num_rows (a device pointer, e.g.
 // offsets + E); max_rows (e.g. T * k) bounds the grid.

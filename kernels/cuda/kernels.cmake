@@ -8,6 +8,6 @@ set(SHARDLM_CUDA_KERNELS
     # Routing, expert permutation, expert-parallel row movement, fp8 dequantisation, sampling, logprobs.
     moe_topk.cu expert_permute.cu fp8_dequant.cu sampling.cu gated_add.cu expert_rows.cu
     # Linear layers on weights kept fp8 (a few rows: decode).
-    fp8_matmul.cu
+    rows_matmul.cu
     # Calibration: the largest magnitude of a buffer (a KV cache's fp8 scales).
     abs_max.cu)

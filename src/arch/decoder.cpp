@@ -111,11 +111,16 @@ class Decoder final : public Model {
     int64_t blocks = std::min<int64_t>(budget_bytes / shape.bytes_per_block(), max_blocks);
     // Every rank of the replica takes the same block ids: agree on the smallest count.
     if (comms_.replica) comms_.replica->all_reduce(&blocks, 1, CommDType::kI64, ReduceOp::kMin);
+    // Captured steps hold the old cache's layer pointers: they go with it.
+    drop_graphs();
     cache_.reset();  // a budget sized by the free memory counts on the old cache's being gone
     cache_ = std::make_unique<KvCache>(b_, shape, blocks * shape.bytes_per_block(), blocks);
     return cache_->num_blocks();
   }
-  void release_kv_cache() override { cache_.reset(); }
+  void release_kv_cache() override {
+    drop_graphs();
+    cache_.reset();
+  }
 
   // Pipelined on the leader of a multi-stage replica: stage 0's part runs now and the hidden state
   // is handed to stage 1; the logits' receive is posted first, so the last stage can deliver them
@@ -195,17 +200,13 @@ class Decoder final : public Model {
     } else if (kv_amax_) {
       why = "a KV cache calibration records every step eagerly";
     } else if (comms_.ep) {
-      // The MoE all-to-all is sized on the host step by step.
+      // The MoE all-to-all is sized on the host step by step. (MoE layers without ep keep their
+      // routing on the device in a captured step: StepContext::device_routing.)
       why = "graphs need no expert parallelism (no ep)";
     } else if (plan_.tp_size > 1 && !(comms_.tp && comms_.tp->can_enqueue())) {
       // An MPI or libfabric all-reduce goes through host memory, which no graph can hold; NCCL's
       // is queued on the captured stream.
       why = "graphs with tp need --comm nccl (the tp all-reduce must be queued on the captured stream)";
-    } else {
-      for (int64_t l = plan_.first_layer; l < plan_.last_layer; ++l) {
-        // An MoE layer sizes its expert GEMMs from per-expert counts it copies to the host.
-        if (spec_.moe.layer_is_moe(l)) why = "MoE layers read routing results on the host";
-      }
     }
     graphs_on_ = why.empty();
     return why;
@@ -337,6 +338,8 @@ class Decoder final : public Model {
     ctx.pos = scratch_.get_as<int32_t>(4, rows);
     ctx.slots = scratch_.get_as<int64_t>(5, rows);
     ctx.block_size = cache_->shape().block_size;
+    ctx.expert_tokens = expert_counter();
+    zero_expert_counts();
     b_.copy_to_device(const_cast<int32_t*>(ctx.pos), batch.positions.data(), T * sizeof(int32_t));
     b_.copy_to_device(const_cast<int64_t*>(ctx.slots), batch.slots.data(), T * sizeof(int64_t));
     table_start_.resize(T);
@@ -362,6 +365,7 @@ class Decoder final : public Model {
       comms_.pp->recv(residual, T * H, CommDType::kF32, plan_.stage - 1, kTagHidden);
     }
     run_layers(ctx, residual, h, proj);
+    add_expert_counts();
     // Tokens per expert routed from this engine group's batch: with expert parallelism each tp
     // rank routes its share of the tokens, so the shares are summed over tp. (Each group records
     // its own, so summing /steps rows counts every token once.)
@@ -387,7 +391,7 @@ class Decoder final : public Model {
       layer.attn->forward(h, layer_ctx, cache_->layer(static_cast<int64_t>(i)), scratch_, proj);
       tp_sum(proj, T * H);
       if (T > 0) b_.add_rmsnorm(residual, proj, layer.post_attn_norm, T, eps, h);
-      layer.ffn->forward(h, T, scratch_, proj);
+      layer.ffn->forward(h, ctx, scratch_, proj);
       tp_sum(proj, T * H);
     }
     if (T > 0) b_.add(residual, proj, T * H);
@@ -396,8 +400,8 @@ class Decoder final : public Model {
   // ---- CUDA graphs for decode steps (--cuda-graphs) ----
   //
   // A step is graph-eligible when every row is a decode token (one token per sequence) and every
-  // row samples; enable_step_graphs() has checked the rest (no MoE layer, no ep, a backend that
-  // captures, tp only over a communicator that queues on streams). Its T rows are padded to a bucket
+  // row samples; enable_step_graphs() has checked the rest (no ep, a backend that captures, tp only
+  // over a communicator that queues on streams). Its T rows are padded to a bucket
   // B, and the whole device part of a B-row step on this stage (embedding or the received hidden
   // states, the stage's layers, and on the last stage the LM head output) is captured once per
   // bucket and replayed with new inputs:
@@ -422,7 +426,10 @@ class Decoder final : public Model {
   //    eager step (so over any communicator): a later stage receives the T rows into an input
   //    slot before the replay, and its graph starts by copying them into the residual stream (the
   //    warm-up run leaves its output there, so the capture must not start from it); every stage
-  //    takes the same steps, so each replays its own graph of the same bucket.
+  //    takes the same steps, so each replays its own graph of the same bucket;
+  //  - MoE layers (no ep) keep the routing on the device (StepContext::device_routing): padding
+  //    rows go to no expert, the expert GEMMs read their row ranges there, and the expert loads
+  //    are added into a device buffer, zeroed before each replay and read after it.
   static constexpr int64_t kGraphBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
   // The bucket a step is padded to, or 0 when it runs eagerly.
@@ -484,6 +491,8 @@ class Decoder final : public Model {
     const int64_t max_len = std::min<int64_t>(spec_.max_position_embeddings,
                                               cache_->num_blocks() * cache_->shape().block_size);
     ctx.tables = BlockTables{blocks, start, nullptr, nullptr, max_len - 1};
+    ctx.device_routing = true;
+    ctx.expert_tokens = expert_counter();
     if (!plan_.first_stage()) {
       // The previous stage's hidden states of the T real rows; the padding rows keep whatever
       // the slot held (every op works row by row, and nothing reads them back).
@@ -553,8 +562,10 @@ class Decoder final : public Model {
     } else if (comms_.tp) {
       comms_.tp->count_replayed(it->second.tp_moved);
     }
+    zero_expert_counts();  // the warm-up run counted its expert loads too: the step's are the replay's
     b_.replay(it->second.handle);
     ++graph_steps_;
+    add_expert_counts();
     if (!plan_.last_stage()) return nullptr;
     const float* local = scratch_.get(13, B * plan_.vocab);
     return comms_.tp ? gather_vocab(local, B) : local;
@@ -629,6 +640,28 @@ class Decoder final : public Model {
     MoeStepStats moe;  // of this step's stage-0 MoE layers
   };
 
+  // The step's expert loads, for MoE layers without ep: counted where the routing is, into a
+  // device buffer of the decoder's own (not a scratch slot: it never moves, so no graph holds a
+  // stale pointer to it), zeroed before the step's layers run and read once after them, not once
+  // per layer. Null (the layers count on the host) for dense models and with ep.
+  int64_t* expert_counter() {
+    if (!spec_.moe.enabled() || comms_.ep) return nullptr;
+    if (!expert_tokens_dev_)
+      expert_tokens_dev_ =
+          static_cast<int64_t*>(b_.alloc(static_cast<size_t>(spec_.moe.num_experts) * sizeof(int64_t)));
+    return expert_tokens_dev_;
+  }
+  void zero_expert_counts() {
+    if (!expert_counter()) return;
+    expert_tokens_host_.assign(static_cast<size_t>(spec_.moe.num_experts), 0);
+    b_.copy_to_device(expert_tokens_dev_, expert_tokens_host_.data(), expert_tokens_host_.size() * sizeof(int64_t));
+  }
+  void add_expert_counts() {
+    if (!expert_counter()) return;
+    b_.copy_to_host(expert_tokens_host_.data(), expert_tokens_dev_, expert_tokens_host_.size() * sizeof(int64_t));
+    for (size_t e = 0; e < expert_tokens_host_.size(); ++e) moe_stats_.expert_tokens[e] += expert_tokens_host_[e];
+  }
+
   // Sums a row-parallel partial result over the tensor-parallel group; in a step being captured,
   // queued on the captured stream (see graph_step).
   void tp_sum(float* x, int64_t n) {
@@ -661,6 +694,8 @@ class Decoder final : public Model {
   // CUDA graphs (see graph_step).
   bool graphs_on_ = false, capturing_ = false;
   float* kv_amax_ = nullptr;  // recording KV magnitudes: [layer][K side, V side], backend memory
+  int64_t* expert_tokens_dev_ = nullptr;  // the step's expert loads [num_experts], backend memory
+  std::vector<int64_t> expert_tokens_host_;
   struct CapturedStep {
     int64_t handle;      // the backend's
     CommStats tp_moved;  // calls and bytes of the tp all-reduces each replay runs

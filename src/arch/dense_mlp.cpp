@@ -25,7 +25,8 @@ class DenseMlp final : public FeedForwardBlock {
     }
   }
 
-  void forward(const float* h, int64_t T, Scratch& scratch, float* out) override {
+  void forward(const float* h, const StepContext& ctx, Scratch& scratch, float* out) override {
+    const int64_t T = ctx.T;
     if (T == 0) return;
     ComputeBackend& b = scratch.backend();
     float* gate = scratch.get(Scratch::kFeedForward + 0, T * inter_);

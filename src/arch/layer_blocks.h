@@ -14,7 +14,7 @@ namespace shardlm {
 
 class WeightLoader;
 
-// What an attention block needs to know about the step besides the hidden state.
+// What a block needs to know about the step besides the hidden state.
 struct StepContext {
   const ForwardBatch* batch = nullptr;
   int64_t T = 0;                          // tokens in the step
@@ -25,6 +25,12 @@ struct StepContext {
   // KV cache calibration (Model::record_kv_magnitudes): this layer's running maxima of |K side| and
   // |V side| as the cache is given them (backend memory, 2 floats); null when not recording.
   float* kv_amax = nullptr;
+  // A step captured for replay (--cuda-graphs): its T rows include padding rows (pos -1), and
+  // nothing may be read back to the host, so a Mixture-of-Experts layer keeps its routing on the
+  // device (grouped_linear_routed) and adds its expert loads into expert_tokens ([num_experts]
+  // int64, backend memory) rather than counting them on the host.
+  bool device_routing = false;
+  int64_t* expert_tokens = nullptr;
 };
 
 class AttentionBlock {
@@ -42,10 +48,10 @@ class AttentionBlock {
 class FeedForwardBlock {
  public:
   virtual ~FeedForwardBlock() = default;
-  // out [T, hidden] = this rank's partial output for the normed hidden state h. Called on every
-  // rank of an expert-parallel group for every step, with T = 0 when the rank has no tokens, so
-  // that the group's all-to-alls pair up.
-  virtual void forward(const float* h, int64_t T, Scratch& scratch, float* out) = 0;
+  // out [T, hidden] = this rank's partial output for the normed hidden state h (T = ctx.T). Called
+  // on every rank of an expert-parallel group for every step, with T = 0 when the rank has no
+  // tokens, so that the group's all-to-alls pair up.
+  virtual void forward(const float* h, const StepContext& ctx, Scratch& scratch, float* out) = 0;
 };
 
 // MoeStepStats (per-step expert-parallel figures) is declared in arch/model.h.

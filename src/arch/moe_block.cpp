@@ -20,7 +20,9 @@
 //   ep_size 1  router linear, moe_route, expert_permute, expert_gather, each expert's GEMMs on its
 //              contiguous rows, expert_combine. The one host read is the permute's offsets
 //              [E + 1], which size each expert's GEMMs (and give the per-expert token counts of
-//              the statistics).
+//              the statistics). In a captured step (CUDA graphs) not even that: the expert GEMMs
+//              read the offsets on the device (grouped_linear_routed) and the counts are added up
+//              there (StepContext::expert_tokens).
 //   ep_size>1  router linear and moe_route on the share; its ids and weights ([T, k], small) come
 //              to the host, where expert_dispatch.h builds the index maps of the exchange; the
 //              rows travel in backend memory (NCCL on device buffers with --comm nccl) and are
@@ -133,6 +135,11 @@ class MoeBlock final : public FeedForwardBlock {
       x.down = sliced ? w.cols(ep + n.down, H, I, plan.expert_inter0, plan.expert_inter) : w.whole(ep + n.down, H, I);
       experts_.push_back(x);
     }
+    for (const ExpertWeights& x : experts_) {  // experts_ is complete: the pointers stay valid
+      gate_w_.push_back(&x.gate);
+      up_w_.push_back(&x.up);
+      down_w_.push_back(&x.down);
+    }
     if (m.shared_intermediate > 0) {
       SHARDLM_CHECK(!n.shared_prefix.empty(), "layer " << layer << ": the Mixtral naming has no shared expert");
       const int64_t S = m.shared_intermediate;
@@ -150,29 +157,73 @@ class MoeBlock final : public FeedForwardBlock {
     }
   }
 
-  void forward(const float* h, int64_t T, Scratch& scratch, float* out) override {
+  void forward(const float* h, const StepContext& ctx, Scratch& scratch, float* out) override {
+    const int64_t T = ctx.T;
     if (plan_.ep_size > 1) {
+      SHARDLM_CHECK(!ctx.device_routing, "moe block: a captured step with expert parallelism");
       forward_expert_parallel(h, T, scratch, out);
+    } else if (T > 0 && (ctx.device_routing || T * m_.experts_per_token <= kRoutedRowsPerExpert * m_.num_experts)) {
+      forward_routed(h, ctx, scratch, out);
     } else if (T > 0) {
-      forward_on_backend(h, T, scratch, out);
+      forward_on_backend(h, ctx, scratch, out);
     }
   }
 
  private:
-  // ep_size 1, T > 0: the whole layer through backend ops (see the file comment). Slots
-  // kFeedForward + 0..3 as add_shared uses them, + 8 and up for the routed path.
-  void forward_on_backend(const float* h, int64_t T, Scratch& scratch, float* out) {
+  // Steps of up to this many rows per expert on average take the routed path even when they run
+  // eagerly (decode steps): two passes of the direct kernel per expert read each weight twice, the
+  // traffic of a GEMM on a dequantised or cast copy, with no host read in the layer; larger steps
+  // (prefill) take cuBLAS's grouped GEMMs on tensor cores. A captured step always routes on the
+  // device, so a graph step and an eager step of the same rows take the same arithmetic.
+  static constexpr int64_t kRoutedRowsPerExpert = 16;
+
+  // The routing's per-expert loads into the statistics, when the step has no device counter
+  // (StepContext::expert_tokens; a block driven on its own): from the offsets, read on the host.
+  void count_on_host(ComputeBackend& b, const int32_t* offsets) {
+    if (!stats_) return;
+    const int64_t E = m_.num_experts;
+    host_offsets_.resize(static_cast<size_t>(E + 1));
+    b.copy_to_host(host_offsets_.data(), offsets, host_offsets_.size() * sizeof(int32_t));
+    count(host_offsets_);
+  }
+  void count(const std::vector<int32_t>& offsets) {
+    const int64_t E = m_.num_experts;
+    std::vector<int64_t>& per_expert = stats_->expert_tokens;
+    if (static_cast<int64_t>(per_expert.size()) < E) per_expert.resize(static_cast<size_t>(E), 0);
+    for (int64_t e = 0; e < E; ++e) per_expert[e] += offsets[e + 1] - offsets[e];
+    // Nothing is exchanged: dispatch and combine figures (all-to-all time and bytes) stay 0.
+  }
+
+  // The routing both ep_size 1 paths start with, in backend memory: the router, the top-k, and the
+  // permutation of the (token, expert) pairs by expert (padding rows to none; the expert loads into
+  // ctx.expert_tokens when the step counts there). Slots kFeedForward + 0 and 8..12.
+  struct Permuted {
+    int32_t *ids, *offsets, *slot_row, *row_pair;
+    float* weights;
+  };
+  Permuted route_and_permute(const float* h, const StepContext& ctx, Scratch& scratch) {
     ComputeBackend& b = scratch.backend();
-    const int64_t H = H_, E = m_.num_experts, k = m_.experts_per_token, P = T * k;
+    const int64_t T = ctx.T, E = m_.num_experts, k = m_.experts_per_token, P = T * k;
     float* logits = scratch.get(Scratch::kFeedForward + 0, static_cast<size_t>(T * E));
-    int32_t* ids = scratch.get_as<int32_t>(Scratch::kFeedForward + 8, static_cast<size_t>(P));
-    float* weights = scratch.get(Scratch::kFeedForward + 9, static_cast<size_t>(P));
-    int32_t* offsets = scratch.get_as<int32_t>(Scratch::kFeedForward + 10, static_cast<size_t>(E + 1));
-    int32_t* slot_row = scratch.get_as<int32_t>(Scratch::kFeedForward + 11, static_cast<size_t>(P));
-    int32_t* row_pair = scratch.get_as<int32_t>(Scratch::kFeedForward + 12, static_cast<size_t>(P));
+    Permuted r;
+    r.ids = scratch.get_as<int32_t>(Scratch::kFeedForward + 8, static_cast<size_t>(P));
+    r.weights = scratch.get(Scratch::kFeedForward + 9, static_cast<size_t>(P));
+    r.offsets = scratch.get_as<int32_t>(Scratch::kFeedForward + 10, static_cast<size_t>(E + 1));
+    r.slot_row = scratch.get_as<int32_t>(Scratch::kFeedForward + 11, static_cast<size_t>(P));
+    r.row_pair = scratch.get_as<int32_t>(Scratch::kFeedForward + 12, static_cast<size_t>(P));
     b.linear(h, T, router_, nullptr, logits);
-    b.moe_route(logits, T, cfg_, ids, weights);
-    b.expert_permute(ids, T, k, 0, E, offsets, slot_row, row_pair);
+    b.moe_route(logits, T, cfg_, r.ids, r.weights);
+    b.expert_permute(r.ids, T, k, 0, E, ctx.pos, r.offsets, r.slot_row, r.row_pair, ctx.expert_tokens);
+    return r;
+  }
+
+  // ep_size 1, T > 0, a large step: the whole layer through backend ops (see the file comment).
+  // Slots kFeedForward + 0..3 as add_shared uses them, + 8 and up for the routing.
+  void forward_on_backend(const float* h, const StepContext& ctx, Scratch& scratch, float* out) {
+    ComputeBackend& b = scratch.backend();
+    const int64_t T = ctx.T, H = H_, E = m_.num_experts, k = m_.experts_per_token, P = T * k;
+    const Permuted r = route_and_permute(h, ctx, scratch);
+    int32_t* offsets = r.offsets;
     host_offsets_.resize(static_cast<size_t>(E + 1));
     b.copy_to_host(host_offsets_.data(), offsets, host_offsets_.size() * sizeof(int32_t));
     const int64_t rows = host_offsets_[E];
@@ -182,16 +233,35 @@ class MoeBlock final : public FeedForwardBlock {
     expert_offsets_.assign(host_offsets_.begin(), host_offsets_.end());
     float* xp = scratch.get(Scratch::kFeedForward + 13, static_cast<size_t>(rows * H));
     float* yp = scratch.get(Scratch::kFeedForward + 16, static_cast<size_t>(rows * H));
-    b.expert_gather(h, H, k, row_pair, rows, xp);
+    b.expert_gather(h, H, k, r.row_pair, offsets + E, rows, xp);
     run_experts(scratch, experts_, inter_, H, xp, expert_offsets_, yp);
-    b.expert_combine(yp, H, ids, weights, slot_row, T, k, out);
+    b.expert_combine(yp, H, r.ids, r.weights, r.slot_row, T, k, out);
+    if (stats_ && !ctx.expert_tokens) count(host_offsets_);
+    if (has_shared_) add_shared(h, T, scratch, out);
+  }
 
-    if (stats_) {
-      std::vector<int64_t>& per_expert = stats_->expert_tokens;
-      if (static_cast<int64_t>(per_expert.size()) < E) per_expert.resize(static_cast<size_t>(E), 0);
-      for (int64_t e = 0; e < E; ++e) per_expert[e] += host_offsets_[e + 1] - host_offsets_[e];
-      // Nothing is exchanged: dispatch and combine figures (all-to-all time and bytes) stay 0.
-    }
+  // ep_size 1, a decode-sized or captured step (StepContext::device_routing): the same ops, but the
+  // per-expert rows stay on the device. Padding rows (pos < 0) route to no expert, so
+  // rows <= T * k; every buffer is sized for T * k and the expert GEMMs read their row ranges from
+  // the permute's offsets (grouped_linear_routed). Same slots as forward_on_backend, and
+  // run_experts' 5 and 6 for gate and up.
+  void forward_routed(const float* h, const StepContext& ctx, Scratch& scratch, float* out) {
+    ComputeBackend& b = scratch.backend();
+    const int64_t T = ctx.T, H = H_, E = m_.num_experts, k = m_.experts_per_token, P = T * k, I = inter_;
+    const Permuted r = route_and_permute(h, ctx, scratch);
+    const int32_t* offsets = r.offsets;
+    float* xp = scratch.get(Scratch::kFeedForward + 13, static_cast<size_t>(P * H));
+    float* yp = scratch.get(Scratch::kFeedForward + 16, static_cast<size_t>(P * H));
+    float* gate = scratch.get(Scratch::kFeedForward + 5, static_cast<size_t>(P * I));
+    float* up = scratch.get(Scratch::kFeedForward + 6, static_cast<size_t>(P * I));
+    b.expert_gather(h, H, k, r.row_pair, offsets + E, P, xp);
+    b.grouped_linear_routed(xp, P, offsets, gate_w_, gate);
+    b.grouped_linear_routed(xp, P, offsets, up_w_, up);
+    // Rows past the routed ones hold stale values; silu_mul keeps them to themselves.
+    b.silu_mul(gate, up, gate, P * I);
+    b.grouped_linear_routed(gate, P, offsets, down_w_, yp);
+    b.expert_combine(yp, H, r.ids, r.weights, r.slot_row, T, k, out);
+    if (!ctx.expert_tokens) count_on_host(b, offsets);
     if (has_shared_) add_shared(h, T, scratch, out);
   }
 
@@ -266,6 +336,7 @@ class MoeBlock final : public FeedForwardBlock {
   RouterConfig cfg_;  // the routing (its bias is backend memory)
   int64_t inter_ = 0;
   std::vector<ExpertWeights> experts_;
+  std::vector<const Matrix*> gate_w_, up_w_, down_w_;  // the experts' projections, for grouped calls
   bool has_shared_ = false;
   int64_t shared_inter_ = 0;
   ExpertWeights shared_;

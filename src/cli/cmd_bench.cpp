@@ -169,6 +169,7 @@ int cmd_bench(int argc, char** argv) {
   int64_t peak_gemm = 8192, attention_context = 32768;
   int threads = 0;
   std::string kv_gb = "auto", fp8_weights = "fp8";
+  bool cuda_graphs = false;
   double kv_fraction = 0.9;
   po::options_description d("shardlm bench options");
   // clang-format off
@@ -187,6 +188,7 @@ int cmd_bench(int argc, char** argv) {
     ("attention-context", po::value(&attention_context)->default_value(attention_context), "attention alone: the longest cached context decode is timed at (also at 4096); 0 skips the attention timings")
     ("peak-gemm", po::value(&peak_gemm)->default_value(peak_gemm), "with --backend cuda: also time a square bf16 GEMM of this side beside the peak, and fp8- and bf16-weight linears of that shape (0: only the model's shapes)")
     ("fp8-weights", po::value(&fp8_weights)->default_value(fp8_weights), "an fp8 checkpoint's linear weights with --backend cuda: fp8 (kept) or bf16 (dequantised at load), as shardlm run")
+    ("cuda-graphs", po::bool_switch(&cuda_graphs), "also run the decode and batched scenarios with decode steps replayed from CUDA graphs (as shardlm run --cuda-graphs), beside the eager figures")
     ;
   // clang-format on
   po::variables_map vm;
@@ -207,18 +209,30 @@ int cmd_bench(int argc, char** argv) {
   std::unique_ptr<ComputeBackend> backend = make_backend(backend_name);
   backend->set_keep_fp8_weights(fp8_weights == "fp8");
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend);
-  // What decode streams per token: the checkpoint's bytes, or for an fp8 checkpoint a device
-  // dequantised at load, what the device holds (its linears twice their fp8 bytes).
+  // The weights' bytes: the checkpoint's, or for an fp8 checkpoint a device dequantised at load,
+  // what the device holds (its linears twice their fp8 bytes).
   const bool widened = spec.quant.fp8_block && !backend->keeps_fp8_weights() && backend->device_weight_bytes() > 0;
   const double weight_bytes = static_cast<double>(widened ? backend->device_weight_bytes() : ckpt->total_bytes());
-  double params = 0;
+  double params = 0, routed_params = 0, routed_bytes = 0;
   for (const auto& name : ckpt->names()) {
     const bool fp8_scales = name.size() > 10 && name.compare(name.size() - 10, 10, "_scale_inv") == 0;
-    if (!fp8_scales) params += static_cast<double>(ckpt->get(name).numel());
+    // Routed experts ("mlp.experts.E." or Mixtral's "block_sparse_moe.experts.E."; not the shared ones).
+    const bool routed = spec.moe.enabled() && name.find(".experts.") != std::string::npos;
+    const TensorView& t = ckpt->get(name);
+    if (routed) routed_bytes += static_cast<double>(t.nbytes);
+    if (fp8_scales) continue;
+    params += static_cast<double>(t.numel());
+    if (routed) routed_params += static_cast<double>(t.numel());
   }
+  // A token goes through k of the E routed experts: decode at batch 1 streams those and every
+  // other weight, and multiplies through the same.
+  const double unused =
+      spec.moe.enabled() ? 1.0 - static_cast<double>(spec.moe.experts_per_token) / spec.moe.num_experts : 0.0;
+  const double decode_bytes =
+      weight_bytes * (1.0 - unused * routed_bytes / static_cast<double>(std::max<size_t>(ckpt->total_bytes(), 1)));
   // Per generated token the matmuls cost 2 FLOP per weight (the embedding is a gather, not a matmul).
   const double embed = static_cast<double>(spec.vocab_size * spec.hidden_size);
-  const double flop_per_token = 2.0 * (params - (spec.tie_word_embeddings ? 0.0 : embed));
+  const double flop_per_token = 2.0 * (params - (spec.tie_word_embeddings ? 0.0 : embed) - unused * routed_params);
 
   // A backend with device ceilings runs on an accelerator: its figures stand beside those, not the CPU's.
   DeviceCeilings device;
@@ -236,9 +250,16 @@ int cmd_bench(int argc, char** argv) {
     peak = fp32_peak = cpu::measure_fma_peak_gflops(300);
     std::printf("machine: memory bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s\n", bw, peak);
   }
-  std::printf("ceilings for this model: decode (batch 1, weights streamed once per token) %.1f tok/s; "
-              "compute-bound tokens (prefill, batched decode) %.1f tok/s\n\n",
-              bw * 1e9 / weight_bytes, peak * 1e9 / flop_per_token);
+  if (spec.moe.enabled())
+    std::printf(
+        "MoE: %lld of %lld routed experts per token: %.0f MB of weights streamed and %.1fM multiplied per "
+        "token\n",
+        static_cast<long long>(spec.moe.experts_per_token), static_cast<long long>(spec.moe.num_experts),
+        decode_bytes / 1e6, flop_per_token / 2e6);
+  std::printf(
+      "ceilings for this model: decode (batch 1, weights streamed once per token) %.1f tok/s; "
+      "compute-bound tokens (prefill, batched decode) %.1f tok/s\n\n",
+      bw * 1e9 / decode_bytes, peak * 1e9 / flop_per_token);
 
   // Sized once, after loading: each scenario's engine frees the last one's cache before making its own.
   EngineConfig ec;
@@ -268,7 +289,7 @@ int cmd_bench(int argc, char** argv) {
   const RequestResult& r = dec.results[0];
   const double decode_tps = (r.output_tokens.size() - 1) / (r.t_finished - r.t_first_token);
   std::printf("decode   batch 1:                    %8.1f tok/s  (%.1f GB/s of weights, %.1f%% of bandwidth%s)\n",
-              decode_tps, decode_tps * weight_bytes / 1e9, 100.0 * decode_tps * weight_bytes / 1e9 / bw,
+              decode_tps, decode_tps * decode_bytes / 1e9, 100.0 * decode_tps * decode_bytes / 1e9 / bw,
               gpu ? "" : "; llama.cpp: 33.5");
 
   // 3. Batched: many sequences of batch_in prompt + batch_out output, continuous batching.
@@ -279,6 +300,35 @@ int cmd_bench(int argc, char** argv) {
               static_cast<long long>(batch), static_cast<long long>(batch_in), static_cast<long long>(batch_out),
               total_tps, bat.stats.output_tokens_per_s(), bat.stats.wall_s, total_tps * flop_per_token / 1e9,
               100.0 * total_tps * flop_per_token / 1e9 / peak, peak_name, gpu ? "" : "; llama.cpp: 47 total");
+
+  // 3b. The same two with decode steps replayed from CUDA graphs: launch and host overhead off the
+  //     step, against the eager figures of this run.
+  if (cuda_graphs) {
+    const std::string why = model->enable_step_graphs();
+    if (!why.empty()) {
+      std::printf("CUDA graphs: not used (%s)\n", why.c_str());
+    } else {
+      ec.scheduler.max_batch_tokens = std::max<int64_t>(prompt_len, std::min<int64_t>(2048, batch * batch_in));
+      Scenario gdec = run_scenario(*model, *tok, ec, 1, 16, decode_tokens);
+      const RequestResult& g = gdec.results[0];
+      const double graph_tps = (g.output_tokens.size() - 1) / (g.t_finished - g.t_first_token);
+      std::printf(
+          "decode   batch 1, CUDA graphs:       %8.1f tok/s  (%.1f%% of bandwidth; eager %.1f tok/s: x%.2f; "
+          "replayed steps: %lld)\n",
+          graph_tps, 100.0 * graph_tps * decode_bytes / 1e9 / bw, decode_tps, graph_tps / decode_tps,
+          static_cast<long long>(model->graph_steps()));
+      ec.scheduler.max_batch_tokens = 2048;
+      const int64_t before = model->graph_steps();
+      Scenario gbat = run_scenario(*model, *tok, ec, batch, batch_in, batch_out);
+      const double graph_total = gbat.stats.total_tokens_per_s();
+      std::printf(
+          "batched  %lld x (%lld in + %lld out), CUDA graphs: %8.1f tok/s total, %.1f output tok/s  (eager "
+          "%.1f tok/s total: x%.2f; replayed steps: %lld)\n",
+          static_cast<long long>(batch), static_cast<long long>(batch_in), static_cast<long long>(batch_out),
+          graph_total, gbat.stats.output_tokens_per_s(), total_tps, graph_total / total_tps,
+          static_cast<long long>(model->graph_steps() - before));
+    }
+  }
 
   // 4. Sampling: the backend's sample op (where the engine samples) on rows of the model's vocabulary.
   print_sampling(*backend, spec.vocab_size, bw);

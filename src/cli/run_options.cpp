@@ -25,7 +25,7 @@ po::options_description describe(RunOptions& o) {
     ("format", po::value(&o.format)->default_value(o.format), "prompt file format: auto|jsonl|text|openai")
     ("config", po::value(&o.config), "INI job file with any of these options")
     ("backend", po::value(&o.backend)->default_value(o.backend), "compute backend")
-    ("cuda-graphs", po::bool_switch(&o.cuda_graphs), "capture decode steps (one token per sequence, padded to 1, 2, 4 .. 256 rows) as CUDA graphs and replay them; --backend cuda, dense models, no ep, tp only over --comm nccl (other steps run eagerly)")
+    ("cuda-graphs", po::bool_switch(&o.cuda_graphs), "capture decode steps (one token per sequence, padded to 1, 2, 4 .. 256 rows) as CUDA graphs and replay them; --backend cuda, dense and MoE models, no ep, tp only over --comm nccl (other steps run eagerly)")
     ("max-new-tokens", po::value(&o.max_new_tokens)->default_value(o.max_new_tokens), "default max tokens generated per request")
     ("temperature", po::value(&o.temperature)->default_value(o.temperature), "sampling temperature (0 = greedy)")
     ("top-p", po::value(&o.top_p)->default_value(o.top_p), "nucleus sampling mass (1 = off)")

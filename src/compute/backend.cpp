@@ -1,6 +1,8 @@
 // Defaults of the optional ComputeBackend operations.
 #include "compute/backend.h"
 
+#include <vector>
+
 #include "core/error.h"
 #include "model/checkpoint.h"
 
@@ -51,6 +53,16 @@ void ComputeBackend::grouped_linear(const float* x, const std::vector<int64_t>& 
     const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
     if (n > 0) linear(x + r0 * w[g]->cols, n, *w[g], nullptr, y + r0 * w[g]->rows);
   }
+}
+
+void ComputeBackend::grouped_linear_routed(const float* x, int64_t max_rows, const int32_t* offsets,
+                                           const std::vector<const Matrix*>& w, float* y) {
+  std::vector<int32_t> host(w.size() + 1);
+  copy_to_host(host.data(), offsets, host.size() * sizeof(int32_t));
+  const std::vector<int64_t> rows(host.begin(), host.end());
+  SHARDLM_CHECK(rows.back() <= max_rows, name() << ": grouped_linear_routed offsets end at " << rows.back()
+                                                << ", past the " << max_rows << " rows of x");
+  grouped_linear(x, rows, w, y);
 }
 
 }  // namespace shardlm

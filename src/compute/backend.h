@@ -178,6 +178,15 @@ class ComputeBackend {
   // where the default runs linear() per non-empty group, bit for bit).
   virtual void grouped_linear(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
                               float* y);
+  // grouped_linear with the groups' row ranges in backend memory: offsets [G + 1] (int32, from an
+  // expert permutation), offsets[G] <= max_rows, x [max_rows, K], y [max_rows, N] (rows from
+  // offsets[G] on are not written). Nothing about the groups is read on the host, so a captured
+  // step can hold the call (Mixture-of-Experts layers in a CUDA graph); where the backend cannot
+  // capture, the default reads the offsets back and runs grouped_linear. The CUDA backend runs
+  // every group through one kernel that reads the weights directly (a decode step's few rows per
+  // expert), fp8 codes with the bits linear() gives a row of up to 16.
+  virtual void grouped_linear_routed(const float* x, int64_t max_rows, const int32_t* offsets,
+                                     const std::vector<const Matrix*>& w, float* y);
   // How grouped_linear runs here, in a few words (benchmark headers).
   virtual std::string grouped_linear_path() const { return "one linear per group"; }
   // Rows a grouped_linear call should take at most (callers bound their scratch with it): 0 when
@@ -232,11 +241,15 @@ class ComputeBackend {
   // Groups the (token, slot) pairs routed to the local experts [e0, e0 + E) by expert, in
   // ascending (token, slot) order within an expert: offsets [E + 1] (int32), slot_row [T, k] (the
   // row of pair (t, j), -1 when its expert is not local), row_pair [T * k] (row -> t * k + j).
-  virtual void expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, int32_t* offsets,
-                              int32_t* slot_row, int32_t* row_pair) = 0;
-  // xp [rows, H]: row r is x[row_pair[r] / k]. rows = offsets[E] of the permute.
-  virtual void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, int64_t rows,
-                             float* xp) = 0;
+  // pos [T] (may be null): a token with pos[t] < 0 (a captured step's padding row) goes to no
+  // expert. counts [E] (int64, may be null) += each local expert's rows: a step's expert loads,
+  // counted where the routing is, so a captured step need not read them back.
+  virtual void expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, const int32_t* pos,
+                              int32_t* offsets, int32_t* slot_row, int32_t* row_pair, int64_t* counts) = 0;
+  // xp [rows, H]: row r is x[row_pair[r] / k], for rows = min(*num_rows, max_rows): num_rows is
+  // backend memory (the permute's offsets + E), max_rows (T * k) bounds it on the host.
+  virtual void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, const int32_t* num_rows,
+                             int64_t max_rows, float* xp) = 0;
   // out [T, H] = for each token, from zero, + weights[t, j] * yp[slot_row[t, j]] over its local
   // slots in ascending expert id (the sum does not depend on the layout's expert split order).
   virtual void expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights,

@@ -277,17 +277,17 @@ void CpuBackend::moe_route(const float* logits, int64_t T, const RouterConfig& c
   std::memcpy(weights, r.weights.data(), r.weights.size() * sizeof(float));
 }
 
-void CpuBackend::expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, int32_t* offsets,
-                                int32_t* slot_row, int32_t* row_pair) {
+void CpuBackend::expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, const int32_t* pos,
+                                int32_t* offsets, int32_t* slot_row, int32_t* row_pair, int64_t* counts) {
   SHARDLM_CHECK(E >= 0 && e0 >= 0 && e0 + E <= INT32_MAX && T >= 0 && k >= 0 && T * k <= INT32_MAX,
                 "cpu backend: expert_permute of " << T << " x " << k << " slots over experts [" << e0 << ", +" << E
                                                   << ")");
-  cpu::expert_permute(ids, T, k, static_cast<int32_t>(e0), E, offsets, slot_row, row_pair);
+  cpu::expert_permute(ids, T, k, static_cast<int32_t>(e0), E, pos, offsets, slot_row, row_pair, counts);
 }
 
-void CpuBackend::expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, int64_t rows,
-                               float* xp) {
-  cpu::expert_gather(x, H, k, row_pair, rows, xp);
+void CpuBackend::expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, const int32_t* num_rows,
+                               int64_t max_rows, float* xp) {
+  cpu::expert_gather(x, H, k, row_pair, num_rows, max_rows, xp);
 }
 
 void CpuBackend::expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights,

@@ -66,10 +66,10 @@ class CpuBackend : public ComputeBackend {
   // Mixture-of-Experts: the host router (arch/moe_router.h) and kernels/cpu/expert_permute.h,
   // gated_add.h, so that a block running through these ops matches the host path bit for bit.
   void moe_route(const float* logits, int64_t T, const RouterConfig& cfg, int32_t* ids, float* weights) override;
-  void expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, int32_t* offsets,
-                      int32_t* slot_row, int32_t* row_pair) override;
-  void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, int64_t rows,
-                     float* xp) override;
+  void expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, const int32_t* pos,
+                      int32_t* offsets, int32_t* slot_row, int32_t* row_pair, int64_t* counts) override;
+  void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, const int32_t* num_rows,
+                     int64_t max_rows, float* xp) override;
   void expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights, const int32_t* slot_row,
                       int64_t T, int64_t k, float* out) override;
   void gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) override;

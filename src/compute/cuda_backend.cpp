@@ -111,7 +111,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(fp8_passes_);
   cudaFree(grouped_ptrs_);
   cudaFree(grouped_out_ws_);
-  cudaFree(row_count_);
+  cudaFree(routed_passes_);
   cudaFree(attn_states_);
   for (void* p : sample_buf_) cudaFree(p);
   for (int i = 0; i < 2; ++i) {
@@ -369,19 +369,7 @@ void* CudaBackend::regrow_workspace(void*& ws, size_t bytes) {
   return ws;
 }
 
-uint16_t* CudaBackend::bf16_workspace(size_t n) {
-  if (n > bf16_ws_n_) {
-    SHARDLM_CHECK(!capturing_, "cuda backend: the bf16 GEMM workspace must grow to "
-                                   << n << " elements while capturing a CUDA graph (run the step once before "
-                                   "capturing it)");
-    void* ws = bf16_ws_;
-    bf16_ws_ = nullptr;  // no dangling member should the regrow throw
-    bf16_ws_n_ = 0;
-    bf16_ws_ = static_cast<uint16_t*>(regrow_workspace(ws, n * sizeof(uint16_t)));
-    bf16_ws_n_ = n;
-  }
-  return bf16_ws_;
-}
+uint16_t* CudaBackend::bf16_workspace(size_t n) { return grown_workspace(bf16_ws_, bf16_ws_n_, n, "bf16 GEMM"); }
 
 void CudaBackend::embedding(const int32_t* ids, int64_t T, const Matrix& table, float* out) {
   SHARDLM_CHECK(table.dtype == DType::BF16 || table.dtype == DType::F32,
@@ -517,23 +505,17 @@ void CudaBackend::moe_route(const float* logits, int64_t T, const RouterConfig& 
   check_launch("moe_route");
 }
 
-void CudaBackend::expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, int32_t* offsets,
-                                 int32_t* slot_row, int32_t* row_pair) {
+void CudaBackend::expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, const int32_t* pos,
+                                 int32_t* offsets, int32_t* slot_row, int32_t* row_pair, int64_t* counts) {
   SHARDLM_CHECK(T * k <= INT32_MAX && E <= INT32_MAX, "cuda backend: expert_permute of " << T << " x " << k);
-  cuda::launch_expert_permute(ids, T, static_cast<int>(k), static_cast<int32_t>(e0), static_cast<int>(E), offsets,
-                              slot_row, row_pair, stream_of(stream_));
+  cuda::launch_expert_permute(ids, T, static_cast<int>(k), static_cast<int32_t>(e0), static_cast<int>(E), pos, offsets,
+                              slot_row, row_pair, counts, stream_of(stream_));
   check_launch("expert_permute");
 }
 
-void CudaBackend::expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, int64_t rows,
-                                float* xp) {
-  if (rows == 0) return;
-  // The kernel reads the row count from device memory (so that a step can be captured without a
-  // host read); here the caller knows it, so it goes up with the launch.
-  if (!row_count_) SHARDLM_CUDA_CHECK(cudaMalloc(&row_count_, sizeof(int32_t)));
-  const auto n = static_cast<int32_t>(rows);
-  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(row_count_, &n, sizeof n, cudaMemcpyHostToDevice, stream_of(stream_)));
-  cuda::launch_expert_gather(x, H, static_cast<int>(k), row_pair, row_count_, rows, xp, stream_of(stream_));
+void CudaBackend::expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, const int32_t* num_rows,
+                                int64_t max_rows, float* xp) {
+  cuda::launch_expert_gather(x, H, static_cast<int>(k), row_pair, num_rows, max_rows, xp, stream_of(stream_));
   check_launch("expert_gather");
 }
 

@@ -38,7 +38,9 @@
 #include <vector>
 
 #include "compute/backend.h"
+#include "core/error.h"
 #include "cuda/attention_partitions.h"
+#include "cuda/rows_matmul.h"
 
 namespace shardlm {
 
@@ -125,9 +127,15 @@ class CudaBackend final : public ComputeBackend {
                         int64_t rope_dim, const KvCacheRef& cache, int64_t block_size, const BlockTables& tables,
                         const int32_t* pos, float scale, float* out) override;
   void moe_route(const float* logits, int64_t T, const RouterConfig& cfg, int32_t* ids, float* weights) override;
-  void expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, int32_t* offsets,
-                      int32_t* slot_row, int32_t* row_pair) override;
-  void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, int64_t rows, float* xp) override;
+  void expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, const int32_t* pos,
+                      int32_t* offsets, int32_t* slot_row, int32_t* row_pair, int64_t* counts) override;
+  void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, const int32_t* num_rows,
+                     int64_t max_rows, float* xp) override;
+  // Every group through kernels/cuda/rows_matmul.h's routed matmul (cuda_routed_linear.cpp).
+  void grouped_linear_routed(const float* x, int64_t max_rows, const int32_t* offsets,
+                             const std::vector<const Matrix*>& w, float* y) override;
+  // Routed matmul launches so far (tests, benchmarks).
+  int64_t routed_launches() const { return routed_launches_; }
   void expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights, const int32_t* slot_row,
                       int64_t T, int64_t k, float* out) override;
   void gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) override;
@@ -143,6 +151,9 @@ class CudaBackend final : public ComputeBackend {
   uint16_t* bf16_workspace(size_t n);             // activations cast for a bf16 GEMM
   // y[M, N] = bf16(x)[M, K] · W^T for bf16 W [N, K] (cuBLAS, fp32 accumulation and output).
   void gemm_bf16(const float* x, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y);
+  // The kernels' view of a weight: codes, scales and block geometry of an F8_E4M3 one; N and K of
+  // any (cuda_fp8_linear.cpp).
+  static cuda::Fp8Weight fp8_weight(const Matrix& w);
   // linear() of an F8_E4M3 weight (cuda_fp8_linear.cpp).
   void linear_fp8(const float* x, int64_t M, const Matrix& w, float* y);
   // grouped_linear() of the `live` groups when every one is an F8_E4M3 weight of one block layout:
@@ -154,6 +165,22 @@ class CudaBackend final : public ComputeBackend {
   // the old one; the old one is retired, not freed, while captured graphs may hold it. Not while
   // capturing (nothing may allocate then). Returns the new ws.
   void* regrow_workspace(void*& ws, size_t bytes);
+  // Workspace ws of n elements grown to at least `want` (regrow_workspace), the member left null
+  // rather than dangling should the allocation throw; growing while capturing throws, naming
+  // `what` (the step must run once before its capture).
+  template <typename T>
+  T* grown_workspace(T*& ws, size_t& n, size_t want, const char* what) {
+    if (want <= n) return ws;
+    SHARDLM_CHECK(!capturing_, "cuda backend: the " << what << " workspace must grow to " << want
+                                                    << " elements while capturing a CUDA graph (run the step "
+                                                       "once before capturing it)");
+    void* old = ws;
+    ws = nullptr;
+    n = 0;
+    ws = static_cast<T*>(regrow_workspace(old, want * sizeof(T)));
+    n = want;
+    return ws;
+  }
 
   int device_ = -1;
   void* cublas_ = nullptr;  // cublasHandle_t
@@ -174,7 +201,6 @@ class CudaBackend final : public ComputeBackend {
   int64_t fp8_grouped_calls_ = 0;                          // grouped fp8 launches
   void* fp8_passes_ = nullptr;                             // cuda::Fp8MatmulPass [fp8_passes_n_], device
   size_t fp8_passes_n_ = 0;
-  int32_t* row_count_ = nullptr;  // device copy of the row count expert_gather reads
   int sms_ = 0;                   // multiprocessors of the device
 
   // attention / latent_attention (cuda_attention.cpp): the split launch for a step whose unsplit
@@ -206,6 +232,17 @@ class CudaBackend final : public ComputeBackend {
                    const std::vector<const Matrix*>& w, const std::vector<size_t>& live, bool bf16, GroupedPath path,
                    float* y);
   void** grouped_pointers(size_t n);
+  // grouped_linear_routed: each weight set's device table of cuda::RoutedWeight, made at its first
+  // call (a capture's warm-up run makes it; the weights outlive the backend's use of it) and kept;
+  // the pass list and its count, a workspace that grows only outside captures.
+  struct RoutedTable {
+    void* weights = nullptr;  // owned_
+  };
+  const RoutedTable& routed_table(const std::vector<const Matrix*>& w);
+  std::map<std::vector<const void*>, RoutedTable> routed_tables_;
+  cuda::Fp8MatmulPass* routed_passes_ = nullptr;  // the list, then the count in one more entry
+  size_t routed_passes_n_ = 0;
+  int64_t routed_launches_ = 0;
   std::map<std::tuple<int64_t, int64_t, bool>, GroupedPath> grouped_paths_;
   GroupedPath last_grouped_ = GroupedPath::kPerGroup;
   void** grouped_ptrs_ = nullptr;

@@ -1,6 +1,6 @@
 // CudaBackend::linear for a weight kept fp8 (e4m3 codes and block scales, compute/backend.h).
 //
-// Few rows (decode): kernels/cuda/fp8_matmul reads the codes, one byte a weight, and dequantises
+// Few rows (decode): kernels/cuda/rows_matmul reads the codes, one byte a weight, and dequantises
 // them in registers; a pass of kFp8MatmulRowsPerPass rows reads the weight once, so its cost grows
 // with the passes. More rows: the weight is dequantised into a bf16 workspace (1 byte read, 2
 // written) and cuBLAS runs the bf16 GEMM on it (2 read) as for a bf16 weight; past a few passes
@@ -17,7 +17,7 @@
 #include "core/error.h"
 #include "cuda/elementwise.h"
 #include "cuda/fp8_dequant.h"
-#include "cuda/fp8_matmul.h"
+#include "cuda/rows_matmul.h"
 
 namespace shardlm {
 
@@ -27,7 +27,9 @@ namespace {
 // 5 bytes a weight of dequantising it first (no GPU measurement has set it yet: see the benchmark).
 constexpr int64_t kFp8DirectRows = 2 * cuda::kFp8MatmulRowsPerPass;
 
-cuda::Fp8Weight fp8_weight(const Matrix& w) {
+}  // namespace
+
+cuda::Fp8Weight CudaBackend::fp8_weight(const Matrix& w) {
   cuda::Fp8Weight f;
   f.codes = static_cast<const uint8_t*>(w.data);
   f.scale_inv = w.fp8.scale_inv;
@@ -40,8 +42,6 @@ cuda::Fp8Weight fp8_weight(const Matrix& w) {
   f.col_off = w.fp8.col_off;
   return f;
 }
-
-}  // namespace
 
 void CudaBackend::linear_fp8(const float* x, int64_t M, const Matrix& w, float* y) {
   SHARDLM_CHECK(w.fp8.scale_inv != nullptr && w.fp8.block_rows > 0 && w.fp8.block_cols > 0,
@@ -58,17 +58,7 @@ void CudaBackend::linear_fp8(const float* x, int64_t M, const Matrix& w, float* 
     return;
   }
   const size_t n = static_cast<size_t>(N * K);
-  if (n > fp8_dequant_ws_n_) {
-    SHARDLM_CHECK(!capturing_, "cuda backend: the fp8 dequantisation workspace must grow to "
-                                   << n
-                                   << " elements while capturing a CUDA graph (run the step once before "
-                                      "capturing it)");
-    void* ws = fp8_dequant_ws_;
-    fp8_dequant_ws_ = nullptr;
-    fp8_dequant_ws_n_ = 0;
-    fp8_dequant_ws_ = static_cast<uint16_t*>(regrow_workspace(ws, n * sizeof(uint16_t)));
-    fp8_dequant_ws_n_ = n;
-  }
+  grown_workspace(fp8_dequant_ws_, fp8_dequant_ws_n_, n, "fp8 dequantisation");
   cuda::launch_fp8_dequant_slice(static_cast<const uint8_t*>(w.data), w.fp8.scale_inv, w.fp8.cols, N, K, w.fp8.row_off,
                                  w.fp8.col_off, w.fp8.block_rows, w.fp8.block_cols, fp8_dequant_ws_, s);
   check_launch("fp8_dequant");

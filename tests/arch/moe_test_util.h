@@ -280,7 +280,9 @@ inline MoeRun run_moe_block(const MoeCase& c, const Checkpoint& ck, const ShardP
   float* h = static_cast<float*>(b->alloc(n * sizeof(float)));
   float* out = static_cast<float*>(b->alloc(n * sizeof(float)));
   b->copy_to_device(h, x.data(), static_cast<size_t>(T * H) * sizeof(float));
-  blk->forward(h, T, s, out);
+  StepContext ctx;
+  ctx.T = T;
+  blk->forward(h, ctx, s, out);
   r.out.resize(static_cast<size_t>(T * H));
   b->copy_to_host(r.out.data(), out, r.out.size() * sizeof(float));
   b->free(h);

@@ -169,6 +169,22 @@ TEST(DecodeGraphs, BucketsCapturesAndRecapture) {
   EXPECT_EQ(p.rec.replays(), 11);
 }
 
+// A new KV cache (shardlm bench runs each scenario on its own) drops the graphs, which hold the old
+// cache's pointers: the next decode step captures again and still gives the eager bits.
+TEST(DecodeGraphs, NewKvCacheDropsTheGraphs) {
+  Pair p("tiny-llama");
+  for (int round = 0; round < 2; ++round) {
+    for (Model* m : {p.eager.get(), p.graphed.get()}) m->allocate_kv_cache(16LL << 20, kBlockSize, 2 * kBlocksPerSeq);
+    Seq a = make_seq(0, 5), b = make_seq(1, 3 + round);
+    std::vector<Seq*> both = {&a, &b};
+    advance(p, both, step_both(p, prefill(both)));
+    for (int s = 0; s < 2; ++s) advance(p, both, step_both(p, decode(both)));
+  }
+  EXPECT_EQ(p.rec.captures(), 2);
+  EXPECT_EQ(p.rec.drops(), 1);
+  EXPECT_EQ(p.rec.replays(), 4);
+}
+
 // Rows that do not all sample (a prefill chunk of one token that wants no logits) run eagerly.
 TEST(DecodeGraphs, RowsWithoutLogitsRunEagerly) {
   Pair p("tiny-llama");
@@ -193,13 +209,37 @@ TEST(DecodeGraphs, CpuBackendCannotCapture) {
   EXPECT_THROW(cpu->begin_capture(), Error);
 }
 
-TEST(DecodeGraphs, MoeModelsRunEagerly) {
-  const std::string dir = model_dir("tiny-mixtral");
-  const ModelSpec spec = ModelSpec::load(dir);
-  auto ckpt = Checkpoint::open(dir);
-  test::RecordingBackend rec;
-  auto model = build_model(spec, *ckpt, rec);
-  EXPECT_NE(model->enable_step_graphs().find("MoE"), std::string::npos);
+// MoE models capture too: the routing stays in backend memory (grouped_linear_routed), a padding
+// row routes to no expert, and the per-expert token counts are added up there. Logits and counts
+// must be the eager run's exactly: Mixtral's softmax top-2, Qwen2-MoE's shared expert with its
+// gate, DeepSeek-V3's sigmoid group-limited routing with dense first layers and MLA.
+TEST(DecodeGraphs, MoeModelsCaptureWithTheEagerBitsAndCounts) {
+  for (const char* config : {"tiny-mixtral", "tiny-qwen2-moe", "tiny-deepseek-v3"}) {
+    SCOPED_TRACE(config);
+    Pair p(config);
+    for (Model* m : {p.eager.get(), p.graphed.get()}) m->allocate_kv_cache(64LL << 20, kBlockSize, 6 * kBlocksPerSeq);
+    std::vector<Seq> seqs;
+    for (int i = 0; i < 5; ++i) seqs.push_back(make_seq(i, 4 + 3 * i));
+    std::vector<Seq*> all, three;
+    for (Seq& s : seqs) all.push_back(&s);
+    three.assign(all.begin(), all.begin() + 3);
+    auto counts = [](Model& m) {
+      const MoeStepStats* st = m.last_step_moe();
+      return st ? st->expert_tokens : std::vector<int64_t>{};
+    };
+    advance(p, all, step_both(p, prefill(all)));
+    // 5 rows (bucket 8: three padding rows), then 3 (bucket 4: one), a few steps each.
+    for (const auto* batch : {&all, &three}) {
+      for (int s = 0; s < 3; ++s) {
+        advance(p, *batch, step_both(p, decode(*batch)));
+        const std::vector<int64_t> want = counts(*p.eager), got = counts(*p.graphed);
+        ASSERT_FALSE(want.empty());
+        EXPECT_EQ(got, want) << batch->size() << " rows, step " << s;
+      }
+    }
+    EXPECT_EQ(p.rec.captures(), 2);
+    EXPECT_EQ(p.rec.replays(), 6);
+  }
 }
 
 TEST(DecodeGraphs, RecorderRefusesAllocationWhileCapturing) {
@@ -268,7 +308,7 @@ class DecodeGraphsEngine : public ::testing::TestWithParam<int> {};
 // Batches of 1, 3 (padded to 4) and 5 (padded to 8) sequences, half greedy, half sampled.
 TEST_P(DecodeGraphsEngine, SameTokensAndLogprobsAsEager) {
   const int n = GetParam();
-  for (const char* config : {"tiny-llama", "tiny-qwen2"}) {
+  for (const char* config : {"tiny-llama", "tiny-qwen2", "tiny-mixtral", "tiny-deepseek-v3"}) {
     Pair p(config);
     auto tok = Tokenizer::load(p.dir);
     EngineConfig cfg;

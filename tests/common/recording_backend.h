@@ -170,12 +170,18 @@ class RecordingBackend final : public ComputeBackend {
   void moe_route(const float* logits, int64_t T, const RouterConfig& cfg, int32_t* ids, float* weights) override {
     op([=, this] { cpu_.moe_route(logits, T, cfg, ids, weights); });
   }
-  void expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, int32_t* offsets,
-                      int32_t* slot_row, int32_t* row_pair) override {
-    op([=, this] { cpu_.expert_permute(ids, T, k, e0, E, offsets, slot_row, row_pair); });
+  void expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, const int32_t* pos,
+                      int32_t* offsets, int32_t* slot_row, int32_t* row_pair, int64_t* counts) override {
+    op([=, this] { cpu_.expert_permute(ids, T, k, e0, E, pos, offsets, slot_row, row_pair, counts); });
   }
-  void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, int64_t rows, float* xp) override {
-    op([=, this] { cpu_.expert_gather(x, H, k, row_pair, rows, xp); });
+  void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, const int32_t* num_rows,
+                     int64_t max_rows, float* xp) override {
+    op([=, this] { cpu_.expert_gather(x, H, k, row_pair, num_rows, max_rows, xp); });
+  }
+  // The groups are read when the op runs (at each replay), as a device kernel reads them.
+  void grouped_linear_routed(const float* x, int64_t max_rows, const int32_t* offsets,
+                             const std::vector<const Matrix*>& w, float* y) override {
+    op([=, this] { cpu_.grouped_linear_routed(x, max_rows, offsets, w, y); });
   }
   void expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights, const int32_t* slot_row,
                       int64_t T, int64_t k, float* out) override {

@@ -208,23 +208,23 @@ TEST_F(CudaBackendOps, MoeOpsMatchCpu) {
     // Local experts [4, 12) of 16: permute, gather, a stand-in expert (y = 2x), combine, gated add.
     const int64_t e0 = 4, El = 8;
     std::vector<int32_t> off_c(static_cast<size_t>(El + 1)), slot_c(ids_c.size()), pair_c(ids_c.size());
-    cpu_.expert_permute(ids_c.data(), T, k, e0, El, off_c.data(), slot_c.data(), pair_c.data());
+    cpu_.expert_permute(ids_c.data(), T, k, e0, El, nullptr, off_c.data(), slot_c.data(), pair_c.data(), nullptr);
     auto* off_g = static_cast<int32_t*>(gpu_->alloc(off_c.size() * 4));
     auto* slot_g = static_cast<int32_t*>(gpu_->alloc(slot_c.size() * 4));
     auto* pair_g = static_cast<int32_t*>(gpu_->alloc(pair_c.size() * 4));
     int32_t* ids_in = up(*gpu_, ids_c);  // the same routing on both sides
     float* w_in = up(*gpu_, w_c);
-    gpu_->expert_permute(ids_in, T, k, e0, El, off_g, slot_g, pair_g);
+    gpu_->expert_permute(ids_in, T, k, e0, El, nullptr, off_g, slot_g, pair_g, nullptr);
     ASSERT_EQ(down(*gpu_, off_g, off_c.size()), off_c);
     EXPECT_EQ(down(*gpu_, slot_g, slot_c.size()), slot_c);
     const int64_t rows = off_c[El];
     pair_c.resize(static_cast<size_t>(rows));
     EXPECT_EQ(down(*gpu_, pair_g, static_cast<size_t>(rows)), pair_c);
     std::vector<float> xp_c(static_cast<size_t>(rows * H));
-    cpu_.expert_gather(x.data(), H, k, pair_c.data(), rows, xp_c.data());
+    cpu_.expert_gather(x.data(), H, k, pair_c.data(), off_c.data() + El, rows, xp_c.data());
     float* xg = up(*gpu_, x);
     auto* xp_g = static_cast<float*>(gpu_->alloc(std::max<size_t>(xp_c.size(), 1) * 4));
-    gpu_->expert_gather(xg, H, k, pair_g, rows, xp_g);
+    gpu_->expert_gather(xg, H, k, pair_g, off_g + El, T * k, xp_g);
     EXPECT_EQ(down(*gpu_, xp_g, xp_c.size()), xp_c);
     for (float& v : xp_c) v *= 2.0f;
     float* yp_g = up(*gpu_, xp_c);

@@ -7,13 +7,15 @@
 // Groups with empty ones among them, all rows in one group, all groups empty, groups starting
 // past row 0 (earlier rows of y untouched), K = 80 and 72, bf16 and fp32 weights, and mixed
 // dtypes (run per group: bit for bit linear's); fp8 weights kept fp8 (one grouped launch for the
-// small groups, bit for bit linear's). Skips without a GPU.
+// small groups, bit for bit linear's); the routed call, whose groups are in device memory, eager
+// and replayed in a graph. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <random>
 #include <string>
@@ -112,9 +114,37 @@ class CudaGroupedLinear : public ::testing::Test {
     }
   }
 
+  // G random fp8 weights [N, K] kept fp8 on the GPU (128 x 128 blocks, no NaN codes).
+  std::vector<Matrix> fp8_weights(size_t G, int64_t N, int64_t K, uint32_t seed) {
+    std::mt19937 gen(seed);
+    std::vector<Matrix> wg;
+    for (size_t g = 0; g < G; ++g) {
+      std::vector<uint8_t>& codes = fp8_codes_.emplace_back(static_cast<size_t>(N * K));
+      for (auto& c : codes) c = static_cast<uint8_t>(gen() & 0x7e);  // no NaN codes (0x7f, 0xff)
+      std::vector<float>& scales =
+          fp8_scales_.emplace_back(static_cast<size_t>((K + 127) / 128), 1e-2f * static_cast<float>(g + 1));
+      TensorView tw, ts;
+      tw.name = "w";
+      tw.dtype = DType::F8_E4M3;
+      tw.shape = {N, K};
+      tw.data = codes.data();
+      tw.nbytes = codes.size();
+      ts.name = "w_scale_inv";
+      ts.dtype = DType::F32;
+      ts.shape = {1, (K + 127) / 128};
+      ts.data = scales.data();
+      ts.nbytes = scales.size() * 4;
+      wg.push_back(gpu_->load_fp8_matrix(tw, ts, 128, 128, 0, N, 0, K, /*keep=*/true));
+      EXPECT_EQ(wg.back().dtype, DType::F8_E4M3);
+    }
+    return wg;
+  }
+
   CpuBackend cpu_;
   std::unique_ptr<ComputeBackend> gpu_;
   test::WeightStore store_;
+  std::deque<std::vector<uint8_t>> fp8_codes_;
+  std::deque<std::vector<float>> fp8_scales_;
 };
 
 const std::vector<int64_t> kMixedRows = {3, 0, 17, 1, 0, 64, 5, 2};
@@ -163,28 +193,7 @@ TEST_F(CudaGroupedLinear, Fp8KeptRunsOneGroupedLaunchBitForBit) {
       std::vector<int64_t> offsets{first};
       for (int64_t n : rows) offsets.push_back(offsets.back() + n);
       const int64_t R = offsets.back();
-      std::vector<std::vector<uint8_t>> codes(rows.size());
-      std::vector<std::vector<float>> scales(rows.size());
-      std::vector<Matrix> wg;
-      std::mt19937 gen(static_cast<uint32_t>(K + R));
-      for (size_t g = 0; g < rows.size(); ++g) {
-        codes[g].resize(static_cast<size_t>(N * K));
-        for (auto& c : codes[g]) c = static_cast<uint8_t>(gen() & 0x7e);  // no NaN codes (0x7f, 0xff)
-        scales[g].assign(static_cast<size_t>((K + 127) / 128), 1e-2f * static_cast<float>(g + 1));
-        TensorView tw, ts;
-        tw.name = "w";
-        tw.dtype = DType::F8_E4M3;
-        tw.shape = {N, K};
-        tw.data = codes[g].data();
-        tw.nbytes = codes[g].size();
-        ts.name = "w_scale_inv";
-        ts.dtype = DType::F32;
-        ts.shape = {1, (K + 127) / 128};
-        ts.data = scales[g].data();
-        ts.nbytes = scales[g].size() * 4;
-        wg.push_back(gpu_->load_fp8_matrix(tw, ts, 128, 128, 0, N, 0, K, /*keep=*/true));
-        ASSERT_EQ(wg.back().dtype, DType::F8_E4M3);
-      }
+      const std::vector<Matrix> wg = fp8_weights(rows.size(), N, K, static_cast<uint32_t>(K + R));
       std::vector<const Matrix*> pg;
       for (const Matrix& m : wg) pg.push_back(&m);
       const std::vector<float> x = randn(static_cast<size_t>(R * K), static_cast<uint32_t>(R + K), 1.0f);
@@ -212,6 +221,77 @@ TEST_F(CudaGroupedLinear, Fp8KeptRunsOneGroupedLaunchBitForBit) {
       ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
       for (float* p : {xg, yg, yl}) gpu_->free(p);
     }
+  }
+}
+
+// grouped_linear_routed: the groups' row ranges only in device memory (as an expert permutation
+// leaves them), rows past them untouched, one routed launch per call; then the call captured in a
+// graph and replayed after the offsets changed on the device, as a captured MoE decode step does.
+// Against linear() per group: bit for bit for fp8 weights (the same kernel arithmetic), within
+// summation order (1e-5) for bf16 and fp32 (cuBLAS there).
+TEST_F(CudaGroupedLinear, RoutedRunsFromDeviceOffsetsAndReplaysInAGraph) {
+  auto* gpu = dynamic_cast<CudaBackend*>(gpu_.get());
+  ASSERT_NE(gpu, nullptr);
+  const int64_t N = 96, K = 128, max_rows = 40;
+  // Groups of up to 16 rows: linear() reads fp8 codes directly there too.
+  const std::vector<std::vector<int32_t>> steps = {{3, 0, 16, 1, 0, 5, 5, 2}, {0, 9, 1, 1, 16, 0, 0, 8}};
+  for (const DType dt : {DType::F8_E4M3, DType::BF16, DType::F32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    std::vector<Matrix> wg;
+    if (dt == DType::F8_E4M3) {
+      wg = fp8_weights(8, N, K, 5);
+    } else {
+      for (uint32_t g = 0; g < 8; ++g) wg.push_back(weight(dt, N, K, 300 + g).second);
+    }
+    std::vector<const Matrix*> pg;
+    for (const Matrix& m : wg) pg.push_back(&m);
+    const std::vector<float> x = randn(static_cast<size_t>(max_rows * K), 77, 1.0f);
+    const std::vector<float> fill(static_cast<size_t>(max_rows * N), kUntouched);
+    float* xg = up(*gpu_, x);
+    auto* off_g = static_cast<int32_t*>(gpu_->alloc(9 * sizeof(int32_t)));
+    float* yg = up(*gpu_, fill);
+    float* yl = up(*gpu_, fill);
+    // Checks yg against linear() per group for the sizes the device offsets hold now.
+    auto expect_per_group = [&](const std::vector<int32_t>& sizes, const char* what) {
+      SCOPED_TRACE(what);
+      std::vector<int32_t> off{0};
+      for (int32_t n : sizes) off.push_back(off.back() + n);
+      gpu_->copy_to_device(yl, fill.data(), fill.size() * sizeof(float));
+      for (size_t g = 0; g < sizes.size(); ++g)
+        if (sizes[g] > 0) gpu_->linear(xg + off[g] * K, sizes[g], wg[g], nullptr, yl + off[g] * N);
+      const std::vector<float> got = down(*gpu_, static_cast<const float*>(yg), fill.size());
+      const std::vector<float> want = down(*gpu_, static_cast<const float*>(yl), fill.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (dt == DType::F8_E4M3 || i >= static_cast<size_t>(off.back() * N))
+          ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0) << "element " << i;
+        else
+          ASSERT_NEAR(got[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-5) << "element " << i;
+      }
+    };
+    auto set_offsets = [&](const std::vector<int32_t>& sizes) {
+      std::vector<int32_t> off{0};
+      for (int32_t n : sizes) off.push_back(off.back() + n);
+      gpu_->copy_to_device(off_g, off.data(), off.size() * sizeof(int32_t));
+      gpu_->copy_to_device(yg, fill.data(), fill.size() * sizeof(float));
+    };
+
+    set_offsets(steps[0]);
+    const int64_t launches = gpu->routed_launches();
+    gpu_->grouped_linear_routed(xg, max_rows, off_g, pg, yg);  // eager: sizes the workspaces
+    EXPECT_EQ(gpu->routed_launches() - launches, 1);
+    expect_per_group(steps[0], "eager");
+
+    gpu_->begin_capture();
+    gpu_->grouped_linear_routed(xg, max_rows, off_g, pg, yg);
+    const int64_t graph = gpu_->end_capture();
+    for (const auto& sizes : steps) {
+      set_offsets(sizes);
+      gpu_->replay(graph);
+      expect_per_group(sizes, "replayed");
+    }
+    gpu_->drop_captures();
+    for (void* p : {static_cast<void*>(xg), static_cast<void*>(off_g), static_cast<void*>(yg), static_cast<void*>(yl)})
+      gpu_->free(p);
   }
 }
 

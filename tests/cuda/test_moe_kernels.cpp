@@ -124,7 +124,8 @@ TEST(CudaMoeTopk, SigmoidTiesGoToTheLowerIndex) {
 }
 
 #ifdef SHARDLM_HAVE_CUDA
-void check_permute(int64_t T, int k, int total, int e0, int E, int64_t H, uint32_t seed) {
+// masked: tokens t % 7 == 3 are padding rows (pos -1), and the per-expert counts are added up.
+void check_permute(int64_t T, int k, int total, int e0, int E, int64_t H, uint32_t seed, bool masked = false) {
   std::mt19937 gen(seed);
   std::vector<int32_t> ids(static_cast<size_t>(T * k)), all(static_cast<size_t>(total));
   std::iota(all.begin(), all.end(), 0);
@@ -138,11 +139,15 @@ void check_permute(int64_t T, int k, int total, int e0, int E, int64_t H, uint32
   for (auto& v : w) v = dist(gen);
 
   const size_t P = ids.size();
+  std::vector<int32_t> pos(static_cast<size_t>(std::max<int64_t>(T, 1)));
+  for (int64_t t = 0; t < T; ++t) pos[t] = t % 7 == 3 ? -1 : static_cast<int32_t>(t);
   std::vector<int32_t> offsets(static_cast<size_t>(E + 1)), slot_row(P), row_pair(P, -1);
-  cpu::expert_permute(ids.data(), T, k, e0, E, offsets.data(), slot_row.data(), row_pair.data());
+  std::vector<int64_t> counts(static_cast<size_t>(E), 5);
+  cpu::expert_permute(ids.data(), T, k, e0, E, masked ? pos.data() : nullptr, offsets.data(), slot_row.data(),
+                      row_pair.data(), masked ? counts.data() : nullptr);
   const int64_t rows = offsets[E];
   std::vector<float> xp(static_cast<size_t>(rows * H));
-  cpu::expert_gather(x.data(), H, k, row_pair.data(), rows, xp.data());
+  cpu::expert_gather(x.data(), H, k, row_pair.data(), offsets.data() + E, rows, xp.data());
   std::vector<float> yp(xp.size());
   for (auto& v : yp) v = dist(gen);
   std::vector<float> out(static_cast<size_t>(T * H));
@@ -155,12 +160,16 @@ void check_permute(int64_t T, int k, int total, int e0, int E, int64_t H, uint32
   std::vector<float> yp_full(d_yp.size(), 0.0f);
   std::copy(yp.begin(), yp.end(), yp_full.begin());
   d_yp.upload(yp_full);
-  cuda::launch_expert_permute(d_ids.get(), T, k, e0, E, d_offsets.get(), d_slot.get(), d_pair.get(), nullptr);
+  DevArray<int32_t> d_pos(pos);
+  DevArray<int64_t> d_counts(std::vector<int64_t>(static_cast<size_t>(E), 5));
+  cuda::launch_expert_permute(d_ids.get(), T, k, e0, E, masked ? d_pos.get() : nullptr, d_offsets.get(), d_slot.get(),
+                              d_pair.get(), masked ? d_counts.get() : nullptr, nullptr);
   cuda::launch_expert_gather(d_x.get(), H, k, d_pair.get(), d_offsets.get() + E, T * k, d_xp.get(), nullptr);
   cuda::launch_expert_combine(d_yp.get(), H, d_ids.get(), d_w.get(), d_slot.get(), T, k, d_out.get(), nullptr);
   expect_kernel_ok();
 
   EXPECT_EQ(d_offsets.download(), offsets);
+  if (masked) EXPECT_EQ(d_counts.download(), counts);
   if (P == 0) return;
   EXPECT_EQ(d_slot.download(), slot_row);
   const std::vector<int32_t> got_pair = d_pair.download();
@@ -182,6 +191,8 @@ TEST(CudaExpertPermute, MatchesCpuReference) {
   check_permute(100, 8, 1024, 0, 1024, 8, 5);    // large E: shared memory beyond 48 KiB
   check_permute(50, 4, 64, 60, 4, 8, 6);         // few rows
   check_permute(0, 8, 64, 0, 16, 8, 7);          // no tokens: offsets all zero
+  check_permute(256, 8, 256, 0, 256, 16, 8, true);  // a graph step's padding rows; counts added up
+  check_permute(37, 2, 8, 2, 4, 24, 9, true);
 #endif
 }
 

@@ -4,11 +4,14 @@
 // measured against is the bench's own business (cmd_bench.cpp).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 
 #include "common/bench_report.h"
 #include "common/cli_runner.h"
 #include "common/shared_data.h"
+#include "common/tiny_model.h"
+#include "plan/model_footprint.h"
 
 namespace shardlm {
 namespace {
@@ -29,14 +32,36 @@ TEST(BenchCli, Stories260kReportsEveryPart) {
   EXPECT_NE(r.out.find("KV cache budget 4.0 GiB (auto: 4 GiB on the CPU"), std::string::npos) << r.out;
 }
 
-TEST(BenchCli, SkipsAttentionAndRefusesBadSizes) {
+// An MoE model: decode streams and multiplies through k of the E routed experts per token, not all
+// of them. The bench counts that from the checkpoint's tensors; shardlm plan's footprint, from
+// config.json, must give the same active parameters.
+TEST(BenchCli, MoeModelCountsTheExpertsATokenUses) {
+  const std::string dir = test::tiny_model_dir("tiny-mixtral");
+  Proc r = sh(std::string(SHARDLM_BINARY) + " bench --model " + dir +
+              " --threads 1 --prompt-len 8 --decode-tokens 2 --batch 1 --batch-in 4 --batch-out 2"
+              " --attention-context 0");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const plan::ModelFootprint fp = plan::ModelFootprint::load(dir);
+  char want[128];
+  std::snprintf(want, sizeof want,
+                "MoE: %lld of %lld routed experts per token: ", static_cast<long long>(fp.experts_per_token),
+                static_cast<long long>(fp.n_routed_experts));
+  EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  std::snprintf(want, sizeof want, " MB of weights streamed and %.1fM multiplied per token",
+                static_cast<double>(fp.active_params_per_token()) / 1e6);
+  EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+}
+
+TEST(BenchCli, SkipsAttentionAndGraphsAndRefusesBadSizes) {
   SHARDLM_REQUIRE_SHARED(stories, "models/stories260K");
   const std::string common = std::string(SHARDLM_BINARY) + " bench --model " + stories +
                              " --threads 1 --prompt-len 16 --decode-tokens 2"
                              " --batch 1 --batch-in 4 --batch-out 2";
-  Proc r = sh(common + " --attention-context 0");
+  Proc r = sh(common + " --attention-context 0 --cuda-graphs");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out.find("attention"), std::string::npos) << r.out;
+  // The CPU backend cannot capture: the graph scenarios say why instead of running.
+  EXPECT_NE(r.out.find("CUDA graphs: not used (backend cpu cannot capture graphs)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("sampling 64 rows"), std::string::npos) << r.out;
   Proc bad = sh(common + " --attention-context -1");
   EXPECT_NE(bad.code, 0);

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <regex>
 #include <string>
 #include <utility>
 
@@ -121,8 +122,8 @@ std::vector<int64_t> graph_steps(const std::string& h5) {
 
 // --cuda-graphs with tp over NCCL: each tp rank captures its decode steps with the layers' NCCL
 // all-reduces queued on the captured stream, and replays them in step with the others; the tokens
-// and logprobs must be the eager run's. Over MPI the tp all-reduce cannot be captured: the run
-// says so and runs eagerly.
+// and logprobs must be the eager run's, for stories260K and for DeepSeek-V3 (MLA, MoE, fp8). Over
+// MPI the tp all-reduce cannot be captured: the run says so and runs eagerly.
 TEST(CudaBackend, CudaGraphsWithTpOverNcclMatchEager) {
   SHARDLM_REQUIRE_GPU_PER_RANK(2);
   SHARDLM_REQUIRE_SHARED(stories, "models/stories260K");
@@ -141,6 +142,19 @@ TEST(CudaBackend, CudaGraphsWithTpOverNcclMatchEager) {
                         "cuda graphs tp 2 over nccl");
   for (int64_t n : graph_steps((d / "graphs.h5").string())) EXPECT_GT(n, 0);
   for (int64_t n : graph_steps((d / "eager.h5").string())) EXPECT_EQ(n, 0);
+  // DeepSeek-V3 with its experts kept fp8, as one node runs it (tp over NCCL): each tp rank routes
+  // every token to its slices of the experts on the device, inside the graph.
+  const std::string ds = make("tiny-deepseek-v3", "fp8");
+  const std::string ds_common = " run --model " + ds + " --prompts " + (d / "p.jsonl").string() +
+                                " --threads 1 --seed 3 --max-seqs 5 --max-batch-tokens 48 --backend cuda --tp 2 "
+                                "--comm nccl -q --out ";
+  Proc ds_eager = sh(test::mpirun(2) + shardlm_bin() + ds_common + (d / "ds-eager.h5").string());
+  Proc ds_graphs = sh(test::mpirun(2) + shardlm_bin() + ds_common + (d / "ds-graphs.h5").string() + " --cuda-graphs");
+  ASSERT_EQ(ds_eager.code, 0) << ds_eager.out;
+  ASSERT_EQ(ds_graphs.code, 0) << ds_graphs.out;
+  test::expect_same_run(test::read_run((d / "ds-eager.h5").string()), test::read_run((d / "ds-graphs.h5").string()),
+                        "cuda graphs tp 2 over nccl, deepseek-v3 fp8");
+  for (int64_t n : graph_steps((d / "ds-graphs.h5").string())) EXPECT_GT(n, 0);
   test::write_file(d / "one.jsonl", "{\"id\": \"a\", \"prompt_token_ids\": [1, 403], \"max_tokens\": 2}\n");
   Proc mpi =
       sh(test::mpirun(2) + shardlm_bin() + " run --model " + stories + " --prompts " + (d / "one.jsonl").string() +
@@ -437,12 +451,16 @@ TEST(CudaBackend, Fp8WeightsKeptMatchTheDequantisedOnes) {
 // --cuda-graphs: decode steps padded to a bucket and replayed as CUDA graphs give the eager GPU
 // run's tokens (greedy and sampled; batches of up to 5 rows, so buckets 1, 2, 4 and 8, with
 // admissions in between). Logprobs within the layout tolerance: cuBLAS may pick another GEMM
-// algorithm for a padded row count. The run header says graphs are on.
+// algorithm for a padded row count. The run header says graphs are on. MoE models capture too
+// (their routing stays on the device, padding rows routed to no expert): Mixtral in fp32 and
+// DeepSeek-V3 (MLA, sigmoid routing, a shared expert) with its experts kept fp8; every step's
+// per-expert token counts (/steps/expert_tokens) must be the eager run's.
 TEST(CudaBackend, CudaGraphsMatchEager) {
   SHARDLM_REQUIRE_GPU();
   SHARDLM_REQUIRE_SHARED(stories, "models/stories260K");
   int n = 0;
-  for (const std::string& model : {stories, make("tiny-llama", "fp32")}) {
+  for (const std::string& model :
+       {stories, make("tiny-llama", "fp32"), make("tiny-mixtral", "fp32"), make("tiny-deepseek-v3", "fp8")}) {
     const fs::path d = test::fresh_dir("cuda-graphs-" + std::to_string(n++));
     test::write_layout_prompts(d / "p.jsonl", kPrompts, true);
     const std::string common = " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
@@ -457,6 +475,15 @@ TEST(CudaBackend, CudaGraphsMatchEager) {
     EXPECT_EQ(graphs.out.find("every step runs eagerly"), std::string::npos) << graphs.out;
     test::expect_same_run(test::read_run((d / "eager.h5").string()), test::read_run((d / "graphs.h5").string()),
                           "cuda graphs " + model);
+    EXPECT_GT(graph_steps((d / "graphs.h5").string()).at(0), 0) << model;
+    if (model.find("tiny-mixtral") != std::string::npos || model.find("tiny-deepseek") != std::string::npos) {
+      const auto want =
+          test::H5Reader((d / "eager.h5").string()).lists<int32_t>("/steps/expert_tokens", H5T_NATIVE_INT32);
+      const auto got =
+          test::H5Reader((d / "graphs.h5").string()).lists<int32_t>("/steps/expert_tokens", H5T_NATIVE_INT32);
+      ASSERT_FALSE(want.empty()) << model;
+      EXPECT_EQ(got, want) << model;
+    }
   }
 }
 
@@ -464,7 +491,7 @@ TEST(CudaBackend, CudaGraphsMatchEager) {
 // with contexts past the first attention partition (512 positions), so the CUDA backend launches
 // attention split along the positions (kernels/cuda/attention_partitions.h): eager steps into the
 // partitions their tokens have, captured ones into those the context limit (1024) allows. GQA
-// (tiny-llama) and MLA (tiny-deepseek-v3, whose MoE layers keep its --cuda-graphs run eager): the
+// (tiny-llama) and MLA (tiny-deepseek-v3, its MoE layers routed on the device when captured): the
 // tokens must be the CPU backend's, and the graph run's the eager run's. Then once more with a
 // bf16 and with an fp8 KV cache (--kv-dtype) on both backends, log-probabilities within the
 // narrow cache's layout tolerance (tests/common/layout_check.h).
@@ -516,8 +543,9 @@ TEST(CudaBackend, LongContextsMatchCpuAndGraphs) {
 // shardlm bench --backend cuda, the GPU benchmark of tests/gpu/run_gpu_checks.sh, at small sizes on
 // stories260K: the device's ceilings (copy bandwidth, cuBLAS GEMMs at the model's shapes and one
 // square one, fp8- and bf16-weight linears at decode's row counts), the KV budget from the device's free memory, every
-// scenario, device sampling and the attention op alone for each cache dtype, with positive figures. Over the emulated
-// runtime the device is not in the spec table, and its bandwidth probe copies an eighth of its 64 MiB.
+// scenario (decode and batched also with --cuda-graphs), device sampling and the attention op alone for each cache
+// dtype, with positive figures. Over the emulated runtime the device is not in the spec table, and its bandwidth probe
+// copies an eighth of its 64 MiB.
 TEST(CudaBackend, BenchReportsEveryPart) {
   SHARDLM_REQUIRE_GPU();
   SHARDLM_REQUIRE_SHARED(stories, "models/stories260K");
@@ -528,8 +556,15 @@ TEST(CudaBackend, BenchReportsEveryPart) {
 #endif
   Proc r = sh(env + shardlm_bin() + " bench --model " + stories +
               " --backend cuda --threads 1 --prompt-len 32 --decode-tokens 4 --batch 2 --batch-in 8 --batch-out 2"
-              " --attention-context 64 --peak-gemm 64");
+              " --attention-context 64 --peak-gemm 64 --cuda-graphs");
   ASSERT_EQ(r.code, 0) << r.out;
+  // --cuda-graphs: the decode and batched scenarios again, replayed, beside the eager figures.
+  for (const std::regex& line :
+       {std::regex("decode   batch 1, CUDA graphs: +[0-9.]+ tok/s .*eager [0-9.]+ tok/s: x[0-9.]+; "
+                   "replayed steps: [1-9]"),
+        std::regex("batched  2 x \\(8 in \\+ 2 out\\), CUDA graphs: +[0-9.]+ tok/s total.*eager "
+                   "[0-9.]+ tok/s total: x[0-9.]+; replayed steps: [1-9]")})
+    EXPECT_TRUE(std::regex_search(r.out, line)) << r.out;
   // stories260K: 8 heads / 4 KV heads, head_dim 8; the model's three GEMM shapes and --peak-gemm's.
   const test::BenchShape s{.gpu = true, .prompt_len = 32, .batch = 2, .batch_in = 8, .batch_out = 2,
                            .attention_context = 64, .gemm_lines = 4, .heads = 8, .kv_heads = 4, .head_dim = 8};

@@ -65,7 +65,7 @@ model="${TMPDIR:-/tmp}/shardlm-bench-model"
 "$build/shardlm" make-model --config "$root/inputs/models/bench-1024.json" --out "$model" --dtype bf16 --seed 1 \
   >"$logs/make-model.log" 2>&1
 run bench "$build/shardlm" bench --model "$model" --backend cuda --prompt-len 2048 --decode-tokens 256 \
-  --batch 256 --batch-in 512 --batch-out 128
+  --batch 256 --batch-in 512 --batch-out 128 --cuda-graphs
 # 3b. The same model in fp8 (128 x 128 block scales): its linear weights kept fp8 (the default),
 #     then dequantised to bf16 at load; decode reads half the bytes from the first.
 model8="${TMPDIR:-/tmp}/shardlm-bench-model-fp8"
@@ -75,10 +75,18 @@ for form in fp8 bf16; do
   run "bench-fp8-weights-$form" "$build/shardlm" bench --model "$model8" --backend cuda --fp8-weights "$form" \
     --prompt-len 2048 --decode-tokens 256 --batch 64 --batch-in 512 --batch-out 128 --attention-context 0 --peak-gemm 0
 done
+# 3c. A DeepSeek-V3-shaped model (MLA, 64 routed experts top 8 in groups, a shared expert; 8 layers,
+#     hidden 1024) in fp8: decode and batched, eager and with its MoE decode steps replayed from
+#     CUDA graphs (the routing on the device).
+modelmoe="${TMPDIR:-/tmp}/shardlm-bench-moe-model-fp8"
+"$build/shardlm" make-model --config "$root/inputs/models/bench-moe-1024.json" --out "$modelmoe" --dtype fp8 \
+  --seed 1 >"$logs/make-model-moe.log" 2>&1
+run bench-moe-model "$build/shardlm" bench --model "$modelmoe" --backend cuda --prompt-len 2048 --decode-tokens 256 \
+  --batch 256 --batch-in 512 --batch-out 128 --attention-context 0 --peak-gemm 0 --cuda-graphs
 # 4. One MoE layer of DeepSeek-V3's size as one rank of EP 8 holds it (hidden 7168, 32 routed
 #    experts of intermediate 2048, bf16, top 8 of the 256-expert routing scaled to 32: 8 groups, 4
-#    kept, one shared expert): route, expert GEMMs (grouped) and combine per token count, beside the
-#    bf16 peak and the HBM bandwidth.
+#    kept, one shared expert): route, expert GEMMs (grouped; and the same from device offsets, as a
+#    graph step runs them) and combine per token count, beside the bf16 peak and the HBM bandwidth.
 run bench-moe "$build/shardlm" bench-moe --backend cuda --hidden 7168 --experts 32 --inter 2048 --top-k 8 \
   --groups 8 --topk-groups 4 --shared 1 --tokens 16,128,1024,4096 --iters 10 --warmup 2
 #    The same layer with its experts in fp8 (128 x 128 blocks) kept fp8, as DeepSeek-V3 ships them.

@@ -110,7 +110,7 @@ TEST(CpuExpertRows, CombineRowsInExpertOrderMatchesExpertCombine) {
   int32_t* d_off = up(*b, std::vector<int32_t>(static_cast<size_t>(E + 1)));
   int32_t* d_slot_row = up(*b, std::vector<int32_t>(static_cast<size_t>(P)));
   int32_t* d_row_pair = up(*b, std::vector<int32_t>(static_cast<size_t>(P)));
-  b->expert_permute(d_ids, T, k, e0, E, d_off, d_slot_row, d_row_pair);
+  b->expert_permute(d_ids, T, k, e0, E, nullptr, d_off, d_slot_row, d_row_pair, nullptr);
   const auto off = down(*b, d_off, static_cast<size_t>(E + 1));
   const auto slot_row = down(*b, d_slot_row, static_cast<size_t>(P));
   const int64_t rows = off[E];

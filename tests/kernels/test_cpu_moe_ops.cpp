@@ -152,7 +152,7 @@ TEST(CpuMoeOps, PermuteGatherCombineMatchTheHostDispatch) {
     Buf<int32_t> ids(*b, r.experts), offsets(*b, static_cast<size_t>(E + 1)), slot_row(*b, static_cast<size_t>(P)),
         row_pair(*b, static_cast<size_t>(P));
     Buf<float> w(*b, r.weights), dx(*b, x), xp(*b, static_cast<size_t>(P * H));
-    b->expert_permute(ids.get(), T, k, 0, E, offsets.get(), slot_row.get(), row_pair.get());
+    b->expert_permute(ids.get(), T, k, 0, E, nullptr, offsets.get(), slot_row.get(), row_pair.get(), nullptr);
     const auto off = offsets.host();
     ASSERT_EQ(static_cast<int64_t>(off.size()), E + 1);
     for (int64_t e = 0; e <= E; ++e) EXPECT_EQ(off[e], d.offsets()[e]) << "T " << T << " offset " << e;
@@ -166,7 +166,7 @@ TEST(CpuMoeOps, PermuteGatherCombineMatchTheHostDispatch) {
       EXPECT_TRUE(sr[i] >= off[e] && sr[i] < off[e + 1]) << "pair " << i;
     }
 
-    b->expert_gather(dx.get(), H, k, row_pair.get(), P, xp.get());
+    b->expert_gather(dx.get(), H, k, row_pair.get(), offsets.get() + E, P, xp.get());
     const std::vector<float> want_xp(d.input(), d.input() + P * H);
     EXPECT_TRUE(same_bits(xp.host(), want_xp)) << "T " << T << ": " << count_differing(xp.host(), want_xp)
                                                << " gathered values differ";
@@ -199,7 +199,7 @@ TEST(CpuMoeOps, LocalExpertSubset) {
   const int64_t P = T * k;
   Buf<int32_t> ids(*b, r.experts), offsets(*b, static_cast<size_t>(E + 1)), slot_row(*b, static_cast<size_t>(P)),
       row_pair(*b, static_cast<size_t>(P));
-  b->expert_permute(ids.get(), T, k, e0, E, offsets.get(), slot_row.get(), row_pair.get());
+  b->expert_permute(ids.get(), T, k, e0, E, nullptr, offsets.get(), slot_row.get(), row_pair.get(), nullptr);
   const auto off = offsets.host(), sr = slot_row.host(), rp = row_pair.host();
 
   // Expected rows: local pairs in (expert, pair) order.
@@ -223,7 +223,7 @@ TEST(CpuMoeOps, LocalExpertSubset) {
   }
 
   Buf<float> dx(*b, x), xp(*b, static_cast<size_t>(rows * H));
-  b->expert_gather(dx.get(), H, k, row_pair.get(), rows, xp.get());
+  b->expert_gather(dx.get(), H, k, row_pair.get(), offsets.get() + E, P, xp.get());
   const auto gx = xp.host();
   for (int64_t row = 0; row < rows; ++row)
     ASSERT_EQ(std::memcmp(&gx[row * H], &x[(want_rp[row] / k) * H], H * sizeof(float)), 0) << "row " << row;

@@ -1,5 +1,6 @@
-// Linear layers whose weights stay fp8 e4m3 with block scales, for a few activation rows (decode
-// steps): the weight is dequantised in registers as it is read, one byte a weight from memory.
+// Linear layers over a few activation rows (decode steps), read straight from the weights: fp8 e4m3
+// with block scales dequantised in registers as they are read (one byte a weight from memory), and,
+// for the device-routed grouped call, bf16 or fp32 weights too.
 //
 //   y[m, n] = sum_k x[m, k] * w(n, k),  w(n, k) = bf16(fp32(code[n, k]) * scale(n, k))
 //
@@ -40,9 +41,9 @@ void launch_fp8_matmul(const uint16_t* x_bf16, int64_t M, const Fp8Weight& w, fl
 bool fp8_matmul_vectorised(const Fp8Weight& w, const uint16_t* x_bf16);
 
 // One pass of a grouped call: rows [row0, row0 + rows) of x and y (rows <= kFp8MatmulRowsPerPass)
-// times one weight's codes and scales.
+// times one weight (fp8 codes and their scales, or bf16 / fp32 values with no scales).
 struct Fp8MatmulPass {
-  const uint8_t* codes;
+  const void* weight;
   const float* scale_inv;
   int64_t row0;
   int32_t rows;
@@ -55,5 +56,39 @@ struct Fp8MatmulPass {
 // fp8_matmul_vectorised must allow for every pass's codes (and x).
 void launch_fp8_grouped_matmul(const uint16_t* x_bf16, const Fp8MatmulPass* passes, int64_t n_passes, int max_rows,
                                const Fp8Weight& shape, bool vectorised, float* y, cudaStream_t stream);
+
+// ---- Device-routed grouped call (Mixture-of-Experts steps captured in a CUDA graph) ----
+//
+// The groups' row ranges are in device memory (an expert permutation's offsets), so neither the
+// launch nor the pass list depends on the host knowing them: a one-block kernel turns the offsets
+// into passes of up to kFp8MatmulRowsPerPass rows, and the matmul's grid covers the most passes
+// max_rows rows in G groups can take, its surplus blocks returning at once.
+
+enum class RowsWeight { kFp8, kBf16, kF32 };
+
+// Group g's weight: fp8 codes and scales (kFp8), or bf16 / fp32 values (scale_inv null).
+struct RoutedWeight {
+  const void* weight;
+  const float* scale_inv;
+};
+
+// Passes the pass list must hold for max_rows rows in G groups (the launch's grid).
+int64_t routed_matmul_max_passes(int64_t max_rows, int64_t G);
+
+// For g < G: rows [offsets[g], offsets[g + 1]) of y [max_rows, N] = the same rows of x times
+// weights[g]^T; rows from offsets[G] (<= max_rows) on are not written. offsets [G + 1] and weights
+// [G] in device memory; `shape` gives N, K and (kFp8) the scale geometry every group shares. x holds
+// bf16 bits (kFp8, kBf16) or fp32 (kF32), [max_rows, K]. passes (routed_matmul_max_passes entries)
+// and n_passes (one int) are device workspace. Each row's sum runs in launch_fp8_matmul's order
+// (lanes over K, then the butterfly), so for fp8 weights a row gets the bits launch_fp8_matmul
+// gives it. `vectorised`: the 16-byte path, which routed_matmul_vectorised must allow for every
+// group's weight.
+void launch_routed_matmul(const void* x, int64_t max_rows, const int32_t* offsets, int64_t G,
+                          const RoutedWeight* weights, const Fp8Weight& shape, RowsWeight format, bool vectorised,
+                          Fp8MatmulPass* passes, int32_t* n_passes, float* y, cudaStream_t stream);
+
+// Whether the 16-byte path can read this weight and x: fp8 as fp8_matmul_vectorised; bf16 and fp32
+// K a multiple of 16 and both 16-byte aligned.
+bool routed_matmul_vectorised(const Fp8Weight& shape, RowsWeight format, const void* weight, const void* x);
 
 }  // namespace shardlm::cuda

@@ -1,10 +1,13 @@
-// kernels/cuda/fp8_matmul (a linear on fp8 e4m3 weights with block scales, dequantised as they are
-// read) against its CPU reference: the weights dequantised by model/fp8_block.h (the host's exact
-// bf16 values), the bf16 activations, products summed in double. Tolerance: the bound of fp32
-// accumulation of exact products, (K / 32 + 8) 2^-24 of sum |x w| per output. Also bit for bit: a row's result does not
-// depend on the other rows of the call (M = 1 against M up to 40), and the 16-byte path and the
+// kernels/cuda/rows_matmul (a linear over a few rows read straight from the weights; fp8 e4m3
+// weights with block scales dequantised as they are read) against its CPU reference: the weights dequantised by
+// model/fp8_block.h (the host's exact bf16 values), the bf16 activations, products summed in double. Tolerance: the
+// bound of fp32 accumulation of exact products, (K / 32 + 8) 2^-24 of sum |x w| per output. Also bit for bit: a row's
+// result does not depend on the other rows of the call (M = 1 against M up to 40), and the 16-byte path and the
 // one-code path agree with the reference on every code (NaN codes and scales of 2^8 and up take
-// the plain conversion). Skipped without a GPU.
+// the plain conversion). The device-routed grouped call: fp8 groups get the single-weight launch's
+// bits, bf16 and fp32 groups the reference within the same bound, from row ranges that exist only
+// in device memory (empty groups, more than one block of the pass scan, rows past the groups left
+// alone). Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,7 +24,7 @@
 
 #ifdef SHARDLM_HAVE_CUDA
 #include "cuda/device_buffer.h"
-#include "cuda/fp8_matmul.h"
+#include "cuda/rows_matmul.h"
 #endif
 
 namespace shardlm {
@@ -168,7 +171,130 @@ void check(const Case& c, bool vectorised, uint32_t seed, bool nan_codes = false
     }
   }
 }
+
+// ---- Device-routed grouped call ----
+
+// Group sizes as a decode step's routing makes them: empty groups, single rows, pass edges.
+std::vector<int32_t> routed_offsets(const std::vector<int32_t>& sizes) {
+  std::vector<int32_t> off = {0};
+  for (int32_t n : sizes) off.push_back(off.back() + n);
+  return off;
+}
+
+// y [max_rows, N] from launch_routed_matmul, every element first set to a sentinel.
+std::vector<float> run_routed(const void* x, int64_t max_rows, const std::vector<int32_t>& offsets,
+                              const std::vector<cuda::RoutedWeight>& table, const cuda::Fp8Weight& shape,
+                              cuda::RowsWeight format, bool vectorised, float sentinel) {
+  const int64_t G = static_cast<int64_t>(table.size());
+  DeviceBuffer<int32_t> d_off(offsets);
+  DeviceBuffer<cuda::RoutedWeight> d_table(table);
+  DeviceBuffer<cuda::Fp8MatmulPass> passes(static_cast<size_t>(cuda::routed_matmul_max_passes(max_rows, G)));
+  DeviceBuffer<int32_t> count(1);
+  DeviceBuffer<float> y(std::vector<float>(static_cast<size_t>(max_rows * shape.N), sentinel));
+  cuda::launch_routed_matmul(x, max_rows, d_off.get(), G, d_table.get(), shape, format, vectorised, passes.get(),
+                             count.get(), y.get(), nullptr);
+  test::cuda_sync("routed_matmul");
+  return y.download();
+}
+
+void check_routed_fp8(const Case& c, bool vectorised, const std::vector<int32_t>& sizes, int64_t slack) {
+  SCOPED_TRACE(::testing::Message() << "K " << c.K << " groups " << sizes.size());
+  const std::vector<int32_t> off = routed_offsets(sizes);
+  const int64_t rows = off.back(), max_rows = rows + slack;
+  std::vector<DeviceWeight> ws;
+  std::vector<cuda::RoutedWeight> table;
+  for (size_t g = 0; g < sizes.size(); ++g)
+    ws.push_back(upload(c, random_fp8(c, 100 + static_cast<uint32_t>(g), false, 0)));
+  for (const DeviceWeight& dw : ws) table.push_back({dw.codes.get(), dw.scales.get()});
+  const std::vector<uint16_t> xb = random_x(max_rows * c.K, 7);
+  DeviceBuffer<uint16_t> dx(xb);
+  for (const DeviceWeight& dw : ws)
+    ASSERT_EQ(cuda::routed_matmul_vectorised(dw.w, cuda::RowsWeight::kFp8, dw.codes.get(), dx.get()), vectorised);
+  const float sentinel = -12345.0f;
+  const std::vector<float> y =
+      run_routed(dx.get(), max_rows, off, table, ws[0].w, cuda::RowsWeight::kFp8, vectorised, sentinel);
+  for (size_t g = 0; g < sizes.size(); ++g) {
+    if (sizes[g] == 0) continue;
+    const std::vector<uint16_t> xg(xb.begin() + off[g] * c.K, xb.begin() + off[g + 1] * c.K);
+    const std::vector<float> want = run(ws[g], xg, sizes[g]);
+    ASSERT_EQ(std::memcmp(want.data(), &y[off[g] * c.N], want.size() * sizeof(float)), 0) << "group " << g;
+  }
+  for (int64_t i = rows * c.N; i < max_rows * c.N; ++i) ASSERT_EQ(y[i], sentinel) << "row " << i / c.N;
+}
+
+// bf16 or fp32 weights [N, K] per group, against sums in double within the fp32 accumulation bound.
+void check_routed_plain(cuda::RowsWeight format, int64_t N, int64_t K, const std::vector<int32_t>& sizes, int64_t slack,
+                        bool vectorised) {
+  SCOPED_TRACE(::testing::Message() << (format == cuda::RowsWeight::kBf16 ? "bf16" : "fp32") << " N " << N << " K " << K
+                                    << " groups " << sizes.size());
+  const bool bf16 = format == cuda::RowsWeight::kBf16;
+  const std::vector<int32_t> off = routed_offsets(sizes);
+  const int64_t G = static_cast<int64_t>(sizes.size()), rows = off.back(), max_rows = rows + slack;
+  std::mt19937 gen(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  // Values that bf16 holds exactly, so the one host array serves both formats.
+  auto draw = [&](size_t n) {
+    std::vector<float> v(n);
+    for (auto& f : v) f = bf16_to_f32(f32_to_bf16(nd(gen)));
+    return v;
+  };
+  const std::vector<float> w = draw(static_cast<size_t>(G * N * K)), x = draw(static_cast<size_t>(max_rows * K));
+  std::vector<uint16_t> wb(w.size()), xb(x.size());
+  for (size_t i = 0; i < w.size(); ++i) wb[i] = f32_to_bf16(w[i]);
+  for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+  DeviceBuffer<float> dw(w), dx(x);
+  DeviceBuffer<uint16_t> dwb(wb), dxb(xb);
+  const size_t esize = bf16 ? 2 : 4;
+  const auto* wbase = bf16 ? static_cast<const char*>(static_cast<const void*>(dwb.get()))
+                           : static_cast<const char*>(static_cast<const void*>(dw.get()));
+  const void* xdev = bf16 ? static_cast<const void*>(dxb.get()) : static_cast<const void*>(dx.get());
+  std::vector<cuda::RoutedWeight> table;
+  for (int64_t g = 0; g < G; ++g) table.push_back({wbase + g * N * K * esize, nullptr});
+  cuda::Fp8Weight shape;
+  shape.N = N;
+  shape.K = K;
+  for (const auto& t : table) ASSERT_EQ(cuda::routed_matmul_vectorised(shape, format, t.weight, xdev), vectorised);
+  const float sentinel = 777.0f;
+  const std::vector<float> y = run_routed(xdev, max_rows, off, table, shape, format, vectorised, sentinel);
+  const double tol = (static_cast<double>(K) / 32 + 8) * std::ldexp(1.0, -24);
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t r = off[g]; r < off[g + 1]; ++r)
+      for (int64_t n = 0; n < N; ++n) {
+        double want = 0, mag = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const double p = double(x[r * K + k]) * double(w[(g * N + n) * K + k]);
+          want += p;
+          mag += std::fabs(p);
+        }
+        ASSERT_NEAR(y[r * N + n], want, tol * mag + 1e-30) << "group " << g << " row " << r << " output " << n;
+      }
+  for (int64_t i = rows * N; i < max_rows * N; ++i) ASSERT_EQ(y[i], sentinel) << "row " << i / N;
+}
 #endif
+
+TEST(CudaRoutedMatmul, Fp8GroupsGetTheSingleWeightBits) {
+  SHARDLM_REQUIRE_GPU();
+#ifdef SHARDLM_HAVE_CUDA
+  // Empty groups, one row, a pass and one more, several passes; rows past the groups untouched.
+  const std::vector<int32_t> sizes = {0, 1, 8, 9, 0, 3, 17, 2, 0};
+  check_routed_fp8({150, 256, 128, 128, 20, 100, 0, 256}, true, sizes, 5);
+  check_routed_fp8({40, 200, 128, 128, 0, 40, 0, 200}, false, sizes, 0);
+#endif
+}
+
+TEST(CudaRoutedMatmul, Bf16AndFp32GroupsMatchReference) {
+  SHARDLM_REQUIRE_GPU();
+#ifdef SHARDLM_HAVE_CUDA
+  check_routed_plain(cuda::RowsWeight::kBf16, 24, 128, {2, 0, 9, 1, 16, 0, 5}, 3, true);
+  check_routed_plain(cuda::RowsWeight::kF32, 24, 128, {2, 0, 9, 1, 16, 0, 5}, 3, true);
+  check_routed_plain(cuda::RowsWeight::kBf16, 10, 40, {3, 0, 12}, 2, false);
+  check_routed_plain(cuda::RowsWeight::kF32, 10, 40, {3, 0, 12}, 0, false);
+  // More groups than the pass scan's block (256 threads): a decode step over 300 experts.
+  std::vector<int32_t> many(300);
+  for (size_t g = 0; g < many.size(); ++g) many[g] = static_cast<int32_t>((g * 7) % 5 == 0 ? 0 : (g * 13) % 4 + 1);
+  check_routed_plain(cuda::RowsWeight::kBf16, 8, 32, many, 4, true);
+#endif
+}
 
 TEST(CudaFp8Matmul, SixteenCodePathMatchesReference) {
   SHARDLM_REQUIRE_GPU();

@@ -1,0 +1,112 @@
+// CudaBackend::grouped_linear_routed: a Mixture-of-Experts projection whose per-expert row ranges
+// stay on the device (kernels/cuda/rows_matmul.h's routed matmul), so a decode step with MoE
+// layers can be captured in a CUDA graph.
+//
+// Every group runs through the direct kernel whatever its rows: a decode step spreads T * k rows
+// over the experts (DeepSeek-V3 at 256 rows: 2048 rows over 256 experts, 8 on average), where
+// reading each expert's weight once per 8 rows is the traffic a GEMM would have too. A group far
+// past that (few experts, many tokens) rereads its weight once per pass; prefill never comes here.
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+#include <vector>
+
+#include "compute/cuda_backend.h"
+#include "compute/cuda_check.h"
+#include "core/error.h"
+#include "cuda/elementwise.h"
+#include "cuda/rows_matmul.h"
+
+namespace shardlm {
+
+namespace {
+
+cuda::RowsWeight format_of(DType dt) {
+  switch (dt) {
+    case DType::F8_E4M3:
+      return cuda::RowsWeight::kFp8;
+    case DType::BF16:
+      return cuda::RowsWeight::kBf16;
+    case DType::F32:
+      return cuda::RowsWeight::kF32;
+    default:
+      break;
+  }
+  SHARDLM_FAIL("cuda backend: grouped_linear_routed on " << dtype_name(dt) << " weights");
+}
+
+}  // namespace
+
+const CudaBackend::RoutedTable& CudaBackend::routed_table(const std::vector<const Matrix*>& w) {
+  std::vector<const void*> key;
+  key.reserve(w.size());
+  for (const Matrix* m : w) key.push_back(m->data);
+  auto it = routed_tables_.find(key);
+  if (it != routed_tables_.end()) return it->second;
+  SHARDLM_CHECK(!capturing_, "cuda backend: the weight table of a routed grouped linear ("
+                                 << w.size()
+                                 << " groups) is made while capturing a CUDA graph (run the step once "
+                                    "before capturing it)");
+  std::vector<cuda::RoutedWeight> host;
+  host.reserve(w.size());
+  for (const Matrix* m : w) host.push_back({m->data, m->fp8.scale_inv});
+  RoutedTable t;
+  const size_t bytes = host.size() * sizeof(cuda::RoutedWeight);
+  SHARDLM_CUDA_CHECK(cudaMalloc(&t.weights, bytes));
+  owned_.push_back(t.weights);  // not weight bytes: a few pointers per layer
+  SHARDLM_CUDA_CHECK(cudaMemcpy(t.weights, host.data(), bytes, cudaMemcpyHostToDevice));
+  return routed_tables_.emplace(std::move(key), t).first->second;
+}
+
+void CudaBackend::grouped_linear_routed(const float* x, int64_t max_rows, const int32_t* offsets,
+                                        const std::vector<const Matrix*>& w, float* y) {
+  SHARDLM_CHECK(!w.empty(), "cuda backend: grouped_linear_routed without weights");
+  if (max_rows <= 0) return;
+  const Matrix& w0 = *w[0];
+  const DType dt = w0.dtype;
+  const int64_t N = w0.rows, K = w0.cols, G = static_cast<int64_t>(w.size());
+  for (size_t g = 0; g < w.size(); ++g) {
+    const Matrix& m = *w[g];
+    SHARDLM_CHECK(m.rows == N && m.cols == K && m.dtype == dt, "cuda backend: grouped_linear_routed weight "
+                                                                   << g << " is " << dtype_name(m.dtype) << " ["
+                                                                   << m.rows << ", " << m.cols << "], weight 0 is "
+                                                                   << dtype_name(dt) << " [" << N << ", " << K << "]");
+    if (dt == DType::F8_E4M3) {
+      const Fp8Blocks& a = m.fp8;
+      SHARDLM_CHECK(
+          a.scale_inv && a.cols == w0.fp8.cols && a.block_rows == w0.fp8.block_rows &&
+              a.block_cols == w0.fp8.block_cols && a.row_off == w0.fp8.row_off && a.col_off == w0.fp8.col_off,
+          "cuda backend: grouped_linear_routed fp8 weight " << g << "'s block layout differs from weight 0's");
+    }
+  }
+  SHARDLM_CHECK(max_rows <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX,
+                "cuda backend: grouped_linear_routed of " << max_rows << " rows x " << K << " by " << N);
+  if (N == 0) return;
+  const cuda::RowsWeight format = format_of(dt);
+  const cudaStream_t s = stream_of(stream_);
+
+  // fp8 and bf16 weights take the activations as bf16, as their GEMMs do; fp32 weights fp32.
+  const void* xin = x;
+  if (format != cuda::RowsWeight::kF32) {
+    uint16_t* xb = bf16_workspace(static_cast<size_t>(max_rows * K));
+    cuda::f32_to_bf16(x, xb, max_rows * K, s);
+    check_launch("f32_to_bf16");
+    xin = xb;
+  }
+  const RoutedTable& table = routed_table(w);
+  bool vectorised = true;
+  for (const Matrix* m : w)
+    vectorised = vectorised && cuda::routed_matmul_vectorised(fp8_weight(w0), format, m->data, xin);
+
+  const auto passes = static_cast<size_t>(cuda::routed_matmul_max_passes(max_rows, G));
+  // One entry more than the list: the pass count the device writes goes there.
+  cuda::Fp8MatmulPass* list = grown_workspace(routed_passes_, routed_passes_n_, passes + 1, "routed pass list");
+  auto* count = reinterpret_cast<int32_t*>(list + passes);
+  cuda::launch_routed_matmul(xin, max_rows, offsets, G, static_cast<const cuda::RoutedWeight*>(table.weights),
+                             fp8_weight(w0), format, vectorised, list, count, y, s);
+  check_launch("routed_matmul");
+  ++routed_launches_;
+}
+
+}  // namespace shardlm
