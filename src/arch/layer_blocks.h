@@ -27,9 +27,11 @@ struct StepContext {
   float* kv_amax = nullptr;
   // A step captured for replay (--cuda-graphs): its T rows include padding rows (pos -1), and
   // nothing may be read back to the host, so a Mixture-of-Experts layer keeps its routing on the
-  // device (grouped_linear_routed) and adds its expert loads into expert_tokens ([num_experts]
-  // int64, backend memory) rather than counting them on the host.
+  // device (grouped_linear_routed).
   bool device_routing = false;
+  // Where the step's Mixture-of-Experts layers add their expert loads ([num_experts] int64,
+  // backend memory; the decoder reads it once per step, eager or captured); null: each layer
+  // counts on the host.
   int64_t* expert_tokens = nullptr;
 };
 

@@ -135,6 +135,7 @@ class MoeBlock final : public FeedForwardBlock {
       x.down = sliced ? w.cols(ep + n.down, H, I, plan.expert_inter0, plan.expert_inter) : w.whole(ep + n.down, H, I);
       experts_.push_back(x);
     }
+    if (!experts_.empty() && experts_[0].gate.dtype == DType::F8_E4M3) routed_rows_per_expert_ = 16;
     for (const ExpertWeights& x : experts_) {  // experts_ is complete: the pointers stay valid
       gate_w_.push_back(&x.gate);
       up_w_.push_back(&x.up);
@@ -162,7 +163,7 @@ class MoeBlock final : public FeedForwardBlock {
     if (plan_.ep_size > 1) {
       SHARDLM_CHECK(!ctx.device_routing, "moe block: a captured step with expert parallelism");
       forward_expert_parallel(h, T, scratch, out);
-    } else if (T > 0 && (ctx.device_routing || T * m_.experts_per_token <= kRoutedRowsPerExpert * m_.num_experts)) {
+    } else if (T > 0 && (ctx.device_routing || T * m_.experts_per_token <= routed_rows_per_expert_ * m_.num_experts)) {
       forward_routed(h, ctx, scratch, out);
     } else if (T > 0) {
       forward_on_backend(h, ctx, scratch, out);
@@ -170,13 +171,6 @@ class MoeBlock final : public FeedForwardBlock {
   }
 
  private:
-  // Steps of up to this many rows per expert on average take the routed path even when they run
-  // eagerly (decode steps): two passes of the direct kernel per expert read each weight twice, the
-  // traffic of a GEMM on a dequantised or cast copy, with no host read in the layer; larger steps
-  // (prefill) take cuBLAS's grouped GEMMs on tensor cores. A captured step always routes on the
-  // device, so a graph step and an eager step of the same rows take the same arithmetic.
-  static constexpr int64_t kRoutedRowsPerExpert = 16;
-
   // The routing's per-expert loads into the statistics, when the step has no device counter
   // (StepContext::expert_tokens; a block driven on its own): from the offsets, read on the host.
   void count_on_host(ComputeBackend& b, const int32_t* offsets) {
@@ -335,6 +329,13 @@ class MoeBlock final : public FeedForwardBlock {
   Matrix router_;
   RouterConfig cfg_;  // the routing (its bias is backend memory)
   int64_t inter_ = 0;
+  // Eager steps of up to this many rows per expert on average take the routed path too (decode:
+  // no host read in the layer, and a graph step and an eager step of the same rows compute the
+  // same bits); larger ones (prefill) take grouped_linear, cuBLAS's grouped GEMMs on tensor cores.
+  // The routed kernel reads an expert's weight once per 8 rows: fp8 experts up to 16 rows, where
+  // grouped_linear reads the codes directly twice as well (kFp8DirectRows); bf16 and fp32 ones up
+  // to 8, where cuBLAS would read the weight once too.
+  int64_t routed_rows_per_expert_ = 8;
   std::vector<ExpertWeights> experts_;
   std::vector<const Matrix*> gate_w_, up_w_, down_w_;  // the experts' projections, for grouped calls
   bool has_shared_ = false;

@@ -39,9 +39,12 @@ cuda::RowsWeight format_of(DType dt) {
 }  // namespace
 
 const CudaBackend::RoutedTable& CudaBackend::routed_table(const std::vector<const Matrix*>& w) {
-  std::vector<const void*> key;
-  key.reserve(w.size());
-  for (const Matrix* m : w) key.push_back(m->data);
+  std::vector<const void*> key;  // what the table holds: every weight's data and scales
+  key.reserve(2 * w.size());
+  for (const Matrix* m : w) {
+    key.push_back(m->data);
+    key.push_back(m->fp8.scale_inv);
+  }
   auto it = routed_tables_.find(key);
   if (it != routed_tables_.end()) return it->second;
   SHARDLM_CHECK(!capturing_, "cuda backend: the weight table of a routed grouped linear ("
