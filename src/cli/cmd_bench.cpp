@@ -267,7 +267,8 @@ int cmd_bench(int argc, char** argv) {
   ec.scheduler.max_seqs = std::max<int64_t>(batch, 1);
   // No scenario's step is larger than its prompt or its batch's prompts: a larger budget would only
   // size the profile steps past anything the scenarios run.
-  ec.scheduler.max_batch_tokens = std::max<int64_t>(prompt_len, std::min<int64_t>(2048, batch * batch_in));
+  const int64_t scenario_batch_tokens = std::max<int64_t>(prompt_len, std::min<int64_t>(2048, batch * batch_in));
+  ec.scheduler.max_batch_tokens = scenario_batch_tokens;
   ProfileResult profile;
   if (kv_budget_profiles(kv_gb, *backend))
     profile = run_profile_steps(*model, *backend, true, ec.scheduler, cache_dtype);
@@ -308,7 +309,7 @@ int cmd_bench(int argc, char** argv) {
     if (!why.empty()) {
       std::printf("CUDA graphs: not used (%s)\n", why.c_str());
     } else {
-      ec.scheduler.max_batch_tokens = std::max<int64_t>(prompt_len, std::min<int64_t>(2048, batch * batch_in));
+      ec.scheduler.max_batch_tokens = scenario_batch_tokens;  // as the eager decode scenario ran
       Scenario gdec = run_scenario(*model, *tok, ec, 1, 16, decode_tokens);
       const RequestResult& g = gdec.results[0];
       const double graph_tps = (g.output_tokens.size() - 1) / (g.t_finished - g.t_first_token);

@@ -235,11 +235,8 @@ class CudaBackend final : public ComputeBackend {
   // grouped_linear_routed: each weight set's device table of cuda::RoutedWeight, made at its first
   // call (a capture's warm-up run makes it; the weights outlive the backend's use of it) and kept;
   // the pass list and its count, a workspace that grows only outside captures.
-  struct RoutedTable {
-    void* weights = nullptr;  // owned_
-  };
-  const RoutedTable& routed_table(const std::vector<const Matrix*>& w);
-  std::map<std::vector<const void*>, RoutedTable> routed_tables_;
+  const void* routed_table(const std::vector<const Matrix*>& w);
+  std::map<std::vector<const void*>, void*> routed_tables_;  // tables in owned_
   cuda::Fp8MatmulPass* routed_passes_ = nullptr;  // the list, then the count in one more entry
   size_t routed_passes_n_ = 0;
   int64_t routed_launches_ = 0;

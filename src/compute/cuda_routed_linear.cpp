@@ -38,7 +38,7 @@ cuda::RowsWeight format_of(DType dt) {
 
 }  // namespace
 
-const CudaBackend::RoutedTable& CudaBackend::routed_table(const std::vector<const Matrix*>& w) {
+const void* CudaBackend::routed_table(const std::vector<const Matrix*>& w) {
   std::vector<const void*> key;  // what the table holds: every weight's data and scales
   key.reserve(2 * w.size());
   for (const Matrix* m : w) {
@@ -54,12 +54,12 @@ const CudaBackend::RoutedTable& CudaBackend::routed_table(const std::vector<cons
   std::vector<cuda::RoutedWeight> host;
   host.reserve(w.size());
   for (const Matrix* m : w) host.push_back({m->data, m->fp8.scale_inv});
-  RoutedTable t;
+  void* table = nullptr;
   const size_t bytes = host.size() * sizeof(cuda::RoutedWeight);
-  SHARDLM_CUDA_CHECK(cudaMalloc(&t.weights, bytes));
-  owned_.push_back(t.weights);  // not weight bytes: a few pointers per layer
-  SHARDLM_CUDA_CHECK(cudaMemcpy(t.weights, host.data(), bytes, cudaMemcpyHostToDevice));
-  return routed_tables_.emplace(std::move(key), t).first->second;
+  SHARDLM_CUDA_CHECK(cudaMalloc(&table, bytes));
+  owned_.push_back(table);  // not weight bytes: a few pointers per layer
+  SHARDLM_CUDA_CHECK(cudaMemcpy(table, host.data(), bytes, cudaMemcpyHostToDevice));
+  return routed_tables_.emplace(std::move(key), table).first->second;
 }
 
 void CudaBackend::grouped_linear_routed(const float* x, int64_t max_rows, const int32_t* offsets,
@@ -97,7 +97,7 @@ void CudaBackend::grouped_linear_routed(const float* x, int64_t max_rows, const 
     check_launch("f32_to_bf16");
     xin = xb;
   }
-  const RoutedTable& table = routed_table(w);
+  const void* table = routed_table(w);
   bool vectorised = true;
   for (const Matrix* m : w)
     vectorised = vectorised && cuda::routed_matmul_vectorised(fp8_weight(w0), format, m->data, xin);
@@ -106,8 +106,8 @@ void CudaBackend::grouped_linear_routed(const float* x, int64_t max_rows, const 
   // One entry more than the list: the pass count the device writes goes there.
   cuda::Fp8MatmulPass* list = grown_workspace(routed_passes_, routed_passes_n_, passes + 1, "routed pass list");
   auto* count = reinterpret_cast<int32_t*>(list + passes);
-  cuda::launch_routed_matmul(xin, max_rows, offsets, G, static_cast<const cuda::RoutedWeight*>(table.weights),
-                             fp8_weight(w0), format, vectorised, list, count, y, s);
+  cuda::launch_routed_matmul(xin, max_rows, offsets, G, static_cast<const cuda::RoutedWeight*>(table), fp8_weight(w0),
+                             format, vectorised, list, count, y, s);
   check_launch("routed_matmul");
   ++routed_launches_;
 }
