@@ -19,6 +19,11 @@ namespace shardlm::fp8_bits {
 
 constexpr float kMax = 448.0f;
 
+// The scale of a block of activations quantised to e4m3 (W8A8 GEMMs, kernels/cpu/fp8_act_quant.h):
+// its largest magnitude maps to 448, as DeepSeek-V3's reference act_quant does; an all-zero block
+// takes 1 so that its codes are zeros rather than 0/0.
+SHARDLM_HD inline float act_scale(float amax) { return amax > 0.0f ? amax / kMax : 1.0f; }
+
 SHARDLM_HD inline uint8_t from_f32(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);

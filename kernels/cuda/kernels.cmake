@@ -9,5 +9,7 @@ set(SHARDLM_CUDA_KERNELS
     moe_topk.cu expert_permute.cu fp8_dequant.cu sampling.cu gated_add.cu expert_rows.cu
     # Linear layers on weights kept fp8 (a few rows: decode).
     rows_matmul.cu
+    # Activations quantised to fp8 for the block-scaled fp8 GEMMs (W8A8: prefill on fp8 weights).
+    fp8_act_quant.cu
     # Calibration: the largest magnitude of a buffer (a KV cache's fp8 scales).
     abs_max.cu)

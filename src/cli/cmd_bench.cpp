@@ -119,6 +119,26 @@ void gpu_ceilings(ComputeBackend& b, const DeviceCeilings& c, const ModelSpec& s
           static_cast<long long>(m), static_cast<long long>(s[0]), static_cast<long long>(s[1]), f8.seconds * 1e6,
           f8.weight_gbs, 100.0 * f8.weight_gbs / *bw_gbs, *bw_gbs, f8.tflops, bf.seconds * 1e6, bf.weight_gbs);
     }
+  // Prefill-sized linears on fp8 weights, both ways: W8A8 (activations quantised to e4m3, the
+  // block-scaled GEMM on fp8 tensor cores; its ceiling the dense fp8 peak) and the weight
+  // dequantised to bf16 for a bf16 GEMM (the bf16 peak). The first says "fp8" where cuBLASLt
+  // declined the shape and it fell back.
+  const bool w8a8 = b.fp8_w8a8();
+  for (const auto& s : fp8_shapes) {
+    const int64_t m = peak_gemm > 0 && s[0] == peak_gemm ? peak_gemm : prompt_len;
+    b.set_fp8_w8a8(true);
+    const GemmFigure q = b.time_linear(m, s[0], s[1], DType::F8_E4M3);
+    b.set_fp8_w8a8(false);
+    const GemmFigure d = b.time_linear(m, s[0], s[1], DType::F8_E4M3);
+    const double fp8_peak = c.fp8_gflops > 0 ? c.fp8_gflops : 2 * *peak_gflops;
+    std::printf(
+        "  linear %lld x %lld x %lld, fp8 weights as %s: %.4g TFLOP/s (%.1f%% of %.0f dense fp8); dequantised to "
+        "bf16: %.4g TFLOP/s (%.1f%% of %.0f dense bf16); %.2fx\n",
+        static_cast<long long>(m), static_cast<long long>(s[0]), static_cast<long long>(s[1]), q.dtype.c_str(),
+        q.tflops, 100.0 * q.tflops * 1e3 / fp8_peak, fp8_peak / 1e3, d.tflops, 100.0 * d.tflops * 1e3 / *peak_gflops,
+        *peak_gflops / 1e3, d.seconds / q.seconds);
+  }
+  b.set_fp8_w8a8(w8a8);
 }
 
 // Microseconds per row of the backend's sample op on R random rows of V logits (backend memory),
@@ -168,7 +188,7 @@ int cmd_bench(int argc, char** argv) {
   int64_t prompt_len = 512, decode_tokens = 128, batch = 64, batch_in = 128, batch_out = 128;
   int64_t peak_gemm = 8192, attention_context = 32768;
   int threads = 0;
-  std::string kv_gb = "auto", fp8_weights = "fp8";
+  std::string kv_gb = "auto", fp8_weights = "fp8", fp8_prefill = "w8a8";
   bool cuda_graphs = false;
   double kv_fraction = 0.9;
   po::options_description d("shardlm bench options");
@@ -188,6 +208,7 @@ int cmd_bench(int argc, char** argv) {
     ("attention-context", po::value(&attention_context)->default_value(attention_context), "attention alone: the longest cached context decode is timed at (also at 4096); 0 skips the attention timings")
     ("peak-gemm", po::value(&peak_gemm)->default_value(peak_gemm), "with --backend cuda: also time a square bf16 GEMM of this side beside the peak, and fp8- and bf16-weight linears of that shape (0: only the model's shapes)")
     ("fp8-weights", po::value(&fp8_weights)->default_value(fp8_weights), "an fp8 checkpoint's linear weights with --backend cuda: fp8 (kept) or bf16 (dequantised at load), as shardlm run")
+    ("fp8-prefill", po::value(&fp8_prefill)->default_value(fp8_prefill), "with --fp8-weights fp8: linears past 16 rows as W8A8 block-scaled fp8 GEMMs (w8a8) or on the weight dequantised to bf16 (bf16), as shardlm run")
     ("cuda-graphs", po::bool_switch(&cuda_graphs), "also run the decode and batched scenarios with decode steps replayed from CUDA graphs (as shardlm run --cuda-graphs), beside the eager figures")
     ;
   // clang-format on
@@ -200,6 +221,8 @@ int cmd_bench(int argc, char** argv) {
                 "peak-gemm 0 or more)");
   SHARDLM_CHECK(fp8_weights == "fp8" || fp8_weights == "bf16",
                 "shardlm bench: --fp8-weights must be fp8 or bf16, not '" << fp8_weights << "'");
+  SHARDLM_CHECK(fp8_prefill == "w8a8" || fp8_prefill == "bf16",
+                "shardlm bench: --fp8-prefill must be w8a8 or bf16, not '" << fp8_prefill << "'");
   cpu::set_num_threads(threads);
 
   ModelSpec spec = ModelSpec::load(model_dir);
@@ -208,6 +231,7 @@ int cmd_bench(int argc, char** argv) {
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(model_dir);
   std::unique_ptr<ComputeBackend> backend = make_backend(backend_name);
   backend->set_keep_fp8_weights(fp8_weights == "fp8");
+  backend->set_fp8_w8a8(fp8_prefill == "w8a8");
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend);
   // The weights' bytes: the checkpoint's, or for an fp8 checkpoint a device dequantised at load,
   // what the device holds (its linears twice their fp8 bytes).
@@ -245,6 +269,11 @@ int cmd_bench(int argc, char** argv) {
   if (gpu) {
     gpu_ceilings(*backend, device, spec, prompt_len, peak_gemm, &bw, &peak, &fp32_peak);
     peak_name = "bf16 tensor peak";
+    // An fp8 checkpoint's prefill GEMMs run W8A8 on fp8 tensor cores: their ceiling is that peak.
+    if (spec.quant.fp8_block && backend->keeps_fp8_weights() && backend->fp8_w8a8() && device.fp8_gflops > 0) {
+      peak = device.fp8_gflops;
+      peak_name = "fp8 tensor peak (W8A8)";
+    }
   } else {
     bw = cpu::measure_memory_bandwidth(4).best();
     peak = fp32_peak = cpu::measure_fma_peak_gflops(300);

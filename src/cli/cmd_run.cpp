@@ -121,15 +121,16 @@ void print_header(const std::vector<RankRecord>& ranks, const Topology& topo, co
                opt.cuda_graphs ? " (CUDA graphs)" : "", opt.comm.c_str(), transport.empty() ? "" : ": ",
                transport.c_str());
   for (const auto& [lib, ver] : library_versions()) std::fprintf(stderr, "[shardlm]   %-14s %s\n", lib.c_str(), ver.c_str());
-  std::fprintf(stderr,
-               "[shardlm] model %s: %s, %lld layers, hidden %lld, %lld heads (%lld KV), vocab %lld%s; KV cache %s\n",
-               opt.model.c_str(), spec.architecture.c_str(), static_cast<long long>(spec.num_layers),
-               static_cast<long long>(spec.hidden_size), static_cast<long long>(spec.num_heads),
-               static_cast<long long>(spec.num_kv_heads), static_cast<long long>(spec.vocab_size),
-               !spec.quant.fp8_block         ? ""
-               : backend.keeps_fp8_weights() ? "; fp8 weights kept fp8"
-                                             : "; fp8 weights dequantised to bf16",
-               opt.kv_dtype.c_str());
+  std::fprintf(
+      stderr, "[shardlm] model %s: %s, %lld layers, hidden %lld, %lld heads (%lld KV), vocab %lld%s; KV cache %s\n",
+      opt.model.c_str(), spec.architecture.c_str(), static_cast<long long>(spec.num_layers),
+      static_cast<long long>(spec.hidden_size), static_cast<long long>(spec.num_heads),
+      static_cast<long long>(spec.num_kv_heads), static_cast<long long>(spec.vocab_size),
+      !spec.quant.fp8_block ? ""
+      : backend.keeps_fp8_weights()
+          ? (backend.fp8_w8a8() ? "; fp8 weights kept fp8, prefill W8A8" : "; fp8 weights kept fp8, prefill on bf16")
+          : "; fp8 weights dequantised to bf16",
+      opt.kv_dtype.c_str());
   // On a device: the memory the rank's weights take there (an fp8 checkpoint's kept fp8, or not).
   bool device = false;
   for (const RankRecord& r : ranks) device = device || r.device_weight_bytes > 0;
@@ -196,6 +197,9 @@ void write_attributes(ResultWriter& w, const RunOptions& opt, const ModelSpec& s
   w.set_attr("cuda_graphs", static_cast<int64_t>(opt.cuda_graphs));
   // What an fp8 checkpoint's linear weights are in memory: fp8 only where the backend keeps them.
   if (spec.quant.fp8_block) w.set_attr("fp8_weights", std::string(backend.keeps_fp8_weights() ? "fp8" : "bf16"));
+  // How their prefill linears ran: W8A8 only where the weights stayed fp8.
+  if (spec.quant.fp8_block && backend.keeps_fp8_weights())
+    w.set_attr("fp8_prefill", std::string(backend.fp8_w8a8() ? "w8a8" : "bf16"));
   w.set_attr("comm", opt.comm);
   if (!transport.empty()) w.set_attr("comm_transport", transport);
   w.set_attr("seed", static_cast<int64_t>(opt.seed));
@@ -303,6 +307,7 @@ int cmd_run(int argc, char** argv) {
   if (!opt.kv_scales.empty()) ckpt->add_file(opt.kv_scales);
   std::unique_ptr<ComputeBackend> backend = make_backend(opt.backend);
   backend->set_keep_fp8_weights(opt.fp8_weights == "fp8");
+  backend->set_fp8_w8a8(opt.fp8_prefill == "w8a8");
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend, plan, groups.shard());
   EngineConfig ec = engine_config(opt, spec, topo, opt.prompts);
   ec.lockstep = groups.dp_leaders.get();

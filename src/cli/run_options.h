@@ -33,6 +33,7 @@ struct RunOptions {
   std::string kv_calibrate_out;   // write per-layer fp8 KV scales from this run's key and value magnitudes
   std::string fp8_weights =
       "fp8";  // an fp8 checkpoint's linear weights on a GPU: fp8 (kept) | bf16 (dequantised at load)
+  std::string fp8_prefill = "w8a8";  // linears on kept fp8 weights past 16 rows: w8a8 | bf16
   int64_t block_size = 16;
   int threads = 0;                // CPU threads per rank; 0 = all cores
   int flush_every = 64;           // HDF5 flush period in finished requests

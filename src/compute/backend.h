@@ -120,6 +120,13 @@ class ComputeBackend {
   // computes with fp8 weights can keep them; the others ignore the setting.
   virtual void set_keep_fp8_weights(bool keep) {}
   virtual bool keeps_fp8_weights() const { return false; }
+  // How a linear on a weight kept fp8 runs past the rows it reads directly (prefill): W8A8 (true:
+  // the activations quantised to e4m3 per row and 128 features, and an fp8 tensor-core GEMM with
+  // both sides' block scales, DeepSeek-V3's own recipe) or on the weight dequantised to bf16 (false:
+  // activations unquantised, each weight the CPU backend's value). --fp8-prefill; backends that
+  // keep no fp8 weights ignore it.
+  virtual void set_fp8_w8a8(bool on) {}
+  virtual bool fp8_w8a8() const { return false; }
 
   // Activation memory, owned by the backend, freed when the backend is destroyed or by free().
   virtual void* alloc(size_t bytes) = 0;

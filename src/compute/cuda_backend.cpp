@@ -108,6 +108,7 @@ CudaBackend::~CudaBackend() {
   if (capture_stream_) cudaStreamDestroy(stream_of(capture_stream_));
   cudaFree(bf16_ws_);
   cudaFree(fp8_dequant_ws_);
+  release_w8a8();
   cudaFree(fp8_passes_);
   cudaFree(grouped_ptrs_);
   cudaFree(grouped_out_ws_);
@@ -186,8 +187,14 @@ Matrix CudaBackend::load_fp8_matrix(const TensorView& w, const TensorView& scale
   if (keep && keep_fp8_) {
     m.dtype = DType::F8_E4M3;
     m.data = upload(bytes.data(), bytes.size());
-    m.fp8.scale_inv = static_cast<const float*>(upload(s.scales.data(), s.scales.size() * sizeof(float)));
-    m.fp8.cols = s.cols;
+    // Scale rows padded with zeros to a multiple of 4 columns: the row stride cuBLASLt's 128x128
+    // block scales take (cuda_w8a8_linear.cpp); every other reader indexes through fp8.cols.
+    const int64_t stride = (s.cols + 3) / 4 * 4;
+    std::vector<float> padded(static_cast<size_t>(s.rows * stride), 0.0f);
+    for (int64_t r = 0; r < s.rows; ++r)
+      std::copy_n(&s.scales[static_cast<size_t>(r * s.cols)], s.cols, &padded[static_cast<size_t>(r * stride)]);
+    m.fp8.scale_inv = static_cast<const float*>(upload(padded.data(), padded.size() * sizeof(float)));
+    m.fp8.cols = stride;
     m.fp8.block_rows = block_rows;
     m.fp8.block_cols = block_cols;
     m.fp8.row_off = r0 % block_rows;

@@ -58,6 +58,8 @@ class CudaBackend final : public ComputeBackend {
   // fp8-weight linears so far that read the fp8 weight directly, and that dequantised it first.
   int64_t fp8_direct_linears() const { return fp8_direct_calls_; }
   int64_t fp8_dequant_linears() const { return fp8_dequant_calls_; }
+  // fp8-weight linears so far that ran as block-scaled fp8 GEMMs (W8A8, cuda_w8a8_linear.cpp).
+  int64_t fp8_w8a8_linears() const { return fp8_w8a8_calls_; }
   // Grouped launches of the fp8 kernel (grouped_linear on fp8 weights) so far.
   int64_t fp8_grouped_launches() const { return fp8_grouped_calls_; }
 
@@ -68,6 +70,8 @@ class CudaBackend final : public ComputeBackend {
                          int64_t r0, int64_t nr, int64_t c0, int64_t nc, bool keep) override;
   void set_keep_fp8_weights(bool keep) override { keep_fp8_ = keep; }
   bool keeps_fp8_weights() const override { return keep_fp8_; }
+  void set_fp8_w8a8(bool on) override { w8a8_ = on; }
+  bool fp8_w8a8() const override { return w8a8_; }
 
   void* alloc(size_t bytes) override;
   void free(void* p) override;
@@ -154,8 +158,13 @@ class CudaBackend final : public ComputeBackend {
   // The kernels' view of a weight: codes, scales and block geometry of an F8_E4M3 one; N and K of
   // any (cuda_fp8_linear.cpp).
   static cuda::Fp8Weight fp8_weight(const Matrix& w);
-  // linear() of an F8_E4M3 weight (cuda_fp8_linear.cpp).
+  // linear() of an F8_E4M3 weight (cuda_fp8_linear.cpp), and its direct path for a few rows.
   void linear_fp8(const float* x, int64_t M, const Matrix& w, float* y);
+  void linear_fp8_direct(const float* x, int64_t M, const Matrix& w, float* y);
+  // The block-scaled fp8 GEMM of linear_fp8 past the direct rows (cuda_w8a8_linear.cpp): false, with
+  // nothing run, when it is off, the weight or pointers do not meet cuBLASLt's terms, or cuBLASLt
+  // has no kernel for the shape (then the caller dequantises).
+  bool linear_w8a8(const float* x, int64_t M, const Matrix& w, float* y);
   // grouped_linear() of the `live` groups when every one is an F8_E4M3 weight of one block layout:
   // the groups of up to 16 rows in one grouped fp8 launch, each larger one by linear_fp8. False
   // (nothing run) when the weights differ in layout.
@@ -199,6 +208,29 @@ class CudaBackend final : public ComputeBackend {
   size_t fp8_dequant_ws_n_ = 0;
   int64_t fp8_direct_calls_ = 0, fp8_dequant_calls_ = 0;  // how fp8 linears ran (tests, benchmarks)
   int64_t fp8_grouped_calls_ = 0;                          // grouped fp8 launches
+  // W8A8 (cuda_w8a8_linear.cpp): cuBLASLt's handle and the one matmul descriptor (TN, e4m3 in,
+  // fp32 out, 128x128 weight scales and 1x128 activation scales), its workspace, the quantised
+  // activations and their scales (a workspace), and per (N, M, K, alignments) the matrix layouts
+  // and the algorithm cuBLASLt chose, or that it has none.
+  struct W8a8Plan {
+    void* a = nullptr;  // cublasLtMatrixLayout_t, each
+    void* b = nullptr;
+    void* d = nullptr;
+    uint64_t algo[8] = {};  // cublasLtMatmulAlgo_t
+    size_t workspace = 0;   // bytes it asked for
+    bool ok = false;
+  };
+  const W8a8Plan& w8a8_plan(int64_t N, int64_t M, int64_t K, uint32_t align_w, uint32_t align_y);
+  void release_w8a8();  // the cuBLASLt objects and buffers (destructor)
+  bool w8a8_ = true;
+  void* lt_ = nullptr;       // cublasLtHandle_t
+  void* lt_desc_ = nullptr;  // cublasLtMatmulDesc_t
+  uint8_t* lt_ws_ = nullptr;
+  size_t lt_ws_n_ = 0;
+  uint8_t* w8a8_ws_ = nullptr;  // codes [M, K], then the scales [ceil(K / 128), M]
+  size_t w8a8_ws_n_ = 0;
+  std::map<std::tuple<int64_t, int64_t, int64_t, uint32_t, uint32_t>, W8a8Plan> w8a8_plans_;
+  int64_t fp8_w8a8_calls_ = 0;
   void* fp8_passes_ = nullptr;                             // cuda::Fp8MatmulPass [fp8_passes_n_], device
   size_t fp8_passes_n_ = 0;
   int sms_ = 0;                   // multiprocessors of the device

@@ -113,11 +113,12 @@ bool CudaBackend::measure_device_ceilings(DeviceCeilings* c) {
     const plan::GpuSpec& g = plan::gpu_spec(name);
     c->bw_gbs = g.hbm_bw / 1e9;
     c->peak_gflops = g.bf16_flops / 1e9;
+    c->fp8_gflops = g.fp8_flops / 1e9;
     c->fp32_gflops = g.fp32_flops / 1e9;
     std::snprintf(buf, sizeof buf,
-                  "device: %s: datasheet %.0f GB/s HBM, %.0f TFLOP/s dense bf16; measured device-to-device copy "
-                  "%.0f GB/s (%.0f%%)",
-                  g.description.c_str(), c->bw_gbs, c->peak_gflops / 1e3, c->measured_bw_gbs,
+                  "device: %s: datasheet %.0f GB/s HBM, %.0f TFLOP/s dense bf16, %.0f dense fp8; measured "
+                  "device-to-device copy %.0f GB/s (%.0f%%)",
+                  g.description.c_str(), c->bw_gbs, c->peak_gflops / 1e3, c->fp8_gflops / 1e3, c->measured_bw_gbs,
                   100.0 * c->measured_bw_gbs / c->bw_gbs);
   } else {
     c->bw_gbs = c->measured_bw_gbs;
@@ -161,7 +162,9 @@ GemmFigure CudaBackend::time_linear(int64_t m, int64_t n, int64_t k, DType weigh
                                                 << " weights, " << runs << " runs");
   const bool fp8 = weight == DType::F8_E4M3;
   constexpr int64_t kBlock = 128;  // DeepSeek-V3's and Kimi K2's weight_block_size
-  const int64_t scale_n = fp8 ? ((n + kBlock - 1) / kBlock) * ((k + kBlock - 1) / kBlock) : 0;
+  // Scale rows padded to 4 columns, as load_fp8_matrix lays them out.
+  const int64_t scale_cols = ((k + kBlock - 1) / kBlock + 3) / 4 * 4;
+  const int64_t scale_n = fp8 ? ((n + kBlock - 1) / kBlock) * scale_cols : 0;
   const size_t w_bytes = static_cast<size_t>(n * k) * (fp8 ? 1 : 2);
   DeviceBuffer x(static_cast<size_t>(m * k) * 4), w(w_bytes), sc(static_cast<size_t>(scale_n) * 4),
       y(static_cast<size_t>(m * n) * 4);
@@ -176,13 +179,17 @@ GemmFigure CudaBackend::time_linear(int64_t m, int64_t n, int64_t k, DType weigh
   mat.data = w.p;
   if (fp8) {
     mat.fp8.scale_inv = static_cast<const float*>(sc.p);
-    mat.fp8.cols = (k + kBlock - 1) / kBlock;
+    mat.fp8.cols = scale_cols;
     mat.fp8.block_rows = mat.fp8.block_cols = kBlock;
   }
   auto* xf = static_cast<const float*>(x.p);
   auto* yf = static_cast<float*>(y.p);
-  return time_gemm(m, n, k, fp8 ? "fp8" : "bf16", static_cast<double>(w_bytes) + 4.0 * static_cast<double>(scale_n),
-                   runs, stream_of(stream_), [&] { linear(xf, m, mat, nullptr, yf); });
+  const int64_t w8a8_before = fp8_w8a8_calls_;
+  GemmFigure f =
+      time_gemm(m, n, k, fp8 ? "fp8" : "bf16", static_cast<double>(w_bytes) + 4.0 * static_cast<double>(scale_n), runs,
+                stream_of(stream_), [&] { linear(xf, m, mat, nullptr, yf); });
+  if (fp8_w8a8_calls_ > w8a8_before) f.dtype = "fp8 w8a8";  // ran as the block-scaled fp8 GEMM
+  return f;
 }
 
 }  // namespace shardlm

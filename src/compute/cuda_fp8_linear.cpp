@@ -2,10 +2,14 @@
 //
 // Few rows (decode): kernels/cuda/rows_matmul reads the codes, one byte a weight, and dequantises
 // them in registers; a pass of kFp8MatmulRowsPerPass rows reads the weight once, so its cost grows
-// with the passes. More rows: the weight is dequantised into a bf16 workspace (1 byte read, 2
-// written) and cuBLAS runs the bf16 GEMM on it (2 read) as for a bf16 weight; past a few passes
-// that traffic is the cheaper one, and the GEMM runs on tensor cores. Both give each weight the
-// host dequantisation's bf16 value, so the two paths differ in summation order only.
+// with the passes. More rows (prefill): by default W8A8 (cuda_w8a8_linear.cpp), the activations
+// quantised to e4m3 and cuBLASLt's block-scaled fp8 GEMM on fp8 tensor cores (twice bf16's peak, the
+// weight read as it is); where that does not apply (--fp8-prefill bf16, a slice off the 128x128
+// grid, a shape cuBLASLt declines) the weight is dequantised into a bf16 workspace (1 byte read, 2
+// written) and cuBLAS runs the bf16 GEMM on it (2 read) as for a bf16 weight. The direct and the
+// dequantised paths give each weight the host dequantisation's bf16 value, so they differ in
+// summation order only; W8A8 also rounds the activations to e4m3 (3 mantissa bits per 128-feature
+// block scale).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -49,14 +53,11 @@ void CudaBackend::linear_fp8(const float* x, int64_t M, const Matrix& w, float* 
   const int64_t N = w.rows, K = w.cols;
   const cudaStream_t s = stream_of(stream_);
   if (M <= kFp8DirectRows) {
-    uint16_t* xb = bf16_workspace(static_cast<size_t>(M * K));
-    cuda::f32_to_bf16(x, xb, M * K, s);
-    check_launch("f32_to_bf16");
-    cuda::launch_fp8_matmul(xb, M, fp8_weight(w), y, s);
-    check_launch("fp8_matmul");
+    linear_fp8_direct(x, M, w, y);
     ++fp8_direct_calls_;
     return;
   }
+  if (linear_w8a8(x, M, w, y)) return;
   const size_t n = static_cast<size_t>(N * K);
   grown_workspace(fp8_dequant_ws_, fp8_dequant_ws_n_, n, "fp8 dequantisation");
   cuda::launch_fp8_dequant_slice(static_cast<const uint8_t*>(w.data), w.fp8.scale_inv, w.fp8.cols, N, K, w.fp8.row_off,
@@ -64,6 +65,16 @@ void CudaBackend::linear_fp8(const float* x, int64_t M, const Matrix& w, float* 
   check_launch("fp8_dequant");
   gemm_bf16(x, M, fp8_dequant_ws_, N, K, y);
   ++fp8_dequant_calls_;
+}
+
+void CudaBackend::linear_fp8_direct(const float* x, int64_t M, const Matrix& w, float* y) {
+  const int64_t K = w.cols;
+  const cudaStream_t s = stream_of(stream_);
+  uint16_t* xb = bf16_workspace(static_cast<size_t>(M * K));
+  cuda::f32_to_bf16(x, xb, M * K, s);
+  check_launch("f32_to_bf16");
+  cuda::launch_fp8_matmul(xb, M, fp8_weight(w), y, s);
+  check_launch("fp8_matmul");
 }
 
 bool CudaBackend::grouped_linear_fp8(const float* x, const std::vector<int64_t>& offsets,

@@ -24,6 +24,8 @@
 #include "core/dtype.h"
 #include "model/checkpoint.h"
 #include "model/fp8_block.h"
+#include "cpu/fp8_act_quant.h"
+#include "fp8_bits.h"
 
 namespace shardlm {
 namespace {
@@ -136,7 +138,8 @@ TEST_F(CudaBackendOps, Fp8SliceDequantIsBitIdenticalToHost) {
 // A linear weight kept fp8 (load_fp8_matrix with keep) against the same slice dequantised at load:
 // the weights are the same bf16 values, so the two linears differ in summation order only, for
 // the rows read directly from fp8 (up to 16) and for those that dequantise into a workspace for
-// cuBLAS. --fp8-weights bf16 (set_keep_fp8_weights(false)) loads the bf16 form even with keep.
+// cuBLAS (W8A8 off; these slices are off the 128x128 grid anyway). --fp8-weights bf16
+// (set_keep_fp8_weights(false)) loads the bf16 form even with keep.
 TEST_F(CudaBackendOps, Fp8KeptLinearMatchesTheDequantisedWeight) {
   const int64_t R = 320, C = 512, br = 128, bc = 128;
   const RandomFp8 f = random_fp8(R, C, br, bc, 11);
@@ -145,6 +148,7 @@ TEST_F(CudaBackendOps, Fp8KeptLinearMatchesTheDequantisedWeight) {
   auto* gpu = dynamic_cast<CudaBackend*>(gpu_.get());
   ASSERT_NE(gpu, nullptr);
   ASSERT_TRUE(gpu->keeps_fp8_weights());
+  gpu->set_fp8_w8a8(false);
   // A row slice (tensor-parallel rows, off the block grid), a column slice on the 16-code grid and
   // one off it (the kernel's two paths).
   for (auto [r0, nr, c0, nc] :
@@ -154,7 +158,9 @@ TEST_F(CudaBackendOps, Fp8KeptLinearMatchesTheDequantisedWeight) {
     const Matrix kept = gpu_->load_fp8_matrix(tw, ts, br, bc, r0, nr, c0, nc, /*keep=*/true);
     ASSERT_EQ(kept.dtype, DType::F8_E4M3);
     const Fp8SliceScales s = fp8_slice_scales(ts, br, bc, r0, nr, c0, nc);
-    EXPECT_EQ(gpu->weight_bytes() - before, static_cast<size_t>(nr * nc) + s.scales.size() * sizeof(float));
+    // The scale rows padded to 4 columns (cuBLASLt's stride for 128x128 block scales).
+    EXPECT_EQ(gpu->weight_bytes() - before,
+              static_cast<size_t>(nr * nc) + static_cast<size_t>(s.rows * ((s.cols + 3) / 4 * 4)) * sizeof(float));
     const Matrix bf = gpu_->load_fp8_matrix(tw, ts, br, bc, r0, nr, c0, nc, /*keep=*/false);
     ASSERT_EQ(bf.dtype, DType::BF16);
     for (int64_t M : {1, 5, 16, 17, 70}) {
@@ -174,6 +180,89 @@ TEST_F(CudaBackendOps, Fp8KeptLinearMatchesTheDequantisedWeight) {
   }
   gpu->set_keep_fp8_weights(false);
   EXPECT_EQ(gpu_->load_fp8_matrix(tw, ts, br, bc, 0, R, 0, C, /*keep=*/true).dtype, DType::BF16);
+}
+
+// W8A8: past 16 rows a linear on a weight kept fp8 quantises the activations per row and 128
+// features (cpu::fp8_act_quant) and runs cuBLASLt's block-scaled fp8 GEMM; its rows must equal
+// the block-scaled sum of the code products computed here in double, to fp32 accumulation. Rows
+// past the last multiple of 4 go through the direct fp8 kernel (the bf16-weight result). A K of
+// 384 has 3 scale blocks a row, padded to 4 at load. Off the 128x128 grid, or with W8A8 off, the
+// weight is dequantised instead.
+TEST_F(CudaBackendOps, Fp8PrefillLinearRunsW8A8) {
+  auto* gpu = dynamic_cast<CudaBackend*>(gpu_.get());
+  ASSERT_NE(gpu, nullptr);
+  ASSERT_TRUE(gpu->fp8_w8a8());
+  for (auto [R, C] : {std::pair<int64_t, int64_t>{320, 512}, {256, 384}}) {
+    SCOPED_TRACE(::testing::Message() << "weight " << R << " x " << C);
+    const RandomFp8 f = random_fp8(R, C, 128, 128, 21 + static_cast<uint32_t>(C));
+    const Matrix kept = gpu_->load_fp8_matrix(f.w, f.s, 128, 128, 0, R, 0, C, /*keep=*/true);
+    const Matrix bf = gpu_->load_fp8_matrix(f.w, f.s, 128, 128, 0, R, 0, C, /*keep=*/false);
+    const int64_t L = (C + 127) / 128;
+    for (int64_t M : {17, 19, 20, 70}) {
+      SCOPED_TRACE(::testing::Message() << "M " << M);
+      const auto x = randn(static_cast<size_t>(M * C), 31 + static_cast<uint32_t>(M));
+      float* xg = up(*gpu_, x);
+      auto* y8 = static_cast<float*>(gpu_->alloc(static_cast<size_t>(M * R) * 4));
+      auto* yb = static_cast<float*>(gpu_->alloc(static_cast<size_t>(M * R) * 4));
+      const int64_t w8a8 = gpu->fp8_w8a8_linears(), dequant = gpu->fp8_dequant_linears();
+      gpu_->linear(xg, M, kept, nullptr, y8);
+      EXPECT_EQ(gpu->fp8_w8a8_linears() - w8a8, 1);
+      EXPECT_EQ(gpu->fp8_dequant_linears() - dequant, 0);
+      gpu_->linear(xg, M, bf, nullptr, yb);
+      const std::vector<float> got = down(*gpu_, y8, static_cast<size_t>(M * R));
+      const std::vector<float> bf_out = down(*gpu_, yb, static_cast<size_t>(M * R));
+      const int64_t Mq = M - M % 4;
+      std::vector<uint8_t> qx(static_cast<size_t>(Mq * C));
+      std::vector<float> sx(static_cast<size_t>(L * Mq));
+      cpu::fp8_act_quant(x.data(), Mq, C, qx.data(), sx.data(), Mq);
+      double worst = 0, scale = 0;
+      for (int64_t m = 0; m < Mq; ++m)
+        for (int64_t n = 0; n < R; ++n) {
+          double want = 0, mag = 0;
+          for (int64_t b = 0; b < L; ++b) {
+            double part = 0, part_mag = 0;
+            for (int64_t k = b * 128; k < std::min(C, b * 128 + 128); ++k) {
+              const double p = static_cast<double>(fp8_bits::to_f32(qx[m * C + k])) * fp8_bits::to_f32(f.q[n * C + k]);
+              part += p;
+              part_mag += std::fabs(p);
+            }
+            const double s = static_cast<double>(sx[b * Mq + m]) * f.scales[(n / 128) * L + b];
+            want += part * s;
+            mag += part_mag * s;
+          }
+          worst = std::max(worst, std::fabs(got[m * R + n] - want) / (mag + 1e-30));
+          scale = std::max(scale, std::fabs(want));
+        }
+      // Relative to the sum of the magnitudes: fp32 in the emulation; Hopper's fp8 tensor cores keep
+      // about 14 bits within a 128-feature block before cuBLASLt scales it into fp32.
+      EXPECT_LT(worst, 3e-4) << "W8A8 rows against the block-scaled sum in double";
+      // The rows past Mq: the direct kernel's, the dequantised weight's to summation order.
+      std::vector<float> tail_got(got.begin() + Mq * R, got.end()), tail_bf(bf_out.begin() + Mq * R, bf_out.end());
+      if (!tail_bf.empty()) expect_gemm_close(tail_bf, tail_got, 1e-5, "rows past the multiple of 4");
+      // And the whole against unquantised activations: within e4m3's rounding of them.
+      expect_gemm_close(bf_out, got, 0.08, "W8A8 against the bf16 path");
+      for (void* p : {static_cast<void*>(xg), static_cast<void*>(y8), static_cast<void*>(yb)}) gpu_->free(p);
+    }
+  }
+  // Off the grid (a row slice from row 100), and W8A8 off: the weight is dequantised.
+  const RandomFp8 f = random_fp8(320, 512, 128, 128, 5);
+  const int64_t M = 32;
+  const auto x = randn(static_cast<size_t>(M * 512), 9);
+  float* xg = up(*gpu_, x);
+  auto* y = static_cast<float*>(gpu_->alloc(static_cast<size_t>(M * 320) * 4));
+  const Matrix off = gpu_->load_fp8_matrix(f.w, f.s, 128, 128, 100, 200, 0, 512, /*keep=*/true);
+  const Matrix on = gpu_->load_fp8_matrix(f.w, f.s, 128, 128, 0, 320, 0, 512, /*keep=*/true);
+  int64_t w8a8 = gpu->fp8_w8a8_linears(), dequant = gpu->fp8_dequant_linears();
+  gpu_->linear(xg, M, off, nullptr, y);
+  EXPECT_EQ(gpu->fp8_w8a8_linears() - w8a8, 0);
+  EXPECT_EQ(gpu->fp8_dequant_linears() - dequant, 1);
+  gpu->set_fp8_w8a8(false);
+  w8a8 = gpu->fp8_w8a8_linears();
+  gpu_->linear(xg, M, on, nullptr, y);
+  EXPECT_EQ(gpu->fp8_w8a8_linears() - w8a8, 0);
+  EXPECT_EQ(gpu->fp8_dequant_linears() - dequant, 2);
+  gpu_->free(xg);
+  gpu_->free(y);
 }
 
 TEST_F(CudaBackendOps, MoeOpsMatchCpu) {

@@ -1,7 +1,8 @@
 // CUDA routing, expert permutation and fp8 dequantisation against their CPU references:
 // moe_topk against src/arch/moe_router (same ids in the same order, weights within 1e-6
 // relative), expert_permute against kernels/cpu/expert_permute (bit-identical), fp8_dequant
-// against dequant_fp8_block (bit-identical). Skipped without a GPU.
+// against dequant_fp8_block (bit-identical), fp8_act_quant against kernels/cpu/fp8_act_quant
+// (bit-identical). Skipped without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -17,11 +18,13 @@
 #include "arch/moe_router.h"
 #include "common/gpu.h"
 #include "cpu/expert_permute.h"
+#include "cpu/fp8_act_quant.h"
 #include "cuda/device_buffer_moe.h"
 #include "model/fp8_block.h"
 
 #ifdef SHARDLM_HAVE_CUDA
 #include "cuda/expert_permute.h"
+#include "cuda/fp8_act_quant.h"
 #include "cuda/fp8_dequant.h"
 #include "cuda/moe_topk.h"
 #endif
@@ -169,7 +172,9 @@ void check_permute(int64_t T, int k, int total, int e0, int E, int64_t H, uint32
   expect_kernel_ok();
 
   EXPECT_EQ(d_offsets.download(), offsets);
-  if (masked) EXPECT_EQ(d_counts.download(), counts);
+  if (masked) {
+    EXPECT_EQ(d_counts.download(), counts);
+  }
   if (P == 0) return;
   EXPECT_EQ(d_slot.download(), slot_row);
   const std::vector<int32_t> got_pair = d_pair.download();
@@ -249,6 +254,38 @@ TEST(CudaFp8Dequant, RandomMatrixWithPartialEdgeBlocks) {
     std::vector<float> scales(static_cast<size_t>(((R + br - 1) / br) * ((C + bc - 1) / bc)));
     for (auto& v : scales) v = std::exp2(exp2(gen));
     check_fp8(R, C, br, bc, q, scales);
+  }
+#endif
+}
+
+// Activation quantisation for the W8A8 GEMMs: codes and scales bit for bit the CPU's, over rows
+// whose magnitudes span 2^-30 to 2^20 (subnormal e4m3 codes included), zero blocks, a partial last
+// block, a K not a multiple of 4, and a scale stride past the rows (left untouched).
+TEST(CudaFp8ActQuant, MatchesCpuBitForBit) {
+  SHARDLM_REQUIRE_GPU();
+#ifdef SHARDLM_HAVE_CUDA
+  std::mt19937 gen(17);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (auto [M, K, ld] : {std::array<int64_t, 3>{1, 128, 1}, {7, 300, 12}, {33, 1024, 33}, {4, 129, 4}, {3, 70, 5}}) {
+    SCOPED_TRACE(::testing::Message() << "M " << M << " K " << K << " ld " << ld);
+    const int64_t L = (K + 127) / 128;
+    std::vector<float> x(static_cast<size_t>(M * K));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k)
+        x[m * K + k] = d(gen) * std::ldexp(1.0f, static_cast<int>((m * 13 + k / 128 * 5) % 51) - 30);
+    if (M > 2) std::fill_n(&x[2 * K], std::min<int64_t>(K, 128), 0.0f);
+    std::vector<uint8_t> want_q(x.size());
+    std::vector<float> want_s(static_cast<size_t>(L * ld), -1.0f);
+    cpu::fp8_act_quant(x.data(), M, K, want_q.data(), want_s.data(), ld);
+    DevArray<float> dx(x);
+    DevArray<uint8_t> dq(x.size());
+    DevArray<float> ds(std::vector<float>(want_s.size(), -1.0f));
+    cuda::launch_fp8_act_quant(dx.get(), M, K, dq.get(), ds.get(), ld, nullptr);
+    expect_kernel_ok();
+    EXPECT_EQ(dq.download(), want_q);
+    const std::vector<float> got_s = ds.download();
+    ASSERT_EQ(got_s.size(), want_s.size());
+    EXPECT_EQ(std::memcmp(got_s.data(), want_s.data(), want_s.size() * sizeof(float)), 0);
   }
 #endif
 }

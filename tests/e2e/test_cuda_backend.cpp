@@ -367,15 +367,16 @@ TEST(CudaBackend, Bf16GreedyFirstTokensMatchCpu) {
 
 // An fp8 checkpoint's linear weights kept fp8 (--fp8-weights fp8, the default) against the same
 // checkpoint dequantised to bf16 at load (--fp8-weights bf16): every weight has the same bf16 value.
-// The first token's step prefills all prompts at once (more than 16 rows: the fp8 weights are
-// dequantised into a workspace for the same cuBLAS GEMM), and the LM head then takes one row per
+// The first token's step prefills all prompts at once (more than 16 rows: with --fp8-prefill bf16
+// the fp8 weights are dequantised into a workspace for the same cuBLAS GEMM), and the LM head then takes one row per
 // sequence (at most 16: the fp8 kernel reads the codes directly), so the first tokens must agree
 // and their log-probabilities within the summation order's rounding. The kept weights take 1 byte a
 // weight where bf16 takes 2 (/ranks/device_weight_bytes), which leaves more device memory for the
 // KV cache (the auto budget grows). Then, on the dense model, CUDA graphs
 // over fp8 decode steps (the fp8 kernel gives each row the same bits whatever rows are padded in)
 // must give the eager run's tokens. MLA (tiny-deepseek-v3) reads kv_b_proj dequantised on the host
-// and its experts through grouped_linear.
+// and its experts through grouped_linear. The default prefill, W8A8 (activations rounded to e4m3 for
+// fp8 tensor-core GEMMs), must keep most greedy first tokens and say so in the output.
 TEST(CudaBackend, Fp8WeightsKeptMatchTheDequantisedOnes) {
   SHARDLM_REQUIRE_GPU();
 #ifdef SHARDLM_EMULATED_BINARY
@@ -395,12 +396,27 @@ TEST(CudaBackend, Fp8WeightsKeptMatchTheDequantisedOnes) {
     const std::string common = env + shardlm_bin() + " run --model " + model + " --prompts " +
                                (d / "p.jsonl").string() +
                                " --backend cuda --seed 3 --max-batch-tokens 128 --max-seqs 8 --progress-interval 0";
-    Proc kept = sh(common + " --out " + (d / "fp8.h5").string());
+    Proc kept = sh(common + " --fp8-prefill bf16 --out " + (d / "fp8.h5").string());
     Proc bf16 = sh(common + " --fp8-weights bf16 --out " + (d / "bf16.h5").string());
+    Proc w8a8 = sh(common + " --out " + (d / "w8a8.h5").string());
     ASSERT_EQ(kept.code, 0) << kept.out;
     ASSERT_EQ(bf16.code, 0) << bf16.out;
-    EXPECT_NE(kept.out.find("; fp8 weights kept fp8;"), std::string::npos) << kept.out;
+    ASSERT_EQ(w8a8.code, 0) << w8a8.out;
+    EXPECT_NE(kept.out.find("; fp8 weights kept fp8, prefill on bf16;"), std::string::npos) << kept.out;
     EXPECT_NE(bf16.out.find("; fp8 weights dequantised to bf16;"), std::string::npos) << bf16.out;
+    EXPECT_NE(w8a8.out.find("; fp8 weights kept fp8, prefill W8A8;"), std::string::npos) << w8a8.out;
+    {
+      const test::RunOutput a = test::read_run((d / "bf16.h5").string()), q = test::read_run((d / "w8a8.h5").string());
+      int same = 0, greedy = 0;
+      for (const auto& [id, toks] : a.tokens) {
+        if (std::stoi(id.substr(1)) % 2) continue;  // the odd prompts sample
+        ++greedy;
+        same += q.tokens.count(id) && q.tokens.at(id) == toks;
+      }
+      // Near-ties between the two best logits may flip under e4m3 activations; most must not.
+      EXPECT_GE(same, greedy - 1) << same << " of " << greedy << " greedy first tokens agree under W8A8";
+      EXPECT_EQ(test::H5Reader((d / "w8a8.h5").string()).string_attr("fp8_prefill"), "w8a8");
+    }
     const test::RunOutput a = test::read_run((d / "bf16.h5").string()), b = test::read_run((d / "fp8.h5").string());
     ASSERT_EQ(a.tokens.size(), 8u);
     for (const auto& [id, toks] : a.tokens) {
@@ -414,7 +430,8 @@ TEST(CudaBackend, Fp8WeightsKeptMatchTheDequantisedOnes) {
     EXPECT_EQ(hb.string_attr("fp8_weights"), "bf16");
     EXPECT_GT(hk.scalar_attr<int64_t>("kv_cache_budget_bytes", H5T_NATIVE_INT64),
               hb.scalar_attr<int64_t>("kv_cache_budget_bytes", H5T_NATIVE_INT64));
-    // Every fp8 linear weight kept takes 1 byte a weight and its block scales 4 bytes each, where
+    // Every fp8 linear weight kept takes 1 byte a weight and its block scales 4 bytes each (a scale
+    // row padded to a multiple of 4), where
     // bf16 takes 2 bytes a weight: the device's weight bytes differ by that (kv_b_proj is
     // rearranged on the host and loads as bf16 either way). A weight loaded as two row slices
     // (MLA's kv_a_proj_with_mqa: latent and rope rows) keeps the scales of a block row both touch
@@ -424,7 +441,8 @@ TEST(CudaBackend, Fp8WeightsKeptMatchTheDequantisedOnes) {
     for (const std::string& name : ckpt->names()) {
       const TensorView& t = ckpt->get(name);
       if (t.dtype != DType::F8_E4M3 || name.find("kv_b_proj") != std::string::npos) continue;
-      const int64_t scales = ckpt->get(name + "_scale_inv").numel();
+      const TensorView& sv = ckpt->get(name + "_scale_inv");
+      const int64_t scales = sv.shape[0] * ((sv.shape[1] + 3) / 4 * 4);
       saved += t.numel() - 4 * scales;
       if (name.find("kv_a_proj_with_mqa") != std::string::npos) twice += 4 * scales;
     }
@@ -547,10 +565,10 @@ TEST(CudaBackend, LongContextsMatchCpuAndGraphs) {
 
 // shardlm bench --backend cuda, the GPU benchmark of tests/gpu/run_gpu_checks.sh, at small sizes on
 // stories260K: the device's ceilings (copy bandwidth, cuBLAS GEMMs at the model's shapes and one
-// square one, fp8- and bf16-weight linears at decode's row counts), the KV budget from the device's free memory, every
-// scenario (decode and batched also with --cuda-graphs), device sampling and the attention op alone for each cache
-// dtype, with positive figures. Over the emulated runtime the device is not in the spec table, and its bandwidth probe
-// copies an eighth of its 64 MiB.
+// square one, fp8- and bf16-weight linears at decode's row counts and W8A8 at prefill's), the KV budget from the
+// device's free memory, every scenario (decode and batched also with --cuda-graphs), device sampling and the attention
+// op alone for each cache dtype, with positive figures. Over the emulated runtime the device is not in the spec table,
+// and its bandwidth probe copies an eighth of its 64 MiB.
 TEST(CudaBackend, BenchReportsEveryPart) {
   SHARDLM_REQUIRE_GPU();
   SHARDLM_REQUIRE_SHARED(stories, "models/stories260K");
@@ -580,6 +598,11 @@ TEST(CudaBackend, BenchReportsEveryPart) {
                            "  linear 64 x 344 x 64, fp8 weights: ", "  linear 1 x 64 x 64, fp8 weights: ",
                            "  linear 64 x 64 x 64, fp8 weights: "})
     EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+  // And at prefill's rows (the prompt length; --peak-gemm's side), W8A8 against the dequantised weight.
+  for (const char* line : {"  linear 32 x 344 x 64, fp8 weights as fp8 w8a8: [0-9.e+-]+ TFLOP/s .*dequantised to bf16: "
+                           "[0-9.e+-]+ TFLOP/s .*; [0-9.]+x",
+                           "  linear 64 x 64 x 64, fp8 weights as fp8 w8a8: [0-9.e+-]+ TFLOP/s"})
+    EXPECT_TRUE(std::regex_search(r.out, std::regex(line))) << line << "\n" << r.out;
   EXPECT_NE(r.out.find("KV cache budget "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(auto: 0.9 of the "), std::string::npos) << r.out;
 #ifdef SHARDLM_EMULATED_BINARY

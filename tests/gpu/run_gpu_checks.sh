@@ -67,12 +67,17 @@ model="${TMPDIR:-/tmp}/shardlm-bench-model"
 run bench "$build/shardlm" bench --model "$model" --backend cuda --prompt-len 2048 --decode-tokens 256 \
   --batch 256 --batch-in 512 --batch-out 128 --cuda-graphs
 # 3b. The same model in fp8 (128 x 128 block scales): its linear weights kept fp8 (the default),
-#     then dequantised to bf16 at load; decode reads half the bytes from the first.
+#     then dequantised to bf16 at load; decode reads half the bytes from the first. Kept fp8, prefill
+#     runs W8A8 (the default: cuBLASLt's block-scaled fp8 GEMMs), then on the weights dequantised to
+#     bf16 per GEMM (--fp8-prefill bf16): the prefill tok/s of the two, and the "fp8 weights as"
+#     lines (W8A8 against dequantised, beside the fp8 and bf16 peaks).
 model8="${TMPDIR:-/tmp}/shardlm-bench-model-fp8"
 "$build/shardlm" make-model --config "$root/inputs/models/bench-1024.json" --out "$model8" --dtype fp8 --seed 1 \
   >"$logs/make-model-fp8.log" 2>&1
-for form in fp8 bf16; do
-  run "bench-fp8-weights-$form" "$build/shardlm" bench --model "$model8" --backend cuda --fp8-weights "$form" \
+for form in fp8 bf16 fp8-prefill-bf16; do
+  extra=(--fp8-weights "${form%%-*}")
+  [ "$form" = fp8-prefill-bf16 ] && extra+=(--fp8-prefill bf16)
+  run "bench-fp8-weights-$form" "$build/shardlm" bench --model "$model8" --backend cuda "${extra[@]}" \
     --prompt-len 2048 --decode-tokens 256 --batch 64 --batch-in 512 --batch-out 128 --attention-context 0 --peak-gemm 0
 done
 # 3c. A DeepSeek-V3-shaped model (MLA, 64 routed experts top 8 in groups, a shared expert; 8 layers,

@@ -1,0 +1,170 @@
+// W8A8 linears: y[M, N] = x[M, K] W^T for a weight kept fp8 with 128x128 block scales (DeepSeek-V3,
+// Kimi K2), as a block-scaled fp8 GEMM on Hopper's fp8 tensor cores (cuBLASLt, cuBLAS 12.9+).
+//
+//  - The activations are quantised per row and 128 features to e4m3 with an fp32 scale
+//    (kernels/cuda/fp8_act_quant.h), as DeepSeek-V3's reference inference does before its fp8 GEMMs.
+//  - cuBLASLt computes, per 128-feature block, the code products' sum and scales it by the weight
+//    block's scale times the row block's scale (fp32 accumulation), in the "TN" form Hopper needs:
+//    A = the weight (K x N column-major is W [N, K] row-major, transposed) with
+//    CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F scales ([ceil(N/128)][L4], K-major, L4 = the block
+//    count rounded up to 4: load_fp8_matrix pads the rows so), B = the codes [M, K] with
+//    CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F scales ([L][M], token-major), D = y (fp32, N x M
+//    column-major = [M, N] row-major).
+//  - cuBLASLt asks M (here N) and N (here the rows) to be multiples of 4 and the matrices 16-byte
+//    aligned: the first M - M % 4 rows go through it and the last (at most 3) through the direct
+//    fp8 kernel; a weight off the 128x128 grid (a slice not starting on it), a K or N off the
+//    16-byte grid or a shape cuBLASLt declines returns false and the caller dequantises instead
+//    (once per shape a line on stderr says which and why).
+// A step run before its CUDA graph capture makes the plan and grows the workspaces, so the capture
+// only records the quantisation and the cublasLtMatmul.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+#include "compute/cuda_backend.h"
+#include "compute/cuda_check.h"
+#include "core/error.h"
+#include "cuda/fp8_act_quant.h"
+
+namespace shardlm {
+
+namespace {
+
+constexpr int64_t kBlock = 128;
+// The most workspace an algorithm may ask for (cuBLAS's recommendation for Hopper); the buffer
+// grows to what the chosen ones ask.
+constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+
+cublasLtHandle_t lt_of(void* p) { return static_cast<cublasLtHandle_t>(p); }
+cublasLtMatmulDesc_t desc_of(void* p) { return static_cast<cublasLtMatmulDesc_t>(p); }
+cublasLtMatrixLayout_t layout_of(void* p) { return static_cast<cublasLtMatrixLayout_t>(p); }
+
+// The largest power of two up to 256 that divides the address (cuBLASLt's alignment preference).
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && a % al != 0) al /= 2;
+  return al;
+}
+
+}  // namespace
+
+const CudaBackend::W8a8Plan& CudaBackend::w8a8_plan(int64_t N, int64_t M, int64_t K, uint32_t align_w,
+                                                    uint32_t align_y) {
+  const auto key = std::make_tuple(N, M, K, align_w, align_y);
+  if (auto it = w8a8_plans_.find(key); it != w8a8_plans_.end()) return it->second;
+  W8a8Plan& p = w8a8_plans_[key];
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  SHARDLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, K, N, K));
+  p.a = a;
+  SHARDLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, K, M, K));
+  p.b = b;
+  SHARDLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, N, M, N));
+  p.d = d;
+  cublasLtMatmulPreference_t pref = nullptr;
+  SHARDLM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = kLtWorkspaceBytes;
+  const uint32_t align_q = 256;  // the codes start a cudaMalloc'ed workspace
+  cublasStatus_t st =
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  for (auto [attr, v] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_w},
+                         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_q},
+                         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_y},
+                         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_y}})
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(lt_of(lt_), desc_of(lt_desc_), a, b, d, d, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  p.ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.workspaceSize <= kLtWorkspaceBytes;
+  if (p.ok) {
+    static_assert(sizeof(result.algo) == sizeof(p.algo), "cublasLtMatmulAlgo_t is 64 bytes");
+    std::memcpy(p.algo, &result.algo, sizeof(p.algo));
+    p.workspace = result.workspaceSize;
+    grown_workspace(lt_ws_, lt_ws_n_, p.workspace, "cuBLASLt");
+  } else {
+    std::fprintf(stderr,
+                 "shardlm: cuBLASLt has no block-scaled fp8 GEMM for %lld x %lld x %lld (rows x out x in; "
+                 "alignments %u, %u: %s): these linears dequantise the weight to bf16\n",
+                 static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K), align_w, align_y,
+                 st != CUBLAS_STATUS_SUCCESS ? cublasGetStatusName(st) : "no algorithm");
+  }
+  return p;
+}
+
+bool CudaBackend::linear_w8a8(const float* x, int64_t M, const Matrix& w, float* y) {
+  const int64_t N = w.rows, K = w.cols, L = (K + kBlock - 1) / kBlock, L4 = (L + 3) / 4 * 4;
+  const int64_t Mq = M - M % 4;
+  const Fp8Blocks& f = w.fp8;
+  if (!w8a8_ || Mq == 0 || f.block_rows != kBlock || f.block_cols != kBlock || f.row_off != 0 || f.col_off != 0 ||
+      f.cols != L4 || N % 4 != 0 || K % 16 != 0 || alignment_of(w.data) < 16 || alignment_of(f.scale_inv) < 16 ||
+      alignment_of(y) < 16)
+    return false;
+  if (lt_ == nullptr) {
+    SHARDLM_CHECK(!capturing_,
+                  "cuda backend: the first W8A8 linear while capturing a CUDA graph (run the step "
+                  "once before capturing it)");
+    cublasLtHandle_t h = nullptr;
+    SHARDLM_CUBLAS_CHECK(cublasLtCreate(&h));
+    lt_ = h;
+    cublasLtMatmulDesc_t d = nullptr;
+    SHARDLM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    lt_desc_ = d;
+    const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+                  b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    SHARDLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    SHARDLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    SHARDLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)));
+    SHARDLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)));
+  }
+  // The codes, then the scales at the next 256-byte boundary (cuBLASLt wants 16).
+  const size_t codes = (static_cast<size_t>(Mq * K) + 255) / 256 * 256;
+  uint8_t* ws = grown_workspace(w8a8_ws_, w8a8_ws_n_, codes + static_cast<size_t>(L * Mq) * sizeof(float), "W8A8");
+  auto* q = ws;
+  auto* scales = reinterpret_cast<float*>(ws + codes);
+  // The scale pointers go into the descriptor before the heuristic (cuBLASLt asks block-scaled modes
+  // for them) and again for every call, which reads them as it is issued (or captured).
+  const float* a_scale = f.scale_inv;
+  SHARDLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_of(lt_desc_), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
+                                                      sizeof(a_scale)));
+  const float* b_scale = scales;
+  SHARDLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_of(lt_desc_), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
+                                                      sizeof(b_scale)));
+  const W8a8Plan& p = w8a8_plan(N, Mq, K, alignment_of(w.data), alignment_of(y));
+  if (!p.ok) return false;
+
+  const cudaStream_t s = stream_of(stream_);
+  cuda::launch_fp8_act_quant(x, Mq, K, q, scales, Mq, s);
+  check_launch("fp8_act_quant");
+  const float alpha = 1.0f, beta = 0.0f;
+  cublasLtMatmulAlgo_t algo;
+  std::memcpy(&algo, p.algo, sizeof(algo));
+  SHARDLM_CUBLAS_CHECK(cublasLtMatmul(lt_of(lt_), desc_of(lt_desc_), &alpha, w.data, layout_of(p.a), q, layout_of(p.b),
+                                      &beta, y, layout_of(p.d), y, layout_of(p.d), &algo,
+                                      p.workspace ? lt_ws_ : nullptr, p.workspace, s));
+  if (M > Mq) linear_fp8_direct(x + Mq * K, M - Mq, w, y + Mq * N);
+  ++fp8_w8a8_calls_;
+  return true;
+}
+
+void CudaBackend::release_w8a8() {
+  for (auto& [key, p] : w8a8_plans_)
+    for (void* l : {p.a, p.b, p.d})
+      if (l) cublasLtMatrixLayoutDestroy(layout_of(l));
+  w8a8_plans_.clear();
+  if (lt_desc_) cublasLtMatmulDescDestroy(desc_of(lt_desc_));
+  if (lt_) cublasLtDestroy(lt_of(lt_));
+  cudaFree(lt_ws_);
+  cudaFree(w8a8_ws_);
+  lt_desc_ = lt_ = nullptr;
+  lt_ws_ = nullptr;
+  w8a8_ws_ = nullptr;
+}
+
+}  // namespace shardlm
