@@ -1,4 +1,5 @@
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -192,6 +193,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
   const int64_t lda = a->ld, ldb = b->ld, ldd = dl->ld;
   const int64_t L = (k + 127) / 128, L4 = (L + 3) / 4 * 4;
   const int32_t a_mode = d->a_mode, b_mode = d->b_mode;
+  // SHARDLM_EMU_CUBLASLT_ROW_MAJOR_VEC128=1: read 1D block scales row-major ([rows][L], not the
+  // documented [L][rows]): a cuBLAS that disagrees with the caller, for the backend's self-check.
+  const char* misread_env = std::getenv("SHARDLM_EMU_CUBLASLT_ROW_MAJOR_VEC128");
+  const bool misread = misread_env != nullptr && std::strcmp(misread_env, "1") == 0;
   const auto* sa = static_cast<const float*>(d->a_scale);
   const auto* sb = static_cast<const float*>(d->b_scale);
   const auto* qa = static_cast<const uint8_t*>(A);
@@ -203,10 +208,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
       stream,
       [=] {
         auto scale_a = [&](int64_t i, int64_t blk) {
-          return a_mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F ? sa[blk * m + i] : sa[(i / 128) * L4 + blk];
+          if (a_mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F) return misread ? sa[i * L + blk] : sa[blk * m + i];
+          return sa[(i / 128) * L4 + blk];
         };
         auto scale_b = [&](int64_t j, int64_t blk) {
-          return b_mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F ? sb[blk * n + j] : sb[(j / 128) * L4 + blk];
+          if (b_mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F) return misread ? sb[j * L + blk] : sb[blk * n + j];
+          return sb[(j / 128) * L4 + blk];
         };
         std::vector<float> bcol(static_cast<size_t>(k)), acol(static_cast<size_t>(k));
         for (int64_t j = 0; j < n; ++j) {

@@ -165,6 +165,8 @@ class CudaBackend final : public ComputeBackend {
   // nothing run, when it is off, the weight or pointers do not meet cuBLASLt's terms, or cuBLASLt
   // has no kernel for the shape (then the caller dequantises).
   bool linear_w8a8(const float* x, int64_t M, const Matrix& w, float* y);
+  bool w8a8_gemm(const float* x, int64_t M, const Matrix& w, float* y);  // M a multiple of 4
+  bool w8a8_self_check();  // false (and W8A8 off) when cuBLASLt disagrees with the direct kernel
   // grouped_linear() of the `live` groups when every one is an F8_E4M3 weight of one block layout:
   // the groups of up to 16 rows in one grouped fp8 launch, each larger one by linear_fp8. False
   // (nothing run) when the weights differ in layout.
@@ -223,6 +225,7 @@ class CudaBackend final : public ComputeBackend {
   const W8a8Plan& w8a8_plan(int64_t N, int64_t M, int64_t K, uint32_t align_w, uint32_t align_y);
   void release_w8a8();  // the cuBLASLt objects and buffers (destructor)
   bool w8a8_ = true;
+  bool w8a8_checked_ = false;
   void* lt_ = nullptr;       // cublasLtHandle_t
   void* lt_desc_ = nullptr;  // cublasLtMatmulDesc_t
   uint8_t* lt_ws_ = nullptr;

@@ -16,19 +16,26 @@
 //    16-byte grid or a shape cuBLASLt declines returns false and the caller dequantises instead
 //    (once per shape a line on stderr says which and why).
 // A step run before its CUDA graph capture makes the plan and grows the workspaces, so the capture
-// only records the quantisation and the cublasLtMatmul.
+// only records the quantisation and the cublasLtMatmul. Before its first GEMM the backend checks
+// cuBLASLt's result on a problem that both it and the direct kernel compute exactly
+// (w8a8_self_check): a cuBLAS that read the scales otherwise would turn W8A8 off, said on stderr,
+// rather than give wrong prefills.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <random>
+#include <vector>
 
 #include "compute/cuda_backend.h"
 #include "compute/cuda_check.h"
 #include "core/error.h"
 #include "cuda/fp8_act_quant.h"
+#include "fp8_bits.h"
 
 namespace shardlm {
 
@@ -98,17 +105,29 @@ const CudaBackend::W8a8Plan& CudaBackend::w8a8_plan(int64_t N, int64_t M, int64_
 }
 
 bool CudaBackend::linear_w8a8(const float* x, int64_t M, const Matrix& w, float* y) {
-  const int64_t N = w.rows, K = w.cols, L = (K + kBlock - 1) / kBlock, L4 = (L + 3) / 4 * 4;
   const int64_t Mq = M - M % 4;
+  if (!w8a8_ || Mq == 0) return false;
+  if (!w8a8_checked_) {
+    SHARDLM_CHECK(!capturing_,
+                  "cuda backend: the first W8A8 linear while capturing a CUDA graph (run the step "
+                  "once before capturing it)");
+    w8a8_checked_ = true;
+    if (!w8a8_self_check()) return false;
+  }
+  if (!w8a8_gemm(x, Mq, w, y)) return false;
+  if (M > Mq) linear_fp8_direct(x + Mq * w.cols, M - Mq, w, y + Mq * w.rows);
+  ++fp8_w8a8_calls_;
+  return true;
+}
+
+bool CudaBackend::w8a8_gemm(const float* x, int64_t M, const Matrix& w, float* y) {
+  const int64_t N = w.rows, K = w.cols, L = (K + kBlock - 1) / kBlock, L4 = (L + 3) / 4 * 4;
   const Fp8Blocks& f = w.fp8;
-  if (!w8a8_ || Mq == 0 || f.block_rows != kBlock || f.block_cols != kBlock || f.row_off != 0 || f.col_off != 0 ||
+  if (M % 4 != 0 || f.block_rows != kBlock || f.block_cols != kBlock || f.row_off != 0 || f.col_off != 0 ||
       f.cols != L4 || N % 4 != 0 || K % 16 != 0 || alignment_of(w.data) < 16 || alignment_of(f.scale_inv) < 16 ||
       alignment_of(y) < 16)
     return false;
   if (lt_ == nullptr) {
-    SHARDLM_CHECK(!capturing_,
-                  "cuda backend: the first W8A8 linear while capturing a CUDA graph (run the step "
-                  "once before capturing it)");
     cublasLtHandle_t h = nullptr;
     SHARDLM_CUBLAS_CHECK(cublasLtCreate(&h));
     lt_ = h;
@@ -124,8 +143,8 @@ bool CudaBackend::linear_w8a8(const float* x, int64_t M, const Matrix& w, float*
     SHARDLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)));
   }
   // The codes, then the scales at the next 256-byte boundary (cuBLASLt wants 16).
-  const size_t codes = (static_cast<size_t>(Mq * K) + 255) / 256 * 256;
-  uint8_t* ws = grown_workspace(w8a8_ws_, w8a8_ws_n_, codes + static_cast<size_t>(L * Mq) * sizeof(float), "W8A8");
+  const size_t codes = (static_cast<size_t>(M * K) + 255) / 256 * 256;
+  uint8_t* ws = grown_workspace(w8a8_ws_, w8a8_ws_n_, codes + static_cast<size_t>(L * M) * sizeof(float), "W8A8");
   auto* q = ws;
   auto* scales = reinterpret_cast<float*>(ws + codes);
   // The scale pointers go into the descriptor before the heuristic (cuBLASLt asks block-scaled modes
@@ -136,11 +155,11 @@ bool CudaBackend::linear_w8a8(const float* x, int64_t M, const Matrix& w, float*
   const float* b_scale = scales;
   SHARDLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_of(lt_desc_), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
                                                       sizeof(b_scale)));
-  const W8a8Plan& p = w8a8_plan(N, Mq, K, alignment_of(w.data), alignment_of(y));
+  const W8a8Plan& p = w8a8_plan(N, M, K, alignment_of(w.data), alignment_of(y));
   if (!p.ok) return false;
 
   const cudaStream_t s = stream_of(stream_);
-  cuda::launch_fp8_act_quant(x, Mq, K, q, scales, Mq, s);
+  cuda::launch_fp8_act_quant(x, M, K, q, scales, M, s);
   check_launch("fp8_act_quant");
   const float alpha = 1.0f, beta = 0.0f;
   cublasLtMatmulAlgo_t algo;
@@ -148,9 +167,81 @@ bool CudaBackend::linear_w8a8(const float* x, int64_t M, const Matrix& w, float*
   SHARDLM_CUBLAS_CHECK(cublasLtMatmul(lt_of(lt_), desc_of(lt_desc_), &alpha, w.data, layout_of(p.a), q, layout_of(p.b),
                                       &beta, y, layout_of(p.d), y, layout_of(p.d), &algo,
                                       p.workspace ? lt_ws_ : nullptr, p.workspace, s));
-  if (M > Mq) linear_fp8_direct(x + Mq * K, M - Mq, w, y + Mq * N);
-  ++fp8_w8a8_calls_;
   return true;
+}
+
+// A problem whose every value is exact in e4m3 with power-of-two scales that differ per block (a
+// weight of 2 x 3 blocks, its scale rows padded to 4; 16 rows whose blocks each reach 448 times a
+// power of two, so their quantisation is exact): the W8A8 GEMM and the direct fp8 kernel then
+// form the same exact products and differ in summation order only, while a scale read from the
+// wrong place would be off by a factor of 2 or more.
+bool CudaBackend::w8a8_self_check() {
+  constexpr int64_t N = 256, K = 384, M = 16, L = 3, L4 = 4;
+  std::mt19937 g(11);
+  std::vector<uint8_t> codes(static_cast<size_t>(N * K));
+  for (uint8_t& c : codes) c = static_cast<uint8_t>((g() % 0x6f) | (g() & 0x80));  // finite, up to 240
+  std::vector<float> w_scales(static_cast<size_t>((N / kBlock) * L4), 0.0f);
+  for (int64_t r = 0; r < N / kBlock; ++r)
+    for (int64_t b = 0; b < L; ++b)
+      w_scales[static_cast<size_t>(r * L4 + b)] = std::ldexp(1.0f, static_cast<int>(r * 3 + b) - 4);
+  std::vector<float> x(static_cast<size_t>(M * K));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) {
+      const int e = static_cast<int>((m + 2 * (k / kBlock)) % 7) - 3;
+      const uint8_t c = k % kBlock == 5 ? 0x7e : static_cast<uint8_t>((g() % 0x7e) | (g() & 0x80));
+      x[static_cast<size_t>(m * K + k)] = std::ldexp(fp8_bits::to_f32(c), e);
+    }
+  auto device = [&](const void* host, size_t bytes) {
+    void* p = nullptr;
+    SHARDLM_CUDA_CHECK(cudaMalloc(&p, bytes));
+    SHARDLM_CUDA_CHECK(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
+    return p;
+  };
+  void* dw = device(codes.data(), codes.size());
+  void* ds = device(w_scales.data(), w_scales.size() * sizeof(float));
+  void* dx = device(x.data(), x.size() * sizeof(float));
+  void* dy = nullptr;
+  SHARDLM_CUDA_CHECK(cudaMalloc(&dy, static_cast<size_t>(2 * M * N) * sizeof(float)));
+  auto* y = static_cast<float*>(dy);
+  Matrix w;
+  w.dtype = DType::F8_E4M3;
+  w.rows = N;
+  w.cols = K;
+  w.data = dw;
+  w.fp8.scale_inv = static_cast<const float*>(ds);
+  w.fp8.cols = L4;
+  w.fp8.block_rows = w.fp8.block_cols = kBlock;
+  std::vector<float> got(static_cast<size_t>(2 * M * N));
+  bool ran = false;
+  try {
+    ran = w8a8_gemm(static_cast<const float*>(dx), M, w, y);
+    linear_fp8_direct(static_cast<const float*>(dx), M, w, y + M * N);
+    SHARDLM_CUDA_CHECK(cudaMemcpy(got.data(), y, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  } catch (...) {
+    for (void* p : {dw, ds, dx, dy}) cudaFree(p);
+    throw;
+  }
+  for (void* p : {dw, ds, dx, dy}) cudaFree(p);
+  double worst = 0, scale = 0;
+  for (int64_t i = 0; i < M * N; ++i) {
+    worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - got[M * N + i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(got[M * N + i])));
+  }
+  // Hopper's fp8 tensor cores keep about 14 bits within a block before the fp32 scaling.
+  if (ran && worst <= 2e-3 * scale) return true;
+  w8a8_ = false;
+  if (ran)
+    std::fprintf(stderr,
+                 "shardlm: cuBLASLt's block-scaled fp8 GEMM disagrees with the direct fp8 kernel on a problem both "
+                 "compute exactly (largest difference %.3g of %.3g): W8A8 is off, prefill linears on fp8 weights "
+                 "dequantise to bf16\n",
+                 worst, scale);
+  else
+    std::fprintf(stderr,
+                 "shardlm: cuBLASLt runs no block-scaled fp8 GEMM here (not even the check's %lld x %lld x %lld): "
+                 "W8A8 is off, prefill linears on fp8 weights dequantise to bf16\n",
+                 static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K));
+  return false;
 }
 
 void CudaBackend::release_w8a8() {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <random>
@@ -206,6 +207,7 @@ TEST_F(CudaBackendOps, Fp8PrefillLinearRunsW8A8) {
       auto* yb = static_cast<float*>(gpu_->alloc(static_cast<size_t>(M * R) * 4));
       const int64_t w8a8 = gpu->fp8_w8a8_linears(), dequant = gpu->fp8_dequant_linears();
       gpu_->linear(xg, M, kept, nullptr, y8);
+      EXPECT_TRUE(gpu->fp8_w8a8()) << "the self-check before the first W8A8 GEMM turned it off";
       EXPECT_EQ(gpu->fp8_w8a8_linears() - w8a8, 1);
       EXPECT_EQ(gpu->fp8_dequant_linears() - dequant, 0);
       gpu_->linear(xg, M, bf, nullptr, yb);
@@ -263,6 +265,39 @@ TEST_F(CudaBackendOps, Fp8PrefillLinearRunsW8A8) {
   EXPECT_EQ(gpu->fp8_dequant_linears() - dequant, 2);
   gpu_->free(xg);
   gpu_->free(y);
+}
+
+// Before its first W8A8 GEMM the backend checks cuBLASLt against the direct fp8 kernel on a
+// problem both compute exactly; a cuBLASLt that reads the activation scales in another layout
+// (the emulation's SHARDLM_EMU_CUBLASLT_ROW_MAJOR_VEC128) must turn W8A8 off, and the linear must
+// still give the dequantised weight's result.
+TEST_F(CudaBackendOps, Fp8PrefillTurnsW8A8OffWhenCuBlasLtDisagrees) {
+#ifndef SHARDLM_CUDA_EMULATION
+  GTEST_SKIP() << "needs the emulated cuBLASLt's misreading switch";
+#else
+  struct Env {
+    Env() { setenv("SHARDLM_EMU_CUBLASLT_ROW_MAJOR_VEC128", "1", 1); }
+    ~Env() { unsetenv("SHARDLM_EMU_CUBLASLT_ROW_MAJOR_VEC128"); }
+  } env;
+  auto* gpu = dynamic_cast<CudaBackend*>(gpu_.get());
+  ASSERT_NE(gpu, nullptr);
+  const RandomFp8 f = random_fp8(320, 512, 128, 128, 8);
+  const Matrix kept = gpu_->load_fp8_matrix(f.w, f.s, 128, 128, 0, 320, 0, 512, /*keep=*/true);
+  const Matrix bf = gpu_->load_fp8_matrix(f.w, f.s, 128, 128, 0, 320, 0, 512, /*keep=*/false);
+  const int64_t M = 32;
+  const auto x = randn(static_cast<size_t>(M * 512), 12);
+  float* xg = up(*gpu_, x);
+  auto* y8 = static_cast<float*>(gpu_->alloc(static_cast<size_t>(M * 320) * 4));
+  auto* yb = static_cast<float*>(gpu_->alloc(static_cast<size_t>(M * 320) * 4));
+  gpu_->linear(xg, M, kept, nullptr, y8);
+  EXPECT_FALSE(gpu->fp8_w8a8());
+  EXPECT_EQ(gpu->fp8_w8a8_linears(), 0);
+  EXPECT_EQ(gpu->fp8_dequant_linears(), 1);
+  gpu_->linear(xg, M, bf, nullptr, yb);
+  expect_gemm_close(down(*gpu_, yb, static_cast<size_t>(M * 320)), down(*gpu_, y8, static_cast<size_t>(M * 320)), 1e-5,
+                    "fallback after the self-check");
+  for (void* p : {static_cast<void*>(xg), static_cast<void*>(y8), static_cast<void*>(yb)}) gpu_->free(p);
+#endif
 }
 
 TEST_F(CudaBackendOps, MoeOpsMatchCpu) {
