@@ -163,6 +163,7 @@ enum Field {
 int cmd_bench_moe(int argc, char** argv) {
   int64_t H = 1024, E = 64, I = 256, k = 8, groups = 8, topk_groups = 4, shared = 1;
   std::string tokens_text = "128,4096", dtype = "bf16", scoring = "sigmoid", backend_name = "cpu", comm_name = "mpi";
+  std::string fp8_prefill = "w8a8";
   int iters = 10, warmup = 2, threads = 0;
   double timeout = 120, scale = 2.5;
   po::options_description d("shardlm bench-moe options");
@@ -183,7 +184,10 @@ int cmd_bench_moe(int argc, char** argv) {
       "threads", po::value(&threads)->default_value(threads), "CPU threads per rank (0: cores / ranks)")(
       "backend", po::value(&backend_name)->default_value(backend_name), "compute backend: cpu or cuda")(
       "comm", po::value(&comm_name)->default_value(comm_name), "communicator of the ep group: mpi, fabric or nccl")(
-      "timeout", po::value(&timeout)->default_value(timeout), "seconds any rank waits for its peers before failing");
+      "timeout", po::value(&timeout)->default_value(timeout), "seconds any rank waits for its peers before failing")(
+      "fp8-prefill", po::value(&fp8_prefill)->default_value(fp8_prefill),
+      "--dtype fp8 on --backend cuda: expert groups of more than 16 rows as W8A8 block-scaled fp8 GEMMs (w8a8) or on "
+      "the weight dequantised to bf16 (bf16), as shardlm run");
   po::variables_map vm;
   if (!parse_subcommand(argc, argv, "bench-moe",
                         "mpirun -np EP shardlm bench-moe [--hidden 1024] [--experts 64] [--inter 256] [--top-k 8] "
@@ -193,6 +197,8 @@ int cmd_bench_moe(int argc, char** argv) {
   const std::vector<int64_t> tokens = parse_tokens(tokens_text);
   SHARDLM_CHECK(dtype == "bf16" || dtype == "f32" || dtype == "fp8",
                 "shardlm bench-moe: --dtype must be bf16, f32 or fp8, not '" << dtype << "'");
+  SHARDLM_CHECK(fp8_prefill == "w8a8" || fp8_prefill == "bf16",
+                "shardlm bench-moe: --fp8-prefill must be w8a8 or bf16, not '" << fp8_prefill << "'");
   SHARDLM_CHECK(scoring == "sigmoid" || scoring == "softmax",
                 "shardlm bench-moe: --scoring must be sigmoid or softmax, not '" << scoring << "'");
   SHARDLM_CHECK(H > 0 && E > 0 && I > 0 && k > 0 && k <= E && shared >= 0,
@@ -225,6 +231,7 @@ int cmd_bench_moe(int argc, char** argv) {
   // Weights: the router (f32, as DeepSeek-V3 keeps it), the correction bias, this rank's experts
   // and the shared expert (whole on every rank: tp 1).
   auto backend = make_backend(backend_name);
+  backend->set_fp8_w8a8(fp8_prefill == "w8a8");
   ComputeBackend& b = *backend;
   const DType wdt = dtype == "bf16" ? DType::BF16 : dtype == "fp8" ? DType::F8_E4M3 : DType::F32;
   std::vector<std::vector<uint8_t>> store;

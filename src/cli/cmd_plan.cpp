@@ -124,11 +124,13 @@ void print_human(const ModelFootprint& m, const GpuSpec& gpu, const LayoutPlan& 
                 rate(p.decode_tok_s_replica).c_str(), rate(p.decode_tok_s).c_str());
   else
     std::printf("  decode  - (no request of %lld tokens fits)\n", (long long)opt.context);
+  const bool fp8 = opt.dtype == WeightDtype::Fp8;
   std::printf(
-      "  prefill %s tokens/s per replica, %s tokens/s in all (at the bf16 peak %.0f TFLOP/s per GPU: the "
-      "GEMMs run bf16%s)\n",
-      rate(p.prefill_tok_s_replica).c_str(), rate(p.prefill_tok_s).c_str(), gpu.bf16_flops / 1e12,
-      opt.dtype == WeightDtype::Fp8 ? ", fp8 weights dequantised as they are used" : "");
+      "  prefill %s tokens/s per replica, %s tokens/s in all (at the %s peak %.0f TFLOP/s per GPU: the GEMMs "
+      "run %s)\n",
+      rate(p.prefill_tok_s_replica).c_str(), rate(p.prefill_tok_s).c_str(), fp8 ? "fp8" : "bf16",
+      (fp8 ? gpu.fp8_flops : gpu.bf16_flops) / 1e12,
+      fp8 ? "W8A8 on fp8 tensor cores, activations quantised per 128 features" : "bf16");
 
   std::printf("suggestions (layouts of these %d ranks that fit, best estimated decode tokens/s first)\n", l.world());
   if (sugg.empty()) {

@@ -182,8 +182,10 @@ std::string CudaBackend::grouped_linear_path() const {
     case GroupedPath::kF32Out: return "cuBLAS grouped batched GEMM, bf16 in, fp32 out";
     case GroupedPath::kBf16Out: return "cuBLAS grouped batched GEMM, bf16 in, bf16 out, cast to fp32";
     case GroupedPath::kFp8:
-      return "fp8 codes read by one grouped kernel for groups of up to 16 rows, larger groups dequantised for "
-             "cuBLAS one by one";
+      return w8a8_ ? "fp8 codes read by one grouped kernel for groups of up to 16 rows, larger groups one by one "
+                     "as W8A8 block-scaled fp8 GEMMs (cuBLASLt), where it runs them, else dequantised for cuBLAS"
+                   : "fp8 codes read by one grouped kernel for groups of up to 16 rows, larger groups dequantised for "
+                     "cuBLAS one by one";
     case GroupedPath::kPerGroup: break;
   }
   return "one cuBLAS GEMM per group";

@@ -191,9 +191,9 @@ LayoutPlan plan_layout(const ModelFootprint& m, const GpuSpec& gpu, Layout l, co
   //   decode tokens/s per replica = B / step.
   // Prefill: FLOP-bound, 2 x active params + attention at context/2 per token, at peak:
   //   tokens/s per replica = ranks x peak / flops per token. Both are ceilings, not predictions.
-  // The peak is bf16's whatever the weights' dtype: shardlm's GEMMs run bf16 x bf16 on the tensor
-  // cores, fp8 weights dequantised to bf16 as they are used.
-  const double peak = gpu.bf16_flops;
+  // The peak is the tensor cores' for the GEMMs' operands: bf16 x bf16, or with fp8 weights fp8 x
+  // fp8 (W8A8, the CUDA backend's default past 16 rows: prefill and large decode batches).
+  const double peak = opt.dtype == WeightDtype::Fp8 ? gpu.fp8_flops : gpu.bf16_flops;
   const int R = l.replica_ranks();
   const double active = double(m.active_params_per_token());
   const double prefill_flops = 2.0 * active + m.attention_flops_per_position(false) * double(opt.context) / 2.0;

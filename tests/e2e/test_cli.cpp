@@ -239,6 +239,11 @@ TEST(Cli, KvDtypeIsResolvedRecordedAndUsed) {
                 (d / "bad.h5").string() + " --kv-dtype fp16");
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.out.find("--kv-dtype must be auto, fp32, bf16 or fp8, not 'fp16'"), std::string::npos) << bad.out;
+  Proc bad_prefill = sh(bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --out " +
+                        (d / "bad.h5").string() + " --fp8-prefill fp4");
+  EXPECT_NE(bad_prefill.code, 0);
+  EXPECT_NE(bad_prefill.out.find("--fp8-prefill must be w8a8 or bf16, not 'fp4'"), std::string::npos)
+      << bad_prefill.out;
 }
 
 TEST(Cli, HelpListsOptionsWithDefaults) {
@@ -246,7 +251,7 @@ TEST(Cli, HelpListsOptionsWithDefaults) {
   EXPECT_EQ(p.code, 0);
   for (const char* opt : {"--model", "--prompts", "--out", "--max-new-tokens arg (=128)", "--temperature arg (=0)",
                           "--top-p", "--top-k", "--min-p", "--seed", "--max-batch-tokens", "--max-seqs",
-                          "--kv-cache-gb", "--kv-dtype arg (=auto)", "--config"}) {
+                          "--kv-cache-gb", "--kv-dtype arg (=auto)", "--fp8-prefill arg (=w8a8)", "--config"}) {
     EXPECT_NE(p.out.find(opt), std::string::npos) << opt;
   }
   Proc bad = sh(bin() + " run --model x --prompts y --out z --temperature warm");

@@ -94,9 +94,13 @@ run bench-moe-model "$build/shardlm" bench --model "$modelmoe" --backend cuda --
 #    graph step runs them) and combine per token count, beside the bf16 peak and the HBM bandwidth.
 run bench-moe "$build/shardlm" bench-moe --backend cuda --hidden 7168 --experts 32 --inter 2048 --top-k 8 \
   --groups 8 --topk-groups 4 --shared 1 --tokens 16,128,1024,4096 --iters 10 --warmup 2
-#    The same layer with its experts in fp8 (128 x 128 blocks) kept fp8, as DeepSeek-V3 ships them.
-run bench-moe-fp8 "$build/shardlm" bench-moe --backend cuda --dtype fp8 --hidden 7168 --experts 32 --inter 2048 \
-  --top-k 8 --groups 8 --topk-groups 4 --shared 1 --tokens 16,128,1024,4096 --iters 10 --warmup 2
+#    The same layer with its experts in fp8 (128 x 128 blocks) kept fp8, as DeepSeek-V3 ships them:
+#    groups past 16 rows as W8A8 GEMMs (the default), then dequantised to bf16.
+for form in w8a8 bf16; do
+  run "bench-moe-fp8-$form" "$build/shardlm" bench-moe --backend cuda --dtype fp8 --fp8-prefill "$form" --hidden 7168 \
+    --experts 32 --inter 2048 --top-k 8 --groups 8 --topk-groups 4 --shared 1 --tokens 16,128,1024,4096 --iters 10 \
+    --warmup 2
+done
 # 5. bench-comm on device buffers: NCCL on the one GPU (one rank: the device path and its check;
 #    bus bandwidth needs 2+ GPUs), and 2 ranks sharing it over MPI staged through pinned memory.
 mpiexec=$(command -v mpiexec || echo "$mpiexec_then")
