@@ -71,7 +71,8 @@ class CudaBackend final : public ComputeBackend {
   void set_keep_fp8_weights(bool keep) override { keep_fp8_ = keep; }
   bool keeps_fp8_weights() const override { return keep_fp8_; }
   void set_fp8_w8a8(bool on) override { w8a8_ = on; }
-  bool fp8_w8a8() const override { return w8a8_; }
+  // Off also once the self-check before the first W8A8 GEMM found cuBLASLt wrong (for good).
+  bool fp8_w8a8() const override { return w8a8_ && !w8a8_bad_; }
 
   void* alloc(size_t bytes) override;
   void free(void* p) override;
@@ -225,7 +226,7 @@ class CudaBackend final : public ComputeBackend {
   const W8a8Plan& w8a8_plan(int64_t N, int64_t M, int64_t K, uint32_t align_w, uint32_t align_y);
   void release_w8a8();  // the cuBLASLt objects and buffers (destructor)
   bool w8a8_ = true;
-  bool w8a8_checked_ = false;
+  bool w8a8_checked_ = false, w8a8_bad_ = false;
   void* lt_ = nullptr;       // cublasLtHandle_t
   void* lt_desc_ = nullptr;  // cublasLtMatmulDesc_t
   uint8_t* lt_ws_ = nullptr;
@@ -234,6 +235,7 @@ class CudaBackend final : public ComputeBackend {
   size_t w8a8_ws_n_ = 0;
   std::map<std::tuple<int64_t, int64_t, int64_t, uint32_t, uint32_t>, W8a8Plan> w8a8_plans_;
   int64_t fp8_w8a8_calls_ = 0;
+  int w8a8_declined_ = 0;                                  // shapes cuBLASLt had no algorithm for
   void* fp8_passes_ = nullptr;                             // cuda::Fp8MatmulPass [fp8_passes_n_], device
   size_t fp8_passes_n_ = 0;
   int sms_ = 0;                   // multiprocessors of the device

@@ -45,6 +45,7 @@ constexpr int64_t kBlock = 128;
 // The most workspace an algorithm may ask for (cuBLAS's recommendation for Hopper); the buffer
 // grows to what the chosen ones ask.
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+constexpr int kDeclinesShown = 4;
 
 cublasLtHandle_t lt_of(void* p) { return static_cast<cublasLtHandle_t>(p); }
 cublasLtMatmulDesc_t desc_of(void* p) { return static_cast<cublasLtMatmulDesc_t>(p); }
@@ -94,19 +95,21 @@ const CudaBackend::W8a8Plan& CudaBackend::w8a8_plan(int64_t N, int64_t M, int64_
     std::memcpy(p.algo, &result.algo, sizeof(p.algo));
     p.workspace = result.workspaceSize;
     grown_workspace(lt_ws_, lt_ws_n_, p.workspace, "cuBLASLt");
-  } else {
+  } else if (++w8a8_declined_ <= kDeclinesShown) {
+    // Prefill row counts vary step by step: the first few declined shapes say it, not every one.
     std::fprintf(stderr,
                  "shardlm: cuBLASLt has no block-scaled fp8 GEMM for %lld x %lld x %lld (rows x out x in; "
-                 "alignments %u, %u: %s): these linears dequantise the weight to bf16\n",
+                 "alignments %u, %u: %s): these linears dequantise the weight to bf16%s\n",
                  static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K), align_w, align_y,
-                 st != CUBLAS_STATUS_SUCCESS ? cublasGetStatusName(st) : "no algorithm");
+                 st != CUBLAS_STATUS_SUCCESS ? cublasGetStatusName(st) : "no algorithm",
+                 w8a8_declined_ == kDeclinesShown ? " (further such shapes are not listed)" : "");
   }
   return p;
 }
 
 bool CudaBackend::linear_w8a8(const float* x, int64_t M, const Matrix& w, float* y) {
   const int64_t Mq = M - M % 4;
-  if (!w8a8_ || Mq == 0) return false;
+  if (!w8a8_ || w8a8_bad_ || Mq == 0) return false;
   if (!w8a8_checked_) {
     SHARDLM_CHECK(!capturing_,
                   "cuda backend: the first W8A8 linear while capturing a CUDA graph (run the step "
@@ -229,7 +232,7 @@ bool CudaBackend::w8a8_self_check() {
   }
   // Hopper's fp8 tensor cores keep about 14 bits within a block before the fp32 scaling.
   if (ran && worst <= 2e-3 * scale) return true;
-  w8a8_ = false;
+  w8a8_bad_ = true;
   if (ran)
     std::fprintf(stderr,
                  "shardlm: cuBLASLt's block-scaled fp8 GEMM disagrees with the direct fp8 kernel on a problem both "

@@ -296,6 +296,12 @@ TEST_F(CudaBackendOps, Fp8PrefillTurnsW8A8OffWhenCuBlasLtDisagrees) {
   gpu_->linear(xg, M, bf, nullptr, yb);
   expect_gemm_close(down(*gpu_, yb, static_cast<size_t>(M * 320)), down(*gpu_, y8, static_cast<size_t>(M * 320)), 1e-5,
                     "fallback after the self-check");
+  // The verdict stands: asking for W8A8 again (as shardlm bench does) runs no block-scaled GEMM.
+  gpu->set_fp8_w8a8(true);
+  gpu_->linear(xg, M, kept, nullptr, y8);
+  EXPECT_FALSE(gpu->fp8_w8a8());
+  EXPECT_EQ(gpu->fp8_w8a8_linears(), 0);
+  EXPECT_EQ(gpu->fp8_dequant_linears(), 2);
   for (void* p : {static_cast<void*>(xg), static_cast<void*>(y8), static_cast<void*>(yb)}) gpu_->free(p);
 #endif
 }
