@@ -167,10 +167,12 @@ class CudaBackend final : public ComputeBackend {
   // has no kernel for the shape (then the caller dequantises).
   bool linear_w8a8(const float* x, int64_t M, const Matrix& w, float* y);
   bool w8a8_gemm(const float* x, int64_t M, const Matrix& w, float* y);  // M a multiple of 4
+  bool w8a8_ready();       // W8A8 on, and its self-check (run before the first GEMM) passed
   bool w8a8_self_check();  // false (and W8A8 off) when cuBLASLt disagrees with the direct kernel
-  // grouped_linear() of the `live` groups when every one is an F8_E4M3 weight of one block layout:
-  // the groups of up to 16 rows in one grouped fp8 launch, each larger one by linear_fp8. False
-  // (nothing run) when the weights differ in layout.
+  // grouped_linear() of the `live` groups (ascending) when every one is an F8_E4M3 weight of one
+  // block layout: the groups of up to 16 rows in one grouped fp8 launch, each larger one as one W8A8
+  // GEMM over its rows rounded up to 4 (cuda_fp8_linear.cpp) or else by linear_fp8. False (nothing
+  // run) when the weights differ in layout.
   bool grouped_linear_fp8(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
                           const std::vector<size_t>& live, float* y);
   // Replaces workspace ws (may be null) with a new one of `bytes`, after the stream has done with

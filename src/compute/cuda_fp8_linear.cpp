@@ -92,8 +92,21 @@ bool CudaBackend::grouped_linear_fp8(const float* x, const std::vector<int64_t>&
   std::vector<size_t> small;
   for (size_t g : live) {
     const int64_t rows = offsets[g + 1] - offsets[g];
-    if (rows > kFp8DirectRows) linear_fp8(x + offsets[g] * K, rows, *w[g], y + offsets[g] * N);
-    else small.push_back(g);
+    if (rows <= kFp8DirectRows) {
+      small.push_back(g);
+      continue;
+    }
+    // W8A8 over the rows rounded up to a multiple of 4 where the buffers go on that far, so that no
+    // remainder needs the direct kernel's two launches: the extra rows are later groups' (live is
+    // ascending), read here and written again by their own group, a later GEMM or the grouped launch
+    // below.
+    const int64_t padded = (rows + 3) / 4 * 4;
+    if (offsets[g] + padded <= offsets.back() && w8a8_ready() &&
+        w8a8_gemm(x + offsets[g] * K, padded, *w[g], y + offsets[g] * N)) {
+      ++fp8_w8a8_calls_;
+      continue;
+    }
+    linear_fp8(x + offsets[g] * K, rows, *w[g], y + offsets[g] * N);
   }
   if (small.empty()) return true;
   // The small groups' rows, cast once from the first to the last of them.

@@ -109,18 +109,20 @@ const CudaBackend::W8a8Plan& CudaBackend::w8a8_plan(int64_t N, int64_t M, int64_
 
 bool CudaBackend::linear_w8a8(const float* x, int64_t M, const Matrix& w, float* y) {
   const int64_t Mq = M - M % 4;
-  if (!w8a8_ || w8a8_bad_ || Mq == 0) return false;
-  if (!w8a8_checked_) {
-    SHARDLM_CHECK(!capturing_,
-                  "cuda backend: the first W8A8 linear while capturing a CUDA graph (run the step "
-                  "once before capturing it)");
-    w8a8_checked_ = true;
-    if (!w8a8_self_check()) return false;
-  }
-  if (!w8a8_gemm(x, Mq, w, y)) return false;
+  if (Mq == 0 || !w8a8_ready() || !w8a8_gemm(x, Mq, w, y)) return false;
   if (M > Mq) linear_fp8_direct(x + Mq * w.cols, M - Mq, w, y + Mq * w.rows);
   ++fp8_w8a8_calls_;
   return true;
+}
+
+bool CudaBackend::w8a8_ready() {
+  if (!w8a8_ || w8a8_bad_) return false;
+  if (w8a8_checked_) return true;
+  SHARDLM_CHECK(!capturing_,
+                "cuda backend: the first W8A8 linear while capturing a CUDA graph (run the step "
+                "once before capturing it)");
+  w8a8_checked_ = true;
+  return w8a8_self_check();
 }
 
 bool CudaBackend::w8a8_gemm(const float* x, int64_t M, const Matrix& w, float* y) {
