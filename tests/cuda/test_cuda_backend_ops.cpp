@@ -267,6 +267,36 @@ TEST_F(CudaBackendOps, Fp8PrefillLinearRunsW8A8) {
   gpu_->free(y);
 }
 
+// A W8A8 linear inside a CUDA graph (a decode bucket past 16 rows on fp8 weights): run eagerly once
+// (plan and workspaces), captured, then replayed on new activations, it gives the eager bits.
+TEST_F(CudaBackendOps, Fp8W8A8LinearReplaysInAGraph) {
+  auto* gpu = dynamic_cast<CudaBackend*>(gpu_.get());
+  ASSERT_NE(gpu, nullptr);
+  const RandomFp8 f = random_fp8(256, 512, 128, 128, 13);
+  const Matrix kept = gpu_->load_fp8_matrix(f.w, f.s, 128, 128, 0, 256, 0, 512, /*keep=*/true);
+  const int64_t M = 34;  // 32 rows W8A8, 2 through the direct kernel
+  const auto x1 = randn(static_cast<size_t>(M * 512), 14), x2 = randn(static_cast<size_t>(M * 512), 15);
+  float* xg = up(*gpu_, x1);
+  auto* y = static_cast<float*>(gpu_->alloc(static_cast<size_t>(M * 256) * 4));
+  auto* want = static_cast<float*>(gpu_->alloc(static_cast<size_t>(M * 256) * 4));
+  const int64_t w8a8 = gpu->fp8_w8a8_linears();
+  gpu_->linear(xg, M, kept, nullptr, y);  // eager: the plan and the workspaces
+  gpu_->begin_capture();
+  gpu_->linear(xg, M, kept, nullptr, y);
+  const int64_t graph = gpu_->end_capture();
+  for (const auto* x : {&x2, &x1}) {
+    gpu_->copy_to_device(xg, x->data(), x->size() * sizeof(float));
+    gpu_->replay(graph);
+    gpu_->linear(xg, M, kept, nullptr, want);
+    const std::vector<float> got = down(*gpu_, y, static_cast<size_t>(M * 256));
+    const std::vector<float> ref = down(*gpu_, want, static_cast<size_t>(M * 256));
+    EXPECT_EQ(std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)), 0);
+  }
+  EXPECT_EQ(gpu->fp8_w8a8_linears() - w8a8, 4);  // eager, captured, and the two references
+  gpu_->drop_captures();
+  for (void* p : {static_cast<void*>(xg), static_cast<void*>(y), static_cast<void*>(want)}) gpu_->free(p);
+}
+
 // Before its first W8A8 GEMM the backend checks cuBLASLt against the direct fp8 kernel on a
 // problem both compute exactly; a cuBLASLt that reads the activation scales in another layout
 // (the emulation's SHARDLM_EMU_CUBLASLT_ROW_MAJOR_VEC128) must turn W8A8 off, and the linear must
