@@ -184,7 +184,7 @@ bool CudaBackend::w8a8_self_check() {
   constexpr int64_t N = 256, K = 384, M = 16, L = 3, L4 = 4;
   std::mt19937 g(11);
   std::vector<uint8_t> codes(static_cast<size_t>(N * K));
-  for (uint8_t& c : codes) c = static_cast<uint8_t>((g() % 0x6f) | (g() & 0x80));  // finite, up to 240
+  for (uint8_t& c : codes) c = static_cast<uint8_t>((g() % 0x6f) | (g() & 0x80));  // finite, |c| <= 112
   std::vector<float> w_scales(static_cast<size_t>((N / kBlock) * L4), 0.0f);
   for (int64_t r = 0; r < N / kBlock; ++r)
     for (int64_t b = 0; b < L; ++b)
@@ -196,37 +196,33 @@ bool CudaBackend::w8a8_self_check() {
       const uint8_t c = k % kBlock == 5 ? 0x7e : static_cast<uint8_t>((g() % 0x7e) | (g() & 0x80));
       x[static_cast<size_t>(m * K + k)] = std::ldexp(fp8_bits::to_f32(c), e);
     }
-  auto device = [&](const void* host, size_t bytes) {
-    void* p = nullptr;
-    SHARDLM_CUDA_CHECK(cudaMalloc(&p, bytes));
-    SHARDLM_CUDA_CHECK(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
-    return p;
-  };
-  void* dw = device(codes.data(), codes.size());
-  void* ds = device(w_scales.data(), w_scales.size() * sizeof(float));
-  void* dx = device(x.data(), x.size() * sizeof(float));
-  void* dy = nullptr;
-  SHARDLM_CUDA_CHECK(cudaMalloc(&dy, static_cast<size_t>(2 * M * N) * sizeof(float)));
-  auto* y = static_cast<float*>(dy);
+  // Backend memory (alloc / copy_to_device / copy_to_host), freed however the check ends.
+  struct Buffers {
+    CudaBackend& b;
+    std::vector<void*> p;
+    void* up(const void* host, size_t bytes) {
+      p.push_back(b.alloc(bytes));
+      b.copy_to_device(p.back(), host, bytes);
+      return p.back();
+    }
+    ~Buffers() {
+      for (void* q : p) b.free(q);
+    }
+  } buf{*this, {}};
+  const auto* dx = static_cast<const float*>(buf.up(x.data(), x.size() * sizeof(float)));
+  std::vector<float> got(static_cast<size_t>(2 * M * N));
+  auto* y = static_cast<float*>(buf.up(got.data(), got.size() * sizeof(float)));
   Matrix w;
   w.dtype = DType::F8_E4M3;
   w.rows = N;
   w.cols = K;
-  w.data = dw;
-  w.fp8.scale_inv = static_cast<const float*>(ds);
+  w.data = buf.up(codes.data(), codes.size());
+  w.fp8.scale_inv = static_cast<const float*>(buf.up(w_scales.data(), w_scales.size() * sizeof(float)));
   w.fp8.cols = L4;
   w.fp8.block_rows = w.fp8.block_cols = kBlock;
-  std::vector<float> got(static_cast<size_t>(2 * M * N));
-  bool ran = false;
-  try {
-    ran = w8a8_gemm(static_cast<const float*>(dx), M, w, y);
-    linear_fp8_direct(static_cast<const float*>(dx), M, w, y + M * N);
-    SHARDLM_CUDA_CHECK(cudaMemcpy(got.data(), y, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  } catch (...) {
-    for (void* p : {dw, ds, dx, dy}) cudaFree(p);
-    throw;
-  }
-  for (void* p : {dw, ds, dx, dy}) cudaFree(p);
+  const bool ran = w8a8_gemm(dx, M, w, y);
+  linear_fp8_direct(dx, M, w, y + M * N);
+  copy_to_host(got.data(), y, got.size() * sizeof(float));
   double worst = 0, scale = 0;
   for (int64_t i = 0; i < M * N; ++i) {
     worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - got[M * N + i]));
