@@ -4,7 +4,9 @@ set(SHARDLM_CUDA_KERNELS
     device_info.cu
     # Model ops (activations fp32, weights fp32 or bf16).
     embedding.cu rmsnorm.cu rope.cu activation.cu elementwise.cu kv_cache_write.cu paged_attention.cu
-    paged_attention_tiled.cu latent_attention.cu attention_combine.cu head_matmul.cu
+    paged_attention_tiled.cu prefill_attention_mma.cu prefill_latent_attention_mma.cu mma_bf16_tile.cu
+    latent_attention.cu attention_combine.cu
+    head_matmul.cu
     # Routing, expert permutation, expert-parallel row movement, fp8 dequantisation, sampling, logprobs.
     moe_topk.cu expert_permute.cu fp8_dequant.cu sampling.cu gated_add.cu expert_rows.cu
     # Linear layers on weights kept fp8 (a few rows: decode).

@@ -153,8 +153,13 @@ void syncthreads();
 // The warp intrinsics: every lane of `mask` meets here, posting `value`. A shuffle returns the
 // value lane `src` posted (src: the lane in the warp); a match returns the mask of the lanes that
 // posted this lane's value; a sync returns 0.
-enum class WarpOp { Sync, Shuffle, MatchAny };
+enum class WarpOp { Sync, Shuffle, MatchAny, Collective };
 uint64_t warp_meet(WarpOp op, unsigned mask, uint64_t value, unsigned src, const char* what);
+// A warp-wide operation that no exchange of one value per lane expresses (a tensor core mma, whose
+// operands are spread over the lanes' registers): every lane of mask meets here with a pointer to
+// its own operands, and when the last arrives fn runs once with every member's pointer (lanes[l];
+// null outside mask) while they all wait, so it reads and writes each lane's operands in place.
+void warp_collective(void (*fn)(void* const* lanes), void* mine, unsigned mask, const char* what);
 unsigned lane_id();
 
 struct LaunchConfig {

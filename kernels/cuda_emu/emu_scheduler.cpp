@@ -41,6 +41,7 @@ struct Fiber {
   const char* what = nullptr;
   unsigned mask = 0, src = 0;
   uint64_t result = 0;  // the intrinsic's result, set at release
+  void (*collective)(void* const*) = nullptr;  // WarpOp::Collective: what the warp computes
 };
 
 struct Warp {
@@ -136,7 +137,8 @@ void fail(const std::string& msg) {
 }
 
 bool same_intrinsic(const Fiber& a, const Fiber& b) {
-  return a.op == b.op && a.mask == b.mask && (a.what == b.what || std::strcmp(a.what, b.what) == 0);
+  return a.op == b.op && a.mask == b.mask && a.collective == b.collective &&
+         (a.what == b.what || std::strcmp(a.what, b.what) == 0);
 }
 
 // Called by the last member of a warp group to arrive: checks that the members met at the same
@@ -153,10 +155,18 @@ __attribute__((noinline)) void release_warp(BlockRun& r, size_t w, unsigned mask
       return;
     }
   }
+  if (f.op == WarpOp::Collective) {
+    // Every member waits here, so its operands (on its own stack) stay put while this runs.
+    void* lanes[32] = {};
+    for (unsigned l = 0; l < 32; ++l)
+      if ((mask >> l) & 1u) lanes[l] = from_bits<void*>(warp.posted[l]);
+    f.collective(lanes);
+  }
   for (unsigned l = 0; l < 32; ++l) {
     if (!((mask >> l) & 1u)) continue;
     Fiber& g = r.fibers[w * 32 + l];
     switch (g.op) {
+      case WarpOp::Collective:
       case WarpOp::Sync:
         g.result = 0;
         break;
@@ -410,6 +420,12 @@ uint64_t warp_meet(WarpOp op, unsigned mask, uint64_t value, unsigned src, const
   if ((warp.arrived & mask) == mask) release_warp(r, w, mask, i);  // the last member to arrive
   if (f.wait != Wait::None) yield();
   return f.result;
+}
+
+void warp_collective(void (*fn)(void* const* lanes), void* mine, unsigned mask, const char* what) {
+  g_run->fibers[current()].collective = fn;
+  warp_meet(WarpOp::Collective, mask, to_bits(mine), 0, what);
+  g_run->fibers[current()].collective = nullptr;
 }
 
 void launch_erased(const LaunchConfig& cfg, void (*call)(void*), void* body) {

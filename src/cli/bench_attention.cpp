@@ -151,6 +151,7 @@ class Rig {
   // tokens.
   int64_t last_parts() const { return b_.last_attention_parts(); }
   bool last_tiled() const { return b_.last_attention_tiled(); }
+  bool last_bf16() const { return b_.last_attention_bf16(); }
 
  private:
   ComputeBackend& b_;
@@ -221,7 +222,19 @@ void print_decode(ComputeBackend& b, const Shape& sh, double bw_gbs, DType dtype
   }
 }
 
-void print_prefill(ComputeBackend& b, const Shape& sh, double fp32_gflops, DType dtype, int64_t longest) {
+// GFLOP/s, and the share of peak when it is known.
+std::string rate(double flop, double us, double peak, const char* peak_name) {
+  char buf[96];
+  const double gflops = flop / us / 1e3;
+  if (peak > 0) {
+    std::snprintf(buf, sizeof buf, "%.1f GFLOP/s, %.1f%% of the %s peak", gflops, 100.0 * gflops / peak, peak_name);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f GFLOP/s", gflops);
+  }
+  return buf;
+}
+
+void print_prefill(ComputeBackend& b, const Shape& sh, const AttentionPeaks& peaks, DType dtype, int64_t longest) {
   const int64_t row_bytes = sh.cache_row() * static_cast<int64_t>(dtype_size(dtype));
   const int64_t chunk = std::min(kChunk, longest);
   std::vector<int64_t> contexts;  // the chunk is the last `chunk` positions of each
@@ -230,10 +243,14 @@ void print_prefill(ComputeBackend& b, const Shape& sh, double fp32_gflops, DType
   }
   if (contexts.empty()) return;
   Rig rig(b, sh, contexts.back(), chunk, dtype);
-  std::printf("attention prefill (%s, %s cache; %lld-token chunks of one sequence, FLOPs against the fp32 peak",
-              describe(sh).c_str(), kv_dtype_name(dtype), static_cast<long long>(chunk));
-  if (fp32_gflops > 0) std::printf(", %.0f GFLOP/s", fp32_gflops);
+  std::printf(
+      "attention prefill (%s, %s cache; %lld-token chunks of one sequence, FLOPs against the peak of "
+      "the units that ran them",
+      describe(sh).c_str(), kv_dtype_name(dtype), static_cast<long long>(chunk));
+  if (peaks.fp32_gflops > 0) std::printf(": fp32 %.0f GFLOP/s", peaks.fp32_gflops);
+  if (peaks.bf16_gflops > 0) std::printf(", bf16 tensor %.0f GFLOP/s", peaks.bf16_gflops);
   std::printf("):\n");
+  const bool bf16_on = b.prefill_attention_bf16();
   for (int64_t ctx : contexts) {
     std::vector<int32_t> start(chunk, 0), pos(chunk);
     for (int64_t t = 0; t < chunk; ++t) pos[t] = static_cast<int32_t>(ctx - chunk + t);
@@ -241,17 +258,28 @@ void print_prefill(ComputeBackend& b, const Shape& sh, double fp32_gflops, DType
     double attended = 0;  // (token, position) pairs: token t attends to pos[t] + 1 positions
     for (int32_t p : pos) attended += p + 1.0;
     const double flop = attended * static_cast<double>(sh.heads) * sh.flop_per_position();
-    const double us = rig.time_us(ctx - 1, flop > 2e10 ? 3 : 10);
-    const double gflops = flop / us / 1e3;
+    const int iters = flop > 2e10 ? 3 : 10;
+    const double us = rig.time_us(ctx - 1, iters);
+    const bool bf16 = rig.last_bf16();
     char span[48];
     std::snprintf(span, sizeof span, "%lld..%lld", static_cast<long long>(ctx - chunk),
                   static_cast<long long>(ctx - 1));
-    std::printf("  positions %-11s: %10.1f us  (%7.1f GFLOP/s", span, us, gflops);
-    if (fp32_gflops > 0) std::printf(", %5.1f%% of peak", 100.0 * gflops / fp32_gflops);
-    std::printf(")");
-    if (rig.last_tiled()) {
-      const double per_token = rig.time_us(ctx - 1, flop > 2e10 ? 3 : 10, /*host_tables=*/false);
-      std::printf("  tiled; per-token kernel %.1f us (%.1f GFLOP/s)", per_token, flop / per_token / 1e3);
+    std::printf("  positions %-11s: %10.1f us  (%s)", span, us,
+                bf16 ? rate(flop, us, peaks.bf16_gflops, "bf16 tensor").c_str()
+                     : rate(flop, us, peaks.fp32_gflops, "fp32").c_str());
+    bool tiled = rig.last_tiled();
+    if (bf16) {  // beside the fp32 kernels the backend runs with --prefill-attention fp32
+      b.set_prefill_attention_bf16(false);
+      const double fp32_us = rig.time_us(ctx - 1, iters);
+      tiled = rig.last_tiled();
+      b.set_prefill_attention_bf16(bf16_on);
+      std::printf("  bf16 tensor cores; fp32 %s kernel %.1f us (%s), %.1fx", tiled ? "tiled" : "per-token", fp32_us,
+                  rate(flop, fp32_us, peaks.fp32_gflops, "fp32").c_str(), fp32_us / us);
+    }
+    if (tiled) {
+      const double per_token = rig.time_us(ctx - 1, iters, /*host_tables=*/false);
+      std::printf("%s per-token kernel %.1f us (%.1f GFLOP/s)", bf16 ? ";" : "  tiled;", per_token,
+                  flop / per_token / 1e3);
     }
     std::printf("\n");
   }
@@ -259,13 +287,12 @@ void print_prefill(ComputeBackend& b, const Shape& sh, double fp32_gflops, DType
 
 }  // namespace
 
-void print_attention_bench(ComputeBackend& b, const ModelSpec& spec, double bw_gbs, double fp32_gflops,
+void print_attention_bench(ComputeBackend& b, const ModelSpec& spec, double bw_gbs, const AttentionPeaks& peaks,
                            int64_t longest_context) {
   SHARDLM_CHECK(longest_context > 0, "attention bench: the longest context must be positive, not " << longest_context);
   const Shape shape(spec);
   for (DType dtype : {DType::F32, DType::BF16, DType::F8_E4M3}) print_decode(b, shape, bw_gbs, dtype, longest_context);
-  for (DType dtype : {DType::F32, DType::BF16, DType::F8_E4M3})
-    print_prefill(b, shape, fp32_gflops, dtype, longest_context);
+  for (DType dtype : {DType::F32, DType::BF16, DType::F8_E4M3}) print_prefill(b, shape, peaks, dtype, longest_context);
 }
 
 }  // namespace shardlm

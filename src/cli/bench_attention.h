@@ -4,8 +4,10 @@
 //    the memory bandwidth (decode attention reads every cached row once per step, so the bandwidth
 //    is its ceiling);
 //  - prefill chunks (the tokens of one sequence in one call, each attending to its prefix):
-//    microseconds and GFLOP/s of the scores and the weighted sums, beside the fp32 peak (the op
-//    runs in fp32, and a chunk's tokens share its rows, so arithmetic is its ceiling).
+//    microseconds and GFLOP/s of the scores and the weighted sums, beside the peak of the units
+//    that ran them (a chunk's tokens share its rows, so arithmetic is its ceiling): the bf16 tensor
+//    peak where the backend attends on tensor cores (--prefill-attention bf16), with the fp32
+//    kernels' figures beside it, else the fp32 peak.
 #pragma once
 
 #include "compute/backend.h"
@@ -17,10 +19,15 @@ namespace shardlm {
 // timed twice: as the backend launches it (split along the positions when the step is short of
 // work) and forced unsplit (no bound on the positions), so one run shows what the split gains.
 // Prefill: one chunk of 512 tokens, as a whole prompt and at the end of a 4096-position one; on
-// CUDA, when the backend tiles the chunk's tokens, also timed with the per-token kernel (tables
-// without their host copies). A longest_context under 4096 (or 512) caps those too.
-// fp32_gflops <= 0: no peak known (no percentage printed).
-void print_attention_bench(ComputeBackend& b, const ModelSpec& spec, double bw_gbs, double fp32_gflops,
+// CUDA with prefill attention on bf16 tensor cores, also timed with it off (the fp32 tiled
+// kernel), and when the backend tiles the chunk's tokens in fp32, with the per-token kernel too
+// (tables without their host copies). A longest_context under 4096 (or 512) caps those too.
+// A peak <= 0: not known (no percentage printed).
+struct AttentionPeaks {
+  double fp32_gflops = 0;  // the CUDA cores' (or the CPU's FMA) peak
+  double bf16_gflops = 0;  // the bf16 tensor cores' (0: none)
+};
+void print_attention_bench(ComputeBackend& b, const ModelSpec& spec, double bw_gbs, const AttentionPeaks& peaks,
                            int64_t longest_context = 32768);
 
 }  // namespace shardlm

@@ -18,6 +18,7 @@
 #include "cli/bench_attention.h"
 #include "cli/commands.h"
 #include "cli/kv_budget.h"
+#include "cli/run_options.h"
 #include "cli/subcommand.h"
 #include "compute/backend.h"
 #include "core/error.h"
@@ -188,7 +189,7 @@ int cmd_bench(int argc, char** argv) {
   int64_t prompt_len = 512, decode_tokens = 128, batch = 64, batch_in = 128, batch_out = 128;
   int64_t peak_gemm = 8192, attention_context = 32768;
   int threads = 0;
-  std::string kv_gb = "auto", fp8_weights = "fp8", fp8_prefill = "w8a8";
+  std::string kv_gb = "auto", fp8_weights = "fp8", fp8_prefill = "w8a8", prefill_attention = "auto";
   bool cuda_graphs = false;
   double kv_fraction = 0.9;
   po::options_description d("shardlm bench options");
@@ -209,6 +210,7 @@ int cmd_bench(int argc, char** argv) {
     ("peak-gemm", po::value(&peak_gemm)->default_value(peak_gemm), "with --backend cuda: also time a square bf16 GEMM of this side beside the peak, and fp8- and bf16-weight linears of that shape (0: only the model's shapes)")
     ("fp8-weights", po::value(&fp8_weights)->default_value(fp8_weights), "an fp8 checkpoint's linear weights with --backend cuda: fp8 (kept) or bf16 (dequantised at load), as shardlm run")
     ("fp8-prefill", po::value(&fp8_prefill)->default_value(fp8_prefill), "with --fp8-weights fp8: linears past 16 rows as W8A8 block-scaled fp8 GEMMs (w8a8) or on the weight dequantised to bf16 (bf16), as shardlm run")
+    ("prefill-attention", po::value(&prefill_attention)->default_value(prefill_attention), "with --backend cuda: prefill chunks' attention on bf16 tensor cores (bf16), in fp32 (fp32), or auto (bf16 for a bfloat16 or fp8 checkpoint), as shardlm run; the attention lines time both")
     ("cuda-graphs", po::bool_switch(&cuda_graphs), "also run the decode and batched scenarios with decode steps replayed from CUDA graphs (as shardlm run --cuda-graphs), beside the eager figures")
     ;
   // clang-format on
@@ -232,6 +234,8 @@ int cmd_bench(int argc, char** argv) {
   std::unique_ptr<ComputeBackend> backend = make_backend(backend_name);
   backend->set_keep_fp8_weights(fp8_weights == "fp8");
   backend->set_fp8_w8a8(fp8_prefill == "w8a8");
+  backend->set_prefill_attention_bf16(
+      prefill_attention_bf16(prefill_attention, spec.torch_dtype, spec.quant.fp8_block));
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend);
   // The weights' bytes: the checkpoint's, or for an fp8 checkpoint a device dequantised at load,
   // what the device holds (its linears twice their fp8 bytes).
@@ -364,10 +368,13 @@ int cmd_bench(int argc, char** argv) {
   print_sampling(*backend, spec.vocab_size, bw);
 
   // 5. Attention alone: decode on long contexts against the bandwidth, prefill chunks against the
-  //    fp32 peak (the op runs in fp32).
+  //    peak of the units they ran on (bf16 tensor cores or fp32).
   if (attention_context == 0) return 0;
   try {
-    print_attention_bench(*backend, spec, bw, fp32_peak, attention_context);
+    AttentionPeaks peaks;
+    peaks.fp32_gflops = fp32_peak;
+    peaks.bf16_gflops = gpu ? device.peak_gflops : 0.0;
+    print_attention_bench(*backend, spec, bw, peaks, attention_context);
   } catch (const Error& e) {  // e.g. a head_dim the backend's kernel does not take
     std::printf("attention decode: not timed (%s)\n", e.what());
   }

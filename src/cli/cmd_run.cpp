@@ -116,10 +116,11 @@ std::string comm_transport(const LayoutGroups& g) {
 
 void print_header(const std::vector<RankRecord>& ranks, const Topology& topo, const ModelSpec& spec,
                   const RunOptions& opt, const ComputeBackend& backend, const std::string& transport) {
-  std::fprintf(stderr, "[shardlm] shardlm %s (%s); layout %s on %zu rank(s); backend %s%s, comm %s%s%s\n",
+  std::fprintf(stderr, "[shardlm] shardlm %s (%s); layout %s on %zu rank(s); backend %s%s%s, comm %s%s%s\n",
                SHARDLM_VERSION, SHARDLM_GIT_COMMIT, topo.layout().str().c_str(), ranks.size(), opt.backend.c_str(),
-               opt.cuda_graphs ? " (CUDA graphs)" : "", opt.comm.c_str(), transport.empty() ? "" : ": ",
-               transport.c_str());
+               opt.cuda_graphs ? " (CUDA graphs)" : "",
+               backend.prefill_attention_bf16() ? ", prefill attention on bf16 tensor cores" : "", opt.comm.c_str(),
+               transport.empty() ? "" : ": ", transport.c_str());
   for (const auto& [lib, ver] : library_versions()) std::fprintf(stderr, "[shardlm]   %-14s %s\n", lib.c_str(), ver.c_str());
   std::fprintf(
       stderr, "[shardlm] model %s: %s, %lld layers, hidden %lld, %lld heads (%lld KV), vocab %lld%s; KV cache %s\n",
@@ -200,6 +201,8 @@ void write_attributes(ResultWriter& w, const RunOptions& opt, const ModelSpec& s
   // How their prefill linears ran: W8A8 only where the weights stayed fp8.
   if (spec.quant.fp8_block && backend.keeps_fp8_weights())
     w.set_attr("fp8_prefill", std::string(backend.fp8_w8a8() ? "w8a8" : "bf16"));
+  // How prefill chunks attended: on bf16 tensor cores or in fp32 (--prefill-attention).
+  w.set_attr("prefill_attention", std::string(backend.prefill_attention_bf16() ? "bf16" : "fp32"));
   w.set_attr("comm", opt.comm);
   if (!transport.empty()) w.set_attr("comm_transport", transport);
   w.set_attr("seed", static_cast<int64_t>(opt.seed));
@@ -308,6 +311,8 @@ int cmd_run(int argc, char** argv) {
   std::unique_ptr<ComputeBackend> backend = make_backend(opt.backend);
   backend->set_keep_fp8_weights(opt.fp8_weights == "fp8");
   backend->set_fp8_w8a8(opt.fp8_prefill == "w8a8");
+  backend->set_prefill_attention_bf16(
+      prefill_attention_bf16(opt.prefill_attention, spec.torch_dtype, spec.quant.fp8_block));
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend, plan, groups.shard());
   EngineConfig ec = engine_config(opt, spec, topo, opt.prompts);
   ec.lockstep = groups.dp_leaders.get();

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace shardlm {
 
 struct RunOptions {
@@ -34,6 +36,7 @@ struct RunOptions {
   std::string fp8_weights =
       "fp8";  // an fp8 checkpoint's linear weights on a GPU: fp8 (kept) | bf16 (dequantised at load)
   std::string fp8_prefill = "w8a8";  // linears on kept fp8 weights past 16 rows: w8a8 | bf16
+  std::string prefill_attention = "auto";  // prefill chunks' attention on a GPU: auto | bf16 | fp32
   int64_t block_size = 16;
   int threads = 0;                // CPU threads per rank; 0 = all cores
   int flush_every = 64;           // HDF5 flush period in finished requests
@@ -61,5 +64,11 @@ struct RunOptions {
 bool parse_run_options(int argc, char** argv, RunOptions* out);
 // The resolved options as INI text (one "key = value" per line): a job file that reproduces the run.
 std::string to_ini(const RunOptions& o);
+
+// --prefill-attention: whether prefill chunks attend on bf16 tensor cores. auto: where the
+// checkpoint's own linears run bf16 on the GPU (a bfloat16 or fp8 block-quantised checkpoint), so
+// attention rounds as they already do; fp32 checkpoints keep fp32 attention. Throws on a name other
+// than auto, bf16 or fp32.
+bool prefill_attention_bf16(const std::string& choice, DType checkpoint_dtype, bool fp8_block);
 
 }  // namespace shardlm

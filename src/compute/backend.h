@@ -127,6 +127,12 @@ class ComputeBackend {
   // keep no fp8 weights ignore it.
   virtual void set_fp8_w8a8(bool on) {}
   virtual bool fp8_w8a8() const { return false; }
+  // How the attention of prefill chunks runs: on bf16 tensor cores (true: the query, the keys and
+  // values, and the softmax weights rounded to bf16, fp32 accumulation, as the flash attention of
+  // GPU engines) or in fp32 (false: the decode kernels' arithmetic). --prefill-attention; backends
+  // without tensor cores ignore it.
+  virtual void set_prefill_attention_bf16(bool on) {}
+  virtual bool prefill_attention_bf16() const { return false; }
 
   // Activation memory, owned by the backend, freed when the backend is destroyed or by free().
   virtual void* alloc(size_t bytes) = 0;
@@ -238,9 +244,11 @@ class ComputeBackend {
                                 int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache, int64_t block_size,
                                 const BlockTables& tables, const int32_t* pos, float scale, float* out) = 0;
   // How the last attention or latent_attention call ran, for the benchmarks: blocks per (token,
-  // head group) along its positions (1: unsplit) and whether it tiled a prefill chunk's tokens.
+  // head group) along its positions (1: unsplit), whether it tiled a prefill chunk's tokens, and
+  // whether it ran on bf16 tensor cores (set_prefill_attention_bf16).
   virtual int64_t last_attention_parts() const { return 1; }
   virtual bool last_attention_tiled() const { return false; }
+  virtual bool last_attention_bf16() const { return false; }
 
   // ---- Mixture-of-Experts (kernels/cpu/expert_permute.h defines the layouts) ----
   // Router logits [T, num_experts] -> ids [T, k] (best first) and weights [T, k].

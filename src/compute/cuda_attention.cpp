@@ -2,8 +2,13 @@
 // along the positions when the step would leave the device short of work, eager or captured (see
 // kernels/cuda/attention_partitions.h), and for steps of prefill chunks as the kernel that shares
 // each staged round across a tile of a sequence's tokens (paged_attention_tiled.h). The output is
-// the same bits every way, so the choice is free to weigh the device alone.
+// the same bits every way, so the choice is free to weigh the device alone. With
+// set_prefill_attention_bf16, steps of prefill chunks run on tensor cores instead
+// (prefill_attention_mma.h, prefill_latent_attention_mma.h: bf16 operands, fp32 accumulation;
+// other bits than the fp32 kernels).
 #include <cuda_runtime.h>
+
+#include <vector>
 
 #include "compute/cuda_backend.h"
 #include "compute/cuda_check.h"
@@ -12,6 +17,8 @@
 #include "cuda/latent_attention.h"
 #include "cuda/paged_attention.h"
 #include "cuda/paged_attention_tiled.h"
+#include "cuda/prefill_attention_mma.h"
+#include "cuda/prefill_latent_attention_mma.h"
 
 namespace shardlm {
 
@@ -69,6 +76,11 @@ void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t 
   // (the same bits as the per-token kernel); decode steps run per token. The split is weighed on
   // the grid the step would launch unsplit (a tile's tokens share a block), and a split step runs
   // per token.
+  last_attention_bf16_ = false;
+  if (attn_bf16_ && !capturing_ && mostly_chunks(tables, T)) {
+    attention_bf16(q, T, n_heads, n_kv_heads, head_dim, cache, block_size, tables, pos, window, scale, out);
+    return;
+  }
   const bool chunks = window <= 0 && !capturing_ && mostly_chunks(tables, T);
   const int64_t tile = chunks ? cuda::paged_attention_tile_tokens(head_dim) : 1;
   const cuda::AttentionSplit split = attention_split(
@@ -86,6 +98,48 @@ void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t 
   check_launch("paged_attention");
 }
 
+// The tiles of a tensor-core launch on the device: up from pageable memory (the copy returns once
+// the host list is read) into a buffer that only grows.
+const int32_t* CudaBackend::upload_attention_tiles(const std::vector<int32_t>& tiles) {
+  if (tiles.size() > attn_tiles_n_) {
+    void* ws = attn_tiles_;
+    attn_tiles_ = nullptr;
+    attn_tiles_n_ = 0;
+    attn_tiles_ = static_cast<int32_t*>(regrow_workspace(ws, tiles.size() * sizeof(int32_t)));
+    attn_tiles_n_ = tiles.size();
+  }
+  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(attn_tiles_, tiles.data(), tiles.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                     stream_of(stream_)));
+  last_attention_parts_ = 1;
+  last_attention_tiled_ = true;
+  last_attention_bf16_ = true;
+  return attn_tiles_;
+}
+
+// Prefill chunks on tensor cores: the step's sequences' runs, cut every 64 tokens.
+void CudaBackend::attention_bf16(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                                 const KvCacheRef& cache, int64_t block_size, const BlockTables& tables,
+                                 const int32_t* pos, int64_t window, float scale, float* out) {
+  const std::vector<int32_t> tiles = cuda::prefill_attention_mma_tiles(tables.host_start, T);
+  const int32_t* d_tiles = upload_attention_tiles(tiles);
+  cuda::prefill_attention_mma(q, n_heads, n_kv_heads, head_dim, cache.k, cache.v, cache_format(cache), block_size,
+                              tables.blocks, tables.start, pos, window, scale, d_tiles,
+                              static_cast<int64_t>(tiles.size() / 2), out, stream_of(stream_));
+  check_launch("prefill_attention_mma");
+}
+
+// MLA prefill chunks on tensor cores: 16 (token, head) pairs of a sequence's run a tile.
+void CudaBackend::latent_attention_bf16(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads,
+                                        int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache, int64_t block_size,
+                                        const BlockTables& tables, const int32_t* pos, float scale, float* out) {
+  const std::vector<int32_t> tiles = cuda::prefill_latent_attention_mma_tiles(tables.host_start, T, n_heads);
+  const int32_t* d_tiles = upload_attention_tiles(tiles);
+  cuda::prefill_latent_attention_mma(q_latent, q_rope, n_heads, kv_lora, rope_dim, cache.k, cache_format(cache),
+                                     block_size, tables.blocks, tables.start, pos, scale, d_tiles,
+                                     static_cast<int64_t>(tiles.size() / 3), out, stream_of(stream_));
+  check_launch("prefill_latent_attention_mma");
+}
+
 void CudaBackend::latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads,
                                    int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache, int64_t block_size,
                                    const BlockTables& tables, const int32_t* pos, float scale, float* out) {
@@ -93,10 +147,15 @@ void CudaBackend::latent_attention(const float* q_latent, const float* q_rope, i
                 "cuda backend: latent attention supports kv_lora_rank up to 512 and "
                 "qk_rope_head_dim up to 64, not "
                     << kv_lora << " and " << rope_dim);
+  if (attn_bf16_ && !capturing_ && mostly_chunks(tables, T)) {
+    latent_attention_bf16(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, tables, pos, scale, out);
+    return;
+  }
   const cuda::AttentionSplit split =
       attention_split(cuda::latent_attention_blocks(T, n_heads), T, n_heads, kv_lora, tables, 0);
   last_attention_parts_ = split.parts;
   last_attention_tiled_ = false;
+  last_attention_bf16_ = false;
   cuda::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache.k, cache_format(cache), block_size,
                          tables.blocks, tables.start, pos, scale, out, split, stream_of(stream_));
   check_launch("latent_attention");

@@ -114,6 +114,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(grouped_out_ws_);
   cudaFree(routed_passes_);
   cudaFree(attn_states_);
+  cudaFree(attn_tiles_);
   for (void* p : sample_buf_) cudaFree(p);
   for (int i = 0; i < 2; ++i) {
     if (staged_[i]) cudaEventDestroy(static_cast<cudaEvent_t>(staged_[i]));

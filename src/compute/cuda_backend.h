@@ -73,6 +73,8 @@ class CudaBackend final : public ComputeBackend {
   void set_fp8_w8a8(bool on) override { w8a8_ = on; }
   // Off also once the self-check before the first W8A8 GEMM found cuBLASLt wrong (for good).
   bool fp8_w8a8() const override { return w8a8_ && !w8a8_bad_; }
+  void set_prefill_attention_bf16(bool on) override { attn_bf16_ = on; }
+  bool prefill_attention_bf16() const override { return attn_bf16_; }
 
   void* alloc(size_t bytes) override;
   void free(void* p) override;
@@ -108,9 +110,10 @@ class CudaBackend final : public ComputeBackend {
   // Blocks per (token, head group) the last attention or latent_attention call launched along
   // its positions: 1 unsplit, else the split's partitions (cuda_attention.cpp).
   int64_t last_attention_parts() const override { return last_attention_parts_; }
-  // Whether the last attention call ran the prefill kernel that tiles a sequence's tokens
-  // (kernels/cuda/paged_attention_tiled.h).
+  // Whether the last attention call ran a prefill kernel that tiles a sequence's tokens
+  // (kernels/cuda/paged_attention_tiled.h, or prefill_attention_mma.h on tensor cores).
   bool last_attention_tiled() const override { return last_attention_tiled_; }
+  bool last_attention_bf16() const override { return last_attention_bf16_; }
   int64_t grouped_linear_rows() const override { return 16384; }
   void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
             const float* inv_freq) override;
@@ -246,12 +249,27 @@ class CudaBackend final : public ComputeBackend {
   // grid would leave the device short of work (kernels/cuda/attention_partitions.h), sized from
   // BlockTables::max_pos; its states live in a device buffer that only grows (a grown-out buffer a
   // graph holds is retired, as the workspaces).
+  // Steps of prefill chunks on tensor cores (set_prefill_attention_bf16), and their tile lists.
+  void attention_bf16(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                      const KvCacheRef& cache, int64_t block_size, const BlockTables& tables, const int32_t* pos,
+                      int64_t window, float scale, float* out);
+  void latent_attention_bf16(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora,
+                             int64_t rope_dim, const KvCacheRef& cache, int64_t block_size, const BlockTables& tables,
+                             const int32_t* pos, float scale, float* out);
+  const int32_t* upload_attention_tiles(const std::vector<int32_t>& tiles);
   cuda::AttentionSplit attention_split(int64_t blocks, int64_t T, int64_t n_heads, int64_t width,
                                        const BlockTables& tables, int64_t window);
   float* attn_states_ = nullptr;
   size_t attn_states_n_ = 0;
   int64_t last_attention_parts_ = 1;
   bool last_attention_tiled_ = false;
+  // Prefill chunks on tensor cores (kernels/cuda/prefill_attention_mma.h and
+  // prefill_latent_attention_mma.h): on or off, and the step's tiles on the device (a buffer that
+  // only grows; never used inside a capture).
+  bool attn_bf16_ = false;
+  bool last_attention_bf16_ = false;
+  int32_t* attn_tiles_ = nullptr;
+  size_t attn_tiles_n_ = 0;
   // sample(): device buffers that only grow (never used inside a capture, so freed at once when
   // they grow): the rows, the tempered-probability scratch [R, V], the tokens and the logprobs.
   void* sample_buffer(int i, size_t bytes);

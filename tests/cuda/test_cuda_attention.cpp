@@ -39,6 +39,10 @@
 #include "cuda/latent_attention.h"
 #include "cuda/paged_attention.h"
 #include "cuda/paged_attention_tiled.h"
+#include "cuda/mma_bf16_tile.h"
+#include "cuda/prefill_attention_mma.h"
+#include "cuda/prefill_latent_attention_mma.h"
+#include "bf16_bits.h"
 #include "kv_cache_format.h"
 
 using namespace shardlm;
@@ -245,6 +249,52 @@ struct DevicePool {
   DeviceBuffer<int64_t> d_slots{slots};
 };
 
+// The tensor-core prefill kernel (prefill_attention_mma.h) over a step: within bf16's rounding of
+// the CPU kernel's fp32 result (want), zero for the padding token; and the same bits whatever the
+// tiles (the step's runs cut every 64 tokens, or every 5), as a token's result depends on its own
+// query, position and cache alone.
+//
+// Tolerance: the query, an fp32 cache's keys and values, and the softmax weights are rounded to
+// bf16 (8 significant bits). A score of magnitude up to about 1 is then off by up to ~2^-8 and
+// each weight by ~2^-8 relatively, so an output (a weighted mean of values in [-1, 1]) is off by
+// about 2^-8 at most: |gpu - cpu| <= 4e-3 + 1e-2 |cpu|.
+constexpr double kMmaRel = 1e-2, kMmaAbs = 4e-3;
+
+void check_prefill_mma(const std::vector<float>& want, const std::vector<float>& q, const Step& st, const GqaCase& c,
+                       KvFormat fmt, const void* k_cache, const void* v_cache, const int32_t* d_blocks,
+                       int64_t block_size, float scale) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const int64_t T = static_cast<int64_t>(st.pos.size());
+  DeviceBuffer<float> d_q(q);
+  DeviceBuffer<int32_t> d_pos(st.pos), d_start(st.table_start);
+  std::vector<float> first;
+  for (bool fives : {false, true}) {
+    std::vector<int32_t> tiles = cuda::prefill_attention_mma_tiles(st.table_start.data(), T);
+    if (fives) {  // each run cut every 5 tokens instead
+      std::vector<int32_t> cut;
+      for (size_t i = 0; i < tiles.size(); i += 2)
+        for (int32_t t = 0; t < tiles[i + 1]; t += 5)
+          cut.insert(cut.end(), {tiles[i] + t, std::min(5, tiles[i + 1] - t)});
+      tiles = cut;
+    }
+    DeviceBuffer<int32_t> d_tiles(tiles);
+    DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
+    cuda::prefill_attention_mma(d_q.get(), c.n_heads, c.n_kv, c.head_dim, k_cache, v_cache, fmt, block_size, d_blocks,
+                                d_start.get(), d_pos.get(), c.window, scale, d_tiles.get(),
+                                static_cast<int64_t>(tiles.size() / 2), d_out.get(), nullptr);
+    cuda_sync("prefill_attention_mma");
+    const std::vector<float> got = d_out.download();
+    if (first.empty()) {
+      first = got;
+      double worst = 0;
+      for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+      EXPECT_TRUE(all_close(got, want, kMmaRel, kMmaAbs)) << "tensor-core prefill, largest difference " << worst;
+    } else {
+      EXPECT_TRUE(all_bits_equal(got, first)) << "tensor-core prefill, tiles of 5";
+    }
+  }
+}
+
 // One GQA case over a device cache of E: cuda::kv_cache_write stores exactly the expected rows;
 // paged_attention, unsplit and split, matches the CPU kernel over a CPU cache of E within the
 // tolerance; the tiled prefill launch gives its bits; and over bf16 or fp8, both give the bits of
@@ -312,10 +362,36 @@ void check_paged_attention(const GqaCase& c, DevicePool& p) {
                                 d_tiled.get(), nullptr);
     cuda_sync("paged_attention_tiled");
     EXPECT_TRUE(all_bits_equal(d_tiled.download(), got)) << "tiled";
+    check_prefill_mma(want, q, st, c, fmt, d_kc.get(), d_vc.get(), p.d_blocks.get(), pool.block_size, scale);
   }
 }
 
 }  // namespace
+
+// The tensor core product the prefill kernel builds on (kernels/cuda/mma_bf16.cuh), its fragments
+// placed by the layout that header states: d = c + a b for random bf16 a [16, 16] and b [16, 8]
+// must be the host's product (each bf16 product is exact in fp32; the 16-term sums agree to fp32
+// rounding). A fragment element in the wrong place puts another product into its output.
+TEST(CudaAttention, TensorCoreTileFollowsTheFragmentLayout) {
+  SHARDLM_REQUIRE_GPU();
+  const std::vector<float> af = rand_vec(16 * 16, 501), bf = rand_vec(16 * 8, 502), c = rand_vec(16 * 8, 503);
+  std::vector<uint16_t> a(af.size()), b(bf.size());
+  for (size_t i = 0; i < a.size(); ++i) a[i] = bf16_bits::from_f32(af[i]);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = bf16_bits::from_f32(bf[i]);
+  std::vector<float> want(16 * 8);
+  for (int r = 0; r < 16; ++r) {
+    for (int n = 0; n < 8; ++n) {
+      double sum = c[r * 8 + n];
+      for (int k = 0; k < 16; ++k) sum += double(bf16_bits::to_f32(a[r * 16 + k])) * bf16_bits::to_f32(b[k * 8 + n]);
+      want[r * 8 + n] = static_cast<float>(sum);
+    }
+  }
+  DeviceBuffer<uint16_t> d_a(a), d_b(b);
+  DeviceBuffer<float> d_c(c), d_d(std::vector<float>(want.size(), std::numeric_limits<float>::quiet_NaN()));
+  cuda::mma_bf16_tile(d_a.get(), d_b.get(), d_c.get(), d_d.get(), nullptr);
+  cuda_sync("mma_bf16_tile");
+  EXPECT_TRUE(all_close(d_d.download(), want, 1e-6, 2e-6));
+}
 
 TEST(CudaAttention, PagedAttentionMatchesCpu) {
   SHARDLM_REQUIRE_GPU();
@@ -359,7 +435,8 @@ TEST(CudaAttention, PagedAttentionOverFp8CacheMatchesCpu) {
 
 // CudaBackend::attention picks the tiled prefill kernel for a step of prefill chunks when it
 // has the host copy of the table starts (an eager step) and the layer has no sliding window, the
-// per-token kernel otherwise; the bits are the same.
+// per-token kernel otherwise; the bits are the same. With set_prefill_attention_bf16, such a step
+// (any window) runs on tensor cores instead.
 TEST(CudaAttention, BackendTilesPrefillChunks) {
   SHARDLM_REQUIRE_GPU();
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -413,6 +490,26 @@ TEST(CudaAttention, BackendTilesPrefillChunks) {
       }
       EXPECT_TRUE(all_bits_equal(got, first)) << "host tables " << host;
     }
+    // With prefill attention on bf16 tensor cores: the same step runs prefill_attention_mma.h (any
+    // window), within its tolerance of the CPU; without the host tables, the fp32 kernels again.
+    gpu->set_prefill_attention_bf16(true);
+    for (bool host : {true, false}) {
+      const BlockTables tables{d_blocks.get(), d_start.get(), host ? pool.blocks.data() : nullptr,
+                               host ? st.table_start.data() : nullptr, 1099};
+      DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
+      gpu->attention(d_q.get(), T, nh, nkv, hd, KvCacheRef{d_kc.get(), d_vc.get(), DType::F32}, pool.block_size, tables,
+                     d_pos.get(), window, 0.088f, d_out.get());
+      EXPECT_EQ(gpu->last_attention_bf16(), host) << "host tables " << host;
+      EXPECT_EQ(gpu->last_attention_tiled(), host) << "host tables " << host;
+      cuda_sync("backend attention, bf16");
+      const std::vector<float> got = d_out.download();
+      if (host) {
+        EXPECT_TRUE(all_close(got, want, kMmaRel, kMmaAbs));
+      } else {
+        EXPECT_TRUE(all_bits_equal(got, first)) << "fp32 kernels without the host tables";
+      }
+    }
+    gpu->set_prefill_attention_bf16(false);
   }
 }
 
@@ -423,6 +520,43 @@ struct MlaCase {
 }  // namespace
 
 namespace {
+
+// The tensor-core MLA prefill kernel (prefill_latent_attention_mma.h) over a step, as
+// check_prefill_mma does for GQA: within the same bf16 tolerance of the CPU kernel's result, and
+// the same bits when every token is a run of its own (other (token, head) pairs share its tiles).
+void check_prefill_latent_mma(const std::vector<float>& want, const std::vector<float>& ql,
+                              const std::vector<float>& qr, const Step& st, const MlaCase& c, KvFormat fmt,
+                              const void* cache, const int32_t* d_blocks, int64_t block_size, float scale) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const int64_t T = static_cast<int64_t>(st.pos.size());
+  DeviceBuffer<float> d_ql(ql), d_qr(qr);
+  DeviceBuffer<int32_t> d_pos(st.pos), d_start(st.table_start);
+  std::vector<float> first;
+  for (bool alone : {false, true}) {
+    std::vector<int32_t> tiles;
+    if (alone) {  // a run per token: (token, 1 token, first pair) for each 16 of its heads
+      for (int32_t t = 0; t < T; ++t)
+        for (int32_t r = 0; r < c.n_heads; r += 16) tiles.insert(tiles.end(), {t, 1, r});
+    } else {
+      tiles = cuda::prefill_latent_attention_mma_tiles(st.table_start.data(), T, c.n_heads);
+    }
+    DeviceBuffer<int32_t> d_tiles(tiles);
+    DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
+    cuda::prefill_latent_attention_mma(d_ql.get(), d_qr.get(), c.n_heads, c.kv_lora, c.rope_dim, cache, fmt, block_size,
+                                       d_blocks, d_start.get(), d_pos.get(), scale, d_tiles.get(),
+                                       static_cast<int64_t>(tiles.size() / 3), d_out.get(), nullptr);
+    cuda_sync("prefill_latent_attention_mma");
+    const std::vector<float> got = d_out.download();
+    if (first.empty()) {
+      first = got;
+      double worst = 0;
+      for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+      EXPECT_TRUE(all_close(got, want, kMmaRel, kMmaAbs)) << "tensor-core MLA prefill, largest difference " << worst;
+    } else {
+      EXPECT_TRUE(all_bits_equal(got, first)) << "tensor-core MLA prefill, a run per token";
+    }
+  }
+}
 
 // One MLA case over a device latent cache of E, as check_paged_attention does for GQA (the CPU and
 // the device keep the same latent rows, so the device cache must equal the CPU's bit for bit).
@@ -485,6 +619,7 @@ void check_latent_attention(const MlaCase& c) {
       cuda_sync("latent_attention over the values read back, in fp32");
       EXPECT_TRUE(all_bits_equal(got, d_fp32.download())) << "narrow cache against fp32 of its values";
     }
+    check_prefill_latent_mma(want, ql, qr, st, c, fmt, d_cache.get(), d_blocks.get(), pool.block_size, scale);
   }
 }
 
@@ -527,12 +662,56 @@ TEST(CudaAttention, LatentAttentionOverFp8CacheMatchesCpu) {
 // nothing; with no bound it runs unsplit. All give the same bits, and the CPU kernels' result
 // within the kernel tolerance. The MLA call needs larger split states than the GQA one before it,
 // so the backend's buffer grows between them.
+// CudaBackend::latent_attention with prefill attention on bf16 tensor cores: a step of chunks
+// with the host tables runs prefill_latent_attention_mma.h (a DeepSeek-V3 shard's 16 heads, a
+// chunk across positions 260..299 and a decode token of another sequence), within its tolerance
+// of the CPU; without the host tables, the fp32 kernel.
+TEST(CudaAttention, BackendRunsMlaPrefillOnTensorCores) {
+  SHARDLM_REQUIRE_GPU();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto backend = make_backend("cuda");
+  auto* gpu = dynamic_cast<CudaBackend*>(backend.get());
+  ASSERT_NE(gpu, nullptr);
+  gpu->set_prefill_attention_bf16(true);
+  const Pool pool(16, {300, 90}, 2, 17);
+  const std::vector<int64_t> slots = pool.all_slots();
+  const int64_t n_write = static_cast<int64_t>(slots.size());
+  std::vector<std::pair<int, int64_t>> toks;
+  for (int64_t p = 260; p < 300; ++p) toks.push_back({0, p});
+  toks.push_back({1, 89});
+  const Step st = make_step(pool, toks);
+  const int64_t T = static_cast<int64_t>(st.pos.size()), nh = 16, lora = 512, rope = 64, row = lora + rope;
+  const std::vector<float> lat = rand_vec(n_write * lora, 611), kr = rand_vec(n_write * rope, 612);
+  const std::vector<float> ql = rand_vec(T * nh * lora, 613), qr = rand_vec(T * nh * rope, 614);
+  std::vector<float> cache(pool.num_blocks * pool.block_size * row, nan), want(T * nh * lora);
+  cpu::latent_cache_write(lat.data(), kr.data(), n_write, slots.data(), lora, rope, cache.data(), KvFormat());
+  const std::vector<const int32_t*> bt = host_block_table(pool, st);
+  const float scale = 1.0f / std::sqrt(192.0f);
+  cpu::latent_attention(ql.data(), qr.data(), T, nh, lora, rope, cache.data(), KvFormat(), pool.block_size, bt.data(),
+                        st.pos.data(), scale, want.data());
+  DeviceBuffer<float> d_cache(cache), d_ql(ql), d_qr(qr);
+  DeviceBuffer<int32_t> d_blocks(pool.blocks), d_start(st.table_start), d_pos(st.pos);
+  for (bool host : {true, false}) {
+    const BlockTables tables{d_blocks.get(), d_start.get(), host ? pool.blocks.data() : nullptr,
+                             host ? st.table_start.data() : nullptr, 299};
+    DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
+    gpu->latent_attention(d_ql.get(), d_qr.get(), T, nh, lora, rope, KvCacheRef{d_cache.get(), nullptr, DType::F32},
+                          pool.block_size, tables, d_pos.get(), scale, d_out.get());
+    EXPECT_EQ(gpu->last_attention_bf16(), host) << "host tables " << host;
+    cuda_sync("backend latent attention");
+    EXPECT_TRUE(host ? all_close(d_out.download(), want, kMmaRel, kMmaAbs)
+                     : all_close(d_out.download(), want, kRel, kAbs))
+        << "host tables " << host;
+  }
+}
+
 TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
   SHARDLM_REQUIRE_GPU();
   const float nan = std::numeric_limits<float>::quiet_NaN();  // unused cache rows: a stray read shows
   auto backend = make_backend("cuda");
   auto* gpu = dynamic_cast<CudaBackend*>(backend.get());
   ASSERT_NE(gpu, nullptr);
+  gpu->set_prefill_attention_bf16(true);  // a decode step stays on the fp32 kernels all the same
   const Pool pool(16, {2000}, 2, 11);
   const std::vector<int64_t> slots = pool.all_slots();
   const int64_t n_write = static_cast<int64_t>(slots.size());
@@ -557,6 +736,7 @@ TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
       DeviceBuffer<float> d_out(std::vector<float>(n, nan));
       call(v.tables, d_out.get());
       EXPECT_EQ(gpu->last_attention_parts(), v.parts);
+      EXPECT_FALSE(gpu->last_attention_bf16());
       cuda_sync("backend attention");
       const std::vector<float> got = d_out.download();
       if (first.empty()) {

@@ -244,14 +244,20 @@ TEST(Cli, KvDtypeIsResolvedRecordedAndUsed) {
   EXPECT_NE(bad_prefill.code, 0);
   EXPECT_NE(bad_prefill.out.find("--fp8-prefill must be w8a8 or bf16, not 'fp4'"), std::string::npos)
       << bad_prefill.out;
+  Proc bad_attention = sh(bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --out " +
+                          (d / "bad.h5").string() + " --prefill-attention fp16");
+  EXPECT_NE(bad_attention.code, 0);
+  EXPECT_NE(bad_attention.out.find("--prefill-attention must be auto, bf16 or fp32, not 'fp16'"), std::string::npos)
+      << bad_attention.out;
 }
 
 TEST(Cli, HelpListsOptionsWithDefaults) {
   Proc p = sh(bin() + " run --help");
   EXPECT_EQ(p.code, 0);
-  for (const char* opt : {"--model", "--prompts", "--out", "--max-new-tokens arg (=128)", "--temperature arg (=0)",
-                          "--top-p", "--top-k", "--min-p", "--seed", "--max-batch-tokens", "--max-seqs",
-                          "--kv-cache-gb", "--kv-dtype arg (=auto)", "--fp8-prefill arg (=w8a8)", "--config"}) {
+  for (const char* opt :
+       {"--model", "--prompts", "--out", "--max-new-tokens arg (=128)", "--temperature arg (=0)", "--top-p", "--top-k",
+        "--min-p", "--seed", "--max-batch-tokens", "--max-seqs", "--kv-cache-gb", "--kv-dtype arg (=auto)",
+        "--fp8-prefill arg (=w8a8)", "--prefill-attention arg (=auto)", "--config"}) {
     EXPECT_NE(p.out.find(opt), std::string::npos) << opt;
   }
   Proc bad = sh(bin() + " run --model x --prompts y --out z --temperature warm");

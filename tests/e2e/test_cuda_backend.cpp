@@ -362,7 +362,59 @@ TEST(CudaBackend, Bf16GreedyFirstTokensMatchCpu) {
     for (const auto& [id, toks] : a.tokens) same += b.tokens.count(id) && b.tokens.at(id) == toks;
     // Near-ties between the two best logits may flip under bf16 activations; most must not.
     EXPECT_GE(same, 14) << config << ": " << same << " of 16 greedy first tokens agree";
+    // --prefill-attention auto: tensor cores for a bf16 checkpoint (GQA, and MLA's latent cache).
+    EXPECT_EQ(test::H5Reader((d / "gpu.h5").string()).string_attr("prefill_attention"), "bf16");
+    EXPECT_EQ(test::H5Reader((d / "cpu.h5").string()).string_attr("prefill_attention"), "fp32");
   }
+}
+
+// --prefill-attention bf16: prefill chunks attend on tensor cores (kernels/cuda/prefill_attention_mma.h:
+// bf16 query, keys, values and weights, fp32 accumulation). On an fp32 checkpoint (where auto keeps
+// fp32 attention, and the GPU otherwise gives the CPU's results to rounding) the attention's bf16
+// rounding is then the only difference from the CPU backend: over 16 prompts of 40 to 160 tokens,
+// prefilled in chunks of several sequences, the greedy first tokens must agree (a near-tie may
+// flip one) and their log-probabilities stay within 4e-2 of the CPU's (1.3e-2 seen over the emulated
+// runtime: about 2^-9 relative on each attention output, through 4 layers of a random model). The
+// run header and /prefill_attention say which ran.
+TEST(CudaBackend, PrefillAttentionOnTensorCoresMatchesCpu) {
+  SHARDLM_REQUIRE_GPU();
+  const std::string model = make("tiny-llama", "fp32");
+  const fs::path d = test::fresh_dir("cuda-prefill-attention");
+  std::string prompts;
+  for (int i = 0; i < 16; ++i) {
+    std::string ids;
+    for (int j = 0; j < 40 + 8 * i; ++j) ids += (j ? ", " : "") + std::to_string(3 + (j * 29 + i * 13) % 500);
+    prompts += "{\"id\": \"a" + std::to_string(i) + "\", \"prompt_token_ids\": [" + ids + "], \"max_tokens\": 1}\n";
+  }
+  test::write_file(d / "p.jsonl", prompts);
+  const std::string common = " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
+                             " --seed 3 --max-batch-tokens 256 --max-seqs 16 --progress-interval 0";
+  Proc cpu = sh(shardlm_bin() + common + " -q --out " + (d / "cpu.h5").string());
+  Proc fp32 = sh(shardlm_bin() + common + " --backend cuda --out " + (d / "fp32.h5").string());
+  Proc bf16 = sh(shardlm_bin() + common + " --backend cuda --prefill-attention bf16 --out " + (d / "bf16.h5").string());
+  ASSERT_EQ(cpu.code, 0) << cpu.out;
+  ASSERT_EQ(fp32.code, 0) << fp32.out;
+  ASSERT_EQ(bf16.code, 0) << bf16.out;
+  const std::string said = "prefill attention on bf16 tensor cores";
+  EXPECT_EQ(fp32.out.find(said), std::string::npos) << fp32.out;
+  EXPECT_NE(bf16.out.find(said), std::string::npos) << bf16.out;
+  EXPECT_EQ(test::H5Reader((d / "fp32.h5").string()).string_attr("prefill_attention"), "fp32");
+  EXPECT_EQ(test::H5Reader((d / "bf16.h5").string()).string_attr("prefill_attention"), "bf16");
+  const test::RunOutput want = test::read_run((d / "cpu.h5").string());
+  test::expect_same_run(want, test::read_run((d / "fp32.h5").string()), "auto (fp32) prefill attention");
+  const test::RunOutput got = test::read_run((d / "bf16.h5").string());
+  ASSERT_EQ(want.tokens.size(), 16u);
+  int same = 0;
+  float most = 0;
+  for (const auto& [id, toks] : want.tokens) {
+    ASSERT_TRUE(got.tokens.count(id)) << id;
+    if (got.tokens.at(id) != toks) continue;
+    ++same;
+    most = std::max(most, std::abs(got.logprobs.at(id).at(0) - want.logprobs.at(id).at(0)));
+  }
+  EXPECT_GE(same, 15) << same << " of 16 greedy first tokens agree";
+  EXPECT_LT(most, 4e-2f) << "largest log-probability difference of an agreeing token";
+  EXPECT_GT(most, 0.0f) << "bf16 attention left every log-probability as the CPU's: did it run?";
 }
 
 // An fp8 checkpoint's linear weights kept fp8 (--fp8-weights fp8, the default) against the same

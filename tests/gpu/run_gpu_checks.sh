@@ -3,7 +3,7 @@
 # references, the NCCL and staged-MPI communicator tests, --backend cuda end to end against the CPU
 # backend (stories260K and the tiny dense, MoE and MLA models; 2 ranks sharing the GPU with
 # --comm mpi and --comm fabric), and the GPU benchmarks (decode and prefill tok/s, cuBLAS GEMM TFLOP/s, sampling
-# us/row, linears on fp8 and bf16 weights, the fp8 model with its weights kept fp8 and dequantised,
+# us/row, prefill attention on bf16 tensor cores and in fp32, linears on fp8 and bf16 weights, the fp8 model with its weights kept fp8 and dequantised,
 # one DeepSeek-sized MoE layer's grouped expert GEMMs, beside the H200's 4.8 TB/s and
 # 989 TFLOP/s, and bench-comm on device buffers).
 #
@@ -51,7 +51,7 @@ run() {  # name, command...
   else
     echo "   FAILED (exit $?), see $name.log" | tee -a "$logs/summary.log"; status=1
   fi
-  grep -E "PASSED|FAILED|SKIPPED|tests passed|tok/s|TFLOP/s|GB/s|us/row|ran as" "$logs/$name.log" | tail -25 >>"$logs/summary.log"
+  grep -E "PASSED|FAILED|SKIPPED|tests passed|tok/s|TFLOP/s|GB/s|GFLOP/s|us/row|ran as" "$logs/$name.log" | tail -25 >>"$logs/summary.log"
 }
 
 # 1. Kernels against CPU references; NCCL and staged-MPI communicators on device buffers. (Not the
@@ -66,6 +66,11 @@ model="${TMPDIR:-/tmp}/shardlm-bench-model"
   >"$logs/make-model.log" 2>&1
 run bench "$build/shardlm" bench --model "$model" --backend cuda --prompt-len 2048 --decode-tokens 256 \
   --batch 256 --batch-in 512 --batch-out 128 --cuda-graphs
+# 3a. Prefill again with its attention in fp32 (--prefill-attention fp32: the CUDA-core kernels)
+#     beside step 3's bf16 tensor cores (auto on a bf16 checkpoint): the prefill tok/s of the two.
+#     (Step 3's "attention prefill" lines time both kernels on the attention alone.)
+run bench-prefill-attention-fp32 "$build/shardlm" bench --model "$model" --backend cuda --prompt-len 2048 \
+  --decode-tokens 2 --batch 1 --batch-in 16 --batch-out 2 --attention-context 0 --peak-gemm 0 --prefill-attention fp32
 # 3b. The same model in fp8 (128 x 128 block scales): its linear weights kept fp8 (the default),
 #     then dequantised to bf16 at load; decode reads half the bytes from the first. Kept fp8, prefill
 #     runs W8A8 (the default: cuBLASLt's block-scaled fp8 GEMMs), then on the weights dequantised to
@@ -88,6 +93,17 @@ modelmoe="${TMPDIR:-/tmp}/shardlm-bench-moe-model-fp8"
   --seed 1 >"$logs/make-model-moe.log" 2>&1
 run bench-moe-model "$build/shardlm" bench --model "$modelmoe" --backend cuda --prompt-len 2048 --decode-tokens 256 \
   --batch 256 --batch-in 512 --batch-out 128 --attention-context 0 --peak-gemm 0 --cuda-graphs
+# 3d. DeepSeek-V3's attention geometry (MLA: kv_lora 512, rope 64; 16 heads, a tp-8 shard of its
+#     128) on 2 layers, bf16: prefill with its attention on bf16 tensor cores (auto), and the MLA
+#     op alone up to 4096 positions (prefill chunks on tensor cores beside the fp32 kernel); then
+#     prefill with --prefill-attention fp32.
+modelmla="${TMPDIR:-/tmp}/shardlm-bench-mla-model"
+"$build/shardlm" make-model --config "$root/inputs/models/bench-mla-512.json" --out "$modelmla" --dtype bf16 \
+  --seed 1 >"$logs/make-model-mla.log" 2>&1
+run bench-mla "$build/shardlm" bench --model "$modelmla" --backend cuda --prompt-len 4096 --decode-tokens 2 \
+  --batch 1 --batch-in 16 --batch-out 2 --attention-context 4096 --peak-gemm 0
+run bench-mla-prefill-attention-fp32 "$build/shardlm" bench --model "$modelmla" --backend cuda --prompt-len 4096 \
+  --decode-tokens 2 --batch 1 --batch-in 16 --batch-out 2 --attention-context 0 --peak-gemm 0 --prefill-attention fp32
 # 4. One MoE layer of DeepSeek-V3's size as one rank of EP 8 holds it (hidden 7168, 32 routed
 #    experts of intermediate 2048, bf16, top 8 of the 256-expert routing scaled to 32: 8 groups, 4
 #    kept, one shared expert): route, expert GEMMs (grouped; and the same from device offsets, as a

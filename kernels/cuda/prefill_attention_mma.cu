@@ -1,0 +1,209 @@
+// See prefill_attention_mma.h for the scheme; mma_bf16.cuh for the fragment layouts used below.
+#include "cuda/prefill_attention_mma.h"
+
+#include <climits>
+
+#include "bf16_bits.h"
+#include "cuda/attention_partitions.h"
+#include "cuda/attention_util.cuh"
+#include "cuda/mma_bf16.cuh"
+#include "cuda/mma_softmax.cuh"
+#include "fp8_bits.h"
+
+namespace shardlm::cuda {
+namespace {
+
+constexpr int kWarps = kPrefillMmaRows / 16;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Shared memory of a block, bf16: the tile's queries [kPrefillMmaRows][HDP], the round's keys
+// [BN][HDP] and its values transposed [HDP][BN]. Rows are padded by 8 elements (16 bytes), so the
+// 8 rows a fragment load touches start 4 banks apart and its 32 words fall in 32 banks.
+template <int HDP, int BN>
+struct Layout {
+  static constexpr int kQ = HDP + 8, kK = HDP + 8, kV = BN + 8;
+  static constexpr size_t kBytes =
+      sizeof(uint16_t) * (size_t{kPrefillMmaRows} * kQ + size_t{BN} * kK + size_t{HDP} * kV);
+};
+
+// A cache element as the tensor cores take it: an fp8 code's value without its scale (exact in
+// bf16; the scale is applied in fp32 to the scores or the outputs), else the stored value.
+__device__ inline float staged_value(const void* side, int64_t i, KvElem elem) {
+  if (elem == KvElem::FP8) return fp8_bits::to_f32(static_cast<const uint8_t*>(side)[i]);
+  return kv_load(side, i, elem, 1.0f);
+}
+
+__device__ inline uint32_t ld_pair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// grid: (tiles, query heads); block: kWarps warps. HDP: head_dim rounded up to the instantiated
+// width (the padding dims are zero in Q and K, and dropped from the output); BN: positions a round.
+template <int HDP, int BN>
+__global__ void __launch_bounds__(kWarps * 32)
+    prefill_attention_mma_kernel(const float* q, int64_t n_heads, int64_t n_kv_heads, int head_dim, const void* k_cache,
+                                 const void* v_cache, KvFormat fmt, int64_t block_size, const int32_t* blocks,
+                                 const int32_t* table_start, const int32_t* pos, int64_t window, float scale,
+                                 const int32_t* tiles, float* out) {
+  using L = Layout<HDP, BN>;
+  extern __shared__ __align__(16) uint16_t smem_bf16[];
+  uint16_t* sq = smem_bf16;
+  uint16_t* sk = sq + kPrefillMmaRows * L::kQ;
+  uint16_t* sv = sk + BN * L::kK;  // transposed: sv[d * L::kV + j] is V[position j][dim d]
+  const int64_t h = blockIdx.y, kvh = h / (n_heads / n_kv_heads);
+  const int64_t t0 = tiles[2 * blockIdx.x];
+  const int n = tiles[2 * blockIdx.x + 1];
+  const int32_t* bt = blocks + table_start[t0];
+  const int hd = head_dim, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int64_t slot_elems = n_kv_heads * hd;
+
+  // The positions the tile attends to (the union of its tokens' [first, pos]) and the warp's.
+  int kv_lo = INT_MAX, kv_hi = -1, w_lo = INT_MAX, w_hi = -1;
+  for (int r = 0; r < n; ++r) {
+    const int p = pos[t0 + r];
+    if (p < 0) continue;
+    const int lo = static_cast<int>(attention_first_position(p, window));
+    kv_lo = lo < kv_lo ? lo : kv_lo;
+    kv_hi = p > kv_hi ? p : kv_hi;
+    if (r / 16 == warp) {
+      w_lo = lo < w_lo ? lo : w_lo;
+      w_hi = p > w_hi ? p : w_hi;
+    }
+  }
+  // This lane's rows of the warp's 16: g and g + 8; an empty range (lo > hi) past the tile or for
+  // a padding token.
+  int row_lo[2], row_hi[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp * 16 + g + 8 * i;
+    const int p = r < n ? pos[t0 + r] : -1;
+    row_lo[i] = p < 0 ? 1 : static_cast<int>(attention_first_position(p, window));
+    row_hi[i] = p < 0 ? 0 : p;
+  }
+
+  for (int i = threadIdx.x; i < kPrefillMmaRows * HDP; i += blockDim.x) {
+    const int r = i / HDP, d = i - r * HDP;
+    const float x = r < n && d < hd ? q[((t0 + r) * n_heads + h) * hd + d] : 0.0f;
+    sq[r * L::kQ + d] = bf16_bits::from_f32(x);
+  }
+
+  const float score_scale = scale * (fmt.elem == KvElem::FP8 ? fmt.k_scale : 1.0f) * kLog2e;
+  const int ksteps = (hd + 15) / 16, dtiles = (hd + 7) / 8;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float o[HDP / 8][4];
+#pragma unroll
+  for (int dt = 0; dt < HDP / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+
+  for (int base = kv_hi < 0 ? 0 : kv_lo / BN * BN; base <= kv_hi; base += BN) {
+    __syncthreads();  // the queries are staged; the last round's keys and values are read
+    for (int i = threadIdx.x; i < BN * HDP; i += blockDim.x) {
+      const int j = i / HDP, d = i - j * HDP, p = base + j;
+      float kx = 0.0f, vx = 0.0f;  // positions outside the tile's range are never read
+      if (p >= kv_lo && p <= kv_hi && d < hd) {
+        const int64_t off = detail::cache_slot(bt, p, block_size) * slot_elems + kvh * hd + d;
+        kx = staged_value(k_cache, off, fmt.elem);
+        vx = staged_value(v_cache, off, fmt.elem);
+      }
+      sk[j * L::kK + d] = bf16_bits::from_f32(kx);
+      sv[d * L::kV + j] = bf16_bits::from_f32(vx);
+    }
+    __syncthreads();
+    if (w_hi < base || w_lo > base + BN - 1) continue;  // the same for the whole warp
+
+    // Scores: s[nt] is the warp's rows x positions [base + 8 nt, base + 8 nt + 8).
+    float s[BN / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < HDP / 16; ++ks) {
+      if (ks >= ksteps) break;  // the same in every lane
+      const uint16_t* qa = sq + (warp * 16 + g) * L::kQ + ks * 16 + 2 * c;
+      const uint32_t a[4] = {ld_pair(qa), ld_pair(qa + 8 * L::kQ), ld_pair(qa + 8), ld_pair(qa + 8 * L::kQ + 8)};
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        const uint16_t* kb = sk + (nt * 8 + g) * L::kK + ks * 16 + 2 * c;
+        const uint32_t b[2] = {ld_pair(kb), ld_pair(kb + 8)};
+        detail::mma_bf16_16816(s[nt], a, b);
+      }
+    }
+
+    detail::mma_softmax_round(s, base, row_lo, row_hi, score_scale, m, l, o);
+
+    // o += P V, 16 positions at a time.
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      uint32_t a[4];
+      detail::mma_weights_fragment(s, kk, a);
+#pragma unroll
+      for (int dt = 0; dt < HDP / 8; ++dt) {
+        if (dt >= dtiles) break;  // the same in every lane
+        const uint16_t* vb = sv + (dt * 8 + g) * L::kV + kk * 16 + 2 * c;
+        const uint32_t b[2] = {ld_pair(vb), ld_pair(vb + 8)};
+        detail::mma_bf16_16816(o[dt], a, b);
+      }
+    }
+  }
+
+  const float v_scale = fmt.elem == KvElem::FP8 ? fmt.v_scale : 1.0f;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float f = detail::mma_output_factor(l[i], v_scale);
+    const int r = warp * 16 + g + 8 * i;
+    if (r >= n) continue;
+    float* dst = out + ((t0 + r) * n_heads + h) * hd;
+#pragma unroll
+    for (int dt = 0; dt < HDP / 8; ++dt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int d = dt * 8 + 2 * c + e;
+        if (d < hd) dst[d] = o[dt][2 * i + e] * f;
+      }
+    }
+  }
+}
+
+template <int HDP, int BN>
+void launch(const float* q, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const void* k_cache,
+            const void* v_cache, KvFormat fmt, int64_t block_size, const int32_t* blocks, const int32_t* table_start,
+            const int32_t* pos, int64_t window, float scale, const int32_t* tiles, int64_t n_tiles, float* out,
+            cudaStream_t stream) {
+  constexpr size_t bytes = Layout<HDP, BN>::kBytes;
+  if (bytes > 48 * 1024) {  // above the default the kernel must opt in, once (a failure shows at launch)
+    static const cudaError_t opted = cudaFuncSetAttribute(
+        prefill_attention_mma_kernel<HDP, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+    (void)opted;
+  }
+  prefill_attention_mma_kernel<HDP, BN>
+      <<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(n_heads)), kWarps * 32, bytes, stream>>>(
+          q, n_heads, n_kv_heads, static_cast<int>(head_dim), k_cache, v_cache, fmt, block_size, blocks, table_start,
+          pos, window, scale, tiles, out);
+}
+
+}  // namespace
+
+std::vector<int32_t> prefill_attention_mma_tiles(const int32_t* table_start, int64_t T) {
+  std::vector<int32_t> tiles;
+  for (int64_t t = 0; t < T;) {
+    int64_t n = 1;
+    while (t + n < T && n < kPrefillMmaRows && table_start[t + n] == table_start[t]) ++n;
+    tiles.push_back(static_cast<int32_t>(t));
+    tiles.push_back(static_cast<int32_t>(n));
+    t += n;
+  }
+  return tiles;
+}
+
+void prefill_attention_mma(const float* q, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const void* k_cache,
+                           const void* v_cache, KvFormat cache_fmt, int64_t block_size, const int32_t* blocks,
+                           const int32_t* table_start, const int32_t* pos, int64_t window, float scale,
+                           const int32_t* tiles, int64_t n_tiles, float* out, cudaStream_t stream) {
+  if (n_tiles <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || n_heads < n_kv_heads) return;
+  // The narrowest instantiation that holds head_dim; rounds of 32 positions at 256 (the registers
+  // of a warp's outputs).
+  auto* go = head_dim <= 32    ? &launch<32, 64>
+             : head_dim <= 64  ? &launch<64, 64>
+             : head_dim <= 128 ? &launch<128, 64>
+                               : &launch<256, 32>;
+  go(q, n_heads, n_kv_heads, head_dim, k_cache, v_cache, cache_fmt, block_size, blocks, table_start, pos, window, scale,
+     tiles, n_tiles, out, stream);
+}
+
+}  // namespace shardlm::cuda
