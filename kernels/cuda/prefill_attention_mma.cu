@@ -2,13 +2,14 @@
 #include "cuda/prefill_attention_mma.h"
 
 #include <climits>
+#include <cstdint>
 
 #include "bf16_bits.h"
 #include "cuda/attention_partitions.h"
 #include "cuda/attention_util.cuh"
 #include "cuda/mma_bf16.cuh"
 #include "cuda/mma_softmax.cuh"
-#include "fp8_bits.h"
+#include "cuda/mma_stage.cuh"
 
 namespace shardlm::cuda {
 namespace {
@@ -26,23 +27,17 @@ struct Layout {
       sizeof(uint16_t) * (size_t{kPrefillMmaRows} * kQ + size_t{BN} * kK + size_t{HDP} * kV);
 };
 
-// A cache element as the tensor cores take it: an fp8 code's value without its scale (exact in
-// bf16; the scale is applied in fp32 to the scores or the outputs), else the stored value.
-__device__ inline float staged_value(const void* side, int64_t i, KvElem elem) {
-  if (elem == KvElem::FP8) return fp8_bits::to_f32(static_cast<const uint8_t*>(side)[i]);
-  return kv_load(side, i, elem, 1.0f);
-}
-
 __device__ inline uint32_t ld_pair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // grid: (tiles, query heads); block: kWarps warps. HDP: head_dim rounded up to the instantiated
 // width (the padding dims are zero in Q and K, and dropped from the output); BN: positions a round.
+// vec: head_dim a multiple of 8 and both cache sides 16-byte aligned (staged 8 dims at a time).
 template <int HDP, int BN>
 __global__ void __launch_bounds__(kWarps * 32)
     prefill_attention_mma_kernel(const float* q, int64_t n_heads, int64_t n_kv_heads, int head_dim, const void* k_cache,
                                  const void* v_cache, KvFormat fmt, int64_t block_size, const int32_t* blocks,
                                  const int32_t* table_start, const int32_t* pos, int64_t window, float scale,
-                                 const int32_t* tiles, float* out) {
+                                 const int32_t* tiles, bool vec, float* out) {
   using L = Layout<HDP, BN>;
   extern __shared__ __align__(16) uint16_t smem_bf16[];
   uint16_t* sq = smem_bf16;
@@ -94,16 +89,32 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   for (int base = kv_hi < 0 ? 0 : kv_lo / BN * BN; base <= kv_hi; base += BN) {
     __syncthreads();  // the queries are staged; the last round's keys and values are read
-    for (int i = threadIdx.x; i < BN * HDP; i += blockDim.x) {
-      const int j = i / HDP, d = i - j * HDP, p = base + j;
-      float kx = 0.0f, vx = 0.0f;  // positions outside the tile's range are never read
-      if (p >= kv_lo && p <= kv_hi && d < hd) {
-        const int64_t off = detail::cache_slot(bt, p, block_size) * slot_elems + kvh * hd + d;
-        kx = staged_value(k_cache, off, fmt.elem);
-        vx = staged_value(v_cache, off, fmt.elem);
+    // Positions outside the tile's range are never read (zeros); nor are dims past head_dim.
+    if (vec) {  // 8 dims a thread: one slot lookup and one or two vector loads per side
+      for (int i = threadIdx.x; i < BN * (HDP / 8); i += blockDim.x) {
+        const int j = i / (HDP / 8), d = (i - j * (HDP / 8)) * 8, p = base + j;
+        detail::Bf16x8 kx = {}, vx = {};
+        if (p >= kv_lo && p <= kv_hi && d < hd) {
+          const int64_t off = detail::cache_slot(bt, p, block_size) * slot_elems + kvh * hd + d;
+          kx = detail::stage8(k_cache, off, fmt.elem);
+          vx = detail::stage8(v_cache, off, fmt.elem);
+        }
+        detail::store8(sk + j * L::kK + d, kx);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sv[(d + e) * L::kV + j] = detail::staged_at(vx, e);
       }
-      sk[j * L::kK + d] = bf16_bits::from_f32(kx);
-      sv[d * L::kV + j] = bf16_bits::from_f32(vx);
+    } else {
+      for (int i = threadIdx.x; i < BN * HDP; i += blockDim.x) {
+        const int j = i / HDP, d = i - j * HDP, p = base + j;
+        uint16_t kx = 0, vx = 0;
+        if (p >= kv_lo && p <= kv_hi && d < hd) {
+          const int64_t off = detail::cache_slot(bt, p, block_size) * slot_elems + kvh * hd + d;
+          kx = detail::stage1(k_cache, off, fmt.elem);
+          vx = detail::stage1(v_cache, off, fmt.elem);
+        }
+        sk[j * L::kK + d] = kx;
+        sv[d * L::kV + j] = vx;
+      }
     }
     __syncthreads();
     if (w_hi < base || w_lo > base + BN - 1) continue;  // the same for the whole warp
@@ -166,6 +177,8 @@ void launch(const float* q, int64_t n_heads, int64_t n_kv_heads, int64_t head_di
             const int32_t* pos, int64_t window, float scale, const int32_t* tiles, int64_t n_tiles, float* out,
             cudaStream_t stream) {
   constexpr size_t bytes = Layout<HDP, BN>::kBytes;
+  const bool vec = head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(v_cache) % 16 == 0;
   if (bytes > 48 * 1024) {  // above the default the kernel must opt in, once (a failure shows at launch)
     static const cudaError_t opted = cudaFuncSetAttribute(
         prefill_attention_mma_kernel<HDP, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
@@ -174,7 +187,7 @@ void launch(const float* q, int64_t n_heads, int64_t n_kv_heads, int64_t head_di
   prefill_attention_mma_kernel<HDP, BN>
       <<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(n_heads)), kWarps * 32, bytes, stream>>>(
           q, n_heads, n_kv_heads, static_cast<int>(head_dim), k_cache, v_cache, fmt, block_size, blocks, table_start,
-          pos, window, scale, tiles, out);
+          pos, window, scale, tiles, vec, out);
 }
 
 }  // namespace

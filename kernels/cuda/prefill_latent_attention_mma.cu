@@ -1,11 +1,13 @@
 // See prefill_latent_attention_mma.h for the scheme; mma_bf16.cuh for the fragment layouts.
 #include "cuda/prefill_latent_attention_mma.h"
 
+#include <cstdint>
+
 #include "bf16_bits.h"
 #include "cuda/attention_util.cuh"
 #include "cuda/mma_bf16.cuh"
 #include "cuda/mma_softmax.cuh"
-#include "fp8_bits.h"
+#include "cuda/mma_stage.cuh"
 
 namespace shardlm::cuda {
 namespace {
@@ -31,20 +33,16 @@ struct Geometry {
   }
 };
 
-__device__ inline float staged_value(const void* cache, int64_t i, KvElem elem) {
-  if (elem == KvElem::FP8) return fp8_bits::to_f32(static_cast<const uint8_t*>(cache)[i]);
-  return kv_load(cache, i, elem, 1.0f);
-}
-
 __device__ inline uint32_t ld_pair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // grid: tiles; block: kWarps warps. Tile b: pairs [r0, r0 + kRows) of the run of n tokens from t0,
-// pair i being token t0 + i / n_heads, head i % n_heads.
+// pair i being token t0 + i / n_heads, head i % n_heads. vec: L and R multiples of 8 and the cache
+// 16-byte aligned (staged 8 dims at a time).
 __global__ void __launch_bounds__(kWarps * 32)
     prefill_latent_attention_mma_kernel(const float* q_latent, const float* q_rope, int n_heads, int L, int R,
                                         const void* cache, KvFormat fmt, int64_t block_size, const int32_t* blocks,
                                         const int32_t* table_start, const int32_t* pos, float scale,
-                                        const int32_t* tiles, float* out) {
+                                        const int32_t* tiles, bool vec, float* out) {
   const Geometry geo(L, R);
   extern __shared__ __align__(16) uint16_t smem_mla[];
   uint16_t* sq = smem_mla;
@@ -94,14 +92,31 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   for (int base = 0; base <= kv_hi; base += kBN) {
     __syncthreads();  // the queries are staged; the last round's rows and scores are read
-    for (int i = threadIdx.x; i < kBN * geo.qk; i += blockDim.x) {
-      const int j = i / geo.qk, d = i - j * geo.qk, p = base + j;
-      const int col = d < L ? d : (d >= geo.lp && d - geo.lp < R ? L + d - geo.lp : -1);
-      float x = 0.0f;  // positions past the tile's last are never read
-      if (p <= kv_hi && col >= 0) x = staged_value(cache, detail::cache_slot(bt, p, block_size) * row + col, fmt.elem);
-      const uint16_t b = bf16_bits::from_f32(x);
-      sk[j * geo.qs + d] = b;
-      if (d < geo.lp) sv[d * geo.vs + j] = b;  // the value: the latent part (zero in its padding)
+    // Dim d of a staged row is cache column col(d): the latent part, its padding (none: zeros),
+    // the rope part, its padding. Positions past the tile's last are never read (zeros). The value
+    // is the latent part (zero in its padding).
+    auto col = [&](int d) { return d < L ? d : (d >= geo.lp && d - geo.lp < R ? L + d - geo.lp : -1); };
+    if (vec) {  // 8 dims a thread (L and R multiples of 8: a chunk never straddles a part)
+      for (int i = threadIdx.x; i < kBN * (geo.qk / 8); i += blockDim.x) {
+        const int j = i / (geo.qk / 8), d = (i - j * (geo.qk / 8)) * 8, p = base + j, cd = col(d);
+        detail::Bf16x8 x = {};
+        if (p <= kv_hi && cd >= 0)
+          x = detail::stage8(cache, detail::cache_slot(bt, p, block_size) * row + cd, fmt.elem);
+        detail::store8(sk + j * geo.qs + d, x);
+        if (d < geo.lp) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) sv[(d + e) * geo.vs + j] = detail::staged_at(x, e);
+        }
+      }
+    } else {
+      for (int i = threadIdx.x; i < kBN * geo.qk; i += blockDim.x) {
+        const int j = i / geo.qk, d = i - j * geo.qk, p = base + j, cd = col(d);
+        uint16_t x = 0;
+        if (p <= kv_hi && cd >= 0)
+          x = detail::stage1(cache, detail::cache_slot(bt, p, block_size) * row + cd, fmt.elem);
+        sk[j * geo.qs + d] = x;
+        if (d < geo.lp) sv[d * geo.vs + j] = x;
+      }
     }
     __syncthreads();
 
@@ -192,6 +207,7 @@ void prefill_latent_attention_mma(const float* q_latent, const float* q_rope, in
   if (n_tiles <= 0 || n_heads <= 0 || kv_lora <= 0 || kv_lora > kMaxLora || rope_dim < 0 || rope_dim > kMaxRope) return;
   const Geometry geo(static_cast<int>(kv_lora), static_cast<int>(rope_dim));
   const size_t bytes = geo.bytes();
+  const bool vec = kv_lora % 8 == 0 && rope_dim % 8 == 0 && reinterpret_cast<uintptr_t>(cache) % 16 == 0;
   if (bytes > 48 * 1024) {  // opt in to the largest geometry once (a failure shows at launch)
     static const cudaError_t opted =
         cudaFuncSetAttribute(prefill_latent_attention_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -200,7 +216,7 @@ void prefill_latent_attention_mma(const float* q_latent, const float* q_rope, in
   }
   prefill_latent_attention_mma_kernel<<<static_cast<unsigned>(n_tiles), kWarps * 32, bytes, stream>>>(
       q_latent, q_rope, static_cast<int>(n_heads), static_cast<int>(kv_lora), static_cast<int>(rope_dim), cache,
-      cache_fmt, block_size, blocks, table_start, pos, scale, tiles, out);
+      cache_fmt, block_size, blocks, table_start, pos, scale, tiles, vec, out);
 }
 
 }  // namespace shardlm::cuda

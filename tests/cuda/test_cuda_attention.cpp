@@ -260,28 +260,37 @@ struct DevicePool {
 // about 2^-8 at most: |gpu - cpu| <= 4e-3 + 1e-2 |cpu|.
 constexpr double kMmaRel = 1e-2, kMmaAbs = 4e-3;
 
+template <class E>
 void check_prefill_mma(const std::vector<float>& want, const std::vector<float>& q, const Step& st, const GqaCase& c,
-                       KvFormat fmt, const void* k_cache, const void* v_cache, const int32_t* d_blocks,
-                       int64_t block_size, float scale) {
+                       KvFormat fmt, const std::vector<E>& k_rows, const std::vector<E>& v_rows,
+                       const int32_t* d_blocks, int64_t block_size, float scale) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const int64_t T = static_cast<int64_t>(st.pos.size());
   DeviceBuffer<float> d_q(q);
   DeviceBuffer<int32_t> d_pos(st.pos), d_start(st.table_start);
+  // The caches at the start of their buffers (16-byte aligned: staged 8 dims at a time where
+  // head_dim allows) and one element further in (staged an element at a time).
+  std::vector<E> k_off(1, E{}), v_off(1, E{});
+  k_off.insert(k_off.end(), k_rows.begin(), k_rows.end());
+  v_off.insert(v_off.end(), v_rows.begin(), v_rows.end());
+  DeviceBuffer<E> d_kc(k_rows), d_vc(v_rows), d_koff(k_off), d_voff(v_off);
   std::vector<float> first;
-  for (bool fives : {false, true}) {
+  for (const char* variant : {"runs of 64", "runs of 5", "unaligned caches"}) {
     std::vector<int32_t> tiles = cuda::prefill_attention_mma_tiles(st.table_start.data(), T);
-    if (fives) {  // each run cut every 5 tokens instead
+    if (variant[7] == '5') {  // each run cut every 5 tokens instead
       std::vector<int32_t> cut;
       for (size_t i = 0; i < tiles.size(); i += 2)
         for (int32_t t = 0; t < tiles[i + 1]; t += 5)
           cut.insert(cut.end(), {tiles[i] + t, std::min(5, tiles[i + 1] - t)});
       tiles = cut;
     }
+    const bool off = variant[0] == 'u';
     DeviceBuffer<int32_t> d_tiles(tiles);
     DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
-    cuda::prefill_attention_mma(d_q.get(), c.n_heads, c.n_kv, c.head_dim, k_cache, v_cache, fmt, block_size, d_blocks,
-                                d_start.get(), d_pos.get(), c.window, scale, d_tiles.get(),
-                                static_cast<int64_t>(tiles.size() / 2), d_out.get(), nullptr);
+    cuda::prefill_attention_mma(d_q.get(), c.n_heads, c.n_kv, c.head_dim, off ? d_koff.get() + 1 : d_kc.get(),
+                                off ? d_voff.get() + 1 : d_vc.get(), fmt, block_size, d_blocks, d_start.get(),
+                                d_pos.get(), c.window, scale, d_tiles.get(), static_cast<int64_t>(tiles.size() / 2),
+                                d_out.get(), nullptr);
     cuda_sync("prefill_attention_mma");
     const std::vector<float> got = d_out.download();
     if (first.empty()) {
@@ -290,7 +299,7 @@ void check_prefill_mma(const std::vector<float>& want, const std::vector<float>&
       for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
       EXPECT_TRUE(all_close(got, want, kMmaRel, kMmaAbs)) << "tensor-core prefill, largest difference " << worst;
     } else {
-      EXPECT_TRUE(all_bits_equal(got, first)) << "tensor-core prefill, tiles of 5";
+      EXPECT_TRUE(all_bits_equal(got, first)) << "tensor-core prefill, " << variant;
     }
   }
 }
@@ -362,7 +371,7 @@ void check_paged_attention(const GqaCase& c, DevicePool& p) {
                                 d_tiled.get(), nullptr);
     cuda_sync("paged_attention_tiled");
     EXPECT_TRUE(all_bits_equal(d_tiled.download(), got)) << "tiled";
-    check_prefill_mma(want, q, st, c, fmt, d_kc.get(), d_vc.get(), p.d_blocks.get(), pool.block_size, scale);
+    check_prefill_mma(want, q, st, c, fmt, k_rows, v_rows, p.d_blocks.get(), pool.block_size, scale);
   }
 }
 
@@ -399,10 +408,11 @@ TEST(CudaAttention, PagedAttentionMatchesCpu) {
   // Query heads per KV head: 4, 1 (MHA), 12 (a block of 8 heads and one of 4 with idle warps),
   // 16 (two full blocks), 8 at head_dim 256 (the largest staged round). Windows: 37 (across the
   // first partition boundary at position 512), 21, and 600 (the decode token's window starts
-  // inside its second partition).
+  // inside its second partition). head_dim 20: not a multiple of 8 (the tensor-core kernel stages
+  // it an element at a time).
   for (const GqaCase& c : {GqaCase{8, 2, 64, 0}, GqaCase{8, 2, 128, 0}, GqaCase{8, 2, 128, 37}, GqaCase{4, 4, 96, 0},
                            GqaCase{32, 8, 128, 0}, GqaCase{24, 2, 64, 0}, GqaCase{16, 1, 128, 21},
-                           GqaCase{8, 1, 256, 0}, GqaCase{8, 2, 128, 600}}) {
+                           GqaCase{8, 1, 256, 0}, GqaCase{8, 2, 128, 600}, GqaCase{6, 3, 20, 0}}) {
     SCOPED_TRACE(testing::Message() << "heads " << c.n_heads << "/" << c.n_kv << ", head_dim " << c.head_dim
                                     << ", window " << c.window);
     check_paged_attention<float>(c, p);
@@ -523,26 +533,32 @@ namespace {
 
 // The tensor-core MLA prefill kernel (prefill_latent_attention_mma.h) over a step, as
 // check_prefill_mma does for GQA: within the same bf16 tolerance of the CPU kernel's result, and
-// the same bits when every token is a run of its own (other (token, head) pairs share its tiles).
+// the same bits when every token is a run of its own (other (token, head) pairs share its tiles)
+// and when the cache is staged by elements rather than vectors.
+template <class E>
 void check_prefill_latent_mma(const std::vector<float>& want, const std::vector<float>& ql,
                               const std::vector<float>& qr, const Step& st, const MlaCase& c, KvFormat fmt,
-                              const void* cache, const int32_t* d_blocks, int64_t block_size, float scale) {
+                              const std::vector<E>& cache, const int32_t* d_blocks, int64_t block_size, float scale) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const int64_t T = static_cast<int64_t>(st.pos.size());
   DeviceBuffer<float> d_ql(ql), d_qr(qr);
   DeviceBuffer<int32_t> d_pos(st.pos), d_start(st.table_start);
+  std::vector<E> shifted(1, E{});  // the cache one element into its buffer: staged by elements
+  shifted.insert(shifted.end(), cache.begin(), cache.end());
+  DeviceBuffer<E> d_cache(cache), d_shifted(shifted);
   std::vector<float> first;
-  for (bool alone : {false, true}) {
+  for (const char* variant : {"runs", "a run per token", "unaligned cache"}) {
     std::vector<int32_t> tiles;
-    if (alone) {  // a run per token: (token, 1 token, first pair) for each 16 of its heads
+    if (variant[0] == 'a') {  // a run per token: (token, 1 token, first pair) for each 16 of its heads
       for (int32_t t = 0; t < T; ++t)
         for (int32_t r = 0; r < c.n_heads; r += 16) tiles.insert(tiles.end(), {t, 1, r});
     } else {
       tiles = cuda::prefill_latent_attention_mma_tiles(st.table_start.data(), T, c.n_heads);
     }
+    const E* dc = variant[0] == 'u' ? d_shifted.get() + 1 : d_cache.get();
     DeviceBuffer<int32_t> d_tiles(tiles);
     DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
-    cuda::prefill_latent_attention_mma(d_ql.get(), d_qr.get(), c.n_heads, c.kv_lora, c.rope_dim, cache, fmt, block_size,
+    cuda::prefill_latent_attention_mma(d_ql.get(), d_qr.get(), c.n_heads, c.kv_lora, c.rope_dim, dc, fmt, block_size,
                                        d_blocks, d_start.get(), d_pos.get(), scale, d_tiles.get(),
                                        static_cast<int64_t>(tiles.size() / 3), d_out.get(), nullptr);
     cuda_sync("prefill_latent_attention_mma");
@@ -553,7 +569,7 @@ void check_prefill_latent_mma(const std::vector<float>& want, const std::vector<
       for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
       EXPECT_TRUE(all_close(got, want, kMmaRel, kMmaAbs)) << "tensor-core MLA prefill, largest difference " << worst;
     } else {
-      EXPECT_TRUE(all_bits_equal(got, first)) << "tensor-core MLA prefill, a run per token";
+      EXPECT_TRUE(all_bits_equal(got, first)) << "tensor-core MLA prefill, " << variant;
     }
   }
 }
@@ -619,7 +635,7 @@ void check_latent_attention(const MlaCase& c) {
       cuda_sync("latent_attention over the values read back, in fp32");
       EXPECT_TRUE(all_bits_equal(got, d_fp32.download())) << "narrow cache against fp32 of its values";
     }
-    check_prefill_latent_mma(want, ql, qr, st, c, fmt, d_cache.get(), d_blocks.get(), pool.block_size, scale);
+    check_prefill_latent_mma(want, ql, qr, st, c, fmt, cache, d_blocks.get(), pool.block_size, scale);
   }
 }
 
@@ -629,8 +645,9 @@ TEST(CudaAttention, LatentAttentionMatchesCpu) {
   SHARDLM_REQUIRE_GPU();
   // DeepSeek-V3 / Kimi K2 shapes (a tensor-parallel shard of 16 heads), and odd sizes.
   // Heads per block: 8 (two full blocks), 3 (one partial block), 20 (8 + 8 + 4 with idle warps), 1.
+  // kv_lora 36, rope 12: not multiples of 8 (the tensor-core kernel stages them an element at a time).
   for (const MlaCase& c : {MlaCase{16, 512, 64, 64}, MlaCase{16, 512, 64, 16}, MlaCase{3, 80, 16, 16},
-                           MlaCase{20, 512, 64, 16}, MlaCase{1, 96, 32, 16}}) {
+                           MlaCase{20, 512, 64, 16}, MlaCase{1, 96, 32, 16}, MlaCase{2, 36, 12, 16}}) {
     SCOPED_TRACE(testing::Message() << "heads " << c.n_heads << ", kv_lora " << c.kv_lora << ", rope " << c.rope_dim
                                     << ", block " << c.block_size);
     check_latent_attention<float>(c);
