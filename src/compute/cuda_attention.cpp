@@ -76,12 +76,13 @@ void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t 
   // (the same bits as the per-token kernel); decode steps run per token. The split is weighed on
   // the grid the step would launch unsplit (a tile's tokens share a block), and a split step runs
   // per token.
+  const bool chunk_step = !capturing_ && mostly_chunks(tables, T);
   last_attention_bf16_ = false;
-  if (attn_bf16_ && !capturing_ && mostly_chunks(tables, T)) {
+  if (attn_bf16_ && chunk_step) {
     attention_bf16(q, T, n_heads, n_kv_heads, head_dim, cache, block_size, tables, pos, window, scale, out);
     return;
   }
-  const bool chunks = window <= 0 && !capturing_ && mostly_chunks(tables, T);
+  const bool chunks = window <= 0 && chunk_step;
   const int64_t tile = chunks ? cuda::paged_attention_tile_tokens(head_dim) : 1;
   const cuda::AttentionSplit split = attention_split(
       cuda::paged_attention_blocks((T + tile - 1) / tile, n_heads, n_kv_heads), T, n_heads, head_dim, tables, window);
@@ -99,17 +100,22 @@ void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t 
 }
 
 // The tiles of a tensor-core launch on the device: up from pageable memory (the copy returns once
-// the host list is read) into a buffer that only grows.
+// the host list is read) into a buffer that only grows. Every layer of a step has the same tiles,
+// so only the step's first layer copies them.
 const int32_t* CudaBackend::upload_attention_tiles(const std::vector<int32_t>& tiles) {
   if (tiles.size() > attn_tiles_n_) {
     void* ws = attn_tiles_;
     attn_tiles_ = nullptr;
     attn_tiles_n_ = 0;
+    attn_tiles_host_.clear();
     attn_tiles_ = static_cast<int32_t*>(regrow_workspace(ws, tiles.size() * sizeof(int32_t)));
     attn_tiles_n_ = tiles.size();
   }
-  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(attn_tiles_, tiles.data(), tiles.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                     stream_of(stream_)));
+  if (tiles != attn_tiles_host_) {
+    SHARDLM_CUDA_CHECK(cudaMemcpyAsync(attn_tiles_, tiles.data(), tiles.size() * sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, stream_of(stream_)));
+    attn_tiles_host_ = tiles;
+  }
   last_attention_parts_ = 1;
   last_attention_tiled_ = true;
   last_attention_bf16_ = true;

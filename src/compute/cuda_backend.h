@@ -270,6 +270,7 @@ class CudaBackend final : public ComputeBackend {
   bool last_attention_bf16_ = false;
   int32_t* attn_tiles_ = nullptr;
   size_t attn_tiles_n_ = 0;
+  std::vector<int32_t> attn_tiles_host_;  // what attn_tiles_ holds
   // sample(): device buffers that only grow (never used inside a capture, so freed at once when
   // they grow): the rows, the tempered-probability scratch [R, V], the tokens and the logprobs.
   void* sample_buffer(int i, size_t bytes);

@@ -24,6 +24,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -260,6 +261,20 @@ struct DevicePool {
 // about 2^-8 at most: |gpu - cpu| <= 4e-3 + 1e-2 |cpu|.
 constexpr double kMmaRel = 1e-2, kMmaAbs = 4e-3;
 
+// One variant of a tensor-core launch: the first (first empty) within the tolerance of want, each
+// later one the first's bits.
+void expect_mma_variant(const std::vector<float>& got, const std::vector<float>& want, std::vector<float>& first,
+                        const std::string& what) {
+  if (!first.empty()) {
+    EXPECT_TRUE(all_bits_equal(got, first)) << what;
+    return;
+  }
+  first = got;
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+  EXPECT_TRUE(all_close(got, want, kMmaRel, kMmaAbs)) << what << ", largest difference " << worst;
+}
+
 template <class E>
 void check_prefill_mma(const std::vector<float>& want, const std::vector<float>& q, const Step& st, const GqaCase& c,
                        KvFormat fmt, const std::vector<E>& k_rows, const std::vector<E>& v_rows,
@@ -293,14 +308,7 @@ void check_prefill_mma(const std::vector<float>& want, const std::vector<float>&
                                 d_out.get(), nullptr);
     cuda_sync("prefill_attention_mma");
     const std::vector<float> got = d_out.download();
-    if (first.empty()) {
-      first = got;
-      double worst = 0;
-      for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
-      EXPECT_TRUE(all_close(got, want, kMmaRel, kMmaAbs)) << "tensor-core prefill, largest difference " << worst;
-    } else {
-      EXPECT_TRUE(all_bits_equal(got, first)) << "tensor-core prefill, " << variant;
-    }
+    expect_mma_variant(got, want, first, std::string("tensor-core prefill, ") + variant);
   }
 }
 
@@ -563,14 +571,7 @@ void check_prefill_latent_mma(const std::vector<float>& want, const std::vector<
                                        static_cast<int64_t>(tiles.size() / 3), d_out.get(), nullptr);
     cuda_sync("prefill_latent_attention_mma");
     const std::vector<float> got = d_out.download();
-    if (first.empty()) {
-      first = got;
-      double worst = 0;
-      for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
-      EXPECT_TRUE(all_close(got, want, kMmaRel, kMmaAbs)) << "tensor-core MLA prefill, largest difference " << worst;
-    } else {
-      EXPECT_TRUE(all_bits_equal(got, first)) << "tensor-core MLA prefill, " << variant;
-    }
+    expect_mma_variant(got, want, first, std::string("tensor-core MLA prefill, ") + variant);
   }
 }
 
