@@ -11,7 +11,8 @@ set(SHARDLM_CUDA_KERNELS
     moe_topk.cu expert_permute.cu fp8_dequant.cu sampling.cu gated_add.cu expert_rows.cu
     # Linear layers on weights kept fp8 (a few rows: decode).
     rows_matmul.cu
-    # Activations quantised to fp8 for the block-scaled fp8 GEMMs (W8A8: prefill on fp8 weights).
-    fp8_act_quant.cu
+    # Activations quantised to fp8 for the block-scaled fp8 GEMMs (W8A8: prefill on fp8 weights), and
+    # the grouped W8A8 GEMM of the experts on fp8 tensor cores with its fragment layout probe.
+    fp8_act_quant.cu fp8_grouped_gemm_mma.cu mma_fp8_tile.cu
     # Calibration: the largest magnitude of a buffer (a KV cache's fp8 scales).
     abs_max.cu)

@@ -163,7 +163,7 @@ enum Field {
 int cmd_bench_moe(int argc, char** argv) {
   int64_t H = 1024, E = 64, I = 256, k = 8, groups = 8, topk_groups = 4, shared = 1;
   std::string tokens_text = "128,4096", dtype = "bf16", scoring = "sigmoid", backend_name = "cpu", comm_name = "mpi";
-  std::string fp8_prefill = "w8a8";
+  std::string fp8_prefill = "w8a8", fp8_expert_gemm = "grouped";
   int iters = 10, warmup = 2, threads = 0;
   double timeout = 120, scale = 2.5;
   po::options_description d("shardlm bench-moe options");
@@ -187,7 +187,10 @@ int cmd_bench_moe(int argc, char** argv) {
       "timeout", po::value(&timeout)->default_value(timeout), "seconds any rank waits for its peers before failing")(
       "fp8-prefill", po::value(&fp8_prefill)->default_value(fp8_prefill),
       "--dtype fp8 on --backend cuda: expert groups of more than 16 rows as W8A8 block-scaled fp8 GEMMs (w8a8) or on "
-      "the weight dequantised to bf16 (bf16), as shardlm run");
+      "the weight dequantised to bf16 (bf16), as shardlm run")(
+      "fp8-expert-gemm", po::value(&fp8_expert_gemm)->default_value(fp8_expert_gemm),
+      "with --fp8-prefill w8a8: those groups in one grouped W8A8 launch on fp8 tensor cores (grouped) or one cuBLASLt "
+      "GEMM per expert (per-expert), as shardlm run");
   po::variables_map vm;
   if (!parse_subcommand(argc, argv, "bench-moe",
                         "mpirun -np EP shardlm bench-moe [--hidden 1024] [--experts 64] [--inter 256] [--top-k 8] "
@@ -199,6 +202,8 @@ int cmd_bench_moe(int argc, char** argv) {
                 "shardlm bench-moe: --dtype must be bf16, f32 or fp8, not '" << dtype << "'");
   SHARDLM_CHECK(fp8_prefill == "w8a8" || fp8_prefill == "bf16",
                 "shardlm bench-moe: --fp8-prefill must be w8a8 or bf16, not '" << fp8_prefill << "'");
+  SHARDLM_CHECK(fp8_expert_gemm == "grouped" || fp8_expert_gemm == "per-expert",
+                "shardlm bench-moe: --fp8-expert-gemm must be grouped or per-expert, not '" << fp8_expert_gemm << "'");
   SHARDLM_CHECK(scoring == "sigmoid" || scoring == "softmax",
                 "shardlm bench-moe: --scoring must be sigmoid or softmax, not '" << scoring << "'");
   SHARDLM_CHECK(H > 0 && E > 0 && I > 0 && k > 0 && k <= E && shared >= 0,
@@ -232,6 +237,7 @@ int cmd_bench_moe(int argc, char** argv) {
   // and the shared expert (whole on every rank: tp 1).
   auto backend = make_backend(backend_name);
   backend->set_fp8_w8a8(fp8_prefill == "w8a8");
+  backend->set_fp8_grouped_gemm(fp8_expert_gemm == "grouped");
   ComputeBackend& b = *backend;
   const DType wdt = dtype == "bf16" ? DType::BF16 : dtype == "fp8" ? DType::F8_E4M3 : DType::F32;
   std::vector<std::vector<uint8_t>> store;
@@ -286,10 +292,12 @@ int cmd_bench_moe(int argc, char** argv) {
   comm->barrier();
   float ceil[2] = {0, 0};
   std::string device_text;
+  // fp8 experts kept fp8 under W8A8 run their GEMMs of more than 16 rows on fp8 tensor cores.
+  const bool fp8_tensor = gpu && wdt == DType::F8_E4M3 && b.takes_fp8() && b.keeps_fp8_weights() && b.fp8_w8a8();
   if (rank == 0 && gpu) {
     DeviceCeilings c;
     SHARDLM_CHECK(b.measure_device_ceilings(&c), "backend " << b.name() << " measures no device ceilings");
-    ceil[0] = static_cast<float>(c.peak_gflops);
+    ceil[0] = static_cast<float>(fp8_tensor ? c.fp8_gflops : c.peak_gflops);
     ceil[1] = static_cast<float>(c.bw_gbs);
     device_text = c.text;
   } else if (rank == 0) {
@@ -300,7 +308,7 @@ int cmd_bench_moe(int argc, char** argv) {
   const double peak_alone = ceil[0], membw = ceil[1];
   const double peak_rank =
       gpu ? peak_alone : peak_alone * std::min(1.0, static_cast<double>(hw) / (n * cpu::num_threads()));
-  const char* peak_name = gpu ? "the bf16 tensor peak" : "its FMA peak share";
+  const char* peak_name = fp8_tensor ? "the fp8 tensor peak" : gpu ? "the bf16 tensor peak" : "its FMA peak share";
   // fp8 weights are read as 1 byte a weight only where the backend keeps them fp8 (the scales'
   // 4 bytes per 128 x 128 block are left out).
   const int64_t weight_elem_bytes = wdt == DType::F8_E4M3 ? (b.takes_fp8() && b.keeps_fp8_weights() ? 1 : 2)

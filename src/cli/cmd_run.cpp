@@ -201,6 +201,9 @@ void write_attributes(ResultWriter& w, const RunOptions& opt, const ModelSpec& s
   // How their prefill linears ran: W8A8 only where the weights stayed fp8.
   if (spec.quant.fp8_block && backend.keeps_fp8_weights())
     w.set_attr("fp8_prefill", std::string(backend.fp8_w8a8() ? "w8a8" : "bf16"));
+  // How W8A8 ran the routed experts: in one grouped launch, or one GEMM per expert.
+  if (spec.quant.fp8_block && backend.keeps_fp8_weights() && backend.fp8_w8a8() && spec.moe.num_experts > 0)
+    w.set_attr("fp8_expert_gemm", std::string(backend.fp8_grouped_gemm() ? "grouped" : "per-expert"));
   // How prefill chunks attended: on bf16 tensor cores or in fp32 (--prefill-attention).
   w.set_attr("prefill_attention", std::string(backend.prefill_attention_bf16() ? "bf16" : "fp32"));
   w.set_attr("comm", opt.comm);
@@ -311,6 +314,7 @@ int cmd_run(int argc, char** argv) {
   std::unique_ptr<ComputeBackend> backend = make_backend(opt.backend);
   backend->set_keep_fp8_weights(opt.fp8_weights == "fp8");
   backend->set_fp8_w8a8(opt.fp8_prefill == "w8a8");
+  backend->set_fp8_grouped_gemm(opt.fp8_expert_gemm == "grouped");
   backend->set_prefill_attention_bf16(
       prefill_attention_bf16(opt.prefill_attention, spec.torch_dtype, spec.quant.fp8_block));
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend, plan, groups.shard());

@@ -127,6 +127,11 @@ class ComputeBackend {
   // keep no fp8 weights ignore it.
   virtual void set_fp8_w8a8(bool on) {}
   virtual bool fp8_w8a8() const { return false; }
+  // With W8A8, how a grouped linear (the routed experts) on fp8 weights runs its groups past the
+  // direct rows: all in one grouped launch on fp8 tensor cores (true) or one W8A8 GEMM per group
+  // (false). --fp8-expert-gemm; backends that keep no fp8 weights ignore it.
+  virtual void set_fp8_grouped_gemm(bool on) {}
+  virtual bool fp8_grouped_gemm() const { return false; }
   // How the attention of prefill chunks runs: on bf16 tensor cores (true: the query, the keys and
   // values, and the softmax weights rounded to bf16, fp32 accumulation, as the flash attention of
   // GPU engines) or in fp32 (false: the decode kernels' arithmetic). --prefill-attention; backends

@@ -110,6 +110,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(fp8_dequant_ws_);
   release_w8a8();
   cudaFree(fp8_passes_);
+  cudaFree(fp8_gemm_tiles_);
   cudaFree(grouped_ptrs_);
   cudaFree(grouped_out_ws_);
   cudaFree(routed_passes_);

@@ -40,6 +40,7 @@
 #include "compute/backend.h"
 #include "core/error.h"
 #include "cuda/attention_partitions.h"
+#include "cuda/fp8_grouped_gemm_mma.h"
 #include "cuda/rows_matmul.h"
 
 namespace shardlm {
@@ -62,6 +63,8 @@ class CudaBackend final : public ComputeBackend {
   int64_t fp8_w8a8_linears() const { return fp8_w8a8_calls_; }
   // Grouped launches of the fp8 kernel (grouped_linear on fp8 weights) so far.
   int64_t fp8_grouped_launches() const { return fp8_grouped_calls_; }
+  // Grouped W8A8 launches on fp8 tensor cores (grouped_linear's groups past the direct rows) so far.
+  int64_t fp8_grouped_gemm_launches() const { return fp8_grouped_gemm_calls_; }
 
   Matrix load_matrix(const TensorView& t) override;
   Vector load_vector(const TensorView& t) override;
@@ -73,6 +76,9 @@ class CudaBackend final : public ComputeBackend {
   void set_fp8_w8a8(bool on) override { w8a8_ = on; }
   // Off also once the self-check before the first W8A8 GEMM found cuBLASLt wrong (for good).
   bool fp8_w8a8() const override { return w8a8_ && !w8a8_bad_; }
+  void set_fp8_grouped_gemm(bool on) override { grouped_gemm_ = on; }
+  // Off also once the W8A8 self-check found the grouped kernel wrong.
+  bool fp8_grouped_gemm() const override { return grouped_gemm_ && !grouped_gemm_bad_; }
   void set_prefill_attention_bf16(bool on) override { attn_bf16_ = on; }
   bool prefill_attention_bf16() const override { return attn_bf16_; }
 
@@ -172,6 +178,15 @@ class CudaBackend final : public ComputeBackend {
   bool w8a8_gemm(const float* x, int64_t M, const Matrix& w, float* y);  // M a multiple of 4
   bool w8a8_ready();       // W8A8 on, and its self-check (run before the first GEMM) passed
   bool w8a8_self_check();  // false (and W8A8 off) when cuBLASLt disagrees with the direct kernel
+  // The `big` groups (ascending, each past the direct rows) of grouped_linear_fp8 in one launch of
+  // kernels/cuda/fp8_grouped_gemm_mma (cuda_fp8_grouped_gemm.cpp): their rows quantised to e4m3 at
+  // once, then one tile list. False (nothing run) when it is off or the weights or pointers do not
+  // meet the kernel's terms.
+  bool grouped_gemm_fp8(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
+                        const std::vector<size_t>& big, float* y);
+  // Rows [0, R) of x quantised, then the grouped kernel over `tiles` (rows relative to x and y).
+  void run_grouped_gemm_fp8(const float* x, int64_t R, const cuda::Fp8Weight& shape,
+                            const std::vector<cuda::Fp8GemmTile>& tiles, float* y);
   // grouped_linear() of the `live` groups (ascending) when every one is an F8_E4M3 weight of one
   // block layout: the groups of up to 16 rows in one grouped fp8 launch, each larger one as one W8A8
   // GEMM over its rows rounded up to 4 (cuda_fp8_linear.cpp) or else by linear_fp8. False (nothing
@@ -243,6 +258,11 @@ class CudaBackend final : public ComputeBackend {
   int w8a8_declined_ = 0;                                  // shapes cuBLASLt had no algorithm for
   void* fp8_passes_ = nullptr;                             // cuda::Fp8MatmulPass [fp8_passes_n_], device
   size_t fp8_passes_n_ = 0;
+  bool grouped_gemm_ = true, grouped_gemm_bad_ = false;  // the grouped W8A8 kernel: wanted, found wrong
+  void* fp8_gemm_tiles_ = nullptr;                       // cuda::Fp8GemmTile [fp8_gemm_tiles_n_], device
+  size_t fp8_gemm_tiles_n_ = 0;
+  int64_t fp8_grouped_gemm_calls_ = 0;
+  bool last_fp8_big_grouped_ = false;  // the last grouped_linear_fp8 ran its larger groups in one launch
   int sms_ = 0;                   // multiprocessors of the device
 
   // attention / latent_attention (cuda_attention.cpp): the split launch for a step whose unsplit

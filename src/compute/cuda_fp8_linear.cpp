@@ -89,13 +89,14 @@ bool CudaBackend::grouped_linear_fp8(const float* x, const std::vector<int64_t>&
   }
   const int64_t N = w0.rows, K = w0.cols;
   const cudaStream_t s = stream_of(stream_);
-  std::vector<size_t> small;
-  for (size_t g : live) {
+  std::vector<size_t> small, big;
+  for (size_t g : live) (offsets[g + 1] - offsets[g] <= kFp8DirectRows ? small : big).push_back(g);
+  // The larger groups: all in one grouped W8A8 launch on fp8 tensor cores where it runs them, else
+  // one GEMM each.
+  last_fp8_big_grouped_ = !big.empty() && grouped_gemm_fp8(x, offsets, w, big, y);
+  if (last_fp8_big_grouped_) big.clear();
+  for (size_t g : big) {
     const int64_t rows = offsets[g + 1] - offsets[g];
-    if (rows <= kFp8DirectRows) {
-      small.push_back(g);
-      continue;
-    }
     // W8A8 over the rows rounded up to a multiple of 4 where the buffers go on that far, so that no
     // remainder needs the direct kernel's two launches: the extra rows are later groups' (live is
     // ascending), read here and written again by their own group, a later GEMM or the grouped launch

@@ -19,7 +19,8 @@
 // only records the quantisation and the cublasLtMatmul. Before its first GEMM the backend checks
 // cuBLASLt's result on a problem that both it and the direct kernel compute exactly
 // (w8a8_self_check): a cuBLAS that read the scales otherwise would turn W8A8 off, said on stderr,
-// rather than give wrong prefills.
+// rather than give wrong prefills. The routed experts' groups run in one grouped launch of the
+// backend's own W8A8 kernel instead where they can (cuda_fp8_grouped_gemm.cpp).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -179,7 +180,9 @@ bool CudaBackend::w8a8_gemm(const float* x, int64_t M, const Matrix& w, float* y
 // weight of 2 x 3 blocks, its scale rows padded to 4; 16 rows whose blocks each reach 448 times a
 // power of two, so their quantisation is exact): the W8A8 GEMM and the direct fp8 kernel then
 // form the same exact products and differ in summation order only, while a scale read from the
-// wrong place would be off by a factor of 2 or more.
+// wrong place would be off by a factor of 2 or more. The grouped W8A8 kernel
+// (cuda_fp8_grouped_gemm.cpp) is checked on the same problem: a tensor core fragment read other
+// than its PTX layout, or a scale from the wrong block, turns it off alone.
 bool CudaBackend::w8a8_self_check() {
   constexpr int64_t N = 256, K = 384, M = 16, L = 3, L4 = 4;
   std::mt19937 g(11);
@@ -210,7 +213,7 @@ bool CudaBackend::w8a8_self_check() {
     }
   } buf{*this, {}};
   const auto* dx = static_cast<const float*>(buf.up(x.data(), x.size() * sizeof(float)));
-  std::vector<float> got(static_cast<size_t>(2 * M * N));
+  std::vector<float> got(static_cast<size_t>(3 * M * N));
   auto* y = static_cast<float*>(buf.up(got.data(), got.size() * sizeof(float)));
   Matrix w;
   w.dtype = DType::F8_E4M3;
@@ -222,14 +225,28 @@ bool CudaBackend::w8a8_self_check() {
   w.fp8.block_rows = w.fp8.block_cols = kBlock;
   const bool ran = w8a8_gemm(dx, M, w, y);
   linear_fp8_direct(dx, M, w, y + M * N);
+  // The grouped kernel on the same rows as two groups of one weight (5 and 11 rows), whether or not
+  // it is wanted now (set_fp8_grouped_gemm may ask for it later).
+  const auto* wc = static_cast<const uint8_t*>(w.data);
+  run_grouped_gemm_fp8(dx, M, fp8_weight(w), {{wc, w.fp8.scale_inv, 0, 5, 0}, {wc, w.fp8.scale_inv, 5, 11, 0}},
+                       y + 2 * M * N);
   copy_to_host(got.data(), y, got.size() * sizeof(float));
-  double worst = 0, scale = 0;
+  double worst = 0, worst_grouped = 0, scale = 0;
   for (int64_t i = 0; i < M * N; ++i) {
     worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - got[M * N + i]));
+    worst_grouped = std::max(worst_grouped, std::fabs(static_cast<double>(got[2 * M * N + i]) - got[M * N + i]));
     scale = std::max(scale, std::fabs(static_cast<double>(got[M * N + i])));
   }
   // Hopper's fp8 tensor cores keep about 14 bits within a block before the fp32 scaling.
-  if (ran && worst <= 2e-3 * scale) return true;
+  const double bound = 2e-3 * scale;
+  grouped_gemm_bad_ = !(worst_grouped <= bound);
+  if (grouped_gemm_bad_ && grouped_gemm_) {
+    std::fprintf(stderr,
+                 "shardlm: the grouped W8A8 kernel disagrees with the direct fp8 kernel on a problem both compute "
+                 "exactly (largest difference %.3g of %.3g): the experts' fp8 GEMMs run one per expert\n",
+                 worst_grouped, scale);
+  }
+  if (ran && worst <= bound) return true;
   w8a8_bad_ = true;
   if (ran)
     std::fprintf(stderr,

@@ -91,6 +91,8 @@ class H5Reader {
     return out;
   }
 
+  bool has_attr(const std::string& name) const { return H5Aexists(file_, name.c_str()) > 0; }
+
   std::string string_attr(const std::string& name) const {
     hid_t a = H5Aopen(file_, name.c_str(), H5P_DEFAULT);
     EXPECT_GE(a, 0) << name;

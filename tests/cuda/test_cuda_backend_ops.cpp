@@ -336,6 +336,47 @@ TEST_F(CudaBackendOps, Fp8PrefillTurnsW8A8OffWhenCuBlasLtDisagrees) {
 #endif
 }
 
+// The grouped W8A8 kernel runs the same self-check problem (as two groups of one weight) before
+// its first use; a tensor core whose fragments it misreads (the emulation's
+// SHARDLM_EMU_MMA_FP8_SWAPPED_K) must turn it off alone: W8A8 stays on, and the experts' larger
+// groups run as one cuBLASLt GEMM each, as --fp8-expert-gemm per-expert gives them.
+TEST_F(CudaBackendOps, Fp8GroupedGemmTurnsOffWhenItsFragmentsMisread) {
+#ifndef SHARDLM_CUDA_EMULATION
+  GTEST_SKIP() << "needs the emulated tensor core's misreading switch";
+#else
+  struct Env {
+    Env() { setenv("SHARDLM_EMU_MMA_FP8_SWAPPED_K", "1", 1); }
+    ~Env() { unsetenv("SHARDLM_EMU_MMA_FP8_SWAPPED_K"); }
+  } env;
+  auto* gpu = dynamic_cast<CudaBackend*>(gpu_.get());
+  ASSERT_NE(gpu, nullptr);
+  const RandomFp8 f1 = random_fp8(128, 256, 128, 128, 21), f2 = random_fp8(128, 256, 128, 128, 22);
+  const Matrix w1 = gpu_->load_fp8_matrix(f1.w, f1.s, 128, 128, 0, 128, 0, 256, /*keep=*/true);
+  const Matrix w2 = gpu_->load_fp8_matrix(f2.w, f2.s, 128, 128, 0, 128, 0, 256, /*keep=*/true);
+  const std::vector<int64_t> offsets = {0, 20, 44};
+  const auto x = randn(static_cast<size_t>(44 * 256), 23);
+  float* xg = up(*gpu_, x);
+  auto* y = static_cast<float*>(gpu_->alloc(static_cast<size_t>(44 * 128) * 4));
+  auto* want = static_cast<float*>(gpu_->alloc(static_cast<size_t>(44 * 128) * 4));
+  EXPECT_TRUE(gpu->fp8_grouped_gemm());
+  gpu_->grouped_linear(xg, offsets, {&w1, &w2}, y);
+  EXPECT_FALSE(gpu->fp8_grouped_gemm());
+  EXPECT_TRUE(gpu->fp8_w8a8());
+  EXPECT_EQ(gpu->fp8_grouped_gemm_launches(), 0);
+  EXPECT_EQ(gpu->fp8_w8a8_linears(), 2);
+  // The per-expert GEMMs' bits: each group alone over its rows (both multiples of 4).
+  gpu_->linear(xg, 20, w1, nullptr, want);
+  gpu_->linear(xg + 20 * 256, 24, w2, nullptr, want + 20 * 128);
+  const std::vector<float> got = down(*gpu_, y, 44 * 128), ref = down(*gpu_, want, 44 * 128);
+  EXPECT_EQ(std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)), 0);
+  // The verdict stands when grouping is asked for again.
+  gpu->set_fp8_grouped_gemm(true);
+  gpu_->grouped_linear(xg, offsets, {&w1, &w2}, y);
+  EXPECT_EQ(gpu->fp8_grouped_gemm_launches(), 0);
+  for (void* p : {static_cast<void*>(xg), static_cast<void*>(y), static_cast<void*>(want)}) gpu_->free(p);
+#endif
+}
+
 TEST_F(CudaBackendOps, MoeOpsMatchCpu) {
   const int64_t T = 37, H = 96, E = 16, k = 4;
   const auto logits = randn(static_cast<size_t>(T * E), 9), x = randn(static_cast<size_t>(T * H), 10);

@@ -7,8 +7,8 @@
 // Groups with empty ones among them, all rows in one group, all groups empty, groups starting
 // past row 0 (earlier rows of y untouched), K = 80 and 72, bf16 and fp32 weights, and mixed
 // dtypes (run per group: bit for bit linear's); fp8 weights kept fp8 (one grouped launch for the
-// small groups, bit for bit linear's); the routed call, whose groups are in device memory, eager
-// and replayed in a graph. Skips without a GPU.
+// small groups, bit for bit linear's; one grouped W8A8 launch for the larger); the routed call, whose groups are in
+// device memory, eager and replayed in a graph. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -179,77 +179,95 @@ TEST_F(CudaGroupedLinear, GrowingCallsStayCorrect) {
 }
 
 // fp8 weights kept fp8 (128 x 128 blocks): the groups of up to 16 rows go through one grouped launch
-// of the fp8 kernel, the larger ones each through one W8A8 GEMM over its rows rounded up to 4 (K =
-// 128; the extra rows are the next groups', rewritten by them) or through linear() (K = 72, off
-// cuBLASLt's 16-byte grid). Every row must have the bits linear() gives it per group (the sums of
-// neither kernel depend on the rows beside them), except a W8A8 group's last rows past a multiple of
-// 4, which linear() alone gives the direct kernel: those within e4m3's activation rounding. The
-// rows before the first group stay untouched. K = 128 takes the 16-code path, K = 72 the one-code
-// path.
+// of the fp8 kernel. The larger ones, where there are two or more and K = 128, go through one
+// grouped W8A8 launch on fp8 tensor cores (set_fp8_grouped_gemm, the default); otherwise each
+// through one W8A8 GEMM over its rows rounded up to 4 (the extra rows are the next groups',
+// rewritten by them) or through linear() (K = 72, off cuBLASLt's 16-byte grid). Every row must have
+// the bits linear() gives it per group (the sums of neither small-row kernel nor cuBLASLt depend on
+// the rows beside them), except
+//  - a grouped W8A8 row, which linear() gives cuBLASLt: the same e4m3 activations and scales, the
+//    sums in another order, within 2e-3 of the row's largest output (Hopper's fp8 accumulation);
+//  - a W8A8 group's last rows past a multiple of 4, which linear() alone gives the direct kernel:
+//    within e4m3's activation rounding.
+// The rows before the first group stay untouched. K = 128 takes the 16-code path, K = 72 the
+// one-code path.
 TEST_F(CudaGroupedLinear, Fp8KeptRunsOneGroupedLaunchBitForBit) {
   auto* gpu = dynamic_cast<CudaBackend*>(gpu_.get());
   ASSERT_NE(gpu, nullptr);
-  for (int64_t K : {128, 72}) {
-    for (const auto& [rows, first] : {std::pair<std::vector<int64_t>, int64_t>{kMixedRows, 0},
-                                      {kMixedRows, 3},
-                                      {{1, 2, 8, 9, 16, 3}, 0},
-                                      {kOneGroup, 0},
-                                      {{5, 18}, 0}}) {
-      SCOPED_TRACE(::testing::Message() << "K " << K << ", " << rows.size() << " groups from row " << first);
-      const int64_t N = 96;
-      std::vector<int64_t> offsets{first};
-      for (int64_t n : rows) offsets.push_back(offsets.back() + n);
-      const int64_t R = offsets.back();
-      const std::vector<Matrix> wg = fp8_weights(rows.size(), N, K, static_cast<uint32_t>(K + R));
-      std::vector<const Matrix*> pg;
-      for (const Matrix& m : wg) pg.push_back(&m);
-      const std::vector<float> x = randn(static_cast<size_t>(R * K), static_cast<uint32_t>(R + K), 1.0f);
-      const std::vector<float> fill(static_cast<size_t>(R * N), kUntouched);
-      float* xg = up(*gpu_, x);
-      float* yg = up(*gpu_, fill);
-      float* yl = up(*gpu_, fill);
-      const int64_t launches = gpu->fp8_grouped_launches(), w8a8 = gpu->fp8_w8a8_linears();
-      gpu_->grouped_linear(xg, offsets, pg, yg);
-      bool small = false;
-      int live = 0;
-      for (int64_t n : rows) {
-        small = small || (n > 0 && n <= 16);
-        live += n > 0;
-      }
-      EXPECT_EQ(gpu->fp8_grouped_launches() - launches, small && live > 1 ? 1 : 0);
-      // The W8A8 groups and their rows that linear() would give the direct kernel.
-      std::vector<bool> tail(static_cast<size_t>(R), false);
-      int64_t w8a8_groups = 0;
-      for (size_t g = 0; g < rows.size(); ++g) {
-        const int64_t n = rows[g];
-        if (K % 16 != 0 || n <= 16) continue;
-        ++w8a8_groups;  // alone, or at the buffer's end, through linear(): the same rows as the reference
-        if (live < 2 || offsets[g] + (n + 3) / 4 * 4 > R) continue;
-        for (int64_t r = offsets[g] + n - n % 4; r < offsets[g] + n; ++r) tail[static_cast<size_t>(r)] = true;
-      }
-      EXPECT_EQ(gpu->fp8_w8a8_linears() - w8a8, w8a8_groups);
-      if (live > 1) {
-        EXPECT_NE(gpu_->grouped_linear_path().find("fp8"), std::string::npos) << gpu_->grouped_linear_path();
-      }
-      for (size_t g = 0; g < rows.size(); ++g)
-        if (rows[g] > 0) gpu_->linear(xg + offsets[g] * K, rows[g], wg[g], nullptr, yl + offsets[g] * N);
-      const std::vector<float> got = down(*gpu_, static_cast<const float*>(yg), fill.size());
-      const std::vector<float> want = down(*gpu_, static_cast<const float*>(yl), fill.size());
-      for (int64_t i = 0; i < first * N; ++i) ASSERT_EQ(got[i], kUntouched) << "row " << i / N << " written";
-      for (int64_t r = first; r < R; ++r) {
-        const float* a = &got[static_cast<size_t>(r * N)];
-        const float* b = &want[static_cast<size_t>(r * N)];
-        if (!tail[static_cast<size_t>(r)]) {
-          ASSERT_EQ(std::memcmp(a, b, N * sizeof(float)), 0) << "row " << r;
-          continue;
+  for (const bool grouped_gemm : {true, false})
+    for (int64_t K : {128, 72}) {
+      for (const auto& [rows, first] : {std::pair<std::vector<int64_t>, int64_t>{kMixedRows, 0},
+                                        {kMixedRows, 3},
+                                        {{1, 2, 8, 9, 16, 3}, 0},
+                                        {kOneGroup, 0},
+                                        {{5, 18}, 0},
+                                        {{70, 3, 33, 129}, 2}}) {
+        SCOPED_TRACE(::testing::Message() << "K " << K << ", " << rows.size() << " groups from row " << first
+                                          << (grouped_gemm ? ", grouped W8A8" : ", W8A8 per group"));
+        gpu_->set_fp8_grouped_gemm(grouped_gemm);
+        const int64_t N = 96;
+        std::vector<int64_t> offsets{first};
+        for (int64_t n : rows) offsets.push_back(offsets.back() + n);
+        const int64_t R = offsets.back();
+        const std::vector<Matrix> wg = fp8_weights(rows.size(), N, K, static_cast<uint32_t>(K + R));
+        std::vector<const Matrix*> pg;
+        for (const Matrix& m : wg) pg.push_back(&m);
+        const std::vector<float> x = randn(static_cast<size_t>(R * K), static_cast<uint32_t>(R + K), 1.0f);
+        const std::vector<float> fill(static_cast<size_t>(R * N), kUntouched);
+        float* xg = up(*gpu_, x);
+        float* yg = up(*gpu_, fill);
+        float* yl = up(*gpu_, fill);
+        const int64_t launches = gpu->fp8_grouped_launches(), w8a8 = gpu->fp8_w8a8_linears(),
+                      mma = gpu->fp8_grouped_gemm_launches();
+        gpu_->grouped_linear(xg, offsets, pg, yg);
+        bool small = false;
+        int live = 0, big = 0;
+        for (int64_t n : rows) {
+          small = small || (n > 0 && n <= 16);
+          live += n > 0;
+          big += n > 16;
         }
-        float scale = 0;
-        for (int64_t i = 0; i < N; ++i) scale = std::max(scale, std::fabs(b[i]));
-        for (int64_t i = 0; i < N; ++i) ASSERT_NEAR(a[i], b[i], 0.08f * scale) << "row " << r << " column " << i;
+        EXPECT_EQ(gpu->fp8_grouped_launches() - launches, small && live > 1 ? 1 : 0);
+        const bool one_launch = grouped_gemm && K % 16 == 0 && big > 1 && live > 1;
+        EXPECT_EQ(gpu->fp8_grouped_gemm_launches() - mma, one_launch ? 1 : 0);
+        // The rows linear() would give the direct kernel, and those of the grouped W8A8 launch.
+        std::vector<bool> tail(static_cast<size_t>(R), false), in_launch(static_cast<size_t>(R), false);
+        int64_t w8a8_groups = 0;
+        for (size_t g = 0; g < rows.size(); ++g) {
+          const int64_t n = rows[g];
+          if (K % 16 != 0 || n <= 16) continue;
+          for (int64_t r = offsets[g]; r < offsets[g + 1]; ++r) in_launch[static_cast<size_t>(r)] = one_launch;
+          ++w8a8_groups;  // alone, or at the buffer's end, through linear(): the same rows as the reference
+          if (live < 2 || (!one_launch && offsets[g] + (n + 3) / 4 * 4 > R)) continue;
+          for (int64_t r = offsets[g] + n - n % 4; r < offsets[g] + n; ++r) tail[static_cast<size_t>(r)] = true;
+        }
+        EXPECT_EQ(gpu->fp8_w8a8_linears() - w8a8, one_launch ? 0 : w8a8_groups);
+        if (live > 1) {
+          const std::string path = gpu_->grouped_linear_path();
+          EXPECT_NE(path.find("fp8"), std::string::npos) << path;
+          EXPECT_EQ(path.find("one grouped W8A8 launch") != std::string::npos, one_launch) << path;
+        }
+        for (size_t g = 0; g < rows.size(); ++g)
+          if (rows[g] > 0) gpu_->linear(xg + offsets[g] * K, rows[g], wg[g], nullptr, yl + offsets[g] * N);
+        const std::vector<float> got = down(*gpu_, static_cast<const float*>(yg), fill.size());
+        const std::vector<float> want = down(*gpu_, static_cast<const float*>(yl), fill.size());
+        for (int64_t i = 0; i < first * N; ++i) ASSERT_EQ(got[i], kUntouched) << "row " << i / N << " written";
+        for (int64_t r = first; r < R; ++r) {
+          const float* a = &got[static_cast<size_t>(r * N)];
+          const float* b = &want[static_cast<size_t>(r * N)];
+          if (!tail[static_cast<size_t>(r)] && !in_launch[static_cast<size_t>(r)]) {
+            ASSERT_EQ(std::memcmp(a, b, N * sizeof(float)), 0) << "row " << r;
+            continue;
+          }
+          float scale = 0;
+          for (int64_t i = 0; i < N; ++i) scale = std::max(scale, std::fabs(b[i]));
+          const float tol = tail[static_cast<size_t>(r)] ? 0.08f * scale : 2e-3f * scale;
+          for (int64_t i = 0; i < N; ++i) ASSERT_NEAR(a[i], b[i], tol) << "row " << r << " column " << i;
+        }
+        for (float* p : {xg, yg, yl}) gpu_->free(p);
       }
-      for (float* p : {xg, yg, yl}) gpu_->free(p);
     }
-  }
+  gpu_->set_fp8_grouped_gemm(true);
 }
 
 // grouped_linear_routed: the groups' row ranges only in device memory (as an expert permutation

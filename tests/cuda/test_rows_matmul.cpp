@@ -7,9 +7,12 @@
 // the plain conversion). The device-routed grouped call: fp8 groups get the single-weight launch's
 // bits, bf16 and fp32 groups the reference within the same bound, from row ranges that exist only
 // in device memory (empty groups, more than one block of the pass scan, rows past the groups left
-// alone). Skipped without a GPU.
+// alone). The grouped W8A8 GEMM on fp8 tensor cores (kernels/cuda/fp8_grouped_gemm_mma): its
+// m16n8k32 fragment layout exactly, and its groups against the block-scaled sum in double (see
+// check_grouped_gemm). Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -23,8 +26,12 @@
 #include "model/fp8_block.h"
 
 #ifdef SHARDLM_HAVE_CUDA
+#include "cpu/fp8_act_quant.h"
 #include "cuda/device_buffer.h"
+#include "cuda/fp8_grouped_gemm_mma.h"
+#include "cuda/mma_fp8_tile.h"
 #include "cuda/rows_matmul.h"
+#include "fp8_bits.h"
 #endif
 
 namespace shardlm {
@@ -270,6 +277,96 @@ void check_routed_plain(cuda::RowsWeight format, int64_t N, int64_t K, const std
       }
   for (int64_t i = rows * N; i < max_rows * N; ++i) ASSERT_EQ(y[i], sentinel) << "row " << i / N;
 }
+
+// ---- Grouped W8A8 GEMM on fp8 tensor cores ----
+
+// Integer-valued codes (-8..8, exact in e4m3) and an integer accumulator: every sum is exact on
+// any tensor core, so a fragment element read from the wrong place is an exact mismatch.
+void check_mma_fp8_tile() {
+  std::mt19937 g(31);
+  auto code = [&] { return fp8_bits::from_f32(static_cast<float>(static_cast<int>(g() % 17) - 8)); };
+  std::vector<uint8_t> a(16 * 32), b(8 * 32);
+  for (auto& v : a) v = code();
+  for (auto& v : b) v = code();
+  std::vector<float> c(16 * 8), want(16 * 8);
+  for (auto& v : c) v = static_cast<float>(static_cast<int>(g() % 201) - 100);
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 8; ++n) {
+      double sum = c[r * 8 + n];
+      for (int k = 0; k < 32; ++k) sum += double(fp8_bits::to_f32(a[r * 32 + k])) * fp8_bits::to_f32(b[n * 32 + k]);
+      want[r * 8 + n] = static_cast<float>(sum);
+    }
+  DeviceBuffer<uint8_t> d_a(a), d_b(b);
+  DeviceBuffer<float> d_c(c), d_d(std::vector<float>(want.size(), std::nanf("")));
+  cuda::mma_fp8_tile(d_a.get(), d_b.get(), d_c.get(), d_d.get(), nullptr);
+  test::cuda_sync("mma_fp8_tile");
+  const std::vector<float> got = d_d.download();
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "row " << i / 8 << " column " << i % 8;
+}
+
+// Groups of `sizes` rows after `first` rows no group covers, each with its own weight (a slice
+// `c` of a random fp8 matrix); the activations quantised on the host (kernels/cpu/fp8_act_quant.h,
+// the device kernel's bits). Against the block-scaled sum in double: the code products are exact,
+// so only the tensor cores' sums within a block and the fp32 promotion round, bounded by 2e-3 of
+// sum |terms| (Hopper keeps about 14 bits within a block; the emulation rounds far less). Rows
+// before the first group are left alone.
+void check_grouped_gemm(const Case& c, const std::vector<int64_t>& sizes, int64_t first) {
+  SCOPED_TRACE(::testing::Message() << "weight [" << c.R << ", " << c.C << "] slice rows " << c.r0 << "+" << c.N
+                                    << " cols " << c.c0 << "+" << c.K << ", " << sizes.size() << " groups");
+  std::vector<int64_t> off = {first};
+  for (int64_t n : sizes) off.push_back(off.back() + n);
+  const int64_t R = off.back(), L = (c.K + 127) / 128;
+  std::vector<Fp8Data> data;
+  std::vector<DeviceWeight> ws;
+  for (size_t g = 0; g < sizes.size(); ++g) {
+    data.push_back(random_fp8(c, 200 + static_cast<uint32_t>(g), false, 0));
+    ws.push_back(upload(c, data.back()));
+  }
+  ASSERT_TRUE(cuda::fp8_grouped_gemm_mma_fits(ws[0].w));
+  std::mt19937 gen(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(R * c.K));
+  for (auto& v : x) v = nd(gen);
+  std::vector<uint8_t> q(x.size());
+  std::vector<float> qs(static_cast<size_t>(std::max<int64_t>(L * R, 1)));
+  cpu::fp8_act_quant(x.data(), R, c.K, q.data(), qs.data(), R);
+  std::vector<cuda::Fp8GemmTile> tiles;
+  for (size_t g = 0; g < sizes.size(); ++g)
+    for (int64_t m0 = 0; m0 < sizes[g]; m0 += cuda::kFp8GemmTileRows)
+      tiles.push_back({ws[g].codes.get(), ws[g].scales.get(), off[g] + m0,
+                       static_cast<int32_t>(std::min<int64_t>(cuda::kFp8GemmTileRows, sizes[g] - m0)), 0});
+  const float sentinel = -4321.0f;
+  DeviceBuffer<uint8_t> dq(q);
+  DeviceBuffer<float> dqs(qs), dy(std::vector<float>(static_cast<size_t>(R * c.N), sentinel));
+  DeviceBuffer<cuda::Fp8GemmTile> dt(tiles);
+  cuda::launch_fp8_grouped_gemm_mma(dq.get(), dqs.get(), R, dt.get(), static_cast<int64_t>(tiles.size()), ws[0].w,
+                                    dy.get(), nullptr);
+  test::cuda_sync("fp8_grouped_gemm_mma");
+  const std::vector<float> y = dy.download();
+  for (int64_t i = 0; i < first * c.N; ++i) ASSERT_EQ(y[i], sentinel) << "row " << i / c.N << " written";
+  const int64_t sr = (c.R + c.br - 1) / c.br, sc = (c.C + c.bc - 1) / c.bc;
+  for (size_t g = 0; g < sizes.size(); ++g) {
+    const Fp8Data& d = data[g];
+    for (int64_t r = off[g]; r < off[g + 1]; ++r)
+      for (int64_t n = 0; n < c.N; ++n) {
+        double want = 0, mag = 0;
+        for (int64_t b = 0; b < L; ++b) {
+          double part = 0, part_mag = 0;
+          for (int64_t k = 128 * b; k < std::min(c.K, 128 * b + 128); ++k) {
+            const double p =
+                double(fp8_bits::to_f32(q[r * c.K + k])) * fp8_bits::to_f32(d.q[(c.r0 + n) * c.C + c.c0 + k]);
+            part += p;
+            part_mag += std::fabs(p);
+          }
+          ASSERT_LT((c.r0 + n) / c.br, sr);
+          const double s = double(qs[b * R + r]) * d.scales[((c.r0 + n) / c.br) * sc + (c.c0 + 128 * b) / c.bc];
+          want += part * s;
+          mag += part_mag * std::fabs(s);
+        }
+        ASSERT_NEAR(y[r * c.N + n], want, 2e-3 * mag + 1e-30) << "group " << g << " row " << r << " output " << n;
+      }
+  }
+}
 #endif
 
 TEST(CudaRoutedMatmul, Fp8GroupsGetTheSingleWeightBits) {
@@ -324,6 +421,49 @@ TEST(CudaFp8Matmul, NanCodesAndLargeScalesKeepTheHostValues) {
   check({16, 256, 16, 128, 0, 16, 0, 256}, true, 7, /*nan_codes=*/true);
   check({32, 256, 16, 128, 0, 32, 0, 256}, true, 8, false, /*big_scale=*/300.0f);
   check({32, 100, 16, 50, 0, 32, 0, 100}, false, 9, false, 3.0e5f);
+#endif
+}
+
+TEST(CudaFp8GroupedGemm, TensorCoreTileFollowsTheFragmentLayout) {
+  SHARDLM_REQUIRE_GPU();
+#ifdef SHARDLM_HAVE_CUDA
+  check_mma_fp8_tile();
+#endif
+}
+
+TEST(CudaFp8GroupedGemm, GroupsMatchTheBlockScaledReference) {
+  SHARDLM_REQUIRE_GPU();
+#ifdef SHARDLM_HAVE_CUDA
+  // DeepSeek-V3's 128 x 128 blocks: an N and a K off the tile (200 outputs, the last of K's three
+  // blocks 16 wide); groups of one row, of a tile and one more row, of three tiles, and empty.
+  check_grouped_gemm({200, 272, 128, 128, 0, 200, 0, 272}, {1, 0, 64, 65, 130, 17, 3}, 0);
+  // A tensor-parallel slice: rows from 8 (inside a scale row, so an output tile spans two), columns
+  // from the second block; rows before the first group untouched.
+  check_grouped_gemm({300, 512, 128, 128, 8, 264, 128, 384}, {33, 2, 70}, 5);
+  // One output tile exactly, one group.
+  check_grouped_gemm({128, 128, 128, 128, 0, 128, 0, 128}, {64}, 0);
+#endif
+}
+
+TEST(CudaFp8GroupedGemm, TakesOnlyTheScaleGridItReads) {
+#ifdef SHARDLM_HAVE_CUDA
+  cuda::Fp8Weight w;
+  w.N = 256;
+  w.K = 512;
+  w.scale_cols = 4;
+  w.block_rows = w.block_cols = 128;
+  EXPECT_TRUE(cuda::fp8_grouped_gemm_mma_fits(w));
+  w.row_off = 4;  // an 8-output fragment would straddle two scale rows
+  EXPECT_FALSE(cuda::fp8_grouped_gemm_mma_fits(w));
+  w.row_off = 8;
+  w.col_off = 64;  // a step's 128 features would straddle two scale columns
+  EXPECT_FALSE(cuda::fp8_grouped_gemm_mma_fits(w));
+  w.col_off = 0;
+  w.K = 520;  // not whole 16-byte chunks
+  EXPECT_FALSE(cuda::fp8_grouped_gemm_mma_fits(w));
+  w.K = 512;
+  w.block_cols = 64;
+  EXPECT_FALSE(cuda::fp8_grouped_gemm_mma_fits(w));
 #endif
 }
 

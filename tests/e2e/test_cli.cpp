@@ -249,6 +249,11 @@ TEST(Cli, KvDtypeIsResolvedRecordedAndUsed) {
   EXPECT_NE(bad_attention.code, 0);
   EXPECT_NE(bad_attention.out.find("--prefill-attention must be auto, bf16 or fp32, not 'fp16'"), std::string::npos)
       << bad_attention.out;
+  Proc bad_experts = sh(bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --out " +
+                        (d / "bad.h5").string() + " --fp8-expert-gemm batched");
+  EXPECT_NE(bad_experts.code, 0);
+  EXPECT_NE(bad_experts.out.find("--fp8-expert-gemm must be grouped or per-expert, not 'batched'"), std::string::npos)
+      << bad_experts.out;
 }
 
 TEST(Cli, HelpListsOptionsWithDefaults) {

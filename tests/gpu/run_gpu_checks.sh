@@ -111,9 +111,13 @@ run bench-mla-prefill-attention-fp32 "$build/shardlm" bench --model "$modelmla" 
 run bench-moe "$build/shardlm" bench-moe --backend cuda --hidden 7168 --experts 32 --inter 2048 --top-k 8 \
   --groups 8 --topk-groups 4 --shared 1 --tokens 16,128,1024,4096 --iters 10 --warmup 2
 #    The same layer with its experts in fp8 (128 x 128 blocks) kept fp8, as DeepSeek-V3 ships them:
-#    groups past 16 rows as W8A8 GEMMs (the default), then dequantised to bf16.
-for form in w8a8 bf16; do
-  run "bench-moe-fp8-$form" "$build/shardlm" bench-moe --backend cuda --dtype fp8 --fp8-prefill "$form" --hidden 7168 \
+#    groups past 16 rows as W8A8 GEMMs in one grouped launch (the default), one cuBLASLt GEMM per
+#    expert, then dequantised to bf16; the expert GEMMs line of the first two is the grouped
+#    kernel's before/after.
+for form in w8a8 w8a8-per-expert bf16; do
+  extra=(--fp8-prefill "${form%-per-expert}")
+  [ "$form" = w8a8-per-expert ] && extra+=(--fp8-expert-gemm per-expert)
+  run "bench-moe-fp8-$form" "$build/shardlm" bench-moe --backend cuda --dtype fp8 "${extra[@]}" --hidden 7168 \
     --experts 32 --inter 2048 --top-k 8 --groups 8 --topk-groups 4 --shared 1 --tokens 16,128,1024,4096 --iters 10 \
     --warmup 2
 done

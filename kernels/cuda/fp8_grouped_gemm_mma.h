@@ -1,0 +1,52 @@
+// Grouped W8A8 GEMM on fp8 tensor cores: every local expert's projection over its own rows in one
+// launch (Mixture-of-Experts prefill on DeepSeek-V3 / Kimi K2 checkpoints, whose experts are e4m3
+// with 128 x 128 block scales), where cuBLASLt's block-scaled GEMM takes one launch per expert.
+//
+//   y[r, n] = sum over 128-feature blocks b of
+//             (sum_{k in b} q[r, k] * code(n, k)) * (q_scale(r, b) * w_scale(n, b))
+//
+// q: the activations quantised per row and 128 features (kernels/cuda/fp8_act_quant.h: codes
+// [R, K], scales [ceil(K / 128)][q_scale_ld]); each block's code products are summed on the
+// tensor cores (mma_fp8.cuh; Hopper keeps about 14 bits within a block) and promoted to fp32 with
+// the two scales once per block, as DeepSeek-V3's recipe and cuBLASLt's VEC128 x BLK128x128
+// scaling do. A row's result does not depend on the rows sharing its tile or launch.
+//
+// Tiling: a block computes kFp8GemmTileRows rows of one group against kFp8GemmTileCols outputs
+// (grid: tiles x ceil(N / kFp8GemmTileCols)), 8 warps of 32 x 32, staging 128 features of both
+// operands per step in shared memory; the next step's global loads are issued before the current
+// step's products.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/rows_matmul.h"
+
+namespace shardlm::cuda {
+
+constexpr int kFp8GemmTileRows = 64;
+constexpr int kFp8GemmTileCols = 128;
+
+// One tile of a grouped call: rows [row0, row0 + rows) of q and y (rows <= kFp8GemmTileRows) times
+// one group's weight (its e4m3 codes [N, K] and block scales).
+struct Fp8GemmTile {
+  const uint8_t* codes;
+  const float* scale_inv;
+  int64_t row0;
+  int32_t rows;
+  int32_t unused;
+};
+
+// Whether the kernel takes weights of this shape and scale geometry (`shape`'s codes and
+// scale_inv unused): 128 x 128 blocks, K a multiple of 16, col_off on the block grid, row_off a
+// multiple of 8 (an 8-output fragment never straddles two scale rows). Every tile's codes, q and
+// their row length must be 16-byte aligned too (K a multiple of 16 and 16-byte aligned bases).
+bool fp8_grouped_gemm_mma_fits(const Fp8Weight& shape);
+
+// y [., N] (fp32, row-major) for the tiles' rows; tiles (device memory) lists n_tiles tiles, all of
+// `shape`'s N, K and scale geometry.
+void launch_fp8_grouped_gemm_mma(const uint8_t* q, const float* q_scales, int64_t q_scale_ld, const Fp8GemmTile* tiles,
+                                 int64_t n_tiles, const Fp8Weight& shape, float* y, cudaStream_t stream);
+
+}  // namespace shardlm::cuda
