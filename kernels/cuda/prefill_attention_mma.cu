@@ -1,6 +1,7 @@
 // See prefill_attention_mma.h for the scheme; mma_bf16.cuh for the fragment layouts used below.
 #include "cuda/prefill_attention_mma.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 
@@ -37,23 +38,24 @@ __global__ void __launch_bounds__(kWarps * 32)
     prefill_attention_mma_kernel(const float* q, int64_t n_heads, int64_t n_kv_heads, int head_dim, const void* k_cache,
                                  const void* v_cache, KvFormat fmt, int64_t block_size, const int32_t* blocks,
                                  const int32_t* table_start, const int32_t* pos, int64_t window, float scale,
-                                 const int32_t* tiles, bool vec, float* out) {
+                                 const int32_t* tiles, int nh, bool vec, float* out) {
   using L = Layout<HDP, BN>;
   extern __shared__ __align__(16) uint16_t smem_bf16[];
   uint16_t* sq = smem_bf16;
   uint16_t* sk = sq + kPrefillMmaRows * L::kQ;
   uint16_t* sv = sk + BN * L::kK;  // transposed: sv[d * L::kV + j] is V[position j][dim d]
-  const int64_t h = blockIdx.y, kvh = h / (n_heads / n_kv_heads);
+  // Row r of the tile: token t0 + r / nh, query head h + r % nh (all of KV head kvh).
+  const int64_t h = static_cast<int64_t>(blockIdx.y) * nh, kvh = h / (n_heads / n_kv_heads);
   const int64_t t0 = tiles[2 * blockIdx.x];
-  const int n = tiles[2 * blockIdx.x + 1];
+  const int rows = tiles[2 * blockIdx.x + 1] * nh;
   const int32_t* bt = blocks + table_start[t0];
   const int hd = head_dim, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int64_t slot_elems = n_kv_heads * hd;
 
   // The positions the tile attends to (the union of its tokens' [first, pos]) and the warp's.
   int kv_lo = INT_MAX, kv_hi = -1, w_lo = INT_MAX, w_hi = -1;
-  for (int r = 0; r < n; ++r) {
-    const int p = pos[t0 + r];
+  for (int r = 0; r < rows; ++r) {
+    const int p = pos[t0 + r / nh];
     if (p < 0) continue;
     const int lo = static_cast<int>(attention_first_position(p, window));
     kv_lo = lo < kv_lo ? lo : kv_lo;
@@ -69,14 +71,14 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int r = warp * 16 + g + 8 * i;
-    const int p = r < n ? pos[t0 + r] : -1;
+    const int p = r < rows ? pos[t0 + r / nh] : -1;
     row_lo[i] = p < 0 ? 1 : static_cast<int>(attention_first_position(p, window));
     row_hi[i] = p < 0 ? 0 : p;
   }
 
   for (int i = threadIdx.x; i < kPrefillMmaRows * HDP; i += blockDim.x) {
     const int r = i / HDP, d = i - r * HDP;
-    const float x = r < n && d < hd ? q[((t0 + r) * n_heads + h) * hd + d] : 0.0f;
+    const float x = r < rows && d < hd ? q[((t0 + r / nh) * n_heads + h + r % nh) * hd + d] : 0.0f;
     sq[r * L::kQ + d] = bf16_bits::from_f32(x);
   }
 
@@ -158,8 +160,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int i = 0; i < 2; ++i) {
     const float f = detail::mma_output_factor(l[i], v_scale);
     const int r = warp * 16 + g + 8 * i;
-    if (r >= n) continue;
-    float* dst = out + ((t0 + r) * n_heads + h) * hd;
+    if (r >= rows) continue;
+    float* dst = out + ((t0 + r / nh) * n_heads + h + r % nh) * hd;
 #pragma unroll
     for (int dt = 0; dt < HDP / 8; ++dt) {
 #pragma unroll
@@ -174,7 +176,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <int HDP, int BN>
 void launch(const float* q, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const void* k_cache,
             const void* v_cache, KvFormat fmt, int64_t block_size, const int32_t* blocks, const int32_t* table_start,
-            const int32_t* pos, int64_t window, float scale, const int32_t* tiles, int64_t n_tiles, float* out,
+            const int32_t* pos, int64_t window, float scale, const int32_t* tiles, int64_t n_tiles, int nh, float* out,
             cudaStream_t stream) {
   constexpr size_t bytes = Layout<HDP, BN>::kBytes;
   const bool vec = head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 &&
@@ -185,30 +187,44 @@ void launch(const float* q, int64_t n_heads, int64_t n_kv_heads, int64_t head_di
     (void)opted;
   }
   prefill_attention_mma_kernel<HDP, BN>
-      <<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(n_heads)), kWarps * 32, bytes, stream>>>(
+      <<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(n_heads / nh)), kWarps * 32, bytes, stream>>>(
           q, n_heads, n_kv_heads, static_cast<int>(head_dim), k_cache, v_cache, fmt, block_size, blocks, table_start,
-          pos, window, scale, tiles, vec, out);
+          pos, window, scale, tiles, nh, vec, out);
 }
 
 }  // namespace
 
-std::vector<int32_t> prefill_attention_mma_tiles(const int32_t* table_start, int64_t T) {
-  std::vector<int32_t> tiles;
+PrefillMmaTiles prefill_attention_mma_tiles(const int32_t* table_start, int64_t T, int64_t group) {
+  PrefillMmaTiles p;
+  // The most query heads of one KV head a tile can pack: a divisor of the group, up to the rows.
+  for (int d = 1; d <= kPrefillMmaRows && d <= group; ++d)
+    if (group % d == 0) p.packed_heads = d;
+  const int64_t packed_tokens = kPrefillMmaRows / p.packed_heads;
+  std::vector<int32_t> packed;
   for (int64_t t = 0; t < T;) {
-    int64_t n = 1;
-    while (t + n < T && n < kPrefillMmaRows && table_start[t + n] == table_start[t]) ++n;
-    tiles.push_back(static_cast<int32_t>(t));
-    tiles.push_back(static_cast<int32_t>(n));
-    t += n;
+    int64_t run = 1;
+    while (t + run < T && table_start[t + run] == table_start[t]) ++run;
+    for (int64_t i = 0; i < run; i += kPrefillMmaRows) {
+      const int64_t n = std::min<int64_t>(kPrefillMmaRows, run - i);
+      std::vector<int32_t>& to = p.packed_heads > 1 && n <= packed_tokens ? packed : p.tiles;
+      to.push_back(static_cast<int32_t>(t + i));
+      to.push_back(static_cast<int32_t>(n));
+    }
+    t += run;
   }
-  return tiles;
+  p.one_head = static_cast<int64_t>(p.tiles.size() / 2);
+  p.packed = static_cast<int64_t>(packed.size() / 2);
+  p.tiles.insert(p.tiles.end(), packed.begin(), packed.end());
+  return p;
 }
 
 void prefill_attention_mma(const float* q, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const void* k_cache,
                            const void* v_cache, KvFormat cache_fmt, int64_t block_size, const int32_t* blocks,
                            const int32_t* table_start, const int32_t* pos, int64_t window, float scale,
-                           const int32_t* tiles, int64_t n_tiles, float* out, cudaStream_t stream) {
-  if (n_tiles <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || n_heads < n_kv_heads) return;
+                           const int32_t* tiles, int64_t n_tiles, int heads_per_tile, float* out, cudaStream_t stream) {
+  if (n_tiles <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || n_heads < n_kv_heads || heads_per_tile < 1 ||
+      (n_heads / n_kv_heads) % heads_per_tile != 0)
+    return;
   // The narrowest instantiation that holds head_dim; rounds of 32 positions at 256 (the registers
   // of a warp's outputs).
   auto* go = head_dim <= 32    ? &launch<32, 64>
@@ -216,7 +232,7 @@ void prefill_attention_mma(const float* q, int64_t n_heads, int64_t n_kv_heads, 
              : head_dim <= 128 ? &launch<128, 64>
                                : &launch<256, 32>;
   go(q, n_heads, n_kv_heads, head_dim, k_cache, v_cache, cache_fmt, block_size, blocks, table_start, pos, window, scale,
-     tiles, n_tiles, out, stream);
+     tiles, n_tiles, heads_per_tile, out, stream);
 }
 
 }  // namespace shardlm::cuda

@@ -8,8 +8,11 @@
 // head_dim]) that tensor cores run at up to 989 TFLOP/s in bf16. At a few thousand positions the
 // attention of a prompt costs as much as its linear layers, so this is where long prompts go.
 //
-// A thread block takes a tile of up to kPrefillMmaRows tokens of one sequence and one query head:
-// 4 warps of 16 tokens. Rounds of 64 positions (32 at head_dim > 128), aligned to multiples of
+// A thread block takes a tile of up to kPrefillMmaRows rows of one sequence: 4 warps of 16 rows.
+// A prefill chunk's tile is up to 64 of its tokens for one query head; a short run (a decode token
+// in a step of chunks, a chunk's last few tokens) packs the query heads of one KV head instead, row
+// r being token r / heads, head r % heads, so that their keys and values are staged once for the
+// group rather than once per query head. Rounds of 64 positions (32 at head_dim > 128), aligned to multiples of
 // the round from position 0, are staged in shared memory as bf16 (K row major, V transposed);
 // each warp computes its 16 x 64 scores with mma.sync m16n8k16, masks them to each token's own
 // [first, pos] (causal, sliding window), folds them into a per-row online softmax (fp32, base 2),
@@ -41,16 +44,25 @@ namespace shardlm::cuda {
 // Tokens per tile (a thread block).
 constexpr int kPrefillMmaRows = 64;
 
-// The tiles of a step from the host copy of its table starts: runs of consecutive tokens with the
-// same table start (one sequence's chunk), cut every kPrefillMmaRows tokens. Returns (first
-// token, tokens) pairs, flattened; every token of [0, T) is in exactly one tile.
-std::vector<int32_t> prefill_attention_mma_tiles(const int32_t* table_start, int64_t T);
+// The tiles of a step from the host copy of its table starts, for two launches: runs of
+// consecutive tokens with the same table start (one sequence's chunk) cut every kPrefillMmaRows
+// tokens, each piece of at most kPrefillMmaRows / packed_heads tokens packing packed_heads query
+// heads (the largest divisor of the group, n_heads / n_kv_heads, up to kPrefillMmaRows; 1 for
+// MHA, when every piece is a one-head tile), the others one head a tile. tiles holds (first token,
+// tokens) pairs: the one_head tiles, then the packed ones; every token of [0, T) is in exactly one.
+struct PrefillMmaTiles {
+  std::vector<int32_t> tiles;
+  int64_t one_head = 0, packed = 0;
+  int packed_heads = 1;
+};
+PrefillMmaTiles prefill_attention_mma_tiles(const int32_t* table_start, int64_t T, int64_t group);
 
-// As paged_attention (paged_attention.h) unsplit, over the tiles made by
-// prefill_attention_mma_tiles (on the device: tiles, n_tiles pairs); head_dim <= 256.
+// As paged_attention (paged_attention.h) unsplit, for the tokens of n_tiles tiles (on the device:
+// tiles, (first token, tokens) pairs, tokens x heads_per_tile <= kPrefillMmaRows) and all query
+// heads, heads_per_tile of them a tile (a divisor of n_heads / n_kv_heads); head_dim <= 256.
 void prefill_attention_mma(const float* q, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const void* k_cache,
                            const void* v_cache, KvFormat cache_fmt, int64_t block_size, const int32_t* blocks,
                            const int32_t* table_start, const int32_t* pos, int64_t window, float scale,
-                           const int32_t* tiles, int64_t n_tiles, float* out, cudaStream_t stream);
+                           const int32_t* tiles, int64_t n_tiles, int heads_per_tile, float* out, cudaStream_t stream);
 
 }  // namespace shardlm::cuda

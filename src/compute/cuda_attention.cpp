@@ -122,16 +122,27 @@ const int32_t* CudaBackend::upload_attention_tiles(const std::vector<int32_t>& t
   return attn_tiles_;
 }
 
-// Prefill chunks on tensor cores: the step's sequences' runs, cut every 64 tokens.
+// Prefill chunks on tensor cores: the step's sequences' runs cut every 64 tokens, one query head a
+// tile; the short ones (decode tokens among the chunks) in a second launch, a KV head's query heads
+// a tile.
 void CudaBackend::attention_bf16(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                                  const KvCacheRef& cache, int64_t block_size, const BlockTables& tables,
                                  const int32_t* pos, int64_t window, float scale, float* out) {
-  const std::vector<int32_t> tiles = cuda::prefill_attention_mma_tiles(tables.host_start, T);
-  const int32_t* d_tiles = upload_attention_tiles(tiles);
-  cuda::prefill_attention_mma(q, n_heads, n_kv_heads, head_dim, cache.k, cache.v, cache_format(cache), block_size,
-                              tables.blocks, tables.start, pos, window, scale, d_tiles,
-                              static_cast<int64_t>(tiles.size() / 2), out, stream_of(stream_));
-  check_launch("prefill_attention_mma");
+  const cuda::PrefillMmaTiles plan = cuda::prefill_attention_mma_tiles(tables.host_start, T, n_heads / n_kv_heads);
+  const int32_t* d_tiles = upload_attention_tiles(plan.tiles);
+  last_attention_packed_tiles_ = plan.packed;
+  if (plan.one_head > 0) {
+    cuda::prefill_attention_mma(q, n_heads, n_kv_heads, head_dim, cache.k, cache.v, cache_format(cache), block_size,
+                                tables.blocks, tables.start, pos, window, scale, d_tiles, plan.one_head, 1, out,
+                                stream_of(stream_));
+    check_launch("prefill_attention_mma");
+  }
+  if (plan.packed > 0) {
+    cuda::prefill_attention_mma(q, n_heads, n_kv_heads, head_dim, cache.k, cache.v, cache_format(cache), block_size,
+                                tables.blocks, tables.start, pos, window, scale, d_tiles + 2 * plan.one_head,
+                                plan.packed, plan.packed_heads, out, stream_of(stream_));
+    check_launch("prefill_attention_mma (packed heads)");
+  }
 }
 
 // MLA prefill chunks on tensor cores: 16 (token, head) pairs of a sequence's run a tile.

@@ -120,6 +120,8 @@ class CudaBackend final : public ComputeBackend {
   // (kernels/cuda/paged_attention_tiled.h, or prefill_attention_mma.h on tensor cores).
   bool last_attention_tiled() const override { return last_attention_tiled_; }
   bool last_attention_bf16() const override { return last_attention_bf16_; }
+  // Tiles of the last GQA tensor-core attention that packed a KV head's query heads (tests).
+  int64_t last_attention_packed_tiles() const { return last_attention_packed_tiles_; }
   int64_t grouped_linear_rows() const override { return 16384; }
   void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
             const float* inv_freq) override;
@@ -288,6 +290,7 @@ class CudaBackend final : public ComputeBackend {
   // only grows; never used inside a capture).
   bool attn_bf16_ = false;
   bool last_attention_bf16_ = false;
+  int64_t last_attention_packed_tiles_ = 0;
   int32_t* attn_tiles_ = nullptr;
   size_t attn_tiles_n_ = 0;
   std::vector<int32_t> attn_tiles_host_;  // what attn_tiles_ holds

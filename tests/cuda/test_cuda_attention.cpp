@@ -26,6 +26,7 @@
 #include <random>
 #include <string>
 #include <type_traits>
+#include <tuple>
 #include <vector>
 
 #include "common/gpu.h"
@@ -252,8 +253,9 @@ struct DevicePool {
 
 // The tensor-core prefill kernel (prefill_attention_mma.h) over a step: within bf16's rounding of
 // the CPU kernel's fp32 result (want), zero for the padding token; and the same bits whatever the
-// tiles (the step's runs cut every 64 tokens, or every 5), as a token's result depends on its own
-// query, position and cache alone.
+// tiles (the step's own: its chunks one query head a tile, its short runs a KV head's query heads
+// a tile; every run cut every 5 tokens, one head a tile; every run's heads packed), as a token's
+// result depends on its own query, position and cache alone.
 //
 // Tolerance: the query, an fp32 cache's keys and values, and the softmax weights are rounded to
 // bf16 (8 significant bits). A score of magnitude up to about 1 is then off by up to ~2^-8 and
@@ -289,27 +291,49 @@ void check_prefill_mma(const std::vector<float>& want, const std::vector<float>&
   k_off.insert(k_off.end(), k_rows.begin(), k_rows.end());
   v_off.insert(v_off.end(), v_rows.begin(), v_rows.end());
   DeviceBuffer<E> d_kc(k_rows), d_vc(v_rows), d_koff(k_off), d_voff(v_off);
-  std::vector<float> first;
-  for (const char* variant : {"runs of 64", "runs of 5", "unaligned caches"}) {
-    std::vector<int32_t> tiles = cuda::prefill_attention_mma_tiles(st.table_start.data(), T);
-    if (variant[7] == '5') {  // each run cut every 5 tokens instead
-      std::vector<int32_t> cut;
-      for (size_t i = 0; i < tiles.size(); i += 2)
-        for (int32_t t = 0; t < tiles[i + 1]; t += 5)
-          cut.insert(cut.end(), {tiles[i] + t, std::min(5, tiles[i + 1] - t)});
-      tiles = cut;
+  const cuda::PrefillMmaTiles plan = cuda::prefill_attention_mma_tiles(st.table_start.data(), T, c.n_heads / c.n_kv);
+  // Each run cut every `every` tokens, heads_per_tile query heads a tile.
+  auto cut = [&](int32_t every, int heads_per_tile) {
+    cuda::PrefillMmaTiles p;
+    p.packed_heads = heads_per_tile;
+    for (int64_t t = 0; t < T;) {
+      int64_t run = 1;
+      while (t + run < T && st.table_start[t + run] == st.table_start[t]) ++run;
+      for (int64_t i = 0; i < run; i += every)
+        p.tiles.insert(p.tiles.end(),
+                       {static_cast<int32_t>(t + i), static_cast<int32_t>(std::min<int64_t>(every, run - i))});
+      t += run;
     }
+    (heads_per_tile == 1 ? p.one_head : p.packed) = static_cast<int64_t>(p.tiles.size() / 2);
+    return p;
+  };
+  std::vector<float> first;
+  for (const char* variant :
+       {"the step's tiles", "runs of 5, one head a tile", "every run's heads packed", "unaligned caches"}) {
+    cuda::PrefillMmaTiles tiles = plan;
+    if (variant[0] == 'r') tiles = cut(5, 1);
+    if (variant[0] == 'e') tiles = cut(cuda::kPrefillMmaRows / plan.packed_heads, plan.packed_heads);
     const bool off = variant[0] == 'u';
-    DeviceBuffer<int32_t> d_tiles(tiles);
+    DeviceBuffer<int32_t> d_tiles(tiles.tiles);
     DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
-    cuda::prefill_attention_mma(d_q.get(), c.n_heads, c.n_kv, c.head_dim, off ? d_koff.get() + 1 : d_kc.get(),
-                                off ? d_voff.get() + 1 : d_vc.get(), fmt, block_size, d_blocks, d_start.get(),
-                                d_pos.get(), c.window, scale, d_tiles.get(), static_cast<int64_t>(tiles.size() / 2),
-                                d_out.get(), nullptr);
+    for (const auto& [n_tiles, heads, at] :
+         {std::tuple<int64_t, int, int64_t>{tiles.one_head, 1, 0}, {tiles.packed, tiles.packed_heads, tiles.one_head}})
+      cuda::prefill_attention_mma(d_q.get(), c.n_heads, c.n_kv, c.head_dim, off ? d_koff.get() + 1 : d_kc.get(),
+                                  off ? d_voff.get() + 1 : d_vc.get(), fmt, block_size, d_blocks, d_start.get(),
+                                  d_pos.get(), c.window, scale, d_tiles.get() + 2 * at, n_tiles, heads, d_out.get(),
+                                  nullptr);
     cuda_sync("prefill_attention_mma");
     const std::vector<float> got = d_out.download();
     expect_mma_variant(got, want, first, std::string("tensor-core prefill, ") + variant);
   }
+  // The step's short runs (its decode tokens, seq 0's only token, the padding token, seq 1's
+  // 15-token chunk where 15 x the group fits a tile) pack their KV head's query heads.
+  const int64_t group = c.n_heads / c.n_kv;
+  int expect_packed = 0;
+  for (int d = 1; d <= cuda::kPrefillMmaRows && d <= group; ++d)
+    if (group % d == 0) expect_packed = d;
+  EXPECT_EQ(plan.packed_heads, expect_packed);
+  EXPECT_EQ(plan.packed > 0, expect_packed > 1);
 }
 
 // One GQA case over a device cache of E: cuda::kv_cache_write stores exactly the expected rows;
