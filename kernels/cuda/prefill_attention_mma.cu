@@ -194,7 +194,7 @@ void launch(const float* q, int64_t n_heads, int64_t n_kv_heads, int64_t head_di
 
 }  // namespace
 
-PrefillMmaTiles prefill_attention_mma_tiles(const int32_t* table_start, int64_t T, int64_t group) {
+PrefillMmaTiles prefill_attention_mma_tiles(const int32_t* table_start, int64_t T, int64_t group, bool singles) {
   PrefillMmaTiles p;
   // The most query heads of one KV head a tile can pack: a divisor of the group, up to the rows.
   for (int d = 1; d <= kPrefillMmaRows && d <= group; ++d)
@@ -204,7 +204,7 @@ PrefillMmaTiles prefill_attention_mma_tiles(const int32_t* table_start, int64_t 
   for (int64_t t = 0; t < T;) {
     int64_t run = 1;
     while (t + run < T && table_start[t + run] == table_start[t]) ++run;
-    for (int64_t i = 0; i < run; i += kPrefillMmaRows) {
+    for (int64_t i = 0; i < run && (singles || run > 1); i += kPrefillMmaRows) {
       const int64_t n = std::min<int64_t>(kPrefillMmaRows, run - i);
       std::vector<int32_t>& to = p.packed_heads > 1 && n <= packed_tokens ? packed : p.tiles;
       to.push_back(static_cast<int32_t>(t + i));

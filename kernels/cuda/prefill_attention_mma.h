@@ -9,8 +9,8 @@
 // attention of a prompt costs as much as its linear layers, so this is where long prompts go.
 //
 // A thread block takes a tile of up to kPrefillMmaRows rows of one sequence: 4 warps of 16 rows.
-// A prefill chunk's tile is up to 64 of its tokens for one query head; a short run (a decode token
-// in a step of chunks, a chunk's last few tokens) packs the query heads of one KV head instead, row
+// A prefill chunk's tile is up to 64 of its tokens for one query head; a short run (a chunk's last
+// few tokens, a short prompt, a lone token) packs the query heads of one KV head instead, row
 // r being token r / heads, head r % heads, so that their keys and values are staged once for the
 // group rather than once per query head. Rounds of 64 positions (32 at head_dim > 128), aligned to multiples of
 // the round from position 0, are staged in shared memory as bf16 (K row major, V transposed);
@@ -49,13 +49,14 @@ constexpr int kPrefillMmaRows = 64;
 // tokens, each piece of at most kPrefillMmaRows / packed_heads tokens packing packed_heads query
 // heads (the largest divisor of the group, n_heads / n_kv_heads, up to kPrefillMmaRows; 1 for
 // MHA, when every piece is a one-head tile), the others one head a tile. tiles holds (first token,
-// tokens) pairs: the one_head tiles, then the packed ones; every token of [0, T) is in exactly one.
+// tokens) pairs: the one_head tiles, then the packed ones; every token of [0, T) is in exactly one,
+// or without `singles` every token of a run of two or more (run_positions.h's in_run).
 struct PrefillMmaTiles {
   std::vector<int32_t> tiles;
   int64_t one_head = 0, packed = 0;
   int packed_heads = 1;
 };
-PrefillMmaTiles prefill_attention_mma_tiles(const int32_t* table_start, int64_t T, int64_t group);
+PrefillMmaTiles prefill_attention_mma_tiles(const int32_t* table_start, int64_t T, int64_t group, bool singles);
 
 // As paged_attention (paged_attention.h) unsplit, for the tokens of n_tiles tiles (on the device:
 // tiles, (first token, tokens) pairs, tokens x heads_per_tile <= kPrefillMmaRows) and all query

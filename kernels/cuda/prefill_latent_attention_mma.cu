@@ -185,12 +185,13 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 }  // namespace
 
-std::vector<int32_t> prefill_latent_attention_mma_tiles(const int32_t* table_start, int64_t T, int64_t n_heads) {
+std::vector<int32_t> prefill_latent_attention_mma_tiles(const int32_t* table_start, int64_t T, int64_t n_heads,
+                                                        bool singles) {
   std::vector<int32_t> tiles;
   for (int64_t t = 0; t < T;) {
     int64_t n = 1;
     while (t + n < T && table_start[t + n] == table_start[t]) ++n;
-    for (int64_t r = 0; r < n * n_heads; r += kRows) {
+    for (int64_t r = 0; r < n * n_heads && (singles || n > 1); r += kRows) {
       tiles.push_back(static_cast<int32_t>(t));
       tiles.push_back(static_cast<int32_t>(n));
       tiles.push_back(static_cast<int32_t>(r));

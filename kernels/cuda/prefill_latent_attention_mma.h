@@ -34,8 +34,10 @@ namespace shardlm::cuda {
 
 // The tiles of a step: for each run of consecutive tokens with the same table start (one
 // sequence's chunk), its (token, head) pairs in token-major order, 16 at a time. Returns (first
-// token of the run, tokens in the run, first pair of the tile) triples, flattened.
-std::vector<int32_t> prefill_latent_attention_mma_tiles(const int32_t* table_start, int64_t T, int64_t n_heads);
+// token of the run, tokens in the run, first pair of the tile) triples, flattened. Without
+// `singles`, runs of one token are left out (run_positions.h).
+std::vector<int32_t> prefill_latent_attention_mma_tiles(const int32_t* table_start, int64_t T, int64_t n_heads,
+                                                        bool singles);
 
 // As latent_attention (latent_attention.h) unsplit, over the tiles made by
 // prefill_latent_attention_mma_tiles (on the device: n_tiles triples); kv_lora <= 512,

@@ -3,9 +3,11 @@
 // kernels/cuda/attention_partitions.h), and for steps of prefill chunks as the kernel that shares
 // each staged round across a tile of a sequence's tokens (paged_attention_tiled.h). The output is
 // the same bits every way, so the choice is free to weigh the device alone. With
-// set_prefill_attention_bf16, steps of prefill chunks run on tensor cores instead
-// (prefill_attention_mma.h, prefill_latent_attention_mma.h: bf16 operands, fp32 accumulation;
-// other bits than the fp32 kernels).
+// set_prefill_attention_bf16, an eager step's prefill chunks (its runs of two or more tokens of a
+// sequence) run on tensor cores instead (prefill_attention_mma.h, prefill_latent_attention_mma.h:
+// bf16 operands, fp32 accumulation; other bits than the fp32 kernels), and its single tokens
+// (decode) on the fp32 kernels, in one launch over the step with the runs masked
+// (run_positions.h): a decode token gets the same bits beside chunks as in a decode step.
 #include <cuda_runtime.h>
 
 #include <vector>
@@ -19,6 +21,7 @@
 #include "cuda/paged_attention_tiled.h"
 #include "cuda/prefill_attention_mma.h"
 #include "cuda/prefill_latent_attention_mma.h"
+#include "cuda/run_positions.h"
 
 namespace shardlm {
 
@@ -72,16 +75,36 @@ void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t 
   SHARDLM_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0,
                 "cuda backend: n_heads " << n_heads << " is not a multiple of n_kv_heads " << n_kv_heads);
   SHARDLM_CHECK(head_dim <= 256, "cuda backend: attention supports head_dim up to 256, not " << head_dim);
-  // Prefill chunks without a sliding window share each staged round across a tile of their tokens
-  // (the same bits as the per-token kernel); decode steps run per token. The split is weighed on
-  // the grid the step would launch unsplit (a tile's tokens share a block), and a split step runs
-  // per token.
-  const bool chunk_step = !capturing_ && mostly_chunks(tables, T);
-  last_attention_bf16_ = false;
-  if (attn_bf16_ && chunk_step) {
-    attention_bf16(q, T, n_heads, n_kv_heads, head_dim, cache, block_size, tables, pos, window, scale, out);
-    return;
+  // With prefill attention on tensor cores, an eager step's runs of a sequence's tokens (prefill
+  // chunks) attend there; its single tokens (decode), if any, on the fp32 kernels first, the runs'
+  // positions masked (kernels/cuda/run_positions.h).
+  if (attn_bf16_ && !capturing_ && tables.host_start != nullptr) {
+    const cuda::PrefillMmaTiles plan =
+        cuda::prefill_attention_mma_tiles(tables.host_start, T, n_heads / n_kv_heads, /*singles=*/false);
+    if (plan.one_head + plan.packed > 0) {
+      const int32_t* single_pos = single_token_positions(pos, tables, T);
+      if (single_pos != nullptr)
+        attention_fp32(q, T, n_heads, n_kv_heads, head_dim, cache, block_size, tables, single_pos, window, scale,
+                       /*chunk_step=*/false, out);
+      const int64_t parts = single_pos != nullptr ? last_attention_parts_ : 1;
+      attention_bf16(plan, q, n_heads, n_kv_heads, head_dim, cache, block_size, tables, pos, window, scale, out);
+      last_attention_parts_ = parts;
+      return;
+    }
   }
+  attention_fp32(q, T, n_heads, n_kv_heads, head_dim, cache, block_size, tables, pos, window, scale,
+                 !capturing_ && mostly_chunks(tables, T), out);
+}
+
+// Prefill chunks without a sliding window share each staged round across a tile of their tokens
+// (the same bits as the per-token kernel); decode steps run per token. The split is weighed on
+// the grid the step would launch unsplit (a tile's tokens share a block), and a split step runs
+// per token.
+void CudaBackend::attention_fp32(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                                 const KvCacheRef& cache, int64_t block_size, const BlockTables& tables,
+                                 const int32_t* pos, int64_t window, float scale, bool chunk_step, float* out) {
+  last_attention_bf16_ = false;
+  last_attention_singles_ = 0;
   const bool chunks = window <= 0 && chunk_step;
   const int64_t tile = chunks ? cuda::paged_attention_tile_tokens(head_dim) : 1;
   const cuda::AttentionSplit split = attention_split(
@@ -97,6 +120,20 @@ void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t 
   cuda::paged_attention(q, T, n_heads, n_kv_heads, head_dim, cache.k, cache.v, cache_format(cache), block_size,
                         tables.blocks, tables.start, pos, window, scale, out, split, stream_of(stream_));
   check_launch("paged_attention");
+}
+
+// The step's positions with its runs' tokens masked to -1 (a device workspace), or null when
+// every token is in a run.
+const int32_t* CudaBackend::single_token_positions(const int32_t* pos, const BlockTables& tables, int64_t T) {
+  int64_t singles = 0;
+  for (int64_t t = 0; t < T; ++t) singles += !cuda::in_run(tables.host_start, T, t);
+  if (singles == 0) return nullptr;
+  int32_t* out = grown_workspace(single_pos_, single_pos_n_, static_cast<size_t>(T), "single-token positions");
+  cuda::launch_single_token_positions(pos, tables.start, T, out, stream_of(stream_));
+  check_launch("single_token_positions");
+  // Set after the decode launch, which clears it.
+  pending_singles_ = singles;
+  return out;
 }
 
 // The tiles of a tensor-core launch on the device: up from pageable memory (the copy returns once
@@ -119,16 +156,17 @@ const int32_t* CudaBackend::upload_attention_tiles(const std::vector<int32_t>& t
   last_attention_parts_ = 1;
   last_attention_tiled_ = true;
   last_attention_bf16_ = true;
+  last_attention_singles_ = pending_singles_;
+  pending_singles_ = 0;
   return attn_tiles_;
 }
 
 // Prefill chunks on tensor cores: the step's sequences' runs cut every 64 tokens, one query head a
-// tile; the short ones (decode tokens among the chunks) in a second launch, a KV head's query heads
-// a tile.
-void CudaBackend::attention_bf16(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                                 const KvCacheRef& cache, int64_t block_size, const BlockTables& tables,
-                                 const int32_t* pos, int64_t window, float scale, float* out) {
-  const cuda::PrefillMmaTiles plan = cuda::prefill_attention_mma_tiles(tables.host_start, T, n_heads / n_kv_heads);
+// tile; the short ones in a second launch, a KV head's query heads a tile.
+void CudaBackend::attention_bf16(const cuda::PrefillMmaTiles& plan, const float* q, int64_t n_heads, int64_t n_kv_heads,
+                                 int64_t head_dim, const KvCacheRef& cache, int64_t block_size,
+                                 const BlockTables& tables, const int32_t* pos, int64_t window, float scale,
+                                 float* out) {
   const int32_t* d_tiles = upload_attention_tiles(plan.tiles);
   last_attention_packed_tiles_ = plan.packed;
   if (plan.one_head > 0) {
@@ -146,10 +184,10 @@ void CudaBackend::attention_bf16(const float* q, int64_t T, int64_t n_heads, int
 }
 
 // MLA prefill chunks on tensor cores: 16 (token, head) pairs of a sequence's run a tile.
-void CudaBackend::latent_attention_bf16(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads,
-                                        int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache, int64_t block_size,
-                                        const BlockTables& tables, const int32_t* pos, float scale, float* out) {
-  const std::vector<int32_t> tiles = cuda::prefill_latent_attention_mma_tiles(tables.host_start, T, n_heads);
+void CudaBackend::latent_attention_bf16(const std::vector<int32_t>& tiles, const float* q_latent, const float* q_rope,
+                                        int64_t n_heads, int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache,
+                                        int64_t block_size, const BlockTables& tables, const int32_t* pos, float scale,
+                                        float* out) {
   const int32_t* d_tiles = upload_attention_tiles(tiles);
   cuda::prefill_latent_attention_mma(q_latent, q_rope, n_heads, kv_lora, rope_dim, cache.k, cache_format(cache),
                                      block_size, tables.blocks, tables.start, pos, scale, d_tiles,
@@ -164,15 +202,34 @@ void CudaBackend::latent_attention(const float* q_latent, const float* q_rope, i
                 "cuda backend: latent attention supports kv_lora_rank up to 512 and "
                 "qk_rope_head_dim up to 64, not "
                     << kv_lora << " and " << rope_dim);
-  if (attn_bf16_ && !capturing_ && mostly_chunks(tables, T)) {
-    latent_attention_bf16(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, tables, pos, scale, out);
-    return;
+  // As attention(): runs on tensor cores, single tokens on the fp32 kernel with the runs masked.
+  if (attn_bf16_ && !capturing_ && tables.host_start != nullptr) {
+    const std::vector<int32_t> tiles =
+        cuda::prefill_latent_attention_mma_tiles(tables.host_start, T, n_heads, /*singles=*/false);
+    if (!tiles.empty()) {
+      const int32_t* single_pos = single_token_positions(pos, tables, T);
+      if (single_pos != nullptr)
+        latent_attention_fp32(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, tables, single_pos,
+                              scale, out);
+      const int64_t parts = single_pos != nullptr ? last_attention_parts_ : 1;
+      latent_attention_bf16(tiles, q_latent, q_rope, n_heads, kv_lora, rope_dim, cache, block_size, tables, pos, scale,
+                            out);
+      last_attention_parts_ = parts;
+      return;
+    }
   }
+  latent_attention_fp32(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, tables, pos, scale, out);
+}
+
+void CudaBackend::latent_attention_fp32(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads,
+                                        int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache, int64_t block_size,
+                                        const BlockTables& tables, const int32_t* pos, float scale, float* out) {
   const cuda::AttentionSplit split =
       attention_split(cuda::latent_attention_blocks(T, n_heads), T, n_heads, kv_lora, tables, 0);
   last_attention_parts_ = split.parts;
   last_attention_tiled_ = false;
   last_attention_bf16_ = false;
+  last_attention_singles_ = 0;
   cuda::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache.k, cache_format(cache), block_size,
                          tables.blocks, tables.start, pos, scale, out, split, stream_of(stream_));
   check_launch("latent_attention");

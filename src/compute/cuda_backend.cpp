@@ -116,6 +116,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(routed_passes_);
   cudaFree(attn_states_);
   cudaFree(attn_tiles_);
+  cudaFree(single_pos_);
   for (void* p : sample_buf_) cudaFree(p);
   for (int i = 0; i < 2; ++i) {
     if (staged_[i]) cudaEventDestroy(static_cast<cudaEvent_t>(staged_[i]));

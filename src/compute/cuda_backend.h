@@ -41,6 +41,7 @@
 #include "core/error.h"
 #include "cuda/attention_partitions.h"
 #include "cuda/fp8_grouped_gemm_mma.h"
+#include "cuda/prefill_attention_mma.h"
 #include "cuda/rows_matmul.h"
 
 namespace shardlm {
@@ -120,8 +121,10 @@ class CudaBackend final : public ComputeBackend {
   // (kernels/cuda/paged_attention_tiled.h, or prefill_attention_mma.h on tensor cores).
   bool last_attention_tiled() const override { return last_attention_tiled_; }
   bool last_attention_bf16() const override { return last_attention_bf16_; }
-  // Tiles of the last GQA tensor-core attention that packed a KV head's query heads (tests).
+  // Tiles of the last GQA tensor-core attention that packed a KV head's query heads, and the single
+  // tokens the last tensor-core attention left to the fp32 kernels (tests).
   int64_t last_attention_packed_tiles() const { return last_attention_packed_tiles_; }
+  int64_t last_attention_singles() const { return last_attention_singles_; }
   int64_t grouped_linear_rows() const override { return 16384; }
   void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
             const float* inv_freq) override;
@@ -271,13 +274,27 @@ class CudaBackend final : public ComputeBackend {
   // grid would leave the device short of work (kernels/cuda/attention_partitions.h), sized from
   // BlockTables::max_pos; its states live in a device buffer that only grows (a grown-out buffer a
   // graph holds is retired, as the workspaces).
-  // Steps of prefill chunks on tensor cores (set_prefill_attention_bf16), and their tile lists.
-  void attention_bf16(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+  // The fp32 kernels (all of a step, or its single tokens beside runs on tensor cores), the runs of
+  // prefill chunks on tensor cores (set_prefill_attention_bf16) from their tile lists, and the
+  // positions that mask the runs for the fp32 launch (a device workspace; null when the step has
+  // no single token).
+  void attention_fp32(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                       const KvCacheRef& cache, int64_t block_size, const BlockTables& tables, const int32_t* pos,
-                      int64_t window, float scale, float* out);
-  void latent_attention_bf16(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora,
+                      int64_t window, float scale, bool chunk_step, float* out);
+  void attention_bf16(const cuda::PrefillMmaTiles& plan, const float* q, int64_t n_heads, int64_t n_kv_heads,
+                      int64_t head_dim, const KvCacheRef& cache, int64_t block_size, const BlockTables& tables,
+                      const int32_t* pos, int64_t window, float scale, float* out);
+  void latent_attention_fp32(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora,
                              int64_t rope_dim, const KvCacheRef& cache, int64_t block_size, const BlockTables& tables,
                              const int32_t* pos, float scale, float* out);
+  void latent_attention_bf16(const std::vector<int32_t>& tiles, const float* q_latent, const float* q_rope,
+                             int64_t n_heads, int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache,
+                             int64_t block_size, const BlockTables& tables, const int32_t* pos, float scale,
+                             float* out);
+  const int32_t* single_token_positions(const int32_t* pos, const BlockTables& tables, int64_t T);
+  int32_t* single_pos_ = nullptr;
+  size_t single_pos_n_ = 0;
+  int64_t pending_singles_ = 0, last_attention_singles_ = 0;
   const int32_t* upload_attention_tiles(const std::vector<int32_t>& tiles);
   cuda::AttentionSplit attention_split(int64_t blocks, int64_t T, int64_t n_heads, int64_t width,
                                        const BlockTables& tables, int64_t window);

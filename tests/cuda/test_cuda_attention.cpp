@@ -44,6 +44,7 @@
 #include "cuda/mma_bf16_tile.h"
 #include "cuda/prefill_attention_mma.h"
 #include "cuda/prefill_latent_attention_mma.h"
+#include "cuda/run_positions.h"
 #include "bf16_bits.h"
 #include "kv_cache_format.h"
 
@@ -291,7 +292,8 @@ void check_prefill_mma(const std::vector<float>& want, const std::vector<float>&
   k_off.insert(k_off.end(), k_rows.begin(), k_rows.end());
   v_off.insert(v_off.end(), v_rows.begin(), v_rows.end());
   DeviceBuffer<E> d_kc(k_rows), d_vc(v_rows), d_koff(k_off), d_voff(v_off);
-  const cuda::PrefillMmaTiles plan = cuda::prefill_attention_mma_tiles(st.table_start.data(), T, c.n_heads / c.n_kv);
+  const cuda::PrefillMmaTiles plan =
+      cuda::prefill_attention_mma_tiles(st.table_start.data(), T, c.n_heads / c.n_kv, true);
   // Each run cut every `every` tokens, heads_per_tile query heads a tile.
   auto cut = [&](int32_t every, int heads_per_tile) {
     cuda::PrefillMmaTiles p;
@@ -585,7 +587,7 @@ void check_prefill_latent_mma(const std::vector<float>& want, const std::vector<
       for (int32_t t = 0; t < T; ++t)
         for (int32_t r = 0; r < c.n_heads; r += 16) tiles.insert(tiles.end(), {t, 1, r});
     } else {
-      tiles = cuda::prefill_latent_attention_mma_tiles(st.table_start.data(), T, c.n_heads);
+      tiles = cuda::prefill_latent_attention_mma_tiles(st.table_start.data(), T, c.n_heads, true);
     }
     const E* dc = variant[0] == 'u' ? d_shifted.get() + 1 : d_cache.get();
     DeviceBuffer<int32_t> d_tiles(tiles);
@@ -697,17 +699,118 @@ TEST(CudaAttention, LatentAttentionOverFp8CacheMatchesCpu) {
   }
 }
 
-// CudaBackend::attention / latent_attention choose the split launch themselves: a lone decode
-// token of 2000 positions (four partitions) on few heads leaves the device short of work, so with
-// its own position as the bound (an eager step) it splits four ways; with the bound 4095 (a
-// captured step's context limit: eight) eight ways, the blocks past the token's four doing
-// nothing; with no bound it runs unsplit. All give the same bits, and the CPU kernels' result
-// within the kernel tolerance. The MLA call needs larger split states than the GQA one before it,
-// so the backend's buffer grows between them.
-// CudaBackend::latent_attention with prefill attention on bf16 tensor cores: a step of chunks
-// with the host tables runs prefill_latent_attention_mma.h (a DeepSeek-V3 shard's 16 heads, a
-// chunk across positions 260..299 and a decode token of another sequence), within its tolerance
-// of the CPU; without the host tables, the fp32 kernel.
+// A step with prefill attention on tensor cores (the backend given the host tables): its single
+// tokens' rows (row floats a token) the bits of the fp32 kernels' run of the same step (fp32), its
+// runs' rows within the tensor cores' tolerance of the CPU (want) and not the fp32 bits.
+void expect_runs_on_tensor_cores(const Step& st, int64_t row, const std::vector<float>& got,
+                                 const std::vector<float>& fp32, const std::vector<float>& want) {
+  const int64_t T = static_cast<int64_t>(st.pos.size());
+  for (int64_t t = 0; t < T; ++t) {
+    const std::vector<float> g(got.begin() + t * row, got.begin() + (t + 1) * row),
+        f(fp32.begin() + t * row, fp32.begin() + (t + 1) * row),
+        w(want.begin() + t * row, want.begin() + (t + 1) * row);
+    if (!cuda::in_run(st.table_start.data(), T, t)) {
+      EXPECT_TRUE(all_bits_equal(g, f)) << "single token " << t;
+      continue;
+    }
+    EXPECT_TRUE(all_close(g, w, kMmaRel, kMmaAbs)) << "token " << t << " of a run";
+    if (st.pos[t] >= 0) {
+      EXPECT_FALSE(all_bits_equal(g, f)) << "token " << t << " of a run: the fp32 kernels' bits";
+    }
+  }
+}
+
+// The positions of a step's fp32 launch beside tensor-core runs (run_positions.h): the mixed
+// step's tokens in runs (seq 1's and seq 3's chunks, seq 4's chunk and its decode token after it)
+// read -1, the others (seq 0's only token, seq 2's decode token, the padding token) keep theirs;
+// a step of one token keeps it.
+TEST(CudaAttention, SingleTokenPositionsMaskTheRuns) {
+  SHARDLM_REQUIRE_GPU();
+  const Pool pool{16, kSeqLens, 5, 7};
+  for (const Step& st : {mixed_step(pool), make_step(pool, {{2, 99}})}) {
+    const int64_t T = static_cast<int64_t>(st.pos.size());
+    std::vector<int32_t> want(st.pos);
+    int64_t singles = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const bool run = t > 0 && st.table_start[t - 1] == st.table_start[t];
+      const bool next = t + 1 < T && st.table_start[t + 1] == st.table_start[t];
+      EXPECT_EQ(cuda::in_run(st.table_start.data(), T, t), run || next) << t;
+      if (run || next) want[t] = -1;
+      singles += !(run || next);
+    }
+    EXPECT_EQ(singles, T == 1 ? 1 : 3);
+    DeviceBuffer<int32_t> d_pos(st.pos), d_start(st.table_start), d_out(std::vector<int32_t>(T, 7777));
+    cuda::launch_single_token_positions(d_pos.get(), d_start.get(), T, d_out.get(), nullptr);
+    cuda_sync("single_token_positions");
+    EXPECT_EQ(d_out.download(), want);
+  }
+}
+
+// CudaBackend::attention with prefill attention on bf16 tensor cores and the host tables: a step's
+// runs (a 40-token chunk: one query head a tile; a 3-token chunk: its KV head's 4 query heads a
+// tile) on prefill_attention_mma.h, its single tokens (a decode token, a padding token) on the
+// fp32 kernels with the bits the step gets without the host tables (all of it in fp32); in a step
+// of mostly chunks as in one of mostly decode tokens (a 2-token run beside three decode tokens),
+// which the fp32 path runs per token.
+TEST(CudaAttention, BackendRunsGqaChunksOnTensorCoresBesideDecode) {
+  SHARDLM_REQUIRE_GPU();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto backend = make_backend("cuda");
+  auto* gpu = dynamic_cast<CudaBackend*>(backend.get());
+  ASSERT_NE(gpu, nullptr);
+  gpu->set_prefill_attention_bf16(true);
+  const Pool pool(16, {300, 90, 50, 70}, 2, 19);
+  const std::vector<int64_t> slots = pool.all_slots();
+  const int64_t n_write = static_cast<int64_t>(slots.size());
+  const int64_t nh = 8, nkv = 2, hd = 64, row = nkv * hd;
+  const std::vector<float> k = rand_vec(n_write * row, 621), v = rand_vec(n_write * row, 622);
+  std::vector<float> kc(pool.num_blocks * pool.block_size * row, nan), vc(kc.size(), nan);
+  std::vector<float> k_rows(kc.size(), nan), v_rows(kc.size(), nan);
+  cpu::kv_cache_write(k.data(), v.data(), n_write, slots.data(), nkv, hd, pool.block_size, kc.data(), vc.data(),
+                      cpu::CacheElem::F32);
+  row_cache_write(k, v, slots, row, k_rows, v_rows);
+  DeviceBuffer<float> d_kc(k_rows), d_vc(v_rows);
+  DeviceBuffer<int32_t> d_blocks(pool.blocks);
+  std::vector<std::pair<int, int64_t>> chunks;
+  for (int64_t p = 260; p < 300; ++p) chunks.push_back({0, p});
+  chunks.insert(chunks.end(), {{1, 89}, {-1, 0}, {2, 47}, {2, 48}, {2, 49}});
+  const std::vector<std::pair<int, int64_t>> decode = {{0, 299}, {1, 89}, {3, 68}, {3, 69}, {2, 49}};
+  for (const auto& [toks, singles, packed] : {std::tuple{chunks, 2, 1}, std::tuple{decode, 3, 1}}) {
+    const Step st = make_step(pool, toks);
+    const int64_t T = static_cast<int64_t>(st.pos.size());
+    SCOPED_TRACE(testing::Message() << T << " tokens");
+    const std::vector<float> q = rand_vec(T * nh * hd, 623);
+    std::vector<float> want(T * nh * hd);
+    const std::vector<const int32_t*> bt = host_block_table(pool, st);
+    cpu::paged_attention(q.data(), T, nh, nkv, hd, kc.data(), vc.data(), cpu::CacheElem::F32, pool.block_size,
+                         bt.data(), st.pos.data(), 0, 0.125f, want.data());
+    DeviceBuffer<float> d_q(q);
+    DeviceBuffer<int32_t> d_start(st.table_start), d_pos(st.pos);
+    std::vector<float> outs[2];
+    for (bool host : {false, true}) {
+      const BlockTables tables{d_blocks.get(), d_start.get(), host ? pool.blocks.data() : nullptr,
+                               host ? st.table_start.data() : nullptr, 299};
+      DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
+      gpu->attention(d_q.get(), T, nh, nkv, hd, KvCacheRef{d_kc.get(), d_vc.get(), DType::F32}, pool.block_size, tables,
+                     d_pos.get(), 0, 0.125f, d_out.get());
+      EXPECT_EQ(gpu->last_attention_bf16(), host) << "host tables " << host;
+      if (host) {
+        EXPECT_EQ(gpu->last_attention_singles(), singles);
+        EXPECT_EQ(gpu->last_attention_packed_tiles(), packed);
+      }
+      cuda_sync("backend attention");
+      outs[host] = d_out.download();
+    }
+    EXPECT_TRUE(all_close(outs[0], want, kRel, kAbs)) << "fp32 kernels";
+    expect_runs_on_tensor_cores(st, nh * hd, outs[1], outs[0], want);
+  }
+}
+
+// CudaBackend::latent_attention with prefill attention on bf16 tensor cores: with the host tables
+// a step's chunk runs prefill_latent_attention_mma.h (a DeepSeek-V3 shard's 16 heads, a chunk
+// across positions 260..299), within its tolerance of the CPU, and its decode token of another
+// sequence the fp32 kernel, the bits it gets without the host tables (all of the step on the fp32
+// kernel).
 TEST(CudaAttention, BackendRunsMlaPrefillOnTensorCores) {
   SHARDLM_REQUIRE_GPU();
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -733,20 +836,29 @@ TEST(CudaAttention, BackendRunsMlaPrefillOnTensorCores) {
                         st.pos.data(), scale, want.data());
   DeviceBuffer<float> d_cache(cache), d_ql(ql), d_qr(qr);
   DeviceBuffer<int32_t> d_blocks(pool.blocks), d_start(st.table_start), d_pos(st.pos);
-  for (bool host : {true, false}) {
+  std::vector<float> outs[2];
+  for (bool host : {false, true}) {
     const BlockTables tables{d_blocks.get(), d_start.get(), host ? pool.blocks.data() : nullptr,
                              host ? st.table_start.data() : nullptr, 299};
     DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
     gpu->latent_attention(d_ql.get(), d_qr.get(), T, nh, lora, rope, KvCacheRef{d_cache.get(), nullptr, DType::F32},
                           pool.block_size, tables, d_pos.get(), scale, d_out.get());
     EXPECT_EQ(gpu->last_attention_bf16(), host) << "host tables " << host;
+    EXPECT_EQ(gpu->last_attention_singles(), host ? 1 : 0) << "host tables " << host;
     cuda_sync("backend latent attention");
-    EXPECT_TRUE(host ? all_close(d_out.download(), want, kMmaRel, kMmaAbs)
-                     : all_close(d_out.download(), want, kRel, kAbs))
-        << "host tables " << host;
+    outs[host] = d_out.download();
   }
+  EXPECT_TRUE(all_close(outs[0], want, kRel, kAbs)) << "fp32 kernels";
+  expect_runs_on_tensor_cores(st, nh * lora, outs[1], outs[0], want);
 }
 
+// CudaBackend::attention / latent_attention choose the split launch themselves: a lone decode
+// token of 2000 positions (four partitions) on few heads leaves the device short of work, so with
+// its own position as the bound (an eager step) it splits four ways; with the bound 4095 (a
+// captured step's context limit: eight) eight ways, the blocks past the token's four doing
+// nothing; with no bound it runs unsplit. All give the same bits, and the CPU kernels' result
+// within the kernel tolerance. The MLA call needs larger split states than the GQA one before it,
+// so the backend's buffer grows between them.
 TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
   SHARDLM_REQUIRE_GPU();
   const float nan = std::numeric_limits<float>::quiet_NaN();  // unused cache rows: a stray read shows
