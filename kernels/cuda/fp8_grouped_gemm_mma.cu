@@ -84,8 +84,10 @@ __device__ inline void fetch_step(const uint8_t* q, const Fp8GemmTile& t, int n0
 
 __global__ void __launch_bounds__(kThreads, 2)
     fp8_grouped_gemm_mma_kernel(const uint8_t* q, const float* q_scales, int64_t q_scale_ld, const Fp8GemmTile* tiles,
-                                int N, int K, int scale_cols, int row_off, int col_block0, float* y) {
+                                const int32_t* n_tiles, int N, int K, int scale_cols, int row_off, int col_block0,
+                                float* y) {
   extern __shared__ __align__(16) uint8_t smem_fp8[];  // two stages of activations [kBM][kLd], weight [kBN][kLd]
+  if (n_tiles != nullptr && static_cast<int>(blockIdx.x) >= *n_tiles) return;  // a routed launch's surplus
   const Fp8GemmTile t = tiles[blockIdx.x];
   const int n0 = static_cast<int>(blockIdx.y) * kBN, steps = (K + kBK - 1) / kBK;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
@@ -179,6 +181,33 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 }
 
+// The tiles of a routed call from the groups' offsets, in the host's order; one thread (a few
+// hundred groups at most: a rank's local experts).
+__global__ void routed_tiles_kernel(const int32_t* offsets, int64_t G, const RoutedWeight* weights, Fp8GemmTile* tiles,
+                                    int32_t* n_tiles) {
+  int32_t n = 0;
+  for (int64_t g = 0; g < G; ++g) {
+    const int32_t r0 = offsets[g], r1 = offsets[g + 1];
+    for (int32_t m0 = r0; m0 < r1; m0 += kBM)
+      tiles[n++] = Fp8GemmTile{static_cast<const uint8_t*>(weights[g].weight), weights[g].scale_inv, m0,
+                               r1 - m0 < kBM ? r1 - m0 : kBM, 0};
+  }
+  *n_tiles = n;
+}
+
+void launch_gemm(const uint8_t* q, const float* q_scales, int64_t q_scale_ld, const Fp8GemmTile* tiles,
+                 int64_t grid_tiles, const int32_t* n_tiles, const Fp8Weight& shape, float* y, cudaStream_t stream) {
+  const int64_t n_blocks = (shape.N + kBN - 1) / kBN;
+  // Above the default 48 KB the kernel must opt in, once (a failure shows at launch).
+  static const cudaError_t opted = cudaFuncSetAttribute(
+      fp8_grouped_gemm_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+  (void)opted;
+  fp8_grouped_gemm_mma_kernel<<<dim3(static_cast<unsigned>(grid_tiles), static_cast<unsigned>(n_blocks)), kThreads,
+                                kSmemBytes, stream>>>(
+      q, q_scales, q_scale_ld, tiles, n_tiles, static_cast<int>(shape.N), static_cast<int>(shape.K),
+      static_cast<int>(shape.scale_cols), static_cast<int>(shape.row_off), static_cast<int>(shape.col_off / kBK), y);
+}
+
 }  // namespace
 
 bool fp8_grouped_gemm_mma_fits(const Fp8Weight& shape) {
@@ -192,15 +221,20 @@ bool fp8_grouped_gemm_mma_fits(const Fp8Weight& shape) {
 void launch_fp8_grouped_gemm_mma(const uint8_t* q, const float* q_scales, int64_t q_scale_ld, const Fp8GemmTile* tiles,
                                  int64_t n_tiles, const Fp8Weight& shape, float* y, cudaStream_t stream) {
   if (n_tiles <= 0) return;
-  const int64_t n_blocks = (shape.N + kBN - 1) / kBN;
-  // Above the default 48 KB the kernel must opt in, once (a failure shows at launch).
-  static const cudaError_t opted = cudaFuncSetAttribute(
-      fp8_grouped_gemm_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
-  (void)opted;
-  fp8_grouped_gemm_mma_kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(n_blocks)), kThreads,
-                                kSmemBytes, stream>>>(
-      q, q_scales, q_scale_ld, tiles, static_cast<int>(shape.N), static_cast<int>(shape.K),
-      static_cast<int>(shape.scale_cols), static_cast<int>(shape.row_off), static_cast<int>(shape.col_off / kBK), y);
+  launch_gemm(q, q_scales, q_scale_ld, tiles, n_tiles, nullptr, shape, y, stream);
+}
+
+int64_t fp8_routed_gemm_max_tiles(int64_t max_rows, int64_t G) {
+  // Every full tile takes 64 rows; each group adds at most one partial tile.
+  return max_rows / kBM + G;
+}
+
+void launch_fp8_routed_gemm_mma(const uint8_t* q, const float* q_scales, int64_t q_scale_ld, int64_t max_rows,
+                                const int32_t* offsets, int64_t G, const RoutedWeight* weights, const Fp8Weight& shape,
+                                Fp8GemmTile* tiles, int32_t* n_tiles, float* y, cudaStream_t stream) {
+  if (max_rows <= 0 || G <= 0) return;
+  routed_tiles_kernel<<<1, 1, 0, stream>>>(offsets, G, weights, tiles, n_tiles);
+  launch_gemm(q, q_scales, q_scale_ld, tiles, fp8_routed_gemm_max_tiles(max_rows, G), n_tiles, shape, y, stream);
 }
 
 }  // namespace shardlm::cuda

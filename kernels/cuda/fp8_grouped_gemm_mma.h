@@ -49,4 +49,22 @@ bool fp8_grouped_gemm_mma_fits(const Fp8Weight& shape);
 void launch_fp8_grouped_gemm_mma(const uint8_t* q, const float* q_scales, int64_t q_scale_ld, const Fp8GemmTile* tiles,
                                  int64_t n_tiles, const Fp8Weight& shape, float* y, cudaStream_t stream);
 
+// ---- Device-routed grouped call (Mixture-of-Experts steps captured in a CUDA graph) ----
+//
+// The groups' row ranges in device memory (an expert permutation's offsets): a one-block kernel
+// turns them into tiles (as the host builds them: each group's rows from its first, 64 at a
+// time), and the GEMM's grid covers the most tiles max_rows rows in G groups can take, its surplus
+// blocks returning at once. A row gets the bits the host-listed launch gives it.
+
+// Tiles the list must hold for max_rows rows in G groups (the launch's grid).
+int64_t fp8_routed_gemm_max_tiles(int64_t max_rows, int64_t G);
+
+// For g < G: rows [offsets[g], offsets[g + 1]) of y [max_rows, N] from the same rows of q (codes
+// and scales as above, q_scale_ld >= max_rows) times group g's weight (weights[g]: codes and
+// scales, RoutedWeight of rows_matmul.h); rows from offsets[G] (<= max_rows) on are not written.
+// tiles (fp8_routed_gemm_max_tiles entries) and n_tiles (one int) are device workspace.
+void launch_fp8_routed_gemm_mma(const uint8_t* q, const float* q_scales, int64_t q_scale_ld, int64_t max_rows,
+                                const int32_t* offsets, int64_t G, const RoutedWeight* weights, const Fp8Weight& shape,
+                                Fp8GemmTile* tiles, int32_t* n_tiles, float* y, cudaStream_t stream);
+
 }  // namespace shardlm::cuda

@@ -111,6 +111,7 @@ CudaBackend::~CudaBackend() {
   release_w8a8();
   cudaFree(fp8_passes_);
   cudaFree(fp8_gemm_tiles_);
+  cudaFree(routed_gemm_tiles_);
   cudaFree(grouped_ptrs_);
   cudaFree(grouped_out_ws_);
   cudaFree(routed_passes_);

@@ -66,6 +66,8 @@ class CudaBackend final : public ComputeBackend {
   int64_t fp8_grouped_launches() const { return fp8_grouped_calls_; }
   // Grouped W8A8 launches on fp8 tensor cores (grouped_linear's groups past the direct rows) so far.
   int64_t fp8_grouped_gemm_launches() const { return fp8_grouped_gemm_calls_; }
+  // grouped_linear_routed calls on fp8 weights that ran the grouped W8A8 kernel (routed) so far.
+  int64_t fp8_routed_gemm_launches() const { return fp8_routed_gemm_calls_; }
 
   Matrix load_matrix(const TensorView& t) override;
   Vector load_vector(const TensorView& t) override;
@@ -192,6 +194,14 @@ class CudaBackend final : public ComputeBackend {
   // Rows [0, R) of x quantised, then the grouped kernel over `tiles` (rows relative to x and y).
   void run_grouped_gemm_fp8(const float* x, int64_t R, const cuda::Fp8Weight& shape,
                             const std::vector<cuda::Fp8GemmTile>& tiles, float* y);
+  // Rows [0, R) of x [R, K] quantised to e4m3 into the W8A8 workspace: the codes, and *scales
+  // [ceil(K / 128)][R].
+  const uint8_t* quantised_rows(const float* x, int64_t R, int64_t K, const float** scales);
+  // grouped_linear_routed on fp8 weights through the grouped W8A8 kernel's routed launch, where the
+  // rows average more than 16 a group (a large decode batch over few experts) and it runs them;
+  // false (nothing run) otherwise.
+  bool routed_gemm_fp8(const float* x, int64_t max_rows, const int32_t* offsets, const std::vector<const Matrix*>& w,
+                       float* y);
   // grouped_linear() of the `live` groups (ascending) when every one is an F8_E4M3 weight of one
   // block layout: the groups of up to 16 rows in one grouped fp8 launch, each larger one as one W8A8
   // GEMM over its rows rounded up to 4 (cuda_fp8_linear.cpp) or else by linear_fp8. False (nothing
@@ -266,7 +276,9 @@ class CudaBackend final : public ComputeBackend {
   bool grouped_gemm_ = true, grouped_gemm_bad_ = false;  // the grouped W8A8 kernel: wanted, found wrong
   void* fp8_gemm_tiles_ = nullptr;                       // cuda::Fp8GemmTile [fp8_gemm_tiles_n_], device
   size_t fp8_gemm_tiles_n_ = 0;
-  int64_t fp8_grouped_gemm_calls_ = 0;
+  int64_t fp8_grouped_gemm_calls_ = 0, fp8_routed_gemm_calls_ = 0;
+  cuda::Fp8GemmTile* routed_gemm_tiles_ = nullptr;  // the routed tile list, then its count in one more entry
+  size_t routed_gemm_tiles_n_ = 0;
   bool last_fp8_big_grouped_ = false;  // the last grouped_linear_fp8 ran its larger groups in one launch
   int sms_ = 0;                   // multiprocessors of the device
 

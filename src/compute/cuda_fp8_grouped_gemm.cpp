@@ -25,16 +25,23 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
-void CudaBackend::run_grouped_gemm_fp8(const float* x, int64_t R, const cuda::Fp8Weight& shape,
-                                       const std::vector<cuda::Fp8GemmTile>& tiles, float* y) {
-  const int64_t K = shape.K, L = (K + kBlock - 1) / kBlock;
-  const cudaStream_t s = stream_of(stream_);
+const uint8_t* CudaBackend::quantised_rows(const float* x, int64_t R, int64_t K, const float** scales) {
+  const int64_t L = (K + kBlock - 1) / kBlock;
   // The codes, then the scales [L][R] at the next 256-byte boundary.
   const size_t codes = (static_cast<size_t>(R * K) + 255) / 256 * 256;
   uint8_t* ws = grown_workspace(w8a8_ws_, w8a8_ws_n_, codes + static_cast<size_t>(L * R) * sizeof(float), "W8A8");
-  auto* scales = reinterpret_cast<float*>(ws + codes);
-  cuda::launch_fp8_act_quant(x, R, K, ws, scales, R, s);
+  auto* sc = reinterpret_cast<float*>(ws + codes);
+  cuda::launch_fp8_act_quant(x, R, K, ws, sc, R, stream_of(stream_));
   check_launch("fp8_act_quant");
+  *scales = sc;
+  return ws;
+}
+
+void CudaBackend::run_grouped_gemm_fp8(const float* x, int64_t R, const cuda::Fp8Weight& shape,
+                                       const std::vector<cuda::Fp8GemmTile>& tiles, float* y) {
+  const cudaStream_t s = stream_of(stream_);
+  const float* scales = nullptr;
+  const uint8_t* ws = quantised_rows(x, R, shape.K, &scales);
   if (tiles.size() > fp8_gemm_tiles_n_) {
     SHARDLM_CUDA_CHECK(cudaStreamSynchronize(s));  // an earlier launch may still read the old list
     SHARDLM_CUDA_CHECK(cudaFree(fp8_gemm_tiles_));
@@ -71,6 +78,33 @@ bool CudaBackend::grouped_gemm_fp8(const float* x, const std::vector<int64_t>& o
   // them too (their codes are not read).
   run_grouped_gemm_fp8(x + base * shape.K, R, shape, tiles, y + base * shape.N);
   ++fp8_grouped_gemm_calls_;
+  return true;
+}
+
+bool CudaBackend::routed_gemm_fp8(const float* x, int64_t max_rows, const int32_t* offsets,
+                                  const std::vector<const Matrix*>& w, float* y) {
+  const auto G = static_cast<int64_t>(w.size());
+  // At the few rows per expert of a usual decode step the direct kernel reads each weight once
+  // per 8 rows, the traffic a GEMM would have too; past 16 on average the grouped GEMM reads it
+  // once per 64. (A capture never runs the self-check: the step's eager run before it has.)
+  if (!grouped_gemm_ || grouped_gemm_bad_ || max_rows <= 2 * cuda::kFp8MatmulRowsPerPass * G ||
+      (capturing_ && !w8a8_checked_) || !w8a8_ready() || grouped_gemm_bad_)
+    return false;
+  const cuda::Fp8Weight shape = fp8_weight(*w[0]);
+  if (!cuda::fp8_grouped_gemm_mma_fits(shape)) return false;
+  for (const Matrix* m : w)
+    if (!aligned16(m->data)) return false;
+  const float* scales = nullptr;
+  const uint8_t* q = quantised_rows(x, max_rows, shape.K, &scales);
+  const auto tiles = static_cast<size_t>(cuda::fp8_routed_gemm_max_tiles(max_rows, G));
+  // One entry more than the list: the tile count the device writes goes there.
+  cuda::Fp8GemmTile* list = grown_workspace(routed_gemm_tiles_, routed_gemm_tiles_n_, tiles + 1, "routed tile list");
+  auto* count = reinterpret_cast<int32_t*>(list + tiles);
+  cuda::launch_fp8_routed_gemm_mma(q, scales, max_rows, max_rows, offsets, G,
+                                   static_cast<const cuda::RoutedWeight*>(routed_table(w)), shape, list, count, y,
+                                   stream_of(stream_));
+  check_launch("fp8_routed_gemm_mma");
+  ++fp8_routed_gemm_calls_;
   return true;
 }
 

@@ -2,10 +2,13 @@
 // stay on the device (kernels/cuda/rows_matmul.h's routed matmul), so a decode step with MoE
 // layers can be captured in a CUDA graph.
 //
-// Every group runs through the direct kernel whatever its rows: a decode step spreads T * k rows
-// over the experts (DeepSeek-V3 at 256 rows: 2048 rows over 256 experts, 8 on average), where
-// reading each expert's weight once per 8 rows is the traffic a GEMM would have too. A group far
-// past that (few experts, many tokens) rereads its weight once per pass; prefill never comes here.
+// The groups run through the direct kernel: a decode step spreads T * k rows over the experts
+// (DeepSeek-V3 at 256 rows: 2048 rows over 256 experts, 8 on average), where reading each
+// expert's weight once per 8 rows is the traffic a GEMM would have too. Where the rows average
+// more than 16 a group (a large decode batch over a rank's few experts), fp8 weights under W8A8
+// take the grouped W8A8 GEMM's routed launch instead (tiles of 64 rows built on the device), which
+// reads each weight once per 64; bf16 and fp32 weights reread theirs once per pass. Prefill never
+// comes here.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -88,6 +91,8 @@ void CudaBackend::grouped_linear_routed(const float* x, int64_t max_rows, const 
   if (N == 0) return;
   const cuda::RowsWeight format = format_of(dt);
   const cudaStream_t s = stream_of(stream_);
+  // Many rows a group on fp8 weights: the grouped W8A8 GEMM (cuda_fp8_grouped_gemm.cpp).
+  if (format == cuda::RowsWeight::kFp8 && routed_gemm_fp8(x, max_rows, offsets, w, y)) return;
 
   // fp8 and bf16 weights take the activations as bf16, as their GEMMs do; fp32 weights fp32.
   const void* xin = x;

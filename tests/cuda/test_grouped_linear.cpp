@@ -341,5 +341,69 @@ TEST_F(CudaGroupedLinear, RoutedRunsFromDeviceOffsetsAndReplaysInAGraph) {
   }
 }
 
+// grouped_linear_routed on fp8 weights with more than 16 rows a group on average (a large decode
+// batch over few experts): the grouped W8A8 kernel's routed launch, its tiles built on the device.
+// Eager and replayed in a graph after the offsets changed on the device, each row has the bits
+// grouped_linear's grouped W8A8 launch gives it for the same groups (every group here is past 16
+// rows, so all of them go there), and the rows past the groups stay untouched.
+TEST_F(CudaGroupedLinear, RoutedFp8ManyRowsRunTheGroupedW8a8Kernel) {
+  auto* gpu = dynamic_cast<CudaBackend*>(gpu_.get());
+  ASSERT_NE(gpu, nullptr);
+  const int64_t N = 96, K = 256, max_rows = 160, G = 4;
+  const std::vector<std::vector<int32_t>> steps = {{40, 17, 70, 23}, {0, 90, 30, 25}};
+  const std::vector<Matrix> wg = fp8_weights(G, N, K, 9);
+  std::vector<const Matrix*> pg;
+  for (const Matrix& m : wg) pg.push_back(&m);
+  const std::vector<float> x = randn(static_cast<size_t>(max_rows * K), 78, 1.0f);
+  const std::vector<float> fill(static_cast<size_t>(max_rows * N), kUntouched);
+  float* xg = up(*gpu_, x);
+  auto* off_g = static_cast<int32_t*>(gpu_->alloc((G + 1) * sizeof(int32_t)));
+  float* yg = up(*gpu_, fill);
+  float* yl = up(*gpu_, fill);
+  auto offsets_of = [](const std::vector<int32_t>& sizes) {
+    std::vector<int64_t> off{0};
+    for (int32_t n : sizes) off.push_back(off.back() + n);
+    return off;
+  };
+  auto set_offsets = [&](const std::vector<int32_t>& sizes) {
+    const std::vector<int64_t> off = offsets_of(sizes);
+    const std::vector<int32_t> off32(off.begin(), off.end());
+    gpu_->copy_to_device(off_g, off32.data(), off32.size() * sizeof(int32_t));
+    gpu_->copy_to_device(yg, fill.data(), fill.size() * sizeof(float));
+  };
+  auto expect_grouped = [&](const std::vector<int32_t>& sizes, const char* what) {
+    SCOPED_TRACE(what);
+    const std::vector<int64_t> off = offsets_of(sizes);
+    gpu_->copy_to_device(yl, fill.data(), fill.size() * sizeof(float));
+    const int64_t mma = gpu->fp8_grouped_gemm_launches();
+    gpu_->grouped_linear(xg, off, pg, yl);
+    EXPECT_EQ(gpu->fp8_grouped_gemm_launches() - mma, 1);
+    const std::vector<float> got = down(*gpu_, static_cast<const float*>(yg), fill.size());
+    const std::vector<float> want = down(*gpu_, static_cast<const float*>(yl), fill.size());
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+    for (size_t i = static_cast<size_t>(off.back() * N); i < got.size(); ++i) ASSERT_EQ(got[i], kUntouched) << i;
+  };
+  set_offsets(steps[0]);
+  const int64_t routed = gpu->fp8_routed_gemm_launches();
+  gpu_->grouped_linear_routed(xg, max_rows, off_g, pg, yg);  // eager: the self-check, the workspaces
+  EXPECT_EQ(gpu->fp8_routed_gemm_launches() - routed, 1);
+  expect_grouped(steps[0], "eager");
+  gpu_->begin_capture();
+  gpu_->grouped_linear_routed(xg, max_rows, off_g, pg, yg);
+  const int64_t graph = gpu_->end_capture();
+  for (const auto& sizes : steps) {
+    set_offsets(sizes);
+    gpu_->replay(graph);
+    expect_grouped(sizes, "replayed");
+  }
+  gpu_->drop_captures();
+  // At 16 rows a group or fewer on average, the direct kernel's routed launch as before.
+  set_offsets({16, 16, 16, 16});
+  gpu_->grouped_linear_routed(xg, 64, off_g, pg, yg);
+  EXPECT_EQ(gpu->fp8_routed_gemm_launches() - routed, 2);
+  for (void* p : {static_cast<void*>(xg), static_cast<void*>(off_g), static_cast<void*>(yg), static_cast<void*>(yl)})
+    gpu_->free(p);
+}
+
 }  // namespace
 }  // namespace shardlm

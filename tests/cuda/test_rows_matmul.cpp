@@ -9,7 +9,8 @@
 // in device memory (empty groups, more than one block of the pass scan, rows past the groups left
 // alone). The grouped W8A8 GEMM on fp8 tensor cores (kernels/cuda/fp8_grouped_gemm_mma): its
 // m16n8k32 fragment layout exactly, and its groups against the block-scaled sum in double (see
-// check_grouped_gemm). Skipped without a GPU.
+// check_grouped_gemm), its routed launch (tiles built on the device from the groups' offsets) bit
+// for bit the listed one. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -344,6 +345,33 @@ void check_grouped_gemm(const Case& c, const std::vector<int64_t>& sizes, int64_
   test::cuda_sync("fp8_grouped_gemm_mma");
   const std::vector<float> y = dy.download();
   for (int64_t i = 0; i < first * c.N; ++i) ASSERT_EQ(y[i], sentinel) << "row " << i / c.N << " written";
+  {
+    // The routed launch from the same offsets on the device, over 7 rows more than the groups
+    // hold: the listed launch's bits, the rows outside the groups untouched.
+    const int64_t max_rows = R + 7;
+    std::vector<uint8_t> q7(q);
+    q7.resize(static_cast<size_t>(max_rows * c.K), 0);
+    std::vector<float> qs7(static_cast<size_t>(L * max_rows), 1.0f);
+    for (int64_t b = 0; b < L; ++b)
+      for (int64_t r = 0; r < R; ++r) qs7[b * max_rows + r] = qs[b * R + r];
+    std::vector<cuda::RoutedWeight> table;
+    for (const DeviceWeight& w : ws) table.push_back({w.codes.get(), w.scales.get()});
+    const std::vector<int32_t> off32(off.begin(), off.end());
+    const int64_t max_tiles = cuda::fp8_routed_gemm_max_tiles(max_rows, static_cast<int64_t>(sizes.size()));
+    DeviceBuffer<uint8_t> dq7(q7);
+    DeviceBuffer<float> dqs7(qs7), dy7(std::vector<float>(static_cast<size_t>(max_rows * c.N), sentinel));
+    DeviceBuffer<int32_t> doff(off32), dcount(1);
+    DeviceBuffer<cuda::RoutedWeight> dtable(table);
+    DeviceBuffer<cuda::Fp8GemmTile> dtiles(static_cast<size_t>(max_tiles));
+    cuda::launch_fp8_routed_gemm_mma(dq7.get(), dqs7.get(), max_rows, max_rows, doff.get(),
+                                     static_cast<int64_t>(sizes.size()), dtable.get(), ws[0].w, dtiles.get(),
+                                     dcount.get(), dy7.get(), nullptr);
+    test::cuda_sync("fp8_routed_gemm_mma");
+    const std::vector<float> y7 = dy7.download();
+    EXPECT_EQ(dcount.download()[0], static_cast<int32_t>(tiles.size()));
+    ASSERT_EQ(std::memcmp(y7.data(), y.data(), y.size() * sizeof(float)), 0) << "routed against listed";
+    for (size_t i = y.size(); i < y7.size(); ++i) ASSERT_EQ(y7[i], sentinel) << "row " << i / c.N << " written";
+  }
   const int64_t sr = (c.R + c.br - 1) / c.br, sc = (c.C + c.bc - 1) / c.bc;
   for (size_t g = 0; g < sizes.size(); ++g) {
     const Fp8Data& d = data[g];
