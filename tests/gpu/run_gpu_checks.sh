@@ -4,7 +4,8 @@
 # backend (stories260K and the tiny dense, MoE and MLA models; 2 ranks sharing the GPU with
 # --comm mpi and --comm fabric), and the GPU benchmarks (decode and prefill tok/s, cuBLAS GEMM TFLOP/s, sampling
 # us/row, prefill attention on bf16 tensor cores and in fp32, linears on fp8 and bf16 weights, the fp8 model with its weights kept fp8 and dequantised,
-# one DeepSeek-sized MoE layer's grouped expert GEMMs, beside the H200's 4.8 TB/s and
+# one DeepSeek-sized MoE layer's grouped expert GEMMs (fp8: the grouped W8A8 kernel against one
+# cuBLASLt GEMM per expert, beside the fp8 peak), beside the H200's 4.8 TB/s and
 # 989 TFLOP/s, and bench-comm on device buffers).
 #
 #   tests/gpu/run_gpu_checks.sh BUILD_DIR LOG_DIR [SHARED_DIR]
