@@ -50,6 +50,16 @@ __device__ inline void wait_async() {
 #endif
 }
 
+// A warp's accumulator tiles: [row tile][output tile][fragment element].
+__device__ inline void zero(float (&x)[2][4][4]) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[mt][nt][e] = 0.0f;
+}
+
 __device__ inline uint32_t ld32(const uint8_t* p) {
 #if defined(__CUDA_ARCH__)
   return *reinterpret_cast<const uint32_t*>(p);
@@ -94,12 +104,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int wm = warp >> 2, wn = warp & 3;  // the warp's rows 32 wm.., outputs 32 wn.. of the tile
 
   float acc[2][4][4];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+  zero(acc);
 
   fetch_step(q, t, n0, N, K, 0, smem_fp8);
   for (int s = 0; s < steps; ++s) {
@@ -113,12 +118,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     // The block's code products, summed on the tensor cores across its 128 features.
     float part[2][4][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) part[mt][nt][e] = 0.0f;
+    zero(part);
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 32) {
       uint32_t fa[2][4], fb[4][2];

@@ -368,6 +368,21 @@ void CudaBackend::check_launch(const char* op) {
                                                      << ")");
 }
 
+void* CudaBackend::upload_list(void*& buf, size_t& n, const void* host, size_t count, size_t elem) {
+  const cudaStream_t s = stream_of(stream_);
+  if (count > n) {
+    SHARDLM_CUDA_CHECK(cudaStreamSynchronize(s));  // an earlier launch may still read the old list
+    SHARDLM_CUDA_CHECK(cudaFree(buf));
+    buf = nullptr;
+    n = 0;
+    SHARDLM_CUDA_CHECK(cudaMalloc(&buf, count * elem));
+    n = count;
+  }
+  // From pageable memory: returns once the host list is read.
+  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(buf, host, count * elem, cudaMemcpyHostToDevice, s));
+  return buf;
+}
+
 void* CudaBackend::regrow_workspace(void*& ws, size_t bytes) {
   SHARDLM_CUDA_CHECK(cudaStreamSynchronize(stream_of(stream_)));  // the old workspace may still be read
   // A captured graph holds the old pointer: it stays allocated until the graphs are dropped.

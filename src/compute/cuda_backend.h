@@ -208,6 +208,10 @@ class CudaBackend final : public ComputeBackend {
   // run) when the weights differ in layout.
   bool grouped_linear_fp8(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
                           const std::vector<size_t>& live, float* y);
+  // A launch's list (count entries of elem bytes) from host memory into buf, a device buffer of n
+  // entries that only grows (never while capturing): a pageable copy, which returns once the host
+  // list is read; a buffer grown out is freed once the stream is done with it. Returns buf.
+  void* upload_list(void*& buf, size_t& n, const void* host, size_t count, size_t elem);
   // Replaces workspace ws (may be null) with a new one of `bytes`, after the stream has done with
   // the old one; the old one is retired, not freed, while captured graphs may hold it. Not while
   // capturing (nothing may allocate then). Returns the new ws.

@@ -42,19 +42,9 @@ void CudaBackend::run_grouped_gemm_fp8(const float* x, int64_t R, const cuda::Fp
   const cudaStream_t s = stream_of(stream_);
   const float* scales = nullptr;
   const uint8_t* ws = quantised_rows(x, R, shape.K, &scales);
-  if (tiles.size() > fp8_gemm_tiles_n_) {
-    SHARDLM_CUDA_CHECK(cudaStreamSynchronize(s));  // an earlier launch may still read the old list
-    SHARDLM_CUDA_CHECK(cudaFree(fp8_gemm_tiles_));
-    fp8_gemm_tiles_ = nullptr;
-    fp8_gemm_tiles_n_ = 0;
-    SHARDLM_CUDA_CHECK(cudaMalloc(&fp8_gemm_tiles_, tiles.size() * sizeof(cuda::Fp8GemmTile)));
-    fp8_gemm_tiles_n_ = tiles.size();
-  }
-  // From pageable memory: returns once the host list is read.
-  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(fp8_gemm_tiles_, tiles.data(), tiles.size() * sizeof(cuda::Fp8GemmTile),
-                                     cudaMemcpyHostToDevice, s));
-  cuda::launch_fp8_grouped_gemm_mma(ws, scales, R, static_cast<const cuda::Fp8GemmTile*>(fp8_gemm_tiles_),
-                                    static_cast<int64_t>(tiles.size()), shape, y, s);
+  const auto* list = static_cast<const cuda::Fp8GemmTile*>(
+      upload_list(fp8_gemm_tiles_, fp8_gemm_tiles_n_, tiles.data(), tiles.size(), sizeof(cuda::Fp8GemmTile)));
+  cuda::launch_fp8_grouped_gemm_mma(ws, scales, R, list, static_cast<int64_t>(tiles.size()), shape, y, s);
   check_launch("fp8_grouped_gemm_mma");
 }
 

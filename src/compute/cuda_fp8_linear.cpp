@@ -127,21 +127,12 @@ bool CudaBackend::grouped_linear_fp8(const float* x, const std::vector<int64_t>&
       max_rows = std::max(max_rows, static_cast<int>(n));
     }
   }
-  if (passes.size() > fp8_passes_n_) {
-    SHARDLM_CUDA_CHECK(cudaStreamSynchronize(s));  // an earlier launch may still read the old list
-    SHARDLM_CUDA_CHECK(cudaFree(fp8_passes_));
-    fp8_passes_ = nullptr;
-    fp8_passes_n_ = 0;
-    SHARDLM_CUDA_CHECK(cudaMalloc(&fp8_passes_, passes.size() * sizeof(cuda::Fp8MatmulPass)));
-    fp8_passes_n_ = passes.size();
-  }
-  // From pageable memory: returns once the host list is read.
-  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(fp8_passes_, passes.data(), passes.size() * sizeof(cuda::Fp8MatmulPass),
-                                     cudaMemcpyHostToDevice, s));
+  const auto* list = static_cast<const cuda::Fp8MatmulPass*>(
+      upload_list(fp8_passes_, fp8_passes_n_, passes.data(), passes.size(), sizeof(cuda::Fp8MatmulPass)));
   const cuda::Fp8Weight shape = fp8_weight(w0);
   const bool vectorised = aligned && cuda::fp8_matmul_vectorised(shape, xb);
-  cuda::launch_fp8_grouped_matmul(xb, static_cast<const cuda::Fp8MatmulPass*>(fp8_passes_),
-                                  static_cast<int64_t>(passes.size()), max_rows, shape, vectorised, y + base * N, s);
+  cuda::launch_fp8_grouped_matmul(xb, list, static_cast<int64_t>(passes.size()), max_rows, shape, vectorised,
+                                  y + base * N, s);
   check_launch("fp8_grouped_matmul");
   ++fp8_grouped_calls_;
   return true;

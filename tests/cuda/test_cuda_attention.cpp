@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -699,6 +700,14 @@ TEST(CudaAttention, LatentAttentionOverFp8CacheMatchesCpu) {
   }
 }
 
+// A cuda backend with prefill attention on bf16 tensor cores; *gpu its CudaBackend (null if not).
+std::unique_ptr<ComputeBackend> tensor_core_backend(CudaBackend** gpu) {
+  auto backend = make_backend("cuda");
+  *gpu = dynamic_cast<CudaBackend*>(backend.get());
+  if (*gpu != nullptr) (*gpu)->set_prefill_attention_bf16(true);
+  return backend;
+}
+
 // A step with prefill attention on tensor cores (the backend given the host tables): its single
 // tokens' rows (row floats a token) the bits of the fp32 kernels' run of the same step (fp32), its
 // runs' rows within the tensor cores' tolerance of the CPU (want) and not the fp32 bits.
@@ -755,10 +764,9 @@ TEST(CudaAttention, SingleTokenPositionsMaskTheRuns) {
 TEST(CudaAttention, BackendRunsGqaChunksOnTensorCoresBesideDecode) {
   SHARDLM_REQUIRE_GPU();
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  auto backend = make_backend("cuda");
-  auto* gpu = dynamic_cast<CudaBackend*>(backend.get());
+  CudaBackend* gpu = nullptr;
+  const auto backend = tensor_core_backend(&gpu);
   ASSERT_NE(gpu, nullptr);
-  gpu->set_prefill_attention_bf16(true);
   const Pool pool(16, {300, 90, 50, 70}, 2, 19);
   const std::vector<int64_t> slots = pool.all_slots();
   const int64_t n_write = static_cast<int64_t>(slots.size());
@@ -814,10 +822,9 @@ TEST(CudaAttention, BackendRunsGqaChunksOnTensorCoresBesideDecode) {
 TEST(CudaAttention, BackendRunsMlaPrefillOnTensorCores) {
   SHARDLM_REQUIRE_GPU();
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  auto backend = make_backend("cuda");
-  auto* gpu = dynamic_cast<CudaBackend*>(backend.get());
+  CudaBackend* gpu = nullptr;
+  const auto backend = tensor_core_backend(&gpu);
   ASSERT_NE(gpu, nullptr);
-  gpu->set_prefill_attention_bf16(true);
   const Pool pool(16, {300, 90}, 2, 17);
   const std::vector<int64_t> slots = pool.all_slots();
   const int64_t n_write = static_cast<int64_t>(slots.size());
@@ -862,10 +869,9 @@ TEST(CudaAttention, BackendRunsMlaPrefillOnTensorCores) {
 TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
   SHARDLM_REQUIRE_GPU();
   const float nan = std::numeric_limits<float>::quiet_NaN();  // unused cache rows: a stray read shows
-  auto backend = make_backend("cuda");
-  auto* gpu = dynamic_cast<CudaBackend*>(backend.get());
+  CudaBackend* gpu = nullptr;
+  const auto backend = tensor_core_backend(&gpu);  // a decode step stays on the fp32 kernels all the same
   ASSERT_NE(gpu, nullptr);
-  gpu->set_prefill_attention_bf16(true);  // a decode step stays on the fp32 kernels all the same
   const Pool pool(16, {2000}, 2, 11);
   const std::vector<int64_t> slots = pool.all_slots();
   const int64_t n_write = static_cast<int64_t>(slots.size());

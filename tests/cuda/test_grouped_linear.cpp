@@ -140,6 +140,25 @@ class CudaGroupedLinear : public ::testing::Test {
     return wg;
   }
 
+  // call() run eagerly on steps[0] and checked, then captured and replayed for every step, checked
+  // after each (set() puts a step's offsets on the device first).
+  template <class Set, class Call, class Check>
+  void eager_then_replayed(const std::vector<std::vector<int32_t>>& steps, const Set& set, const Call& call,
+                           const Check& check) {
+    set(steps[0]);
+    call();
+    check(steps[0], "eager");
+    gpu_->begin_capture();
+    call();
+    const int64_t graph = gpu_->end_capture();
+    for (const auto& sizes : steps) {
+      set(sizes);
+      gpu_->replay(graph);
+      check(sizes, "replayed");
+    }
+    gpu_->drop_captures();
+  }
+
   CpuBackend cpu_;
   std::unique_ptr<ComputeBackend> gpu_;
   test::WeightStore store_;
@@ -321,21 +340,11 @@ TEST_F(CudaGroupedLinear, RoutedRunsFromDeviceOffsetsAndReplaysInAGraph) {
       gpu_->copy_to_device(yg, fill.data(), fill.size() * sizeof(float));
     };
 
-    set_offsets(steps[0]);
     const int64_t launches = gpu->routed_launches();
-    gpu_->grouped_linear_routed(xg, max_rows, off_g, pg, yg);  // eager: sizes the workspaces
-    EXPECT_EQ(gpu->routed_launches() - launches, 1);
-    expect_per_group(steps[0], "eager");
-
-    gpu_->begin_capture();
-    gpu_->grouped_linear_routed(xg, max_rows, off_g, pg, yg);
-    const int64_t graph = gpu_->end_capture();
-    for (const auto& sizes : steps) {
-      set_offsets(sizes);
-      gpu_->replay(graph);
-      expect_per_group(sizes, "replayed");
-    }
-    gpu_->drop_captures();
+    // The eager call sizes the workspaces; the captured one counts too.
+    eager_then_replayed(
+        steps, set_offsets, [&] { gpu_->grouped_linear_routed(xg, max_rows, off_g, pg, yg); }, expect_per_group);
+    EXPECT_EQ(gpu->routed_launches() - launches, 2);
     for (void* p : {static_cast<void*>(xg), static_cast<void*>(off_g), static_cast<void*>(yg), static_cast<void*>(yl)})
       gpu_->free(p);
   }
@@ -383,20 +392,11 @@ TEST_F(CudaGroupedLinear, RoutedFp8ManyRowsRunTheGroupedW8a8Kernel) {
     ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
     for (size_t i = static_cast<size_t>(off.back() * N); i < got.size(); ++i) ASSERT_EQ(got[i], kUntouched) << i;
   };
-  set_offsets(steps[0]);
   const int64_t routed = gpu->fp8_routed_gemm_launches();
-  gpu_->grouped_linear_routed(xg, max_rows, off_g, pg, yg);  // eager: the self-check, the workspaces
-  EXPECT_EQ(gpu->fp8_routed_gemm_launches() - routed, 1);
-  expect_grouped(steps[0], "eager");
-  gpu_->begin_capture();
-  gpu_->grouped_linear_routed(xg, max_rows, off_g, pg, yg);
-  const int64_t graph = gpu_->end_capture();
-  for (const auto& sizes : steps) {
-    set_offsets(sizes);
-    gpu_->replay(graph);
-    expect_grouped(sizes, "replayed");
-  }
-  gpu_->drop_captures();
+  // The eager call runs the self-check and sizes the workspaces; the captured one counts too.
+  eager_then_replayed(
+      steps, set_offsets, [&] { gpu_->grouped_linear_routed(xg, max_rows, off_g, pg, yg); }, expect_grouped);
+  EXPECT_EQ(gpu->fp8_routed_gemm_launches() - routed, 2);
   // At 16 rows a group or fewer on average, the direct kernel's routed launch as before.
   set_offsets({16, 16, 16, 16});
   gpu_->grouped_linear_routed(xg, 64, off_g, pg, yg);
