@@ -4,6 +4,7 @@
 // tokens, and the split launch for a lone long decode token. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -41,23 +42,40 @@ std::unique_ptr<ComputeBackend> tensor_core_backend(CudaBackend** gpu) {
   return backend;
 }
 
-// A step with prefill attention on tensor cores (the backend given the host tables): its single
-// tokens' rows (row floats a token) the bits of the fp32 kernels' run of the same step (fp32), its
-// runs' rows within the tensor cores' tolerance of the CPU (want) and not the fp32 bits.
-void expect_runs_on_tensor_cores(const Step& st, int64_t row, const std::vector<float>& got,
-                                 const std::vector<float>& fp32, const std::vector<float>& want) {
+// Runs call(tables, out) on a step without the host tables (all of it on the fp32 kernels) and
+// with them (prefill attention on tensor cores: its runs there, its `singles` single tokens on
+// the fp32 kernels). The first must be within the fp32 kernels' tolerance of the CPU (want); in
+// the second, each single token's row (row floats) must have the first's bits, and each run
+// token's be within the tensor cores' tolerance of want and not the fp32 bits.
+template <class Call>
+void check_with_and_without_host_tables(const CudaBackend& gpu, const Pool& pool, const Step& st,
+                                        const int32_t* d_blocks, const int32_t* d_start, int64_t row,
+                                        const std::vector<float>& want, int64_t singles, const Call& call) {
   const int64_t T = static_cast<int64_t>(st.pos.size());
+  const int32_t max_pos = *std::max_element(st.pos.begin(), st.pos.end());
+  std::vector<float> outs[2];
+  for (bool host : {false, true}) {
+    const BlockTables tables{d_blocks, d_start, host ? pool.blocks.data() : nullptr,
+                             host ? st.table_start.data() : nullptr, max_pos};
+    DeviceBuffer<float> d_out(std::vector<float>(want.size(), std::numeric_limits<float>::quiet_NaN()));
+    call(tables, d_out.get());
+    EXPECT_EQ(gpu.last_attention_bf16(), host) << "host tables " << host;
+    EXPECT_EQ(gpu.last_attention_singles(), host ? singles : 0) << "host tables " << host;
+    cuda_sync("backend attention");
+    outs[host] = d_out.download();
+  }
+  EXPECT_TRUE(all_close(outs[0], want, kRel, kAbs)) << "fp32 kernels";
   for (int64_t t = 0; t < T; ++t) {
-    const std::vector<float> g(got.begin() + t * row, got.begin() + (t + 1) * row),
-        f(fp32.begin() + t * row, fp32.begin() + (t + 1) * row),
-        w(want.begin() + t * row, want.begin() + (t + 1) * row);
+    const auto at = [&](const std::vector<float>& v) {
+      return std::vector<float>(v.begin() + t * row, v.begin() + (t + 1) * row);
+    };
     if (!cuda::in_run(st.table_start.data(), T, t)) {
-      EXPECT_TRUE(all_bits_equal(g, f)) << "single token " << t;
+      EXPECT_TRUE(all_bits_equal(at(outs[1]), at(outs[0]))) << "single token " << t;
       continue;
     }
-    EXPECT_TRUE(all_close(g, w, kMmaRel, kMmaAbs)) << "token " << t << " of a run";
+    EXPECT_TRUE(all_close(at(outs[1]), at(want), kMmaRel, kMmaAbs)) << "token " << t << " of a run";
     if (st.pos[t] >= 0) {
-      EXPECT_FALSE(all_bits_equal(g, f)) << "token " << t << " of a run: the fp32 kernels' bits";
+      EXPECT_FALSE(all_bits_equal(at(outs[1]), at(outs[0]))) << "token " << t << " of a run: the fp32 kernels' bits";
     }
   }
 }
@@ -209,23 +227,13 @@ TEST(CudaAttention, BackendRunsGqaChunksOnTensorCoresBesideDecode) {
                          bt.data(), st.pos.data(), 0, 0.125f, want.data());
     DeviceBuffer<float> d_q(q);
     DeviceBuffer<int32_t> d_start(st.table_start), d_pos(st.pos);
-    std::vector<float> outs[2];
-    for (bool host : {false, true}) {
-      const BlockTables tables{d_blocks.get(), d_start.get(), host ? pool.blocks.data() : nullptr,
-                               host ? st.table_start.data() : nullptr, 299};
-      DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
-      gpu->attention(d_q.get(), T, nh, nkv, hd, KvCacheRef{d_kc.get(), d_vc.get(), DType::F32}, pool.block_size, tables,
-                     d_pos.get(), 0, 0.125f, d_out.get());
-      EXPECT_EQ(gpu->last_attention_bf16(), host) << "host tables " << host;
-      if (host) {
-        EXPECT_EQ(gpu->last_attention_singles(), singles);
-        EXPECT_EQ(gpu->last_attention_packed_tiles(), packed);
-      }
-      cuda_sync("backend attention");
-      outs[host] = d_out.download();
-    }
-    EXPECT_TRUE(all_close(outs[0], want, kRel, kAbs)) << "fp32 kernels";
-    expect_runs_on_tensor_cores(st, nh * hd, outs[1], outs[0], want);
+    check_with_and_without_host_tables(*gpu, pool, st, d_blocks.get(), d_start.get(), nh * hd, want, singles,
+                                       [&](const BlockTables& tables, float* out) {
+                                         gpu->attention(d_q.get(), T, nh, nkv, hd,
+                                                        KvCacheRef{d_kc.get(), d_vc.get(), DType::F32}, pool.block_size,
+                                                        tables, d_pos.get(), 0, 0.125f, out);
+                                       });
+    EXPECT_EQ(gpu->last_attention_packed_tiles(), packed);
   }
 }
 
@@ -258,20 +266,11 @@ TEST(CudaAttention, BackendRunsMlaPrefillOnTensorCores) {
                         st.pos.data(), scale, want.data());
   DeviceBuffer<float> d_cache(cache), d_ql(ql), d_qr(qr);
   DeviceBuffer<int32_t> d_blocks(pool.blocks), d_start(st.table_start), d_pos(st.pos);
-  std::vector<float> outs[2];
-  for (bool host : {false, true}) {
-    const BlockTables tables{d_blocks.get(), d_start.get(), host ? pool.blocks.data() : nullptr,
-                             host ? st.table_start.data() : nullptr, 299};
-    DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
-    gpu->latent_attention(d_ql.get(), d_qr.get(), T, nh, lora, rope, KvCacheRef{d_cache.get(), nullptr, DType::F32},
-                          pool.block_size, tables, d_pos.get(), scale, d_out.get());
-    EXPECT_EQ(gpu->last_attention_bf16(), host) << "host tables " << host;
-    EXPECT_EQ(gpu->last_attention_singles(), host ? 1 : 0) << "host tables " << host;
-    cuda_sync("backend latent attention");
-    outs[host] = d_out.download();
-  }
-  EXPECT_TRUE(all_close(outs[0], want, kRel, kAbs)) << "fp32 kernels";
-  expect_runs_on_tensor_cores(st, nh * lora, outs[1], outs[0], want);
+  check_with_and_without_host_tables(
+      *gpu, pool, st, d_blocks.get(), d_start.get(), nh * lora, want, 1, [&](const BlockTables& tables, float* out) {
+        gpu->latent_attention(d_ql.get(), d_qr.get(), T, nh, lora, rope, KvCacheRef{d_cache.get(), nullptr, DType::F32},
+                              pool.block_size, tables, d_pos.get(), scale, out);
+      });
 }
 
 // CudaBackend::attention / latent_attention choose the split launch themselves: a lone decode
