@@ -10,6 +10,7 @@
 // (run_positions.h): a decode token gets the same bits beside chunks as in a decode step.
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <vector>
 
 #include "compute/cuda_backend.h"
@@ -82,13 +83,15 @@ void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t 
     const cuda::PrefillMmaTiles plan =
         cuda::prefill_attention_mma_tiles(tables.host_start, T, n_heads / n_kv_heads, /*singles=*/false);
     if (plan.one_head + plan.packed > 0) {
-      const int32_t* single_pos = single_token_positions(pos, tables, T);
-      if (single_pos != nullptr)
-        attention_fp32(q, T, n_heads, n_kv_heads, head_dim, cache, block_size, tables, single_pos, window, scale,
-                       /*chunk_step=*/false, out);
-      const int64_t parts = single_pos != nullptr ? last_attention_parts_ : 1;
-      attention_bf16(plan, q, n_heads, n_kv_heads, head_dim, cache, block_size, tables, pos, window, scale, out);
-      last_attention_parts_ = parts;
+      split_step(
+          pos, tables, T,
+          [&](const int32_t* single_pos) {
+            attention_fp32(q, T, n_heads, n_kv_heads, head_dim, cache, block_size, tables, single_pos, window, scale,
+                           /*chunk_step=*/false, out);
+          },
+          [&] {
+            attention_bf16(plan, q, n_heads, n_kv_heads, head_dim, cache, block_size, tables, pos, window, scale, out);
+          });
       return;
     }
   }
@@ -122,18 +125,25 @@ void CudaBackend::attention_fp32(const float* q, int64_t T, int64_t n_heads, int
   check_launch("paged_attention");
 }
 
-// The step's positions with its runs' tokens masked to -1 (a device workspace), or null when
-// every token is in a run.
-const int32_t* CudaBackend::single_token_positions(const int32_t* pos, const BlockTables& tables, int64_t T) {
+// A step with runs on tensor cores: its single tokens, if any, first through fp32(positions with
+// the runs' tokens masked to -1, a device workspace), then its runs through tensor_cores(). The
+// last_attention_* figures say both: the fp32 launch's partitions, the single tokens.
+void CudaBackend::split_step(const int32_t* pos, const BlockTables& tables, int64_t T,
+                             const std::function<void(const int32_t*)>& fp32,
+                             const std::function<void()>& tensor_cores) {
   int64_t singles = 0;
   for (int64_t t = 0; t < T; ++t) singles += !cuda::in_run(tables.host_start, T, t);
-  if (singles == 0) return nullptr;
-  int32_t* out = grown_workspace(single_pos_, single_pos_n_, static_cast<size_t>(T), "single-token positions");
-  cuda::launch_single_token_positions(pos, tables.start, T, out, stream_of(stream_));
-  check_launch("single_token_positions");
-  // Set after the decode launch, which clears it.
-  pending_singles_ = singles;
-  return out;
+  int64_t parts = 1;
+  if (singles > 0) {
+    int32_t* masked = grown_workspace(single_pos_, single_pos_n_, static_cast<size_t>(T), "single-token positions");
+    cuda::launch_single_token_positions(pos, tables.start, T, masked, stream_of(stream_));
+    check_launch("single_token_positions");
+    fp32(masked);
+    parts = last_attention_parts_;
+  }
+  tensor_cores();
+  last_attention_parts_ = parts;
+  last_attention_singles_ = singles;
 }
 
 // The tiles of a tensor-core launch on the device: up from pageable memory (the copy returns once
@@ -156,8 +166,6 @@ const int32_t* CudaBackend::upload_attention_tiles(const std::vector<int32_t>& t
   last_attention_parts_ = 1;
   last_attention_tiled_ = true;
   last_attention_bf16_ = true;
-  last_attention_singles_ = pending_singles_;
-  pending_singles_ = 0;
   return attn_tiles_;
 }
 
@@ -207,14 +215,16 @@ void CudaBackend::latent_attention(const float* q_latent, const float* q_rope, i
     const std::vector<int32_t> tiles =
         cuda::prefill_latent_attention_mma_tiles(tables.host_start, T, n_heads, /*singles=*/false);
     if (!tiles.empty()) {
-      const int32_t* single_pos = single_token_positions(pos, tables, T);
-      if (single_pos != nullptr)
-        latent_attention_fp32(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, tables, single_pos,
-                              scale, out);
-      const int64_t parts = single_pos != nullptr ? last_attention_parts_ : 1;
-      latent_attention_bf16(tiles, q_latent, q_rope, n_heads, kv_lora, rope_dim, cache, block_size, tables, pos, scale,
-                            out);
-      last_attention_parts_ = parts;
+      split_step(
+          pos, tables, T,
+          [&](const int32_t* single_pos) {
+            latent_attention_fp32(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, tables,
+                                  single_pos, scale, out);
+          },
+          [&] {
+            latent_attention_bf16(tiles, q_latent, q_rope, n_heads, kv_lora, rope_dim, cache, block_size, tables, pos,
+                                  scale, out);
+          });
       return;
     }
   }

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -172,6 +173,10 @@ class CudaBackend final : public ComputeBackend {
   uint16_t* bf16_workspace(size_t n);             // activations cast for a bf16 GEMM
   // y[M, N] = bf16(x)[M, K] · W^T for bf16 W [N, K] (cuBLAS, fp32 accumulation and output).
   void gemm_bf16(const float* x, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y);
+  // Rows up to which an fp8 weight is read directly (cuda_fp8_linear.cpp): two passes of the direct
+  // kernel, 2 bytes a weight, against the 5 of dequantising it first; past them W8A8 (no GPU
+  // measurement has set it yet: see the benchmark).
+  static constexpr int64_t kFp8DirectRows = 2 * cuda::kFp8MatmulRowsPerPass;
   // The kernels' view of a weight: codes, scales and block geometry of an F8_E4M3 one; N and K of
   // any (cuda_fp8_linear.cpp).
   static cuda::Fp8Weight fp8_weight(const Matrix& w);
@@ -291,9 +296,8 @@ class CudaBackend final : public ComputeBackend {
   // BlockTables::max_pos; its states live in a device buffer that only grows (a grown-out buffer a
   // graph holds is retired, as the workspaces).
   // The fp32 kernels (all of a step, or its single tokens beside runs on tensor cores), the runs of
-  // prefill chunks on tensor cores (set_prefill_attention_bf16) from their tile lists, and the
-  // positions that mask the runs for the fp32 launch (a device workspace; null when the step has
-  // no single token).
+  // prefill chunks on tensor cores (set_prefill_attention_bf16) from their tile lists, and a step
+  // split between them (split_step), with the positions that mask the runs for the fp32 launch.
   void attention_fp32(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                       const KvCacheRef& cache, int64_t block_size, const BlockTables& tables, const int32_t* pos,
                       int64_t window, float scale, bool chunk_step, float* out);
@@ -307,10 +311,11 @@ class CudaBackend final : public ComputeBackend {
                              int64_t n_heads, int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache,
                              int64_t block_size, const BlockTables& tables, const int32_t* pos, float scale,
                              float* out);
-  const int32_t* single_token_positions(const int32_t* pos, const BlockTables& tables, int64_t T);
+  void split_step(const int32_t* pos, const BlockTables& tables, int64_t T,
+                  const std::function<void(const int32_t*)>& fp32, const std::function<void()>& tensor_cores);
   int32_t* single_pos_ = nullptr;
   size_t single_pos_n_ = 0;
-  int64_t pending_singles_ = 0, last_attention_singles_ = 0;
+  int64_t last_attention_singles_ = 0;
   const int32_t* upload_attention_tiles(const std::vector<int32_t>& tiles);
   cuda::AttentionSplit attention_split(int64_t blocks, int64_t T, int64_t n_heads, int64_t width,
                                        const BlockTables& tables, int64_t window);

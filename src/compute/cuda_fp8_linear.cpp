@@ -25,14 +25,6 @@
 
 namespace shardlm {
 
-namespace {
-
-// Rows up to which the fp8 weight is read directly: two passes, 2 bytes a weight, against the
-// 5 bytes a weight of dequantising it first (no GPU measurement has set it yet: see the benchmark).
-constexpr int64_t kFp8DirectRows = 2 * cuda::kFp8MatmulRowsPerPass;
-
-}  // namespace
-
 cuda::Fp8Weight CudaBackend::fp8_weight(const Matrix& w) {
   cuda::Fp8Weight f;
   f.codes = static_cast<const uint8_t*>(w.data);
