@@ -303,7 +303,9 @@ int cmd_run(int argc, char** argv) {
   const std::unordered_set<std::string> done(finished.begin(), finished.end());
   // Replicas claim windows of prompt lines from one queue; every rank takes part in its creation.
   std::unique_ptr<LineQueue> queue;
-  if (layout.engine_groups() > 1) queue = std::make_unique<LineQueue>(kLinesPerClaim);
+  if (layout.engine_groups() > 1) {
+    queue = std::make_unique<LineQueue>(kLinesPerClaim, topo.engine_group(), layout.engine_groups());
+  }
   const Coords& c = topo.coords();
   const auto [first_layer, last_layer] = topo.stage_layers(c.pp);
   ShardPlan plan = ShardPlan::make(spec, c.tp, layout.tp, c.pp, layout.pp, first_layer, last_layer);
@@ -391,6 +393,8 @@ int cmd_run(int argc, char** argv) {
     writer->set_attr("kv_cache_profile_bytes", kv_budget.profile.grew_bytes);
   }
   if (!done.empty()) writer->set_attr("resumed_with_requests", static_cast<int64_t>(done.size()));
+  // How the replicas shared the prompt file: claimed as they went, or in turn (LineQueue).
+  if (queue) writer->set_attr("prompt_line_windows", std::string(queue->on_demand() ? "on-demand" : "round-robin"));
   RunStats stats;  // every replica's requests
   WriterSink writer_sink(*writer, stats, finished);
   Metrics metrics;
