@@ -131,6 +131,9 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
   if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!supported(at) || !supported(bt) || !supported(ct) || compute != CUBLAS_COMPUTE_32F)
     return CUBLAS_STATUS_NOT_SUPPORTED;
+  // bf16 inputs take a bf16 output only: cuBLAS 13.1 on an H200 answered NOT_SUPPORTED to bf16 x
+  // bf16 -> fp32 here (its documented grouped type combinations have C of A's type).
+  if (at == CUDA_R_16BF && ct != CUDA_R_16BF) return CUBLAS_STATUS_NOT_SUPPORTED;
   if (group_count < 0) return CUBLAS_STATUS_INVALID_VALUE;
   struct Problem {
     cublasOperation_t ta, tb;

@@ -236,8 +236,9 @@ TEST_F(CudaBackendOps, Fp8PrefillLinearRunsW8A8) {
           scale = std::max(scale, std::fabs(want));
         }
       // Relative to the sum of the magnitudes: fp32 in the emulation; Hopper's fp8 tensor cores keep
-      // about 14 bits within a 128-feature block before cuBLASLt scales it into fp32.
-      EXPECT_LT(worst, 3e-4) << "W8A8 rows against the block-scaled sum in double";
+      // about 14 bits within a 128-feature block before cuBLASLt scales it into fp32. Measured on an
+      // H200: up to 3.3e-4 (M 17, K 384); a misread scale or layout is off by O(1).
+      EXPECT_LT(worst, 1e-3) << "W8A8 rows against the block-scaled sum in double";
       // The rows past Mq: the direct kernel's, the dequantised weight's to summation order.
       std::vector<float> tail_got(got.begin() + Mq * R, got.end()), tail_bf(bf_out.begin() + Mq * R, bf_out.end());
       if (!tail_bf.empty()) expect_gemm_close(tail_bf, tail_got, 1e-5, "rows past the multiple of 4");

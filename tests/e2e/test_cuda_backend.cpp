@@ -51,6 +51,10 @@ constexpr int kPrompts = 6;
 constexpr int kPrompts = 12;
 #endif
 
+// Two runs of which one rounds its grouped expert GEMMs' outputs to bf16 (cuBLAS's grouped GEMM
+// writes bf16 for bf16 inputs): up to 2^-9 of each expert's output, through the remaining layers.
+constexpr float kBf16OutputLogprobTol = 0.05f;
+
 std::vector<std::string> check_runs(const std::string& model, const std::vector<test::LayoutRun>& runs,
                                     bool long_prompts, const std::string& tag) {
   return test::check_layout_runs(model, runs, long_prompts, tag, "", kPrompts);
@@ -471,7 +475,11 @@ TEST(CudaBackend, Fp8WeightsKeptMatchTheDequantisedOnes) {
     }
     // The MoE model's routed experts: their W8A8 GEMMs in one grouped launch on fp8 tensor cores (the
     // default) against one cuBLASLt GEMM per expert. The same e4m3 activations and scales, the sums
-    // in another order: the greedy tokens agree and their log-probabilities within that rounding.
+    // in another order: the greedy tokens agree, and their log-probabilities within what the order
+    // can move them through the later layers' e4m3 activations, whose codes a last-bit difference
+    // can tip to the next one (2^-3 apart). Measured on an H200, where both accumulate the e4m3
+    // products in the tensor cores' own precision: up to 0.074; W8A8 itself moves these
+    // log-probabilities by up to 0.83 from the bf16 prefill (emulated).
     const bool moe = std::string(config) == "tiny-deepseek-v3";
     EXPECT_EQ(test::H5Reader((d / "w8a8.h5").string()).has_attr("fp8_expert_gemm"), moe);
     if (moe) {
@@ -485,22 +493,36 @@ TEST(CudaBackend, Fp8WeightsKeptMatchTheDequantisedOnes) {
         if (std::stoi(id.substr(1)) % 2) continue;  // the odd prompts sample
         ASSERT_TRUE(g.tokens.count(id)) << id;
         EXPECT_EQ(g.tokens.at(id), toks) << id;
-        EXPECT_NEAR(g.logprobs.at(id).at(0), p.logprobs.at(id).at(0), 1e-2) << id;
+        EXPECT_NEAR(g.logprobs.at(id).at(0), p.logprobs.at(id).at(0), 0.25) << id;
       }
     }
+    // Dequantised at load, the experts' weights are bf16 and go through cuBLAS's grouped GEMM, which
+    // (cuBLAS 13.1) writes bf16 only: their outputs are rounded to bf16 (the run says so), where
+    // the kept weights' larger groups are dequantised for one fp32-output GEMM each. Measured: up to
+    // 0.023 on an H200, 0.022 emulated. Without that rounding, summation order alone.
+    const bool bf16_out = bf16.out.find("it writes bf16 and casts to fp32") != std::string::npos;
+    const float tol = bf16_out ? kBf16OutputLogprobTol : test::kLogprobTol;
     const test::RunOutput a = test::read_run((d / "bf16.h5").string()), b = test::read_run((d / "fp8.h5").string());
     ASSERT_EQ(a.tokens.size(), 8u);
     for (const auto& [id, toks] : a.tokens) {
       ASSERT_TRUE(b.tokens.count(id)) << id;
       EXPECT_EQ(toks, b.tokens.at(id)) << id;
       ASSERT_EQ(a.logprobs.at(id).size(), 1u) << id;
-      EXPECT_NEAR(a.logprobs.at(id)[0], b.logprobs.at(id)[0], test::kLogprobTol) << id;
+      EXPECT_NEAR(a.logprobs.at(id)[0], b.logprobs.at(id)[0], tol) << id;
     }
     const test::H5Reader hb((d / "bf16.h5").string()), hk((d / "fp8.h5").string());
     EXPECT_EQ(hk.string_attr("fp8_weights"), "fp8");
     EXPECT_EQ(hb.string_attr("fp8_weights"), "bf16");
+    // The kept weights leave more memory free, so no smaller a budget; a larger one where the free
+    // memory counts bytes that finely (the emulation): on an H200 the free memory cudaMemGetInfo
+    // reports did not move by tiny-llama's saving of about 180 KB, and both runs got the same
+    // 134537556787 bytes.
+    EXPECT_GE(hk.scalar_attr<int64_t>("kv_cache_budget_bytes", H5T_NATIVE_INT64),
+              hb.scalar_attr<int64_t>("kv_cache_budget_bytes", H5T_NATIVE_INT64));
+#ifdef SHARDLM_EMULATED_BINARY
     EXPECT_GT(hk.scalar_attr<int64_t>("kv_cache_budget_bytes", H5T_NATIVE_INT64),
               hb.scalar_attr<int64_t>("kv_cache_budget_bytes", H5T_NATIVE_INT64));
+#endif
     // Every fp8 linear weight kept takes 1 byte a weight and its block scales 4 bytes each (a scale
     // row padded to a multiple of 4), where
     // bf16 takes 2 bytes a weight: the device's weight bytes differ by that (kv_b_proj is
