@@ -43,10 +43,13 @@ __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&ql)
   detail::warp_state_reset(m, l, acc);
   for (int base = a0; base <= a1; base += kTile) {
     const int cnt = detail::round_count(base, a1);
-    // The whole block stages the round's rows (consecutive threads, consecutive columns of a row).
-    for (int i = threadIdx.x; i < cnt * row; i += blockDim.x) {
-      const int j = i / row, c = i - j * row;
-      sc[i] = kv_load(cache, detail::cache_slot(bt, base + j, block_size) * row + c, fmt.elem, fmt.k_scale);
+    // The whole block stages the round's rows (attention_util.cuh's stage_rows).
+    {
+      const int64_t* slots = detail::round_slots(bt, base, cnt, block_size);
+      float* const dst[1] = {sc};
+      const void* const side[1] = {cache};
+      const float side_scale[1] = {fmt.k_scale};
+      detail::stage_rows<1>(dst, side, side_scale, fmt.elem, slots, cnt, row, 0, row);
     }
     __syncthreads();
     if (active) {

@@ -54,28 +54,94 @@ __device__ inline uint16_t fp32_staged(uint32_t bits) {
   return bf16_bits::from_f32(__int_as_float(static_cast<int>(bits)));
 }
 
-// Elements [i, i + 8) of a cache side as staged, in 16-byte loads (one 8-byte load for fp8): i a
-// multiple of 8 and the side 16-byte aligned. The same bits as stage1 on each element.
-__device__ inline Bf16x8 stage8(const void* side, int64_t i, KvElem elem) {
+// Elements [i, i + 8) of a cache side of format E as they are stored (raw8: one 16-byte load, one
+// 8-byte load for fp8, two 16-byte loads for fp32; i a multiple of 8 and the side 16-byte aligned),
+// and the same as staged (convert8: the bits of stage1 on each element).
+template <KvElem E>
+constexpr int kRawWords = E == KvElem::BF16  ? 4
+                          : E == KvElem::FP8 ? 2
+                                             : 8;
+template <KvElem E>
+__device__ inline void raw8(const void* side, int64_t i, uint32_t (&w)[kRawWords<E>]) {
+  if constexpr (E == KvElem::BF16) {
+    load_words(static_cast<const uint16_t*>(side) + i, w);
+  } else if constexpr (E == KvElem::FP8) {
+    load_words(static_cast<const uint8_t*>(side) + i, w);
+  } else {
+    uint32_t lo[4], hi[4];
+    load_words(static_cast<const float*>(side) + i, lo);
+    load_words(static_cast<const float*>(side) + i + 4, hi);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[k] = lo[k], w[4 + k] = hi[k];
+  }
+}
+template <KvElem E>
+__device__ inline Bf16x8 convert8(const uint32_t (&w)[kRawWords<E>]) {
   Bf16x8 out;
-  if (elem == KvElem::BF16) {
-    load_words(static_cast<const uint16_t*>(side) + i, out.w);
-  } else if (elem == KvElem::FP8) {
-    uint32_t codes[2];
-    load_words(static_cast<const uint8_t*>(side) + i, codes);
+  if constexpr (E == KvElem::BF16) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) out.w[k] = w[k];
+  } else if constexpr (E == KvElem::FP8) {
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      out.w[k] = pack_bits(fp8_staged(codes[k / 2], 2 * (k % 2)), fp8_staged(codes[k / 2], 2 * (k % 2) + 1));
+      out.w[k] = pack_bits(fp8_staged(w[k / 2], 2 * (k % 2)), fp8_staged(w[k / 2], 2 * (k % 2) + 1));
   } else {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      uint32_t x[4];
-      load_words(static_cast<const float*>(side) + i + 4 * h, x);
-      out.w[2 * h] = pack_bits(fp32_staged(x[0]), fp32_staged(x[1]));
-      out.w[2 * h + 1] = pack_bits(fp32_staged(x[2]), fp32_staged(x[3]));
-    }
+    for (int k = 0; k < 4; ++k) out.w[k] = pack_bits(fp32_staged(w[2 * k]), fp32_staged(w[2 * k + 1]));
   }
   return out;
+}
+
+// Stages `items` chunks of 8 elements of each of Sides cache sides of format E: chunk i from
+// element off(i) of every side (off < 0: zeros, nothing read), handed to put(i, chunks[Sides]).
+// Each pass issues the loads of several chunks (about 32 registers of them) before it converts or
+// hands over any: with the stores into shared memory between them, the compiler would otherwise
+// wait for each chunk's load in turn (one memory latency per chunk: the prefill attention kernels
+// ran at 1 to 2% of the H200's bf16 peak so).
+template <KvElem E, int Sides, typename Off, typename Put>
+__device__ inline void stage8_chunks(const void* const (&side)[Sides], int items, Off off, Put put) {
+  constexpr int W = kRawWords<E>;
+  constexpr int kInFlight = 32 / (W * Sides) > 0 ? 32 / (W * Sides) : 1;
+  const int step = static_cast<int>(blockDim.x);
+  for (int i0 = static_cast<int>(threadIdx.x); i0 < items; i0 += kInFlight * step) {
+    uint32_t w[kInFlight][Sides][W];
+#pragma unroll
+    for (int b = 0; b < kInFlight; ++b) {
+      const int i = i0 + b * step;
+      const int64_t o = i < items ? off(i) : -1;
+#pragma unroll
+      for (int s = 0; s < Sides; ++s) {
+        if (o >= 0) {
+          raw8<E>(side[s], o, w[b][s]);
+        } else {
+#pragma unroll
+          for (int k = 0; k < W; ++k) w[b][s][k] = 0u;  // staged as +0
+        }
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kInFlight; ++b) {
+      const int i = i0 + b * step;
+      if (i < items) {
+        Bf16x8 x[Sides];
+#pragma unroll
+        for (int s = 0; s < Sides; ++s) x[s] = convert8<E>(w[b][s]);
+        put(i, x);
+      }
+    }
+  }
+}
+
+// stage8_chunks for a cache of format elem.
+template <int Sides, typename Off, typename Put>
+__device__ inline void stage8_chunks(KvElem elem, const void* const (&side)[Sides], int items, Off off, Put put) {
+  if (elem == KvElem::BF16) {
+    stage8_chunks<KvElem::BF16, Sides>(side, items, off, put);
+  } else if (elem == KvElem::FP8) {
+    stage8_chunks<KvElem::FP8, Sides>(side, items, off, put);
+  } else {
+    stage8_chunks<KvElem::F32, Sides>(side, items, off, put);
+  }
 }
 
 // Element k of eight staged ones.

@@ -89,28 +89,35 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int dt = 0; dt < HDP / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
 
+  // The cache slots of the round's positions, -1 outside the tile's range (never read: zeros).
+  // Written before the barrier that opens the round: the last round's staging has read them.
+  __shared__ int64_t slots[BN];
   for (int base = kv_hi < 0 ? 0 : kv_lo / BN * BN; base <= kv_hi; base += BN) {
-    __syncthreads();  // the queries are staged; the last round's keys and values are read
-    // Positions outside the tile's range are never read (zeros); nor are dims past head_dim.
-    if (vec) {  // 8 dims a thread: one slot lookup and one or two vector loads per side
-      for (int i = threadIdx.x; i < BN * (HDP / 8); i += blockDim.x) {
-        const int j = i / (HDP / 8), d = (i - j * (HDP / 8)) * 8, p = base + j;
-        detail::Bf16x8 kx = {}, vx = {};
-        if (p >= kv_lo && p <= kv_hi && d < hd) {
-          const int64_t off = detail::cache_slot(bt, p, block_size) * slot_elems + kvh * hd + d;
-          kx = detail::stage8(k_cache, off, fmt.elem);
-          vx = detail::stage8(v_cache, off, fmt.elem);
-        }
-        detail::store8(sk + j * L::kK + d, kx);
+    if (threadIdx.x < BN) {
+      const int p = base + static_cast<int>(threadIdx.x);
+      slots[threadIdx.x] = p >= kv_lo && p <= kv_hi ? detail::cache_slot(bt, p, block_size) : -1;
+    }
+    __syncthreads();  // the queries and slots are staged; the last round's keys and values are read
+    // Dims past head_dim are never read (zeros) either.
+    if (vec) {  // 8 dims a chunk, several chunks' loads in flight per thread (mma_stage.cuh)
+      const void* const sides[2] = {k_cache, v_cache};
+      auto off = [&](int i) -> int64_t {
+        const int j = i / (HDP / 8), d = (i - j * (HDP / 8)) * 8;
+        return slots[j] >= 0 && d < hd ? slots[j] * slot_elems + kvh * hd + d : -1;
+      };
+      auto put = [&](int i, const detail::Bf16x8(&x)[2]) {
+        const int j = i / (HDP / 8), d = (i - j * (HDP / 8)) * 8;
+        detail::store8(sk + j * L::kK + d, x[0]);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) sv[(d + e) * L::kV + j] = detail::staged_at(vx, e);
-      }
+        for (int e = 0; e < 8; ++e) sv[(d + e) * L::kV + j] = detail::staged_at(x[1], e);
+      };
+      detail::stage8_chunks<2>(fmt.elem, sides, BN * (HDP / 8), off, put);
     } else {
       for (int i = threadIdx.x; i < BN * HDP; i += blockDim.x) {
-        const int j = i / HDP, d = i - j * HDP, p = base + j;
+        const int j = i / HDP, d = i - j * HDP;
         uint16_t kx = 0, vx = 0;
-        if (p >= kv_lo && p <= kv_hi && d < hd) {
-          const int64_t off = detail::cache_slot(bt, p, block_size) * slot_elems + kvh * hd + d;
+        if (slots[j] >= 0 && d < hd) {
+          const int64_t off = slots[j] * slot_elems + kvh * hd + d;
           kx = detail::stage1(k_cache, off, fmt.elem);
           vx = detail::stage1(v_cache, off, fmt.elem);
         }

@@ -90,30 +90,39 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int k = 0; k < kMaxDt; ++k) o[k][0] = o[k][1] = o[k][2] = o[k][3] = 0.0f;
 
+  // The cache slots of the round's positions, -1 past the tile's last (never read: zeros). Written
+  // before the barrier that opens the round: the last round's staging has read them.
+  __shared__ int64_t slots[kBN];
   for (int base = 0; base <= kv_hi; base += kBN) {
-    __syncthreads();  // the queries are staged; the last round's rows and scores are read
+    if (threadIdx.x < kBN) {
+      const int p = base + static_cast<int>(threadIdx.x);
+      slots[threadIdx.x] = p <= kv_hi ? detail::cache_slot(bt, p, block_size) : -1;
+    }
+    __syncthreads();  // the queries and slots are staged; the last round's rows and scores are read
     // Dim d of a staged row is cache column col(d): the latent part, its padding (none: zeros),
-    // the rope part, its padding. Positions past the tile's last are never read (zeros). The value
-    // is the latent part (zero in its padding).
+    // the rope part, its padding. The value is the latent part (zero in its padding).
     auto col = [&](int d) { return d < L ? d : (d >= geo.lp && d - geo.lp < R ? L + d - geo.lp : -1); };
-    if (vec) {  // 8 dims a thread (L and R multiples of 8: a chunk never straddles a part)
-      for (int i = threadIdx.x; i < kBN * (geo.qk / 8); i += blockDim.x) {
-        const int j = i / (geo.qk / 8), d = (i - j * (geo.qk / 8)) * 8, p = base + j, cd = col(d);
-        detail::Bf16x8 x = {};
-        if (p <= kv_hi && cd >= 0)
-          x = detail::stage8(cache, detail::cache_slot(bt, p, block_size) * row + cd, fmt.elem);
-        detail::store8(sk + j * geo.qs + d, x);
+    if (vec) {  // 8 dims a chunk (L and R multiples of 8: a chunk never straddles a part), several
+                // chunks' loads in flight per thread (mma_stage.cuh)
+      const void* const sides[1] = {cache};
+      auto off = [&](int i) -> int64_t {
+        const int j = i / (geo.qk / 8), cd = col((i - j * (geo.qk / 8)) * 8);
+        return slots[j] >= 0 && cd >= 0 ? slots[j] * row + cd : -1;
+      };
+      auto put = [&](int i, const detail::Bf16x8(&x)[1]) {
+        const int j = i / (geo.qk / 8), d = (i - j * (geo.qk / 8)) * 8;
+        detail::store8(sk + j * geo.qs + d, x[0]);
         if (d < geo.lp) {
 #pragma unroll
-          for (int e = 0; e < 8; ++e) sv[(d + e) * geo.vs + j] = detail::staged_at(x, e);
+          for (int e = 0; e < 8; ++e) sv[(d + e) * geo.vs + j] = detail::staged_at(x[0], e);
         }
-      }
+      };
+      detail::stage8_chunks<1>(fmt.elem, sides, kBN * (geo.qk / 8), off, put);
     } else {
       for (int i = threadIdx.x; i < kBN * geo.qk; i += blockDim.x) {
-        const int j = i / geo.qk, d = i - j * geo.qk, p = base + j, cd = col(d);
+        const int j = i / geo.qk, d = i - j * geo.qk, cd = col(d);
         uint16_t x = 0;
-        if (p <= kv_hi && cd >= 0)
-          x = detail::stage1(cache, detail::cache_slot(bt, p, block_size) * row + cd, fmt.elem);
+        if (slots[j] >= 0 && cd >= 0) x = detail::stage1(cache, slots[j] * row + cd, fmt.elem);
         sk[j * geo.qs + d] = x;
         if (d < geo.lp) sv[d * geo.vs + j] = x;
       }
