@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cuda/cp_async.cuh"
 #include "cuda/mma_fp8.cuh"
 
 namespace shardlm::cuda {
@@ -25,31 +26,6 @@ static_assert(kBM == 64 && kBN == 128, "the warp grid below is 2 x 4 warps of 32
 constexpr int kStageBytes = (kBM + kBN) * kLd;
 constexpr size_t kSmemBytes = 2 * static_cast<size_t>(kStageBytes);
 
-// 16 bytes global -> shared without passing through registers (cp.async, sm_80+), or 16 zero
-// bytes when `full` is false (src-size 0: nothing is read). Over the emulation the copy happens at
-// once, which the waits below make indistinguishable.
-__device__ inline void copy16_async(uint8_t* dst, const uint8_t* src, bool full) {
-#if defined(__CUDA_ARCH__)
-  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(full ? 16 : 0));
-#else
-  if (full)
-    std::memcpy(dst, src, 16);
-  else
-    std::memset(dst, 0, 16);
-#endif
-}
-__device__ inline void commit_async() {
-#if defined(__CUDA_ARCH__)
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-__device__ inline void wait_async() {
-#if defined(__CUDA_ARCH__)
-  asm volatile("cp.async.wait_group 0;\n" ::);
-#endif
-}
-
 // A warp's accumulator tiles: [row tile][output tile][fragment element].
 __device__ inline void zero(float (&x)[2][4][4]) {
 #pragma unroll
@@ -58,16 +34,6 @@ __device__ inline void zero(float (&x)[2][4][4]) {
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) x[mt][nt][e] = 0.0f;
-}
-
-__device__ inline uint32_t ld32(const uint8_t* p) {
-#if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const uint32_t*>(p);
-#else
-  uint32_t w;
-  std::memcpy(&w, p, sizeof w);
-  return w;
-#endif
 }
 
 // A step's operands into a stage (zeros past the tile's rows, past N and past K): chunk i of a
@@ -79,17 +45,18 @@ __device__ inline void fetch_step(const uint8_t* q, const Fp8GemmTile& t, int n0
   for (int i = 0; i < kChunksA; ++i) {
     const int idx = static_cast<int>(threadIdx.x) + kThreads * i, r = idx >> 3, k = k0 + 16 * (idx & 7);
     const bool full = r < t.rows && k < K;
-    copy16_async(stage + r * kLd + 16 * (idx & 7), full ? q + (t.row0 + r) * K + k : q, full);
+    detail::copy16_async(stage + r * kLd + 16 * (idx & 7), full ? q + (t.row0 + r) * K + k : q, full);
   }
   uint8_t* sb = stage + kBM * kLd;
 #pragma unroll
   for (int i = 0; i < kChunksB; ++i) {
     const int idx = static_cast<int>(threadIdx.x) + kThreads * i, n = n0 + (idx >> 3), k = k0 + 16 * (idx & 7);
     const bool full = n < N && k < K;
-    copy16_async(sb + (idx >> 3) * kLd + 16 * (idx & 7), full ? t.codes + static_cast<int64_t>(n) * K + k : t.codes,
-                 full);
+    const auto* codes = static_cast<const uint8_t*>(t.weight);
+    detail::copy16_async(sb + (idx >> 3) * kLd + 16 * (idx & 7), full ? codes + static_cast<int64_t>(n) * K + k : codes,
+                         full);
   }
-  commit_async();
+  detail::commit_async();
 }
 
 __global__ void __launch_bounds__(kThreads, 2)
@@ -110,7 +77,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int s = 0; s < steps; ++s) {
     const uint8_t* sa = smem_fp8 + (s & 1) * kStageBytes;
     const uint8_t* sb = sa + kBM * kLd;
-    wait_async();
+    detail::wait_async();
     // Step s is staged by every thread, and every warp is done with step s - 1, whose stage the
     // next copies overwrite.
     __syncthreads();
@@ -125,16 +92,16 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         const uint8_t* p = sa + (32 * wm + 16 * mt + g) * kLd + kk + 4 * c;
-        fa[mt][0] = ld32(p);
-        fa[mt][1] = ld32(p + 8 * kLd);
-        fa[mt][2] = ld32(p + 16);
-        fa[mt][3] = ld32(p + 8 * kLd + 16);
+        fa[mt][0] = detail::ld_shared32(p);
+        fa[mt][1] = detail::ld_shared32(p + 8 * kLd);
+        fa[mt][2] = detail::ld_shared32(p + 16);
+        fa[mt][3] = detail::ld_shared32(p + 8 * kLd + 16);
       }
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const uint8_t* p = sb + (32 * wn + 8 * nt + g) * kLd + kk + 4 * c;
-        fb[nt][0] = ld32(p);
-        fb[nt][1] = ld32(p + 16);
+        fb[nt][0] = detail::ld_shared32(p);
+        fb[nt][1] = detail::ld_shared32(p + 16);
       }
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
@@ -181,20 +148,6 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 }
 
-// The tiles of a routed call from the groups' offsets, in the host's order; one thread (a few
-// hundred groups at most: a rank's local experts).
-__global__ void routed_tiles_kernel(const int32_t* offsets, int64_t G, const RoutedWeight* weights, Fp8GemmTile* tiles,
-                                    int32_t* n_tiles) {
-  int32_t n = 0;
-  for (int64_t g = 0; g < G; ++g) {
-    const int32_t r0 = offsets[g], r1 = offsets[g + 1];
-    for (int32_t m0 = r0; m0 < r1; m0 += kBM)
-      tiles[n++] = Fp8GemmTile{static_cast<const uint8_t*>(weights[g].weight), weights[g].scale_inv, m0,
-                               r1 - m0 < kBM ? r1 - m0 : kBM, 0};
-  }
-  *n_tiles = n;
-}
-
 void launch_gemm(const uint8_t* q, const float* q_scales, int64_t q_scale_ld, const Fp8GemmTile* tiles,
                  int64_t grid_tiles, const int32_t* n_tiles, const Fp8Weight& shape, float* y, cudaStream_t stream) {
   const int64_t n_blocks = (shape.N + kBN - 1) / kBN;
@@ -224,16 +177,13 @@ void launch_fp8_grouped_gemm_mma(const uint8_t* q, const float* q_scales, int64_
   launch_gemm(q, q_scales, q_scale_ld, tiles, n_tiles, nullptr, shape, y, stream);
 }
 
-int64_t fp8_routed_gemm_max_tiles(int64_t max_rows, int64_t G) {
-  // Every full tile takes 64 rows; each group adds at most one partial tile.
-  return max_rows / kBM + G;
-}
+int64_t fp8_routed_gemm_max_tiles(int64_t max_rows, int64_t G) { return routed_gemm_max_tiles(max_rows, G, kBM); }
 
 void launch_fp8_routed_gemm_mma(const uint8_t* q, const float* q_scales, int64_t q_scale_ld, int64_t max_rows,
                                 const int32_t* offsets, int64_t G, const RoutedWeight* weights, const Fp8Weight& shape,
                                 Fp8GemmTile* tiles, int32_t* n_tiles, float* y, cudaStream_t stream) {
   if (max_rows <= 0 || G <= 0) return;
-  routed_tiles_kernel<<<1, 1, 0, stream>>>(offsets, G, weights, tiles, n_tiles);
+  launch_routed_gemm_tiles(offsets, G, weights, kBM, tiles, n_tiles, stream);
   launch_gemm(q, q_scales, q_scale_ld, tiles, fp8_routed_gemm_max_tiles(max_rows, G), n_tiles, shape, y, stream);
 }
 

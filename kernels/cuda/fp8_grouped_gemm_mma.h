@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "cuda/gemm_tiles.h"
 #include "cuda/rows_matmul.h"
 
 namespace shardlm::cuda {
@@ -28,15 +29,9 @@ namespace shardlm::cuda {
 constexpr int kFp8GemmTileRows = 64;
 constexpr int kFp8GemmTileCols = 128;
 
-// One tile of a grouped call: rows [row0, row0 + rows) of q and y (rows <= kFp8GemmTileRows) times
-// one group's weight (its e4m3 codes [N, K] and block scales).
-struct Fp8GemmTile {
-  const uint8_t* codes;
-  const float* scale_inv;
-  int64_t row0;
-  int32_t rows;
-  int32_t unused;
-};
+// One tile of a grouped call (gemm_tiles.h): rows [row0, row0 + rows) of q and y (rows <=
+// kFp8GemmTileRows) times one group's weight (its e4m3 codes [N, K] and block scales).
+using Fp8GemmTile = GemmTile;
 
 // Whether the kernel takes weights of this shape and scale geometry (`shape`'s codes and
 // scale_inv unused): 128 x 128 blocks, K a multiple of 16, col_off on the block grid, row_off a

@@ -163,7 +163,7 @@ enum Field {
 int cmd_bench_moe(int argc, char** argv) {
   int64_t H = 1024, E = 64, I = 256, k = 8, groups = 8, topk_groups = 4, shared = 1;
   std::string tokens_text = "128,4096", dtype = "bf16", scoring = "sigmoid", backend_name = "cpu", comm_name = "mpi";
-  std::string fp8_prefill = "w8a8", fp8_expert_gemm = "grouped";
+  std::string fp8_prefill = "w8a8", fp8_expert_gemm = "grouped", routed_gemm = "grouped";
   int iters = 10, warmup = 2, threads = 0;
   double timeout = 120, scale = 2.5;
   po::options_description d("shardlm bench-moe options");
@@ -190,7 +190,10 @@ int cmd_bench_moe(int argc, char** argv) {
       "the weight dequantised to bf16 (bf16), as shardlm run")(
       "fp8-expert-gemm", po::value(&fp8_expert_gemm)->default_value(fp8_expert_gemm),
       "with --fp8-prefill w8a8: those groups in one grouped W8A8 launch on fp8 tensor cores (grouped) or one cuBLASLt "
-      "GEMM per expert (per-expert), as shardlm run");
+      "GEMM per expert (per-expert), as shardlm run")(
+      "routed-gemm", po::value(&routed_gemm)->default_value(routed_gemm),
+      "--backend cuda, bf16 experts: the routed GEMMs (a CUDA graph's, from device offsets) of more than 16 rows an "
+      "expert on average in one grouped GEMM on bf16 tensor cores (grouped) or through the direct kernel (direct)");
   po::variables_map vm;
   if (!parse_subcommand(argc, argv, "bench-moe",
                         "mpirun -np EP shardlm bench-moe [--hidden 1024] [--experts 64] [--inter 256] [--top-k 8] "
@@ -204,6 +207,8 @@ int cmd_bench_moe(int argc, char** argv) {
                 "shardlm bench-moe: --fp8-prefill must be w8a8 or bf16, not '" << fp8_prefill << "'");
   SHARDLM_CHECK(fp8_expert_gemm == "grouped" || fp8_expert_gemm == "per-expert",
                 "shardlm bench-moe: --fp8-expert-gemm must be grouped or per-expert, not '" << fp8_expert_gemm << "'");
+  SHARDLM_CHECK(routed_gemm == "grouped" || routed_gemm == "direct",
+                "shardlm bench-moe: --routed-gemm must be grouped or direct, not '" << routed_gemm << "'");
   SHARDLM_CHECK(scoring == "sigmoid" || scoring == "softmax",
                 "shardlm bench-moe: --scoring must be sigmoid or softmax, not '" << scoring << "'");
   SHARDLM_CHECK(H > 0 && E > 0 && I > 0 && k > 0 && k <= E && shared >= 0,
@@ -238,6 +243,7 @@ int cmd_bench_moe(int argc, char** argv) {
   auto backend = make_backend(backend_name);
   backend->set_fp8_w8a8(fp8_prefill == "w8a8");
   backend->set_fp8_grouped_gemm(fp8_expert_gemm == "grouped");
+  backend->set_routed_grouped_gemm(routed_gemm == "grouped");
   ComputeBackend& b = *backend;
   const DType wdt = dtype == "bf16" ? DType::BF16 : dtype == "fp8" ? DType::F8_E4M3 : DType::F32;
   std::vector<std::vector<uint8_t>> store;
@@ -343,6 +349,7 @@ int cmd_bench_moe(int argc, char** argv) {
 
   Scratch scratch(b);
   for (int64_t T : tokens) {
+    std::string routed_path;  // how the routed GEMMs ran at this token count
     std::vector<float> x(static_cast<size_t>(T * H));
     fill_random(x.data(), x.size(), 1000 + static_cast<uint64_t>(rank) * 7919 + static_cast<uint64_t>(T), 1.0f);
     // Activations in backend memory: the input, the output, the shared expert's result, the
@@ -410,6 +417,7 @@ int cmd_bench_moe(int argc, char** argv) {
         b.grouped_linear_routed(gate, R, off_dev, down_w, disp.output());
         b.synchronize();
         routed_s = since(t3);
+        routed_path = b.routed_linear_path();
         for (float* p : {gate, upv}) b.free(p);
         b.free(off_dev);
       }
@@ -522,8 +530,8 @@ int cmd_bench_moe(int argc, char** argv) {
       const double w = per_ns(static_cast<double>(wb[0]), slowest(kRouted));
       std::snprintf(buf, sizeof buf,
                     "the same GEMMs from offsets in device memory (a CUDA graph's decode step): %.1f GFLOP/s; "
-                    "weights read at %.1f GB/s = %.0f%% of %.0f GB/s",
-                    g, w, 100.0 * w / std::max(membw, 1e-9), membw);
+                    "weights read at %.1f GB/s = %.0f%% of %.0f GB/s; %s",
+                    g, w, 100.0 * w / std::max(membw, 1e-9), membw, routed_path.c_str());
       line("routed GEMMs", kRouted, buf);
     }
     if (n > 1) line("(wait)", kWait, "barrier before the combine: the other ranks' longer expert GEMMs");

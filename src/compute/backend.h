@@ -132,6 +132,11 @@ class ComputeBackend {
   // (false). --fp8-expert-gemm; backends that keep no fp8 weights ignore it.
   virtual void set_fp8_grouped_gemm(bool on) {}
   virtual bool fp8_grouped_gemm() const { return false; }
+  // How grouped_linear_routed on bf16 weights runs groups that average more rows than the direct
+  // kernel takes well: in one grouped GEMM on bf16 tensor cores (true) or through the direct kernel
+  // (false, which reads each weight once per 8 rows). bench-moe --routed-gemm; backends without
+  // tensor cores ignore it.
+  virtual void set_routed_grouped_gemm(bool on) {}
   // How the attention of prefill chunks runs: on bf16 tensor cores (true: the query, the keys and
   // values, and the softmax weights rounded to bf16, fp32 accumulation, as the flash attention of
   // GPU engines) or in fp32 (false: the decode kernels' arithmetic). --prefill-attention; backends
@@ -205,8 +210,10 @@ class ComputeBackend {
   // expert), fp8 codes with the bits linear() gives a row of up to 16.
   virtual void grouped_linear_routed(const float* x, int64_t max_rows, const int32_t* offsets,
                                      const std::vector<const Matrix*>& w, float* y);
-  // How grouped_linear runs here, in a few words (benchmark headers).
+  // How grouped_linear runs here, in a few words (benchmark headers), and the last
+  // grouped_linear_routed.
   virtual std::string grouped_linear_path() const { return "one linear per group"; }
+  virtual std::string routed_linear_path() const { return "the offsets read back, then grouped_linear"; }
   // Rows a grouped_linear call should take at most (callers bound their scratch with it): 0 when
   // grouping gains nothing here and smaller calls keep the data in cache (the default).
   virtual int64_t grouped_linear_rows() const { return 0; }

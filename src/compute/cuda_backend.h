@@ -69,6 +69,8 @@ class CudaBackend final : public ComputeBackend {
   int64_t fp8_grouped_gemm_launches() const { return fp8_grouped_gemm_calls_; }
   // grouped_linear_routed calls on fp8 weights that ran the grouped W8A8 kernel (routed) so far.
   int64_t fp8_routed_gemm_launches() const { return fp8_routed_gemm_calls_; }
+  // grouped_linear_routed calls on bf16 weights that ran the grouped bf16 GEMM so far.
+  int64_t bf16_routed_gemm_launches() const { return bf16_routed_gemm_calls_; }
 
   Matrix load_matrix(const TensorView& t) override;
   Vector load_vector(const TensorView& t) override;
@@ -83,6 +85,7 @@ class CudaBackend final : public ComputeBackend {
   void set_fp8_grouped_gemm(bool on) override { grouped_gemm_ = on; }
   // Off also once the W8A8 self-check found the grouped kernel wrong.
   bool fp8_grouped_gemm() const override { return grouped_gemm_ && !grouped_gemm_bad_; }
+  void set_routed_grouped_gemm(bool on) override { routed_grouped_ = on; }
   void set_prefill_attention_bf16(bool on) override { attn_bf16_ = on; }
   bool prefill_attention_bf16() const override { return attn_bf16_; }
 
@@ -117,6 +120,7 @@ class CudaBackend final : public ComputeBackend {
   void grouped_linear(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
                       float* y) override;
   std::string grouped_linear_path() const override;
+  std::string routed_linear_path() const override { return last_routed_; }
   // Blocks per (token, head group) the last attention or latent_attention call launched along
   // its positions: 1 unsplit, else the split's partitions (cuda_attention.cpp).
   int64_t last_attention_parts() const override { return last_attention_parts_; }
@@ -207,6 +211,14 @@ class CudaBackend final : public ComputeBackend {
   // false (nothing run) otherwise.
   bool routed_gemm_fp8(const float* x, int64_t max_rows, const int32_t* offsets, const std::vector<const Matrix*>& w,
                        float* y);
+  // The same on bf16 weights through the grouped bf16 GEMM (kernels/cuda/bf16_grouped_gemm_mma.h,
+  // cuda_bf16_grouped_gemm.cpp); false (nothing run) where the rows average 16 a group or fewer,
+  // it is off, or the weights do not meet its terms.
+  bool routed_gemm_bf16(const float* x, int64_t max_rows, const int32_t* offsets, const std::vector<const Matrix*>& w,
+                        float* y);
+  // The tile list of a routed grouped GEMM (fp8 or bf16) for max_rows rows in G groups, with one
+  // entry more for the tile count the device writes (*count).
+  cuda::GemmTile* routed_tile_list(int64_t tiles, int32_t** count);
   // grouped_linear() of the `live` groups (ascending) when every one is an F8_E4M3 weight of one
   // block layout: the groups of up to 16 rows in one grouped fp8 launch, each larger one as one W8A8
   // GEMM over its rows rounded up to 4 (cuda_fp8_linear.cpp) or else by linear_fp8. False (nothing
@@ -286,7 +298,7 @@ class CudaBackend final : public ComputeBackend {
   void* fp8_gemm_tiles_ = nullptr;                       // cuda::Fp8GemmTile [fp8_gemm_tiles_n_], device
   size_t fp8_gemm_tiles_n_ = 0;
   int64_t fp8_grouped_gemm_calls_ = 0, fp8_routed_gemm_calls_ = 0;
-  cuda::Fp8GemmTile* routed_gemm_tiles_ = nullptr;  // the routed tile list, then its count in one more entry
+  cuda::GemmTile* routed_gemm_tiles_ = nullptr;  // the routed tile list, then its count in one more entry
   size_t routed_gemm_tiles_n_ = 0;
   bool last_fp8_big_grouped_ = false;  // the last grouped_linear_fp8 ran its larger groups in one launch
   int sms_ = 0;                   // multiprocessors of the device
@@ -359,6 +371,9 @@ class CudaBackend final : public ComputeBackend {
   cuda::Fp8MatmulPass* routed_passes_ = nullptr;  // the list, then the count in one more entry
   size_t routed_passes_n_ = 0;
   int64_t routed_launches_ = 0;
+  bool routed_grouped_ = true;  // set_routed_grouped_gemm
+  int64_t bf16_routed_gemm_calls_ = 0;
+  std::string last_routed_ = "none yet";  // routed_linear_path
   std::map<std::tuple<int64_t, int64_t, bool>, GroupedPath> grouped_paths_;
   GroupedPath last_grouped_ = GroupedPath::kPerGroup;
   void** grouped_ptrs_ = nullptr;

@@ -86,10 +86,8 @@ bool CudaBackend::routed_gemm_fp8(const float* x, int64_t max_rows, const int32_
     if (!aligned16(m->data)) return false;
   const float* scales = nullptr;
   const uint8_t* q = quantised_rows(x, max_rows, shape.K, &scales);
-  const auto tiles = static_cast<size_t>(cuda::fp8_routed_gemm_max_tiles(max_rows, G));
-  // One entry more than the list: the tile count the device writes goes there.
-  cuda::Fp8GemmTile* list = grown_workspace(routed_gemm_tiles_, routed_gemm_tiles_n_, tiles + 1, "routed tile list");
-  auto* count = reinterpret_cast<int32_t*>(list + tiles);
+  int32_t* count = nullptr;
+  cuda::Fp8GemmTile* list = routed_tile_list(cuda::fp8_routed_gemm_max_tiles(max_rows, G), &count);
   cuda::launch_fp8_routed_gemm_mma(q, scales, max_rows, max_rows, offsets, G,
                                    static_cast<const cuda::RoutedWeight*>(routed_table(w)), shape, list, count, y,
                                    stream_of(stream_));

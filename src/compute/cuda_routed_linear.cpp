@@ -6,9 +6,9 @@
 // (DeepSeek-V3 at 256 rows: 2048 rows over 256 experts, 8 on average), where reading each
 // expert's weight once per 8 rows is the traffic a GEMM would have too. Where the rows average
 // more than 16 a group (a large decode batch over a rank's few experts), fp8 weights under W8A8
-// take the grouped W8A8 GEMM's routed launch instead (tiles of 64 rows built on the device), which
-// reads each weight once per 64; bf16 and fp32 weights reread theirs once per pass. Prefill never
-// comes here.
+// take the grouped W8A8 GEMM's routed launch instead (tiles of 64 rows built on the device), and
+// bf16 weights the grouped bf16 GEMM's, each reading a weight once per 64 rows; fp32 weights
+// reread theirs once per pass. Prefill never comes here.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -91,8 +91,17 @@ void CudaBackend::grouped_linear_routed(const float* x, int64_t max_rows, const 
   if (N == 0) return;
   const cuda::RowsWeight format = format_of(dt);
   const cudaStream_t s = stream_of(stream_);
-  // Many rows a group on fp8 weights: the grouped W8A8 GEMM (cuda_fp8_grouped_gemm.cpp).
-  if (format == cuda::RowsWeight::kFp8 && routed_gemm_fp8(x, max_rows, offsets, w, y)) return;
+  // Many rows a group: the grouped W8A8 GEMM on fp8 weights (cuda_fp8_grouped_gemm.cpp), the
+  // grouped bf16 GEMM on bf16 ones (cuda_bf16_grouped_gemm.cpp).
+  if (format == cuda::RowsWeight::kFp8 && routed_gemm_fp8(x, max_rows, offsets, w, y)) {
+    last_routed_ = "one grouped W8A8 GEMM on fp8 tensor cores, tiles of 64 rows listed on the device";
+    return;
+  }
+  if (format == cuda::RowsWeight::kBf16 && routed_gemm_bf16(x, max_rows, offsets, w, y)) {
+    last_routed_ = "one grouped bf16 GEMM on bf16 tensor cores, tiles of 64 rows listed on the device";
+    return;
+  }
+  last_routed_ = "the direct kernel, 8 rows of a group a pass";
 
   // fp8 and bf16 weights take the activations as bf16, as their GEMMs do; fp32 weights fp32.
   const void* xin = x;

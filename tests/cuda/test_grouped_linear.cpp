@@ -405,5 +405,74 @@ TEST_F(CudaGroupedLinear, RoutedFp8ManyRowsRunTheGroupedW8a8Kernel) {
     gpu_->free(p);
 }
 
+// grouped_linear_routed on bf16 weights with more than 16 rows a group on average: one grouped GEMM
+// on bf16 tensor cores from tiles listed on the device (kernels/cuda/bf16_grouped_gemm_mma.h),
+// eager and replayed in a graph after the offsets changed on the device. Each row equals linear()
+// per group (cuBLAS, fp32 output) to summation order, and the direct kernel's result (with the
+// grouped GEMM off, as bench-moe --routed-gemm direct) likewise; the rows past the groups stay
+// untouched. At 16 rows a group or fewer on average the direct kernel runs.
+TEST_F(CudaGroupedLinear, RoutedBf16ManyRowsRunTheGroupedGemm) {
+  auto* gpu = dynamic_cast<CudaBackend*>(gpu_.get());
+  ASSERT_NE(gpu, nullptr);
+  const int64_t N = 200, K = 264, max_rows = 170, G = 4;  // N and K off the kernel's tiles and steps
+  const std::vector<std::vector<int32_t>> steps = {{40, 17, 70, 23}, {0, 90, 30, 25}, {1, 0, 65, 66}};
+  std::vector<Matrix> wg;
+  for (uint32_t g = 0; g < G; ++g) wg.push_back(weight(DType::BF16, N, K, 500 + g).second);
+  std::vector<const Matrix*> pg;
+  for (const Matrix& m : wg) pg.push_back(&m);
+  const std::vector<float> x = randn(static_cast<size_t>(max_rows * K), 79, 1.0f);
+  const std::vector<float> fill(static_cast<size_t>(max_rows * N), kUntouched);
+  float* xg = up(*gpu_, x);
+  auto* off_g = static_cast<int32_t*>(gpu_->alloc((G + 1) * sizeof(int32_t)));
+  float* yg = up(*gpu_, fill);
+  float* yl = up(*gpu_, fill);
+  auto offsets_of = [](const std::vector<int32_t>& sizes) {
+    std::vector<int32_t> off{0};
+    for (int32_t n : sizes) off.push_back(off.back() + n);
+    return off;
+  };
+  auto set_offsets = [&](const std::vector<int32_t>& sizes) {
+    const std::vector<int32_t> off = offsets_of(sizes);
+    gpu_->copy_to_device(off_g, off.data(), off.size() * sizeof(int32_t));
+    gpu_->copy_to_device(yg, fill.data(), fill.size() * sizeof(float));
+  };
+  auto expect_per_group = [&](const std::vector<int32_t>& sizes, const char* what) {
+    SCOPED_TRACE(what);
+    const std::vector<int32_t> off = offsets_of(sizes);
+    gpu_->copy_to_device(yl, fill.data(), fill.size() * sizeof(float));
+    for (size_t g = 0; g < sizes.size(); ++g)
+      if (sizes[g] > 0) gpu_->linear(xg + off[g] * K, sizes[g], wg[g], nullptr, yl + off[g] * N);
+    const std::vector<float> got = down(*gpu_, static_cast<const float*>(yg), fill.size());
+    const std::vector<float> want = down(*gpu_, static_cast<const float*>(yl), fill.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (i >= static_cast<size_t>(off.back() * N))
+        ASSERT_EQ(got[i], kUntouched) << "element " << i;
+      else
+        ASSERT_NEAR(got[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-5) << "element " << i;
+    }
+  };
+  const int64_t mma = gpu->bf16_routed_gemm_launches();
+  eager_then_replayed(
+      steps, set_offsets, [&] { gpu_->grouped_linear_routed(xg, max_rows, off_g, pg, yg); }, expect_per_group);
+  EXPECT_EQ(gpu->bf16_routed_gemm_launches() - mma, 2);
+  EXPECT_NE(gpu->routed_linear_path().find("grouped bf16 GEMM on bf16 tensor cores"), std::string::npos)
+      << gpu->routed_linear_path();
+  // Off: the direct kernel, the same values to summation order.
+  gpu->set_routed_grouped_gemm(false);
+  set_offsets(steps[0]);
+  gpu_->grouped_linear_routed(xg, max_rows, off_g, pg, yg);
+  expect_per_group(steps[0], "direct kernel");
+  EXPECT_EQ(gpu->bf16_routed_gemm_launches() - mma, 2);
+  EXPECT_NE(gpu->routed_linear_path().find("direct kernel"), std::string::npos) << gpu->routed_linear_path();
+  gpu->set_routed_grouped_gemm(true);
+  // At 16 rows a group or fewer on average, the direct kernel.
+  set_offsets({16, 16, 16, 16});
+  gpu_->grouped_linear_routed(xg, 64, off_g, pg, yg);
+  expect_per_group({16, 16, 16, 16}, "16 rows a group");
+  EXPECT_EQ(gpu->bf16_routed_gemm_launches() - mma, 2);
+  for (void* p : {static_cast<void*>(xg), static_cast<void*>(off_g), static_cast<void*>(yg), static_cast<void*>(yl)})
+    gpu_->free(p);
+}
+
 }  // namespace
 }  // namespace shardlm

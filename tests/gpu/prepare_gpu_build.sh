@@ -13,6 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 shared=${1:-../shared}
 targets=(shardlm test_cuda_model_kernels test_cuda_attention test_cuda_attention_backend test_moe_kernels test_sampling_kernels test_rows_matmul
+         test_bf16_grouped_gemm
          test_cuda_backend_ops test_grouped_linear test_comm_staged test_comm_nccl_bootstrap test_cuda_backend)
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSHARDLM_REQUIRE_CUDA=ON >/dev/null
 cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}"

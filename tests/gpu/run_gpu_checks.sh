@@ -5,7 +5,8 @@
 # --comm mpi and --comm fabric), and the GPU benchmarks (decode and prefill tok/s, cuBLAS GEMM TFLOP/s, sampling
 # us/row, prefill attention on bf16 tensor cores and in fp32, linears on fp8 and bf16 weights, the fp8 model with its weights kept fp8 and dequantised,
 # one DeepSeek-sized MoE layer's grouped expert GEMMs (fp8: the grouped W8A8 kernel against one
-# cuBLASLt GEMM per expert, beside the fp8 peak), beside the H200's 4.8 TB/s and
+# cuBLASLt GEMM per expert, beside the fp8 peak; bf16: a graph's routed GEMMs on tensor cores
+# against the direct kernel), beside the H200's 4.8 TB/s and
 # 989 TFLOP/s, and bench-comm on device buffers).
 #
 #   tests/gpu/run_gpu_checks.sh BUILD_DIR LOG_DIR [SHARED_DIR]
@@ -115,9 +116,13 @@ for form in w8a8 w8a8-per-expert bf16; do
     --experts 32 --inter 2048 --top-k 8 --groups 8 --topk-groups 4 --shared 1 --tokens 16,128,1024,4096 --iters 10 \
     --warmup 2
 done
-#    The same layer in bf16.
+#    The same layer in bf16; its routed GEMMs (a CUDA graph's) past 16 rows an expert in one grouped
+#    GEMM on bf16 tensor cores, then through the direct kernel (--routed-gemm direct): the "routed
+#    GEMMs" lines of the two are that kernel's before/after.
 run bench-moe "$build/shardlm" bench-moe --backend cuda --hidden 7168 --experts 32 --inter 2048 --top-k 8 \
   --groups 8 --topk-groups 4 --shared 1 --tokens 16,128,1024,4096 --iters 10 --warmup 2
+run bench-moe-routed-direct "$build/shardlm" bench-moe --backend cuda --hidden 7168 --experts 32 --inter 2048 \
+  --top-k 8 --groups 8 --topk-groups 4 --shared 1 --tokens 128,1024 --iters 5 --warmup 1 --routed-gemm direct
 # 5. Prefill again with its attention in fp32 (--prefill-attention fp32: the CUDA-core kernels)
 #    beside step 3's bf16 tensor cores (auto on a bf16 checkpoint): the prefill tok/s of the two.
 #    (Step 3's "attention prefill" lines time both kernels on the attention alone.)

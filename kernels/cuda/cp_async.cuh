@@ -1,0 +1,52 @@
+// Global -> shared copies that bypass the registers (cp.async, sm_80 and later), for the GEMM
+// kernels' two-stage pipelines: a step's operands are copied while the previous step's products
+// run. Over the emulated runtime a copy happens at once, which the waits make indistinguishable.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace shardlm::cuda::detail {
+
+// 16 bytes from src to dst (shared memory, 16-byte aligned), or 16 zero bytes when `full` is
+// false (src-size 0: nothing is read; src must still be a valid address).
+__device__ inline void copy16_async(void* dst, const void* src, bool full) {
+#if defined(__CUDA_ARCH__)
+  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(full ? 16 : 0));
+#else
+  if (full)
+    std::memcpy(dst, src, 16);
+  else
+    std::memset(dst, 0, 16);
+#endif
+}
+
+// Closes the group of copies issued since the last commit.
+__device__ inline void commit_async() {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+// Waits for every committed group of this thread (a barrier then makes them the block's).
+__device__ inline void wait_async() {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.wait_group 0;\n" ::);
+#endif
+}
+
+// A 32-bit word of shared memory at p (4-byte aligned): two bf16 or four e4m3 of a fragment.
+__device__ inline uint32_t ld_shared32(const void* p) {
+#if defined(__CUDA_ARCH__)
+  return *static_cast<const uint32_t*>(p);
+#else
+  uint32_t w;
+  std::memcpy(&w, p, sizeof w);
+  return w;
+#endif
+}
+
+}  // namespace shardlm::cuda::detail
