@@ -348,8 +348,9 @@ int cmd_bench_moe(int argc, char** argv) {
   }
 
   Scratch scratch(b);
+  std::string expert_path;  // how the expert GEMMs ran (the last token count's, for the footer)
   for (int64_t T : tokens) {
-    std::string routed_path;  // how the routed GEMMs ran at this token count
+    std::string routed_path, gemm_path;  // how the routed and the expert GEMMs ran at this token count
     std::vector<float> x(static_cast<size_t>(T * H));
     fill_random(x.data(), x.size(), 1000 + static_cast<uint64_t>(rank) * 7919 + static_cast<uint64_t>(T), 1.0f);
     // Activations in backend memory: the input, the output, the shared expert's result, the
@@ -385,6 +386,8 @@ int cmd_bench_moe(int argc, char** argv) {
       run_experts(scratch, experts, I, H, disp.input(), disp.offsets(), disp.output());
       b.synchronize();
       const double gemm_s = since(t1);
+      // Before the shared expert's GEMMs (one group) change what the backend last ran.
+      if (disp.rows() > 0) gemm_path = b.grouped_linear_path();
       // Ranks finish their experts at different times (uneven rows per rank); wait here so that
       // the combine's time is its own and the imbalance shows as the wait.
       const auto tw = Clock::now();
@@ -477,7 +480,7 @@ int cmd_bench_moe(int argc, char** argv) {
                   detail.c_str());
     };
     auto per_ns = [](double amount, int64_t ns) { return ns > 0 ? amount / static_cast<double>(ns) : 0.0; };
-    char buf[512];
+    char buf[1024];
     line("route", kRoute, "router GEMM + top-k, ids and weights to the host");
     // Dispatch / combine: mean bytes a rank sends to its peers; the slowest rank's rate.
     auto rate = [&](int bytes_field, int time_field) {
@@ -521,10 +524,11 @@ int cmd_bench_moe(int argc, char** argv) {
     std::snprintf(buf, sizeof buf,
                   "%" PRId64 " rows/rank (min %" PRId64 ", max %" PRId64
                   "), %.1f GFLOP/s on the slowest rank%s; "
-                  "its experts' weights read at %.1f GB/s = %.0f%% of %.0f GB/s",
+                  "its experts' weights read at %.1f GB/s = %.0f%% of %.0f GB/s%s%s",
                   rsum / n, rmin, rmax, worst_gflops, of_peak, worst_gbs, 100.0 * worst_gbs / std::max(membw, 1e-9),
-                  membw);
+                  membw, gemm_path.empty() ? "" : "; ", gemm_path.c_str());
     line("expert GEMMs", kGemm, buf);
+    if (!gemm_path.empty()) expert_path = gemm_path;
     if (n == 1 && rw[0] > 0) {
       const double g = per_ns(6.0 * static_cast<double>(rw[0] * H * I), slowest(kRouted));
       const double w = per_ns(static_cast<double>(wb[0]), slowest(kRouted));
@@ -552,7 +556,8 @@ int cmd_bench_moe(int argc, char** argv) {
   }
   if (rank == 0) {
     // Said after the runs: a backend may change path on its first grouped GEMM (cuBLAS refusing a type).
-    std::printf("# expert GEMMs ran as: %s\n", b.grouped_linear_path().c_str());
+    // The routed experts' path, which the shared expert's GEMMs (one group) would hide.
+    std::printf("# expert GEMMs ran as: %s\n", expert_path.empty() ? "(no rows)" : expert_path.c_str());
     std::printf("#\n# published, for context (DeepSeek-V3 size: hidden 7168, FP8 dispatch / BF16 combine, GPUs):\n"
                 "#   Perplexity, 8x H200 over NVLink, EP8, 128 tokens: dispatch ~50 us, combine ~64 us\n"
                 "#   Perplexity, EP16 over EFA: dispatch ~215 us, combine ~242 us\n"

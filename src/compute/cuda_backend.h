@@ -181,6 +181,12 @@ class CudaBackend final : public ComputeBackend {
   // kernel, 2 bytes a weight, against the 5 of dequantising it first; past them W8A8 (no GPU
   // measurement has set it yet: see the benchmark).
   static constexpr int64_t kFp8DirectRows = 2 * cuda::kFp8MatmulRowsPerPass;
+  // Rows a group on average up to which grouped_linear runs the fp8 groups past the direct rows in
+  // one grouped W8A8 launch (cuda_fp8_grouped_gemm.cpp); more go one cuBLASLt GEMM per group. On
+  // an H200 (DeepSeek-V3's 32 experts a rank, 7168 x 2048) the grouped kernel took 1.09 ms at 32
+  // rows an expert where cuBLASLt took 1.90, and 4.27 ms at 256 where cuBLASLt took 2.46 (15.5
+  // against 5.6 at 1024): 96 is about the geometric middle of the two nearest points.
+  static constexpr int64_t kFp8GroupedGemmMaxRows = 96;
   // The kernels' view of a weight: codes, scales and block geometry of an F8_E4M3 one; N and K of
   // any (cuda_fp8_linear.cpp).
   static cuda::Fp8Weight fp8_weight(const Matrix& w);
