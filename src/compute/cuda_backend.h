@@ -178,8 +178,11 @@ class CudaBackend final : public ComputeBackend {
   // y[M, N] = bf16(x)[M, K] · W^T for bf16 W [N, K] (cuBLAS, fp32 accumulation and output).
   void gemm_bf16(const float* x, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y);
   // Rows up to which an fp8 weight is read directly (cuda_fp8_linear.cpp): two passes of the direct
-  // kernel, 2 bytes a weight, against the 5 of dequantising it first; past them W8A8 (no GPU
-  // measurement has set it yet: see the benchmark).
+  // kernel, 2 bytes a weight, against the 5 of dequantising it first; past them W8A8. On an H200
+  // the direct kernel took 28 us for 16 rows of a 5632 x 1024 weight and 207 us of an 8192 x 8192
+  // one, where W8A8 took 18 and 40 us for 64 rows: the bound wants lowering (or the kernel
+  // speeding), but graph steps compute a group's rows by the direct kernel's arithmetic up to here
+  // too (cuda_routed_linear.cpp), and both must move together.
   static constexpr int64_t kFp8DirectRows = 2 * cuda::kFp8MatmulRowsPerPass;
   // Rows a group on average up to which grouped_linear runs the fp8 groups past the direct rows in
   // one grouped W8A8 launch (cuda_fp8_grouped_gemm.cpp); more go one cuBLASLt GEMM per group. On
