@@ -159,6 +159,43 @@ class CudaGroupedLinear : public ::testing::Test {
     gpu_->drop_captures();
   }
 
+  // Device buffers of a routed call over G groups: rows x [max_rows, K] (random), the groups'
+  // offsets, its output y and a reference output yl ([max_rows, N], kUntouched until written).
+  struct RoutedBuffers {
+    ComputeBackend& b;
+    int64_t max_rows;
+    std::vector<float> fill;
+    float* x;
+    int32_t* off;
+    float* y;
+    float* yl;
+    RoutedBuffers(ComputeBackend& backend, int64_t N, int64_t K, int64_t rows, int64_t G, uint32_t seed)
+        : b(backend), max_rows(rows), fill(static_cast<size_t>(rows * N), kUntouched) {
+      x = up(b, randn(static_cast<size_t>(rows * K), seed, 1.0f));
+      off = static_cast<int32_t*>(b.alloc(static_cast<size_t>(G + 1) * sizeof(int32_t)));
+      y = up(b, fill);
+      yl = up(b, fill);
+    }
+    ~RoutedBuffers() {
+      for (void* p : {static_cast<void*>(x), static_cast<void*>(off), static_cast<void*>(y), static_cast<void*>(yl)})
+        b.free(p);
+    }
+    static std::vector<int32_t> offsets_of(const std::vector<int32_t>& sizes) {
+      std::vector<int32_t> o{0};
+      for (int32_t n : sizes) o.push_back(o.back() + n);
+      return o;
+    }
+    // The groups' offsets onto the device, and y back to kUntouched.
+    void set(const std::vector<int32_t>& sizes) {
+      const std::vector<int32_t> o = offsets_of(sizes);
+      b.copy_to_device(off, o.data(), o.size() * sizeof(int32_t));
+      b.copy_to_device(y, fill.data(), fill.size() * sizeof(float));
+    }
+    void clear_reference() { b.copy_to_device(yl, fill.data(), fill.size() * sizeof(float)); }
+    std::vector<float> got() const { return down(b, static_cast<const float*>(y), fill.size()); }
+    std::vector<float> want() const { return down(b, static_cast<const float*>(yl), fill.size()); }
+  };
+
   CpuBackend cpu_;
   std::unique_ptr<ComputeBackend> gpu_;
   test::WeightStore store_;
@@ -362,51 +399,34 @@ TEST_F(CudaGroupedLinear, RoutedRunsFromDeviceOffsetsAndReplaysInAGraph) {
 TEST_F(CudaGroupedLinear, RoutedFp8ManyRowsRunTheGroupedW8a8Kernel) {
   auto* gpu = dynamic_cast<CudaBackend*>(gpu_.get());
   ASSERT_NE(gpu, nullptr);
-  const int64_t N = 96, K = 256, max_rows = 160, G = 4;
+  const int64_t N = 96, K = 256, G = 4;
   const std::vector<std::vector<int32_t>> steps = {{40, 17, 70, 23}, {0, 90, 30, 25}};
   const std::vector<Matrix> wg = fp8_weights(G, N, K, 9);
   std::vector<const Matrix*> pg;
   for (const Matrix& m : wg) pg.push_back(&m);
-  const std::vector<float> x = randn(static_cast<size_t>(max_rows * K), 78, 1.0f);
-  const std::vector<float> fill(static_cast<size_t>(max_rows * N), kUntouched);
-  float* xg = up(*gpu_, x);
-  auto* off_g = static_cast<int32_t*>(gpu_->alloc((G + 1) * sizeof(int32_t)));
-  float* yg = up(*gpu_, fill);
-  float* yl = up(*gpu_, fill);
-  auto offsets_of = [](const std::vector<int32_t>& sizes) {
-    std::vector<int64_t> off{0};
-    for (int32_t n : sizes) off.push_back(off.back() + n);
-    return off;
-  };
-  auto set_offsets = [&](const std::vector<int32_t>& sizes) {
-    const std::vector<int64_t> off = offsets_of(sizes);
-    const std::vector<int32_t> off32(off.begin(), off.end());
-    gpu_->copy_to_device(off_g, off32.data(), off32.size() * sizeof(int32_t));
-    gpu_->copy_to_device(yg, fill.data(), fill.size() * sizeof(float));
-  };
+  RoutedBuffers r(*gpu_, N, K, 160, G, 78);
   auto expect_grouped = [&](const std::vector<int32_t>& sizes, const char* what) {
     SCOPED_TRACE(what);
-    const std::vector<int64_t> off = offsets_of(sizes);
-    gpu_->copy_to_device(yl, fill.data(), fill.size() * sizeof(float));
+    const std::vector<int32_t> off32 = RoutedBuffers::offsets_of(sizes);
+    const std::vector<int64_t> off(off32.begin(), off32.end());
+    r.clear_reference();
     const int64_t mma = gpu->fp8_grouped_gemm_launches();
-    gpu_->grouped_linear(xg, off, pg, yl);
+    gpu_->grouped_linear(r.x, off, pg, r.yl);
     EXPECT_EQ(gpu->fp8_grouped_gemm_launches() - mma, 1);
-    const std::vector<float> got = down(*gpu_, static_cast<const float*>(yg), fill.size());
-    const std::vector<float> want = down(*gpu_, static_cast<const float*>(yl), fill.size());
+    const std::vector<float> got = r.got(), want = r.want();
     ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
     for (size_t i = static_cast<size_t>(off.back() * N); i < got.size(); ++i) ASSERT_EQ(got[i], kUntouched) << i;
   };
   const int64_t routed = gpu->fp8_routed_gemm_launches();
   // The eager call runs the self-check and sizes the workspaces; the captured one counts too.
   eager_then_replayed(
-      steps, set_offsets, [&] { gpu_->grouped_linear_routed(xg, max_rows, off_g, pg, yg); }, expect_grouped);
+      steps, [&](const std::vector<int32_t>& sizes) { r.set(sizes); },
+      [&] { gpu_->grouped_linear_routed(r.x, r.max_rows, r.off, pg, r.y); }, expect_grouped);
   EXPECT_EQ(gpu->fp8_routed_gemm_launches() - routed, 2);
   // At 16 rows a group or fewer on average, the direct kernel's routed launch as before.
-  set_offsets({16, 16, 16, 16});
-  gpu_->grouped_linear_routed(xg, 64, off_g, pg, yg);
+  r.set({16, 16, 16, 16});
+  gpu_->grouped_linear_routed(r.x, 64, r.off, pg, r.y);
   EXPECT_EQ(gpu->fp8_routed_gemm_launches() - routed, 2);
-  for (void* p : {static_cast<void*>(xg), static_cast<void*>(off_g), static_cast<void*>(yg), static_cast<void*>(yl)})
-    gpu_->free(p);
 }
 
 // grouped_linear_routed on bf16 weights with more than 16 rows a group on average: one grouped GEMM
@@ -418,36 +438,20 @@ TEST_F(CudaGroupedLinear, RoutedFp8ManyRowsRunTheGroupedW8a8Kernel) {
 TEST_F(CudaGroupedLinear, RoutedBf16ManyRowsRunTheGroupedGemm) {
   auto* gpu = dynamic_cast<CudaBackend*>(gpu_.get());
   ASSERT_NE(gpu, nullptr);
-  const int64_t N = 200, K = 264, max_rows = 170, G = 4;  // N and K off the kernel's tiles and steps
+  const int64_t N = 200, K = 264, G = 4;  // N and K off the kernel's tiles and steps
   const std::vector<std::vector<int32_t>> steps = {{40, 17, 70, 23}, {0, 90, 30, 25}, {1, 0, 65, 66}};
   std::vector<Matrix> wg;
   for (uint32_t g = 0; g < G; ++g) wg.push_back(weight(DType::BF16, N, K, 500 + g).second);
   std::vector<const Matrix*> pg;
   for (const Matrix& m : wg) pg.push_back(&m);
-  const std::vector<float> x = randn(static_cast<size_t>(max_rows * K), 79, 1.0f);
-  const std::vector<float> fill(static_cast<size_t>(max_rows * N), kUntouched);
-  float* xg = up(*gpu_, x);
-  auto* off_g = static_cast<int32_t*>(gpu_->alloc((G + 1) * sizeof(int32_t)));
-  float* yg = up(*gpu_, fill);
-  float* yl = up(*gpu_, fill);
-  auto offsets_of = [](const std::vector<int32_t>& sizes) {
-    std::vector<int32_t> off{0};
-    for (int32_t n : sizes) off.push_back(off.back() + n);
-    return off;
-  };
-  auto set_offsets = [&](const std::vector<int32_t>& sizes) {
-    const std::vector<int32_t> off = offsets_of(sizes);
-    gpu_->copy_to_device(off_g, off.data(), off.size() * sizeof(int32_t));
-    gpu_->copy_to_device(yg, fill.data(), fill.size() * sizeof(float));
-  };
+  RoutedBuffers r(*gpu_, N, K, 170, G, 79);
   auto expect_per_group = [&](const std::vector<int32_t>& sizes, const char* what) {
     SCOPED_TRACE(what);
-    const std::vector<int32_t> off = offsets_of(sizes);
-    gpu_->copy_to_device(yl, fill.data(), fill.size() * sizeof(float));
+    const std::vector<int32_t> off = RoutedBuffers::offsets_of(sizes);
+    r.clear_reference();
     for (size_t g = 0; g < sizes.size(); ++g)
-      if (sizes[g] > 0) gpu_->linear(xg + off[g] * K, sizes[g], wg[g], nullptr, yl + off[g] * N);
-    const std::vector<float> got = down(*gpu_, static_cast<const float*>(yg), fill.size());
-    const std::vector<float> want = down(*gpu_, static_cast<const float*>(yl), fill.size());
+      if (sizes[g] > 0) gpu_->linear(r.x + off[g] * K, sizes[g], wg[g], nullptr, r.yl + off[g] * N);
+    const std::vector<float> got = r.got(), want = r.want();
     for (size_t i = 0; i < got.size(); ++i) {
       if (i >= static_cast<size_t>(off.back() * N))
         ASSERT_EQ(got[i], kUntouched) << "element " << i;
@@ -455,27 +459,26 @@ TEST_F(CudaGroupedLinear, RoutedBf16ManyRowsRunTheGroupedGemm) {
         ASSERT_NEAR(got[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-5) << "element " << i;
     }
   };
+  auto set = [&](const std::vector<int32_t>& sizes) { r.set(sizes); };
   const int64_t mma = gpu->bf16_routed_gemm_launches();
   eager_then_replayed(
-      steps, set_offsets, [&] { gpu_->grouped_linear_routed(xg, max_rows, off_g, pg, yg); }, expect_per_group);
+      steps, set, [&] { gpu_->grouped_linear_routed(r.x, r.max_rows, r.off, pg, r.y); }, expect_per_group);
   EXPECT_EQ(gpu->bf16_routed_gemm_launches() - mma, 2);
   EXPECT_NE(gpu->routed_linear_path().find("grouped bf16 GEMM on bf16 tensor cores"), std::string::npos)
       << gpu->routed_linear_path();
   // Off: the direct kernel, the same values to summation order.
   gpu->set_routed_grouped_gemm(false);
-  set_offsets(steps[0]);
-  gpu_->grouped_linear_routed(xg, max_rows, off_g, pg, yg);
+  r.set(steps[0]);
+  gpu_->grouped_linear_routed(r.x, r.max_rows, r.off, pg, r.y);
   expect_per_group(steps[0], "direct kernel");
   EXPECT_EQ(gpu->bf16_routed_gemm_launches() - mma, 2);
   EXPECT_NE(gpu->routed_linear_path().find("direct kernel"), std::string::npos) << gpu->routed_linear_path();
   gpu->set_routed_grouped_gemm(true);
   // At 16 rows a group or fewer on average, the direct kernel.
-  set_offsets({16, 16, 16, 16});
-  gpu_->grouped_linear_routed(xg, 64, off_g, pg, yg);
+  r.set({16, 16, 16, 16});
+  gpu_->grouped_linear_routed(r.x, 64, r.off, pg, r.y);
   expect_per_group({16, 16, 16, 16}, "16 rows a group");
   EXPECT_EQ(gpu->bf16_routed_gemm_launches() - mma, 2);
-  for (void* p : {static_cast<void*>(xg), static_cast<void*>(off_g), static_cast<void*>(yg), static_cast<void*>(yl)})
-    gpu_->free(p);
 }
 
 }  // namespace

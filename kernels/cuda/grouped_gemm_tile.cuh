@@ -1,0 +1,113 @@
+// The block tile both grouped tensor-core GEMMs share (fp8_grouped_gemm_mma.cu: e4m3, m16n8k32;
+// bf16_grouped_gemm_mma.cu: bf16, m16n8k16): 256 threads compute 64 rows of one group
+// (gemm_tiles.h) against 128 outputs, 8 warps of 32 x 32 (2 along the rows x 4 along the outputs).
+// A step stages 128 bytes of every row of both operands (128 e4m3 or 64 bf16 features) into one of
+// two shared-memory stages by cp.async, rows padded to 144 bytes (36 words: the 8 rows a fragment
+// load touches start 4 banks apart, so its 32 words fall in 32 banks; 16-byte copies stay
+// aligned). In bytes the two element types' fragments sit alike: a 32-byte k-step's A fragment
+// holds a row's words at 4c and 4c + 16 for rows g and g + 8, the B fragment an output's at 4c and
+// 4c + 16 (g = lane / 4, c = lane % 4).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/cp_async.cuh"
+#include "cuda/gemm_tiles.h"
+
+namespace shardlm::cuda::detail {
+
+constexpr int kGemmThreads = 256;
+constexpr int kGemmRows = 64, kGemmCols = 128;
+constexpr int kGemmStepBytes = 128;           // of every row, a step
+constexpr int kGemmLd = kGemmStepBytes + 16;  // a staged row's stride, bytes
+constexpr int kGemmStageBytes = (kGemmRows + kGemmCols) * kGemmLd;
+constexpr size_t kGemmSmemBytes = 2 * static_cast<size_t>(kGemmStageBytes);  // two stages
+
+// Where a thread's warp sits in the tile: its rows 32 wm.., outputs 32 wn..; g, c as above.
+struct GemmWarp {
+  int g, c, wm, wn;
+};
+__device__ inline GemmWarp gemm_warp() {
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  return {lane >> 2, lane & 3, warp >> 2, warp & 3};
+}
+
+// A warp's accumulator tiles: [row tile][output tile][fragment element].
+__device__ inline void zero_gemm_acc(float (&x)[2][4][4]) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[mt][nt][e] = 0.0f;
+}
+
+// Step bytes [k0, k0 + 128) of the tile's rows of a (rows of row_bytes from t.row0) and of outputs
+// [n0, n0 + 128) of the tile's weight (rows of row_bytes) into a stage, zeros past the tile's rows,
+// past N and past row_bytes: chunk i of a thread is row (tid + 256 i) / 8, bytes 16 ((tid + 256 i)
+// % 8) of the step; the activations' 64 rows, then the weight's 128.
+// (row_bytes and k0 below 2^31: the kernels' terms.)
+__device__ inline void fetch_gemm_step(const uint8_t* a, const GemmTile& t, int n0, int N, int row_bytes, int k0,
+                                       uint8_t* stage) {
+  constexpr int kChunksA = kGemmRows * kGemmStepBytes / 16 / kGemmThreads;
+  constexpr int kChunksB = kGemmCols * kGemmStepBytes / 16 / kGemmThreads;
+#pragma unroll
+  for (int i = 0; i < kChunksA; ++i) {
+    const int idx = static_cast<int>(threadIdx.x) + kGemmThreads * i, r = idx >> 3, k = k0 + 16 * (idx & 7);
+    const bool full = r < t.rows && k < row_bytes;
+    copy16_async(stage + r * kGemmLd + 16 * (idx & 7), full ? a + (t.row0 + r) * row_bytes + k : a, full);
+  }
+  uint8_t* sb = stage + kGemmRows * kGemmLd;
+  const auto* w = static_cast<const uint8_t*>(t.weight);
+#pragma unroll
+  for (int i = 0; i < kChunksB; ++i) {
+    const int idx = static_cast<int>(threadIdx.x) + kGemmThreads * i, n = n0 + (idx >> 3), k = k0 + 16 * (idx & 7);
+    const bool full = n < N && k < row_bytes;
+    copy16_async(sb + (idx >> 3) * kGemmLd + 16 * (idx & 7), full ? w + static_cast<int64_t>(n) * row_bytes + k : w,
+                 full);
+  }
+  commit_async();
+}
+
+// The warp's A fragments (its two 16-row tiles) and B fragments (its four 8-output tiles) of the
+// 32-byte k-step at byte kk of a staged step (sa: the activations' rows, sb: the weight's).
+__device__ inline void load_gemm_fragments(const uint8_t* sa, const uint8_t* sb, int kk, const GemmWarp& w,
+                                           uint32_t (&fa)[2][4], uint32_t (&fb)[4][2]) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    const uint8_t* p = sa + (32 * w.wm + 16 * mt + w.g) * kGemmLd + kk + 4 * w.c;
+    fa[mt][0] = ld_shared32(p);
+    fa[mt][1] = ld_shared32(p + 8 * kGemmLd);
+    fa[mt][2] = ld_shared32(p + 16);
+    fa[mt][3] = ld_shared32(p + 8 * kGemmLd + 16);
+  }
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+    const uint8_t* p = sb + (32 * w.wn + 8 * nt + w.g) * kGemmLd + kk + 4 * w.c;
+    fb[nt][0] = ld_shared32(p);
+    fb[nt][1] = ld_shared32(p + 16);
+  }
+}
+
+// The warp's accumulators into y [., N] (fp32, row-major) for the tile's rows and outputs [n0, N).
+__device__ inline void store_gemm_acc(const float (&acc)[2][4][4], const GemmTile& t, int n0, int N, const GemmWarp& w,
+                                      float* y) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = 32 * w.wm + 16 * mt + w.g + 8 * h;
+      if (r >= t.rows) continue;
+      float* yr = y + (t.row0 + r) * N;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int n = n0 + 32 * w.wn + 8 * nt + 2 * w.c;
+        if (n < N) yr[n] = acc[mt][nt][2 * h];
+        if (n + 1 < N) yr[n + 1] = acc[mt][nt][2 * h + 1];
+      }
+    }
+}
+
+}  // namespace shardlm::cuda::detail
