@@ -88,7 +88,7 @@ __device__ inline GqaBlock gqa_block(int64_t n_heads, int64_t n_kv_heads, int he
 // table read and the slot divided out again for every element, a 16-position round of 64-dim rows
 // took some 14 us on an H200: one chain of memory latencies per element. The slots of a round's
 // positions are worked out once, by as many threads, into shared memory. Four loads a side keeps
-// the 128-dim paged attention kernel within its 64 registers (eight spilled).
+// the 128-dim paged attention kernel within its 64 registers (with eight it spilled 92 bytes).
 constexpr int kStageInFlight = 4;
 
 // The cache slots of positions [base, base + cnt) (cnt <= kAttnTile <= blockDim.x), for the whole
@@ -172,8 +172,6 @@ __device__ inline void stage_rows(float* const (&dst)[Sides], const void* const 
 // GQA: the whole block stages the K and V rows of KV head kvh at positions [base, base + cnt) in
 // sk, sv ([cnt, head_dim] each, fp32, read back as kv_cache_format.h reads them, exactly as the
 // CPU kernels do). row: elements per cache slot (every KV head). Every thread of the block calls it.
-// InFlight: loads per side a thread issues at once (fewer where registers are short).
-template <int InFlight = kStageInFlight>
 __device__ inline void stage_round(float* sk, float* sv, const void* k_cache, const void* v_cache, KvFormat fmt,
                                    const int32_t* bt, int base, int cnt, int64_t block_size, int64_t row, int64_t kvh,
                                    int head_dim) {
@@ -181,7 +179,7 @@ __device__ inline void stage_round(float* sk, float* sv, const void* k_cache, co
   float* const dst[2] = {sk, sv};
   const void* const side[2] = {k_cache, v_cache};
   const float scale[2] = {fmt.k_scale, fmt.v_scale};
-  stage_rows<2, InFlight>(dst, side, scale, fmt.elem, slots, cnt, row, kvh * head_dim, head_dim);
+  stage_rows<2>(dst, side, scale, fmt.elem, slots, cnt, row, kvh * head_dim, head_dim);
 }
 
 // GQA: s[j] = this lane's share of the dot product of the query (its dims d = lane + 32 x, in qr)
