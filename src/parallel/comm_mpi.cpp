@@ -127,11 +127,8 @@ int MpiCommunicator::world_rank_of(int r) const {
 
 void MpiCommunicator::check_mpi(int rc, const char* what) const {
   if (rc == MPI_SUCCESS) return;
-  char msg[MPI_MAX_ERROR_STRING] = {0};
-  int len = 0;
-  MPI_Error_string(rc, msg, &len);
-  SHARDLM_FAIL(what << " on group " << name_ << " failed on world rank " << world_rank_ << " (host "
-                    << MpiEnv::host() << "): " << std::string(msg, static_cast<size_t>(len)));
+  SHARDLM_FAIL(what << " on group " << name_ << " failed on world rank " << world_rank_ << " (host " << MpiEnv::host()
+                    << "): " << MpiEnv::error_text(rc));
 }
 
 void MpiCommunicator::check_peer(int r, const char* op) const {

@@ -8,17 +8,6 @@
 
 namespace shardlm {
 
-namespace {
-
-std::string mpi_error_text(int rc) {
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
-  return std::string(text, static_cast<size_t>(len)) + " (MPI error " + std::to_string(rc) + ")";
-}
-
-}  // namespace
-
 LineQueue::LineQueue(int64_t lines_per_claim, int group, int groups)
     : chunk_(lines_per_claim), group_(group), groups_(groups) {
   SHARDLM_CHECK(chunk_ >= 1, "lines per claim must be >= 1");
@@ -29,15 +18,14 @@ LineQueue::LineQueue(int64_t lines_per_claim, int group, int groups)
                                 MPI_INFO_NULL, MPI_COMM_WORLD, &win_);
   if (rc != MPI_SUCCESS) {
     win_ = MPI_WIN_NULL;
-    why_ = mpi_error_text(rc);
+    why_ = MpiEnv::error_text(rc);
   }
   // Every rank must take the same way: a window some ranks hold and others do not can be neither
   // used nor freed.
-  int here = rc == MPI_SUCCESS ? 1 : 0, all = 0, any = 0;
-  MPI_Allreduce(&here, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(&here, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  SHARDLM_CHECK(all == any, "creating the work-queue window failed on some ranks only ("
-                                << (here ? "not here" : "here: " + why_) << ")");
+  int here = rc == MPI_SUCCESS ? 1 : 0, made = 0;
+  MPI_Allreduce(&here, &made, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  SHARDLM_CHECK(made == 0 || made == MpiEnv::size(), "creating the work-queue window failed on some ranks only ("
+                                                         << (here ? "not here" : "here: " + why_) << ")");
   if (!on_demand() && holder) {
     std::fprintf(stderr,
                  "[shardlm] warning: MPI cannot create the one-sided window of the prompt-line queue (%s); the %d "
@@ -62,7 +50,7 @@ std::pair<int64_t, int64_t> LineQueue::claim() {
   if (rc == MPI_SUCCESS) rc = MPI_Fetch_and_op(&chunk_, &before, MPI_INT64_T, 0, 0, MPI_SUM, win_);
   if (rc == MPI_SUCCESS) rc = MPI_Win_unlock(0, win_);
   SHARDLM_CHECK(rc == MPI_SUCCESS,
-                "claiming prompt lines from the work queue on rank 0 failed (" << mpi_error_text(rc) << ")");
+                "claiming prompt lines from the work queue on rank 0 failed (" << MpiEnv::error_text(rc) << ")");
   return {before + 1, before + 1 + chunk_};
 }
 

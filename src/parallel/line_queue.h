@@ -27,16 +27,15 @@ class LineQueue {
   // one rank per engine group.
   std::pair<int64_t, int64_t> claim();
 
-  // False when the windows go round-robin (no one-sided window); `why` then holds MPI's error.
+  // False when the windows go round-robin (no one-sided window).
   bool on_demand() const { return win_ != MPI_WIN_NULL; }
-  const std::string& why() const { return why_; }
 
  private:
   int64_t chunk_;
   int group_, groups_;
   int64_t counter_ = 0;  // on world rank 0 the shared counter; round-robin, this group's claims so far
   MPI_Win win_ = MPI_WIN_NULL;
-  std::string why_;
+  std::string why_;  // MPI's error when the window could not be made
 };
 
 }  // namespace shardlm

@@ -38,6 +38,13 @@ int MpiEnv::size() {
   return s;
 }
 
+std::string MpiEnv::error_text(int rc) {
+  char text[MPI_MAX_ERROR_STRING] = {0};
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
+  return std::string(text, static_cast<size_t>(len)) + " (MPI error " + std::to_string(rc) + ")";
+}
+
 std::string MpiEnv::host() {
   char buf[256] = {0};
   gethostname(buf, sizeof buf - 1);

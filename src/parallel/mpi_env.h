@@ -22,6 +22,8 @@ class MpiEnv {
   [[noreturn]] static void abort_job(const std::string& message, int code = 1);
   // MPI library version string (first line).
   static std::string library_version();
+  // What MPI says an error code means ("MPI_ERR_WIN: invalid window (MPI error 53)").
+  static std::string error_text(int rc);
 };
 
 }  // namespace shardlm
