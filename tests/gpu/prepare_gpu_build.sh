@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Prepares what tests/gpu/run_gpu_checks.sh needs on a GPU host that has the NVIDIA libraries but
 # not the rest, as one compressed archive small enough to copy there:
-#   build-gpu/   a CUDA build of shardlm and of the test executables with GPU tests, pruned to
-#                the binaries and CTest files (about 13 MB);
+#   build-gpu/   a CUDA build of shardlm and of the test executables with GPU tests (packed pruned
+#                to the stripped binaries and CTest files: about 60 MB, most of it device code);
 #   .device/     ../shared/device/stage.sh's Open MPI, HDF5 and other libraries for those binaries,
 #                plus .device/shared/models/stories260K (../shared does not travel);
 #   .device-pack/gpu.tar.gz   both of them, gzipped (binaries and libraries shrink to about 40%).
@@ -17,18 +17,27 @@ targets=(shardlm test_cuda_model_kernels test_cuda_attention test_cuda_attention
          test_cuda_backend_ops test_grouped_linear test_comm_staged test_comm_nccl_bootstrap test_cuda_backend)
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSHARDLM_REQUIRE_CUDA=ON >/dev/null
 cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}"
-# Only binaries, CMakeCache.txt and the CTest files are needed there: CMakeFiles (objects,
-# dependency files, compiler probes), static libraries and Makefiles stay behind.
-find build-gpu -name CMakeFiles -type d -prune -exec rm -rf {} +
-find build-gpu \( -name '*.a' -o -name Makefile -o -name cmake_install.cmake \) -delete
-bins=(build-gpu/shardlm)
-for t in "${targets[@]:1}"; do bins+=("$(find build-gpu/tests -type f -name "$t" -perm -u+x | head -1)"); done
+# Only binaries, CMakeCache.txt and the CTest files are needed there: a pruned copy is packed, and
+# build-gpu itself is kept whole, so that the next preparation rebuilds only what changed.
+# CMakeFiles (objects, dependency files, compiler probes), static libraries and Makefiles stay behind.
+pack=$(mktemp -d)
+trap 'rm -rf "$pack"' EXIT
+tar -cf - --exclude=CMakeFiles --exclude='*.a' --exclude=Makefile --exclude=cmake_install.cmake build-gpu |
+  tar -xf - -C "$pack"
+bins=("$pack/build-gpu/shardlm")
+for t in "${targets[@]:1}"; do bins+=("$(find "$pack/build-gpu/tests" -type f -name "$t" -perm -u+x | head -1)"); done
+# Other shardlm binaries to time beside this one (a baseline, a variant build):
+# SHARDLM_GPU_EXTRA_BINS='NAME=PATH ...' packs each as build-gpu/extra/NAME.
+mkdir -p "$pack/build-gpu/extra"
+for nb in ${SHARDLM_GPU_EXTRA_BINS:-}; do
+  cp "${nb#*=}" "$pack/build-gpu/extra/${nb%%=*}" && bins+=("$pack/build-gpu/extra/${nb%%=*}")
+done
 # Symbol tables are not needed to run them (about 8% of their size).
 strip --strip-unneeded "${bins[@]}"
 bash "$shared/device/stage.sh" "${bins[@]}"
 mkdir -p .device/shared/models
 cp -r "$shared/models/stories260K" .device/shared/models/
 mkdir -p .device-pack
-tar -czf .device-pack/gpu.tar.gz build-gpu .device
-echo "build-gpu $(du -sh build-gpu | cut -f1), .device $(du -sh .device | cut -f1);" \
+tar -czf .device-pack/gpu.tar.gz -C "$pack" build-gpu -C "$PWD" .device
+echo "build-gpu $(du -sh "$pack/build-gpu" | cut -f1), .device $(du -sh .device | cut -f1);" \
   "packed: .device-pack/gpu.tar.gz $(du -sh .device-pack/gpu.tar.gz | cut -f1)"
