@@ -21,25 +21,38 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (n < 2) return;  // the attention kernel wrote this one
   const int64_t stride = width + 2;
   const float* st = states + th * parts * stride;
-  float M = st[0], L = st[1];  // the first partition is the state as it is
-  float acc[kPerLane];
-#pragma unroll
-  for (int a = 0; a < kPerLane; ++a) {
-    const int d = lane + 32 * a;
-    acc[a] = d < width ? st[2 + d] : 0.0f;
-  }
-  for (int64_t k = 1; k < n; ++k) {
-    const float* s = st + k * stride;
-    const detail::MergeScale c = detail::merge_scale(M, s[0]);
-    M = c.max;
-    L = detail::merge_value(L, s[1], c);
+  // A partition's state is loaded while the one before it is merged: the loads do not depend on
+  // the running state, and one at a time they put an L2 round trip per partition in the warp's path.
+  struct State {
+    float m, l, acc[kPerLane];
+  };
+  auto load = [&](int64_t k, State& s) {
+    const float* p = st + k * stride;
+    s.m = p[0];
+    s.l = p[1];
 #pragma unroll
     for (int a = 0; a < kPerLane; ++a) {
       const int d = lane + 32 * a;
-      if (d < width) acc[a] = detail::merge_value(acc[a], s[2 + d], c);
+      s.acc[a] = d < width ? p[2 + d] : 0.0f;
+    }
+  };
+  State run, next;
+  load(0, run);  // the first partition is the state as it is
+  load(1, next);
+  float M = run.m, L = run.l;
+  for (int64_t k = 1; k < n; ++k) {
+    const State cur = next;
+    if (k + 1 < n) load(k + 1, next);
+    const detail::MergeScale c = detail::merge_scale(M, cur.m);
+    M = c.max;
+    L = detail::merge_value(L, cur.l, c);
+#pragma unroll
+    for (int a = 0; a < kPerLane; ++a) {
+      const int d = lane + 32 * a;
+      if (d < width) run.acc[a] = detail::merge_value(run.acc[a], cur.acc[a], c);
     }
   }
-  detail::warp_write_normalised(out + th * width, width, L, acc);
+  detail::warp_write_normalised(out + th * width, width, L, run.acc);
 }
 
 }  // namespace

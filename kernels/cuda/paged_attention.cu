@@ -7,6 +7,8 @@
 // sum_j exp(s_j - m), which equals the CPU's normalised form up to rounding.
 #include "cuda/paged_attention.h"
 
+#include <type_traits>
+
 #include "cuda/attention_combine.h"
 #include "cuda/attention_util.cuh"
 
@@ -15,51 +17,93 @@ namespace {
 
 constexpr int kTile = detail::kAttnTile;
 constexpr int kMaxThreads = detail::kAttnHeadsPerBlock * 32;
-// Two builds of the kernel, by the largest head_dim they take: 128 (most models), whose registers
-// (64) and shared rows (16 KiB) let 4 blocks share a multiprocessor, and 256.
+// Two builds of the kernel, by the largest head_dim they take: 128 (most models) and 256. Staged
+// element by element, the 128 build's registers (64) and shared rows (16 KiB) let 4 blocks of 256
+// threads share a multiprocessor. Staged a round ahead it takes up to 128 (2 blocks of 256, 4 of
+// 128). Held to 80 (3 blocks of 256), ptxas kept the next round's chunks but stretched a round's
+// scoring and folding from about 380 instructions to 1250: on an H200 that build, launched with 64
+// threads for a 64-dim group of 2, took 134 us for one token at 4096 positions over a bf16 cache
+// where this one, with 128, took 47.
 constexpr int kMaxHeadDim = 256;
+template <int MaxHeadDim, detail::Staging S>
+constexpr int kBlocksPerSm = MaxHeadDim <= 128 && S == detail::Staging::kRows ? 4 : 2;
+
+// Chunks per thread and side of a round staged ahead (attention_util.cuh): a round of 16 rows of
+// up to MaxHeadDim elements a side is 2 MaxHeadDim chunks, so the launch takes at least
+// kStageThreads threads (warps past the group's heads only stage).
+constexpr int kChunksPerThread = 2;
 template <int MaxHeadDim>
-constexpr int kBlocksPerSm = MaxHeadDim <= 128 ? 4 : 2;
+constexpr int kStageThreads = kTile* MaxHeadDim / detail::kChunk / kChunksPerThread;
+static_assert(kStageThreads<kMaxHeadDim> <= kMaxThreads, "a widened launch within the kernels' bound");
+
+// The round of positions [base, base + cnt) of KV head kvh scored and folded into a warp's state.
+template <int DimPerLane>
+__device__ __forceinline__ void fold_round(int cnt, const float (&qr)[DimPerLane], int head_dim, float scale,
+                                           const float* sk, const float* sv, float& m, float& l,
+                                           float (&acc)[DimPerLane]) {
+  float s[kTile];
+  detail::lane_round_dots(s, qr, sk, head_dim, cnt);
+  const float tile_max = detail::warp_round_scores(s, cnt, scale);
+  detail::warp_fold_tile(s, cnt, tile_max, sv, head_dim, head_dim, m, l, acc);
+}
 
 // Folds positions [a0, a1] of KV head kvh (a partition, or the part of it the token attends to)
 // into a warp's state (m, l, acc) from empty, in rounds of kTile staged by the whole block; every
-// warp of the block meets every barrier, `active` ones score and fold.
-template <int DimPerLane>
+// warp of the block meets every barrier, `active` ones score and fold. Staging S: element by
+// element (kRows), or a round ahead in chunks of a cache of that format.
+template <detail::Staging S, int DimPerLane>
 __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&qr)[DimPerLane], bool active, int head_dim,
                                                const void* k_cache, const void* v_cache, KvFormat fmt,
                                                const int32_t* bt, int64_t block_size, int64_t row, int64_t kvh,
                                                float scale, float* sk, float* sv, float& m, float& l,
                                                float (&acc)[DimPerLane]) {
   detail::warp_state_reset(m, l, acc);
-  for (int base = a0; base <= a1; base += kTile) {
-    const int cnt = detail::round_count(base, a1);
-    detail::stage_round(sk, sv, k_cache, v_cache, fmt, bt, base, cnt, block_size, row, kvh, head_dim);
-    __syncthreads();
-    if (active) {
-      float s[kTile];
-      detail::lane_round_dots(s, qr, sk, head_dim, cnt);
-      const float tile_max = detail::warp_round_scores(s, cnt, scale);
-      detail::warp_fold_tile(s, cnt, tile_max, sv, head_dim, head_dim, m, l, acc);
+  if constexpr (S == detail::Staging::kRows) {
+    for (int base = a0; base <= a1; base += kTile) {
+      const int cnt = detail::round_count(base, a1);
+      detail::stage_round(sk, sv, k_cache, v_cache, fmt, bt, base, cnt, block_size, row, kvh, head_dim);
+      __syncthreads();
+      if (active) fold_round(cnt, qr, head_dim, scale, sk, sv, m, l, acc);
+      __syncthreads();  // sk / sv are restaged by the next round
     }
-    __syncthreads();  // sk / sv are restaged by the next round
+  } else {
+    constexpr KvElem E = detail::kStagedElem<S>;
+    const void* const side[2] = {k_cache, v_cache};
+    float* const dst[2] = {sk, sv};
+    const float side_scale[2] = {fmt.k_scale, fmt.v_scale};
+    const int64_t col = kvh * head_dim;
+    detail::RoundChunks<E, 2, kChunksPerThread> ahead;
+    detail::load_round_chunks(ahead, side, bt, a0, detail::round_count(a0, a1), block_size, row, col, head_dim);
+    for (int base = a0; base <= a1; base += kTile) {
+      const int cnt = detail::round_count(base, a1);
+      detail::store_round_chunks(ahead, dst, side_scale, cnt, head_dim);
+      __syncthreads();
+      if (base + kTile <= a1) {
+        detail::load_round_chunks(ahead, side, bt, base + kTile, detail::round_count(base + kTile, a1), block_size, row,
+                                  col, head_dim);
+      }
+      if (active) fold_round(cnt, qr, head_dim, scale, sk, sv, m, l, acc);
+      __syncthreads();  // sk / sv are stored again by the next round
+    }
   }
 }
 
 // A block per (token, KV head, group of query heads), as detail::gqa_block places it. gridDim.y >
 // 1: a split launch, blockIdx.y the token's partition counted from its first, states as in
 // AttentionSplit.
-template <int MaxHeadDim>
-__global__ void __launch_bounds__(kMaxThreads, kBlocksPerSm<MaxHeadDim>)
+template <int MaxHeadDim, detail::Staging S>
+__global__ void __launch_bounds__(kMaxThreads, kBlocksPerSm<MaxHeadDim, S>)
     paged_attention_kernel(const float* q, int64_t n_heads, int64_t n_kv_heads, int head_dim, const void* k_cache,
                            const void* v_cache, KvFormat fmt, int64_t block_size, const int32_t* blocks,
                            const int32_t* table_start, const int32_t* pos, int64_t window, float scale, float* out,
                            int heads_per_block, int blocks_per_kv, float* states) {
   constexpr int kDimPerLane = MaxHeadDim / 32;
-  __shared__ float sk[kTile * MaxHeadDim];
-  __shared__ float sv[kTile * MaxHeadDim];
+  __align__(16) __shared__ float sk[kTile * MaxHeadDim];
+  __align__(16) __shared__ float sv[kTile * MaxHeadDim];
   const detail::GqaBlock g = detail::gqa_block(n_heads, n_kv_heads, heads_per_block, blocks_per_kv);
   const int64_t t = g.item, kvh = g.kvh, h = g.h;
-  const bool active = g.active;
+  // Warps past heads_per_block (a launch widened to kStageThreads) only stage.
+  const bool active = g.active && static_cast<int>(threadIdx.x >> 5) < heads_per_block;
   const int lane = threadIdx.x & 31;
   float* o = out + (t * n_heads + h) * head_dim;
 
@@ -84,8 +128,8 @@ __global__ void __launch_bounds__(kMaxThreads, kBlocksPerSm<MaxHeadDim>)
   float M = -INFINITY, L = 0.0f;  // the merged state of the partitions before (unsplit launch)
   for (int k = w.first; k <= w.last; ++k) {
     float m, l, acc[kDimPerLane];
-    fold_positions(w.begin(k), w.end(k), qr, active, head_dim, k_cache, v_cache, fmt, bt, block_size,
-                   n_kv_heads * head_dim, kvh, scale, sk, sv, m, l, acc);
+    fold_positions<S>(w.begin(k), w.end(k), qr, active, head_dim, k_cache, v_cache, fmt, bt, block_size,
+                      n_kv_heads * head_dim, kvh, scale, sk, sv, m, l, acc);
     if (active) {
       detail::warp_finish_partition(k, w, w.state(states, t * n_heads + h, head_dim, k), o, head_dim, m, l, acc, M, L);
     }
@@ -105,10 +149,26 @@ void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_he
   const int blocks_per_kv = static_cast<int>((group + heads_per_block - 1) / heads_per_block);
   const int64_t parts = split.parts > 1 ? split.parts : 1;
   const dim3 grid(static_cast<unsigned>(T * n_kv_heads * blocks_per_kv), static_cast<unsigned>(parts));
-  auto* kernel = head_dim <= 128 ? paged_attention_kernel<128> : paged_attention_kernel<kMaxHeadDim>;
-  kernel<<<grid, heads_per_block * 32, 0, stream>>>(
-      q, n_heads, n_kv_heads, static_cast<int>(head_dim), k_cache, v_cache, cache_fmt, block_size, blocks, table_start,
-      pos, window, scale, out, heads_per_block, blocks_per_kv, parts > 1 ? split.states : nullptr);
+  const void* const sides[2] = {k_cache, v_cache};
+  const detail::Staging staging =
+      detail::staging_for(detail::chunked_rows(sides, 2, n_kv_heads * head_dim, 0, head_dim), cache_fmt.elem);
+  const bool wide = head_dim > 128;
+  int threads = heads_per_block * 32;
+  if (staging != detail::Staging::kRows) {
+    const int least = wide ? kStageThreads<kMaxHeadDim> : kStageThreads<128>;
+    threads = threads > least ? threads : least;
+  }
+  auto pick = [&](auto s) {
+    constexpr detail::Staging S = decltype(s)::value;
+    return wide ? paged_attention_kernel<kMaxHeadDim, S> : paged_attention_kernel<128, S>;
+  };
+  using detail::Staging;
+  auto* kernel = staging == Staging::kBf16  ? pick(std::integral_constant<Staging, Staging::kBf16>{})
+                 : staging == Staging::kFp8 ? pick(std::integral_constant<Staging, Staging::kFp8>{})
+                                            : pick(std::integral_constant<Staging, Staging::kRows>{});
+  kernel<<<grid, threads, 0, stream>>>(q, n_heads, n_kv_heads, static_cast<int>(head_dim), k_cache, v_cache, cache_fmt,
+                                       block_size, blocks, table_start, pos, window, scale, out, heads_per_block,
+                                       blocks_per_kv, parts > 1 ? split.states : nullptr);
   if (parts > 1) attention_combine(T, n_heads, head_dim, pos, window, parts, split.states, out, stream);
 }
 

@@ -7,7 +7,7 @@
 // token (pos -1, slot -1); and the same for a lone decode token (T = 1). Unused cache rows hold
 // NaN, so a read outside a token's own attended positions shows up as a NaN in the result.
 //
-// One sequence is 1300 positions long, so its tokens span three position partitions
+// One sequence is 1300 positions long, so its tokens span several position partitions
 // (kernels/cuda/attention_partitions.h; a 37-position window across a partition boundary spans
 // two): each attention call runs unsplit and split (as many blocks per token as the longest has
 // partitions, and more), and the split outputs must equal the unsplit one bit for bit.
@@ -342,10 +342,9 @@ TEST(CudaAttention, PagedAttentionMatchesCpu) {
   SHARDLM_REQUIRE_GPU();
   DevicePool p;
   // Query heads per KV head: 4, 1 (MHA), 12 (a block of 8 heads and one of 4 with idle warps),
-  // 16 (two full blocks), 8 at head_dim 256 (the largest staged round). Windows: 37 (across the
-  // first partition boundary at position 512), 21, and 600 (the decode token's window starts
-  // inside its second partition). head_dim 20: not a multiple of 8 (the tensor-core kernel stages
-  // it an element at a time).
+  // 16 (two full blocks), 8 at head_dim 256 (the largest staged round). Windows: 37 (across a
+  // partition boundary), 21, and 600 (the decode token's window starts inside a partition).
+  // head_dim 20: not a multiple of 8 (the tensor-core kernel stages it an element at a time).
   for (const GqaCase& c : {GqaCase{8, 2, 64, 0}, GqaCase{8, 2, 128, 0}, GqaCase{8, 2, 128, 37}, GqaCase{4, 4, 96, 0},
                            GqaCase{32, 8, 128, 0}, GqaCase{24, 2, 64, 0}, GqaCase{16, 1, 128, 21},
                            GqaCase{8, 1, 256, 0}, GqaCase{8, 2, 128, 600}, GqaCase{6, 3, 20, 0}}) {
@@ -357,11 +356,14 @@ TEST(CudaAttention, PagedAttentionMatchesCpu) {
 
 // A bf16 cache (--kv-dtype bf16): the device stores the host's rounding (kernels/bf16_bits.h) bit
 // for bit, and every launch over it gives the bits of the same launch over the rounded values in
-// fp32, which the kernels only ever see.
+// fp32, which the kernels only ever see. The decode kernel stages a bf16 or fp8 cache's rounds a
+// round ahead in 8-element chunks and an fp32 one element by element (attention_util.cuh), so
+// this holds the two ways to the same bits; head_dim 20 (no whole chunks) stages bf16 element by
+// element.
 TEST(CudaAttention, PagedAttentionOverBf16CacheMatchesCpu) {
   SHARDLM_REQUIRE_GPU();
   DevicePool p;
-  for (const GqaCase& c : {GqaCase{8, 2, 128, 0}, GqaCase{8, 1, 256, 37}, GqaCase{4, 4, 96, 0}}) {
+  for (const GqaCase& c : {GqaCase{8, 2, 128, 0}, GqaCase{8, 1, 256, 37}, GqaCase{4, 4, 96, 0}, GqaCase{6, 3, 20, 0}}) {
     SCOPED_TRACE(testing::Message() << "bf16 cache, heads " << c.n_heads << "/" << c.n_kv << ", head_dim " << c.head_dim
                                     << ", window " << c.window);
     check_paged_attention<uint16_t>(c, p);

@@ -20,6 +20,7 @@
 #include "cpu/latent_attention.h"
 #include "cpu/paged_attention.h"
 #include "cuda/attention_cases.h"
+#include "cuda/attention_partitions.h"
 #include "cuda/compare.h"
 #include "cuda/device_buffer.h"
 #include "cuda/run_positions.h"
@@ -274,11 +275,11 @@ TEST(CudaAttention, BackendRunsMlaPrefillOnTensorCores) {
 }
 
 // CudaBackend::attention / latent_attention choose the split launch themselves: a lone decode
-// token of 2000 positions (four partitions) on few heads leaves the device short of work, so with
-// its own position as the bound (an eager step) it splits four ways; with the bound 4095 (a
-// captured step's context limit: eight) eight ways, the blocks past the token's four doing
-// nothing; with no bound it runs unsplit. All give the same bits, and the CPU kernels' result
-// within the kernel tolerance. The MLA call needs larger split states than the GQA one before it,
+// token of 2000 positions (eight partitions of 256) on few heads leaves the device short of work,
+// so with its own position as the bound (an eager step) it splits into its partitions; with the
+// bound 4095 (a captured step's context limit: sixteen) sixteen ways, the blocks past the token's
+// eight doing nothing; with no bound it runs unsplit. All give the same bits, and the CPU
+// kernels' result within the kernel tolerance. The MLA call needs larger split states than the GQA one before it,
 // so the backend's buffer grows between them.
 TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
   SHARDLM_REQUIRE_GPU();
@@ -299,8 +300,10 @@ TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
     int64_t parts;
   };
   const Variant variants[] = {
-      {"bound 1999", {d_blocks.get(), d_start.get(), pool.blocks.data(), st.table_start.data(), 1999}, 4},
-      {"bound 4095", {d_blocks.get(), d_start.get(), nullptr, nullptr, 4095}, 8},
+      {"bound 1999",
+       {d_blocks.get(), d_start.get(), pool.blocks.data(), st.table_start.data(), 1999},
+       1999 / cuda::kAttnPartition + 1},
+      {"bound 4095", {d_blocks.get(), d_start.get(), nullptr, nullptr, 4095}, 4095 / cuda::kAttnPartition + 1},
       {"no bound", {d_blocks.get(), d_start.get(), nullptr, nullptr}, 1}};
   // Runs call(tables, out) for every variant; the outputs must have the same bits and match want.
   auto check = [&](size_t n, const std::vector<float>& want, const auto& call) {

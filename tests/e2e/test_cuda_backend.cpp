@@ -447,7 +447,7 @@ TEST(CudaBackend, CudaGraphsMatchEager) {
 }
 
 // Prompts of 600 to 1000 tokens, at most two sequences at a time: decode steps have few tokens
-// with contexts past the first attention partition (512 positions), so the CUDA backend launches
+// with contexts past the first attention partitions (256 positions), so the CUDA backend launches
 // attention split along the positions (kernels/cuda/attention_partitions.h): eager steps into the
 // partitions their tokens have, captured ones into those the context limit (1024) allows. GQA
 // (tiny-llama) and MLA (tiny-deepseek-v3, its MoE layers routed on the device when captured): the
