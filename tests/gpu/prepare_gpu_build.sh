@@ -27,7 +27,8 @@ tar -cf - --exclude=CMakeFiles --exclude='*.a' --exclude=Makefile --exclude=cmak
 bins=("$pack/build-gpu/shardlm")
 for t in "${targets[@]:1}"; do bins+=("$(find "$pack/build-gpu/tests" -type f -name "$t" -perm -u+x | head -1)"); done
 # Other shardlm binaries to time beside this one (a baseline, a variant build):
-# SHARDLM_GPU_EXTRA_BINS='NAME=PATH ...' packs each as build-gpu/extra/NAME.
+# SHARDLM_GPU_EXTRA_BINS='NAME=PATH ...' packs each as build-gpu/extra/NAME, which
+# tests/gpu/run_gpu_compare.sh times beside build-gpu/shardlm.
 mkdir -p "$pack/build-gpu/extra"
 for nb in ${SHARDLM_GPU_EXTRA_BINS:-}; do
   cp "${nb#*=}" "$pack/build-gpu/extra/${nb%%=*}" && bins+=("$pack/build-gpu/extra/${nb%%=*}")

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Before/after timings in one run: the same benchmarks with this build's shardlm and with every
+# other build packed beside it (tests/gpu/prepare_gpu_build.sh's SHARDLM_GPU_EXTRA_BINS, in
+# BUILD_DIR/extra), one after the other on the same GPU, so that a kernel change's figures are
+# never compared across machines or sessions.
+#
+#   tests/gpu/run_gpu_compare.sh BUILD_DIR LOG_DIR
+#
+# Per binary: bench-1024 (GQA, bf16) and bench-mla-512 (DeepSeek-V3's attention geometry) with
+# decode attention timed up to 32768 positions, and decode batch 1 after a 2048-token prompt.
+# LOG_DIR/compare.log gathers each one's attention and tok/s lines. SHARDLM_COMPARE_BACKEND
+# (default cuda) and SHARDLM_COMPARE_ARGS (the bench arguments after --model) let the script be
+# tried on a CPU build with small sizes; SHARDLM_COMPARE_SECONDS (default 60) cuts each benchmark.
+set -uo pipefail
+build=${1:?usage: run_gpu_compare.sh BUILD_DIR LOG_DIR}
+logs=${2:?usage: run_gpu_compare.sh BUILD_DIR LOG_DIR}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+mkdir -p "$logs"
+backend=${SHARDLM_COMPARE_BACKEND:-cuda}
+cap=${SHARDLM_COMPARE_SECONDS:-60}
+read -r -a args <<<"${SHARDLM_COMPARE_ARGS:---prompt-len 2048 --decode-tokens 64 --batch 1 --batch-in 16 --batch-out 2 --attention-context 32768 --peak-gemm 0}"
+tmp="${TMPDIR:-/tmp}"
+declare -A configs=([gqa]=bench-1024 [mla]=bench-mla-512)
+status=0
+for c in gqa mla; do
+  model="$tmp/shardlm-compare-$c"
+  [ -d "$model" ] || "$build/shardlm" make-model --config "$root/inputs/models/${configs[$c]}.json" --out "$model" \
+    --dtype bf16 --seed 1 >/dev/null || { echo "make-model ${configs[$c]} failed" | tee -a "$logs/compare.log"; exit 1; }
+done
+bins=("$build/shardlm")
+for b in "$build"/extra/*; do [ -x "$b" ] && bins+=("$b"); done
+for c in gqa mla; do
+  for bin in "${bins[@]}"; do
+    name="$(basename "$bin")"
+    log="$logs/compare-$c-$name.log"
+    echo "== $c: $name ($(date +%T))" | tee -a "$logs/compare.log"
+    rc=0
+    timeout -k 5 "$cap" "$bin" bench --model "$tmp/shardlm-compare-$c" --backend "$backend" "${args[@]}" >"$log" 2>&1 || rc=$?
+    [ "$rc" = 0 ] || { echo "   exit $rc, see $(basename "$log")" | tee -a "$logs/compare.log"; status=1; }
+    grep -E "^attention decode|positions:|^decode" "$log" >>"$logs/compare.log"
+  done
+done
+exit $status
