@@ -33,7 +33,7 @@ constexpr int kBlocksPerSm = MaxHeadDim <= 128 && S == detail::Staging::kRows ? 
 // kStageThreads threads (warps past the group's heads only stage).
 constexpr int kChunksPerThread = 2;
 template <int MaxHeadDim>
-constexpr int kStageThreads = kTile* MaxHeadDim / detail::kChunk / kChunksPerThread;
+constexpr int kStageThreads = (kTile * MaxHeadDim) / (detail::kChunk * kChunksPerThread);
 static_assert(kStageThreads<kMaxHeadDim> <= kMaxThreads, "a widened launch within the kernels' bound");
 
 // The round of positions [base, base + cnt) of KV head kvh scored and folded into a warp's state.
