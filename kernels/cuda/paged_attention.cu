@@ -7,8 +7,6 @@
 // sum_j exp(s_j - m), which equals the CPU's normalised form up to rounding.
 #include "cuda/paged_attention.h"
 
-#include <type_traits>
-
 #include "cuda/attention_combine.h"
 #include "cuda/attention_util.cuh"
 
@@ -136,6 +134,15 @@ __global__ void __launch_bounds__(kMaxThreads, kBlocksPerSm<MaxHeadDim, S>)
   }
 }
 
+// The build of the kernel for head dims up to MaxHeadDim that stages as `staging` says.
+template <int MaxHeadDim>
+auto* kernel_for(detail::Staging staging) {
+  using detail::Staging;
+  return staging == Staging::kBf16  ? paged_attention_kernel<MaxHeadDim, Staging::kBf16>
+         : staging == Staging::kFp8 ? paged_attention_kernel<MaxHeadDim, Staging::kFp8>
+                                    : paged_attention_kernel<MaxHeadDim, Staging::kRows>;
+}
+
 }  // namespace
 
 void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
@@ -158,14 +165,7 @@ void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_he
     const int least = wide ? kStageThreads<kMaxHeadDim> : kStageThreads<128>;
     threads = threads > least ? threads : least;
   }
-  auto pick = [&](auto s) {
-    constexpr detail::Staging S = decltype(s)::value;
-    return wide ? paged_attention_kernel<kMaxHeadDim, S> : paged_attention_kernel<128, S>;
-  };
-  using detail::Staging;
-  auto* kernel = staging == Staging::kBf16  ? pick(std::integral_constant<Staging, Staging::kBf16>{})
-                 : staging == Staging::kFp8 ? pick(std::integral_constant<Staging, Staging::kFp8>{})
-                                            : pick(std::integral_constant<Staging, Staging::kRows>{});
+  auto* kernel = wide ? kernel_for<kMaxHeadDim>(staging) : kernel_for<128>(staging);
   kernel<<<grid, threads, 0, stream>>>(q, n_heads, n_kv_heads, static_cast<int>(head_dim), k_cache, v_cache, cache_fmt,
                                        block_size, blocks, table_start, pos, window, scale, out, heads_per_block,
                                        blocks_per_kv, parts > 1 ? split.states : nullptr);
