@@ -6,8 +6,13 @@
 namespace shardlm::cpu {
 
 void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
-  for (int64_t i = 0; i < n; ++i)
-    std::memcpy(dst + i * H, src + static_cast<int64_t>(rows[i]) * H, static_cast<size_t>(H) * sizeof(float));
+  for (int64_t i = 0; i < n; ++i) {
+    if (rows[i] < 0) {
+      std::fill(dst + i * H, dst + (i + 1) * H, 0.0f);
+    } else {
+      std::memcpy(dst + i * H, src + static_cast<int64_t>(rows[i]) * H, static_cast<size_t>(H) * sizeof(float));
+    }
+  }
 }
 
 void combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows, const float* weights,

@@ -2,7 +2,8 @@
 // builds the index arrays, these kernels move the activation rows, so the rows never leave
 // backend memory. The reference the CUDA kernels of kernels/cuda/expert_rows.h are tested against.
 //
-//   gather   dst[i] = src[rows[i]] for i < n (rows of H floats).
+//   gather   dst[i] = src[rows[i]] for i < n (rows of H floats); zeros where rows[i] < 0 (the
+//            unused places of a fixed-capacity block, kernels/cpu/expert_exchange.h).
 //   combine  out[t] = sum of weights[i] * y[rows[i]] over i in [token_start[t], token_start[t+1]),
 //            accumulated from 0 in that order, each product rounded to fp32 before it is added (no
 //            fused multiply-add: the rounding of expert_combine in expert_permute.h, so a combine

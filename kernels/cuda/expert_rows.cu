@@ -12,8 +12,13 @@ constexpr int kRowThreads = 256;
 __global__ void gather_rows_kernel(const float* __restrict__ src, int64_t H, const int32_t* __restrict__ rows,
                                    int64_t n, float* __restrict__ dst) {
   for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
-    const float* s = src + static_cast<int64_t>(rows[i]) * H;
+    const int32_t row = rows[i];
     float* d = dst + i * H;
+    if (row < 0) {
+      for (int64_t c = threadIdx.x; c < H; c += blockDim.x) d[c] = 0.0f;
+      continue;
+    }
+    const float* s = src + static_cast<int64_t>(row) * H;
     for (int64_t c = threadIdx.x; c < H; c += blockDim.x) d[c] = s[c];
   }
 }

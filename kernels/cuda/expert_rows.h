@@ -10,7 +10,7 @@
 
 namespace shardlm::cuda {
 
-// dst[i] = src[rows[i]] (rows of H floats) for i < n.
+// dst[i] = src[rows[i]] (rows of H floats) for i < n; zeros where rows[i] < 0.
 void launch_gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst,
                         cudaStream_t stream);
 

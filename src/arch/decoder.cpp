@@ -77,6 +77,8 @@ class Decoder final : public Model {
   ~Decoder() override {
     b_.free(inv_freq_dev_);
     b_.free(kv_amax_);
+    b_.free(expert_tokens_dev_);
+    b_.free(ep_overflow_dev_);
   }
 
   void record_kv_magnitudes() override {
@@ -193,16 +195,17 @@ class Decoder final : public Model {
 
   bool runs_empty_steps() const override { return comms_.ep != nullptr; }
 
-  std::string enable_step_graphs() override {
+  std::string enable_step_graphs(double ep_capacity) override {
     std::string why;
+    ep_capacity_ = ep_capacity;
     if (!b_.supports_capture()) {
       why = "backend " + b_.name() + " cannot capture graphs";
     } else if (kv_amax_) {
       why = "a KV cache calibration records every step eagerly";
-    } else if (comms_.ep) {
-      // The MoE all-to-all is sized on the host step by step. (MoE layers without ep keep their
-      // routing on the device in a captured step: StepContext::device_routing.)
-      why = "graphs need no expert parallelism (no ep)";
+    } else if (comms_.ep && !comms_.ep->can_enqueue()) {
+      // A captured MoE layer queues its fixed-size all-to-alls on the stream
+      // (arch/expert_exchange.h); without ep the routing alone stays on the device.
+      why = "graphs with ep need --comm nccl (the expert all-to-alls must be queued on the captured stream)";
     } else if (plan_.tp_size > 1 && !(comms_.tp && comms_.tp->can_enqueue())) {
       // An MPI or libfabric all-reduce goes through host memory, which no graph can hold; NCCL's
       // is queued on the captured stream.
@@ -212,6 +215,7 @@ class Decoder final : public Model {
     return why;
   }
   int64_t graph_steps() const override { return graph_steps_; }
+  int64_t graph_reruns() const override { return graph_reruns_; }
   const MoeStepStats* last_step_moe() const override {
     return spec_.moe.enabled() ? (leads_pipeline() ? &last_moe_ : &moe_stats_) : nullptr;
   }
@@ -303,7 +307,7 @@ class Decoder final : public Model {
   const float* step_to_device(const ForwardBatch& batch) {
     const int64_t T = batch.num_tokens();
     if (T == 0 && !runs_empty_steps()) return nullptr;
-    if (const int64_t bucket = graph_bucket(batch); bucket > 0) return graph_step(batch, bucket);
+    if (const int64_t bucket = step_bucket(batch); bucket > 0) return graph_step(batch, bucket);
     run_stage(batch);
     return logits_to_device(batch);
   }
@@ -313,14 +317,15 @@ class Decoder final : public Model {
   // last stage a graph also computes the logits; they are returned (in backend memory, [T, vocab]
   // first, gathered over tp), null otherwise (head() computes them).
   const float* stage_to_device(const ForwardBatch& batch) {
-    if (const int64_t bucket = graph_bucket(batch); bucket > 0) return graph_step(batch, bucket);
+    if (const int64_t bucket = step_bucket(batch); bucket > 0) return graph_step(batch, bucket);
     run_stage(batch);
     return nullptr;
   }
 
   // This stage's layers over the batch; the residual stream ends in scratch slot 0. With expert
   // parallelism it runs even on an empty step, so that the all-to-alls of its MoE layers pair up.
-  void run_stage(const ForwardBatch& batch) {
+  // received: a later stage's input is already in the kStageInput slot (a graph step redone).
+  void run_stage(const ForwardBatch& batch, bool received = false) {
     SHARDLM_CHECK(cache_, "forward before allocate_kv_cache");
     const int64_t T = batch.num_tokens();
     if (spec_.moe.enabled()) moe_stats_.reset(spec_.moe.num_experts);
@@ -338,8 +343,9 @@ class Decoder final : public Model {
     ctx.pos = scratch_.get_as<int32_t>(4, rows);
     ctx.slots = scratch_.get_as<int64_t>(5, rows);
     ctx.block_size = cache_->shape().block_size;
-    ctx.expert_tokens = expert_counter();
-    zero_expert_counts();
+    // An eager expert-parallel layer counts its loads on the host.
+    ctx.expert_tokens = comms_.ep ? nullptr : expert_counter();
+    if (ctx.expert_tokens) zero_expert_counts();
     b_.copy_to_device(const_cast<int32_t*>(ctx.pos), batch.positions.data(), T * sizeof(int32_t));
     b_.copy_to_device(const_cast<int64_t*>(ctx.slots), batch.slots.data(), T * sizeof(int64_t));
     table_start_.resize(T);
@@ -361,14 +367,20 @@ class Decoder final : public Model {
       b_.copy_to_device(ids, local_ids_.data(), T * sizeof(int32_t));
       if (T > 0) b_.embedding(ids, T, embed_, residual);
       tp_sum(residual, T * H);
+    } else if (received) {
+      b_.copy_to_device(residual, scratch_.get(kStageInput, rows * H), T * H * sizeof(float));
     } else {
       comms_.pp->recv(residual, T * H, CommDType::kF32, plan_.stage - 1, kTagHidden);
     }
     run_layers(ctx, residual, h, proj);
-    add_expert_counts();
-    // Tokens per expert routed from this engine group's batch: with expert parallelism each tp
-    // rank routes its share of the tokens, so the shares are summed over tp. (Each group records
-    // its own, so summing /steps rows counts every token once.)
+    if (ctx.expert_tokens) add_expert_counts();
+    sum_expert_tokens_over_tp();
+  }
+
+  // Tokens per expert routed from this engine group's batch: with expert parallelism each tp rank
+  // routes its share of the tokens, so the shares are summed over tp. (Each group records its own,
+  // so summing /steps rows counts every token once.)
+  void sum_expert_tokens_over_tp() {
     if (comms_.ep && comms_.tp && spec_.moe.enabled()) {
       comms_.tp->all_reduce(moe_stats_.expert_tokens.data(), moe_stats_.expert_tokens.size(), CommDType::kI64,
                             ReduceOp::kSum);
@@ -400,7 +412,7 @@ class Decoder final : public Model {
   // ---- CUDA graphs for decode steps (--cuda-graphs) ----
   //
   // A step is graph-eligible when every row is a decode token (one token per sequence) and every
-  // row samples; enable_step_graphs() has checked the rest (no ep, a backend that captures, tp only
+  // row samples; enable_step_graphs() has checked the rest (a backend that captures, tp and ep only
   // over a communicator that queues on streams). Its T rows are padded to a bucket
   // B, and the whole device part of a B-row step on this stage (embedding or the received hidden
   // states, the stage's layers, and on the last stage the LM head output) is captured once per
@@ -427,9 +439,17 @@ class Decoder final : public Model {
   //    slot before the replay, and its graph starts by copying them into the residual stream (the
   //    warm-up run leaves its output there, so the capture must not start from it); every stage
   //    takes the same steps, so each replays its own graph of the same bucket;
-  //  - MoE layers (no ep) keep the routing on the device (StepContext::device_routing): padding
-  //    rows go to no expert, the expert GEMMs read their row ranges there, and the expert loads
-  //    are added into a device buffer, zeroed before each replay and read after it.
+  //  - MoE layers keep the routing on the device (StepContext::device_routing): padding rows go to
+  //    no expert, the expert GEMMs read their row ranges there, and the expert loads are added
+  //    into a device buffer, zeroed before each replay and read after it;
+  //  - with ep, the MoE layers' exchanges have fixed sizes (arch/expert_exchange.h), queued on the
+  //    captured stream. Every rank of the ep group (its stage's tp x dp ranks, whose dp groups
+  //    schedule their own batches) must replay the same bucket or none, so the ranks agree on it
+  //    step by step (step_bucket: the largest of their buckets, eager if one cannot replay; a
+  //    rank with no tokens replays an all-padding step). A step whose exchange overflowed its
+  //    blocks (the overflow flag, reduced over ep inside the graph, so every rank reads the same)
+  //    is redone eagerly before anything reads its result: the replay's KV entries are written
+  //    again with the eager values.
   static constexpr int64_t kGraphBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
   // The bucket a step is padded to, or 0 when it runs eagerly.
@@ -448,6 +468,19 @@ class Decoder final : public Model {
       if (b >= T) return b;
     }
     return 0;
+  }
+
+  // graph_bucket agreed over the ep group (see above): 0 for an eager step.
+  int64_t step_bucket(const ForwardBatch& batch) {
+    if (!graphs_on_) return 0;
+    if (!comms_.ep) return graph_bucket(batch);
+    int64_t v[2] = {0, 0};  // {a rank cannot replay, the largest bucket}; a rank with no tokens joins any
+    if (batch.num_tokens() > 0) {
+      v[1] = graph_bucket(batch);
+      v[0] = v[1] == 0 ? 1 : 0;
+    }
+    comms_.ep->all_reduce(v, 2, CommDType::kI64, ReduceOp::kMax);
+    return v[0] == 0 ? v[1] : 0;
   }
 
   void drop_graphs() {
@@ -493,6 +526,10 @@ class Decoder final : public Model {
     ctx.tables = BlockTables{blocks, start, nullptr, nullptr, max_len - 1};
     ctx.device_routing = true;
     ctx.expert_tokens = expert_counter();
+    if (comms_.ep) {
+      ctx.ep_capacity = ep_capacity_;
+      ctx.ep_overflow = overflow_flag();
+    }
     if (!plan_.first_stage()) {
       // The previous stage's hidden states of the T real rows; the padding rows keep whatever
       // the slot held (every op works row by row, and nothing reads them back).
@@ -518,6 +555,9 @@ class Decoder final : public Model {
       b_.copy_to_device(residual, scratch_.get(kStageInput, B * H), B * H * sizeof(float));
     }
     run_layers(ctx, residual, h, proj);
+    if (ctx.ep_overflow) {
+      comms_.ep->enqueue_all_reduce(ctx.ep_overflow, 1, CommDType::kI32, ReduceOp::kMax, b_.current_stream());
+    }
     if (!plan_.last_stage()) return;
     float* rows = scratch_.get(12, B * H);
     b_.rmsnorm(residual, final_norm_, B, eps, rows);
@@ -538,6 +578,8 @@ class Decoder final : public Model {
       if (comms_.tp && plan_.last_stage()) gather_vocab(scratch_.get(13, B * plan_.vocab), B);
       if (scratch_.generation() != graph_generation_) drop_graphs();
       const CommStats before = comms_.tp ? comms_.tp->stats() : CommStats{};
+      const CommStats ep_before = comms_.ep ? comms_.ep->stats() : CommStats{};
+      const MoeStepStats moe_before = moe_stats_;
       b_.begin_capture();
       capturing_ = true;
       try {
@@ -553,19 +595,38 @@ class Decoder final : public Model {
         throw;
       }
       capturing_ = false;
-      CommStats moved;  // what each replay moves over tp (the capture counted it once)
-      if (comms_.tp) {
-        moved.calls = comms_.tp->stats().calls - before.calls;
-        moved.bytes_sent = comms_.tp->stats().bytes_sent - before.bytes_sent;
-      }
-      it = graph_handles_.emplace(B, CapturedStep{b_.end_capture(), moved}).first;
-    } else if (comms_.tp) {
-      comms_.tp->count_replayed(it->second.tp_moved);
+      // What each replay moves (the capture counted it once).
+      CapturedStep step{b_.end_capture(), {}, {}, 0, 0};
+      if (comms_.tp) step.tp_moved = moved_since(*comms_.tp, before);
+      if (comms_.ep) step.ep_moved = moved_since(*comms_.ep, ep_before);
+      step.dispatch_bytes = moe_stats_.dispatch_bytes - moe_before.dispatch_bytes;
+      step.combine_bytes = moe_stats_.combine_bytes - moe_before.combine_bytes;
+      it = graph_handles_.emplace(B, step).first;
+    } else {
+      if (comms_.tp) comms_.tp->count_replayed(it->second.tp_moved);
+      if (comms_.ep) comms_.ep->count_replayed(it->second.ep_moved);
     }
     zero_expert_counts();  // the warm-up run counted its expert loads too: the step's are the replay's
+    if (ctx.ep_overflow) b_.copy_to_device(ctx.ep_overflow, &kNoOverflow, sizeof(int32_t));
     b_.replay(it->second.handle);
+    if (ctx.ep_overflow) {
+      int32_t overflowed = 0;
+      b_.copy_to_host(&overflowed, ctx.ep_overflow, sizeof(int32_t));
+      if (overflowed != 0) {
+        // The same decision on every rank of the ep group (the flag was reduced over it).
+        ++graph_reruns_;
+        run_stage(batch, /*received=*/true);
+        return plan_.last_stage() ? logits_to_device(batch) : nullptr;
+      }
+    }
     ++graph_steps_;
     add_expert_counts();
+    sum_expert_tokens_over_tp();
+    if (spec_.moe.enabled()) {
+      moe_stats_.dispatch_bytes = it->second.dispatch_bytes;
+      moe_stats_.combine_bytes = it->second.combine_bytes;
+      moe_stats_.dispatch_s = moe_stats_.combine_s = 0;  // inside the graph: not measured apart
+    }
     if (!plan_.last_stage()) return nullptr;
     const float* local = scratch_.get(13, B * plan_.vocab);
     return comms_.tp ? gather_vocab(local, B) : local;
@@ -640,12 +701,30 @@ class Decoder final : public Model {
     MoeStepStats moe;  // of this step's stage-0 MoE layers
   };
 
-  // The step's expert loads, for MoE layers without ep: counted where the routing is, into a
-  // device buffer of the decoder's own (not a scratch slot: it never moves, so no graph holds a
-  // stale pointer to it), zeroed before the step's layers run and read once after them, not once
-  // per layer. Null (the layers count on the host) for dense models and with ep.
+  // What a communicator moved since `before`.
+  static CommStats moved_since(const Communicator& c, const CommStats& before) {
+    CommStats m;
+    m.calls = c.stats().calls - before.calls;
+    m.bytes_sent = c.stats().bytes_sent - before.bytes_sent;
+    return m;
+  }
+  // The captured expert-parallel exchanges' overflow flag (one int32, backend memory).
+  static constexpr int32_t kNoOverflow = 0;
+  int32_t* overflow_flag() {
+    if (!ep_overflow_dev_) {
+      ep_overflow_dev_ = static_cast<int32_t*>(b_.alloc(sizeof(int32_t)));
+      b_.copy_to_device(ep_overflow_dev_, &kNoOverflow, sizeof(int32_t));
+    }
+    return ep_overflow_dev_;
+  }
+
+  // The step's expert loads, for MoE layers (with ep: in a captured step): counted where the
+  // routing is, into a device buffer of the decoder's own (not a scratch slot: it never moves, so
+  // no graph holds a stale pointer to it), zeroed before the step's layers run and read once after
+  // them, not once per layer. Null for dense models; an eager expert-parallel step counts on the
+  // host instead.
   int64_t* expert_counter() {
-    if (!spec_.moe.enabled() || comms_.ep) return nullptr;
+    if (!spec_.moe.enabled()) return nullptr;
     if (!expert_tokens_dev_)
       expert_tokens_dev_ =
           static_cast<int64_t*>(b_.alloc(static_cast<size_t>(spec_.moe.num_experts) * sizeof(int64_t)));
@@ -699,10 +778,15 @@ class Decoder final : public Model {
   struct CapturedStep {
     int64_t handle;      // the backend's
     CommStats tp_moved;  // calls and bytes of the tp all-reduces each replay runs
+    CommStats ep_moved;  // and of the ep exchanges
+    int64_t dispatch_bytes, combine_bytes;  // the MoE layers' exchanges, per replay
   };
   std::map<int64_t, CapturedStep> graph_handles_;  // by bucket
   uint64_t graph_generation_ = 0;             // scratch generation the handles were captured at
   int64_t graph_steps_ = 0;                   // steps run by a replay
+  int64_t graph_reruns_ = 0;                  // replayed steps redone eagerly (an ep block overflowed)
+  double ep_capacity_ = kDefaultEpGraphCapacity;
+  int32_t* ep_overflow_dev_ = nullptr;
   size_t block_capacity_ = 0;                 // block ids the block-id slot is sized for
   std::vector<int32_t> g_ids_, g_pos_, g_start_;
   std::vector<int64_t> g_slots_;

@@ -33,6 +33,11 @@ struct StepContext {
   // backend memory; the decoder reads it once per step, eager or captured); null: each layer
   // counts on the host.
   int64_t* expert_tokens = nullptr;
+  // A captured step with expert parallelism (arch/expert_exchange.h): the exchange's capacity
+  // factor (--ep-graph-capacity), and where a layer whose blocks overflowed says so (int32,
+  // backend memory; the decoder redoes such a step eagerly).
+  double ep_capacity = 0;
+  int32_t* ep_overflow = nullptr;
 };
 
 class AttentionBlock {

@@ -96,7 +96,11 @@ class Model {
   virtual const MoeStepStats* last_step_moe() const { return nullptr; }
   // Opt-in CUDA graphs for decode steps (--cuda-graphs): returns "" when this model will capture
   // and replay the steps that allow it (the others run eagerly), else why every step runs eagerly.
-  virtual std::string enable_step_graphs() { return "this model does not capture steps"; }
+  // ep_capacity: the capacity factor of a captured expert-parallel exchange
+  // (--ep-graph-capacity, arch/expert_exchange.h).
+  virtual std::string enable_step_graphs(double ep_capacity) { return "this model does not capture steps"; }
+  std::string enable_step_graphs() { return enable_step_graphs(kDefaultEpGraphCapacity); }
+  static constexpr double kDefaultEpGraphCapacity = 2.0;
   // KV cache calibration (shardlm run --kv-calibrate-out): from now on every step folds each
   // layer's largest key and value magnitudes, as the cache is given them (before any fp8 scale),
   // into running maxima. Steps run eagerly while recording (a graph's padding rows would count).
@@ -105,8 +109,10 @@ class Model {
   // layers: this rank's layers' maxima so far, 0 for the others (callers take the maximum over the
   // ranks). Empty when not recording.
   virtual std::vector<float> kv_magnitudes() const { return {}; }
-  // Steps this rank ran by replaying a captured graph.
+  // Steps this rank ran by replaying a captured graph, and replayed steps it redid eagerly because
+  // an expert-parallel exchange's blocks overflowed (arch/expert_exchange.h; not in graph_steps).
   virtual int64_t graph_steps() const { return 0; }
+  virtual int64_t graph_reruns() const { return 0; }
   // Bytes of checkpoint data this rank loaded, and the seconds it took.
   virtual size_t load_bytes() const = 0;
   virtual double load_seconds() const = 0;

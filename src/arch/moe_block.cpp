@@ -26,7 +26,8 @@
 //   ep_size>1  router linear and moe_route on the share; its ids and weights ([T, k], small) come
 //              to the host, where expert_dispatch.h builds the index maps of the exchange; the
 //              rows travel in backend memory (NCCL on device buffers with --comm nccl) and are
-//              moved by gather_rows / combine_rows.
+//              moved by gather_rows / combine_rows. In a captured step the index maps are built
+//              on the device and the exchange has fixed sizes (expert_exchange.h).
 // The shared expert goes through gated_add either way. Both sum the routed results in ascending
 // expert order from unsummed per-(token, expert) rows with the same rounding and route with the
 // same op, so on the CPU backend the two paths agree bit for bit and the output is bit-identical
@@ -36,6 +37,7 @@
 #include <vector>
 
 #include "arch/expert_dispatch.h"
+#include "arch/expert_exchange.h"
 #include "arch/layer_blocks.h"
 #include "arch/moe_router.h"
 #include "arch/weight_loader.h"
@@ -89,8 +91,12 @@ class MoeBlock final : public FeedForwardBlock {
  public:
   MoeBlock(const ModelSpec& spec, const ShardPlan& plan, int64_t layer, WeightLoader& w, const ShardComms& comms,
            MoeStepStats* stats)
-      : m_(spec.moe), H_(spec.hidden_size), plan_(plan), stats_(stats),
-        dispatch_(plan.ep_size > 1 ? comms.ep : nullptr, spec.moe.num_experts, spec.hidden_size) {
+      : m_(spec.moe),
+        H_(spec.hidden_size),
+        plan_(plan),
+        stats_(stats),
+        dispatch_(plan.ep_size > 1 ? comms.ep : nullptr, spec.moe.num_experts, spec.hidden_size),
+        exchange_(plan.ep_size > 1 ? comms.ep : nullptr, spec.moe.num_experts, spec.hidden_size) {
     const MoeSpec& m = spec.moe;
     SHARDLM_CHECK(m.enabled(), "layer " << layer << ": MoE block without routed experts");
     SHARDLM_CHECK(m.experts_per_token >= 1 && m.experts_per_token <= m.num_experts,
@@ -160,8 +166,9 @@ class MoeBlock final : public FeedForwardBlock {
 
   void forward(const float* h, const StepContext& ctx, Scratch& scratch, float* out) override {
     const int64_t T = ctx.T;
-    if (plan_.ep_size > 1) {
-      SHARDLM_CHECK(!ctx.device_routing, "moe block: a captured step with expert parallelism");
+    if (plan_.ep_size > 1 && ctx.device_routing) {
+      forward_expert_parallel_captured(h, ctx, scratch, out);
+    } else if (plan_.ep_size > 1) {
       forward_expert_parallel(h, T, scratch, out);
     } else if (T > 0 && (ctx.device_routing || T * m_.experts_per_token <= routed_rows_per_expert_ * m_.num_experts)) {
       forward_routed(h, ctx, scratch, out);
@@ -260,8 +267,9 @@ class MoeBlock final : public FeedForwardBlock {
   }
 
   // ep_size > 1, any T (0 included: the all-to-alls must pair up on every ep rank). Slots
-  // kFeedForward + 0, 8, 9 for the routing, 5 and 6 for the experts (run_experts), 20 and up for
-  // the dispatch (expert_dispatch.h), 0..3 for the shared expert.
+  // kFeedForward + 0, 8, 9 for the routing, 5 and 6 for the experts (run_experts), 10 for their
+  // offsets on the routed path, 20 and up for the dispatch (expert_dispatch.h), 0..3 for the shared
+  // expert.
   void forward_expert_parallel(const float* h, int64_t T, Scratch& scratch, float* out) {
     ComputeBackend& b = scratch.backend();
     const int64_t H = H_, E = m_.num_experts, k = m_.experts_per_token;
@@ -285,9 +293,19 @@ class MoeBlock final : public FeedForwardBlock {
       b.copy_to_host(routing_.weights.data(), weights, routing_.weights.size() * sizeof(float));
     }
 
-    // Dispatch, the local experts, combine (rows outside the share zero).
+    // Dispatch, the local experts, combine (rows outside the share zero). A decode-sized step's
+    // experts take the routed GEMMs, as a captured step's do, so the two give the same bits.
     dispatch_.dispatch(scratch, h + t0 * H, routing_);
-    run_experts(scratch, experts_, inter_, H, dispatch_.input(), dispatch_.offsets(), dispatch_.output());
+    const int64_t rows = dispatch_.rows(), L = static_cast<int64_t>(experts_.size());
+    if (rows > 0 && rows <= routed_rows_per_expert_ * L) {
+      const std::vector<int64_t>& off = dispatch_.offsets();
+      host_offsets_.assign(off.begin(), off.end());
+      int32_t* offsets = scratch.get_as<int32_t>(Scratch::kFeedForward + 10, static_cast<size_t>(L + 1));
+      b.copy_to_device(offsets, host_offsets_.data(), host_offsets_.size() * sizeof(int32_t));
+      run_routed_experts(scratch, dispatch_.input(), rows, offsets, dispatch_.output());
+    } else {
+      run_experts(scratch, experts_, inter_, H, dispatch_.input(), dispatch_.offsets(), dispatch_.output());
+    }
     dispatch_.combine(scratch, out, T, t0);
 
     if (stats_) {
@@ -298,6 +316,50 @@ class MoeBlock final : public FeedForwardBlock {
       stats_->combine_s += dispatch_.combine_seconds;
       stats_->dispatch_bytes += dispatch_.dispatch_bytes;
       stats_->combine_bytes += dispatch_.combine_bytes;
+    }
+    if (has_shared_ && T > 0) add_shared(h, T, scratch, out);
+  }
+
+  // The local experts on at most P rows of x [P, H] grouped by offsets ([L + 1], backend memory),
+  // into y [P, H], by routed GEMMs (rows from offsets[L] on are not read). Slots kFeedForward + 5
+  // and 6 for gate and up.
+  void run_routed_experts(Scratch& scratch, const float* x, int64_t P, const int32_t* offsets, float* y) {
+    if (P <= 0) return;
+    ComputeBackend& b = scratch.backend();
+    const int64_t I = inter_;
+    float* gate = scratch.get(Scratch::kFeedForward + 5, static_cast<size_t>(P * I));
+    float* up = scratch.get(Scratch::kFeedForward + 6, static_cast<size_t>(P * I));
+    b.grouped_linear_routed(x, P, offsets, gate_w_, gate);
+    b.grouped_linear_routed(x, P, offsets, up_w_, up);
+    b.silu_mul(gate, up, gate, P * I);  // rows past the routed ones keep to themselves
+    b.grouped_linear_routed(gate, P, offsets, down_w_, y);
+  }
+
+  // ep_size > 1 in a captured step (StepContext::device_routing): the routing stays on the device
+  // and the exchange has fixed sizes (arch/expert_exchange.h); the experts run as forward_routed's
+  // do, on at most max_rows() rows whose groups the owner's offsets give on the device. Padding
+  // rows go to no expert. Slots kFeedForward + 0, 8, 9 for the routing ([T, k]: the share's rows
+  // written), 5 and 6 for gate and up, 30 and up for the exchange, 0..3 for the shared expert.
+  void forward_expert_parallel_captured(const float* h, const StepContext& ctx, Scratch& scratch, float* out) {
+    ComputeBackend& b = scratch.backend();
+    const int64_t T = ctx.T, H = H_, E = m_.num_experts, k = m_.experts_per_token;
+    const int64_t t0 = T * plan_.tp_rank / plan_.tp_size, t1 = T * (plan_.tp_rank + 1) / plan_.tp_size;
+    const int64_t Ts = t1 - t0;
+    int32_t* ids = scratch.get_as<int32_t>(Scratch::kFeedForward + 8, static_cast<size_t>(std::max<int64_t>(T * k, 1)));
+    float* weights = scratch.get(Scratch::kFeedForward + 9, static_cast<size_t>(std::max<int64_t>(T * k, 1)));
+    if (Ts > 0) {
+      float* logits = scratch.get(Scratch::kFeedForward + 0, static_cast<size_t>(Ts * E));
+      b.linear(h + t0 * H, Ts, router_, nullptr, logits);
+      b.moe_route(logits, Ts, cfg_, ids + t0 * k, weights + t0 * k);
+    }
+    const cpu::ExchangeShape shape = exchange_shape(T, plan_.tp_size, plan_.ep_size, E, k, ctx.ep_capacity);
+    exchange_.dispatch(scratch, shape, h, ids, T, t0, Ts, ctx.pos, ctx.expert_tokens, ctx.ep_overflow);
+    run_routed_experts(scratch, exchange_.input(), exchange_.max_rows(), exchange_.offsets(), exchange_.output());
+    exchange_.combine(scratch, ids, weights, out);
+    if (stats_) {
+      // Loads are counted on the device (ctx.expert_tokens); no time is measured inside a graph.
+      stats_->dispatch_bytes += exchange_.dispatch_bytes();
+      stats_->combine_bytes += exchange_.combine_bytes();
     }
     if (has_shared_ && T > 0) add_shared(h, T, scratch, out);
   }
@@ -325,11 +387,13 @@ class MoeBlock final : public FeedForwardBlock {
   int64_t H_;
   ShardPlan plan_;
   MoeStepStats* stats_;
-  ExpertDispatch dispatch_;
+  ExpertDispatch dispatch_;  // eager steps with ep
+  ExpertExchange exchange_;  // captured steps with ep
   Matrix router_;
   RouterConfig cfg_;  // the routing (its bias is backend memory)
   int64_t inter_ = 0;
-  // Eager steps of up to this many rows per expert on average take the routed path too (decode:
+  // Eager steps of up to this many rows per expert on average take the routed path too (an ep
+  // owner: its rows over its experts), as captured steps do (decode:
   // no host read in the layer, and a graph step and an eager step of the same rows compute the
   // same bits); larger ones (prefill) take grouped_linear, cuBLAS's grouped GEMMs on tensor cores.
   // The routed kernel reads an expert's weight once per 8 rows: fp8 experts up to 16 rows, where

@@ -26,6 +26,8 @@
 #include <vector>
 
 #include "arch/expert_dispatch.h"
+#include "arch/expert_exchange.h"
+#include "arch/model.h"
 #include "arch/moe_router.h"
 #include "arch/scratch.h"
 #include "cli/commands.h"
@@ -155,6 +157,10 @@ enum Field {
   kCombineBytes,
   kRows,
   kWeightBytes,  // bytes of the weights of this rank's experts that had rows (read once each)
+  kCaptured,     // median seconds (as ns) of the layer as a captured step runs it
+  kCapturedDispatchBytes,
+  kCapturedCombineBytes,
+  kOverflows,  // timed iterations whose fixed blocks overflowed
   kFields
 };
 
@@ -442,6 +448,46 @@ int cmd_bench_moe(int argc, char** argv) {
       }
     }
 
+    // The layer as a captured decode step runs it (arch/expert_exchange.h), where the ep group can
+    // queue collectives on the stream (NCCL): routing kept on the device, fixed blocks (the default
+    // --ep-graph-capacity) over queued all-to-alls, the routed GEMMs, no host read; timed eagerly,
+    // from the router to the combined rows, without the shared expert.
+    int64_t cap_dbytes = 0, cap_cbytes = 0, overflows = 0;
+    if (n > 1 && comm->can_enqueue() && T > 0) {
+      ExpertExchange ex(comm.get(), E, H);
+      const cpu::ExchangeShape shape = exchange_shape(T, 1, n, E, k, Model::kDefaultEpGraphCapacity);
+      const int64_t P = n * shape.Cc;
+      int32_t* flag = reinterpret_cast<int32_t*>(dev(1));
+      float* gate = dev(P * I);
+      float* upv = dev(P * I);
+      const int32_t no_overflow = 0;
+      for (int it = 0; it < warmup + iters; ++it) {
+        b.copy_to_device(flag, &no_overflow, sizeof no_overflow);
+        b.synchronize();
+        comm->barrier();
+        const auto t0 = Clock::now();
+        b.linear(h, T, router, nullptr, ldev);
+        b.moe_route(ldev, T, cfg, ids, wdev);
+        ex.dispatch(scratch, shape, h, ids, T, 0, T, nullptr, nullptr, flag);
+        b.grouped_linear_routed(ex.input(), P, ex.offsets(), gate_w, gate);
+        b.grouped_linear_routed(ex.input(), P, ex.offsets(), up_w, upv);
+        b.silu_mul(gate, upv, gate, P * I);
+        b.grouped_linear_routed(gate, P, ex.offsets(), down_w, ex.output());
+        ex.combine(scratch, ids, wdev, out);
+        b.synchronize();
+        const double captured_s = since(t0);
+        int32_t overflowed = 0;
+        b.copy_to_host(&overflowed, flag, sizeof overflowed);
+        if (it < warmup) continue;
+        t[kCaptured].push_back(captured_s);
+        overflows += overflowed != 0;
+      }
+      cap_dbytes = ex.dispatch_bytes();
+      cap_cbytes = ex.combine_bytes();
+      for (float* p : {gate, upv}) b.free(p);
+      b.free(flag);
+    }
+
     // The all-to-all ceiling: equal blocks carrying the largest rank's dispatch bytes.
     int64_t block_bytes = n > 1 ? dbytes / (n - 1) : 0;
     comm->all_reduce(&block_bytes, 1, CommDType::kI64, ReduceOp::kMax);
@@ -462,6 +508,10 @@ int cmd_bench_moe(int argc, char** argv) {
     mine[kCombineBytes] = cbytes;
     mine[kRows] = rows;
     mine[kWeightBytes] = wbytes;
+    mine[kCaptured] = t[kCaptured].empty() ? 0 : static_cast<int64_t>(median(t[kCaptured]) * 1e9);
+    mine[kCapturedDispatchBytes] = cap_dbytes;
+    mine[kCapturedCombineBytes] = cap_cbytes;
+    mine[kOverflows] = overflows;
     comm->all_gather(mine.data(), all.data(), kFields, CommDType::kI64);
     for (float* p : {h, out, shared_y, ldev, wdev}) b.free(p);
     b.free(ids);
@@ -552,6 +602,20 @@ int cmd_bench_moe(int argc, char** argv) {
       line("shared expert", kShared, buf);
     }
     line("total", kTotal, "");
+    if (slowest(kCapturedDispatchBytes) > 0) {
+      const double eager_us = us(slowest(kRoute)) + us(slowest(kDispatch)) + us(slowest(kGemm)) + us(slowest(kWait)) +
+                              us(slowest(kCombine));
+      int64_t over = 0;
+      for (int64_t v : field(kOverflows)) over += v;
+      std::snprintf(buf, sizeof buf,
+                    "as a CUDA graph's step runs the layer (no shared expert): routing on the device, fixed blocks "
+                    "(--ep-graph-capacity %.0f), %.2f + %.2f MB/rank to peers (eager above: %.2f + %.2f; its route "
+                    "to combine %.1f us); %" PRId64 " of %d iterations x %d ranks overflowed",
+                    Model::kDefaultEpGraphCapacity, rate(kCapturedDispatchBytes, kCaptured).first,
+                    rate(kCapturedCombineBytes, kCaptured).first, rate(kDispatchBytes, kDispatch).first,
+                    rate(kCombineBytes, kCombine).first, eager_us, over, iters, n);
+      line("captured", kCaptured, buf);
+    }
     std::fflush(stdout);
   }
   if (rank == 0) {

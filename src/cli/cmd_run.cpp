@@ -103,6 +103,7 @@ RankRecord my_record(const Topology& topo, const Model& model, const ComputeBack
   if (g.replica) r.replica_bytes_sent = static_cast<int64_t>(g.replica->stats().bytes_sent);
   if (g.ep) r.ep_bytes_sent = static_cast<int64_t>(g.ep->stats().bytes_sent);
   r.graph_steps = model.graph_steps();
+  r.graph_reruns = model.graph_reruns();
   return r;
 }
 
@@ -332,7 +333,7 @@ int cmd_run(int argc, char** argv) {
   // --cuda-graphs is a request: a layout or model that cannot replay graphs runs eagerly, and says
   // why once.
   if (opt.cuda_graphs) {
-    const std::string why = model->enable_step_graphs();
+    const std::string why = model->enable_step_graphs(opt.ep_graph_capacity);
     if (!why.empty() && rank == 0)
       std::fprintf(stderr, "[shardlm] --cuda-graphs: every step runs eagerly: %s\n", why.c_str());
   }

@@ -1,6 +1,7 @@
 #include "cli/run_options.h"
 
 #include <boost/program_options.hpp>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -25,7 +26,8 @@ po::options_description describe(RunOptions& o) {
     ("format", po::value(&o.format)->default_value(o.format), "prompt file format: auto|jsonl|text|openai")
     ("config", po::value(&o.config), "INI job file with any of these options")
     ("backend", po::value(&o.backend)->default_value(o.backend), "compute backend")
-    ("cuda-graphs", po::bool_switch(&o.cuda_graphs), "capture decode steps (one token per sequence, padded to 1, 2, 4 .. 256 rows) as CUDA graphs and replay them; --backend cuda, dense and MoE models, no ep, tp only over --comm nccl (other steps run eagerly)")
+    ("cuda-graphs", po::bool_switch(&o.cuda_graphs), "capture decode steps (one token per sequence, padded to 1, 2, 4 .. 256 rows) as CUDA graphs and replay them; --backend cuda, dense and MoE models, tp and ep only over --comm nccl (other steps run eagerly)")
+    ("ep-graph-capacity", po::value(&o.ep_graph_capacity)->default_value(o.ep_graph_capacity), "with --cuda-graphs and ep: the rows a captured MoE exchange reserves per peer, as a multiple of the mean load (tokens x top-k / ep) plus one token's; a step that overflows them is redone eagerly (/ranks/graph_reruns); 0: the worst case, never redone")
     ("max-new-tokens", po::value(&o.max_new_tokens)->default_value(o.max_new_tokens), "default max tokens generated per request")
     ("temperature", po::value(&o.temperature)->default_value(o.temperature), "sampling temperature (0 = greedy)")
     ("top-p", po::value(&o.top_p)->default_value(o.top_p), "nucleus sampling mass (1 = off)")
@@ -118,6 +120,8 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
   SHARDLM_CHECK(o.fabric_report == "auto" || o.fabric_report == "on" || o.fabric_report == "line" ||
                     o.fabric_report == "off",
                 "--fabric-report must be auto, on, line or off, not '" << o.fabric_report << "'");
+  SHARDLM_CHECK(o.ep_graph_capacity >= 0 && std::isfinite(o.ep_graph_capacity),
+                "--ep-graph-capacity must be a finite number >= 0");
   SHARDLM_CHECK(!o.cuda_graphs || o.backend == "cuda",
                 "--cuda-graphs needs --backend cuda (backend '" << o.backend << "' cannot capture graphs)");
   SHARDLM_CHECK(o.tp >= 1 && o.pp >= 1 && o.replicas >= 0 && o.dp >= 1 && o.ep >= 0,
@@ -130,8 +134,9 @@ std::string to_ini(const RunOptions& o) {
   std::ostringstream s;
   s << "model = " << o.model << "\nprompts = " << o.prompts << "\nout = " << o.out << "\nformat = " << o.format
     << "\nbackend = " << o.backend << "\ncuda-graphs = " << (o.cuda_graphs ? "true" : "false")
-    << "\nmax-new-tokens = " << o.max_new_tokens << "\ntemperature = " << o.temperature
-    << "\ntop-p = " << o.top_p << "\ntop-k = " << o.top_k << "\nmin-p = " << o.min_p << "\nseed = " << o.seed;
+    << "\nep-graph-capacity = " << o.ep_graph_capacity << "\nmax-new-tokens = " << o.max_new_tokens
+    << "\ntemperature = " << o.temperature << "\ntop-p = " << o.top_p << "\ntop-k = " << o.top_k
+    << "\nmin-p = " << o.min_p << "\nseed = " << o.seed;
   for (const auto& st : o.stop) s << "\nstop = " << st;
   s << "\nignore-eos = " << (o.ignore_eos ? "true" : "false") << "\nmax-batch-tokens = " << o.max_batch_tokens
     << "\nmax-seqs = " << o.max_seqs << "\nkv-cache-gb = " << o.kv_cache_gb

@@ -15,6 +15,7 @@
 #include "cuda/device_info.h"
 #include "cuda/elementwise.h"
 #include "cuda/embedding.h"
+#include "cuda/expert_exchange.h"
 #include "cuda/expert_permute.h"
 #include "cuda/expert_rows.h"
 #include "cuda/fp8_dequant.h"
@@ -559,6 +560,43 @@ void CudaBackend::gated_add(float* out, const float* y, const float* gate_logits
 void CudaBackend::abs_max(const float* x, int64_t n, float* acc) {
   cuda::launch_abs_max(x, n, acc, stream_of(stream_));
   check_launch("abs_max");
+}
+
+namespace {
+// The launch geometry of an exchange shape, checked against what one thread block holds.
+cuda::ExchangeGeometry exchange_geometry(const cpu::ExchangeShape& s) {
+  SHARDLM_CHECK(s.ep >= 1 && s.ep <= 1024 && s.L >= 1 && s.k >= 1 && s.C >= 0 && s.Cc >= 0 &&
+                    s.ep * std::max(s.C, s.Cc) * std::max<int64_t>(s.meta(), 1) <= INT32_MAX,
+                "cuda backend: an expert exchange of " << s.ep << " ranks x " << s.L << " experts, top-" << s.k << ", "
+                                                       << s.C << " records and " << s.Cc << " rows a block");
+  cuda::ExchangeGeometry g;
+  g.ep = static_cast<int>(s.ep);
+  g.L = static_cast<int>(s.L);
+  g.k = static_cast<int>(s.k);
+  g.C = static_cast<int>(s.C);
+  g.Cc = static_cast<int>(s.Cc);
+  const size_t smem = std::max(cuda::expert_send_plan_smem(g), cuda::expert_recv_plan_smem(g));
+  SHARDLM_CHECK(smem <= 48 * 1024, "cuda backend: an expert exchange of "
+                                       << s.ep << " ranks x " << s.L << " experts needs " << smem
+                                       << " bytes of shared memory (48 KiB at most)");
+  return g;
+}
+}  // namespace
+
+void CudaBackend::expert_send_plan(const cpu::ExchangeShape& s, const int32_t* ids, int64_t T, int64_t t0, int64_t Ts,
+                                   const int32_t* pos, int32_t* rec_token, int32_t* meta, int32_t* pair_row,
+                                   int64_t* counts, int32_t* overflow) {
+  SHARDLM_CHECK(T * s.k <= INT32_MAX && t0 >= 0 && Ts >= 0 && t0 + Ts <= T,
+                "cuda backend: expert_send_plan of rows [" << t0 << ", +" << Ts << ") of " << T);
+  cuda::launch_expert_send_plan(exchange_geometry(s), ids, T, t0, Ts, pos, rec_token, meta, pair_row, counts, overflow,
+                                stream_of(stream_));
+  check_launch("expert_send_plan");
+}
+
+void CudaBackend::expert_recv_plan(const cpu::ExchangeShape& s, const int32_t* meta, int32_t* offsets, int32_t* row_src,
+                                   int32_t* back_row) {
+  cuda::launch_expert_recv_plan(exchange_geometry(s), meta, offsets, row_src, back_row, stream_of(stream_));
+  check_launch("expert_recv_plan");
 }
 
 void CudaBackend::gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {

@@ -64,6 +64,7 @@ struct RankRecord {
   int64_t peak_rss_bytes = 0;
   int64_t tp_bytes_sent = 0, pp_bytes_sent = 0, replica_bytes_sent = 0, ep_bytes_sent = 0;
   int64_t graph_steps = 0;  // steps this rank ran by replaying a captured CUDA graph (--cuda-graphs)
+  int64_t graph_reruns = 0;         // replayed steps redone eagerly: an ep exchange overflowed (--ep-graph-capacity)
   int64_t device_weight_bytes = 0;  // device memory its weights take (0 without a device)
 };
 

@@ -281,6 +281,28 @@ void NcclCommunicator::all_to_all(const void* send, void* recv, size_t count, Co
   wait_done("all_to_all", all_peers());
 }
 
+void NcclCommunicator::enqueue_all_to_all(const void* send, void* recv, size_t count, CommDType t, void* stream) {
+  SHARDLM_CHECK(device_call("enqueue_all_to_all", {{"send", send}, {"receive", recv}}) || count == 0,
+                "enqueue_all_to_all on group " << name()
+                                               << ": the buffers are host memory; only device memory can be "
+                                                  "queued on a stream");
+  check_usable("enqueue_all_to_all");
+  const size_t es = comm_dtype_size(t), n = static_cast<size_t>(size());
+  StatScope st(stats_, size() > 1 ? n * count * es : 0);
+  const ncclDataType_t dt = nccl_dtype(t);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  grouped("enqueue_all_to_all", [&]() {
+    for (size_t p = 0; p < n; ++p) {
+      ncclResult_t r = ncclSend(cat(send, p * count, es), count, dt, static_cast<int>(p), comm_, s);
+      if (!ok_or_pending(r)) return r;
+      r = ncclRecv(at(recv, p * count, es), count, dt, static_cast<int>(p), comm_, s);
+      if (!ok_or_pending(r)) return r;
+    }
+    return ncclSuccess;
+  });
+  wait_enqueued("enqueue_all_to_all", all_peers());  // taken by the communicator, not completed
+}
+
 void NcclCommunicator::all_to_allv(const void* send, const std::vector<size_t>& send_counts,
                                    const std::vector<size_t>& send_displs, void* recv,
                                    const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,

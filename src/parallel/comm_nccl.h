@@ -75,6 +75,7 @@ class NcclCommunicator final : public Communicator {
   // On `stream` without waiting (a step being captured); its completion is the stream's.
   bool can_enqueue() const override { return true; }
   void enqueue_all_reduce(void* buf, size_t count, CommDType t, ReduceOp op, void* stream) override;
+  void enqueue_all_to_all(const void* send, void* recv, size_t count, CommDType t, void* stream) override;
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }

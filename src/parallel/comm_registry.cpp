@@ -99,6 +99,10 @@ void Communicator::enqueue_all_reduce(void*, size_t, CommDType, ReduceOp, void*)
   SHARDLM_FAIL("communicator " << name() << " cannot queue collectives on a stream (CUDA graphs need --comm nccl)");
 }
 
+void Communicator::enqueue_all_to_all(const void*, void*, size_t, CommDType, void*) {
+  SHARDLM_FAIL("communicator " << name() << " cannot queue collectives on a stream (CUDA graphs need --comm nccl)");
+}
+
 size_t comm_dtype_size(CommDType t) {
   switch (t) {
     case CommDType::kF32: return 4;

@@ -86,6 +86,9 @@ class Communicator {
   // records it and every replay runs it. Only where can_enqueue() (NCCL); the others throw.
   virtual bool can_enqueue() const { return false; }
   virtual void enqueue_all_reduce(void* buf, size_t count, CommDType t, ReduceOp op, void* stream);
+  // The same for all_to_all (blocks of count elements, device memory): a captured expert-parallel
+  // MoE layer's fixed-capacity exchange (arch/expert_exchange.h).
+  virtual void enqueue_all_to_all(const void* send, void* recv, size_t count, CommDType t, void* stream);
   // Counts what a replayed graph moved (its calls and bytes, as they were at capture) in stats().
   void count_replayed(const CommStats& per_replay) {
     stats_.calls += per_replay.calls;

@@ -17,7 +17,7 @@ struct Packed {
   int64_t load_bytes;
   double load_s;
   int64_t peak_rss_bytes, tp_bytes_sent, pp_bytes_sent, replica_bytes_sent, ep_bytes_sent, graph_steps;
-  int64_t device_weight_bytes;
+  int64_t device_weight_bytes, graph_reruns;
 };
 
 }  // namespace
@@ -57,6 +57,7 @@ std::vector<RankRecord> gather_rank_records(Communicator* world, const RankRecor
   p.replica_bytes_sent = mine.replica_bytes_sent;
   p.ep_bytes_sent = mine.ep_bytes_sent;
   p.graph_steps = mine.graph_steps;
+  p.graph_reruns = mine.graph_reruns;
   p.device_weight_bytes = mine.device_weight_bytes;
   std::vector<Packed> all(static_cast<size_t>(world->size()));
   world->all_gather(&p, all.data(), sizeof p, CommDType::kU8);
@@ -77,6 +78,7 @@ std::vector<RankRecord> gather_rank_records(Communicator* world, const RankRecor
     r.replica_bytes_sent = q.replica_bytes_sent;
     r.ep_bytes_sent = q.ep_bytes_sent;
     r.graph_steps = q.graph_steps;
+    r.graph_reruns = q.graph_reruns;
     r.device_weight_bytes = q.device_weight_bytes;
     out.push_back(r);
   }

@@ -2,7 +2,8 @@
 // moe_topk against src/arch/moe_router (same ids in the same order, weights within 1e-6
 // relative), expert_permute against kernels/cpu/expert_permute (bit-identical), fp8_dequant
 // against dequant_fp8_block (bit-identical), fp8_act_quant against kernels/cpu/fp8_act_quant
-// (bit-identical). Skipped without a GPU.
+// (bit-identical), the fixed-capacity exchange plans against kernels/cpu/expert_exchange (the same
+// integers, blocks that overflow included). Skipped without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -17,12 +18,14 @@
 
 #include "arch/moe_router.h"
 #include "common/gpu.h"
+#include "cpu/expert_exchange.h"
 #include "cpu/expert_permute.h"
 #include "cpu/fp8_act_quant.h"
 #include "cuda/device_buffer_moe.h"
 #include "model/fp8_block.h"
 
 #ifdef SHARDLM_HAVE_CUDA
+#include "cuda/expert_exchange.h"
 #include "cuda/expert_permute.h"
 #include "cuda/fp8_act_quant.h"
 #include "cuda/fp8_dequant.h"
@@ -198,6 +201,81 @@ TEST(CudaExpertPermute, MatchesCpuReference) {
   check_permute(0, 8, 64, 0, 16, 8, 7);          // no tokens: offsets all zero
   check_permute(256, 8, 256, 0, 256, 16, 8, true);  // a graph step's padding rows; counts added up
   check_permute(37, 2, 8, 2, 4, 24, 9, true);
+#endif
+}
+
+#ifdef SHARDLM_HAVE_CUDA
+// One rank's send plan of a share and an owner's recv plan of blocks from every rank, on the
+// device and on the CPU. The owner's blocks are the send plans of ep shares of one routing.
+void check_exchange(int64_t T, int64_t k, int64_t E, int64_t ep, int64_t C, int64_t Cc, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<int32_t> ids;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> all(static_cast<size_t>(E));
+    std::iota(all.begin(), all.end(), 0);
+    // Skewed towards the low experts, so the first owner's blocks fill up.
+    std::partial_sort(all.begin(), all.begin() + k, all.end(), [&](int32_t a, int32_t b) {
+      return a + static_cast<int32_t>(gen() % E) < b + static_cast<int32_t>(gen() % E);
+    });
+    ids.insert(ids.end(), all.begin(), all.begin() + k);
+  }
+  std::vector<int32_t> pos(static_cast<size_t>(std::max<int64_t>(T, 1)));
+  for (int64_t t = 0; t < T; ++t) pos[t] = t % 5 == 4 ? -1 : static_cast<int32_t>(t);
+  cpu::ExchangeShape s;
+  s.ep = ep;
+  s.L = E / ep;
+  s.k = k;
+  s.C = C;
+  s.Cc = Cc;
+  const int64_t M = s.meta();
+  cuda::ExchangeGeometry g{static_cast<int>(ep), static_cast<int>(s.L), static_cast<int>(k), static_cast<int>(C),
+                           static_cast<int>(Cc)};
+  DevArray<int32_t> d_ids(ids.empty() ? std::vector<int32_t>{0} : ids), d_pos(pos);
+  std::vector<int32_t> owner_meta(static_cast<size_t>(ep * M));
+  const int64_t owner = 0;
+  for (int64_t p = 0; p < ep; ++p) {
+    const int64_t t0 = T * p / ep, Ts = T * (p + 1) / ep - t0;
+    std::vector<int32_t> rec(static_cast<size_t>(std::max<int64_t>(ep * C, 1)), 9),
+        meta(static_cast<size_t>(ep * M), 9), pair_row(static_cast<size_t>(std::max<int64_t>(T * k, 1)), 9);
+    std::vector<int64_t> counts(static_cast<size_t>(E), 3);
+    int32_t flag = 0;
+    cpu::expert_send_plan(s, ids.data(), T, t0, Ts, pos.data(), rec.data(), meta.data(), pair_row.data(), counts.data(),
+                          &flag);
+    DevArray<int32_t> d_rec(std::vector<int32_t>(rec.size(), 9)), d_meta(std::vector<int32_t>(meta.size(), 9)),
+        d_pair(std::vector<int32_t>(pair_row.size(), 9)), d_flag(std::vector<int32_t>{0});
+    DevArray<int64_t> d_counts(std::vector<int64_t>(static_cast<size_t>(E), 3));
+    cuda::launch_expert_send_plan(g, d_ids.get(), T, t0, Ts, d_pos.get(), d_rec.get(), d_meta.get(), d_pair.get(),
+                                  d_counts.get(), d_flag.get(), nullptr);
+    expect_kernel_ok();
+    EXPECT_EQ(d_rec.download(), rec) << "rank " << p;
+    EXPECT_EQ(d_meta.download(), meta) << "rank " << p;
+    EXPECT_EQ(d_pair.download(), pair_row) << "rank " << p;
+    EXPECT_EQ(d_counts.download(), counts) << "rank " << p;
+    EXPECT_EQ(d_flag.download()[0], flag) << "rank " << p;
+    std::copy_n(meta.begin() + owner * M, M, owner_meta.begin() + p * M);
+  }
+  std::vector<int32_t> offsets(static_cast<size_t>(s.L + 1)),
+      row_src(static_cast<size_t>(std::max<int64_t>(ep * Cc, 1)), -9), back_row(row_src.size(), 9);
+  cpu::expert_recv_plan(s, owner_meta.data(), offsets.data(), row_src.data(), back_row.data());
+  DevArray<int32_t> d_meta(owner_meta), d_offsets(offsets.size()), d_src(std::vector<int32_t>(row_src.size(), -9)),
+      d_back(std::vector<int32_t>(back_row.size(), 9));
+  cuda::launch_expert_recv_plan(g, d_meta.get(), d_offsets.get(), d_src.get(), d_back.get(), nullptr);
+  expect_kernel_ok();
+  EXPECT_EQ(d_offsets.download(), offsets);
+  EXPECT_EQ(d_src.download(), row_src);
+  EXPECT_EQ(d_back.download(), back_row);
+}
+#endif
+
+TEST(CudaExpertExchange, PlansMatchCpuReference) {
+  SHARDLM_REQUIRE_GPU();
+#ifdef SHARDLM_HAVE_CUDA
+  check_exchange(16, 2, 8, 2, 8, 16, 1);    // worst-case blocks (tiny Mixtral over 2 ranks)
+  check_exchange(64, 8, 256, 8, 8, 64, 2);  // DeepSeek-V3's experts over 8 ranks, blocks of 8 records
+  check_exchange(64, 8, 256, 8, 3, 5, 3);   // blocks that overflow
+  check_exchange(40, 6, 384, 64, 1, 2, 4);  // Kimi K2's experts over 64 ranks (more ranks than a warp)
+  check_exchange(3, 4, 16, 4, 1, 4, 5);     // shares of no token
+  check_exchange(0, 4, 16, 4, 0, 0, 6);     // no tokens: empty blocks
 #endif
 }
 

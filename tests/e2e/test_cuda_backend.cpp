@@ -153,6 +153,64 @@ TEST(CudaBackend, CudaGraphsWithTpOverNcclMatchEager) {
   EXPECT_NE(mpi.out.find("every step runs eagerly: graphs with tp need --comm nccl"), std::string::npos) << mpi.out;
 }
 
+// Steps each rank replayed and then redid eagerly (/ranks/graph_reruns).
+std::vector<int64_t> graph_reruns(const std::string& h5) {
+  return test::H5Reader(h5).scalars<int64_t>("/ranks/graph_reruns", H5T_NATIVE_INT64);
+}
+
+// --cuda-graphs with ep over NCCL (arch/expert_exchange.h): the MoE layers' all-to-alls are
+// captured with blocks of a fixed size, and the ranks of the ep group, whose dp groups schedule
+// their own batches, agree on each step's bucket. The tokens and logprobs must be the eager
+// run's bit for bit (the exchange sums the same unsummed pairs in the same order, and eager
+// decode steps take the same routed GEMMs), for Mixtral over dp 2 x ep 2 and for DeepSeek-V3 with
+// its experts fp8 over tp 2 x dp 2 (ep 4: each tp rank sends its share of the tokens). With
+// blocks too small for the routing (--ep-graph-capacity 0.3) steps overflow: every rank of the
+// group redoes the same steps eagerly, and the result is still the eager one. Over MPI nothing
+// can be queued on the stream: the run says so and runs eagerly.
+TEST(CudaBackend, CudaGraphsWithEpOverNcclMatchEager) {
+  SHARDLM_REQUIRE_GPU_PER_RANK(4);
+  const fs::path d = test::fresh_dir("cuda-graphs-ep");
+  test::write_layout_prompts(d / "p.jsonl", 6, false);
+  auto check = [&](const std::string& model, int np, const std::string& layout, const std::string& name) {
+    const std::string common = test::mpirun(np) + shardlm_bin() + " run --model " + model + " --prompts " +
+                               (d / "p.jsonl").string() +
+                               " --threads 1 --seed 3 --max-seqs 5 --max-batch-tokens 48 --backend cuda --comm nccl "
+                               "--comm-timeout 120 -q " +
+                               layout + " --out ";
+    const std::string eager_out = (d / (name + "-eager.h5")).string(),
+                      graphs_out = (d / (name + "-graphs.h5")).string(),
+                      small_out = (d / (name + "-small.h5")).string();
+    Proc eager = sh(common + eager_out);
+    Proc graphs = sh(common + graphs_out + " --cuda-graphs");
+    Proc small = sh(common + small_out + " --cuda-graphs --ep-graph-capacity 0.3");
+    ASSERT_EQ(eager.code, 0) << eager.out;
+    ASSERT_EQ(graphs.code, 0) << graphs.out;
+    ASSERT_EQ(small.code, 0) << small.out;
+    EXPECT_EQ(graphs.out.find("every step runs eagerly"), std::string::npos) << graphs.out;
+    const test::RunOutput want = test::read_run(eager_out);
+    for (const std::string& out : {graphs_out, small_out}) {
+      const test::RunOutput got = test::read_run(out);
+      test::expect_same_run(want, got, name + " " + out);
+      EXPECT_EQ(want.logprobs, got.logprobs) << name << " " << out << ": logprobs not bit-identical";
+    }
+    for (int64_t n : graph_steps(graphs_out)) EXPECT_GT(n, 0) << name;
+    for (int64_t n : graph_reruns(graphs_out)) EXPECT_EQ(n, 0) << name << ": default blocks overflowed";
+    const std::vector<int64_t> reruns = graph_reruns(small_out);
+    ASSERT_EQ(reruns.size(), static_cast<size_t>(np));
+    EXPECT_GT(reruns[0], 0) << name << ": blocks of 0.3 x the mean never overflowed";
+    for (int64_t n : reruns) EXPECT_EQ(n, reruns[0]) << name << ": the ranks redid different steps";
+  };
+  check(make_model("tiny-mixtral", "fp32"), 2, "--dp 2 --ep 2", "mixtral-dp2-ep2");
+  check(make_model("tiny-deepseek-v3", "fp8"), 4, "--tp 2 --dp 2 --ep 4", "deepseek-tp2-dp2-ep4");
+  test::write_file(d / "one.jsonl", "{\"id\": \"a\", \"prompt_token_ids\": [1, 403], \"max_tokens\": 2}\n");
+  Proc mpi = sh(test::mpirun(2) + shardlm_bin() + " run --model " + make_model("tiny-mixtral", "fp32") + " --prompts " +
+                (d / "one.jsonl").string() +
+                " --backend cuda --dp 2 --ep 2 --comm mpi --cuda-graphs --max-batch-tokens 16 --max-seqs 2 --out " +
+                (d / "mpi.h5").string());
+  ASSERT_EQ(mpi.code, 0) << mpi.out;
+  EXPECT_NE(mpi.out.find("every step runs eagerly: graphs with ep need --comm nccl"), std::string::npos) << mpi.out;
+}
+
 // --cuda-graphs with pp: each stage replays its own graph of the step's bucket, the hidden states
 // passing between stages outside the graphs; the tokens and logprobs must be the eager run's, and
 // every rank must have replayed steps. Over MPI (2 ranks sharing one GPU, staged through host
