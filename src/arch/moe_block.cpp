@@ -302,7 +302,7 @@ class MoeBlock final : public FeedForwardBlock {
       host_offsets_.assign(off.begin(), off.end());
       int32_t* offsets = scratch.get_as<int32_t>(Scratch::kFeedForward + 10, static_cast<size_t>(L + 1));
       b.copy_to_device(offsets, host_offsets_.data(), host_offsets_.size() * sizeof(int32_t));
-      run_routed_experts(scratch, dispatch_.input(), rows, offsets, dispatch_.output());
+      run_routed_experts(scratch, dispatch_.input(), rows, rows, offsets, dispatch_.output());
     } else {
       run_experts(scratch, experts_, inter_, H, dispatch_.input(), dispatch_.offsets(), dispatch_.output());
     }
@@ -321,18 +321,19 @@ class MoeBlock final : public FeedForwardBlock {
   }
 
   // The local experts on at most P rows of x [P, H] grouped by offsets ([L + 1], backend memory),
-  // into y [P, H], by routed GEMMs (rows from offsets[L] on are not read). Slots kFeedForward + 5
-  // and 6 for gate and up.
-  void run_routed_experts(Scratch& scratch, const float* x, int64_t P, const int32_t* offsets, float* y) {
+  // into y [P, H], by routed GEMMs (rows from offsets[L] on are not read); expect: the rows they
+  // usually hold (grouped_linear_routed). Slots kFeedForward + 5 and 6 for gate and up.
+  void run_routed_experts(Scratch& scratch, const float* x, int64_t P, int64_t expect, const int32_t* offsets,
+                          float* y) {
     if (P <= 0) return;
     ComputeBackend& b = scratch.backend();
     const int64_t I = inter_;
     float* gate = scratch.get(Scratch::kFeedForward + 5, static_cast<size_t>(P * I));
     float* up = scratch.get(Scratch::kFeedForward + 6, static_cast<size_t>(P * I));
-    b.grouped_linear_routed(x, P, offsets, gate_w_, gate);
-    b.grouped_linear_routed(x, P, offsets, up_w_, up);
+    b.grouped_linear_routed(x, P, expect, offsets, gate_w_, gate);
+    b.grouped_linear_routed(x, P, expect, offsets, up_w_, up);
     b.silu_mul(gate, up, gate, P * I);  // rows past the routed ones keep to themselves
-    b.grouped_linear_routed(gate, P, offsets, down_w_, y);
+    b.grouped_linear_routed(gate, P, expect, offsets, down_w_, y);
   }
 
   // ep_size > 1 in a captured step (StepContext::device_routing): the routing stays on the device
@@ -354,7 +355,11 @@ class MoeBlock final : public FeedForwardBlock {
     }
     const cpu::ExchangeShape shape = exchange_shape(T, plan_.tp_size, plan_.ep_size, E, k, ctx.ep_capacity);
     exchange_.dispatch(scratch, shape, h, ids, T, t0, Ts, ctx.pos, ctx.expert_tokens, ctx.ep_overflow);
-    run_routed_experts(scratch, exchange_.input(), exchange_.max_rows(), exchange_.offsets(), exchange_.output());
+    // The blocks hold up to ep x Cc rows, a multiple of an owner's usual load: the GEMMs are chosen
+    // on that load, the share's pairs (S x k on average), as an eager step of it chooses them.
+    const int64_t usual = std::min(exchange_.max_rows(), ((T + plan_.tp_size - 1) / plan_.tp_size) * k);
+    run_routed_experts(scratch, exchange_.input(), exchange_.max_rows(), usual, exchange_.offsets(),
+                       exchange_.output());
     exchange_.combine(scratch, ids, weights, out);
     if (stats_) {
       // Loads are counted on the device (ctx.expert_tokens); no time is measured inside a graph.

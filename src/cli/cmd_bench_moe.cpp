@@ -456,7 +456,7 @@ int cmd_bench_moe(int argc, char** argv) {
     if (n > 1 && comm->can_enqueue() && T > 0) {
       ExpertExchange ex(comm.get(), E, H);
       const cpu::ExchangeShape shape = exchange_shape(T, 1, n, E, k, Model::kDefaultEpGraphCapacity);
-      const int64_t P = n * shape.Cc;
+      const int64_t P = n * shape.Cc, usual = std::min(P, T * k);  // the GEMMs chosen as the MoE block does
       int32_t* flag = reinterpret_cast<int32_t*>(dev(1));
       float* gate = dev(P * I);
       float* upv = dev(P * I);
@@ -469,10 +469,10 @@ int cmd_bench_moe(int argc, char** argv) {
         b.linear(h, T, router, nullptr, ldev);
         b.moe_route(ldev, T, cfg, ids, wdev);
         ex.dispatch(scratch, shape, h, ids, T, 0, T, nullptr, nullptr, flag);
-        b.grouped_linear_routed(ex.input(), P, ex.offsets(), gate_w, gate);
-        b.grouped_linear_routed(ex.input(), P, ex.offsets(), up_w, upv);
+        b.grouped_linear_routed(ex.input(), P, usual, ex.offsets(), gate_w, gate);
+        b.grouped_linear_routed(ex.input(), P, usual, ex.offsets(), up_w, upv);
         b.silu_mul(gate, upv, gate, P * I);
-        b.grouped_linear_routed(gate, P, ex.offsets(), down_w, ex.output());
+        b.grouped_linear_routed(gate, P, usual, ex.offsets(), down_w, ex.output());
         ex.combine(scratch, ids, wdev, out);
         b.synchronize();
         const double captured_s = since(t0);

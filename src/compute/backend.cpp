@@ -55,8 +55,8 @@ void ComputeBackend::grouped_linear(const float* x, const std::vector<int64_t>& 
   }
 }
 
-void ComputeBackend::grouped_linear_routed(const float* x, int64_t max_rows, const int32_t* offsets,
-                                           const std::vector<const Matrix*>& w, float* y) {
+void ComputeBackend::grouped_linear_routed(const float* x, int64_t max_rows, int64_t /*expect_rows*/,
+                                           const int32_t* offsets, const std::vector<const Matrix*>& w, float* y) {
   std::vector<int32_t> host(w.size() + 1);
   copy_to_host(host.data(), offsets, host.size() * sizeof(int32_t));
   const std::vector<int64_t> rows(host.begin(), host.end());

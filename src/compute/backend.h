@@ -208,8 +208,14 @@ class ComputeBackend {
   // step can hold the call (Mixture-of-Experts layers in a CUDA graph); where the backend cannot
   // capture, the default reads the offsets back and runs grouped_linear. The CUDA backend runs
   // every group through one kernel that reads the weights directly (a decode step's few rows per
-  // expert), fp8 codes with the bits linear() gives a row of up to 16.
-  virtual void grouped_linear_routed(const float* x, int64_t max_rows, const int32_t* offsets,
+  // expert), fp8 codes with the bits linear() gives a row of up to 16. expect_rows (<= max_rows):
+  // the rows the groups usually hold in all, on which a backend chooses between that kernel and a
+  // grouped GEMM (a captured expert-parallel step's bound is far above its usual load).
+  void grouped_linear_routed(const float* x, int64_t max_rows, const int32_t* offsets,
+                             const std::vector<const Matrix*>& w, float* y) {
+    grouped_linear_routed(x, max_rows, max_rows, offsets, w, y);
+  }
+  virtual void grouped_linear_routed(const float* x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
                                      const std::vector<const Matrix*>& w, float* y);
   // How grouped_linear runs here, in a few words (benchmark headers), and the last
   // grouped_linear_routed.

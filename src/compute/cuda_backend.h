@@ -158,7 +158,8 @@ class CudaBackend final : public ComputeBackend {
   void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, const int32_t* num_rows,
                      int64_t max_rows, float* xp) override;
   // Every group through kernels/cuda/rows_matmul.h's routed matmul (cuda_routed_linear.cpp).
-  void grouped_linear_routed(const float* x, int64_t max_rows, const int32_t* offsets,
+  using ComputeBackend::grouped_linear_routed;
+  void grouped_linear_routed(const float* x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
                              const std::vector<const Matrix*>& w, float* y) override;
   // Routed matmul launches so far (tests, benchmarks).
   int64_t routed_launches() const { return routed_launches_; }
@@ -216,15 +217,15 @@ class CudaBackend final : public ComputeBackend {
   // [ceil(K / 128)][R].
   const uint8_t* quantised_rows(const float* x, int64_t R, int64_t K, const float** scales);
   // grouped_linear_routed on fp8 weights through the grouped W8A8 kernel's routed launch, where the
-  // rows average more than 16 a group (a large decode batch over few experts) and it runs them;
-  // false (nothing run) otherwise.
-  bool routed_gemm_fp8(const float* x, int64_t max_rows, const int32_t* offsets, const std::vector<const Matrix*>& w,
-                       float* y);
+  // rows are expected to average more than 16 a group (expect_rows: a large decode batch over few
+  // experts) and it runs them; false (nothing run) otherwise.
+  bool routed_gemm_fp8(const float* x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
+                       const std::vector<const Matrix*>& w, float* y);
   // The same on bf16 weights through the grouped bf16 GEMM (kernels/cuda/bf16_grouped_gemm_mma.h,
   // cuda_bf16_grouped_gemm.cpp); false (nothing run) where the rows average 16 a group or fewer,
   // it is off, or the weights do not meet its terms.
-  bool routed_gemm_bf16(const float* x, int64_t max_rows, const int32_t* offsets, const std::vector<const Matrix*>& w,
-                        float* y);
+  bool routed_gemm_bf16(const float* x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
+                        const std::vector<const Matrix*>& w, float* y);
   // The tile list of a routed grouped GEMM (fp8 or bf16) for max_rows rows in G groups, with one
   // entry more for the tile count the device writes (*count).
   cuda::GemmTile* routed_tile_list(int64_t tiles, int32_t** count);

@@ -24,12 +24,12 @@ cuda::GemmTile* CudaBackend::routed_tile_list(int64_t tiles, int32_t** count) {
   return list;
 }
 
-bool CudaBackend::routed_gemm_bf16(const float* x, int64_t max_rows, const int32_t* offsets,
+bool CudaBackend::routed_gemm_bf16(const float* x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
                                    const std::vector<const Matrix*>& w, float* y) {
   const auto G = static_cast<int64_t>(w.size());
   // At a usual decode step's few rows per expert the direct kernel reads each weight once per 8
   // rows, what a GEMM's traffic would be too; past 16 on average this reads it once per 64.
-  if (!routed_grouped_ || max_rows <= kFp8DirectRows * G) return false;
+  if (!routed_grouped_ || expect_rows <= kFp8DirectRows * G) return false;
   const int64_t N = w[0]->rows, K = w[0]->cols;
   if (!cuda::bf16_grouped_gemm_mma_fits(N, K)) return false;
   for (const Matrix* m : w)

@@ -75,13 +75,13 @@ bool CudaBackend::grouped_gemm_fp8(const float* x, const std::vector<int64_t>& o
   return true;
 }
 
-bool CudaBackend::routed_gemm_fp8(const float* x, int64_t max_rows, const int32_t* offsets,
+bool CudaBackend::routed_gemm_fp8(const float* x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
                                   const std::vector<const Matrix*>& w, float* y) {
   const auto G = static_cast<int64_t>(w.size());
   // At the few rows per expert of a usual decode step the direct kernel reads each weight once
   // per 8 rows, the traffic a GEMM would have too; past kFp8DirectRows on average the grouped GEMM
   // reads it once per 64. (A capture never runs the self-check: the step's eager run before it has.)
-  if (!grouped_gemm_ || max_rows <= kFp8DirectRows * G || (capturing_ && !w8a8_checked_) || !w8a8_ready() ||
+  if (!grouped_gemm_ || expect_rows <= kFp8DirectRows * G || (capturing_ && !w8a8_checked_) || !w8a8_ready() ||
       grouped_gemm_bad_)
     return false;
   const cuda::Fp8Weight shape = fp8_weight(*w[0]);

@@ -65,7 +65,7 @@ const void* CudaBackend::routed_table(const std::vector<const Matrix*>& w) {
   return routed_tables_.emplace(std::move(key), table).first->second;
 }
 
-void CudaBackend::grouped_linear_routed(const float* x, int64_t max_rows, const int32_t* offsets,
+void CudaBackend::grouped_linear_routed(const float* x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
                                         const std::vector<const Matrix*>& w, float* y) {
   SHARDLM_CHECK(!w.empty(), "cuda backend: grouped_linear_routed without weights");
   if (max_rows <= 0) return;
@@ -93,11 +93,12 @@ void CudaBackend::grouped_linear_routed(const float* x, int64_t max_rows, const 
   const cudaStream_t s = stream_of(stream_);
   // Many rows a group: the grouped W8A8 GEMM on fp8 weights (cuda_fp8_grouped_gemm.cpp), the
   // grouped bf16 GEMM on bf16 ones (cuda_bf16_grouped_gemm.cpp).
-  if (format == cuda::RowsWeight::kFp8 && routed_gemm_fp8(x, max_rows, offsets, w, y)) {
+  const int64_t expect = std::min(std::max<int64_t>(expect_rows, 0), max_rows);
+  if (format == cuda::RowsWeight::kFp8 && routed_gemm_fp8(x, max_rows, expect, offsets, w, y)) {
     last_routed_ = "one grouped W8A8 GEMM on fp8 tensor cores, tiles of 64 rows listed on the device";
     return;
   }
-  if (format == cuda::RowsWeight::kBf16 && routed_gemm_bf16(x, max_rows, offsets, w, y)) {
+  if (format == cuda::RowsWeight::kBf16 && routed_gemm_bf16(x, max_rows, expect, offsets, w, y)) {
     last_routed_ = "one grouped bf16 GEMM on bf16 tensor cores, tiles of 64 rows listed on the device";
     return;
   }

@@ -179,9 +179,10 @@ class RecordingBackend final : public ComputeBackend {
     op([=, this] { cpu_.expert_gather(x, H, k, row_pair, num_rows, max_rows, xp); });
   }
   // The groups are read when the op runs (at each replay), as a device kernel reads them.
-  void grouped_linear_routed(const float* x, int64_t max_rows, const int32_t* offsets,
+  using ComputeBackend::grouped_linear_routed;
+  void grouped_linear_routed(const float* x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
                              const std::vector<const Matrix*>& w, float* y) override {
-    op([=, this] { cpu_.grouped_linear_routed(x, max_rows, offsets, w, y); });
+    op([=, this] { cpu_.grouped_linear_routed(x, max_rows, expect_rows, offsets, w, y); });
   }
   void expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights, const int32_t* slot_row,
                       int64_t T, int64_t k, float* out) override {

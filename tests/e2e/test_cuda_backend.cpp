@@ -164,10 +164,10 @@ std::vector<int64_t> graph_reruns(const std::string& h5) {
 // run's bit for bit (the exchange sums the same unsummed pairs in the same order, and eager
 // decode steps take the same routed GEMMs), for Mixtral over pp 2 x dp 2 (ep 2 on each stage) and
 // for DeepSeek-V3 with its experts fp8 over tp 2 x dp 2 (ep 4: each tp rank sends its share of the
-// tokens). With blocks too small for the routing (--ep-graph-capacity 0.3) steps overflow: every
-// rank of the group redoes the same steps eagerly (a later stage from the hidden states it
-// received for the replay), and the result is still the eager one. Over MPI nothing
-// can be queued on the stream: the run says so and runs eagerly.
+// tokens), and Kimi K2 fp8 over dp 4. With blocks too small for the routing (--ep-graph-capacity 0.3) steps overflow:
+// every rank of the group redoes the same steps eagerly (a later stage from the hidden states it received for the
+// replay), and the result is still the eager one. Over MPI nothing can be queued on the stream: the run says so and
+// runs eagerly.
 TEST(CudaBackend, CudaGraphsWithEpOverNcclMatchEager) {
   SHARDLM_REQUIRE_GPU_PER_RANK(4);
   const fs::path d = test::fresh_dir("cuda-graphs-ep");
@@ -212,6 +212,10 @@ TEST(CudaBackend, CudaGraphsWithEpOverNcclMatchEager) {
   };
   check(make_model("tiny-mixtral", "fp32"), 4, "--pp 2 --dp 2 --ep 2", "mixtral-pp2-dp2-ep2");
   check(make_model("tiny-deepseek-v3", "fp8"), 4, "--tp 2 --dp 2 --ep 4", "deepseek-tp2-dp2-ep4");
+  // Kimi K2's top-8 over 6 experts a rank: the blocks hold several times an owner's usual rows, and
+  // the expert GEMMs must still be chosen on the usual load (the direct fp8 kernel), not on the
+  // blocks (the W8A8 GEMM, other numerics).
+  check(make_model("tiny-kimi-k2", "fp8"), 4, "--dp 4 --ep 4", "kimi-dp4-ep4");
   test::write_file(d / "one.jsonl", "{\"id\": \"a\", \"prompt_token_ids\": [1, 403], \"max_tokens\": 2}\n");
   Proc mpi = sh(test::mpirun(2) + shardlm_bin() + " run --model " + make_model("tiny-mixtral", "fp32") + " --prompts " +
                 (d / "one.jsonl").string() +
