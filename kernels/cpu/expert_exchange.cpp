@@ -73,15 +73,19 @@ void expert_recv_plan(const ExchangeShape& s, const int32_t* meta, int32_t* offs
   std::fill(back_row, back_row + ep * s.Cc, -1);
   // Pairs per (source, local expert), and how many of them fit in the source's returned block.
   std::vector<int64_t> kept(static_cast<size_t>(ep * L), 0), first_q(static_cast<size_t>(ep * L), 0);
-  auto records = [&](int64_t src) { return std::clamp<int64_t>(meta[src * M], 0, s.C); };
-  for (int64_t src = 0; src < ep; ++src) {
+  // f(record i, local expert e) for each pair of source src's block, in (record, slot) order.
+  auto for_pairs = [&](int64_t src, auto f) {
     const int32_t* m = meta + src * M;
-    std::vector<int64_t> cnt(static_cast<size_t>(L), 0);
-    for (int64_t i = 0; i < records(src); ++i)
+    const int64_t records = std::clamp<int64_t>(m[0], 0, s.C);
+    for (int64_t i = 0; i < records; ++i)
       for (int64_t j = 0; j < kl; ++j) {
         const int32_t e = m[1 + i * kl + j];
-        if (e >= 0 && e < L) ++cnt[e];
+        if (e >= 0 && e < L) f(i, e);
       }
+  };
+  for (int64_t src = 0; src < ep; ++src) {
+    std::vector<int64_t> cnt(static_cast<size_t>(L), 0);
+    for_pairs(src, [&](int64_t, int32_t e) { ++cnt[e]; });
     int64_t run = 0;
     for (int64_t e = 0; e < L; ++e) {
       first_q[src * L + e] = run;
@@ -101,18 +105,14 @@ void expert_recv_plan(const ExchangeShape& s, const int32_t* meta, int32_t* offs
   }
   offsets[L] = static_cast<int32_t>(r);
   for (int64_t src = 0; src < ep; ++src) {
-    const int32_t* m = meta + src * M;
     std::vector<int64_t> seen(static_cast<size_t>(L), 0);
-    for (int64_t i = 0; i < records(src); ++i)
-      for (int64_t j = 0; j < kl; ++j) {
-        const int32_t e = m[1 + i * kl + j];
-        if (e < 0 || e >= L) continue;
-        const int64_t n = seen[e]++;
-        if (n >= kept[src * L + e]) continue;
-        const int64_t row = first_row[src * L + e] + n;
-        row_src[row] = static_cast<int32_t>(src * s.C + i);
-        back_row[src * s.Cc + first_q[src * L + e] + n] = static_cast<int32_t>(row);
-      }
+    for_pairs(src, [&](int64_t i, int32_t e) {
+      const int64_t n = seen[e]++;
+      if (n >= kept[src * L + e]) return;
+      const int64_t row = first_row[src * L + e] + n;
+      row_src[row] = static_cast<int32_t>(src * s.C + i);
+      back_row[src * s.Cc + first_q[src * L + e] + n] = static_cast<int32_t>(row);
+    });
   }
 }
 

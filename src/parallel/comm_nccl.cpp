@@ -264,21 +264,26 @@ void NcclCommunicator::all_to_all(const void* send, void* recv, size_t count, Co
   if (!device_call("all_to_all", {{"send", send}, {"receive", recv}}))
     return on_host([&] { mpi_->all_to_all(send, recv, count, t); });
   check_usable("all_to_all");
+  StatScope st(stats_, size() > 1 ? static_cast<size_t>(size()) * count * comm_dtype_size(t) : 0);
+  queue_all_to_all("all_to_all", send, recv, count, t, stream_);
+  wait_done("all_to_all", all_peers());
+}
+
+void NcclCommunicator::queue_all_to_all(const char* op, const void* send, void* recv, size_t count, CommDType t,
+                                        cudaStream_t stream) {
   const size_t es = comm_dtype_size(t), n = static_cast<size_t>(size());
-  StatScope st(stats_, size() > 1 ? n * count * es : 0);
   const ncclDataType_t dt = nccl_dtype(t);
   // Block p to rank p and from rank p, this rank included (NCCL pairs a send and a receive to
   // oneself inside a group).
-  grouped("all_to_all", [&]() {
+  grouped(op, [&]() {
     for (size_t p = 0; p < n; ++p) {
-      ncclResult_t r = ncclSend(cat(send, p * count, es), count, dt, static_cast<int>(p), comm_, stream_);
+      ncclResult_t r = ncclSend(cat(send, p * count, es), count, dt, static_cast<int>(p), comm_, stream);
       if (!ok_or_pending(r)) return r;
-      r = ncclRecv(at(recv, p * count, es), count, dt, static_cast<int>(p), comm_, stream_);
+      r = ncclRecv(at(recv, p * count, es), count, dt, static_cast<int>(p), comm_, stream);
       if (!ok_or_pending(r)) return r;
     }
     return ncclSuccess;
   });
-  wait_done("all_to_all", all_peers());
 }
 
 void NcclCommunicator::enqueue_all_to_all(const void* send, void* recv, size_t count, CommDType t, void* stream) {
@@ -287,19 +292,8 @@ void NcclCommunicator::enqueue_all_to_all(const void* send, void* recv, size_t c
                                                << ": the buffers are host memory; only device memory can be "
                                                   "queued on a stream");
   check_usable("enqueue_all_to_all");
-  const size_t es = comm_dtype_size(t), n = static_cast<size_t>(size());
-  StatScope st(stats_, size() > 1 ? n * count * es : 0);
-  const ncclDataType_t dt = nccl_dtype(t);
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  grouped("enqueue_all_to_all", [&]() {
-    for (size_t p = 0; p < n; ++p) {
-      ncclResult_t r = ncclSend(cat(send, p * count, es), count, dt, static_cast<int>(p), comm_, s);
-      if (!ok_or_pending(r)) return r;
-      r = ncclRecv(at(recv, p * count, es), count, dt, static_cast<int>(p), comm_, s);
-      if (!ok_or_pending(r)) return r;
-    }
-    return ncclSuccess;
-  });
+  StatScope st(stats_, size() > 1 ? static_cast<size_t>(size()) * count * comm_dtype_size(t) : 0);
+  queue_all_to_all("enqueue_all_to_all", send, recv, count, t, static_cast<cudaStream_t>(stream));
   wait_enqueued("enqueue_all_to_all", all_peers());  // taken by the communicator, not completed
 }
 

@@ -104,6 +104,8 @@ class NcclCommunicator final : public Communicator {
   std::string peer_text(int group_rank) const;
   template <typename Body>
   void grouped(const char* op, Body body);
+  // all_to_all's sends and receives (blocks of count elements) queued on `stream`, in one group.
+  void queue_all_to_all(const char* op, const void* send, void* recv, size_t count, CommDType t, cudaStream_t stream);
 
   std::unique_ptr<MpiCommunicator> mpi_;
   double timeout_s_;
