@@ -161,6 +161,7 @@ enum Field {
   kCapturedDispatchBytes,
   kCapturedCombineBytes,
   kOverflows,  // timed iterations whose fixed blocks overflowed
+  kPlans,      // median seconds (as ns) of a captured exchange's two index plans
   kFields
 };
 
@@ -170,7 +171,7 @@ int cmd_bench_moe(int argc, char** argv) {
   int64_t H = 1024, E = 64, I = 256, k = 8, groups = 8, topk_groups = 4, shared = 1;
   std::string tokens_text = "128,4096", dtype = "bf16", scoring = "sigmoid", backend_name = "cpu", comm_name = "mpi";
   std::string fp8_prefill = "w8a8", fp8_expert_gemm = "grouped", routed_gemm = "grouped";
-  int iters = 10, warmup = 2, threads = 0;
+  int iters = 10, warmup = 2, threads = 0, plan_ep = 8;
   double timeout = 120, scale = 2.5;
   po::options_description d("shardlm bench-moe options");
   d.add_options()("hidden", po::value(&H)->default_value(H), "hidden size")(
@@ -197,6 +198,9 @@ int cmd_bench_moe(int argc, char** argv) {
       "fp8-expert-gemm", po::value(&fp8_expert_gemm)->default_value(fp8_expert_gemm),
       "with --fp8-prefill w8a8: those groups in one grouped W8A8 launch on fp8 tensor cores (grouped) or one cuBLASLt "
       "GEMM per expert (per-expert), as shardlm run")(
+      "plan-ep", po::value(&plan_ep)->default_value(plan_ep),
+      "the ep group a captured exchange's index plans are timed for, on each rank's routing (any rank count; 0: "
+      "skip)")(
       "routed-gemm", po::value(&routed_gemm)->default_value(routed_gemm),
       "--backend cuda, bf16 experts: the routed GEMMs (a CUDA graph's, from device offsets) of more than 16 rows an "
       "expert on average in one grouped GEMM on bf16 tensor cores (grouped) or through the direct kernel (direct)");
@@ -453,6 +457,7 @@ int cmd_bench_moe(int argc, char** argv) {
     // --ep-graph-capacity) over queued all-to-alls, the routed GEMMs, no host read; timed eagerly,
     // from the router to the combined rows, without the shared expert.
     int64_t cap_dbytes = 0, cap_cbytes = 0, overflows = 0;
+    cpu::ExchangeShape plan_shape;
     if (n > 1 && comm->can_enqueue() && T > 0) {
       ExpertExchange ex(comm.get(), E, H);
       const cpu::ExchangeShape shape = exchange_shape(T, 1, n, E, k, Model::kDefaultEpGraphCapacity);
@@ -488,6 +493,33 @@ int cmd_bench_moe(int argc, char** argv) {
       b.free(flag);
     }
 
+    // A captured exchange's index plans alone (kernels/cuda/expert_exchange.h on the GPU), for an ep
+    // group of --plan-ep on this rank's routing: the send plan, then the recv plan over the send
+    // plan's own meta blocks as if each had come from another rank (the same sizes).
+    if (T > 0 && plan_ep > 0 && E % plan_ep == 0) {
+      const cpu::ExchangeShape shape = exchange_shape(T, 1, plan_ep, E, k, Model::kDefaultEpGraphCapacity);
+      auto ints = [&](int64_t count) { return reinterpret_cast<int32_t*>(dev(count)); };
+      int32_t* rec = ints(shape.ep * shape.C);
+      int32_t* meta = ints(shape.ep * shape.meta());
+      int32_t* pair_row = ints(T * k);
+      int32_t* offsets = ints(shape.L + 1);
+      int32_t* row_src = ints(shape.ep * shape.Cc);
+      int32_t* back_row = ints(shape.ep * shape.Cc);
+      int32_t* flag = ints(1);
+      b.linear(h, T, router, nullptr, ldev);
+      b.moe_route(ldev, T, cfg, ids, wdev);
+      for (int it = 0; it < warmup + iters; ++it) {
+        b.synchronize();
+        const auto t0 = Clock::now();
+        b.expert_send_plan(shape, ids, T, 0, T, nullptr, rec, meta, pair_row, nullptr, flag);
+        b.expert_recv_plan(shape, meta, offsets, row_src, back_row);
+        b.synchronize();
+        if (it >= warmup) t[kPlans].push_back(since(t0));
+      }
+      for (int32_t* p : {rec, meta, pair_row, offsets, row_src, back_row, flag}) b.free(p);
+      plan_shape = shape;
+    }
+
     // The all-to-all ceiling: equal blocks carrying the largest rank's dispatch bytes.
     int64_t block_bytes = n > 1 ? dbytes / (n - 1) : 0;
     comm->all_reduce(&block_bytes, 1, CommDType::kI64, ReduceOp::kMax);
@@ -512,6 +544,7 @@ int cmd_bench_moe(int argc, char** argv) {
     mine[kCapturedDispatchBytes] = cap_dbytes;
     mine[kCapturedCombineBytes] = cap_cbytes;
     mine[kOverflows] = overflows;
+    mine[kPlans] = t[kPlans].empty() ? 0 : static_cast<int64_t>(median(t[kPlans]) * 1e9);
     comm->all_gather(mine.data(), all.data(), kFields, CommDType::kI64);
     for (float* p : {h, out, shared_y, ldev, wdev}) b.free(p);
     b.free(ids);
@@ -615,6 +648,13 @@ int cmd_bench_moe(int argc, char** argv) {
                     rate(kCapturedCombineBytes, kCaptured).first, rate(kDispatchBytes, kDispatch).first,
                     rate(kCombineBytes, kCombine).first, eager_us, over, iters, n);
       line("captured", kCaptured, buf);
+    }
+    if (plan_shape.C > 0) {
+      std::snprintf(buf, sizeof buf,
+                    "a captured exchange's index plans for ep %" PRId64 " on this routing (blocks of %" PRId64
+                    " records / %" PRId64 " rows): send plan + recv plan, one thread block each",
+                    plan_shape.ep, plan_shape.C, plan_shape.Cc);
+      line("plans", kPlans, buf);
     }
     std::fflush(stdout);
   }
