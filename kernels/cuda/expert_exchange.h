@@ -3,9 +3,10 @@
 // so that a captured step holds the whole dispatch and combine. The same integers as the CPU
 // reference.
 //
-// One thread block each; a thread per peer block (ep <= 1024). Each thread walks its block's
-// tokens (send) or records (recv) in order, so the work is serial in the share's size: meant for
-// decode steps (a few hundred tokens a rank at most).
+// The send plan runs a thread block per peer block, the recv plan one thread block; both walk the
+// tokens or records in tiles of 256, a thread each: a block-wide scan numbers the records, and
+// per-warp bit masks of the local experts rank each pair among its expert's in tile order (as
+// kernels/cuda/expert_permute.cu ranks its pairs).
 #pragma once
 
 #include <cuda_runtime.h>

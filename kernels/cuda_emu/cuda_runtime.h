@@ -331,6 +331,12 @@ T atomicMin(T* p, T v) {
   if (v < old) *p = v;
   return old;
 }
+template <class T>
+T atomicOr(T* p, T v) {
+  const T old = *p;
+  *p = old | v;
+  return old;
+}
 
 // ---- Bit casts and IEEE operations with explicit rounding (the build disables contraction) ----
 inline unsigned __float_as_uint(float x) { return ::shardlm_emu::from_bits<unsigned>(::shardlm_emu::to_bits(x)); }

@@ -566,7 +566,7 @@ namespace {
 // The launch geometry of an exchange shape, checked against what one thread block holds.
 cuda::ExchangeGeometry exchange_geometry(const cpu::ExchangeShape& s) {
   // Row numbers (p * Cc + q, s * C + i) and meta entries are int32.
-  SHARDLM_CHECK(s.ep >= 1 && s.ep <= 1024 && s.L >= 1 && s.k >= 1 && s.C >= 0 && s.Cc >= 0 &&
+  SHARDLM_CHECK(s.ep >= 1 && s.ep <= 65535 && s.L >= 1 && s.k >= 1 && s.C >= 0 && s.Cc >= 0 &&
                     s.ep * std::max(s.C, s.Cc) <= INT32_MAX && s.ep * s.meta() <= INT32_MAX,
                 "cuda backend: an expert exchange of " << s.ep << " ranks x " << s.L << " experts, top-" << s.k << ", "
                                                        << s.C << " records and " << s.Cc << " rows a block");

@@ -207,7 +207,9 @@ TEST(CudaExpertPermute, MatchesCpuReference) {
 #ifdef SHARDLM_HAVE_CUDA
 // One rank's send plan of a share and an owner's recv plan of blocks from every rank, on the
 // device and on the CPU. The owner's blocks are the send plans of ep shares of one routing.
-void check_exchange(int64_t T, int64_t k, int64_t E, int64_t ep, int64_t C, int64_t Cc, uint32_t seed) {
+// invalid_ids: some ids outside [0, E) (-1, E), which no rank owns and every plan leaves out.
+void check_exchange(int64_t T, int64_t k, int64_t E, int64_t ep, int64_t C, int64_t Cc, uint32_t seed,
+                    bool invalid_ids = false) {
   std::mt19937 gen(seed);
   std::vector<int32_t> ids;
   for (int64_t t = 0; t < T; ++t) {
@@ -219,6 +221,8 @@ void check_exchange(int64_t T, int64_t k, int64_t E, int64_t ep, int64_t C, int6
     });
     ids.insert(ids.end(), all.begin(), all.begin() + k);
   }
+  if (invalid_ids)
+    for (size_t i = 3; i < ids.size(); i += 7) ids[i] = i % 2 ? static_cast<int32_t>(E) : -1;
   std::vector<int32_t> pos(static_cast<size_t>(std::max<int64_t>(T, 1)));
   for (int64_t t = 0; t < T; ++t) pos[t] = t % 5 == 4 ? -1 : static_cast<int32_t>(t);
   cpu::ExchangeShape s;
@@ -276,6 +280,10 @@ TEST(CudaExpertExchange, PlansMatchCpuReference) {
   check_exchange(40, 6, 384, 64, 1, 2, 4);  // Kimi K2's experts over 64 ranks (more ranks than a warp)
   check_exchange(3, 4, 16, 4, 1, 4, 5);     // shares of no token
   check_exchange(0, 4, 16, 4, 0, 0, 6);     // no tokens: empty blocks
+  check_exchange(1200, 8, 64, 2, 600, 2400, 7);     // shares and blocks of several 256-wide tiles
+  check_exchange(1200, 8, 64, 4, 200, 300, 8);      // the same, overflowing
+  check_exchange(300, 4, 16, 1, 300, 1200, 9);      // one rank
+  check_exchange(90, 4, 16, 4, 90, 360, 10, true);  // ids no rank owns
 #endif
 }
 
