@@ -6,17 +6,18 @@
 namespace shardlm::cpu {
 
 void expert_send_plan(const ExchangeShape& s, const int32_t* topk_ids, int64_t T, int64_t t0, int64_t Ts,
-                      const int32_t* pos, int32_t* rec_token, int32_t* meta, int32_t* pair_row, int64_t* counts,
+                      const int32_t* pos, int32_t* rec_token, float* blocks, int32_t* pair_row, int64_t* counts,
                       int32_t* overflow) {
-  const int64_t ep = s.ep, L = s.L, k = s.k, kl = s.kl(), M = s.meta();
+  const int64_t ep = s.ep, L = s.L, k = s.k, kl = s.kl(), R = s.block_rows();
   std::fill(pair_row, pair_row + T * k, -1);
   std::vector<int64_t> base(static_cast<size_t>(L));
   std::vector<int32_t> local(static_cast<size_t>(k));  // a token's experts on the block's rank
   for (int64_t p = 0; p < ep; ++p) {
-    int32_t* rec = rec_token + p * s.C;
-    int32_t* m = meta + p * M;
+    int32_t* rec = rec_token + p * R;
+    int32_t* m = block_meta(s, blocks, p);
     std::fill(rec, rec + s.C, -1);
-    std::fill(m, m + M, -1);
+    std::fill(rec + s.C, rec + R, kKeepRow);
+    std::fill(m, m + s.meta_rows() * s.H, -1);
     std::fill(base.begin(), base.end(), 0);
     // The block's records, ascending token, each with its experts on p ascending (top-k ids are
     // distinct); base[e] counts the kept records' pairs per local expert.
@@ -67,15 +68,15 @@ void expert_send_plan(const ExchangeShape& s, const int32_t* topk_ids, int64_t T
   }
 }
 
-void expert_recv_plan(const ExchangeShape& s, const int32_t* meta, int32_t* offsets, int32_t* row_src,
+void expert_recv_plan(const ExchangeShape& s, const float* blocks, int32_t* offsets, int32_t* row_src,
                       int32_t* back_row) {
-  const int64_t ep = s.ep, L = s.L, kl = s.kl(), M = s.meta();
+  const int64_t ep = s.ep, L = s.L, kl = s.kl(), R = s.block_rows();
   std::fill(back_row, back_row + ep * s.Cc, -1);
   // Pairs per (source, local expert), and how many of them fit in the source's returned block.
   std::vector<int64_t> kept(static_cast<size_t>(ep * L), 0), first_q(static_cast<size_t>(ep * L), 0);
   // f(record i, local expert e) for each pair of source src's block, in (record, slot) order.
   auto for_pairs = [&](int64_t src, auto f) {
-    const int32_t* m = meta + src * M;
+    const int32_t* m = block_meta(s, blocks, src);
     const int64_t records = std::clamp<int64_t>(m[0], 0, s.C);
     for (int64_t i = 0; i < records; ++i)
       for (int64_t j = 0; j < kl; ++j) {
@@ -110,7 +111,7 @@ void expert_recv_plan(const ExchangeShape& s, const int32_t* meta, int32_t* offs
       const int64_t n = seen[e]++;
       if (n >= kept[src * L + e]) return;
       const int64_t row = first_row[src * L + e] + n;
-      row_src[row] = static_cast<int32_t>(src * s.C + i);
+      row_src[row] = static_cast<int32_t>(src * R + i);
       back_row[src * s.Cc + first_q[src * L + e] + n] = static_cast<int32_t>(row);
     });
   }

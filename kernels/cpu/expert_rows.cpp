@@ -7,6 +7,7 @@ namespace shardlm::cpu {
 
 void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
   for (int64_t i = 0; i < n; ++i) {
+    if (rows[i] == kKeepRow) continue;
     if (rows[i] < 0) {
       std::fill(dst + i * H, dst + (i + 1) * H, 0.0f);
     } else {

@@ -3,7 +3,8 @@
 // backend memory. The reference the CUDA kernels of kernels/cuda/expert_rows.h are tested against.
 //
 //   gather   dst[i] = src[rows[i]] for i < n (rows of H floats); zeros where rows[i] < 0 (the
-//            unused places of a fixed-capacity block, kernels/cpu/expert_exchange.h).
+//            unused places of a fixed-capacity block, kernels/cpu/expert_exchange.h), except
+//            kKeepRow, whose row is left as it is (a block's meta, written before).
 //   combine  out[t] = sum of weights[i] * y[rows[i]] over i in [token_start[t], token_start[t+1]),
 //            accumulated from 0 in that order, each product rounded to fp32 before it is added (no
 //            fused multiply-add: the rounding of expert_combine in expert_permute.h, so a combine
@@ -14,6 +15,8 @@
 #include <cstdint>
 
 namespace shardlm::cpu {
+
+constexpr int32_t kKeepRow = -2;
 
 void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst);
 

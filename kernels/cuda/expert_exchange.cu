@@ -1,4 +1,5 @@
 #include "cuda/expert_exchange.h"
+#include "cuda/expert_rows.h"
 
 #include <cstdint>
 
@@ -51,6 +52,11 @@ struct TileRanks {
 
 __device__ inline int kl_of(const ExchangeGeometry& g) { return g.k < g.L ? g.k : g.L; }
 
+// Block p's meta: its rows from C on, as int32 (kernels/cpu/expert_exchange.h's block_meta).
+__device__ inline int64_t meta_at(const ExchangeGeometry& g, int p) {
+  return (static_cast<int64_t>(p) * g.R + g.C) * g.H;
+}
+
 // Block p builds block p. Records: the share's tokens in tiles, each thread one token; a token
 // with experts on p takes the next record (a block-wide scan of the flags), its slots written
 // ascending. Pairs: the kept records in tiles, each thread one record; a pair's q is its
@@ -58,11 +64,11 @@ __device__ inline int kl_of(const ExchangeGeometry& g) { return g.k < g.L ? g.k 
 __global__ void __launch_bounds__(kThreads)
     expert_send_plan_kernel(ExchangeGeometry g, const int32_t* __restrict__ topk_ids, int64_t T, int64_t t0, int64_t Ts,
                             const int32_t* __restrict__ pos, int32_t* __restrict__ rec_token,
-                            int32_t* __restrict__ meta, int32_t* __restrict__ pair_row, int64_t* __restrict__ counts,
+                            float* __restrict__ blocks, int32_t* __restrict__ pair_row, int64_t* __restrict__ counts,
                             int32_t* __restrict__ overflow) {
   extern __shared__ int shared[];
   const int L = g.L, k = g.k, kl = kl_of(g), p = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t M = 1 + static_cast<int64_t>(g.C) * kl;
+  const int64_t meta_words = static_cast<int64_t>(g.R - g.C) * g.H;  // the meta, -1 padded
   int* all = shared;          // [L] the share's pairs per local expert
   int* kept = all + L;        // [L] the kept records' pairs per local expert, then their bases
   int* warp_base = kept + L;  // [kWarps][L]
@@ -70,8 +76,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ int warp_count[kWarps];
   __shared__ int records;  // records so far
   __shared__ int over;
-  int32_t* rec = rec_token + static_cast<int64_t>(p) * g.C;
-  int32_t* m = meta + p * M;
+  int32_t* rec = rec_token + static_cast<int64_t>(p) * g.R;
+  int32_t* m = reinterpret_cast<int32_t*>(blocks + meta_at(g, p));
   // Block 0 also clears the pairs no block owns: tokens outside the share, padding tokens and
   // expert ids outside [0, ep * L).
   for (int64_t i = tid; i < T * k; i += blockDim.x) {
@@ -81,8 +87,8 @@ __global__ void __launch_bounds__(kThreads)
     const int owner = in_share && id >= 0 && id < g.ep * L ? id / L : -1;
     if (owner == p || (owner < 0 && p == 0)) pair_row[i] = -1;
   }
-  for (int i = tid; i < g.C; i += blockDim.x) rec[i] = -1;
-  for (int64_t i = tid; i < M; i += blockDim.x) m[i] = -1;
+  for (int i = tid; i < g.R; i += blockDim.x) rec[i] = i < g.C ? -1 : kKeepRow;
+  for (int64_t i = tid; i < meta_words; i += blockDim.x) m[i] = -1;
   for (int e = tid; e < L; e += blockDim.x) all[e] = kept[e] = 0;
   if (tid == 0) records = over = 0;
   __syncthreads();
@@ -179,11 +185,11 @@ __global__ void __launch_bounds__(kThreads)
 // then each source's records in tiles, a pair's row its (source, expert) run's start + its rank
 // among the run's holders.
 __global__ void __launch_bounds__(kThreads)
-    expert_recv_plan_kernel(ExchangeGeometry g, const int32_t* __restrict__ meta, int32_t* __restrict__ offsets,
+    expert_recv_plan_kernel(ExchangeGeometry g, const float* __restrict__ blocks, int32_t* __restrict__ offsets,
                             int32_t* __restrict__ row_src, int32_t* __restrict__ back_row) {
   extern __shared__ int shared[];
   const int ep = g.ep, L = g.L, kl = kl_of(g), E = ep * L, tid = threadIdx.x;
-  const int64_t M = 1 + static_cast<int64_t>(g.C) * kl;
+  auto meta_of = [&](int s) { return reinterpret_cast<const int32_t*>(blocks + meta_at(g, s)); };
   int* kept = shared;            // [ep][L] pairs per (source, expert), then how many are kept
   int* first_q = kept + E;       // [ep][L]
   int* first_row = first_q + E;  // [ep][L]
@@ -191,7 +197,7 @@ __global__ void __launch_bounds__(kThreads)
   int* warp_base = before + L;   // [kWarps][L]
   unsigned* masks = reinterpret_cast<unsigned*>(warp_base + kWarps * L);  // [kWarps][L]
   auto records = [&](int s) {
-    const int n = meta[s * M];
+    const int n = meta_of(s)[0];
     return n < 0 ? 0 : (n > g.C ? g.C : n);
   };
   for (int64_t i = tid; i < static_cast<int64_t>(ep) * g.Cc; i += blockDim.x) back_row[i] = -1;
@@ -202,7 +208,7 @@ __global__ void __launch_bounds__(kThreads)
     const int s = static_cast<int>(x / per_source);
     const int64_t slot = x % per_source;
     if (slot / kl >= records(s)) continue;
-    const int e = meta[s * M + 1 + slot];
+    const int e = meta_of(s)[1 + slot];
     if (e >= 0 && e < L) atomicAdd(&kept[s * L + e], 1);
   }
   __syncthreads();
@@ -245,7 +251,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int e = tid; e < L; e += blockDim.x) before[e] = 0;
     for (int tile = 0; tile < n_rec; tile += kThreads) {
       const int i = tile + tid;
-      const int32_t* slots = meta + s * M + 1 + static_cast<int64_t>(i) * kl;
+      const int32_t* slots = meta_of(s) + 1 + static_cast<int64_t>(i) * kl;
       ranks.clear();
       __syncthreads();
       if (i < n_rec)
@@ -261,7 +267,7 @@ __global__ void __launch_bounds__(kThreads)
           const int n = ranks.rank(e);
           if (n >= kept[s * L + e]) continue;
           const int row = first_row[s * L + e] + n;
-          row_src[row] = s * g.C + i;
+          row_src[row] = s * g.R + i;
           back_row[static_cast<int64_t>(s) * g.Cc + first_q[s * L + e] + n] = row;
         }
       __syncthreads();
@@ -280,17 +286,17 @@ size_t expert_recv_plan_smem(const ExchangeGeometry& g) {
 }
 
 void launch_expert_send_plan(const ExchangeGeometry& g, const int32_t* topk_ids, int64_t T, int64_t t0, int64_t Ts,
-                             const int32_t* pos, int32_t* rec_token, int32_t* meta, int32_t* pair_row, int64_t* counts,
+                             const int32_t* pos, int32_t* rec_token, float* blocks, int32_t* pair_row, int64_t* counts,
                              int32_t* overflow, cudaStream_t stream) {
   if (g.ep <= 0 || g.L <= 0) return;
   expert_send_plan_kernel<<<g.ep, kThreads, expert_send_plan_smem(g), stream>>>(g, topk_ids, T, t0, Ts, pos, rec_token,
-                                                                                meta, pair_row, counts, overflow);
+                                                                                blocks, pair_row, counts, overflow);
 }
 
-void launch_expert_recv_plan(const ExchangeGeometry& g, const int32_t* meta, int32_t* offsets, int32_t* row_src,
+void launch_expert_recv_plan(const ExchangeGeometry& g, const float* blocks, int32_t* offsets, int32_t* row_src,
                              int32_t* back_row, cudaStream_t stream) {
   if (g.ep <= 0 || g.L <= 0) return;
-  expert_recv_plan_kernel<<<1, kThreads, expert_recv_plan_smem(g), stream>>>(g, meta, offsets, row_src, back_row);
+  expert_recv_plan_kernel<<<1, kThreads, expert_recv_plan_smem(g), stream>>>(g, blocks, offsets, row_src, back_row);
 }
 
 }  // namespace shardlm::cuda

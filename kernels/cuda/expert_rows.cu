@@ -13,6 +13,7 @@ __global__ void gather_rows_kernel(const float* __restrict__ src, int64_t H, con
                                    int64_t n, float* __restrict__ dst) {
   for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     const int32_t row = rows[i];
+    if (row == kKeepRow) continue;
     float* d = dst + i * H;
     if (row < 0) {
       for (int64_t c = threadIdx.x; c < H; c += blockDim.x) d[c] = 0.0f;

@@ -10,7 +10,10 @@
 
 namespace shardlm::cuda {
 
-// dst[i] = src[rows[i]] (rows of H floats) for i < n; zeros where rows[i] < 0.
+// Where rows[i] is kKeepRow, dst's row i is left as it is (a fixed-capacity block's meta).
+constexpr int32_t kKeepRow = -2;
+
+// dst[i] = src[rows[i]] (rows of H floats) for i < n; zeros where rows[i] < 0, but for kKeepRow.
 void launch_gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst,
                         cudaStream_t stream);
 

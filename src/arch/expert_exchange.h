@@ -3,9 +3,10 @@
 // count is read on the host and the whole layer (routing, index plans, NCCL all-to-alls queued on
 // the captured stream, the experts' GEMMs) replays from a graph.
 //
-// Every rank of the ep group reserves, per peer, a block of C records going out and a block of Cc
-// result rows coming back (kernels/cpu/expert_exchange.h defines the blocks and the index plans
-// built on the device). Shares are at most S = ceil(T / tp) tokens; a token goes at most once to
+// Every rank of the ep group reserves, per peer, a block of C records going out (their rows, then
+// their meta in rows of its own, so that one all-to-all carries both) and a block of Cc result
+// rows coming back (kernels/cpu/expert_exchange.h defines the blocks and the index plans built on
+// the device): two all-to-alls a layer. Shares are at most S = ceil(T / tp) tokens; a token goes at most once to
 // each owner and makes there at most kl = min(k, experts per rank) pairs, so with m = S * k / ep,
 // the mean pairs of a block, and f the capacity factor (--ep-graph-capacity):
 //   C  = min(S, ceil(f * (m + 1))),   Cc = min(S * kl, ceil(f * (m + kl)))
@@ -21,7 +22,7 @@
 // expert does, so a decode step gives the eager expert-parallel step's bits and the single-rank
 // step's.
 //
-// Scratch slots Scratch::kFeedForward + 30 .. + 39, valid from dispatch until the next dispatch.
+// Scratch slots Scratch::kFeedForward + 30 .. + 37, valid from dispatch until the next dispatch.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +34,9 @@ namespace shardlm {
 
 class Communicator;
 
-// The blocks of a step of T rows (the same on every rank of the group).
-cpu::ExchangeShape exchange_shape(int64_t T, int64_t tp, int64_t ep, int64_t num_experts, int64_t k, double capacity);
+// The blocks of a step of T rows of `hidden` floats (the same on every rank of the group).
+cpu::ExchangeShape exchange_shape(int64_t T, int64_t tp, int64_t ep, int64_t num_experts, int64_t k, int64_t hidden,
+                                  double capacity);
 
 class ExpertExchange {
  public:

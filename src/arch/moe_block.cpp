@@ -353,7 +353,7 @@ class MoeBlock final : public FeedForwardBlock {
       b.linear(h + t0 * H, Ts, router_, nullptr, logits);
       b.moe_route(logits, Ts, cfg_, ids + t0 * k, weights + t0 * k);
     }
-    const cpu::ExchangeShape shape = exchange_shape(T, plan_.tp_size, plan_.ep_size, E, k, ctx.ep_capacity);
+    const cpu::ExchangeShape shape = exchange_shape(T, plan_.tp_size, plan_.ep_size, E, k, H, ctx.ep_capacity);
     exchange_.dispatch(scratch, shape, h, ids, T, t0, Ts, ctx.pos, ctx.expert_tokens, ctx.ep_overflow);
     // The blocks hold up to ep x Cc rows, a multiple of an owner's usual load: the GEMMs are chosen
     // on that load, the share's pairs (S x k on average), as an eager step of it chooses them.

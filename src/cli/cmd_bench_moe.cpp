@@ -460,7 +460,7 @@ int cmd_bench_moe(int argc, char** argv) {
     cpu::ExchangeShape plan_shape;
     if (n > 1 && comm->can_enqueue() && T > 0) {
       ExpertExchange ex(comm.get(), E, H);
-      const cpu::ExchangeShape shape = exchange_shape(T, 1, n, E, k, Model::kDefaultEpGraphCapacity);
+      const cpu::ExchangeShape shape = exchange_shape(T, 1, n, E, k, H, Model::kDefaultEpGraphCapacity);
       const int64_t P = n * shape.Cc, usual = std::min(P, T * k);  // the GEMMs chosen as the MoE block does
       int32_t* flag = reinterpret_cast<int32_t*>(dev(1));
       float* gate = dev(P * I);
@@ -495,12 +495,12 @@ int cmd_bench_moe(int argc, char** argv) {
 
     // A captured exchange's index plans alone (kernels/cuda/expert_exchange.h on the GPU), for an ep
     // group of --plan-ep on this rank's routing: the send plan, then the recv plan over the send
-    // plan's own meta blocks as if each had come from another rank (the same sizes).
+    // plan's own blocks as if each had come from another rank (the same sizes).
     if (T > 0 && plan_ep > 0 && E % plan_ep == 0) {
-      const cpu::ExchangeShape shape = exchange_shape(T, 1, plan_ep, E, k, Model::kDefaultEpGraphCapacity);
+      const cpu::ExchangeShape shape = exchange_shape(T, 1, plan_ep, E, k, H, Model::kDefaultEpGraphCapacity);
       auto ints = [&](int64_t count) { return reinterpret_cast<int32_t*>(dev(count)); };
-      int32_t* rec = ints(shape.ep * shape.C);
-      int32_t* meta = ints(shape.ep * shape.meta());
+      int32_t* rec = ints(shape.ep * shape.block_rows());
+      float* blocks = dev(shape.ep * shape.block_rows() * H);
       int32_t* pair_row = ints(T * k);
       int32_t* offsets = ints(shape.L + 1);
       int32_t* row_src = ints(shape.ep * shape.Cc);
@@ -511,12 +511,13 @@ int cmd_bench_moe(int argc, char** argv) {
       for (int it = 0; it < warmup + iters; ++it) {
         b.synchronize();
         const auto t0 = Clock::now();
-        b.expert_send_plan(shape, ids, T, 0, T, nullptr, rec, meta, pair_row, nullptr, flag);
-        b.expert_recv_plan(shape, meta, offsets, row_src, back_row);
+        b.expert_send_plan(shape, ids, T, 0, T, nullptr, rec, blocks, pair_row, nullptr, flag);
+        b.expert_recv_plan(shape, blocks, offsets, row_src, back_row);
         b.synchronize();
         if (it >= warmup) t[kPlans].push_back(since(t0));
       }
-      for (int32_t* p : {rec, meta, pair_row, offsets, row_src, back_row, flag}) b.free(p);
+      for (int32_t* p : {rec, pair_row, offsets, row_src, back_row, flag}) b.free(p);
+      b.free(blocks);
       plan_shape = shape;
     }
 
@@ -652,7 +653,7 @@ int cmd_bench_moe(int argc, char** argv) {
     if (plan_shape.C > 0) {
       std::snprintf(buf, sizeof buf,
                     "a captured exchange's index plans for ep %" PRId64 " on this routing (blocks of %" PRId64
-                    " records / %" PRId64 " rows): send plan + recv plan, one thread block each",
+                    " records / %" PRId64 " rows): send plan (a thread block per peer) + recv plan (one)",
                     plan_shape.ep, plan_shape.C, plan_shape.Cc);
       line("plans", kPlans, buf);
     }

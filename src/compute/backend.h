@@ -297,7 +297,8 @@ class ComputeBackend {
 
   // ---- Expert-parallel data movement (arch/expert_dispatch.h; kernels/cpu/expert_rows.h defines
   // them). The host builds the index arrays (backend memory); only activation rows move. ----
-  // dst [n, H]: dst[i] = src[rows[i]]; zeros where rows[i] < 0.
+  // dst [n, H]: dst[i] = src[rows[i]]; zeros where rows[i] < 0, but rows[i] == cpu::kKeepRow
+  // leaves dst's row as it is (kernels/cpu/expert_rows.h).
   virtual void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) = 0;
   // out [T, H]: per token, from zero, + weights[i] * y[rows[i]] for i in [token_start[t],
   // token_start[t + 1]) (token_start [T + 1]) in that order, each product rounded before the add
@@ -306,11 +307,12 @@ class ComputeBackend {
                             const float* weights, int64_t T, float* out) = 0;
   // The index plans of a fixed-capacity exchange, built where the routing is, so that a captured
   // step holds a whole expert-parallel MoE layer (kernels/cpu/expert_exchange.h defines them).
-  // Every pointer is backend memory; counts may be null.
+  // Every pointer is backend memory; counts may be null. blocks: the dispatch blocks (the send
+  // plan writes their meta rows, the recv plan reads them).
   virtual void expert_send_plan(const cpu::ExchangeShape& s, const int32_t* ids, int64_t T, int64_t t0, int64_t Ts,
-                                const int32_t* pos, int32_t* rec_token, int32_t* meta, int32_t* pair_row,
+                                const int32_t* pos, int32_t* rec_token, float* blocks, int32_t* pair_row,
                                 int64_t* counts, int32_t* overflow) = 0;
-  virtual void expert_recv_plan(const cpu::ExchangeShape& s, const int32_t* meta, int32_t* offsets, int32_t* row_src,
+  virtual void expert_recv_plan(const cpu::ExchangeShape& s, const float* blocks, int32_t* offsets, int32_t* row_src,
                                 int32_t* back_row) = 0;
 
   // ---- Sampling ----

@@ -565,9 +565,9 @@ void CudaBackend::abs_max(const float* x, int64_t n, float* acc) {
 namespace {
 // The launch geometry of an exchange shape, checked against what one thread block holds.
 cuda::ExchangeGeometry exchange_geometry(const cpu::ExchangeShape& s) {
-  // Row numbers (p * Cc + q, s * C + i) and meta entries are int32.
-  SHARDLM_CHECK(s.ep >= 1 && s.ep <= 65535 && s.L >= 1 && s.k >= 1 && s.C >= 0 && s.Cc >= 0 &&
-                    s.ep * std::max(s.C, s.Cc) <= INT32_MAX && s.ep * s.meta() <= INT32_MAX,
+  // Row numbers (p * Cc + q, s * R + i) and meta entries are int32.
+  SHARDLM_CHECK(s.ep >= 1 && s.ep <= 65535 && s.L >= 1 && s.k >= 1 && s.C >= 0 && s.Cc >= 0 && s.H >= 1 &&
+                    s.ep * std::max(s.block_rows(), s.Cc) <= INT32_MAX && s.meta() <= INT32_MAX,
                 "cuda backend: an expert exchange of " << s.ep << " ranks x " << s.L << " experts, top-" << s.k << ", "
                                                        << s.C << " records and " << s.Cc << " rows a block");
   cuda::ExchangeGeometry g;
@@ -576,6 +576,8 @@ cuda::ExchangeGeometry exchange_geometry(const cpu::ExchangeShape& s) {
   g.k = static_cast<int>(s.k);
   g.C = static_cast<int>(s.C);
   g.Cc = static_cast<int>(s.Cc);
+  g.H = static_cast<int>(s.H);
+  g.R = static_cast<int>(s.block_rows());
   const size_t smem = std::max(cuda::expert_send_plan_smem(g), cuda::expert_recv_plan_smem(g));
   SHARDLM_CHECK(smem <= 48 * 1024, "cuda backend: an expert exchange of "
                                        << s.ep << " ranks x " << s.L << " experts needs " << smem
@@ -585,20 +587,22 @@ cuda::ExchangeGeometry exchange_geometry(const cpu::ExchangeShape& s) {
 }  // namespace
 
 void CudaBackend::expert_send_plan(const cpu::ExchangeShape& s, const int32_t* ids, int64_t T, int64_t t0, int64_t Ts,
-                                   const int32_t* pos, int32_t* rec_token, int32_t* meta, int32_t* pair_row,
+                                   const int32_t* pos, int32_t* rec_token, float* blocks, int32_t* pair_row,
                                    int64_t* counts, int32_t* overflow) {
   SHARDLM_CHECK(T * s.k <= INT32_MAX && t0 >= 0 && Ts >= 0 && t0 + Ts <= T,
                 "cuda backend: expert_send_plan of rows [" << t0 << ", +" << Ts << ") of " << T);
-  cuda::launch_expert_send_plan(exchange_geometry(s), ids, T, t0, Ts, pos, rec_token, meta, pair_row, counts, overflow,
-                                stream_of(stream_));
+  cuda::launch_expert_send_plan(exchange_geometry(s), ids, T, t0, Ts, pos, rec_token, blocks, pair_row, counts,
+                                overflow, stream_of(stream_));
   check_launch("expert_send_plan");
 }
 
-void CudaBackend::expert_recv_plan(const cpu::ExchangeShape& s, const int32_t* meta, int32_t* offsets, int32_t* row_src,
+void CudaBackend::expert_recv_plan(const cpu::ExchangeShape& s, const float* blocks, int32_t* offsets, int32_t* row_src,
                                    int32_t* back_row) {
-  cuda::launch_expert_recv_plan(exchange_geometry(s), meta, offsets, row_src, back_row, stream_of(stream_));
+  cuda::launch_expert_recv_plan(exchange_geometry(s), blocks, offsets, row_src, back_row, stream_of(stream_));
   check_launch("expert_recv_plan");
 }
+
+static_assert(cuda::kKeepRow == cpu::kKeepRow, "gather_rows' kept rows are marked alike on both backends");
 
 void CudaBackend::gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
   cuda::launch_gather_rows(src, H, rows, n, dst, stream_of(stream_));

@@ -195,13 +195,13 @@ class RecordingBackend final : public ComputeBackend {
     op([=, this] { cpu_.abs_max(x, n, acc); });
   }
   void expert_send_plan(const cpu::ExchangeShape& s, const int32_t* ids, int64_t T, int64_t t0, int64_t Ts,
-                        const int32_t* pos, int32_t* rec_token, int32_t* meta, int32_t* pair_row, int64_t* counts,
+                        const int32_t* pos, int32_t* rec_token, float* blocks, int32_t* pair_row, int64_t* counts,
                         int32_t* overflow) override {
-    op([=, this] { cpu_.expert_send_plan(s, ids, T, t0, Ts, pos, rec_token, meta, pair_row, counts, overflow); });
+    op([=, this] { cpu_.expert_send_plan(s, ids, T, t0, Ts, pos, rec_token, blocks, pair_row, counts, overflow); });
   }
-  void expert_recv_plan(const cpu::ExchangeShape& s, const int32_t* meta, int32_t* offsets, int32_t* row_src,
+  void expert_recv_plan(const cpu::ExchangeShape& s, const float* blocks, int32_t* offsets, int32_t* row_src,
                         int32_t* back_row) override {
-    op([=, this] { cpu_.expert_recv_plan(s, meta, offsets, row_src, back_row); });
+    op([=, this] { cpu_.expert_recv_plan(s, blocks, offsets, row_src, back_row); });
   }
   void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override {
     op([=, this] { cpu_.gather_rows(src, H, rows, n, dst); });

@@ -446,8 +446,9 @@ TEST_F(CudaBackendOps, MoeOpsMatchCpu) {
 
 // Expert-parallel row movement: gather_rows and combine_rows give the CPU backend's bits (the
 // combine's products and sums are separately rounded on both), with repeated and unordered row
-// indices, H below, at and above one block's threads, tokens with empty ranges, more tokens than
-// one grid pass would cover only with the stride loop, and zero sizes.
+// indices, zero rows (-1) and kept rows (cpu::kKeepRow), H below, at and above one block's
+// threads, tokens with empty ranges, more tokens than one grid pass would cover only with the
+// stride loop, and zero sizes.
 TEST_F(CudaBackendOps, ExpertRowOpsMatchCpu) {
   std::mt19937 g(21);
   using Case = std::tuple<int64_t, int64_t, int64_t>;  // source rows, H, tokens
@@ -456,7 +457,7 @@ TEST_F(CudaBackendOps, ExpertRowOpsMatchCpu) {
     float* src_g = up(*gpu_, src);
     for (const int64_t n : {int64_t{0}, int64_t{1}, T * 3}) {
       std::vector<int32_t> rows(static_cast<size_t>(n));
-      for (auto& r : rows) r = static_cast<int32_t>(g() % R);
+      for (auto& r : rows) r = static_cast<int32_t>(g() % (R + 2)) - 2;
       std::vector<float> dst_c(static_cast<size_t>(n * H), -1.0f);
       cpu_.gather_rows(src.data(), H, rows.data(), n, dst_c.data());
       int32_t* rows_g = up(*gpu_, rows);

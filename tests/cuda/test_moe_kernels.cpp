@@ -206,10 +206,12 @@ TEST(CudaExpertPermute, MatchesCpuReference) {
 
 #ifdef SHARDLM_HAVE_CUDA
 // One rank's send plan of a share and an owner's recv plan of blocks from every rank, on the
-// device and on the CPU. The owner's blocks are the send plans of ep shares of one routing.
-// invalid_ids: some ids outside [0, E) (-1, E), which no rank owns and every plan leaves out.
+// device and on the CPU. The owner's blocks are the send plans of ep shares of one routing (their
+// meta rows; the records' rows stay as filled). Rows of H = 3 floats put the meta over several
+// rows. invalid_ids: some ids outside [0, E) (-1, E), which no rank owns and every plan leaves out.
 void check_exchange(int64_t T, int64_t k, int64_t E, int64_t ep, int64_t C, int64_t Cc, uint32_t seed,
                     bool invalid_ids = false) {
+  const int64_t H = 3;
   std::mt19937 gen(seed);
   std::vector<int32_t> ids;
   for (int64_t t = 0; t < T; ++t) {
@@ -231,39 +233,49 @@ void check_exchange(int64_t T, int64_t k, int64_t E, int64_t ep, int64_t C, int6
   s.k = k;
   s.C = C;
   s.Cc = Cc;
-  const int64_t M = s.meta();
+  s.H = H;
+  const int64_t R = s.block_rows();
   cuda::ExchangeGeometry g{static_cast<int>(ep), static_cast<int>(s.L), static_cast<int>(k), static_cast<int>(C),
-                           static_cast<int>(Cc)};
+                           static_cast<int>(Cc), static_cast<int>(H),   static_cast<int>(R)};
   DevArray<int32_t> d_ids(ids.empty() ? std::vector<int32_t>{0} : ids), d_pos(pos);
-  std::vector<int32_t> owner_meta(static_cast<size_t>(ep * M));
+  // Block words compared as bit patterns (the meta is int32; the records' rows keep the fill).
+  auto words = [](const std::vector<float>& f) {
+    std::vector<uint32_t> w(f.size());
+    std::memcpy(w.data(), f.data(), f.size() * sizeof(float));
+    return w;
+  };
+  std::vector<float> owner_blocks(static_cast<size_t>(ep * R * H), 0.5f);
   const int64_t owner = 0;
   for (int64_t p = 0; p < ep; ++p) {
     const int64_t t0 = T * p / ep, Ts = T * (p + 1) / ep - t0;
-    std::vector<int32_t> rec(static_cast<size_t>(std::max<int64_t>(ep * C, 1)), 9),
-        meta(static_cast<size_t>(ep * M), 9), pair_row(static_cast<size_t>(std::max<int64_t>(T * k, 1)), 9);
+    std::vector<int32_t> rec(static_cast<size_t>(ep * R), 9),
+        pair_row(static_cast<size_t>(std::max<int64_t>(T * k, 1)), 9);
+    std::vector<float> blocks(static_cast<size_t>(ep * R * H), 0.5f);
     std::vector<int64_t> counts(static_cast<size_t>(E), 3);
     int32_t flag = 0;
-    cpu::expert_send_plan(s, ids.data(), T, t0, Ts, pos.data(), rec.data(), meta.data(), pair_row.data(), counts.data(),
-                          &flag);
-    DevArray<int32_t> d_rec(std::vector<int32_t>(rec.size(), 9)), d_meta(std::vector<int32_t>(meta.size(), 9)),
-        d_pair(std::vector<int32_t>(pair_row.size(), 9)), d_flag(std::vector<int32_t>{0});
+    cpu::expert_send_plan(s, ids.data(), T, t0, Ts, pos.data(), rec.data(), blocks.data(), pair_row.data(),
+                          counts.data(), &flag);
+    DevArray<int32_t> d_rec(std::vector<int32_t>(rec.size(), 9)), d_pair(std::vector<int32_t>(pair_row.size(), 9)),
+        d_flag(std::vector<int32_t>{0});
+    DevArray<float> d_blocks(std::vector<float>(blocks.size(), 0.5f));
     DevArray<int64_t> d_counts(std::vector<int64_t>(static_cast<size_t>(E), 3));
-    cuda::launch_expert_send_plan(g, d_ids.get(), T, t0, Ts, d_pos.get(), d_rec.get(), d_meta.get(), d_pair.get(),
+    cuda::launch_expert_send_plan(g, d_ids.get(), T, t0, Ts, d_pos.get(), d_rec.get(), d_blocks.get(), d_pair.get(),
                                   d_counts.get(), d_flag.get(), nullptr);
     expect_kernel_ok();
     EXPECT_EQ(d_rec.download(), rec) << "rank " << p;
-    EXPECT_EQ(d_meta.download(), meta) << "rank " << p;
+    EXPECT_EQ(words(d_blocks.download()), words(blocks)) << "rank " << p;
     EXPECT_EQ(d_pair.download(), pair_row) << "rank " << p;
     EXPECT_EQ(d_counts.download(), counts) << "rank " << p;
     EXPECT_EQ(d_flag.download()[0], flag) << "rank " << p;
-    std::copy_n(meta.begin() + owner * M, M, owner_meta.begin() + p * M);
+    std::copy_n(blocks.begin() + owner * R * H, R * H, owner_blocks.begin() + p * R * H);
   }
   std::vector<int32_t> offsets(static_cast<size_t>(s.L + 1)),
       row_src(static_cast<size_t>(std::max<int64_t>(ep * Cc, 1)), -9), back_row(row_src.size(), 9);
-  cpu::expert_recv_plan(s, owner_meta.data(), offsets.data(), row_src.data(), back_row.data());
-  DevArray<int32_t> d_meta(owner_meta), d_offsets(offsets.size()), d_src(std::vector<int32_t>(row_src.size(), -9)),
+  cpu::expert_recv_plan(s, owner_blocks.data(), offsets.data(), row_src.data(), back_row.data());
+  DevArray<float> d_blocks(owner_blocks);
+  DevArray<int32_t> d_offsets(offsets.size()), d_src(std::vector<int32_t>(row_src.size(), -9)),
       d_back(std::vector<int32_t>(back_row.size(), 9));
-  cuda::launch_expert_recv_plan(g, d_meta.get(), d_offsets.get(), d_src.get(), d_back.get(), nullptr);
+  cuda::launch_expert_recv_plan(g, d_blocks.get(), d_offsets.get(), d_src.get(), d_back.get(), nullptr);
   expect_kernel_ok();
   EXPECT_EQ(d_offsets.download(), offsets);
   EXPECT_EQ(d_src.download(), row_src);

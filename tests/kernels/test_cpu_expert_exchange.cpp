@@ -81,7 +81,7 @@ struct Exchanged {
 };
 
 // The step over `ep` ranks, rank p routing the share [T*p/ep, T*(p+1)/ep) (all ranks read the same
-// x, as tp ranks do); blocks of C records and Cc returned rows.
+// x, as tp ranks do); blocks of C records (their rows, then their meta's) and Cc returned rows.
 Exchanged exchange(const Routed& r, int64_t H, int64_t ep, int64_t C, int64_t Cc) {
   cpu::ExchangeShape s;
   s.ep = ep;
@@ -89,22 +89,29 @@ Exchanged exchange(const Routed& r, int64_t H, int64_t ep, int64_t C, int64_t Cc
   s.k = r.k;
   s.C = C;
   s.Cc = Cc;
-  const int64_t M = s.meta(), T = r.T, k = r.k;
-  std::vector<std::vector<int32_t>> rec(ep), meta(ep), pair_row(ep);
+  s.H = H;
+  const int64_t R = s.block_rows(), T = r.T, k = r.k;
+  EXPECT_GE(s.meta_rows() * H, s.meta());
+  EXPECT_LT((s.meta_rows() - 1) * H, s.meta());
+  std::vector<std::vector<int32_t>> rec(ep), pair_row(ep);
   std::vector<std::vector<float>> send(ep);
   std::vector<int64_t> counts(static_cast<size_t>(r.E), 0);
   int32_t flag = 0;
   for (int64_t p = 0; p < ep; ++p) {
-    rec[p].assign(static_cast<size_t>(ep * C), 7);
-    meta[p].assign(static_cast<size_t>(ep * M), 7);
+    rec[p].assign(static_cast<size_t>(ep * R), 7);
     pair_row[p].assign(static_cast<size_t>(T * k), 7);
+    send[p].assign(static_cast<size_t>(ep * R * H), 1.0f);
     const int64_t t0 = T * p / ep, t1 = T * (p + 1) / ep;
-    cpu::expert_send_plan(s, r.ids.data(), T, t0, t1 - t0, r.pos.data(), rec[p].data(), meta[p].data(),
+    cpu::expert_send_plan(s, r.ids.data(), T, t0, t1 - t0, r.pos.data(), rec[p].data(), send[p].data(),
                           pair_row[p].data(), counts.data(), &flag);
-    send[p].assign(static_cast<size_t>(std::max<int64_t>(ep * C * H, 1)), 1.0f);
-    cpu::gather_rows(r.x.data(), H, rec[p].data(), ep * C, send[p].data());
-    for (int64_t i = 0; i < ep * C; ++i) {
-      EXPECT_TRUE(rec[p][i] == -1 || (rec[p][i] >= t0 && rec[p][i] < t1)) << "record " << i << " of rank " << p;
+    // The records' rows over the meta rows the plan wrote, which gather_rows keeps.
+    cpu::gather_rows(r.x.data(), H, rec[p].data(), ep * R, send[p].data());
+    for (int64_t i = 0; i < ep * R; ++i) {
+      if (i % R >= C) {
+        EXPECT_EQ(rec[p][i], cpu::kKeepRow) << "meta row " << i << " of rank " << p;
+      } else {
+        EXPECT_TRUE(rec[p][i] == -1 || (rec[p][i] >= t0 && rec[p][i] < t1)) << "record " << i << " of rank " << p;
+      }
     }
   }
   // The routing's loads, whatever the capacity.
@@ -115,15 +122,12 @@ Exchanged exchange(const Routed& r, int64_t H, int64_t ep, int64_t C, int64_t Cc
   // Owners: the blocks for them, their rows, the stand-in experts, the returned blocks.
   std::vector<std::vector<float>> back(ep);
   for (int64_t o = 0; o < ep; ++o) {
-    std::vector<int32_t> rmeta(static_cast<size_t>(ep * M));
-    std::vector<float> rrows(static_cast<size_t>(std::max<int64_t>(ep * C * H, 1)));
-    for (int64_t src = 0; src < ep; ++src) {
-      std::copy_n(meta[src].begin() + o * M, M, rmeta.begin() + src * M);
-      std::copy_n(send[src].begin() + o * C * H, C * H, rrows.begin() + src * C * H);
-    }
+    std::vector<float> rrows(static_cast<size_t>(ep * R * H));
+    for (int64_t src = 0; src < ep; ++src)
+      std::copy_n(send[src].begin() + o * R * H, R * H, rrows.begin() + src * R * H);
     std::vector<int32_t> offsets(static_cast<size_t>(s.L + 1)), row_src(static_cast<size_t>(ep * Cc), -7),
         back_row(static_cast<size_t>(ep * Cc), 7);
-    cpu::expert_recv_plan(s, rmeta.data(), offsets.data(), row_src.data(), back_row.data());
+    cpu::expert_recv_plan(s, rrows.data(), offsets.data(), row_src.data(), back_row.data());
     EXPECT_LE(offsets[s.L], ep * Cc);
     std::vector<float> xp(static_cast<size_t>(std::max<int64_t>(ep * Cc * H, 1)));
     const int32_t rows = offsets[s.L];
@@ -132,7 +136,8 @@ Exchanged exchange(const Routed& r, int64_t H, int64_t ep, int64_t C, int64_t Cc
     for (int64_t e = 0; e < s.L; ++e)
       for (int32_t row = offsets[e]; row < offsets[e + 1]; ++row) {
         EXPECT_GE(row_src[row], 0);
-        EXPECT_LT(row_src[row], ep * C);
+        EXPECT_LT(row_src[row] % R, C);  // a record's row, never a meta row
+        EXPECT_LT(row_src[row], ep * R);
         for (int64_t c = 0; c < H; ++c) yp[row * H + c] = stand_in(o * s.L + e, xp[row * H + c]);
       }
     for (int32_t b : back_row) EXPECT_TRUE(b == -1 || (b >= 0 && b < rows));
@@ -184,9 +189,15 @@ void needed(const Routed& r, int64_t ep, int64_t* records, int64_t* pairs) {
 }
 
 TEST(CpuExpertExchange, WorstCaseBlocksGiveTheSingleRankBits) {
-  const int64_t H = 5;
-  for (const auto& [T, k, E, ep] : std::vector<std::array<int64_t, 4>>{
-           {1, 1, 2, 2}, {7, 2, 8, 2}, {16, 2, 8, 4}, {24, 6, 12, 3}, {9, 8, 8, 8}, {33, 4, 64, 8}, {5, 3, 6, 1}}) {
+  // Rows of 1 and 5 floats put a block's meta over several rows, 64 over one.
+  for (const auto& [T, k, E, ep, H] : std::vector<std::array<int64_t, 5>>{{1, 1, 2, 2, 5},
+                                                                          {7, 2, 8, 2, 5},
+                                                                          {16, 2, 8, 4, 1},
+                                                                          {16, 2, 8, 4, 64},
+                                                                          {24, 6, 12, 3, 5},
+                                                                          {9, 8, 8, 8, 5},
+                                                                          {33, 4, 64, 8, 5},
+                                                                          {5, 3, 6, 1, 5}}) {
     for (const bool padding : {false, true}) {
       const Routed r = make_routing(T, k, E, H, false, padding, static_cast<uint32_t>(T * 31 + k + padding));
       const int64_t S = (T + ep - 1) / ep, kl = std::min(k, E / ep);

@@ -1,7 +1,8 @@
 // The CPU backend's expert-parallel row movement (gather_rows, combine_rows; kernels/cpu/
 // expert_rows.h) against naive loops, bit for bit: repeated and unordered row indices, zero rows,
-// tokens with empty ranges (zeros, whatever out held), and combine_rows fed in ascending expert
-// order reproducing expert_combine exactly (the property the expert-parallel combine relies on).
+// kept rows, tokens with empty ranges (zeros, whatever out held), and combine_rows fed in
+// ascending expert order reproducing expert_combine exactly (the property the expert-parallel
+// combine relies on).
 // Also ExpertDispatch's combine into a larger output (rows outside the tokens' range zeroed).
 #include <gtest/gtest.h>
 
@@ -35,7 +36,9 @@ TEST(CpuExpertRows, GatherRowsCopiesTheIndexedRows) {
   std::mt19937 g(2);
   for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{40}}) {
     std::vector<int32_t> rows(static_cast<size_t>(n));
-    for (auto& r : rows) r = static_cast<int32_t>(g() % R);  // repeats and any order
+    // Repeats and any order; -1 (zeros) and kKeepRow (the row left as it was) too.
+    for (auto& r : rows) r = static_cast<int32_t>(g() % (R + 2)) - 2;
+    if (n > 0) rows[0] = cpu::kKeepRow;
     float* d_src = up(*b, src);
     int32_t* d_rows = up(*b, rows);
     float* d_dst = up(*b, std::vector<float>(static_cast<size_t>(n * H), -3.0f));
@@ -43,7 +46,8 @@ TEST(CpuExpertRows, GatherRowsCopiesTheIndexedRows) {
     b->synchronize();
     std::vector<float> want(static_cast<size_t>(n * H));
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t c = 0; c < H; ++c) want[i * H + c] = src[rows[i] * H + c];
+      for (int64_t c = 0; c < H; ++c)
+        want[i * H + c] = rows[i] == cpu::kKeepRow ? -3.0f : rows[i] < 0 ? 0.0f : src[rows[i] * H + c];
     EXPECT_TRUE(same_bits(down(*b, d_dst, want.size()), want)) << "n " << n;
     b->free(d_src);
     b->free(d_rows);
