@@ -5,10 +5,14 @@
 
 namespace shardlm::cpu {
 
-void expert_send_plan(const ExchangeShape& s, const int32_t* topk_ids, int64_t T, int64_t t0, int64_t Ts,
-                      const int32_t* pos, int32_t* rec_token, float* blocks, int32_t* pair_row, int64_t* counts,
-                      int32_t* overflow) {
+void expert_send_plan(const ExchangeShape& s, const int32_t* topk_ids, int64_t T, RowShare share, const int32_t* pos,
+                      int32_t* rec_token, float* blocks, int32_t* pair_row, int64_t* counts, int32_t* overflow) {
   const int64_t ep = s.ep, L = s.L, k = s.k, kl = s.kl(), R = s.block_rows();
+  int64_t real = pos ? 0 : T;  // 1 + the last real row
+  if (pos)
+    for (int64_t t = 0; t < T; ++t)
+      if (pos[t] >= 0) real = t + 1;
+  const int64_t t0 = share.begin(real), t1 = share.end(real);
   std::fill(pair_row, pair_row + T * k, -1);
   std::vector<int64_t> base(static_cast<size_t>(L));
   std::vector<int32_t> local(static_cast<size_t>(k));  // a token's experts on the block's rank
@@ -22,7 +26,7 @@ void expert_send_plan(const ExchangeShape& s, const int32_t* topk_ids, int64_t T
     // The block's records, ascending token, each with its experts on p ascending (top-k ids are
     // distinct); base[e] counts the kept records' pairs per local expert.
     int64_t n = 0;
-    for (int64_t t = t0; t < t0 + Ts; ++t) {
+    for (int64_t t = t0; t < t1; ++t) {
       if (pos && pos[t] < 0) continue;
       int64_t used = 0;
       for (int64_t j = 0; j < k; ++j) {

@@ -8,8 +8,13 @@
 // floats, C records' rows and then their meta (M = 1 + C*kl int32, -1 padded to whole rows), so
 // that one all-to-all moves both, and returns to every rank a block of Cc result rows.
 //
-//   send plan   on each rank, for its share [t0, t0 + Ts) of the step's T tokens (topk ids [T, k],
-//               rows outside the share not read):
+//   send plan   on each rank, for its share of the step's T tokens (topk ids [T, k]): the real
+//               rows are [0, n), n = 1 + the last row with pos[t] >= 0 (T when pos is null; the
+//               padding rows of a captured step come last), and tp rank r of tp ranks takes
+//               [n*r/tp, n*(r+1)/tp) of them, as an eager step of the n rows splits them. The
+//               share follows the real rows, not the padded T, so that a token is routed by the
+//               same tp rank in a captured step as in an eager one (a rank's share and the others'
+//               partial sums meet in the tp all-reduce in that order);
 //     records   a token travels once to each rank owning one of its experts; block p holds the
 //               tokens for p in ascending order, the first C of them: record i is row
 //               rec_token[p*R + i] of the step (-1 past the block's records; kKeepRow for the
@@ -38,6 +43,13 @@
 
 namespace shardlm::cpu {
 
+// Tp rank `rank` of `size`: whose share of a step's rows a send plan takes.
+struct RowShare {
+  int64_t rank = 0, size = 1;
+  int64_t begin(int64_t n) const { return n * rank / size; }
+  int64_t end(int64_t n) const { return n * (rank + 1) / size; }
+};
+
 struct ExchangeShape {
   int64_t ep = 1;  // ranks of the group
   int64_t L = 0;   // experts a rank owns (E = ep * L)
@@ -63,9 +75,8 @@ inline const int32_t* block_meta(const ExchangeShape& s, const float* blocks, in
 
 // rec_token [ep*R], pair_row [T*k] (all written); blocks [ep*R*H]: the meta rows written, the
 // records' rows not touched (gather_rows by rec_token fills them).
-void expert_send_plan(const ExchangeShape& s, const int32_t* topk_ids, int64_t T, int64_t t0, int64_t Ts,
-                      const int32_t* pos, int32_t* rec_token, float* blocks, int32_t* pair_row, int64_t* counts,
-                      int32_t* overflow);
+void expert_send_plan(const ExchangeShape& s, const int32_t* topk_ids, int64_t T, RowShare share, const int32_t* pos,
+                      int32_t* rec_token, float* blocks, int32_t* pair_row, int64_t* counts, int32_t* overflow);
 
 // blocks [ep*R*H] received (their meta read); offsets [L + 1], row_src [ep*Cc] (rows < offsets[L]
 // written), back_row [ep*Cc].

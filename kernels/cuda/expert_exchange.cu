@@ -57,13 +57,14 @@ __device__ inline int64_t meta_at(const ExchangeGeometry& g, int p) {
   return (static_cast<int64_t>(p) * g.R + g.C) * g.H;
 }
 
-// Block p builds block p. Records: the share's tokens in tiles, each thread one token; a token
+// Block p builds block p. The share: of the real rows [0, n), n = 1 + the last row with pos >= 0,
+// tp rank share_rank's part. Records: the share's tokens in tiles, each thread one token; a token
 // with experts on p takes the next record (a block-wide scan of the flags), its slots written
 // ascending. Pairs: the kept records in tiles, each thread one record; a pair's q is its
 // expert's base (the kept pairs of lower local experts) + its rank among the expert's holders.
 __global__ void __launch_bounds__(kThreads)
-    expert_send_plan_kernel(ExchangeGeometry g, const int32_t* __restrict__ topk_ids, int64_t T, int64_t t0, int64_t Ts,
-                            const int32_t* __restrict__ pos, int32_t* __restrict__ rec_token,
+    expert_send_plan_kernel(ExchangeGeometry g, const int32_t* __restrict__ topk_ids, int64_t T, int share_rank,
+                            int share_size, const int32_t* __restrict__ pos, int32_t* __restrict__ rec_token,
                             float* __restrict__ blocks, int32_t* __restrict__ pair_row, int64_t* __restrict__ counts,
                             int32_t* __restrict__ overflow) {
   extern __shared__ int shared[];
@@ -76,6 +77,18 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ int warp_count[kWarps];
   __shared__ int records;  // records so far
   __shared__ int over;
+  __shared__ int real;  // 1 + the last real row
+  if (tid == 0) real = pos ? 0 : static_cast<int>(T);
+  __syncthreads();
+  if (pos) {
+    int last = 0;
+    for (int64_t t = tid; t < T; t += blockDim.x)
+      if (pos[t] >= 0) last = static_cast<int>(t) + 1;
+    if (last > 0) atomicMax(&real, last);
+    __syncthreads();
+  }
+  const int64_t t0 = static_cast<int64_t>(real) * share_rank / share_size,
+                Ts = static_cast<int64_t>(real) * (share_rank + 1) / share_size - t0;
   int32_t* rec = rec_token + static_cast<int64_t>(p) * g.R;
   int32_t* m = reinterpret_cast<int32_t*>(blocks + meta_at(g, p));
   // Block 0 also clears the pairs no block owns: tokens outside the share, padding tokens and
@@ -285,12 +298,12 @@ size_t expert_recv_plan_smem(const ExchangeGeometry& g) {
   return (static_cast<size_t>(3) * g.ep * g.L + static_cast<size_t>(1 + 2 * kWarps) * g.L) * sizeof(int);
 }
 
-void launch_expert_send_plan(const ExchangeGeometry& g, const int32_t* topk_ids, int64_t T, int64_t t0, int64_t Ts,
-                             const int32_t* pos, int32_t* rec_token, float* blocks, int32_t* pair_row, int64_t* counts,
-                             int32_t* overflow, cudaStream_t stream) {
+void launch_expert_send_plan(const ExchangeGeometry& g, const int32_t* topk_ids, int64_t T, int share_rank,
+                             int share_size, const int32_t* pos, int32_t* rec_token, float* blocks, int32_t* pair_row,
+                             int64_t* counts, int32_t* overflow, cudaStream_t stream) {
   if (g.ep <= 0 || g.L <= 0) return;
-  expert_send_plan_kernel<<<g.ep, kThreads, expert_send_plan_smem(g), stream>>>(g, topk_ids, T, t0, Ts, pos, rec_token,
-                                                                                blocks, pair_row, counts, overflow);
+  expert_send_plan_kernel<<<g.ep, kThreads, expert_send_plan_smem(g), stream>>>(
+      g, topk_ids, T, share_rank, share_size, pos, rec_token, blocks, pair_row, counts, overflow);
 }
 
 void launch_expert_recv_plan(const ExchangeGeometry& g, const float* blocks, int32_t* offsets, int32_t* row_src,

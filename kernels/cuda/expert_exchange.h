@@ -25,12 +25,12 @@ struct ExchangeGeometry {
 size_t expert_send_plan_smem(const ExchangeGeometry& g);
 size_t expert_recv_plan_smem(const ExchangeGeometry& g);
 
-// topk_ids [T, k] (rows [t0, t0 + Ts) read), pos [T] or null -> rec_token [ep*R], the meta rows
-// of blocks [ep*R*H], pair_row [T*k]; counts [ep*L] (int64, may be null) +=; *overflow = 1 when a
-// block overflows.
-void launch_expert_send_plan(const ExchangeGeometry& g, const int32_t* topk_ids, int64_t T, int64_t t0, int64_t Ts,
-                             const int32_t* pos, int32_t* rec_token, float* blocks, int32_t* pair_row, int64_t* counts,
-                             int32_t* overflow, cudaStream_t stream);
+// topk_ids [T, k] (tp rank share_rank of share_size: its share of the real rows read), pos [T] or
+// null -> rec_token [ep*R], the meta rows of blocks [ep*R*H], pair_row [T*k]; counts [ep*L]
+// (int64, may be null) +=; *overflow = 1 when a block overflows.
+void launch_expert_send_plan(const ExchangeGeometry& g, const int32_t* topk_ids, int64_t T, int share_rank,
+                             int share_size, const int32_t* pos, int32_t* rec_token, float* blocks, int32_t* pair_row,
+                             int64_t* counts, int32_t* overflow, cudaStream_t stream);
 
 // The meta of received blocks [ep*R*H] -> offsets [L + 1], row_src [ep*Cc], back_row [ep*Cc].
 void launch_expert_recv_plan(const ExchangeGeometry& g, const float* blocks, int32_t* offsets, int32_t* row_src,

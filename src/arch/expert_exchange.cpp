@@ -49,8 +49,7 @@ ExpertExchange::ExpertExchange(Communicator* ep, int64_t num_experts, int64_t hi
     : ep_(ep), E_(num_experts), H_(hidden) {}
 
 void ExpertExchange::dispatch(Scratch& scratch, const cpu::ExchangeShape& shape, const float* x, const int32_t* ids,
-                              int64_t T, int64_t t0, int64_t Ts, const int32_t* pos, int64_t* counts,
-                              int32_t* overflow) {
+                              int64_t T, cpu::RowShare share, const int32_t* pos, int64_t* counts, int32_t* overflow) {
   SHARDLM_CHECK(ep_ && ep_->size() == shape.ep && shape.ep * shape.L == E_ && shape.H == H_,
                 "expert exchange: a shape of " << shape.ep << " x " << shape.L << " experts on a group of "
                                                << (ep_ ? ep_->size() : 0) << " ranks and " << E_ << " experts");
@@ -71,7 +70,7 @@ void ExpertExchange::dispatch(Scratch& scratch, const cpu::ExchangeShape& shape,
 
   // The plan writes each block's meta rows, the gather its records' rows (keeping the meta), and
   // one all-to-all moves both: the recv plan reads the meta from the received blocks.
-  b.expert_send_plan(shape, ids, T, t0, Ts, pos, rec_token, send_rows, pair_row_, counts, overflow);
+  b.expert_send_plan(shape, ids, T, share, pos, rec_token, send_rows, pair_row_, counts, overflow);
   b.gather_rows(x, H, rec_token, ep * R, send_rows);
   ep_->enqueue_all_to_all(send_rows, recv_rows, static_cast<size_t>(R * H), CommDType::kF32, stream);
   b.expert_recv_plan(shape, recv_rows, offsets_, row_src, back_row);

@@ -43,12 +43,13 @@ class ExpertExchange {
   // ep: the expert-parallel group; it must queue collectives on streams (can_enqueue()).
   ExpertExchange(Communicator* ep, int64_t num_experts, int64_t hidden);
 
-  // Sends rows [t0, t0 + Ts) of x [T, H] (backend memory) to the owners of their experts (ids
-  // [T, k], the share's rows valid; pos [T], padding rows < 0) and lays out what this rank's
-  // experts run. counts [E] (may be null) += the share's loads; *overflow = 1 when a block
-  // overflowed (backend memory, int32).
+  // Sends this tp rank's share of the real rows of x [T, H] (backend memory; the real rows are
+  // those before the trailing padding rows, pos [T] < 0; cpu::expert_send_plan) to the owners of
+  // their experts (ids [T, k], the share's rows valid) and lays out what this rank's experts run.
+  // counts [E] (may be null) += the share's loads; *overflow = 1 when a block overflowed (backend
+  // memory, int32).
   void dispatch(Scratch& scratch, const cpu::ExchangeShape& shape, const float* x, const int32_t* ids, int64_t T,
-                int64_t t0, int64_t Ts, const int32_t* pos, int64_t* counts, int32_t* overflow);
+                cpu::RowShare share, const int32_t* pos, int64_t* counts, int32_t* overflow);
   // After dispatch: at most max_rows() rows, grouped per local expert by offsets() ([L + 1],
   // backend memory); input() [max_rows(), H]; output() [max_rows(), H], filled by the caller
   // (rows from offsets()[L] on are not read).

@@ -339,22 +339,25 @@ class MoeBlock final : public FeedForwardBlock {
   // ep_size > 1 in a captured step (StepContext::device_routing): the routing stays on the device
   // and the exchange has fixed sizes (arch/expert_exchange.h); the experts run as forward_routed's
   // do, on at most max_rows() rows whose groups the owner's offsets give on the device. Padding
-  // rows go to no expert. Slots kFeedForward + 0, 8, 9 for the routing ([T, k]: the share's rows
-  // written), 5 and 6 for gate and up, 30 and up for the exchange, 0..3 for the shared expert.
+  // rows go to no expert. Each tp rank routes every row: its share is of the step's real rows, as
+  // an eager step of them splits them (cpu::expert_send_plan), which the padded row count of the
+  // graph does not give; so a token's routed sum joins the shared expert's tp partial sums in the
+  // tp all-reduce on the same rank as in the eager step, and the bits are the same. Slots
+  // kFeedForward + 0, 8, 9 for the routing, 5 and 6 for gate and up, 30 and up for the exchange,
+  // 0..3 for the shared expert.
   void forward_expert_parallel_captured(const float* h, const StepContext& ctx, Scratch& scratch, float* out) {
     ComputeBackend& b = scratch.backend();
     const int64_t T = ctx.T, H = H_, E = m_.num_experts, k = m_.experts_per_token;
-    const int64_t t0 = T * plan_.tp_rank / plan_.tp_size, t1 = T * (plan_.tp_rank + 1) / plan_.tp_size;
-    const int64_t Ts = t1 - t0;
     int32_t* ids = scratch.get_as<int32_t>(Scratch::kFeedForward + 8, static_cast<size_t>(std::max<int64_t>(T * k, 1)));
     float* weights = scratch.get(Scratch::kFeedForward + 9, static_cast<size_t>(std::max<int64_t>(T * k, 1)));
-    if (Ts > 0) {
-      float* logits = scratch.get(Scratch::kFeedForward + 0, static_cast<size_t>(Ts * E));
-      b.linear(h + t0 * H, Ts, router_, nullptr, logits);
-      b.moe_route(logits, Ts, cfg_, ids + t0 * k, weights + t0 * k);
+    if (T > 0) {
+      float* logits = scratch.get(Scratch::kFeedForward + 0, static_cast<size_t>(T * E));
+      b.linear(h, T, router_, nullptr, logits);
+      b.moe_route(logits, T, cfg_, ids, weights);
     }
     const cpu::ExchangeShape shape = exchange_shape(T, plan_.tp_size, plan_.ep_size, E, k, H, ctx.ep_capacity);
-    exchange_.dispatch(scratch, shape, h, ids, T, t0, Ts, ctx.pos, ctx.expert_tokens, ctx.ep_overflow);
+    exchange_.dispatch(scratch, shape, h, ids, T, cpu::RowShare{plan_.tp_rank, plan_.tp_size}, ctx.pos,
+                       ctx.expert_tokens, ctx.ep_overflow);
     // The blocks hold up to ep x Cc rows, a multiple of an owner's usual load: the GEMMs are chosen
     // on that load, the share's pairs (S x k on average), as an eager step of it chooses them.
     const int64_t usual = std::min(exchange_.max_rows(), ((T + plan_.tp_size - 1) / plan_.tp_size) * k);

@@ -473,7 +473,7 @@ int cmd_bench_moe(int argc, char** argv) {
         const auto t0 = Clock::now();
         b.linear(h, T, router, nullptr, ldev);
         b.moe_route(ldev, T, cfg, ids, wdev);
-        ex.dispatch(scratch, shape, h, ids, T, 0, T, nullptr, nullptr, flag);
+        ex.dispatch(scratch, shape, h, ids, T, cpu::RowShare{}, nullptr, nullptr, flag);
         b.grouped_linear_routed(ex.input(), P, usual, ex.offsets(), gate_w, gate);
         b.grouped_linear_routed(ex.input(), P, usual, ex.offsets(), up_w, upv);
         b.silu_mul(gate, upv, gate, P * I);
@@ -511,7 +511,7 @@ int cmd_bench_moe(int argc, char** argv) {
       for (int it = 0; it < warmup + iters; ++it) {
         b.synchronize();
         const auto t0 = Clock::now();
-        b.expert_send_plan(shape, ids, T, 0, T, nullptr, rec, blocks, pair_row, nullptr, flag);
+        b.expert_send_plan(shape, ids, T, cpu::RowShare{}, nullptr, rec, blocks, pair_row, nullptr, flag);
         b.expert_recv_plan(shape, blocks, offsets, row_src, back_row);
         b.synchronize();
         if (it >= warmup) t[kPlans].push_back(since(t0));

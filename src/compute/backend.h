@@ -309,7 +309,7 @@ class ComputeBackend {
   // step holds a whole expert-parallel MoE layer (kernels/cpu/expert_exchange.h defines them).
   // Every pointer is backend memory; counts may be null. blocks: the dispatch blocks (the send
   // plan writes their meta rows, the recv plan reads them).
-  virtual void expert_send_plan(const cpu::ExchangeShape& s, const int32_t* ids, int64_t T, int64_t t0, int64_t Ts,
+  virtual void expert_send_plan(const cpu::ExchangeShape& s, const int32_t* ids, int64_t T, cpu::RowShare share,
                                 const int32_t* pos, int32_t* rec_token, float* blocks, int32_t* pair_row,
                                 int64_t* counts, int32_t* overflow) = 0;
   virtual void expert_recv_plan(const cpu::ExchangeShape& s, const float* blocks, int32_t* offsets, int32_t* row_src,

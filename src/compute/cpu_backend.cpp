@@ -301,10 +301,10 @@ void CpuBackend::gated_add(float* out, const float* y, const float* gate_logits,
 
 void CpuBackend::abs_max(const float* x, int64_t n, float* acc) { cpu::abs_max(x, n, acc); }
 
-void CpuBackend::expert_send_plan(const cpu::ExchangeShape& s, const int32_t* ids, int64_t T, int64_t t0, int64_t Ts,
+void CpuBackend::expert_send_plan(const cpu::ExchangeShape& s, const int32_t* ids, int64_t T, cpu::RowShare share,
                                   const int32_t* pos, int32_t* rec_token, float* blocks, int32_t* pair_row,
                                   int64_t* counts, int32_t* overflow) {
-  cpu::expert_send_plan(s, ids, T, t0, Ts, pos, rec_token, blocks, pair_row, counts, overflow);
+  cpu::expert_send_plan(s, ids, T, share, pos, rec_token, blocks, pair_row, counts, overflow);
 }
 
 void CpuBackend::expert_recv_plan(const cpu::ExchangeShape& s, const float* blocks, int32_t* offsets, int32_t* row_src,

@@ -586,13 +586,15 @@ cuda::ExchangeGeometry exchange_geometry(const cpu::ExchangeShape& s) {
 }
 }  // namespace
 
-void CudaBackend::expert_send_plan(const cpu::ExchangeShape& s, const int32_t* ids, int64_t T, int64_t t0, int64_t Ts,
+void CudaBackend::expert_send_plan(const cpu::ExchangeShape& s, const int32_t* ids, int64_t T, cpu::RowShare share,
                                    const int32_t* pos, int32_t* rec_token, float* blocks, int32_t* pair_row,
                                    int64_t* counts, int32_t* overflow) {
-  SHARDLM_CHECK(T * s.k <= INT32_MAX && t0 >= 0 && Ts >= 0 && t0 + Ts <= T,
-                "cuda backend: expert_send_plan of rows [" << t0 << ", +" << Ts << ") of " << T);
-  cuda::launch_expert_send_plan(exchange_geometry(s), ids, T, t0, Ts, pos, rec_token, blocks, pair_row, counts,
-                                overflow, stream_of(stream_));
+  SHARDLM_CHECK(T >= 0 && T * s.k <= INT32_MAX && share.size >= 1 && share.rank >= 0 && share.rank < share.size &&
+                    share.size <= INT32_MAX / std::max<int64_t>(T, 1),
+                "cuda backend: expert_send_plan of " << T << " rows, share " << share.rank << " of " << share.size);
+  cuda::launch_expert_send_plan(exchange_geometry(s), ids, T, static_cast<int>(share.rank),
+                                static_cast<int>(share.size), pos, rec_token, blocks, pair_row, counts, overflow,
+                                stream_of(stream_));
   check_launch("expert_send_plan");
 }
 

@@ -406,7 +406,7 @@ class CudaBackend final : public ComputeBackend {
   // Expert-parallel data movement (kernels/cuda/expert_rows.h).
   void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override;
   // kernels/cuda/expert_exchange.h.
-  void expert_send_plan(const cpu::ExchangeShape& s, const int32_t* ids, int64_t T, int64_t t0, int64_t Ts,
+  void expert_send_plan(const cpu::ExchangeShape& s, const int32_t* ids, int64_t T, cpu::RowShare share,
                         const int32_t* pos, int32_t* rec_token, float* blocks, int32_t* pair_row, int64_t* counts,
                         int32_t* overflow) override;
   void expert_recv_plan(const cpu::ExchangeShape& s, const float* blocks, int32_t* offsets, int32_t* row_src,

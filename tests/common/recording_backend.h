@@ -194,10 +194,10 @@ class RecordingBackend final : public ComputeBackend {
   void abs_max(const float* x, int64_t n, float* acc) override {
     op([=, this] { cpu_.abs_max(x, n, acc); });
   }
-  void expert_send_plan(const cpu::ExchangeShape& s, const int32_t* ids, int64_t T, int64_t t0, int64_t Ts,
+  void expert_send_plan(const cpu::ExchangeShape& s, const int32_t* ids, int64_t T, cpu::RowShare share,
                         const int32_t* pos, int32_t* rec_token, float* blocks, int32_t* pair_row, int64_t* counts,
                         int32_t* overflow) override {
-    op([=, this] { cpu_.expert_send_plan(s, ids, T, t0, Ts, pos, rec_token, blocks, pair_row, counts, overflow); });
+    op([=, this] { cpu_.expert_send_plan(s, ids, T, share, pos, rec_token, blocks, pair_row, counts, overflow); });
   }
   void expert_recv_plan(const cpu::ExchangeShape& s, const float* blocks, int32_t* offsets, int32_t* row_src,
                         int32_t* back_row) override {

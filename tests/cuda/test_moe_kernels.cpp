@@ -208,9 +208,10 @@ TEST(CudaExpertPermute, MatchesCpuReference) {
 // One rank's send plan of a share and an owner's recv plan of blocks from every rank, on the
 // device and on the CPU. The owner's blocks are the send plans of ep shares of one routing (their
 // meta rows; the records' rows stay as filled). Rows of H = 3 floats put the meta over several
-// rows. invalid_ids: some ids outside [0, E) (-1, E), which no rank owns and every plan leaves out.
+// rows. invalid_ids: some ids outside [0, E) (-1, E), which no rank owns and every plan leaves out;
+// pad_tail: trailing padding rows (a captured step's), which the shares leave out.
 void check_exchange(int64_t T, int64_t k, int64_t E, int64_t ep, int64_t C, int64_t Cc, uint32_t seed,
-                    bool invalid_ids = false) {
+                    bool invalid_ids = false, int64_t pad_tail = 0) {
   const int64_t H = 3;
   std::mt19937 gen(seed);
   std::vector<int32_t> ids;
@@ -226,7 +227,7 @@ void check_exchange(int64_t T, int64_t k, int64_t E, int64_t ep, int64_t C, int6
   if (invalid_ids)
     for (size_t i = 3; i < ids.size(); i += 7) ids[i] = i % 2 ? static_cast<int32_t>(E) : -1;
   std::vector<int32_t> pos(static_cast<size_t>(std::max<int64_t>(T, 1)));
-  for (int64_t t = 0; t < T; ++t) pos[t] = t % 5 == 4 ? -1 : static_cast<int32_t>(t);
+  for (int64_t t = 0; t < T; ++t) pos[t] = t % 5 == 4 || t >= T - pad_tail ? -1 : static_cast<int32_t>(t);
   cpu::ExchangeShape s;
   s.ep = ep;
   s.L = E / ep;
@@ -247,20 +248,20 @@ void check_exchange(int64_t T, int64_t k, int64_t E, int64_t ep, int64_t C, int6
   std::vector<float> owner_blocks(static_cast<size_t>(ep * R * H), 0.5f);
   const int64_t owner = 0;
   for (int64_t p = 0; p < ep; ++p) {
-    const int64_t t0 = T * p / ep, Ts = T * (p + 1) / ep - t0;
+    const cpu::RowShare share{p, ep};  // the ep ranks as tp ranks sharing the rows
     std::vector<int32_t> rec(static_cast<size_t>(ep * R), 9),
         pair_row(static_cast<size_t>(std::max<int64_t>(T * k, 1)), 9);
     std::vector<float> blocks(static_cast<size_t>(ep * R * H), 0.5f);
     std::vector<int64_t> counts(static_cast<size_t>(E), 3);
     int32_t flag = 0;
-    cpu::expert_send_plan(s, ids.data(), T, t0, Ts, pos.data(), rec.data(), blocks.data(), pair_row.data(),
+    cpu::expert_send_plan(s, ids.data(), T, share, pos.data(), rec.data(), blocks.data(), pair_row.data(),
                           counts.data(), &flag);
     DevArray<int32_t> d_rec(std::vector<int32_t>(rec.size(), 9)), d_pair(std::vector<int32_t>(pair_row.size(), 9)),
         d_flag(std::vector<int32_t>{0});
     DevArray<float> d_blocks(std::vector<float>(blocks.size(), 0.5f));
     DevArray<int64_t> d_counts(std::vector<int64_t>(static_cast<size_t>(E), 3));
-    cuda::launch_expert_send_plan(g, d_ids.get(), T, t0, Ts, d_pos.get(), d_rec.get(), d_blocks.get(), d_pair.get(),
-                                  d_counts.get(), d_flag.get(), nullptr);
+    cuda::launch_expert_send_plan(g, d_ids.get(), T, static_cast<int>(p), static_cast<int>(ep), d_pos.get(),
+                                  d_rec.get(), d_blocks.get(), d_pair.get(), d_counts.get(), d_flag.get(), nullptr);
     expect_kernel_ok();
     EXPECT_EQ(d_rec.download(), rec) << "rank " << p;
     EXPECT_EQ(words(d_blocks.download()), words(blocks)) << "rank " << p;
@@ -296,6 +297,8 @@ TEST(CudaExpertExchange, PlansMatchCpuReference) {
   check_exchange(1200, 8, 64, 4, 200, 300, 8);      // the same, overflowing
   check_exchange(300, 4, 16, 1, 300, 1200, 9);      // one rank
   check_exchange(90, 4, 16, 4, 90, 360, 10, true);  // ids no rank owns
+  check_exchange(50, 4, 16, 4, 50, 200, 11, false, 13);  // shares of the real rows before the padding
+  check_exchange(8, 4, 16, 2, 8, 32, 12, false, 8);      // no real rows: empty shares
 #endif
 }
 

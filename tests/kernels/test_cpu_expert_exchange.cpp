@@ -80,7 +80,15 @@ struct Exchanged {
   bool overflow = false;
 };
 
-// The step over `ep` ranks, rank p routing the share [T*p/ep, T*(p+1)/ep) (all ranks read the same
+// 1 + the last row that is not padding: the real rows a send plan shares out.
+int64_t real_rows(const Routed& r) {
+  int64_t n = 0;
+  for (int64_t t = 0; t < r.T; ++t)
+    if (r.pos[t] >= 0) n = t + 1;
+  return n;
+}
+
+// The step over `ep` ranks, rank p routing share p of ep of the real rows (all ranks read the same
 // x, as tp ranks do); blocks of C records (their rows, then their meta's) and Cc returned rows.
 Exchanged exchange(const Routed& r, int64_t H, int64_t ep, int64_t C, int64_t Cc) {
   cpu::ExchangeShape s;
@@ -90,7 +98,7 @@ Exchanged exchange(const Routed& r, int64_t H, int64_t ep, int64_t C, int64_t Cc
   s.C = C;
   s.Cc = Cc;
   s.H = H;
-  const int64_t R = s.block_rows(), T = r.T, k = r.k;
+  const int64_t R = s.block_rows(), T = r.T, k = r.k, n = real_rows(r);
   EXPECT_GE(s.meta_rows() * H, s.meta());
   EXPECT_LT((s.meta_rows() - 1) * H, s.meta());
   std::vector<std::vector<int32_t>> rec(ep), pair_row(ep);
@@ -101,8 +109,8 @@ Exchanged exchange(const Routed& r, int64_t H, int64_t ep, int64_t C, int64_t Cc
     rec[p].assign(static_cast<size_t>(ep * R), 7);
     pair_row[p].assign(static_cast<size_t>(T * k), 7);
     send[p].assign(static_cast<size_t>(ep * R * H), 1.0f);
-    const int64_t t0 = T * p / ep, t1 = T * (p + 1) / ep;
-    cpu::expert_send_plan(s, r.ids.data(), T, t0, t1 - t0, r.pos.data(), rec[p].data(), send[p].data(),
+    const int64_t t0 = n * p / ep, t1 = n * (p + 1) / ep;
+    cpu::expert_send_plan(s, r.ids.data(), T, cpu::RowShare{p, ep}, r.pos.data(), rec[p].data(), send[p].data(),
                           pair_row[p].data(), counts.data(), &flag);
     // The records' rows over the meta rows the plan wrote, which gather_rows keeps.
     cpu::gather_rows(r.x.data(), H, rec[p].data(), ep * R, send[p].data());
@@ -152,7 +160,7 @@ Exchanged exchange(const Routed& r, int64_t H, int64_t ep, int64_t C, int64_t Cc
     for (int32_t row : pair_row[p]) EXPECT_TRUE(row == -1 || (row >= 0 && row < ep * Cc));
     std::vector<float> out(static_cast<size_t>(T * H), 5.0f);
     cpu::expert_combine(got.data(), H, r.ids.data(), r.w.data(), pair_row[p].data(), T, k, out.data());
-    const int64_t t0 = T * p / ep, t1 = T * (p + 1) / ep;
+    const int64_t t0 = n * p / ep, t1 = n * (p + 1) / ep;
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t c = 0; c < H; ++c) {
         if (t >= t0 && t < t1) {
@@ -169,10 +177,10 @@ Exchanged exchange(const Routed& r, int64_t H, int64_t ep, int64_t C, int64_t Cc
 
 // Brute force: the most records and pairs any (source, owner) block needs.
 void needed(const Routed& r, int64_t ep, int64_t* records, int64_t* pairs) {
-  const int64_t L = r.E / ep, T = r.T, k = r.k;
+  const int64_t L = r.E / ep, k = r.k, real = real_rows(r);
   *records = *pairs = 0;
   for (int64_t p = 0; p < ep; ++p) {
-    const int64_t t0 = T * p / ep, t1 = T * (p + 1) / ep;
+    const int64_t t0 = real * p / ep, t1 = real * (p + 1) / ep;
     for (int64_t o = 0; o < ep; ++o) {
       int64_t rc = 0, pc = 0;
       for (int64_t t = t0; t < t1; ++t) {
@@ -233,6 +241,35 @@ TEST(CpuExpertExchange, OverflowIsFlaggedExactlyWhenABlockIsShort) {
   ex = exchange(none, H, ep, 1, 1);
   EXPECT_FALSE(ex.overflow);
   for (float v : ex.out) EXPECT_EQ(v, 0.0f);
+}
+
+// A captured step's rows are its real rows, then padding (pos < 0): each tp rank's share is of
+// the real rows, as an eager step of them is split, not of the padded count. 10 rows of which 7
+// are real, over tp 2: rows [0, 3) and [3, 7), not [0, 5) and [5, 10).
+TEST(CpuExpertExchange, SharesFollowTheRealRows) {
+  const int64_t T = 10, k = 2, E = 4, H = 2;
+  Routed r = make_routing(T, k, E, H, false, false, 5);
+  for (int64_t t = 7; t < T; ++t) r.pos[t] = -1;
+  cpu::ExchangeShape s;
+  s.ep = 1;
+  s.L = E;
+  s.k = k;
+  s.C = T;
+  s.Cc = T * k;
+  s.H = H;
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    std::vector<int32_t> rec(static_cast<size_t>(s.block_rows()), 7), pair_row(static_cast<size_t>(T * k), 7);
+    std::vector<float> blocks(static_cast<size_t>(s.block_rows() * H));
+    int32_t flag = 0;
+    cpu::expert_send_plan(s, r.ids.data(), T, cpu::RowShare{rank, 2}, r.pos.data(), rec.data(), blocks.data(),
+                          pair_row.data(), nullptr, &flag);
+    const int64_t t0 = rank == 0 ? 0 : 3, t1 = rank == 0 ? 3 : 7;
+    for (int64_t i = 0; i < T; ++i) EXPECT_EQ(rec[i], i < t1 - t0 ? t0 + i : -1) << "rank " << rank << " record " << i;
+    EXPECT_EQ(cpu::block_meta(s, blocks.data(), 0)[0], t1 - t0);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < k; ++j) EXPECT_EQ(pair_row[t * k + j] >= 0, t >= t0 && t < t1) << "token " << t;
+    EXPECT_EQ(flag, 0);
+  }
 }
 
 }  // namespace
