@@ -23,7 +23,7 @@ __device__ inline void warp_rank(bool on, int lane, int* rank, int* count) {
 // (at most one slot per expert and record) in its warp's bit masks; afterwards, for a key e of
 // thread i, before[e] + warp_base[warp][e] + (lanes below i in its warp holding e) is its rank
 // among the tile's and the earlier tiles' holders of e, and before[e] moves past the tile. The
-// caller marks with mark(), then calls settle() from every thread, then reads rank().
+// caller runs rank_slots() from every thread, then reads rank().
 struct TileRanks {
   unsigned* masks;  // [kWarps][L]
   int* warp_base;   // [kWarps][L]
@@ -43,6 +43,18 @@ struct TileRanks {
       }
       before[e] = run;
     }
+  }
+  // clear, mark and settle over one tile: this thread's record holds the local experts slots[0..kl)
+  // (-1 padded) when `valid`. Every thread of the block calls it.
+  __device__ void rank_slots(const int32_t* slots, bool valid, int kl) {
+    clear();
+    __syncthreads();
+    if (valid)
+      for (int s = 0; s < kl; ++s)
+        if (slots[s] >= 0 && slots[s] < L) mark(slots[s]);
+    __syncthreads();
+    settle();
+    __syncthreads();
   }
   __device__ int rank(int e) const {
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -166,15 +178,7 @@ __global__ void __launch_bounds__(kThreads)
   TileRanks ranks{masks, warp_base, kept, L};
   for (int tile = 0; tile < n_rec; tile += kThreads) {
     const int i = tile + tid;
-    const int32_t* slots = m + 1 + static_cast<int64_t>(i) * kl;
-    ranks.clear();
-    __syncthreads();
-    if (i < n_rec)
-      for (int s = 0; s < kl; ++s)
-        if (slots[s] >= 0 && slots[s] < L) ranks.mark(slots[s]);
-    __syncthreads();
-    ranks.settle();
-    __syncthreads();
+    ranks.rank_slots(m + 1 + static_cast<int64_t>(i) * kl, i < n_rec, kl);
     if (i < n_rec) {
       const int64_t t = rec[i];
       for (int j = 0; j < k; ++j) {
@@ -265,14 +269,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int tile = 0; tile < n_rec; tile += kThreads) {
       const int i = tile + tid;
       const int32_t* slots = meta_of(s) + 1 + static_cast<int64_t>(i) * kl;
-      ranks.clear();
-      __syncthreads();
-      if (i < n_rec)
-        for (int j = 0; j < kl; ++j)
-          if (slots[j] >= 0 && slots[j] < L) ranks.mark(slots[j]);
-      __syncthreads();
-      ranks.settle();
-      __syncthreads();
+      ranks.rank_slots(slots, i < n_rec, kl);
       if (i < n_rec)
         for (int j = 0; j < kl; ++j) {
           const int e = slots[j];
