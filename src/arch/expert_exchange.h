@@ -6,9 +6,9 @@
 // Every rank of the ep group reserves, per peer, a block of C records going out (their rows, then
 // their meta in rows of its own, so that one all-to-all carries both) and a block of Cc result
 // rows coming back (kernels/cpu/expert_exchange.h defines the blocks and the index plans built on
-// the device): two all-to-alls a layer. Shares are at most S = ceil(T / tp) tokens; a token goes at most once to
-// each owner and makes there at most kl = min(k, experts per rank) pairs, so with m = S * k / ep,
-// the mean pairs of a block, and f the capacity factor (--ep-graph-capacity):
+// the device): two all-to-alls a layer. Shares are at most S = ceil(T / tp) tokens; a token goes
+// at most once to each owner and makes there at most kl = min(k, experts per rank) pairs, so with
+// m = S * k / ep, the mean pairs of a block, and f the capacity factor (--ep-graph-capacity):
 //   C  = min(S, ceil(f * (m + 1))),   Cc = min(S * kl, ceil(f * (m + kl)))
 // that is f times the mean plus one token's worth: small steps (decode of a few sequences) get the
 // worst case, C = S and Cc = S * kl, which never overflows, and large ones f times the mean, not

@@ -273,8 +273,10 @@ class MoeBlock final : public FeedForwardBlock {
   void forward_expert_parallel(const float* h, int64_t T, Scratch& scratch, float* out) {
     ComputeBackend& b = scratch.backend();
     const int64_t H = H_, E = m_.num_experts, k = m_.experts_per_token;
-    // This rank's share of the tokens: all of them, or with tp its contiguous tp share.
-    const int64_t t0 = T * plan_.tp_rank / plan_.tp_size, t1 = T * (plan_.tp_rank + 1) / plan_.tp_size;
+    // This rank's share of the tokens: all of them, or with tp its contiguous tp share (the split a
+    // captured step's send plan makes of its real rows).
+    const cpu::RowShare share{plan_.tp_rank, plan_.tp_size};
+    const int64_t t0 = share.begin(T), t1 = share.end(T);
     const int64_t Ts = t1 - t0;
 
     // Route the share on the backend; the ids and weights ([Ts, k], small) come to the host,
