@@ -5,14 +5,13 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
-#include <iterator>
-#include <map>
 #include <optional>
 #include <string>
 
 #include "arch/layer_blocks.h"
 #include "arch/rope_freqs.h"
 #include "arch/scratch.h"
+#include "arch/step_graphs.h"
 #include "arch/weight_loader.h"
 #include "compute/backend.h"
 #include "core/error.h"
@@ -41,7 +40,13 @@ class Decoder final : public Model {
  public:
   Decoder(const ModelSpec& spec, const Checkpoint& ckpt, ComputeBackend& backend, const ShardPlan& plan,
           const ShardComms& comms)
-      : spec_(spec), plan_(plan), comms_(comms), b_(backend), scratch_(backend), inv_freq_(rope_inv_freq(spec)) {
+      : spec_(spec),
+        plan_(plan),
+        comms_(comms),
+        b_(backend),
+        scratch_(backend),
+        graphs_(backend, scratch_, spec_, plan_, comms_),
+        inv_freq_(rope_inv_freq(spec)) {
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t H = spec.hidden_size;
     inv_freq_dev_ = static_cast<float*>(b_.alloc(inv_freq_.size() * sizeof(float)));
@@ -78,7 +83,6 @@ class Decoder final : public Model {
     b_.free(inv_freq_dev_);
     b_.free(kv_amax_);
     b_.free(expert_tokens_dev_);
-    b_.free(ep_overflow_dev_);
   }
 
   void record_kv_magnitudes() override {
@@ -86,8 +90,7 @@ class Decoder final : public Model {
     const std::vector<float> zeros(2 * layers_.size(), 0.0f);
     kv_amax_ = static_cast<float*>(b_.alloc(std::max<size_t>(zeros.size(), 1) * sizeof(float)));
     b_.copy_to_device(kv_amax_, zeros.data(), zeros.size() * sizeof(float));
-    drop_graphs();
-    graphs_on_ = false;
+    graphs_.disable();
   }
   std::vector<float> kv_magnitudes() const override {
     if (!kv_amax_) return {};
@@ -114,13 +117,13 @@ class Decoder final : public Model {
     // Every rank of the replica takes the same block ids: agree on the smallest count.
     if (comms_.replica) comms_.replica->all_reduce(&blocks, 1, CommDType::kI64, ReduceOp::kMin);
     // Captured steps hold the old cache's layer pointers: they go with it.
-    drop_graphs();
+    graphs_.drop();
     cache_.reset();  // a budget sized by the free memory counts on the old cache's being gone
     cache_ = std::make_unique<KvCache>(b_, shape, blocks * shape.bytes_per_block(), blocks);
     return cache_->num_blocks();
   }
   void release_kv_cache() override {
-    drop_graphs();
+    graphs_.drop();
     cache_.reset();
   }
 
@@ -196,26 +199,10 @@ class Decoder final : public Model {
   bool runs_empty_steps() const override { return comms_.ep != nullptr; }
 
   std::string enable_step_graphs(double ep_capacity) override {
-    std::string why;
-    ep_capacity_ = ep_capacity;
-    if (!b_.supports_capture()) {
-      why = "backend " + b_.name() + " cannot capture graphs";
-    } else if (kv_amax_) {
-      why = "a KV cache calibration records every step eagerly";
-    } else if (comms_.ep && !comms_.ep->can_enqueue()) {
-      // A captured MoE layer queues its fixed-size all-to-alls on the stream
-      // (arch/expert_exchange.h); without ep the routing alone stays on the device.
-      why = "graphs with ep need --comm nccl (the expert all-to-alls must be queued on the captured stream)";
-    } else if (plan_.tp_size > 1 && !(comms_.tp && comms_.tp->can_enqueue())) {
-      // An MPI or libfabric all-reduce goes through host memory, which no graph can hold; NCCL's
-      // is queued on the captured stream.
-      why = "graphs with tp need --comm nccl (the tp all-reduce must be queued on the captured stream)";
-    }
-    graphs_on_ = why.empty();
-    return why;
+    return graphs_.enable(ep_capacity, kv_amax_ != nullptr);
   }
-  int64_t graph_steps() const override { return graph_steps_; }
-  int64_t graph_reruns() const override { return graph_reruns_; }
+  int64_t graph_steps() const override { return graphs_.steps(); }
+  int64_t graph_reruns() const override { return graphs_.reruns(); }
   const MoeStepStats* last_step_moe() const override {
     return spec_.moe.enabled() ? (leads_pipeline() ? &last_moe_ : &moe_stats_) : nullptr;
   }
@@ -307,7 +294,7 @@ class Decoder final : public Model {
   const float* step_to_device(const ForwardBatch& batch) {
     const int64_t T = batch.num_tokens();
     if (T == 0 && !runs_empty_steps()) return nullptr;
-    if (const int64_t bucket = step_bucket(batch); bucket > 0) return graph_step(batch, bucket);
+    if (const int64_t bucket = graphs_.step_bucket(batch); bucket > 0) return graph_step(batch, bucket);
     run_stage(batch);
     return logits_to_device(batch);
   }
@@ -317,7 +304,7 @@ class Decoder final : public Model {
   // last stage a graph also computes the logits; they are returned (in backend memory, [T, vocab]
   // first, gathered over tp), null otherwise (head() computes them).
   const float* stage_to_device(const ForwardBatch& batch) {
-    if (const int64_t bucket = step_bucket(batch); bucket > 0) return graph_step(batch, bucket);
+    if (const int64_t bucket = graphs_.step_bucket(batch); bucket > 0) return graph_step(batch, bucket);
     run_stage(batch);
     return nullptr;
   }
@@ -409,135 +396,7 @@ class Decoder final : public Model {
     if (T > 0) b_.add(residual, proj, T * H);
   }
 
-  // ---- CUDA graphs for decode steps (--cuda-graphs) ----
-  //
-  // A step is graph-eligible when every row is a decode token (one token per sequence) and every
-  // row samples; enable_step_graphs() has checked the rest (a backend that captures, tp and ep only
-  // over a communicator that queues on streams). Its T rows are padded to a bucket
-  // B, and the whole device part of a B-row step on this stage (embedding or the received hidden
-  // states, the stage's layers, and on the last stage the LM head output) is captured once per
-  // bucket and replayed with new inputs:
-  //  - inputs (ids, positions, KV slots, per-token block-list starts, block ids) are written into
-  //    their scratch slots before the capture or replay, never inside it;
-  //  - padding rows have id -1 (embedding gives zeros), position -1 (attention over no positions
-  //    gives zeros), slot -1 (no KV write) and block-list start 0 (never read); every op works row
-  //    by row, so they leave the real rows alone, and only the first T rows of the logits are read;
-  //  - the block-id slot is sized to a capacity that only grows (from the KV cache's block count:
-  //    without shared blocks a batch never lists more), so it rarely moves;
-  //  - a graph holds the scratch pointers it was captured with: when any slot is reallocated (the
-  //    scratch generation changes, e.g. a larger prefill ran eagerly) every graph is dropped and
-  //    recaptured on next use;
-  //  - before a bucket's first capture the step runs eagerly once: that sizes every scratch slot
-  //    and backend workspace the capture touches (nothing may be allocated while capturing). Run
-  //    twice, the step writes the same KV entries with the same values;
-  //  - with tp, the layers' all-reduces are queued on the captured stream (NCCL), so every tp rank
-  //    replays them in its graph (all ranks take the same steps, so the same buckets); the
-  //    vocabulary slices are gathered after the replay, eagerly, and the warm-up gathers once too
-  //    to size those slots;
-  //  - with pp, the hidden states travel between stages outside the graphs, eagerly, as in an
-  //    eager step (so over any communicator): a later stage receives the T rows into an input
-  //    slot before the replay, and its graph starts by copying them into the residual stream (the
-  //    warm-up run leaves its output there, so the capture must not start from it); every stage
-  //    takes the same steps, so each replays its own graph of the same bucket;
-  //  - MoE layers keep the routing on the device (StepContext::device_routing): padding rows go to
-  //    no expert, the expert GEMMs read their row ranges there, and the expert loads are added
-  //    into a device buffer, zeroed before each replay and read after it;
-  //  - with ep, the MoE layers' exchanges have fixed sizes (arch/expert_exchange.h), queued on the
-  //    captured stream. Every rank of the ep group (its stage's tp x dp ranks, whose dp groups
-  //    schedule their own batches) must replay the same bucket or none, so the ranks agree on it
-  //    step by step (step_bucket: the largest of their buckets, eager if one cannot replay; a
-  //    rank with no tokens replays an all-padding step). A step whose exchange overflowed its
-  //    blocks (the overflow flag, reduced over ep inside the graph, so every rank reads the same)
-  //    is redone eagerly before anything reads its result: the replay's KV entries are written
-  //    again with the eager values.
-  static constexpr int64_t kGraphBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
-
-  // The bucket a step is padded to, or 0 when it runs eagerly.
-  int64_t graph_bucket(const ForwardBatch& batch) const {
-    if (!graphs_on_) return 0;
-    const int64_t T = batch.num_tokens();
-    if (T == 0 || T > kGraphBuckets[std::size(kGraphBuckets) - 1]) return 0;
-    if (static_cast<int64_t>(batch.logit_rows.size()) != T ||
-        static_cast<int64_t>(batch.seq_block_start.size()) != T + 1) {
-      return 0;
-    }
-    for (int64_t t = 0; t < T; ++t) {
-      if (batch.token_seq[t] != t || batch.logit_rows[t] != t) return 0;
-    }
-    for (const int64_t b : kGraphBuckets) {
-      if (b >= T) return b;
-    }
-    return 0;
-  }
-
-  // graph_bucket agreed over the ep group (see above): 0 for an eager step.
-  int64_t step_bucket(const ForwardBatch& batch) {
-    if (!graphs_on_) return 0;
-    if (!comms_.ep) return graph_bucket(batch);
-    int64_t v[2] = {0, 0};  // {a rank cannot replay, the largest bucket}; a rank with no tokens joins any
-    if (batch.num_tokens() > 0) {
-      v[1] = graph_bucket(batch);
-      v[0] = v[1] == 0 ? 1 : 0;
-    }
-    comms_.ep->all_reduce(v, 2, CommDType::kI64, ReduceOp::kMax);
-    return v[0] == 0 ? v[1] : 0;
-  }
-
-  void drop_graphs() {
-    b_.drop_captures();
-    graph_handles_.clear();
-    graph_generation_ = scratch_.generation();
-  }
-
-  // Writes a graph step's padded inputs into their slots and returns its context (T = B).
-  StepContext upload_graph_inputs(const ForwardBatch& batch, int64_t B) {
-    const int64_t T = batch.num_tokens();
-    g_ids_.assign(static_cast<size_t>(B), -1);
-    g_pos_.assign(static_cast<size_t>(B), -1);
-    g_slots_.assign(static_cast<size_t>(B), -1);
-    g_start_.assign(static_cast<size_t>(B), 0);
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t id = batch.tokens[t] - plan_.vocab0;
-      g_ids_[t] = (id >= 0 && id < plan_.vocab) ? static_cast<int32_t>(id) : -1;
-      g_pos_[t] = batch.positions[t];
-      g_slots_[t] = batch.slots[t];
-      g_start_[t] = batch.seq_block_start[t];
-    }
-    if (block_capacity_ < static_cast<size_t>(cache_->num_blocks())) block_capacity_ = cache_->num_blocks();
-    if (batch.blocks.size() > block_capacity_) block_capacity_ = std::max(batch.blocks.size(), 2 * block_capacity_);
-    StepContext ctx;
-    ctx.batch = nullptr;  // a captured step must not read the batch: another one is there at replay
-    ctx.T = B;
-    ctx.block_size = cache_->shape().block_size;
-    int32_t* ids = scratch_.get_as<int32_t>(3, B);
-    ctx.pos = scratch_.get_as<int32_t>(4, B);
-    ctx.slots = scratch_.get_as<int64_t>(5, B);
-    int32_t* blocks = scratch_.get_as<int32_t>(6, std::max<size_t>(block_capacity_, 1));
-    int32_t* start = scratch_.get_as<int32_t>(7, B);
-    b_.copy_to_device(ids, g_ids_.data(), B * sizeof(int32_t));
-    b_.copy_to_device(const_cast<int32_t*>(ctx.pos), g_pos_.data(), B * sizeof(int32_t));
-    b_.copy_to_device(const_cast<int64_t*>(ctx.slots), g_slots_.data(), B * sizeof(int64_t));
-    b_.copy_to_device(blocks, batch.blocks.data(), batch.blocks.size() * sizeof(int32_t));
-    b_.copy_to_device(start, g_start_.data(), B * sizeof(int32_t));
-    // Backend memory only: the host arrays change from step to step, a replay reads the slots.
-    // Positions stay below the engine's context limit (the model's, or the cache's if smaller).
-    const int64_t max_len = std::min<int64_t>(spec_.max_position_embeddings,
-                                              cache_->num_blocks() * cache_->shape().block_size);
-    ctx.tables = BlockTables{blocks, start, nullptr, nullptr, max_len - 1};
-    ctx.device_routing = true;
-    ctx.expert_tokens = expert_counter();
-    if (comms_.ep) {
-      ctx.ep_capacity = ep_capacity_;
-      ctx.ep_overflow = overflow_flag();
-    }
-    if (!plan_.first_stage()) {
-      // The previous stage's hidden states of the T real rows; the padding rows keep whatever
-      // the slot held (every op works row by row, and nothing reads them back).
-      comms_.pp->recv(scratch_.get(kStageInput, B * spec_.hidden_size), T * spec_.hidden_size, CommDType::kF32,
-                      plan_.stage - 1, kTagHidden);
-    }
-    return ctx;
-  }
+  // ---- Decode steps as captured graphs (--cuda-graphs; arch/step_graphs.h) ----
 
   // The device part of a graph step on this stage: what is captured. The residual stream ends in
   // slot 0; on the last stage the logits [B, vocab] end in slot 13.
@@ -555,9 +414,6 @@ class Decoder final : public Model {
       b_.copy_to_device(residual, scratch_.get(kStageInput, B * H), B * H * sizeof(float));
     }
     run_layers(ctx, residual, h, proj);
-    if (ctx.ep_overflow) {
-      comms_.ep->enqueue_all_reduce(ctx.ep_overflow, 1, CommDType::kI32, ReduceOp::kMax, b_.current_stream());
-    }
     if (!plan_.last_stage()) return;
     float* rows = scratch_.get(12, B * H);
     b_.rmsnorm(residual, final_norm_, B, eps, rows);
@@ -570,61 +426,29 @@ class Decoder final : public Model {
   const float* graph_step(const ForwardBatch& batch, int64_t B) {
     SHARDLM_CHECK(cache_, "forward before allocate_kv_cache");
     if (spec_.moe.enabled()) moe_stats_.reset(spec_.moe.num_experts);
-    const StepContext ctx = upload_graph_inputs(batch, B);
-    if (scratch_.generation() != graph_generation_) drop_graphs();
-    auto it = graph_handles_.find(B);
-    if (it == graph_handles_.end()) {
-      graph_device_work(ctx);  // the warm-up run (see above)
+    const StepContext ctx = graphs_.upload_inputs(batch, B, *cache_, expert_counter());
+    if (!plan_.first_stage()) {
+      // The previous stage's hidden states of the T real rows; the padding rows keep whatever
+      // the slot held (every op works row by row, and nothing reads them back).
+      comms_.pp->recv(scratch_.get(kStageInput, B * spec_.hidden_size), batch.num_tokens() * spec_.hidden_size,
+                      CommDType::kF32, plan_.stage - 1, kTagHidden);
+    }
+    const auto gather = [&] {
       if (comms_.tp && plan_.last_stage()) gather_vocab(scratch_.get(13, B * plan_.vocab), B);
-      if (scratch_.generation() != graph_generation_) drop_graphs();
-      const CommStats before = comms_.tp ? comms_.tp->stats() : CommStats{};
-      const CommStats ep_before = comms_.ep ? comms_.ep->stats() : CommStats{};
-      const MoeStepStats moe_before = moe_stats_;
-      b_.begin_capture();
-      capturing_ = true;
-      try {
-        graph_device_work(ctx);
-      } catch (...) {
-        capturing_ = false;
-        // Leave the backend out of capture mode; the partial graph is of no use.
-        try {
-          b_.end_capture();
-        } catch (...) {
-        }
-        drop_graphs();
-        throw;
-      }
-      capturing_ = false;
-      // What each replay moves (the capture counted it once).
-      CapturedStep step{b_.end_capture(), {}, {}, 0, 0};
-      if (comms_.tp) step.tp_moved = moved_since(*comms_.tp, before);
-      if (comms_.ep) step.ep_moved = moved_since(*comms_.ep, ep_before);
-      step.dispatch_bytes = moe_stats_.dispatch_bytes - moe_before.dispatch_bytes;
-      step.combine_bytes = moe_stats_.combine_bytes - moe_before.combine_bytes;
-      it = graph_handles_.emplace(B, step).first;
-    } else {
-      if (comms_.tp) comms_.tp->count_replayed(it->second.tp_moved);
-      if (comms_.ep) comms_.ep->count_replayed(it->second.ep_moved);
-    }
+    };
+    const StepGraphs::Captured& step = graphs_.ready(
+        ctx, [&] { graph_device_work(ctx); }, gather, spec_.moe.enabled() ? &moe_stats_ : nullptr);
     zero_expert_counts();  // the warm-up run counted its expert loads too: the step's are the replay's
-    if (ctx.ep_overflow) b_.copy_to_device(ctx.ep_overflow, &kNoOverflow, sizeof(int32_t));
-    b_.replay(it->second.handle);
-    if (ctx.ep_overflow) {
-      int32_t overflowed = 0;
-      b_.copy_to_host(&overflowed, ctx.ep_overflow, sizeof(int32_t));
-      if (overflowed != 0) {
-        // The same decision on every rank of the ep group (the flag was reduced over it).
-        ++graph_reruns_;
-        run_stage(batch, /*received=*/true);
-        return plan_.last_stage() ? logits_to_device(batch) : nullptr;
-      }
+    if (!graphs_.replay(step, ctx)) {
+      // An ep block overflowed: the same decision on every rank of the ep group.
+      run_stage(batch, /*received=*/true);
+      return plan_.last_stage() ? logits_to_device(batch) : nullptr;
     }
-    ++graph_steps_;
     add_expert_counts();
     sum_expert_tokens_over_tp();
     if (spec_.moe.enabled()) {
-      moe_stats_.dispatch_bytes = it->second.dispatch_bytes;
-      moe_stats_.combine_bytes = it->second.combine_bytes;
+      moe_stats_.dispatch_bytes = step.dispatch_bytes;
+      moe_stats_.combine_bytes = step.combine_bytes;
       moe_stats_.dispatch_s = moe_stats_.combine_s = 0;  // inside the graph: not measured apart
     }
     if (!plan_.last_stage()) return nullptr;
@@ -701,23 +525,6 @@ class Decoder final : public Model {
     MoeStepStats moe;  // of this step's stage-0 MoE layers
   };
 
-  // What a communicator moved since `before`.
-  static CommStats moved_since(const Communicator& c, const CommStats& before) {
-    CommStats m;
-    m.calls = c.stats().calls - before.calls;
-    m.bytes_sent = c.stats().bytes_sent - before.bytes_sent;
-    return m;
-  }
-  // The captured expert-parallel exchanges' overflow flag (one int32, backend memory).
-  static constexpr int32_t kNoOverflow = 0;
-  int32_t* overflow_flag() {
-    if (!ep_overflow_dev_) {
-      ep_overflow_dev_ = static_cast<int32_t*>(b_.alloc(sizeof(int32_t)));
-      b_.copy_to_device(ep_overflow_dev_, &kNoOverflow, sizeof(int32_t));
-    }
-    return ep_overflow_dev_;
-  }
-
   // The step's expert loads, for MoE layers (with ep: in a captured step): counted where the
   // routing is, into a device buffer of the decoder's own (not a scratch slot: it never moves, so
   // no graph holds a stale pointer to it), zeroed before the step's layers run and read once after
@@ -745,7 +552,7 @@ class Decoder final : public Model {
   // queued on the captured stream (see graph_step).
   void tp_sum(float* x, int64_t n) {
     if (!comms_.tp) return;
-    if (capturing_)
+    if (graphs_.capturing())
       comms_.tp->enqueue_all_reduce(x, static_cast<size_t>(n), CommDType::kF32, ReduceOp::kSum, b_.current_stream());
     else
       comms_.tp->all_reduce(x, static_cast<size_t>(n), CommDType::kF32, ReduceOp::kSum);
@@ -757,6 +564,7 @@ class Decoder final : public Model {
   ShardComms comms_;
   ComputeBackend& b_;
   Scratch scratch_;
+  StepGraphs graphs_;  // after scratch_, which it uses
   std::vector<float> inv_freq_;
   float* inv_freq_dev_ = nullptr;
   std::unique_ptr<WeightLoader> weights_;
@@ -770,26 +578,9 @@ class Decoder final : public Model {
   std::vector<int32_t> vocab_order_, choices_;
   std::deque<InFlight> inflight_;  // the leader's begun pipeline steps, oldest first
   std::optional<DeviceStep> device_step_;  // the begun step, with logits_end_here()
-  // CUDA graphs (see graph_step).
-  bool graphs_on_ = false, capturing_ = false;
   float* kv_amax_ = nullptr;  // recording KV magnitudes: [layer][K side, V side], backend memory
   int64_t* expert_tokens_dev_ = nullptr;  // the step's expert loads [num_experts], backend memory
   std::vector<int64_t> expert_tokens_host_;
-  struct CapturedStep {
-    int64_t handle;      // the backend's
-    CommStats tp_moved;  // calls and bytes of the tp all-reduces each replay runs
-    CommStats ep_moved;  // and of the ep exchanges
-    int64_t dispatch_bytes, combine_bytes;  // the MoE layers' exchanges, per replay
-  };
-  std::map<int64_t, CapturedStep> graph_handles_;  // by bucket
-  uint64_t graph_generation_ = 0;             // scratch generation the handles were captured at
-  int64_t graph_steps_ = 0;                   // steps run by a replay
-  int64_t graph_reruns_ = 0;                  // replayed steps redone eagerly (an ep block overflowed)
-  double ep_capacity_ = kDefaultEpGraphCapacity;
-  int32_t* ep_overflow_dev_ = nullptr;
-  size_t block_capacity_ = 0;                 // block ids the block-id slot is sized for
-  std::vector<int32_t> g_ids_, g_pos_, g_start_;
-  std::vector<int64_t> g_slots_;
   size_t load_bytes_ = 0;
   double load_seconds_ = 0;
 };

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "arch/model.h"
+#include "arch/step_graphs.h"
 #include "common/engine_harness.h"
 #include "common/recording_backend.h"
 #include "common/tiny_model.h"
@@ -106,6 +107,40 @@ void advance(Pair& p, const std::vector<Seq*>& seqs, const std::vector<float>& l
     for (int64_t v = 1; v < V; ++v) best = row[v] > row[best] ? static_cast<int32_t>(v) : best;
     seqs[r]->tokens.push_back(best);
   }
+}
+
+// Which steps may replay, and at which bucket: decode rows only, each its own sequence in order,
+// each sampling, at most the largest bucket.
+TEST(DecodeGraphs, BucketOfAStep) {
+  std::vector<Seq> seqs;
+  for (int i = 0; i < 300; ++i) seqs.push_back(make_seq(i, 5));
+  const auto decode_of = [&](int n) {
+    std::vector<Seq*> v;
+    for (int i = 0; i < n; ++i) v.push_back(&seqs[i]);
+    return decode(v);
+  };
+  EXPECT_EQ(graph_bucket(ForwardBatch{}), 0) << "an empty step";
+  const std::pair<int, int64_t> sizes[] = {{1, 1}, {2, 2}, {3, 4}, {5, 8}, {8, 8}, {9, 16}, {100, 128}, {256, 256}};
+  for (const auto& [n, bucket] : sizes) EXPECT_EQ(graph_bucket(decode_of(n)), bucket) << n << " decode rows";
+  EXPECT_EQ(graph_bucket(decode_of(257)), 0) << "more rows than the largest bucket";
+
+  Seq* two[] = {&seqs[0], &seqs[1]};
+  EXPECT_EQ(graph_bucket(prefill({two[0]})), 0) << "a prompt of 5 tokens";
+  ForwardBatch mixed = decode({two[0]});
+  mixed.add_chunk(seqs[1].tokens.data(), 0, 5, seqs[1].table, kBlockSize, true);
+  EXPECT_EQ(graph_bucket(mixed), 0) << "a decode row with a prefill chunk";
+
+  ForwardBatch no_logits;
+  no_logits.clear();
+  no_logits.add_chunk(seqs[0].tokens.data(), 4, 1, seqs[0].table, kBlockSize, true);
+  no_logits.add_chunk(seqs[1].tokens.data(), 4, 1, seqs[1].table, kBlockSize, false);
+  EXPECT_EQ(graph_bucket(no_logits), 0) << "a row without logits";
+
+  ForwardBatch reordered = decode({two[0], two[1]});
+  std::swap(reordered.logit_rows[0], reordered.logit_rows[1]);
+  EXPECT_EQ(graph_bucket(reordered), 0) << "logit rows out of row order";
+  ForwardBatch ok = decode({two[0], two[1]});
+  EXPECT_EQ(graph_bucket(ok), 2);
 }
 
 TEST(DecodeGraphs, BucketsCapturesAndRecapture) {
