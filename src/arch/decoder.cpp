@@ -201,6 +201,7 @@ class Decoder final : public Model {
   std::string enable_step_graphs(double ep_capacity) override {
     return graphs_.enable(ep_capacity, kv_amax_ != nullptr);
   }
+  void set_expert_wire(ExpertWire wire) override { ep_wire_ = wire; }
   int64_t graph_steps() const override { return graphs_.steps(); }
   int64_t graph_reruns() const override { return graphs_.reruns(); }
   const MoeStepStats* last_step_moe() const override {
@@ -330,6 +331,7 @@ class Decoder final : public Model {
     ctx.pos = scratch_.get_as<int32_t>(4, rows);
     ctx.slots = scratch_.get_as<int64_t>(5, rows);
     ctx.block_size = cache_->shape().block_size;
+    ctx.ep_wire = ep_wire_;
     // An eager expert-parallel layer counts its loads on the host.
     ctx.expert_tokens = comms_.ep ? nullptr : expert_counter();
     if (ctx.expert_tokens) zero_expert_counts();
@@ -426,7 +428,8 @@ class Decoder final : public Model {
   const float* graph_step(const ForwardBatch& batch, int64_t B) {
     SHARDLM_CHECK(cache_, "forward before allocate_kv_cache");
     if (spec_.moe.enabled()) moe_stats_.reset(spec_.moe.num_experts);
-    const StepContext ctx = graphs_.upload_inputs(batch, B, *cache_, expert_counter());
+    StepContext ctx = graphs_.upload_inputs(batch, B, *cache_, expert_counter());
+    ctx.ep_wire = ep_wire_;
     if (!plan_.first_stage()) {
       // The previous stage's hidden states of the T real rows; the padding rows keep whatever
       // the slot held (every op works row by row, and nothing reads them back).
@@ -581,6 +584,7 @@ class Decoder final : public Model {
   float* kv_amax_ = nullptr;  // recording KV magnitudes: [layer][K side, V side], backend memory
   int64_t* expert_tokens_dev_ = nullptr;  // the step's expert loads [num_experts], backend memory
   std::vector<int64_t> expert_tokens_host_;
+  ExpertWire ep_wire_ = ExpertWire::kF32;
   size_t load_bytes_ = 0;
   double load_seconds_ = 0;
 };

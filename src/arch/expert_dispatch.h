@@ -34,13 +34,15 @@
 // never null (a zero-size step passes a one-float scratch buffer), so every member passes device
 // memory to the row calls and host memory to the count and slot calls.
 //
-// Backend memory comes from the caller's Scratch: slots Scratch::kFeedForward + 20 .. + 29, valid
-// from dispatch until the next dispatch (input() and output() included).
+// Backend memory comes from the caller's Scratch: slots Scratch::kFeedForward + 20 .. + 29 (and
+// + 38, + 39 for rows on a bf16 wire), valid from dispatch until the next dispatch (input() and
+// output() included).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "arch/expert_wire.h"
 #include "arch/moe_router.h"
 #include "arch/scratch.h"
 #include "compute/backend.h"
@@ -73,8 +75,9 @@ class ExpertDispatch {
   ExpertDispatch(Communicator* ep, int64_t num_experts, int64_t hidden);
 
   // Sends this rank's T rows x [T, H] (backend memory) to the owners of their routed experts and
-  // gathers what this rank's experts must run. `r` (host) holds T tokens.
-  void dispatch(Scratch& scratch, const float* x, const Routing& r);
+  // gathers what this rank's experts must run. `r` (host) holds T tokens. The rows travel, and the
+  // results come back in combine, as `wire` says (arch/expert_wire.h; nothing travels without ep).
+  void dispatch(Scratch& scratch, const float* x, const Routing& r, ExpertWire wire = ExpertWire::kF32);
   // After dispatch: rows this rank's experts run, grouped per local expert.
   int64_t rows() const { return offsets_.back(); }
   const std::vector<int64_t>& offsets() const { return offsets_; }  // [local experts + 1], host
@@ -100,6 +103,7 @@ class ExpertDispatch {
   int rank_ = 0, size_ = 1;
   int64_t E_, H_, per_rank_;
   int64_t T_ = 0, k_ = 0;
+  ExpertWire wire_ = ExpertWire::kF32;
 
   // This rank's (token, expert) pairs in ascending (expert, token) order: the order results come
   // back in (recv_res row i is pair i).

@@ -49,13 +49,15 @@ ExpertExchange::ExpertExchange(Communicator* ep, int64_t num_experts, int64_t hi
     : ep_(ep), E_(num_experts), H_(hidden) {}
 
 void ExpertExchange::dispatch(Scratch& scratch, const cpu::ExchangeShape& shape, const float* x, const int32_t* ids,
-                              int64_t T, cpu::RowShare share, const int32_t* pos, int64_t* counts, int32_t* overflow) {
+                              int64_t T, cpu::RowShare share, const int32_t* pos, int64_t* counts, int32_t* overflow,
+                              ExpertWire wire) {
   SHARDLM_CHECK(ep_ && ep_->size() == shape.ep && shape.ep * shape.L == E_ && shape.H == H_,
                 "expert exchange: a shape of " << shape.ep << " x " << shape.L << " experts on a group of "
                                                << (ep_ ? ep_->size() : 0) << " ranks and " << E_ << " experts");
   ComputeBackend& b = scratch.backend();
   shape_ = shape;
   T_ = T;
+  wire_ = wire;
   const int64_t ep = shape.ep, H = H_, R = shape.block_rows(), Cc = shape.Cc;
   void* stream = b.current_stream();
   int32_t* rec_token = scratch.get_as<int32_t>(kRecToken, at_least_one(ep * R));
@@ -72,7 +74,8 @@ void ExpertExchange::dispatch(Scratch& scratch, const cpu::ExchangeShape& shape,
   // one all-to-all moves both: the recv plan reads the meta from the received blocks.
   b.expert_send_plan(shape, ids, T, share, pos, rec_token, send_rows, pair_row_, counts, overflow);
   b.gather_rows(x, H, rec_token, ep * R, send_rows);
-  ep_->enqueue_all_to_all(send_rows, recv_rows, static_cast<size_t>(R * H), CommDType::kF32, stream);
+  // On a bf16 wire the records' rows are rounded, the meta rows go whole.
+  wire_enqueue_all_to_all(*ep_, scratch, wire_, send_rows, recv_rows, R * H, shape.C * H, stream);
   b.expert_recv_plan(shape, recv_rows, offsets_, row_src, back_row);
   // The owner's rows, per local expert; the returned blocks' map stays for combine.
   b.expert_gather(recv_rows, H, 1, row_src, offsets_ + shape.L, ep * Cc, input_);
@@ -87,15 +90,15 @@ void ExpertExchange::combine(Scratch& scratch, const int32_t* ids, const float* 
   float* recv_rows = scratch.get(kRecvRows, at_least_one(ep * std::max(R, Cc) * H));
   const int32_t* back_row = scratch.get_as<int32_t>(kBackRow, at_least_one(ep * Cc));
   b.gather_rows(output_, H, back_row, ep * Cc, send_rows);
-  ep_->enqueue_all_to_all(send_rows, recv_rows, static_cast<size_t>(Cc * H), CommDType::kF32, stream);
+  wire_enqueue_all_to_all(*ep_, scratch, wire_, send_rows, recv_rows, Cc * H, Cc * H, stream);
   if (T_ > 0) b.expert_combine(recv_rows, H, ids, weights, pair_row_, T_, shape_.k, out);
 }
 
 int64_t ExpertExchange::dispatch_bytes() const {
-  return (shape_.ep - 1) * shape_.block_rows() * H_ * static_cast<int64_t>(sizeof(float));
+  return (shape_.ep - 1) * wire_block_bytes(wire_, shape_.block_rows() * H_, shape_.C * H_);
 }
 int64_t ExpertExchange::combine_bytes() const {
-  return (shape_.ep - 1) * shape_.Cc * H_ * static_cast<int64_t>(sizeof(float));
+  return (shape_.ep - 1) * wire_block_bytes(wire_, shape_.Cc * H_, shape_.Cc * H_);
 }
 
 }  // namespace shardlm

@@ -22,11 +22,13 @@
 // expert does, so a decode step gives the eager expert-parallel step's bits and the single-rank
 // step's.
 //
-// Scratch slots Scratch::kFeedForward + 30 .. + 37, valid from dispatch until the next dispatch.
+// Scratch slots Scratch::kFeedForward + 30 .. + 37 (and + 38, + 39 for rows on a bf16 wire),
+// valid from dispatch until the next dispatch.
 #pragma once
 
 #include <cstdint>
 
+#include "arch/expert_wire.h"
 #include "arch/scratch.h"
 #include "cpu/expert_exchange.h"
 
@@ -47,9 +49,11 @@ class ExpertExchange {
   // those before the trailing padding rows, pos [T] < 0; cpu::expert_send_plan) to the owners of
   // their experts (ids [T, k], the share's rows valid) and lays out what this rank's experts run.
   // counts [E] (may be null) += the share's loads; *overflow = 1 when a block overflowed (backend
-  // memory, int32).
+  // memory, int32). The rows travel, and the results come back in combine, as `wire` says
+  // (arch/expert_wire.h).
   void dispatch(Scratch& scratch, const cpu::ExchangeShape& shape, const float* x, const int32_t* ids, int64_t T,
-                cpu::RowShare share, const int32_t* pos, int64_t* counts, int32_t* overflow);
+                cpu::RowShare share, const int32_t* pos, int64_t* counts, int32_t* overflow,
+                ExpertWire wire = ExpertWire::kF32);
   // After dispatch: at most max_rows() rows, grouped per local expert by offsets() ([L + 1],
   // backend memory); input() [max_rows(), H]; output() [max_rows(), H], filled by the caller
   // (rows from offsets()[L] on are not read).
@@ -70,6 +74,7 @@ class ExpertExchange {
   int64_t E_, H_;
   cpu::ExchangeShape shape_;
   int64_t T_ = 0;
+  ExpertWire wire_ = ExpertWire::kF32;
   int32_t* pair_row_ = nullptr;
   int32_t* offsets_ = nullptr;
   float* input_ = nullptr;

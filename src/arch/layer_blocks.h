@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "arch/expert_wire.h"
 #include "arch/model.h"
 #include "arch/scratch.h"
 
@@ -38,6 +39,8 @@ struct StepContext {
   // backend memory; the decoder redoes such a step eagerly).
   double ep_capacity = 0;
   int32_t* ep_overflow = nullptr;
+  // How expert-parallel exchanges carry rows (--ep-wire, arch/expert_wire.h), eager or captured.
+  ExpertWire ep_wire = ExpertWire::kF32;
 };
 
 class AttentionBlock {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "arch/expert_wire.h"
 #include "arch/shard_plan.h"
 #include "compute/backend.h"
 #include "core/error.h"
@@ -101,6 +102,9 @@ class Model {
   virtual std::string enable_step_graphs(double ep_capacity) { return "this model does not capture steps"; }
   std::string enable_step_graphs() { return enable_step_graphs(kDefaultEpGraphCapacity); }
   static constexpr double kDefaultEpGraphCapacity = 2.0;
+  // How expert-parallel exchanges carry rows from the next step on (--ep-wire,
+  // arch/expert_wire.h); a model without expert parallelism has nothing to carry.
+  virtual void set_expert_wire(ExpertWire wire) {}
   // KV cache calibration (shardlm run --kv-calibrate-out): from now on every step folds each
   // layer's largest key and value magnitudes, as the cache is given them (before any fp8 scale),
   // into running maxima. Steps run eagerly while recording (a graph's padding rows would count).

@@ -169,7 +169,7 @@ class MoeBlock final : public FeedForwardBlock {
     if (plan_.ep_size > 1 && ctx.device_routing) {
       forward_expert_parallel_captured(h, ctx, scratch, out);
     } else if (plan_.ep_size > 1) {
-      forward_expert_parallel(h, T, scratch, out);
+      forward_expert_parallel(h, T, ctx.ep_wire, scratch, out);
     } else if (T > 0 && (ctx.device_routing || T * m_.experts_per_token <= routed_rows_per_expert_ * m_.num_experts)) {
       forward_routed(h, ctx, scratch, out);
     } else if (T > 0) {
@@ -270,7 +270,7 @@ class MoeBlock final : public FeedForwardBlock {
   // kFeedForward + 0, 8, 9 for the routing, 5 and 6 for the experts (run_experts), 10 for their
   // offsets on the routed path, 20 and up for the dispatch (expert_dispatch.h), 0..3 for the shared
   // expert.
-  void forward_expert_parallel(const float* h, int64_t T, Scratch& scratch, float* out) {
+  void forward_expert_parallel(const float* h, int64_t T, ExpertWire wire, Scratch& scratch, float* out) {
     ComputeBackend& b = scratch.backend();
     const int64_t H = H_, E = m_.num_experts, k = m_.experts_per_token;
     // This rank's share of the tokens: all of them, or with tp its contiguous tp share (the split a
@@ -297,7 +297,7 @@ class MoeBlock final : public FeedForwardBlock {
 
     // Dispatch, the local experts, combine (rows outside the share zero). A decode-sized step's
     // experts take the routed GEMMs, as a captured step's do, so the two give the same bits.
-    dispatch_.dispatch(scratch, h + t0 * H, routing_);
+    dispatch_.dispatch(scratch, h + t0 * H, routing_, wire);
     const int64_t rows = dispatch_.rows(), L = static_cast<int64_t>(experts_.size());
     if (rows > 0 && rows <= routed_rows_per_expert_ * L) {
       const std::vector<int64_t>& off = dispatch_.offsets();
@@ -359,7 +359,7 @@ class MoeBlock final : public FeedForwardBlock {
     }
     const cpu::ExchangeShape shape = exchange_shape(T, plan_.tp_size, plan_.ep_size, E, k, H, ctx.ep_capacity);
     exchange_.dispatch(scratch, shape, h, ids, T, cpu::RowShare{plan_.tp_rank, plan_.tp_size}, ctx.pos,
-                       ctx.expert_tokens, ctx.ep_overflow);
+                       ctx.expert_tokens, ctx.ep_overflow, ctx.ep_wire);
     // The blocks hold up to ep x Cc rows, a multiple of an owner's usual load: the GEMMs are chosen
     // on that load, the share's pairs (S x k on average), as an eager step of it chooses them.
     const int64_t usual = std::min(exchange_.max_rows(), ((T + plan_.tp_size - 1) / plan_.tp_size) * k);

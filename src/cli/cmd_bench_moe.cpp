@@ -170,7 +170,7 @@ enum Field {
 int cmd_bench_moe(int argc, char** argv) {
   int64_t H = 1024, E = 64, I = 256, k = 8, groups = 8, topk_groups = 4, shared = 1;
   std::string tokens_text = "128,4096", dtype = "bf16", scoring = "sigmoid", backend_name = "cpu", comm_name = "mpi";
-  std::string fp8_prefill = "w8a8", fp8_expert_gemm = "grouped", routed_gemm = "grouped";
+  std::string fp8_prefill = "w8a8", fp8_expert_gemm = "grouped", routed_gemm = "grouped", wire_name = "fp32";
   int iters = 10, warmup = 2, threads = 0, plan_ep = 8;
   double timeout = 120, scale = 2.5;
   po::options_description d("shardlm bench-moe options");
@@ -203,7 +203,9 @@ int cmd_bench_moe(int argc, char** argv) {
       "skip)")(
       "routed-gemm", po::value(&routed_gemm)->default_value(routed_gemm),
       "--backend cuda, bf16 experts: the routed GEMMs (a CUDA graph's, from device offsets) of more than 16 rows an "
-      "expert on average in one grouped GEMM on bf16 tensor cores (grouped) or through the direct kernel (direct)");
+      "expert on average in one grouped GEMM on bf16 tensor cores (grouped) or through the direct kernel (direct)")(
+      "ep-wire", po::value(&wire_name)->default_value(wire_name),
+      "rows between ranks in dispatch and combine: fp32 or bf16 (half the bytes), as shardlm run --ep-wire");
   po::variables_map vm;
   if (!parse_subcommand(argc, argv, "bench-moe",
                         "mpirun -np EP shardlm bench-moe [--hidden 1024] [--experts 64] [--inter 256] [--top-k 8] "
@@ -219,6 +221,7 @@ int cmd_bench_moe(int argc, char** argv) {
                 "shardlm bench-moe: --fp8-expert-gemm must be grouped or per-expert, not '" << fp8_expert_gemm << "'");
   SHARDLM_CHECK(routed_gemm == "grouped" || routed_gemm == "direct",
                 "shardlm bench-moe: --routed-gemm must be grouped or direct, not '" << routed_gemm << "'");
+  const ExpertWire wire = parse_expert_wire(wire_name);
   SHARDLM_CHECK(scoring == "sigmoid" || scoring == "softmax",
                 "shardlm bench-moe: --scoring must be sigmoid or softmax, not '" << scoring << "'");
   SHARDLM_CHECK(H > 0 && E > 0 && I > 0 && k > 0 && k <= E && shared >= 0,
@@ -343,9 +346,9 @@ int cmd_bench_moe(int argc, char** argv) {
     if (m.scoring == MoeSpec::Scoring::kSigmoid)
       std::printf(" (%" PRId64 " groups, best %" PRId64 " kept, bias, scaling %.2f)", m.n_group, m.topk_group, scale);
     std::printf(", %" PRId64 " shared expert%s (intermediate %" PRId64 ")\n", shared, shared == 1 ? "" : "s", S);
-    std::printf("# activations fp32 on the wire: dispatch one row (%" PRId64 " B + slots) per (token, destination "
-                "rank), combine one row per (token, expert)\n",
-                H * 4);
+    std::printf("# activations %s on the wire (--ep-wire): dispatch one row (%" PRId64
+                " B + slots) per (token, destination rank), combine one row per (token, expert)\n",
+                expert_wire_name(wire), wire_block_bytes(wire, H, H));
     if (gpu) {
       std::printf("# ceilings: %s\n", device_text.c_str());
     } else {
@@ -391,7 +394,7 @@ int cmd_bench_moe(int argc, char** argv) {
         b.copy_to_host(routing.weights.data(), wdev, routing.weights.size() * sizeof(float));
       }
       const double route_s = since(t0);
-      disp.dispatch(scratch, h, routing);
+      disp.dispatch(scratch, h, routing, wire);
       const auto t1 = Clock::now();
       run_experts(scratch, experts, I, H, disp.input(), disp.offsets(), disp.output());
       b.synchronize();
@@ -473,7 +476,7 @@ int cmd_bench_moe(int argc, char** argv) {
         const auto t0 = Clock::now();
         b.linear(h, T, router, nullptr, ldev);
         b.moe_route(ldev, T, cfg, ids, wdev);
-        ex.dispatch(scratch, shape, h, ids, T, cpu::RowShare{}, nullptr, nullptr, flag);
+        ex.dispatch(scratch, shape, h, ids, T, cpu::RowShare{}, nullptr, nullptr, flag, wire);
         b.grouped_linear_routed(ex.input(), P, usual, ex.offsets(), gate_w, gate);
         b.grouped_linear_routed(ex.input(), P, usual, ex.offsets(), up_w, upv);
         b.silu_mul(gate, upv, gate, P * I);

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <string>
 
+#include "arch/expert_wire.h"
 #include "cli/commands.h"
 #include "cli/subcommand.h"
 #include "core/error.h"
@@ -100,10 +101,12 @@ void print_human(const ModelFootprint& m, const GpuSpec& gpu, const LayoutPlan& 
   else
     std::printf("  tp all-reduce    -\n");
   if (p.ep_dispatch_bytes_per_token > 0)
-    std::printf("  ep all-to-all    %lld layers x top %lld x %lld: dispatch %.2f MB (%s) + combine %.2f MB (bf16) over %s\n",
-                (long long)m.moe_layers, (long long)m.experts_per_token, (long long)m.hidden,
-                p.ep_dispatch_bytes_per_token / 1e6, to_string(opt.dispatch_dtype), p.ep_combine_bytes_per_token / 1e6,
-                p.ep_link.c_str());
+    std::printf(
+        "  ep all-to-all    %lld layers, top %lld, rows of %lld in %s: dispatch %.2f MB (a row per owner rank, "
+        "at most) + combine %.2f MB (a row per expert) over %s\n",
+        (long long)m.moe_layers, (long long)m.experts_per_token, (long long)m.hidden,
+        opt.ep_wire_bytes == 2 ? "bf16" : "fp32", p.ep_dispatch_bytes_per_token / 1e6,
+        p.ep_combine_bytes_per_token / 1e6, p.ep_link.c_str());
   else if (m.moe() && l.ep > 1)
     std::printf("  ep all-to-all    - (ep %d <= tp %d: experts inside the tp group, summed by the all-reduce)\n", l.ep, l.tp);
   else
@@ -149,28 +152,30 @@ void print_human(const ModelFootprint& m, const GpuSpec& gpu, const LayoutPlan& 
 }  // namespace
 
 int cmd_plan(int argc, char** argv) {
-  std::string model, gpu_name = "h200", dtype, kv_dtype = "bf16", dispatch = "fp8";
+  std::string model, gpu_name = "h200", dtype, kv_dtype = "bf16", wire = "fp32";
   int nodes = 1, gpn = 0, tp = 0, pp = 0, dp = 0, ep = 0, top = 5;
   long long context = 8192;
   PlanOptions opt;
   double reserve_gib = opt.reserve_bytes / double(1ull << 30);
   po::options_description d("shardlm plan options");
   d.add_options()("model", po::value(&model), "model directory or config.json")(
-      "nodes", po::value(&nodes)->default_value(nodes), "nodes")(
-      "gpus-per-node", po::value(&gpn), "GPUs per node (default: the GPU's usual node, 8)")(
+      "nodes", po::value(&nodes)->default_value(nodes), "nodes")("gpus-per-node", po::value(&gpn),
+                                                                 "GPUs per node (default: the GPU's usual node, 8)")(
       "gpu", po::value(&gpu_name)->default_value(gpu_name), "GPU kind: h200, h100")(
       "tp", po::value(&tp), "tensor-parallel ranks (default: the largest of 8,4,2,1 that divides)")(
       "pp", po::value(&pp), "pipeline stages (default 1, or the smallest that fits for dense models)")(
-      "dp", po::value(&dp), "attention data-parallel groups per replica (default 1, or the smallest that fits for MoE)")(
+      "dp", po::value(&dp),
+      "attention data-parallel groups per replica (default 1, or the smallest that fits for MoE)")(
       "ep", po::value(&ep), "expert-parallel ranks (default dp x tp)")(
       "dtype", po::value(&dtype), "weights: fp8 | bf16 (default: the checkpoint's)")(
       "kv-dtype", po::value(&kv_dtype)->default_value(kv_dtype), "KV cache: bf16 | fp8")(
-      "dispatch-dtype", po::value(&dispatch)->default_value(dispatch), "EP dispatch payload: fp8 | bf16")(
+      "ep-wire", po::value(&wire)->default_value(wire),
+      "rows in the ep all-to-alls, as shardlm run --ep-wire: fp32 | bf16")(
       "context", po::value(&context)->default_value(context), "tokens per request (prompt + output)")(
       "hbm-fraction", po::value(&opt.hbm_fraction)->default_value(opt.hbm_fraction),
-      "fraction of the marketed HBM capacity usable")(
-      "reserve-gib", po::value(&reserve_gib)->default_value(reserve_gib),
-      "GiB per GPU kept for activations and workspaces")(
+      "fraction of the marketed HBM capacity usable")("reserve-gib",
+                                                      po::value(&reserve_gib)->default_value(reserve_gib),
+                                                      "GiB per GPU kept for activations and workspaces")(
       "top", po::value(&top)->default_value(top), "suggestions to list")("json", "one JSON object on stdout");
   po::variables_map vm;
   if (!parse_subcommand(argc, argv, "plan",
@@ -185,7 +190,7 @@ int cmd_plan(int argc, char** argv) {
   ModelFootprint m = ModelFootprint::load(model);
   opt.dtype = dtype.empty() ? (m.native_fp8 ? WeightDtype::Fp8 : WeightDtype::Bf16) : parse_weight_dtype(dtype);
   opt.kv_dtype = parse_weight_dtype(kv_dtype);
-  opt.dispatch_dtype = parse_weight_dtype(dispatch);
+  opt.ep_wire_bytes = parse_expert_wire(wire) == ExpertWire::kBf16 ? 2 : 4;
   opt.context = context;
   opt.reserve_bytes = reserve_gib * double(1ull << 30);
   if (gpn <= 0) gpn = gpu.gpus_per_node;
@@ -202,7 +207,7 @@ int cmd_plan(int argc, char** argv) {
                 {"nvlink_bw", gpu.nvlink_bw}, {"node_net_bw", gpu.node_net_bw}};
     j["options"] = {{"dtype", to_string(opt.dtype)},
                     {"kv_dtype", to_string(opt.kv_dtype)},
-                    {"dispatch_dtype", to_string(opt.dispatch_dtype)},
+                    {"ep_wire", opt.ep_wire_bytes == 2 ? "bf16" : "fp32"},
                     {"context", opt.context}};
     nlohmann::json s = nlohmann::json::array();
     for (const auto& x : sugg) s.push_back(to_json(x));

@@ -321,6 +321,7 @@ int cmd_run(int argc, char** argv) {
   backend->set_prefill_attention_bf16(
       prefill_attention_bf16(opt.prefill_attention, spec.torch_dtype, spec.quant.fp8_block));
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend, plan, groups.shard());
+  model->set_expert_wire(parse_expert_wire(opt.ep_wire));
   EngineConfig ec = engine_config(opt, spec, topo, opt.prompts);
   ec.lockstep = groups.dp_leaders.get();
   // Before any graph is captured: the profile steps run eagerly, as the largest steps do.

@@ -305,6 +305,12 @@ class ComputeBackend {
   // (the rounding of expert_combine); a token with an empty range gets zeros.
   virtual void combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows,
                             const float* weights, int64_t T, float* out) = 0;
+  // Rows on the wire in bf16 (--ep-wire bf16; kernels/cpu/wire_bf16.h defines the layout): blocks
+  // of block_len words whose first round_len floats go as bf16 and the rest whole, packed into
+  // dst [blocks, cpu::wire_bf16_len(block_len, round_len)] and widened back.
+  virtual void pack_bf16(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, uint16_t* dst) = 0;
+  virtual void unpack_bf16(const uint16_t* src, int64_t blocks, int64_t block_len, int64_t round_len,
+                           float* dst) = 0;
   // The index plans of a fixed-capacity exchange, built where the routing is, so that a captured
   // step holds a whole expert-parallel MoE layer (kernels/cpu/expert_exchange.h defines them).
   // Every pointer is backend memory; counts may be null. blocks: the dispatch blocks (the send

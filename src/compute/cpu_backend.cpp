@@ -14,6 +14,7 @@
 #include "cpu/embedding.h"
 #include "cpu/expert_permute.h"
 #include "cpu/expert_rows.h"
+#include "cpu/wire_bf16.h"
 #include "cpu/abs_max.h"
 #include "cpu/gated_add.h"
 #include "cpu/head_matmul.h"
@@ -314,6 +315,14 @@ void CpuBackend::expert_recv_plan(const cpu::ExchangeShape& s, const float* bloc
 
 void CpuBackend::gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
   cpu::gather_rows(src, H, rows, n, dst);
+}
+
+void CpuBackend::pack_bf16(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, uint16_t* dst) {
+  cpu::pack_bf16(src, blocks, block_len, round_len, dst);
+}
+
+void CpuBackend::unpack_bf16(const uint16_t* src, int64_t blocks, int64_t block_len, int64_t round_len, float* dst) {
+  cpu::unpack_bf16(src, blocks, block_len, round_len, dst);
 }
 
 void CpuBackend::combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows,

@@ -18,6 +18,7 @@
 #include "cuda/expert_exchange.h"
 #include "cuda/expert_permute.h"
 #include "cuda/expert_rows.h"
+#include "cuda/wire_bf16.h"
 #include "cuda/fp8_dequant.h"
 #include "cuda/abs_max.h"
 #include "cuda/gated_add.h"
@@ -609,6 +610,16 @@ static_assert(cuda::kKeepRow == cpu::kKeepRow, "gather_rows' kept rows are marke
 void CudaBackend::gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
   cuda::launch_gather_rows(src, H, rows, n, dst, stream_of(stream_));
   check_launch("gather_rows");
+}
+
+void CudaBackend::pack_bf16(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, uint16_t* dst) {
+  cuda::launch_pack_bf16(src, blocks, block_len, round_len, dst, stream_of(stream_));
+  check_launch("pack_bf16");
+}
+
+void CudaBackend::unpack_bf16(const uint16_t* src, int64_t blocks, int64_t block_len, int64_t round_len, float* dst) {
+  cuda::launch_unpack_bf16(src, blocks, block_len, round_len, dst, stream_of(stream_));
+  check_launch("unpack_bf16");
 }
 
 void CudaBackend::combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows,

@@ -67,8 +67,15 @@ void reduce_in_order(void* acc, const std::vector<const char*>& src, size_t len,
       return reduce_typed<int64_t>(acc, src, len, op);
     case CommDType::kU8:
       return reduce_typed<uint8_t>(acc, src, len, op);
+    case CommDType::kBF16:
+      break;  // refused before anything moved (check_reducible)
   }
   SHARDLM_FAIL("unknown CommDType " << static_cast<int>(t));
+}
+
+// Every rank refuses alike, before the call's sequence number is taken or anything is sent.
+void check_reducible(CommDType t) {
+  SHARDLM_CHECK(t != CommDType::kBF16, "the libfabric communicator does not reduce bf16 values");
 }
 
 }  // namespace
@@ -384,6 +391,7 @@ void FabricCommunicator::reduce_blocks(const void* in, const std::vector<size_t>
 }
 
 void FabricCommunicator::all_reduce(void* buf, size_t count, CommDType t, ReduceOp op) {
+  check_reducible(t);
   const size_t es = comm_dtype_size(t);
   StatScope st(stats_, size() > 1 ? count * es : 0);
   if (size() == 1) return;
@@ -416,6 +424,7 @@ void FabricCommunicator::all_reduce(void* buf, size_t count, CommDType t, Reduce
 }
 
 void FabricCommunicator::reduce_scatter(const void* send, void* recv, size_t count, CommDType t, ReduceOp op) {
+  check_reducible(t);
   const size_t es = comm_dtype_size(t);
   const size_t n = static_cast<size_t>(size());
   StatScope st(stats_, size() > 1 ? n * count * es : 0);

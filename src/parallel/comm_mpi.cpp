@@ -30,8 +30,15 @@ MPI_Datatype mpi_type(CommDType t) {
     case CommDType::kI32: return MPI_INT32_T;
     case CommDType::kI64: return MPI_INT64_T;
     case CommDType::kU8: return MPI_UINT8_T;
+    case CommDType::kBF16: return MPI_UINT16_T;
   }
   SHARDLM_FAIL("unknown CommDType " << static_cast<int>(t));
+}
+
+// The type of a reduction: bf16 patterns are only moved (MPI would add them as integers).
+MPI_Datatype mpi_reduce_type(CommDType t) {
+  SHARDLM_CHECK(t != CommDType::kBF16, "the MPI communicator does not reduce bf16 values");
+  return mpi_type(t);
 }
 
 MPI_Op mpi_op(ReduceOp op) {
@@ -217,6 +224,7 @@ MPI_Datatype placed_type(size_t offset, size_t count, MPI_Datatype base, size_t 
 }  // namespace
 
 void MpiCommunicator::all_reduce(void* buf, size_t count, CommDType t, ReduceOp op) {
+  const MPI_Datatype rt = mpi_reduce_type(t);  // refused on every rank, before anything moves
   const size_t es = comm_dtype_size(t);
   StatScope st(stats_, size() > 1 ? count * es : 0);
   if (size() == 1) return;
@@ -225,7 +233,7 @@ void MpiCommunicator::all_reduce(void* buf, size_t count, CommDType t, ReduceOp 
   do {
     const size_t n = std::min(max_count_, count - off);
     reqs.emplace_back(MPI_REQUEST_NULL);
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, at(buf, off, es), static_cast<int>(n), mpi_type(t), mpi_op(op), comm_,
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, at(buf, off, es), static_cast<int>(n), rt, mpi_op(op), comm_,
                              &reqs.back()),
               "all_reduce");
     off += n;
@@ -255,6 +263,7 @@ void MpiCommunicator::all_gather(const void* send, void* recv, size_t count, Com
 }
 
 void MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t count, CommDType t, ReduceOp op) {
+  const MPI_Datatype rt = mpi_reduce_type(t);  // refused on every rank, before anything moves
   const size_t es = comm_dtype_size(t);
   const size_t n = static_cast<size_t>(size());
   StatScope st(stats_, size() > 1 ? n * count * es : 0);
@@ -265,7 +274,7 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t count,
   std::vector<MPI_Request> reqs;
   if (count <= max_count_) {
     reqs.emplace_back(MPI_REQUEST_NULL);
-    check_mpi(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), mpi_type(t), mpi_op(op), comm_, &reqs[0]),
+    check_mpi(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), rt, mpi_op(op), comm_, &reqs[0]),
               "reduce_scatter");
   } else {
     // Block q is reduced to rank q, in pieces (predefined reductions need predefined types).
@@ -274,7 +283,7 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t count,
         const size_t len = std::min(max_count_, count - off);
         reqs.emplace_back(MPI_REQUEST_NULL);
         check_mpi(MPI_Ireduce(cat(send, q * count + off, es), q == static_cast<size_t>(rank_) ? at(recv, off, es) : nullptr,
-                              static_cast<int>(len), mpi_type(t), mpi_op(op), static_cast<int>(q), comm_, &reqs.back()),
+                              static_cast<int>(len), rt, mpi_op(op), static_cast<int>(q), comm_, &reqs.back()),
                   "reduce_scatter");
       }
     }

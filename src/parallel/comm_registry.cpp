@@ -109,6 +109,7 @@ size_t comm_dtype_size(CommDType t) {
     case CommDType::kI32: return 4;
     case CommDType::kI64: return 8;
     case CommDType::kU8: return 1;
+    case CommDType::kBF16: return 2;
   }
   SHARDLM_FAIL("unknown CommDType " << static_cast<int>(t));
 }

@@ -18,7 +18,8 @@ namespace shardlm {
 class MemorySpace;  // parallel/memory_space.h
 
 enum class ReduceOp { kSum, kMax, kMin };
-enum class CommDType { kF32, kI32, kI64, kU8 };
+// kBF16: 16-bit patterns (bf16 rows on the wire, arch/expert_wire.h), moved but never reduced.
+enum class CommDType { kF32, kI32, kI64, kU8, kBF16 };
 size_t comm_dtype_size(CommDType t);
 
 struct CommStats {

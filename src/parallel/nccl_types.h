@@ -15,6 +15,7 @@ inline ncclDataType_t nccl_dtype(CommDType t) {
     case CommDType::kI32: return ncclInt32;
     case CommDType::kI64: return ncclInt64;
     case CommDType::kU8: return ncclUint8;
+    case CommDType::kBF16: return ncclBfloat16;
   }
   SHARDLM_FAIL("unknown CommDType " << static_cast<int>(t));
 }

@@ -167,10 +167,14 @@ LayoutPlan plan_layout(const ModelFootprint& m, const GpuSpec& gpu, Layout l, co
   p.tp_allreduce_bytes_per_token = double(allreduces) * double(H) * 2.0;
   p.tp_wire_bytes_per_token_rank = p.tp_allreduce_bytes_per_token * 2.0 * (l.tp - 1) / l.tp;
   if (a2a) {
-    const double dispatch_per_value =
-        opt.dispatch_dtype == WeightDtype::Fp8 ? 1.0 + 4.0 / 128.0 : 2.0;
-    p.ep_dispatch_bytes_per_token = double(m.moe_layers) * double(m.experts_per_token) * double(H) * dispatch_per_value;
-    p.ep_combine_bytes_per_token = double(m.moe_layers) * double(m.experts_per_token) * double(H) * 2.0;
+    // shardlm's exchange (arch/expert_dispatch.h): a token goes once to each rank owning one of its
+    // experts, at most min(k, ep) records of H values and min(k, experts per rank) int32 slots;
+    // each (token, expert) result comes back as a row of H values.
+    const int64_t k = m.experts_per_token, records = std::min<int64_t>(k, l.ep);
+    const int64_t slots = std::min<int64_t>(k, std::max<int64_t>(m.n_routed_experts / l.ep, 1));
+    const double w = double(opt.ep_wire_bytes);
+    p.ep_dispatch_bytes_per_token = double(m.moe_layers) * double(records) * (double(H) * w + double(slots) * 4.0);
+    p.ep_combine_bytes_per_token = double(m.moe_layers) * double(k) * double(H) * w;
   }
   p.pp_bytes_per_token = double(l.pp - 1) * double(H) * 2.0;
   const double efa_gpu = gpu.node_net_bw / gpn;

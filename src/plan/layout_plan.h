@@ -29,7 +29,7 @@ struct Layout {
 struct PlanOptions {
   WeightDtype dtype = WeightDtype::Fp8;
   WeightDtype kv_dtype = WeightDtype::Bf16;
-  WeightDtype dispatch_dtype = WeightDtype::Fp8;  // EP dispatch payload (combine is always bf16)
+  int ep_wire_bytes = 4;  // bytes an activation value takes in the ep all-to-alls: 4 (fp32), 2 (--ep-wire bf16)
   int64_t context = 8192;                         // tokens per request (prompt + output)
   // Fraction of the marketed HBM capacity the planner may use. 0.95 of 141e9 = 133.95e9 bytes on an
   // H200, itself only ~89% of the 143771 MiB (~150.8e9 bytes) the device reports, so the CUDA

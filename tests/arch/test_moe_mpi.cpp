@@ -15,12 +15,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "arch/expert_dispatch.h"
+#include "arch/moe_router.h"
 #include "arch/moe_test_util.h"
+#include "bf16_bits.h"
 #include "common/test_dirs.h"
 #include "parallel/communicator.h"
 #include "parallel/mpi_env.h"
@@ -200,6 +205,60 @@ TEST(MoeMpi, TensorTimesDataParallel) {
   check_tp_dp(MoeCase::Kind::kMixtral, 2, 0, {1, 8}, "mixtral-tp2b");  // a tp rank with an empty share
   check_tp_dp(MoeCase::Kind::kQwen2, 3, 8, {7, 3}, "qwen2-tp2");
   check_tp_dp(MoeCase::Kind::kDeepseek, 3, 8, {0, 6}, "deepseek-tp2");
+}
+
+// ExpertDispatch over a bf16 wire (arch/expert_wire.h) against the same dispatch over fp32, ep =
+// world, uneven tokens (a rank with none): the experts' rows are the fp32 rows rounded to bf16
+// (torch's rounding, kernels/bf16_bits.h), in the same order, and a combine of results equals the
+// fp32 combine of those results rounded to bf16, bit for bit. Bytes sent: the combine's halve
+// exactly; each dispatch record's H floats halve and its slots (int32) stay.
+TEST(MoeMpi, Bf16WireRoundsEachRowOnce) {
+  const int n = world_size(), r = world_rank();
+  auto ep = comm_of(all_ranks(), "ep");
+  auto cpu = make_backend("cpu");
+  const int64_t L = 3, E = L * n, k = 2, H = 24, slots = std::min(k, L);
+  const int64_t T = std::vector<int64_t>{7, 0, 12, 3}[static_cast<size_t>(r) % 4];
+  std::mt19937 g(40 + static_cast<uint32_t>(r));
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> logits(static_cast<size_t>(T * E)), x(static_cast<size_t>(T * H));
+  for (auto& v : logits) v = nd(g);
+  for (auto& v : x) v = nd(g);
+  Routing routing;
+  route_softmax_topk(logits.data(), T, E, k, true, 1.0, &routing);
+  const auto rounded = [](std::vector<float> v) {
+    for (auto& f : v) f = bf16_bits::to_f32(bf16_bits::from_f32(f));
+    return v;
+  };
+  const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  };
+
+  Scratch s32(*cpu), s16(*cpu);
+  ExpertDispatch d32(ep.get(), E, H), d16(ep.get(), E, H);
+  d32.dispatch(s32, x.data(), routing, ExpertWire::kF32);
+  d16.dispatch(s16, x.data(), routing, ExpertWire::kBf16);
+  ASSERT_EQ(d16.offsets(), d32.offsets());
+  const int64_t rows = d32.rows();
+  const std::vector<float> in32(d32.input(), d32.input() + rows * H), in16(d16.input(), d16.input() + rows * H);
+  EXPECT_TRUE(same_bits(in16, rounded(in32))) << "rank " << r << ": the experts' rows are not the bf16 rows";
+  const int64_t records = d32.dispatch_bytes / ((H + slots) * 4);
+  EXPECT_EQ(d32.dispatch_bytes, records * (H + slots) * 4);
+  EXPECT_EQ(d16.dispatch_bytes, records * (2 * H + 4 * slots)) << "rank " << r;
+
+  // The experts' results: any values, the same on both.
+  std::vector<float> y(static_cast<size_t>(rows * H));
+  for (auto& v : y) v = nd(g);
+  const std::vector<float> y16 = rounded(y);
+  std::copy(y16.begin(), y16.end(), d32.output());
+  std::copy(y.begin(), y.end(), d16.output());
+  std::vector<float> out32(static_cast<size_t>(T * H), 5.0f), out16(out32.size(), 6.0f);
+  d32.combine(s32, out32.data());
+  d16.combine(s16, out16.data());
+  EXPECT_TRUE(same_bits(out16, out32)) << "rank " << r << ": combine over bf16 is not the combine of bf16 results";
+  EXPECT_EQ(2 * d16.combine_bytes, d32.combine_bytes) << "rank " << r;
+  int64_t moved = d16.dispatch_bytes + d16.combine_bytes;
+  ep->all_reduce(&moved, 1, CommDType::kI64, ReduceOp::kSum);
+  if (n > 1) EXPECT_GT(moved, 0) << "no row crossed ranks";
 }
 
 }  // namespace

@@ -203,6 +203,12 @@ class RecordingBackend final : public ComputeBackend {
                         int32_t* back_row) override {
     op([=, this] { cpu_.expert_recv_plan(s, blocks, offsets, row_src, back_row); });
   }
+  void pack_bf16(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, uint16_t* dst) override {
+    op([=, this] { cpu_.pack_bf16(src, blocks, block_len, round_len, dst); });
+  }
+  void unpack_bf16(const uint16_t* src, int64_t blocks, int64_t block_len, int64_t round_len, float* dst) override {
+    op([=, this] { cpu_.unpack_bf16(src, blocks, block_len, round_len, dst); });
+  }
   void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override {
     op([=, this] { cpu_.gather_rows(src, H, rows, n, dst); });
   }

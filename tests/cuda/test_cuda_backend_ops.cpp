@@ -20,6 +20,7 @@
 #include "common/backend_data.h"
 #include "common/gpu.h"
 #include "compute/backend.h"
+#include "cpu/wire_bf16.h"
 #include "compute/cpu_backend.h"
 #include "compute/cuda_backend.h"
 #include "core/dtype.h"
@@ -483,6 +484,33 @@ TEST_F(CudaBackendOps, ExpertRowOpsMatchCpu) {
     // No token: out untouched.
     gpu_->combine_rows(src_g, H, up(*gpu_, start), up(*gpu_, rows), up(*gpu_, w), 0, out_g);
     EXPECT_EQ(down(*gpu_, out_g, out_c.size()), og);
+  }
+}
+
+// Rows packed for a bf16 wire and widened back (kernels/cuda/wire_bf16.h): the CPU's bits both
+// ways, with NaNs, infinities and ties planted in the rounded part and arbitrary words in the
+// whole part, over one block, a block longer than one pass of the grid (x stride), and more blocks
+// than the grid's y dimension holds (y stride).
+TEST_F(CudaBackendOps, WireBf16MatchesCpu) {
+  using Case = std::tuple<int64_t, int64_t, int64_t>;  // blocks, block_len, round_len
+  for (auto [blocks, len, round] : {Case{1, 1, 1}, Case{1, 5, 0}, Case{3, 1000, 700}, Case{2, 300001, 299990},
+                                    Case{66000, 3, 2}}) {
+    auto src = randn(static_cast<size_t>(blocks * len), static_cast<uint32_t>(40 + len));
+    const uint32_t planted[] = {0x7fa00000u, 0xff800000u, 0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0xffffffffu};
+    for (size_t i = 0; i < src.size(); i += 7) std::memcpy(&src[i], &planted[(i / 7) % 6], sizeof(float));
+    const int64_t wire = cpu::wire_bf16_len(len, round);
+    std::vector<uint16_t> packed_c(static_cast<size_t>(blocks * wire));
+    cpu_.pack_bf16(src.data(), blocks, len, round, packed_c.data());
+    uint16_t* packed_g = up(*gpu_, std::vector<uint16_t>(packed_c.size(), 0xdead));
+    gpu_->pack_bf16(up(*gpu_, src), blocks, len, round, packed_g);
+    EXPECT_EQ(down(*gpu_, packed_g, packed_c.size()), packed_c) << blocks << " x " << len << " / " << round;
+    std::vector<float> back_c(src.size());
+    cpu_.unpack_bf16(packed_c.data(), blocks, len, round, back_c.data());
+    float* back_g = up(*gpu_, std::vector<float>(src.size(), -3.0f));
+    gpu_->unpack_bf16(packed_g, blocks, len, round, back_g);
+    const auto bg = down(*gpu_, back_g, back_c.size());
+    EXPECT_EQ(std::memcmp(bg.data(), back_c.data(), bg.size() * sizeof(float)), 0)
+        << blocks << " x " << len << " / " << round;
   }
 }
 

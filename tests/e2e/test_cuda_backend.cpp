@@ -164,7 +164,8 @@ std::vector<int64_t> graph_reruns(const std::string& h5) {
 // run's bit for bit (the exchange sums the same unsummed pairs in the same order, and eager
 // decode steps take the same routed GEMMs), for Mixtral over pp 2 x dp 2 (ep 2 on each stage) and
 // for DeepSeek-V3 with its experts fp8 over tp 2 x dp 2 (ep 4: each tp rank sends its share of the
-// tokens), Kimi K2 fp8 over dp 4 and Qwen2-MoE over tp 2 x ep 2. With blocks too small for the routing
+// tokens), Kimi K2 fp8 over dp 4 and Qwen2-MoE over tp 2 x ep 2, and DeepSeek-V3 again with its
+// rows on a bf16 wire. With blocks too small for the routing
 // (--ep-graph-capacity 0.3) steps overflow: every rank of the group redoes the same steps eagerly (a later stage from
 // the hidden states it received for the replay), and the result is still the eager one. Over MPI nothing can be queued
 // on the stream: the run says so and runs eagerly.
@@ -220,6 +221,9 @@ TEST(CudaBackend, CudaGraphsWithEpOverNcclMatchEager) {
   // of the routed sums before the tp all-reduce, so a token must be routed by the same tp rank in
   // the padded graph step as in the eager step (the shares are of the real rows).
   check(make_model("tiny-qwen2-moe", "fp32"), 2, "--tp 2 --ep 2", "qwen2moe-tp2-ep2");
+  // Rows on a bf16 wire (--ep-wire bf16): the captured dispatch rounds its records' rows and sends
+  // their int32 meta whole; the graphs must round exactly what the eager exchange rounds.
+  check(make_model("tiny-deepseek-v3", "fp8"), 4, "--tp 2 --dp 2 --ep 4 --ep-wire bf16", "deepseek-tp2-dp2-ep4-bf16");
   test::write_file(d / "one.jsonl", "{\"id\": \"a\", \"prompt_token_ids\": [1, 403], \"max_tokens\": 2}\n");
   Proc mpi = sh(test::mpirun(2) + shardlm_bin() + " run --model " + make_model("tiny-mixtral", "fp32") + " --prompts " +
                 (d / "one.jsonl").string() +

@@ -3,6 +3,7 @@
 // per-step expert figures reach /steps.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <csignal>
 #include <chrono>
 #include <numeric>
@@ -205,6 +206,56 @@ TEST(MoeLayouts, Fp8BlockSizeComesFromTheConfig) {
   EXPECT_NE(p.code, 0);
   EXPECT_NE(p.out.find("64x64 blocks needs scales of shape"), std::string::npos) << p.out;
   EXPECT_NE(p.out.find("_scale_inv"), std::string::npos) << p.out;
+}
+
+// --ep-wire bf16: every layout with ep gives the same tokens and logprobs, bit for bit (ep over dp
+// groups, more of them, and with pipeline stages); against the single rank, which rounds nothing,
+// greedy requests keep their tokens and every logprob of a common prefix stays within 0.05
+// (measured: at most 0.017 on this model and on the DeepSeek-V3-shaped one, sampled requests
+// parting after 7-30 tokens; the rounding moves a sampled token's threshold). Layouts with tp are
+// not among the bit-identical ones: their partial sums differ in the last bits already, and the
+// rounding can carry that to the neighbouring bf16 (measured: 0.007). A bad name is refused.
+TEST(MoeLayouts, Bf16WireGivesOneResultForEveryEpLayout) {
+  const std::string model = make("tiny-mixtral", "bf16");
+  const fs::path d = test::fresh_dir("moe-bf16-wire");
+  test::write_layout_prompts(d / "p.jsonl", 12, true);
+  const std::string common = " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
+                             " --threads 1 -q --seed 3 --max-seqs 5 --max-batch-tokens 48 --out ";
+  Proc one = sh(shardlm_bin() + common + (d / "one.h5").string());
+  ASSERT_EQ(one.code, 0) << one.out;
+  const test::RunOutput single = test::read_run((d / "one.h5").string());
+  struct Run {
+    int ranks;
+    const char* flags;
+  };
+  std::vector<test::RunOutput> runs;
+  for (const Run& r : {Run{2, "--dp 2 --ep 2"}, Run{4, "--dp 4 --ep 4"}, Run{4, "--pp 2 --dp 2 --ep 2"}}) {
+    const std::string out = (d / ("ep" + std::to_string(runs.size()) + ".h5")).string();
+    Proc p = sh(test::mpirun(r.ranks) + shardlm_bin() + common + out + " " + r.flags + " --ep-wire bf16");
+    ASSERT_EQ(p.code, 0) << r.flags << "\n" << p.out;
+    runs.push_back(test::read_run(out));
+    if (runs.size() > 1) {
+      EXPECT_EQ(runs.back().tokens, runs.front().tokens) << r.flags;
+      EXPECT_EQ(runs.back().logprobs, runs.front().logprobs) << r.flags << ": logprobs not bit-identical";
+    }
+  }
+  const test::RunOutput& wire = runs.front();
+  bool any_differs = false;
+  for (const auto& [id, toks] : single.tokens) {
+    const auto& got = wire.tokens.at(id);
+    const bool greedy = std::stoi(id.substr(1)) % 2 == 0;  // write_layout_prompts samples the odd ones
+    if (greedy) EXPECT_EQ(got, toks) << "greedy request " << id;
+    const auto& la = single.logprobs.at(id);
+    const auto& lb = wire.logprobs.at(id);
+    for (size_t i = 0; i < std::min(toks.size(), got.size()) && toks[i] == got[i]; ++i) {
+      EXPECT_LE(std::fabs(la[i] - lb[i]), 0.05f) << id << " token " << i;
+      any_differs |= la[i] != lb[i];
+    }
+  }
+  EXPECT_TRUE(any_differs) << "the bf16 wire changed no logprob: were the rows rounded?";
+  Proc bad = sh(test::mpirun(2) + shardlm_bin() + common + (d / "bad.h5").string() + " --dp 2 --ep 2 --ep-wire fp8");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("--ep-wire fp8: expected fp32 or bf16"), std::string::npos) << bad.out;
 }
 
 TEST(MoeLayouts, RefusesExpertLayoutsThatDoNotFit) {

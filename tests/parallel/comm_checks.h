@@ -45,6 +45,11 @@ template <>
 inline CommDType dtype<uint8_t>() {
   return CommDType::kU8;
 }
+// 16-bit patterns stand for kBF16, which is moved but never reduced.
+template <>
+inline CommDType dtype<uint16_t>() {
+  return CommDType::kBF16;
+}
 
 inline int64_t reduce(ReduceOp op, int64_t a, int64_t b) {
   return op == ReduceOp::kSum ? a + b : op == ReduceOp::kMax ? std::max(a, b) : std::min(a, b);
@@ -211,11 +216,25 @@ void check_everything(Communicator& c, const std::vector<size_t>& counts) {
   c.barrier();
 }
 
+// The operations that only move elements (a type that is never reduced: kBF16).
+template <typename T>
+void check_moves(Communicator& c, const std::vector<size_t>& counts) {
+  for (size_t count : counts) {
+    check_all_gather<T>(c, count);
+    check_all_to_all<T>(c, count);
+    check_all_to_allv<T>(c, count);
+    check_broadcast<T>(c, count);
+    check_point_to_point<T>(c, count);
+  }
+  c.barrier();
+}
+
 inline void check_all_types(Communicator& c, const std::vector<size_t>& counts) {
   check_everything<float>(c, counts);
   check_everything<int32_t>(c, counts);
   check_everything<int64_t>(c, counts);
   check_everything<uint8_t>(c, counts);
+  check_moves<uint16_t>(c, counts);
 }
 
 inline std::vector<int> ranks_where(bool (*pred)(int)) {

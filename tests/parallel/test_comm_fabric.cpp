@@ -62,6 +62,15 @@ TEST(CommFabric, EveryRankOpensTheProviderOfRankZero) {
     std::printf("[fabric] provider %s, fabric %s, domain %s\n", prov.c_str(), c->fabric().c_str(), c->domain().c_str());
 }
 
+// bf16 patterns are moved (check_all_types) but not reduced; every rank refuses before sending.
+TEST(CommFabric, RefusesToReduceBf16) {
+  auto c = make_fabric(everyone(), "world");
+  std::vector<uint16_t> v(4 * static_cast<size_t>(world_size()), 1), out(4);
+  EXPECT_THROW(c->all_reduce(v.data(), 4, CommDType::kBF16, ReduceOp::kSum), Error);
+  EXPECT_THROW(c->reduce_scatter(v.data(), out.data(), 4, CommDType::kBF16, ReduceOp::kSum), Error);
+  check_moves<uint16_t>(*c, {3});
+}
+
 TEST(CommFabric, WorldEveryOperation) {
   auto c = make_fabric(everyone(), "world");
   check_all_types(*c, {0, 1, 7, 64, 1001});

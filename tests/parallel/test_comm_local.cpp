@@ -43,6 +43,7 @@ TEST(CommRegistry, BackendsAndSizes) {
   EXPECT_EQ(comm_dtype_size(CommDType::kI32), 4u);
   EXPECT_EQ(comm_dtype_size(CommDType::kI64), 8u);
   EXPECT_EQ(comm_dtype_size(CommDType::kU8), 1u);
+  EXPECT_EQ(comm_dtype_size(CommDType::kBF16), 2u);
   const std::string msg = error_of([] { make_communicator("nccl2", {0}, "x", 1); });
   EXPECT_NE(msg.find("unknown communicator backend 'nccl2' (known: " + known + ")"), std::string::npos) << msg;
 }

@@ -30,6 +30,17 @@ TEST(CommMpi, WorldEveryOperation) {
   check_everything<float>(*c, {100003});
 }
 
+// bf16 patterns are moved (check_all_types) but not reduced: MPI would add them as integers.
+TEST(CommMpi, RefusesToReduceBf16) {
+  auto c = make_communicator("mpi", ranks_where([](int) { return true; }), "world", kTimeout);
+  if (c->size() < 2) GTEST_SKIP() << "a group of one reduces nothing";
+  std::vector<uint16_t> v(4, 1), out(4);
+  EXPECT_THROW(c->all_reduce(v.data(), v.size(), CommDType::kBF16, ReduceOp::kSum), Error);
+  EXPECT_THROW(c->reduce_scatter(v.data(), out.data(), 1, CommDType::kBF16, ReduceOp::kSum), Error);
+  c->barrier();  // nothing was left half sent
+  check_moves<uint16_t>(*c, {3});
+}
+
 TEST(CommMpi, ReversedWorldRanksFollowMemberOrder) { check_reversed_world("mpi"); }
 
 TEST(CommMpi, EvenAndOddGroupsCreatedConcurrently) { check_even_and_odd_groups("mpi"); }

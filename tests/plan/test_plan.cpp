@@ -143,6 +143,17 @@ TEST(PlanFit, DeepSeekV3Bf16NeedsTwoNodes) {
   EXPECT_EQ(explicit_ep.layout.ep, 16);
   EXPECT_TRUE(explicit_ep.fits);
   EXPECT_GT(explicit_ep.ep_dispatch_bytes_per_token, 0);  // ep 16 > tp 8: all-to-all across the nodes
+  // shardlm's exchange: per MoE layer a record per owner rank (min(top-k, ep) of them: 8) of H fp32
+  // values and min(top-k, experts per rank) = 8 int32 slots; a result row per expert.
+  const double layers = static_cast<double>(m.moe_layers), H = static_cast<double>(m.hidden);
+  EXPECT_DOUBLE_EQ(explicit_ep.ep_dispatch_bytes_per_token, layers * 8 * (H * 4 + 8 * 4));
+  EXPECT_DOUBLE_EQ(explicit_ep.ep_combine_bytes_per_token, layers * 8 * H * 4);
+  PlanOptions bf16_wire = opts(WeightDtype::Bf16);
+  bf16_wire.ep_wire_bytes = 2;
+  LayoutPlan halved = plan_layout(m, h200(), {2, 8, 8, 1, 2, 0}, bf16_wire);
+  EXPECT_DOUBLE_EQ(halved.ep_dispatch_bytes_per_token, layers * 8 * (H * 2 + 8 * 4));
+  EXPECT_DOUBLE_EQ(halved.ep_combine_bytes_per_token, explicit_ep.ep_combine_bytes_per_token / 2);
+  EXPECT_LT(halved.decode_comm_s, explicit_ep.decode_comm_s);
   EXPECT_EQ(explicit_ep.ep_link, "nvlink+efa");
   EXPECT_FALSE(suggest_layouts(m, h200(), 2, 8, opts(WeightDtype::Bf16)).empty());
 }

@@ -1,0 +1,16 @@
+// Device form of kernels/cpu/wire_bf16.h (read its header for the layout): an expert-parallel
+// exchange's blocks packed to bf16 for the wire and widened after it, the same bits as the CPU.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace shardlm::cuda {
+
+void launch_pack_bf16(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, uint16_t* dst,
+                      cudaStream_t stream);
+void launch_unpack_bf16(const uint16_t* src, int64_t blocks, int64_t block_len, int64_t round_len, float* dst,
+                        cudaStream_t stream);
+
+}  // namespace shardlm::cuda
