@@ -4,9 +4,10 @@
 //         the bytes of the dispatch rows and of the combine results (a captured dispatch's int32
 //         meta goes whole, kernels/cpu/wire_bf16.h). The experts then run on the bf16 value of a
 //         token's row, and each (token, expert) result is rounded once before the weighted sum,
-//         whichever ranks they travel between, even to themselves: every layout with ep > 1 gives
-//         the bits of every other, and graph steps the eager bits. A layout without ep rounds
-//         nothing, so it differs by what bf16 activations make.
+//         whichever ranks they travel between, even to themselves: the layouts with ep > 1 give
+//         each other's bits, and graph steps the eager bits. (Layouts with tp sum partial products
+//         in another order, which moves the last bits; rounded, those can land on the next bf16.)
+//         A layout without ep rounds nothing, so it differs by what bf16 activations make.
 #pragma once
 
 #include <cstddef>

@@ -37,6 +37,7 @@
 #include "core/error.h"
 #include "cpu/ceilings.h"
 #include "cpu/threads.h"
+#include "cpu/wire_bf16.h"
 #include "model/checkpoint.h"
 #include "model/fp8_block.h"
 #include "model/model_spec.h"
@@ -162,6 +163,7 @@ enum Field {
   kCapturedCombineBytes,
   kOverflows,  // timed iterations whose fixed blocks overflowed
   kPlans,      // median seconds (as ns) of a captured exchange's two index plans
+  kWire,       // median seconds (as ns) of packing those plans' dispatch blocks for a bf16 wire and back
   kFields
 };
 
@@ -519,6 +521,20 @@ int cmd_bench_moe(int argc, char** argv) {
         b.synchronize();
         if (it >= warmup) t[kPlans].push_back(since(t0));
       }
+      if (wire == ExpertWire::kBf16) {
+        // The same blocks through the wire's packing (kernels/cuda/wire_bf16.h) and back: memory-bound.
+        const int64_t len = shape.block_rows() * H, wire_len = cpu::wire_bf16_len(len, shape.C * H);
+        uint16_t* packed = reinterpret_cast<uint16_t*>(dev((shape.ep * wire_len + 1) / 2));
+        for (int it = 0; it < warmup + iters; ++it) {
+          b.synchronize();
+          const auto t0 = Clock::now();
+          b.pack_bf16(blocks, shape.ep, len, shape.C * H, packed);
+          b.unpack_bf16(packed, shape.ep, len, shape.C * H, blocks);
+          b.synchronize();
+          if (it >= warmup) t[kWire].push_back(since(t0));
+        }
+        b.free(packed);
+      }
       for (int32_t* p : {rec, pair_row, offsets, row_src, back_row, flag}) b.free(p);
       b.free(blocks);
       plan_shape = shape;
@@ -549,6 +565,7 @@ int cmd_bench_moe(int argc, char** argv) {
     mine[kCapturedCombineBytes] = cap_cbytes;
     mine[kOverflows] = overflows;
     mine[kPlans] = t[kPlans].empty() ? 0 : static_cast<int64_t>(median(t[kPlans]) * 1e9);
+    mine[kWire] = t[kWire].empty() ? 0 : static_cast<int64_t>(median(t[kWire]) * 1e9);
     comm->all_gather(mine.data(), all.data(), kFields, CommDType::kI64);
     for (float* p : {h, out, shared_y, ldev, wdev}) b.free(p);
     b.free(ids);
@@ -659,6 +676,16 @@ int cmd_bench_moe(int argc, char** argv) {
                     " records / %" PRId64 " rows): send plan (a thread block per peer) + recv plan (one)",
                     plan_shape.ep, plan_shape.C, plan_shape.Cc);
       line("plans", kPlans, buf);
+      if (slowest(kWire) > 0) {
+        // Pack reads 4 and writes 2 bytes a value, unpack the reverse.
+        const double values = static_cast<double>(plan_shape.ep * plan_shape.block_rows() * H);
+        const double gbs = per_ns(12.0 * values, slowest(kWire));
+        std::snprintf(buf, sizeof buf,
+                      "those dispatch blocks packed for the bf16 wire and widened back (%.2f MB of fp32): %.1f GB/s "
+                      "= %.0f%% of %.0f GB/s",
+                      4.0 * values / 1e6, gbs, 100.0 * gbs / std::max(membw, 1e-9), membw);
+        line("wire", kWire, buf);
+      }
     }
     std::fflush(stdout);
   }

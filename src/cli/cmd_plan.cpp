@@ -158,14 +158,14 @@ int cmd_plan(int argc, char** argv) {
   PlanOptions opt;
   double reserve_gib = opt.reserve_bytes / double(1ull << 30);
   po::options_description d("shardlm plan options");
+  // clang-format off
   d.add_options()("model", po::value(&model), "model directory or config.json")(
-      "nodes", po::value(&nodes)->default_value(nodes), "nodes")("gpus-per-node", po::value(&gpn),
-                                                                 "GPUs per node (default: the GPU's usual node, 8)")(
+      "nodes", po::value(&nodes)->default_value(nodes), "nodes")(
+      "gpus-per-node", po::value(&gpn), "GPUs per node (default: the GPU's usual node, 8)")(
       "gpu", po::value(&gpu_name)->default_value(gpu_name), "GPU kind: h200, h100")(
       "tp", po::value(&tp), "tensor-parallel ranks (default: the largest of 8,4,2,1 that divides)")(
       "pp", po::value(&pp), "pipeline stages (default 1, or the smallest that fits for dense models)")(
-      "dp", po::value(&dp),
-      "attention data-parallel groups per replica (default 1, or the smallest that fits for MoE)")(
+      "dp", po::value(&dp), "attention data-parallel groups per replica (default 1, or the smallest that fits for MoE)")(
       "ep", po::value(&ep), "expert-parallel ranks (default dp x tp)")(
       "dtype", po::value(&dtype), "weights: fp8 | bf16 (default: the checkpoint's)")(
       "kv-dtype", po::value(&kv_dtype)->default_value(kv_dtype), "KV cache: bf16 | fp8")(
@@ -173,10 +173,11 @@ int cmd_plan(int argc, char** argv) {
       "rows in the ep all-to-alls, as shardlm run --ep-wire: fp32 | bf16")(
       "context", po::value(&context)->default_value(context), "tokens per request (prompt + output)")(
       "hbm-fraction", po::value(&opt.hbm_fraction)->default_value(opt.hbm_fraction),
-      "fraction of the marketed HBM capacity usable")("reserve-gib",
-                                                      po::value(&reserve_gib)->default_value(reserve_gib),
-                                                      "GiB per GPU kept for activations and workspaces")(
+      "fraction of the marketed HBM capacity usable")(
+      "reserve-gib", po::value(&reserve_gib)->default_value(reserve_gib),
+      "GiB per GPU kept for activations and workspaces")(
       "top", po::value(&top)->default_value(top), "suggestions to list")("json", "one JSON object on stdout");
+  // clang-format on
   po::variables_map vm;
   if (!parse_subcommand(argc, argv, "plan",
                         "shardlm plan --model DIR|config.json --nodes N [--gpus-per-node 8] [--gpu h200] [--tp T --pp P "
