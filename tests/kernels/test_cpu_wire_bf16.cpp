@@ -14,21 +14,14 @@
 
 #include "compute/backend.h"
 #include "cpu/wire_bf16.h"
+#include "common/float_bits.h"
 
 using namespace shardlm;
 
 namespace {
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+using test::bits;
+using test::from_bits;
 
 // Values whose bf16 rounding is known without the code under test: (input bits, bf16 bits).
 const std::pair<uint32_t, uint16_t> kKnown[] = {

@@ -16,17 +16,14 @@
 #include "fp8_bits.h"
 #include "kernels/narrow_cache_batch.h"
 #include "kv_cache_format.h"
+#include "common/float_bits.h"
 
 using namespace shardlm;
 using test::rand_vec;
 
 namespace {
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
+using test::bits;
 
 constexpr uint8_t kUnwritten = 0x7f;  // NaN: an unwritten row shows in the results
 

@@ -12,21 +12,15 @@
 
 #include "cpu/reduce_util.h"
 #include "cpu/vector_exp.h"
+#include "common/float_bits.h"
 
 using namespace shardlm::cpu::detail;
 
 namespace {
 
-uint32_t bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
-float from_bits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-}
+using shardlm::test::bits;
+using shardlm::test::from_bits;
+
 // exp rounded once to float: double's exp is within 1 ulp of double, 2^29 times finer than float.
 float exp_rounded(float x) { return static_cast<float>(std::exp(static_cast<double>(x))); }
 
