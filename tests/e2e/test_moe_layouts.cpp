@@ -212,7 +212,8 @@ TEST(MoeLayouts, Fp8BlockSizeComesFromTheConfig) {
 // groups, more of them, and with pipeline stages); against the single rank, which rounds nothing,
 // greedy requests keep their tokens and every logprob of a common prefix stays within 0.05
 // (measured: at most 0.017 on this model and on the DeepSeek-V3-shaped one, sampled requests
-// parting after 7-30 tokens; the rounding moves a sampled token's threshold). Layouts with tp are
+// parting after 7-30 tokens; the rounding moves a sampled token's threshold; the error against
+// transformers is in tests/ep_wire_hf_compare.py). Layouts with tp are
 // not among the bit-identical ones: their partial sums differ in the last bits already, and the
 // rounding can carry that to the neighbouring bf16 (measured: 0.007). A bad name is refused.
 TEST(MoeLayouts, Bf16WireGivesOneResultForEveryEpLayout) {
