@@ -321,7 +321,13 @@ int cmd_run(int argc, char** argv) {
   backend->set_prefill_attention_bf16(
       prefill_attention_bf16(opt.prefill_attention, spec.torch_dtype, spec.quant.fp8_block));
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend, plan, groups.shard());
-  model->set_expert_wire(parse_expert_wire(opt.ep_wire));
+  const ExpertWire wire = parse_expert_wire(opt.ep_wire);
+  model->set_expert_wire(wire);
+  // A request with no exchange to apply to: said once, as --cuda-graphs' eager fallback is.
+  if (wire != ExpertWire::kF32 && plan.ep_size == 1 && rank == 0)
+    std::fprintf(stderr,
+                 "[shardlm] --ep-wire %s: no expert-parallel exchange in this layout (ep 1): nothing is rounded\n",
+                 expert_wire_name(wire));
   EngineConfig ec = engine_config(opt, spec, topo, opt.prompts);
   ec.lockstep = groups.dp_leaders.get();
   // Before any graph is captured: the profile steps run eagerly, as the largest steps do.

@@ -215,7 +215,8 @@ TEST(MoeLayouts, Fp8BlockSizeComesFromTheConfig) {
 // parting after 7-30 tokens; the rounding moves a sampled token's threshold; the error against
 // transformers is in tests/ep_wire_hf_compare.py). Layouts with tp are
 // not among the bit-identical ones: their partial sums differ in the last bits already, and the
-// rounding can carry that to the neighbouring bf16 (measured: 0.007). A bad name is refused.
+// rounding can carry that to the neighbouring bf16 (measured: 0.007). Without ep nothing is
+// rounded (and the run says so); a bad name is refused.
 TEST(MoeLayouts, Bf16WireGivesOneResultForEveryEpLayout) {
   const std::string model = make("tiny-mixtral", "bf16");
   const fs::path d = test::fresh_dir("moe-bf16-wire");
@@ -254,6 +255,12 @@ TEST(MoeLayouts, Bf16WireGivesOneResultForEveryEpLayout) {
     }
   }
   EXPECT_TRUE(any_differs) << "the bf16 wire changed no logprob: were the rows rounded?";
+  // Without ep there is no exchange: the run says so and gives the plain single-rank bits.
+  Proc alone = sh(shardlm_bin() + common + (d / "alone.h5").string() + " --ep-wire bf16");
+  ASSERT_EQ(alone.code, 0) << alone.out;
+  EXPECT_NE(alone.out.find("--ep-wire bf16: no expert-parallel exchange in this layout (ep 1)"), std::string::npos)
+      << alone.out;
+  EXPECT_EQ(test::read_run((d / "alone.h5").string()).logprobs, single.logprobs);
   Proc bad = sh(test::mpirun(2) + shardlm_bin() + common + (d / "bad.h5").string() + " --dp 2 --ep 2 --ep-wire fp8");
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.out.find("--ep-wire fp8: expected fp32 or bf16"), std::string::npos) << bad.out;
