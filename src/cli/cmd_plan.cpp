@@ -95,7 +95,7 @@ void print_human(const ModelFootprint& m, const GpuSpec& gpu, const LayoutPlan& 
 
   std::printf("communication per token\n");
   if (p.tp_allreduces_per_token)
-    std::printf("  tp all-reduce    %lld x %lld x 2 B = %.2f MB (ring: %.2f MB sent per rank) over %s\n",
+    std::printf("  tp all-reduce    %lld x %lld x 4 B = %.2f MB (ring: %.2f MB sent per rank) over %s\n",
                 (long long)p.tp_allreduces_per_token, (long long)m.hidden, p.tp_allreduce_bytes_per_token / 1e6,
                 p.tp_wire_bytes_per_token_rank / 1e6, p.tp_link.c_str());
   else
@@ -112,7 +112,7 @@ void print_human(const ModelFootprint& m, const GpuSpec& gpu, const LayoutPlan& 
   else
     std::printf("  ep all-to-all    -\n");
   if (l.pp > 1)
-    std::printf("  pp activations   %d boundaries x %lld x 2 B = %.3f MB over %s\n", l.pp - 1, (long long)m.hidden,
+    std::printf("  pp activations   %d boundaries x %lld x 4 B = %.3f MB over %s\n", l.pp - 1, (long long)m.hidden,
                 p.pp_bytes_per_token / 1e6, p.pp_link.c_str());
   else
     std::printf("  pp activations   -\n");

@@ -145,14 +145,15 @@ LayoutPlan plan_layout(const ModelFootprint& m, const GpuSpec& gpu, Layout l, co
   }
 
   // ---- communication per token ----
-  // tp all-reduce of the hidden state (bf16): after attention and after the MLP of every layer, so
-  //   2 x hidden x 2 bytes x layers per token (message size); a ring moves 2 (tp-1)/tp of it per rank.
+  // shardlm's residual stream is fp32, and so are its tp all-reduces and stage hand-offs.
+  // tp all-reduce of the hidden state: after attention and after the MLP of every layer, so
+  //   2 x hidden x 4 bytes x layers per token (message size); a ring moves 2 (tp-1)/tp of it per rank.
   //   When ep <= tp the experts live inside the tp group and their partial sums ride the second
   //   all-reduce. When ep > tp (dp attention + expert parallelism) a MoE layer instead has one
-  //   all-reduce after attention (plus one for the tp-split shared expert) and an all-to-all:
-  //   dispatch top_k x hidden x (1 byte + fp32 scale per 128 values in fp8, or 2 bytes in bf16)
-  //   and combine top_k x hidden x 2 bytes.
-  // pp: hidden x 2 bytes per token over each of the pp-1 stage boundaries.
+  //   all-reduce after attention (plus one for the tp-split shared expert) and the exchange's two
+  //   all-to-alls (below), their rows fp32 or bf16 (--ep-wire).
+  // pp: hidden x 4 bytes per token over each of the pp-1 stage boundaries.
+  constexpr double kActivationBytes = 4.0;
   const int64_t H = m.hidden;
   const bool a2a = m.moe() && l.ep > l.tp;
   int64_t allreduces = 0;
@@ -164,7 +165,7 @@ LayoutPlan plan_layout(const ModelFootprint& m, const GpuSpec& gpu, Layout l, co
   }
   if (l.tp == 1) allreduces = 0;
   p.tp_allreduces_per_token = allreduces;
-  p.tp_allreduce_bytes_per_token = double(allreduces) * double(H) * 2.0;
+  p.tp_allreduce_bytes_per_token = double(allreduces) * double(H) * kActivationBytes;
   p.tp_wire_bytes_per_token_rank = p.tp_allreduce_bytes_per_token * 2.0 * (l.tp - 1) / l.tp;
   if (a2a) {
     // shardlm's exchange (arch/expert_dispatch.h): a token goes once to each rank owning one of its
@@ -176,7 +177,7 @@ LayoutPlan plan_layout(const ModelFootprint& m, const GpuSpec& gpu, Layout l, co
     p.ep_dispatch_bytes_per_token = double(m.moe_layers) * double(records) * (double(H) * w + double(slots) * 4.0);
     p.ep_combine_bytes_per_token = double(m.moe_layers) * double(k) * double(H) * w;
   }
-  p.pp_bytes_per_token = double(l.pp - 1) * double(H) * 2.0;
+  p.pp_bytes_per_token = double(l.pp - 1) * double(H) * kActivationBytes;
   const double efa_gpu = gpu.node_net_bw / gpn;
   const bool tp_in_node = l.tp <= gpn && gpn % l.tp == 0;
   p.tp_link = l.tp == 1 ? "-" : tp_in_node ? "nvlink" : "efa";
@@ -223,7 +224,10 @@ LayoutPlan plan_layout(const ModelFootprint& m, const GpuSpec& gpu, Layout l, co
       const int g = std::min(l.ep, gpn);
       comm += sent * double(g - 1) / l.ep / gpu.nvlink_bw + sent * double(l.ep - g) / l.ep / efa_gpu;
     }
-    if (l.pp > 1) comm += B * double(H) * 2.0 / (l.tp * l.dp) / (p.pp_link == "efa" ? efa_gpu : gpu.nvlink_bw);
+    if (l.pp > 1) {
+      // Each tp rank hands its dp group's whole residual rows to the next stage.
+      comm += B * double(H) * kActivationBytes / l.dp / (p.pp_link == "efa" ? efa_gpu : gpu.nvlink_bw);
+    }
     p.decode_comm_s = comm;
     p.decode_step_s = std::max(p.decode_mem_s, p.decode_compute_s) + comm;
     p.decode_bound = p.decode_mem_s >= p.decode_compute_s ? "memory" : "compute";
