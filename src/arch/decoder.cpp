@@ -201,7 +201,10 @@ class Decoder final : public Model {
   std::string enable_step_graphs(double ep_capacity) override {
     return graphs_.enable(ep_capacity, kv_amax_ != nullptr);
   }
-  void set_expert_wire(ExpertWire wire) override { ep_wire_ = wire; }
+  void set_expert_wire(ExpertWire wire) override {
+    if (wire != ep_wire_) graphs_.drop();  // captured steps hold the exchanges of the old wire
+    ep_wire_ = wire;
+  }
   int64_t graph_steps() const override { return graphs_.steps(); }
   int64_t graph_reruns() const override { return graphs_.reruns(); }
   const MoeStepStats* last_step_moe() const override {
