@@ -22,6 +22,15 @@ std::string attr_string(const RunData& d, const std::string& name) {
   return it->second.dump();
 }
 
+// A `name = value` line of the run's options (the root attribute "config"); "" when absent.
+std::string config_value(const RunData& d, const std::string& name) {
+  std::istringstream lines(attr_string(d, "config"));
+  const std::string key = name + " = ";
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind(key, 0) == 0) return line.substr(key.size());
+  return "";
+}
+
 // A numeric attribute; nullopt when absent or not a number.
 std::optional<double> attr_number(const RunData& d, const std::string& name) {
   auto it = d.attrs.find(name);
@@ -224,6 +233,7 @@ ReportSummary summarize(const RunData& d) {
   s.prefill_share = share(s.step_prefill_tokens, step_tokens);
   s.decode_share = share(s.step_decode_tokens, step_tokens);
   s.moe = summarize_moe(st, s.output_tokens, wall_sum);
+  if (const std::string wire = config_value(d, "ep-wire"); !wire.empty()) s.moe.ep_wire = wire;
 
   // Ranks.
   const RankRows& k = d.ranks;
@@ -336,9 +346,11 @@ std::string format_report(const ReportSummary& s) {
                           fmt(" (dispatch %.1f%%", 100 * m.dispatch_share) +
                           fmt(", combine %.1f%%)", 100 * m.combine_share));
     row("dispatch", bytes(m.dispatch_bytes_per_token) + " per output token (" +
-                        bytes(static_cast<double>(m.dispatch_bytes)) + " in all, sent by the step leaders)");
+                        bytes(static_cast<double>(m.dispatch_bytes)) + " in all, sent by the step leaders; rows in " +
+                        m.ep_wire + ")");
     row("combine", bytes(m.combine_bytes_per_token) + " per output token (" +
-                       bytes(static_cast<double>(m.combine_bytes)) + " in all, sent by the step leaders)");
+                       bytes(static_cast<double>(m.combine_bytes)) + " in all, sent by the step leaders; rows in " +
+                       m.ep_wire + ")");
     row("expert load", "tokens per expert min " + std::to_string(m.load_min) + fmt(" / mean %.1f", m.load_mean) +
                            " / max " + std::to_string(m.load_max) + fmt(", imbalance (max/mean) %.2f", m.imbalance) +
                            " (" + std::to_string(m.routed_tokens) + " summed over the step rows)");
@@ -447,14 +459,16 @@ nlohmann::json report_json(const ReportSummary& s) {
                 {"combine_bytes", m.combine_bytes},
                 {"dispatch_bytes_per_output_token", m.dispatch_bytes_per_token},
                 {"combine_bytes_per_output_token", m.combine_bytes_per_token},
+                {"ep_wire", m.ep_wire},
                 {"expert_tokens", m.expert_tokens},
                 {"routed_tokens", m.routed_tokens},
-                {"expert_load", {{"min", m.load_min},
-                                 {"mean", m.load_mean},
-                                 {"max", m.load_max},
-                                 {"imbalance", m.imbalance},
-                                 {"idle_experts", m.idle_experts},
-                                 {"busiest", busiest}}},
+                {"expert_load",
+                 {{"min", m.load_min},
+                  {"mean", m.load_mean},
+                  {"max", m.load_max},
+                  {"imbalance", m.imbalance},
+                  {"idle_experts", m.idle_experts},
+                  {"busiest", busiest}}},
                 {"ep_bytes_sent", m.ep_bytes_sent},
                 {"ep_bytes_per_output_token", m.ep_bytes_per_token}};
     nlohmann::json per_rank = nlohmann::json::array();

@@ -45,6 +45,7 @@ struct MoeSummary {
   // Bytes the leaders sent, in all and per output token of the requests.
   int64_t dispatch_bytes = 0, combine_bytes = 0;
   double dispatch_bytes_per_token = 0, combine_bytes_per_token = 0;
+  std::string ep_wire = "fp32";  // the rows' width on the wire (--ep-wire; fp32 for files without it)
   // Tokens routed to each expert, summed over the steps (index = expert), and their spread.
   std::vector<int64_t> expert_tokens;
   int64_t routed_tokens = 0;  // sum of expert_tokens

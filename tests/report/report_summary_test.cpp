@@ -192,10 +192,12 @@ TEST_F(ReportTest, MoeFiguresByHand) {
     r1.ep_bytes_sent = 500;
     w.write_ranks({r0, r1});
     w.set_attr("wall_seconds", 2.0);
+    w.set_attr("config", std::string("model = m\nep-graph-capacity = 2\nep-wire = bf16\nmax-new-tokens = 8"));
     w.close();
   }
   const ReportSummary s = summarize(load_run(f));
   const MoeSummary& m = s.moe;
+  EXPECT_EQ(m.ep_wire, "bf16");
   ASSERT_TRUE(m.present);
   EXPECT_EQ(m.experts, 5);
   EXPECT_EQ(m.steps, 2);
@@ -221,17 +223,20 @@ TEST_F(ReportTest, MoeFiguresByHand) {
   EXPECT_EQ(s.ranks[1].dp, 1);
   EXPECT_TRUE(s.ranks_show_dp_ep);
   const std::string text = format_report(s);
-  for (const char* want : {"mixture of experts (5 experts, 2 steps with expert counts)",
-                           "dispatch 30.000 ms + combine 70.000 ms = 10.0% of the steps' wall time (dispatch 3.0%, combine 7.0%)",
-                           "30 B per output token (300 B in all", "70 B per output token (700 B in all",
-                           "min 0 / mean 4.8 / max 12, imbalance (max/mean) 2.50 (24 summed over the step rows)",
-                           "1 of 5 never received a token", "e3: 12 (50.0%), e0: 6 (25.0%), e4: 4 (16.7%), e2: 2 (8.3%)",
-                           " dp ", "ep sent", "1.46 KiB", "200 B (1.95 KiB in all)"}) {
+  for (const char* want :
+       {"mixture of experts (5 experts, 2 steps with expert counts)",
+        "dispatch 30.000 ms + combine 70.000 ms = 10.0% of the steps' wall time (dispatch 3.0%, combine 7.0%)",
+        "30 B per output token (300 B in all, sent by the step leaders; rows in bf16)",
+        "70 B per output token (700 B in all",
+        "min 0 / mean 4.8 / max 12, imbalance (max/mean) 2.50 (24 summed over the step rows)",
+        "1 of 5 never received a token", "e3: 12 (50.0%), e0: 6 (25.0%), e4: 4 (16.7%), e2: 2 (8.3%)", " dp ",
+        "ep sent", "1.46 KiB", "200 B (1.95 KiB in all)"}) {
     EXPECT_NE(text.find(want), std::string::npos) << "missing '" << want << "' in:\n" << text;
   }
   const nlohmann::json j = report_json(s);
   ASSERT_TRUE(j.contains("moe"));
   EXPECT_EQ(j["moe"]["expert_tokens"], (std::vector<int64_t>{6, 0, 2, 12, 4}));
+  EXPECT_EQ(j["moe"]["ep_wire"], "bf16");
   EXPECT_NEAR(j["moe"]["expert_load"]["imbalance"].get<double>(), 2.5, kTol);
   EXPECT_EQ(j["moe"]["expert_load"]["busiest"][0]["expert"], 3);
   EXPECT_EQ(j["moe"]["ranks"][1]["dp"], 1);
