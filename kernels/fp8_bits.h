@@ -24,6 +24,10 @@ constexpr float kMax = 448.0f;
 // takes 1 so that its codes are zeros rather than 0/0.
 SHARDLM_HD inline float act_scale(float amax) { return amax > 0.0f ? amax / kMax : 1.0f; }
 
+// A running maximum of magnitudes that skips NaNs, quiet or signalling, as the GPU's fmaxf does
+// (glibc's fmax returns NaN for a signalling one, which would lose the values before it).
+SHARDLM_HD inline float nan_skipping_max(float acc, float a) { return a > acc ? a : acc; }
+
 SHARDLM_HD inline uint8_t from_f32(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);

@@ -9,7 +9,7 @@ set(SHARDLM_CUDA_KERNELS
     head_matmul.cu
     # Routing, expert permutation, expert-parallel row movement, fp8 dequantisation, sampling, logprobs.
     moe_topk.cu expert_permute.cu fp8_dequant.cu sampling.cu gated_add.cu expert_rows.cu
-    expert_exchange.cu wire_bf16.cu
+    expert_exchange.cu wire_bf16.cu wire_fp8.cu
     # Linear layers on weights kept fp8 (a few rows: decode).
     rows_matmul.cu
     # Activations quantised to fp8 for the block-scaled fp8 GEMMs (W8A8: prefill on fp8 weights), and

@@ -212,14 +212,15 @@ void ExpertDispatch::dispatch(Scratch& scratch, const float* x, const Routing& r
   b.gather_rows(x, H, upload(scratch, kSendIndex, send_rows_), static_cast<int64_t>(send_recs.total), send_x);
   float* recv_x = floats(scratch, kRecvRows, static_cast<int64_t>(recv_recs.total) * H);
   const Layout send_f(recs_to, H), recv_f(recs_from, H);
-  wire_all_to_allv(*ep_, scratch, wire_, send_x, send_f.counts, send_f.displs, recv_x, recv_f.counts, recv_f.displs);
+  wire_all_to_allv(*ep_, scratch, wire_, H, send_x, send_f.counts, send_f.displs, recv_x, recv_f.counts, recv_f.displs);
   recv_slots_.resize(recv_recs.total * static_cast<size_t>(slots));
   const Layout send_s(recs_to, slots), recv_s(recs_from, slots);
   ep_->all_to_allv(send_slots_.data(), send_s.counts, send_s.displs, recv_slots_.data(), recv_s.counts,
                    recv_s.displs, CommDType::kI32);
   dispatch_bytes = 0;
   for (int o = 0; o < n; ++o)
-    if (o != rank_) dispatch_bytes += recs_to[o] * (wire_block_bytes(wire_, H, H) + slots * int64_t{sizeof(int32_t)});
+    if (o != rank_)
+      dispatch_bytes += recs_to[o] * (wire_block_bytes(wire_, H, H, H) + slots * int64_t{sizeof(int32_t)});
 
   // Owner side: rows per local expert, ordered (expert, source rank, record).
   from_cnt_.assign(static_cast<size_t>(n * L), 0);
@@ -300,11 +301,11 @@ void ExpertDispatch::combine(Scratch& scratch, float* out, int64_t out_rows, int
     b.gather_rows(output_, H, upload(scratch, kResultIndex, result_rows_), static_cast<int64_t>(result_rows_.size()),
                   send_res);
     float* recv_res = floats(scratch, kRecvRows, static_cast<int64_t>(recv_f.total));
-    wire_all_to_allv(*ep_, scratch, wire_, send_res, send_f.counts, send_f.displs, recv_res, recv_f.counts,
-                     recv_f.displs);
+    wire_all_to_allv(*ep_, scratch, combine_wire(wire_), H, send_res, send_f.counts, send_f.displs, recv_res,
+                     recv_f.counts, recv_f.displs);
     for (int s = 0; s < n; ++s) {
       const auto floats_to_s = static_cast<int64_t>(send_f.counts[s]);
-      if (s != rank_) combine_bytes += wire_block_bytes(wire_, floats_to_s, floats_to_s);
+      if (s != rank_) combine_bytes += wire_block_bytes(combine_wire(wire_), floats_to_s, floats_to_s, H);
     }
     result = recv_res;
   }

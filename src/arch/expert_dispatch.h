@@ -35,7 +35,7 @@
 // memory to the row calls and host memory to the count and slot calls.
 //
 // Backend memory comes from the caller's Scratch: slots Scratch::kFeedForward + 20 .. + 29 (and
-// + 38, + 39 for rows on a bf16 wire), valid from dispatch until the next dispatch (input() and
+// + 38, + 39 for rows on a bf16 or fp8 wire), valid from dispatch until the next dispatch (input() and
 // output() included).
 #pragma once
 

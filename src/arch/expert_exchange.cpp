@@ -74,8 +74,8 @@ void ExpertExchange::dispatch(Scratch& scratch, const cpu::ExchangeShape& shape,
   // one all-to-all moves both: the recv plan reads the meta from the received blocks.
   b.expert_send_plan(shape, ids, T, share, pos, rec_token, send_rows, pair_row_, counts, overflow);
   b.gather_rows(x, H, rec_token, ep * R, send_rows);
-  // On a bf16 wire the records' rows are rounded, the meta rows go whole.
-  wire_enqueue_all_to_all(*ep_, scratch, wire_, send_rows, recv_rows, R * H, shape.C * H, stream);
+  // On a bf16 or fp8 wire the records' rows are packed, the meta rows go whole.
+  wire_enqueue_all_to_all(*ep_, scratch, wire_, send_rows, recv_rows, R * H, shape.C * H, H, stream);
   b.expert_recv_plan(shape, recv_rows, offsets_, row_src, back_row);
   // The owner's rows, per local expert; the returned blocks' map stays for combine.
   b.expert_gather(recv_rows, H, 1, row_src, offsets_ + shape.L, ep * Cc, input_);
@@ -90,15 +90,15 @@ void ExpertExchange::combine(Scratch& scratch, const int32_t* ids, const float* 
   float* recv_rows = scratch.get(kRecvRows, at_least_one(ep * std::max(R, Cc) * H));
   const int32_t* back_row = scratch.get_as<int32_t>(kBackRow, at_least_one(ep * Cc));
   b.gather_rows(output_, H, back_row, ep * Cc, send_rows);
-  wire_enqueue_all_to_all(*ep_, scratch, wire_, send_rows, recv_rows, Cc * H, Cc * H, stream);
+  wire_enqueue_all_to_all(*ep_, scratch, combine_wire(wire_), send_rows, recv_rows, Cc * H, Cc * H, H, stream);
   if (T_ > 0) b.expert_combine(recv_rows, H, ids, weights, pair_row_, T_, shape_.k, out);
 }
 
 int64_t ExpertExchange::dispatch_bytes() const {
-  return (shape_.ep - 1) * wire_block_bytes(wire_, shape_.block_rows() * H_, shape_.C * H_);
+  return (shape_.ep - 1) * wire_block_bytes(wire_, shape_.block_rows() * H_, shape_.C * H_, H_);
 }
 int64_t ExpertExchange::combine_bytes() const {
-  return (shape_.ep - 1) * wire_block_bytes(wire_, shape_.Cc * H_, shape_.Cc * H_);
+  return (shape_.ep - 1) * wire_block_bytes(combine_wire(wire_), shape_.Cc * H_, shape_.Cc * H_, H_);
 }
 
 }  // namespace shardlm

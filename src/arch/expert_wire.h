@@ -8,6 +8,11 @@
 //         each other's bits, and graph steps the eager bits. (Layouts with tp sum partial products
 //         in another order, which moves the last bits; rounded, those can land on the next bf16.)
 //         A layout without ep rounds nothing, so it differs by what bf16 activations make.
+//   fp8   the dispatch rows quantised to fp8 e4m3 with a scale per 128 values (DeepEP's dispatch
+//         format, the W8A8 GEMMs' activation quantisation: kernels/cpu/wire_fp8.h), about a
+//         quarter of their fp32 bytes; the combine results in bf16 as above. Each token's row is
+//         quantised once on its way to the experts, whichever ranks it travels between, so the
+//         layouts with ep > 1 give each other's bits as with bf16.
 #pragma once
 
 #include <cstddef>
@@ -21,26 +26,30 @@ namespace shardlm {
 
 class Communicator;
 
-enum class ExpertWire { kF32, kBf16 };
+enum class ExpertWire { kF32, kBf16, kFp8 };
 
-// "fp32" or "bf16"; anything else throws naming the choices.
+// "fp32", "bf16" or "fp8"; anything else throws naming the choices.
 ExpertWire parse_expert_wire(const std::string& name);
 const char* expert_wire_name(ExpertWire w);
 
-// Bytes one block of block_len words, the first round_len of them floats, takes on the wire.
-int64_t wire_block_bytes(ExpertWire w, int64_t block_len, int64_t round_len);
+// How the combine's results travel on wire w: fp8 sends them in bf16, as DeepEP's combine does.
+ExpertWire combine_wire(ExpertWire w);
 
-// The communicator's all_to_allv of float rows (counts and displacements in floats), every float
-// rounded on the wire as `w` says. With bf16 the packed rows use scratch slots
-// Scratch::kFeedForward + 38 and + 39.
-void wire_all_to_allv(Communicator& c, Scratch& scratch, ExpertWire w, const float* send,
+// Bytes one block of block_len words takes on the wire: its first round_len words floats, rows of
+// row_len for fp8, the rest whole words.
+int64_t wire_block_bytes(ExpertWire w, int64_t block_len, int64_t round_len, int64_t row_len);
+
+// The communicator's all_to_allv of rows of row_len floats (counts and displacements in floats,
+// multiples of row_len), every row on the wire as `w` says. With bf16 or fp8 the packed rows use
+// scratch slots Scratch::kFeedForward + 38 and + 39.
+void wire_all_to_allv(Communicator& c, Scratch& scratch, ExpertWire w, int64_t row_len, const float* send,
                       const std::vector<size_t>& send_counts, const std::vector<size_t>& send_displs, float* recv,
                       const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs);
 
 // A fixed all-to-all queued on `stream` (a captured exchange): one block of block_len words to
-// and from each rank, the first round_len of each block floats rounded as `w` says, the rest
-// sent whole. Slots as wire_all_to_allv's.
+// and from each rank, the first round_len of each block floats (rows of row_len) on the wire as
+// `w` says, the rest sent whole. Slots as wire_all_to_allv's.
 void wire_enqueue_all_to_all(Communicator& c, Scratch& scratch, ExpertWire w, const float* send, float* recv,
-                             int64_t block_len, int64_t round_len, void* stream);
+                             int64_t block_len, int64_t round_len, int64_t row_len, void* stream);
 
 }  // namespace shardlm

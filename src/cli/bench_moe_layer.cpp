@@ -12,7 +12,6 @@
 #include "core/error.h"
 #include "cpu/ceilings.h"
 #include "cpu/threads.h"
-#include "cpu/wire_bf16.h"
 #include "model/checkpoint.h"
 #include "model/fp8_block.h"
 #include "parallel/gpu_binding.h"
@@ -290,16 +289,22 @@ int64_t weights_read(const ExpertDispatch& disp, int64_t I, int64_t H, int64_t w
   return bytes;
 }
 
-// The same blocks through the wire's packing (kernels/cuda/wire_bf16.h) and back: memory-bound.
+// The same blocks through the wire's packing (kernels/cuda/wire_bf16.h, wire_fp8.h) and back:
+// memory-bound.
 void time_wire(const Options& o, ComputeBackend& b, const cpu::ExchangeShape& shape, float* blocks, Figures* fig) {
-  const int64_t H = o.H;
-  const int64_t len = shape.block_rows() * H, wire_len = cpu::wire_bf16_len(len, shape.C * H);
-  uint16_t* packed = reinterpret_cast<uint16_t*>(alloc_floats(b, (shape.ep * wire_len + 1) / 2));
+  const int64_t H = o.H, len = shape.block_rows() * H, round = shape.C * H;
+  const int64_t bytes = shape.ep * wire_block_bytes(o.wire, len, round, H);
+  void* packed = alloc_floats(b, (bytes + 3) / 4);
   for (int it = 0; it < o.warmup + o.iters; ++it) {
     b.synchronize();
     const auto t0 = Clock::now();
-    b.pack_bf16(blocks, shape.ep, len, shape.C * H, packed);
-    b.unpack_bf16(packed, shape.ep, len, shape.C * H, blocks);
+    if (o.wire == ExpertWire::kFp8) {
+      b.pack_fp8(blocks, shape.ep, len, round, H, static_cast<uint8_t*>(packed));
+      b.unpack_fp8(static_cast<uint8_t*>(packed), shape.ep, len, round, H, blocks);
+    } else {
+      b.pack_bf16(blocks, shape.ep, len, round, static_cast<uint16_t*>(packed));
+      b.unpack_bf16(static_cast<uint16_t*>(packed), shape.ep, len, round, blocks);
+    }
     b.synchronize();
     if (it >= o.warmup) fig->t[kWire].push_back(since(t0));
   }
@@ -431,7 +436,7 @@ void time_plans(const Options& o, const Layer& layer, const Activations& a, Figu
     b.synchronize();
     if (it >= o.warmup) fig->t[kPlans].push_back(since(t0));
   }
-  if (o.wire == ExpertWire::kBf16) time_wire(o, b, shape, blocks, fig);
+  if (o.wire != ExpertWire::kF32) time_wire(o, b, shape, blocks, fig);
   for (int32_t* p : {rec, pair_row, offsets, row_src, back_row, flag}) b.free(p);
   b.free(blocks);
   fig->plan_shape = shape;

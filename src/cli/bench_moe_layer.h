@@ -50,7 +50,7 @@ enum Field {
   kCapturedCombineBytes,
   kOverflows,  // timed iterations whose fixed blocks overflowed
   kPlans,      // median seconds (as ns) of a captured exchange's two index plans
-  kWire,       // median seconds (as ns) of packing those plans' dispatch blocks for a bf16 wire and back
+  kWire,       // median seconds (as ns) of packing those plans' dispatch blocks for the --ep-wire and back
   kFields
 };
 

@@ -100,7 +100,8 @@ po::options_description describe(Options& o) {
       "--backend cuda, bf16 experts: the routed GEMMs (a CUDA graph's, from device offsets) of more than 16 rows an "
       "expert on average in one grouped GEMM on bf16 tensor cores (grouped) or through the direct kernel (direct)")(
       "ep-wire", po::value(&o.wire_name)->default_value(o.wire_name),
-      "rows between ranks in dispatch and combine: fp32 or bf16 (half the bytes), as shardlm run --ep-wire");
+      "rows between ranks in dispatch and combine: fp32, bf16 (half the bytes) or fp8 (dispatch rows in e4m3 "
+      "with a scale per 128 values, combine in bf16), as shardlm run --ep-wire");
   return d;
 }
 
@@ -150,9 +151,10 @@ void print_header(const Options& o, const Layer& layer) {
     std::printf(" (%" PRId64 " groups, best %" PRId64 " kept, bias, scaling %.2f)", m.n_group, m.topk_group, o.scale);
   std::printf(", %" PRId64 " shared expert%s (intermediate %" PRId64 ")\n", o.shared, o.shared == 1 ? "" : "s",
               layer.S);
-  std::printf("# activations %s on the wire (--ep-wire): dispatch one row (%" PRId64
-              " B + slots) per (token, destination rank), combine one row per (token, expert)\n",
-              expert_wire_name(o.wire), wire_block_bytes(o.wire, o.H, o.H));
+  std::printf("# activations on the wire (--ep-wire %s): dispatch one %s row (%" PRId64
+              " B + slots) per (token, destination rank), combine one %s row (%" PRId64 " B) per (token, expert)\n",
+              expert_wire_name(o.wire), expert_wire_name(o.wire), wire_block_bytes(o.wire, o.H, o.H, o.H),
+              expert_wire_name(combine_wire(o.wire)), wire_block_bytes(combine_wire(o.wire), o.H, o.H, o.H));
   if (c.gpu) {
     std::printf("# ceilings: %s\n", c.device_text.c_str());
   } else {
@@ -333,14 +335,17 @@ std::string plans_detail(const cpu::ExchangeShape& shape) {
 }
 
 std::string wire_detail(const Options& o, double membw, const cpu::ExchangeShape& shape, const Gathered& g) {
-  // Pack reads 4 and writes 2 bytes a value, unpack the reverse.
-  const double values = static_cast<double>(shape.ep * shape.block_rows() * o.H);
-  const double gbs = per_ns(12.0 * values, g.slowest(kWire));
+  // Pack reads the fp32 blocks and writes the wire's bytes, unpack the reverse.
+  const double fp32_bytes = 4.0 * static_cast<double>(shape.ep * shape.block_rows() * o.H);
+  const double wire_bytes =
+      static_cast<double>(shape.ep * wire_block_bytes(o.wire, shape.block_rows() * o.H, shape.C * o.H, o.H));
+  const double gbs = per_ns(2.0 * (fp32_bytes + wire_bytes), g.slowest(kWire));
   char buf[1024];
   std::snprintf(buf, sizeof buf,
-                "those dispatch blocks packed for the bf16 wire and widened back (%.2f MB of fp32): %.1f GB/s "
-                "= %.0f%% of %.0f GB/s",
-                4.0 * values / 1e6, gbs, 100.0 * gbs / std::max(membw, 1e-9), membw);
+                "those dispatch blocks packed for the %s wire and read back (%.2f MB of fp32, %.2f MB on the wire): "
+                "%.1f GB/s = %.0f%% of %.0f GB/s",
+                expert_wire_name(o.wire), fp32_bytes / 1e6, wire_bytes / 1e6, gbs, 100.0 * gbs / std::max(membw, 1e-9),
+                membw);
   return buf;
 }
 

@@ -102,10 +102,10 @@ void print_human(const ModelFootprint& m, const GpuSpec& gpu, const LayoutPlan& 
     std::printf("  tp all-reduce    -\n");
   if (p.ep_dispatch_bytes_per_token > 0)
     std::printf(
-        "  ep all-to-all    %lld layers, top %lld, rows of %lld in %s: dispatch %.2f MB (a row per owner rank, "
-        "at most) + combine %.2f MB (a row per expert) over %s\n",
-        (long long)m.moe_layers, (long long)m.experts_per_token, (long long)m.hidden,
-        opt.ep_wire_bytes == 2 ? "bf16" : "fp32", p.ep_dispatch_bytes_per_token / 1e6,
+        "  ep all-to-all    %lld layers, top %lld, rows of %lld: dispatch in %s %.2f MB (a row per owner rank, "
+        "at most) + combine in %s %.2f MB (a row per expert) over %s\n",
+        (long long)m.moe_layers, (long long)m.experts_per_token, (long long)m.hidden, expert_wire_name(opt.ep_wire),
+        p.ep_dispatch_bytes_per_token / 1e6, expert_wire_name(combine_wire(opt.ep_wire)),
         p.ep_combine_bytes_per_token / 1e6, p.ep_link.c_str());
   else if (m.moe() && l.ep > 1)
     std::printf("  ep all-to-all    - (ep %d <= tp %d: experts inside the tp group, summed by the all-reduce)\n", l.ep, l.tp);
@@ -170,7 +170,7 @@ int cmd_plan(int argc, char** argv) {
       "dtype", po::value(&dtype), "weights: fp8 | bf16 (default: the checkpoint's)")(
       "kv-dtype", po::value(&kv_dtype)->default_value(kv_dtype), "KV cache: bf16 | fp8")(
       "ep-wire", po::value(&wire)->default_value(wire),
-      "rows in the ep all-to-alls, as shardlm run --ep-wire: fp32 | bf16")(
+      "rows in the ep all-to-alls, as shardlm run --ep-wire: fp32 | bf16 | fp8")(
       "context", po::value(&context)->default_value(context), "tokens per request (prompt + output)")(
       "hbm-fraction", po::value(&opt.hbm_fraction)->default_value(opt.hbm_fraction),
       "fraction of the marketed HBM capacity usable")(
@@ -191,7 +191,7 @@ int cmd_plan(int argc, char** argv) {
   ModelFootprint m = ModelFootprint::load(model);
   opt.dtype = dtype.empty() ? (m.native_fp8 ? WeightDtype::Fp8 : WeightDtype::Bf16) : parse_weight_dtype(dtype);
   opt.kv_dtype = parse_weight_dtype(kv_dtype);
-  opt.ep_wire_bytes = parse_expert_wire(wire) == ExpertWire::kBf16 ? 2 : 4;
+  opt.ep_wire = parse_expert_wire(wire);
   opt.context = context;
   opt.reserve_bytes = reserve_gib * double(1ull << 30);
   if (gpn <= 0) gpn = gpu.gpus_per_node;
@@ -208,7 +208,7 @@ int cmd_plan(int argc, char** argv) {
                 {"nvlink_bw", gpu.nvlink_bw}, {"node_net_bw", gpu.node_net_bw}};
     j["options"] = {{"dtype", to_string(opt.dtype)},
                     {"kv_dtype", to_string(opt.kv_dtype)},
-                    {"ep_wire", opt.ep_wire_bytes == 2 ? "bf16" : "fp32"},
+                    {"ep_wire", expert_wire_name(opt.ep_wire)},
                     {"context", opt.context}};
     nlohmann::json s = nlohmann::json::array();
     for (const auto& x : sugg) s.push_back(to_json(x));

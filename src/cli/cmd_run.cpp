@@ -325,9 +325,10 @@ int cmd_run(int argc, char** argv) {
   model->set_expert_wire(wire);
   // A request with no exchange to apply to: said once, as --cuda-graphs' eager fallback is.
   if (wire != ExpertWire::kF32 && plan.ep_size == 1 && rank == 0)
-    std::fprintf(stderr,
-                 "[shardlm] --ep-wire %s: no expert-parallel exchange in this layout (ep 1): nothing is rounded\n",
-                 expert_wire_name(wire));
+    std::fprintf(
+        stderr,
+        "[shardlm] --ep-wire %s: no expert-parallel exchange in this layout (ep 1): nothing is rounded or quantised\n",
+        expert_wire_name(wire));
   EngineConfig ec = engine_config(opt, spec, topo, opt.prompts);
   ec.lockstep = groups.dp_leaders.get();
   // Before any graph is captured: the profile steps run eagerly, as the largest steps do.

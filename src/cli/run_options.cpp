@@ -29,7 +29,7 @@ po::options_description describe(RunOptions& o) {
     ("backend", po::value(&o.backend)->default_value(o.backend), "compute backend")
     ("cuda-graphs", po::bool_switch(&o.cuda_graphs), "capture decode steps (one token per sequence, padded to 1, 2, 4 .. 256 rows) as CUDA graphs and replay them; --backend cuda, dense and MoE models, tp and ep only over --comm nccl (other steps run eagerly)")
     ("ep-graph-capacity", po::value(&o.ep_graph_capacity)->default_value(o.ep_graph_capacity), "with --cuda-graphs and ep: the rows a captured MoE exchange reserves per peer, as a multiple of the mean load (tokens x top-k / ep) plus one token's; a step that overflows them is redone eagerly (/ranks/graph_reruns); 0: the worst case, never redone")
-    ("ep-wire", po::value(&o.ep_wire)->default_value(o.ep_wire), "expert-parallel MoE rows between ranks (dispatch rows and combine results): fp32 (every layout gives the single-rank bits) or bf16 (half the bytes; each row rounded to bf16 once: the ep layouts give the same bits as each other, tp ones within tolerance, and differ from a layout without ep by that rounding)")
+    ("ep-wire", po::value(&o.ep_wire)->default_value(o.ep_wire), "expert-parallel MoE rows between ranks (dispatch rows and combine results): fp32 (every layout gives the single-rank bits), bf16 (half the bytes; each row rounded to bf16 once: the ep layouts give the same bits as each other, tp ones within tolerance, and differ from a layout without ep by that rounding) or fp8 (DeepEP's format: dispatch rows quantised once to e4m3 with a scale per 128 values, about a quarter of their bytes, and combine results in bf16; the ep layouts give each other's bits as with bf16)")
     ("max-new-tokens", po::value(&o.max_new_tokens)->default_value(o.max_new_tokens), "default max tokens generated per request")
     ("temperature", po::value(&o.temperature)->default_value(o.temperature), "sampling temperature (0 = greedy)")
     ("top-p", po::value(&o.top_p)->default_value(o.top_p), "nucleus sampling mass (1 = off)")
@@ -124,7 +124,7 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
                 "--fabric-report must be auto, on, line or off, not '" << o.fabric_report << "'");
   SHARDLM_CHECK(o.ep_graph_capacity >= 0 && std::isfinite(o.ep_graph_capacity),
                 "--ep-graph-capacity must be a finite number >= 0");
-  parse_expert_wire(o.ep_wire);  // throws on anything but fp32 or bf16
+  parse_expert_wire(o.ep_wire);  // throws on anything but fp32, bf16 or fp8
   SHARDLM_CHECK(!o.cuda_graphs || o.backend == "cuda",
                 "--cuda-graphs needs --backend cuda (backend '" << o.backend << "' cannot capture graphs)");
   SHARDLM_CHECK(o.tp >= 1 && o.pp >= 1 && o.replicas >= 0 && o.dp >= 1 && o.ep >= 0,

@@ -311,6 +311,14 @@ class ComputeBackend {
   virtual void pack_bf16(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, uint16_t* dst) = 0;
   virtual void unpack_bf16(const uint16_t* src, int64_t blocks, int64_t block_len, int64_t round_len,
                            float* dst) = 0;
+  // Rows on the wire in fp8 (--ep-wire fp8's dispatch; kernels/cpu/wire_fp8.h defines the layout):
+  // blocks of block_len words whose first round_len floats are rows of row_len (>= 1), each
+  // quantised to e4m3 with a scale per 128 values, and the rest whole, packed into
+  // dst [blocks, cpu::wire_fp8_bytes(block_len, round_len, row_len)] and read back.
+  virtual void pack_fp8(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len,
+                        uint8_t* dst) = 0;
+  virtual void unpack_fp8(const uint8_t* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len,
+                          float* dst) = 0;
   // The index plans of a fixed-capacity exchange, built where the routing is, so that a captured
   // step holds a whole expert-parallel MoE layer (kernels/cpu/expert_exchange.h defines them).
   // Every pointer is backend memory; counts may be null. blocks: the dispatch blocks (the send

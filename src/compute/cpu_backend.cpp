@@ -15,6 +15,7 @@
 #include "cpu/expert_permute.h"
 #include "cpu/expert_rows.h"
 #include "cpu/wire_bf16.h"
+#include "cpu/wire_fp8.h"
 #include "cpu/abs_max.h"
 #include "cpu/gated_add.h"
 #include "cpu/head_matmul.h"
@@ -323,6 +324,16 @@ void CpuBackend::pack_bf16(const float* src, int64_t blocks, int64_t block_len, 
 
 void CpuBackend::unpack_bf16(const uint16_t* src, int64_t blocks, int64_t block_len, int64_t round_len, float* dst) {
   cpu::unpack_bf16(src, blocks, block_len, round_len, dst);
+}
+
+void CpuBackend::pack_fp8(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len,
+                          uint8_t* dst) {
+  cpu::pack_fp8(src, blocks, block_len, round_len, row_len, dst);
+}
+
+void CpuBackend::unpack_fp8(const uint8_t* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len,
+                            float* dst) {
+  cpu::unpack_fp8(src, blocks, block_len, round_len, row_len, dst);
 }
 
 void CpuBackend::combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows,

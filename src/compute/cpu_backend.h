@@ -79,6 +79,10 @@ class CpuBackend : public ComputeBackend {
   void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override;
   void pack_bf16(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, uint16_t* dst) override;
   void unpack_bf16(const uint16_t* src, int64_t blocks, int64_t block_len, int64_t round_len, float* dst) override;
+  void pack_fp8(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len,
+                uint8_t* dst) override;
+  void unpack_fp8(const uint8_t* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len,
+                  float* dst) override;
   void expert_send_plan(const cpu::ExchangeShape& s, const int32_t* ids, int64_t T, cpu::RowShare share,
                         const int32_t* pos, int32_t* rec_token, float* blocks, int32_t* pair_row, int64_t* counts,
                         int32_t* overflow) override;

@@ -19,6 +19,7 @@
 #include "cuda/expert_permute.h"
 #include "cuda/expert_rows.h"
 #include "cuda/wire_bf16.h"
+#include "cuda/wire_fp8.h"
 #include "cuda/fp8_dequant.h"
 #include "cuda/abs_max.h"
 #include "cuda/gated_add.h"
@@ -620,6 +621,18 @@ void CudaBackend::pack_bf16(const float* src, int64_t blocks, int64_t block_len,
 void CudaBackend::unpack_bf16(const uint16_t* src, int64_t blocks, int64_t block_len, int64_t round_len, float* dst) {
   cuda::launch_unpack_bf16(src, blocks, block_len, round_len, dst, stream_of(stream_));
   check_launch("unpack_bf16");
+}
+
+void CudaBackend::pack_fp8(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len,
+                           uint8_t* dst) {
+  cuda::launch_pack_fp8(src, blocks, block_len, round_len, row_len, dst, stream_of(stream_));
+  check_launch("pack_fp8");
+}
+
+void CudaBackend::unpack_fp8(const uint8_t* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len,
+                             float* dst) {
+  cuda::launch_unpack_fp8(src, blocks, block_len, round_len, row_len, dst, stream_of(stream_));
+  check_launch("unpack_fp8");
 }
 
 void CudaBackend::combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows,

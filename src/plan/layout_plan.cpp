@@ -151,7 +151,7 @@ LayoutPlan plan_layout(const ModelFootprint& m, const GpuSpec& gpu, Layout l, co
   //   When ep <= tp the experts live inside the tp group and their partial sums ride the second
   //   all-reduce. When ep > tp (dp attention + expert parallelism) a MoE layer instead has one
   //   all-reduce after attention (plus one for the tp-split shared expert) and the exchange's two
-  //   all-to-alls (below), their rows fp32 or bf16 (--ep-wire).
+  //   all-to-alls (below), their rows as --ep-wire says.
   // pp: hidden x 4 bytes per token over each of the pp-1 stage boundaries.
   constexpr double kActivationBytes = 4.0;
   const int64_t H = m.hidden;
@@ -173,9 +173,10 @@ LayoutPlan plan_layout(const ModelFootprint& m, const GpuSpec& gpu, Layout l, co
     // each (token, expert) result comes back as a row of H values.
     const int64_t k = m.experts_per_token, records = std::min<int64_t>(k, l.ep);
     const int64_t slots = std::min<int64_t>(k, std::max<int64_t>(m.n_routed_experts / l.ep, 1));
-    const double w = double(opt.ep_wire_bytes);
-    p.ep_dispatch_bytes_per_token = double(m.moe_layers) * double(records) * (double(H) * w + double(slots) * 4.0);
-    p.ep_combine_bytes_per_token = double(m.moe_layers) * double(k) * double(H) * w;
+    const auto row = double(wire_block_bytes(opt.ep_wire, H, H, H));
+    const auto result = double(wire_block_bytes(combine_wire(opt.ep_wire), H, H, H));
+    p.ep_dispatch_bytes_per_token = double(m.moe_layers) * double(records) * (row + double(slots) * 4.0);
+    p.ep_combine_bytes_per_token = double(m.moe_layers) * double(k) * result;
   }
   p.pp_bytes_per_token = double(l.pp - 1) * double(H) * kActivationBytes;
   const double efa_gpu = gpu.node_net_bw / gpn;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "arch/expert_wire.h"
 #include "plan/gpu_specs.h"
 #include "plan/model_footprint.h"
 
@@ -29,7 +30,7 @@ struct Layout {
 struct PlanOptions {
   WeightDtype dtype = WeightDtype::Fp8;
   WeightDtype kv_dtype = WeightDtype::Bf16;
-  int ep_wire_bytes = 4;  // bytes an activation value takes in the ep all-to-alls: 4 (fp32), 2 (--ep-wire bf16)
+  ExpertWire ep_wire = ExpertWire::kF32;          // rows in the ep all-to-alls (--ep-wire, arch/expert_wire.h)
   int64_t context = 8192;                         // tokens per request (prompt + output)
   // Fraction of the marketed HBM capacity the planner may use. 0.95 of 141e9 = 133.95e9 bytes on an
   // H200, itself only ~89% of the 143771 MiB (~150.8e9 bytes) the device reports, so the CUDA

@@ -9,11 +9,23 @@
 #include <optional>
 #include <sstream>
 
+#include "arch/expert_wire.h"
+#include "core/error.h"
 #include "engine/run_stats.h"
 
 namespace shardlm::report {
 
 namespace {
+
+// The combine results' width on the wire for a run's --ep-wire (fp8 sends them in bf16); a name
+// this build does not know is shown as written.
+std::string combine_rows(const std::string& wire) {
+  try {
+    return expert_wire_name(combine_wire(parse_expert_wire(wire)));
+  } catch (const Error&) {
+    return wire;
+  }
+}
 
 std::string attr_string(const RunData& d, const std::string& name) {
   auto it = d.attrs.find(name);
@@ -350,7 +362,7 @@ std::string format_report(const ReportSummary& s) {
                         m.ep_wire + ")");
     row("combine", bytes(m.combine_bytes_per_token) + " per output token (" +
                        bytes(static_cast<double>(m.combine_bytes)) + " in all, sent by the step leaders; rows in " +
-                       m.ep_wire + ")");
+                       combine_rows(m.ep_wire) + ")");
     row("expert load", "tokens per expert min " + std::to_string(m.load_min) + fmt(" / mean %.1f", m.load_mean) +
                            " / max " + std::to_string(m.load_max) + fmt(", imbalance (max/mean) %.2f", m.imbalance) +
                            " (" + std::to_string(m.routed_tokens) + " summed over the step rows)");

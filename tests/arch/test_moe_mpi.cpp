@@ -26,6 +26,8 @@
 #include "arch/moe_router.h"
 #include "arch/moe_test_util.h"
 #include "bf16_bits.h"
+#include "cpu/fp8_act_quant.h"
+#include "fp8_bits.h"
 #include "common/test_dirs.h"
 #include "parallel/communicator.h"
 #include "parallel/mpi_env.h"
@@ -207,12 +209,16 @@ TEST(MoeMpi, TensorTimesDataParallel) {
   check_tp_dp(MoeCase::Kind::kDeepseek, 3, 8, {0, 6}, "deepseek-tp2");
 }
 
-// ExpertDispatch over a bf16 wire (arch/expert_wire.h) against the same dispatch over fp32, ep =
-// world, uneven tokens (a rank with none): the experts' rows are the fp32 rows rounded to bf16
-// (torch's rounding, kernels/bf16_bits.h), in the same order, and a combine of results equals the
-// fp32 combine of those results rounded to bf16, bit for bit. Bytes sent: the combine's halve
-// exactly; each dispatch record's H floats halve and its slots (int32) stay.
-TEST(MoeMpi, Bf16WireRoundsEachRowOnce) {
+// ExpertDispatch over a bf16 or fp8 wire (arch/expert_wire.h) against the same dispatch over fp32,
+// ep = world, uneven tokens (a rank with none), bit for bit:
+//  - the experts' rows are the fp32 rows as the wire carries them, in the same order: rounded to
+//    bf16 (torch's rounding, kernels/bf16_bits.h), or quantised per 128 values as the W8A8 GEMMs'
+//    activations are (kernels/cpu/fp8_act_quant.h) and read back;
+//  - a combine of results equals the fp32 combine of those results rounded to bf16 (fp8 combines
+//    in bf16 too).
+// Bytes sent: each dispatch record's H floats shrink to the wire's row and its slots (int32) stay;
+// the combine's halve exactly.
+void check_wire(ExpertWire wire) {
   const int n = world_size(), r = world_rank();
   auto ep = comm_of(all_ranks(), "ep");
   auto cpu = make_backend("cpu");
@@ -229,36 +235,53 @@ TEST(MoeMpi, Bf16WireRoundsEachRowOnce) {
     for (auto& f : v) f = bf16_bits::to_f32(bf16_bits::from_f32(f));
     return v;
   };
+  const auto quantised = [&](std::vector<float> v) {  // rows of H < 128: a scale per row
+    const int64_t m = static_cast<int64_t>(v.size()) / H;
+    std::vector<uint8_t> q(v.size());
+    std::vector<float> scales(static_cast<size_t>(std::max<int64_t>(m, 1)));
+    cpu::fp8_act_quant(v.data(), m, H, q.data(), scales.data(), m);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = fp8_bits::to_f32(q[i]) * scales[i / static_cast<size_t>(H)];
+    return v;
+  };
   const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
   };
+  const std::string name = expert_wire_name(wire);
 
-  Scratch s32(*cpu), s16(*cpu);
-  ExpertDispatch d32(ep.get(), E, H), d16(ep.get(), E, H);
+  Scratch s32(*cpu), sw(*cpu);
+  ExpertDispatch d32(ep.get(), E, H), dw(ep.get(), E, H);
   d32.dispatch(s32, x.data(), routing, ExpertWire::kF32);
-  d16.dispatch(s16, x.data(), routing, ExpertWire::kBf16);
-  ASSERT_EQ(d16.offsets(), d32.offsets());
+  dw.dispatch(sw, x.data(), routing, wire);
+  ASSERT_EQ(dw.offsets(), d32.offsets());
   const int64_t rows = d32.rows();
-  const std::vector<float> in32(d32.input(), d32.input() + rows * H), in16(d16.input(), d16.input() + rows * H);
-  EXPECT_TRUE(same_bits(in16, rounded(in32))) << "rank " << r << ": the experts' rows are not the bf16 rows";
+  const std::vector<float> in32(d32.input(), d32.input() + rows * H), inw(dw.input(), dw.input() + rows * H);
+  EXPECT_TRUE(same_bits(inw, wire == ExpertWire::kFp8 ? quantised(in32) : rounded(in32)))
+      << "rank " << r << ": the experts' rows are not the " << name << " rows";
   const int64_t records = d32.dispatch_bytes / ((H + slots) * 4);
   EXPECT_EQ(d32.dispatch_bytes, records * (H + slots) * 4);
-  EXPECT_EQ(d16.dispatch_bytes, records * (2 * H + 4 * slots)) << "rank " << r;
+  const int64_t row_bytes = wire == ExpertWire::kFp8 ? 4 + H : 2 * H;  // fp8: one scale, H codes
+  EXPECT_EQ(dw.dispatch_bytes, records * (row_bytes + 4 * slots)) << "rank " << r << " " << name;
 
   // The experts' results: any values, the same on both.
   std::vector<float> y(static_cast<size_t>(rows * H));
   for (auto& v : y) v = nd(g);
   const std::vector<float> y16 = rounded(y);
   std::copy(y16.begin(), y16.end(), d32.output());
-  std::copy(y.begin(), y.end(), d16.output());
-  std::vector<float> out32(static_cast<size_t>(T * H), 5.0f), out16(out32.size(), 6.0f);
+  std::copy(y.begin(), y.end(), dw.output());
+  std::vector<float> out32(static_cast<size_t>(T * H), 5.0f), outw(out32.size(), 6.0f);
   d32.combine(s32, out32.data());
-  d16.combine(s16, out16.data());
-  EXPECT_TRUE(same_bits(out16, out32)) << "rank " << r << ": combine over bf16 is not the combine of bf16 results";
-  EXPECT_EQ(2 * d16.combine_bytes, d32.combine_bytes) << "rank " << r;
-  int64_t moved = d16.dispatch_bytes + d16.combine_bytes;
+  dw.combine(sw, outw.data());
+  EXPECT_TRUE(same_bits(outw, out32)) << "rank " << r << ": combine over " << name
+                                      << " is not the combine of bf16 results";
+  EXPECT_EQ(2 * dw.combine_bytes, d32.combine_bytes) << "rank " << r << " " << name;
+  int64_t moved = dw.dispatch_bytes + dw.combine_bytes;
   ep->all_reduce(&moved, 1, CommDType::kI64, ReduceOp::kSum);
-  if (n > 1) EXPECT_GT(moved, 0) << "no row crossed ranks";
+  if (n > 1) {
+    EXPECT_GT(moved, 0) << "no row crossed ranks";
+  }
 }
+
+TEST(MoeMpi, Bf16WireRoundsEachRowOnce) { check_wire(ExpertWire::kBf16); }
+TEST(MoeMpi, Fp8WireQuantisesEachRowOnce) { check_wire(ExpertWire::kFp8); }
 
 }  // namespace

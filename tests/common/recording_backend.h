@@ -209,6 +209,14 @@ class RecordingBackend final : public ComputeBackend {
   void unpack_bf16(const uint16_t* src, int64_t blocks, int64_t block_len, int64_t round_len, float* dst) override {
     op([=, this] { cpu_.unpack_bf16(src, blocks, block_len, round_len, dst); });
   }
+  void pack_fp8(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len,
+                uint8_t* dst) override {
+    op([=, this] { cpu_.pack_fp8(src, blocks, block_len, round_len, row_len, dst); });
+  }
+  void unpack_fp8(const uint8_t* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len,
+                  float* dst) override {
+    op([=, this] { cpu_.unpack_fp8(src, blocks, block_len, round_len, row_len, dst); });
+  }
   void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override {
     op([=, this] { cpu_.gather_rows(src, H, rows, n, dst); });
   }

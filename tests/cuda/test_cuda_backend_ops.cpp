@@ -21,6 +21,7 @@
 #include "common/gpu.h"
 #include "compute/backend.h"
 #include "cpu/wire_bf16.h"
+#include "cpu/wire_fp8.h"
 #include "compute/cpu_backend.h"
 #include "compute/cuda_backend.h"
 #include "core/dtype.h"
@@ -511,6 +512,48 @@ TEST_F(CudaBackendOps, WireBf16MatchesCpu) {
     const auto bg = down(*gpu_, back_g, back_c.size());
     EXPECT_EQ(std::memcmp(bg.data(), back_c.data(), bg.size() * sizeof(float)), 0)
         << blocks << " x " << len << " / " << round;
+  }
+}
+
+// Rows quantised for an fp8 wire and read back (kernels/cuda/wire_fp8.h): the CPU's bytes (scales,
+// codes, zero padding, whole words) and the CPU's floats back, with NaNs, infinities, zeros and a
+// saturating value planted, over rows of one value, partial groups, more 128-value groups than one
+// pass of the grid holds (x stride, with several warps' worth of whole words) and more blocks than
+// the grid's y dimension holds (y stride). A NaN's sign is the device's (a NaN out of x / s or
+// inf / inf takes the sign the arithmetic gives it, which differs between x86 and a GPU): a NaN code
+// matches either NaN code, and a NaN read back any NaN.
+TEST_F(CudaBackendOps, WireFp8MatchesCpu) {
+  using Case = std::tuple<int64_t, int64_t, int64_t, int64_t>;  // blocks, block_len, round_len, row_len
+  for (auto [blocks, len, round, row] : {Case{1, 1, 1, 1}, Case{1, 5, 0, 3}, Case{3, 1000, 700, 140},
+                                         Case{1, 9000 * 128 + 300, 9000 * 128, 128}, Case{66000, 3, 2, 1}}) {
+    auto src = randn(static_cast<size_t>(blocks * len), static_cast<uint32_t>(50 + len));
+    const uint32_t planted[] = {0x7fa00000u, 0xff800000u, 0x80000000u, 0x00000000u, 0x43e40000u, 0xffffffffu};
+    for (size_t i = 0; i < src.size(); i += 37) std::memcpy(&src[i], &planted[(i / 37) % 6], sizeof(float));
+    const int64_t wire = cpu::wire_fp8_bytes(len, round, row);
+    std::vector<uint8_t> packed_c(static_cast<size_t>(blocks * wire));
+    cpu_.pack_fp8(src.data(), blocks, len, round, row, packed_c.data());
+    uint8_t* packed_g = up(*gpu_, std::vector<uint8_t>(packed_c.size(), 0xcd));
+    gpu_->pack_fp8(up(*gpu_, src), blocks, len, round, row, packed_g);
+    const auto pg = down(*gpu_, packed_g, packed_c.size());
+    const int64_t groups = cpu::wire_fp8_groups(row), row_bytes = cpu::wire_fp8_row_bytes(row);
+    const auto is_code = [&](size_t i) {
+      const int64_t at = static_cast<int64_t>(i) % wire, r = at / row_bytes, in_row = at % row_bytes;
+      return r < round / row && in_row >= 4 * groups && in_row < 4 * groups + row;
+    };
+    const auto nan_code = [](uint8_t c) { return (c & 0x7f) == 0x7f; };
+    size_t first = pg.size();
+    for (size_t i = 0; i < pg.size() && first == pg.size(); ++i)
+      if (pg[i] != packed_c[i] && !(is_code(i) && nan_code(pg[i]) && nan_code(packed_c[i]))) first = i;
+    EXPECT_EQ(first, pg.size()) << blocks << " x " << len << " / " << round << ": byte " << first << " differs";
+    std::vector<float> back_c(src.size());
+    cpu_.unpack_fp8(packed_c.data(), blocks, len, round, row, back_c.data());
+    float* back_g = up(*gpu_, std::vector<float>(src.size(), -3.0f));
+    gpu_->unpack_fp8(packed_g, blocks, len, round, row, back_g);
+    const auto bg = down(*gpu_, back_g, back_c.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < bg.size(); ++i)
+      differ += std::memcmp(&bg[i], &back_c[i], sizeof(float)) != 0 && !(std::isnan(bg[i]) && std::isnan(back_c[i]));
+    EXPECT_EQ(differ, 0u) << blocks << " x " << len << " / " << round;
   }
 }
 

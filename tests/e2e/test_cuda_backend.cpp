@@ -224,6 +224,9 @@ TEST(CudaBackend, CudaGraphsWithEpOverNcclMatchEager) {
   // Rows on a bf16 wire (--ep-wire bf16): the captured dispatch rounds its records' rows and sends
   // their int32 meta whole; the graphs must round exactly what the eager exchange rounds.
   check(make_model("tiny-deepseek-v3", "fp8"), 4, "--tp 2 --dp 2 --ep 4 --ep-wire bf16", "deepseek-tp2-dp2-ep4-bf16");
+  // And on an fp8 wire: the captured dispatch quantises its records' rows (a scale per 128 values)
+  // and sends the meta whole, the combine rounds to bf16.
+  check(make_model("tiny-mixtral", "fp32"), 2, "--dp 2 --ep 2 --ep-wire fp8", "mixtral-dp2-ep2-fp8");
   test::write_file(d / "one.jsonl", "{\"id\": \"a\", \"prompt_token_ids\": [1, 403], \"max_tokens\": 2}\n");
   Proc mpi = sh(test::mpirun(2) + shardlm_bin() + " run --model " + make_model("tiny-mixtral", "fp32") + " --prompts " +
                 (d / "one.jsonl").string() +

@@ -123,10 +123,12 @@ run bench-moe "$build/shardlm" bench-moe --backend cuda --hidden 7168 --experts 
   --groups 8 --topk-groups 4 --shared 1 --tokens 16,128,1024,4096 --iters 10 --warmup 2
 run bench-moe-routed-direct "$build/shardlm" bench-moe --backend cuda --hidden 7168 --experts 32 --inter 2048 \
   --top-k 8 --groups 8 --topk-groups 4 --shared 1 --tokens 128,1024 --iters 5 --warmup 1 --routed-gemm direct
-#    The bf16 wire's packing of a captured ep 8 dispatch (DeepSeek-V3 width and routing) on one
-#    GPU: the "wire" line against the measured HBM copy bandwidth.
-run bench-moe-wire "$build/shardlm" bench-moe --backend cuda --hidden 7168 --experts 64 --inter 256 --top-k 8 \
-  --groups 8 --topk-groups 4 --shared 0 --tokens 128,1024 --iters 10 --warmup 2 --ep-wire bf16
+#    The bf16 and fp8 wires' packing of a captured ep 8 dispatch (DeepSeek-V3 width and routing) on
+#    one GPU: the "wire" line against the measured HBM copy bandwidth.
+for wire in bf16 fp8; do
+  run bench-moe-wire-$wire "$build/shardlm" bench-moe --backend cuda --hidden 7168 --experts 64 --inter 256 \
+    --top-k 8 --groups 8 --topk-groups 4 --shared 0 --tokens 128,1024 --iters 10 --warmup 2 --ep-wire $wire
+done
 # 5. Prefill again with its attention in fp32 (--prefill-attention fp32: the CUDA-core kernels)
 #    beside step 3's bf16 tensor cores (auto on a bf16 checkpoint): the prefill tok/s of the two.
 #    (Step 3's "attention prefill" lines time both kernels on the attention alone.)

@@ -149,11 +149,19 @@ TEST(PlanFit, DeepSeekV3Bf16NeedsTwoNodes) {
   EXPECT_DOUBLE_EQ(explicit_ep.ep_dispatch_bytes_per_token, layers * 8 * (H * 4 + 8 * 4));
   EXPECT_DOUBLE_EQ(explicit_ep.ep_combine_bytes_per_token, layers * 8 * H * 4);
   PlanOptions bf16_wire = opts(WeightDtype::Bf16);
-  bf16_wire.ep_wire_bytes = 2;
+  bf16_wire.ep_wire = ExpertWire::kBf16;
   LayoutPlan halved = plan_layout(m, h200(), {2, 8, 8, 1, 2, 0}, bf16_wire);
   EXPECT_DOUBLE_EQ(halved.ep_dispatch_bytes_per_token, layers * 8 * (H * 2 + 8 * 4));
   EXPECT_DOUBLE_EQ(halved.ep_combine_bytes_per_token, explicit_ep.ep_combine_bytes_per_token / 2);
   EXPECT_LT(halved.decode_comm_s, explicit_ep.decode_comm_s);
+  // fp8 dispatch: a byte a value and an fp32 scale per 128 of them (7168 = 56 x 128); bf16 combine.
+  PlanOptions fp8_wire = opts(WeightDtype::Bf16);
+  fp8_wire.ep_wire = ExpertWire::kFp8;
+  LayoutPlan quarter = plan_layout(m, h200(), {2, 8, 8, 1, 2, 0}, fp8_wire);
+  ASSERT_EQ(m.hidden % 128, 0);
+  EXPECT_DOUBLE_EQ(quarter.ep_dispatch_bytes_per_token, layers * 8 * (H + H / 128 * 4 + 8 * 4));
+  EXPECT_DOUBLE_EQ(quarter.ep_combine_bytes_per_token, halved.ep_combine_bytes_per_token);
+  EXPECT_LT(quarter.decode_comm_s, halved.decode_comm_s);
   EXPECT_EQ(explicit_ep.ep_link, "nvlink+efa");
   EXPECT_FALSE(suggest_layouts(m, h200(), 2, 8, opts(WeightDtype::Bf16)).empty());
 }

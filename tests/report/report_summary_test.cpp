@@ -233,6 +233,15 @@ TEST_F(ReportTest, MoeFiguresByHand) {
         "ep sent", "1.46 KiB", "200 B (1.95 KiB in all)"}) {
     EXPECT_NE(text.find(want), std::string::npos) << "missing '" << want << "' in:\n" << text;
   }
+  // An fp8 wire's combine results travel in bf16 (arch/expert_wire.h); a name this build does not
+  // know is shown as written.
+  ReportSummary fp8 = s;
+  fp8.moe.ep_wire = "fp8";
+  const std::string fp8_text = format_report(fp8);
+  EXPECT_NE(fp8_text.find("(300 B in all, sent by the step leaders; rows in fp8)"), std::string::npos) << fp8_text;
+  EXPECT_NE(fp8_text.find("(700 B in all, sent by the step leaders; rows in bf16)"), std::string::npos) << fp8_text;
+  fp8.moe.ep_wire = "fp4";
+  EXPECT_NE(format_report(fp8).find("(700 B in all, sent by the step leaders; rows in fp4)"), std::string::npos);
   const nlohmann::json j = report_json(s);
   ASSERT_TRUE(j.contains("moe"));
   EXPECT_EQ(j["moe"]["expert_tokens"], (std::vector<int64_t>{6, 0, 2, 12, 4}));

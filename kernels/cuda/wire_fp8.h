@@ -1,0 +1,17 @@
+// Device form of kernels/cpu/wire_fp8.h (read its header for the layout): an expert-parallel
+// exchange's rows quantised to fp8 with a scale per 128 values for the wire and read back after
+// it, the same bits as the CPU.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace shardlm::cuda {
+
+void launch_pack_fp8(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len,
+                     uint8_t* dst, cudaStream_t stream);
+void launch_unpack_fp8(const uint8_t* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len,
+                       float* dst, cudaStream_t stream);
+
+}  // namespace shardlm::cuda
