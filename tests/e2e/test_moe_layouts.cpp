@@ -246,7 +246,9 @@ void check_wire_layouts(const std::string& wire, float tol, bool greedy_kept) {
   for (const auto& [id, toks] : single.tokens) {
     const auto& got = on_wire.tokens.at(id);
     const bool greedy = std::stoi(id.substr(1)) % 2 == 0;  // write_layout_prompts samples the odd ones
-    if (greedy && greedy_kept) EXPECT_EQ(got, toks) << "greedy request " << id;
+    if (greedy && greedy_kept) {
+      EXPECT_EQ(got, toks) << "greedy request " << id;
+    }
     const auto& la = single.logprobs.at(id);
     const auto& lb = on_wire.logprobs.at(id);
     for (size_t i = 0; i < std::min(toks.size(), got.size()) && toks[i] == got[i]; ++i) {
