@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "cpu/wire_fp8.h"
+#include "cuda/fp8_group_quant.cuh"
 #include "fp8_bits.h"
 
 namespace shardlm::cuda {
@@ -14,9 +15,8 @@ constexpr unsigned kMaxGridY = 65535;
 constexpr int64_t kWholePerWarp = 128;  // whole words a warp moves: 4 a lane
 
 // A warp per unit of a block (grid-stride): x over a block's units, y over the blocks. Units
-// [0, rows * groups) are the rows' 128-value groups; a lane holds values lane, lane + 32, .. (each
-// load reads 128 contiguous bytes), the warp folds their magnitudes to the group's maximum, as
-// kernels/cuda/fp8_act_quant.cu does. The units after them move the whole words, 128 a warp.
+// [0, rows * groups) are the rows' 128-value groups, quantised as kernels/cuda/fp8_act_quant.cu
+// quantises (fp8_group_quant.cuh); the units after them move the whole words, 128 a warp.
 // kPack: block to the wire; else the wire back to the block.
 template <bool kPack>
 __global__ void wire_fp8_kernel(const void* __restrict__ src, int64_t blocks, int64_t block_len, int64_t round_len,
@@ -55,22 +55,8 @@ __global__ void wire_fp8_kernel(const void* __restrict__ src, int64_t blocks, in
       uint8_t* codes = row + 4 * groups;
       float* scale = reinterpret_cast<float*>(row) + g;
       if (kPack) {
-        float v[4];
-        float amax = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int64_t k = k0 + lane + 32 * i;
-          v[i] = k < row_len ? x[k] : 0.0f;
-          amax = fmaxf(amax, fabsf(v[i]));
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float s = fp8_bits::act_scale(amax);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int64_t k = k0 + lane + 32 * i;
-          if (k < row_len) codes[k] = fp8_bits::from_f32(v[i] / s);
-        }
+        const int64_t n = row_len - k0 < cpu::kWireFp8Group ? row_len - k0 : cpu::kWireFp8Group;
+        const float s = quantise_group_e4m3(x + k0, n, codes + k0, lane);
         if (lane == 0) *scale = s;
         // The last group zeroes the row's padding, so the wire holds no stale bytes.
         if (g == groups - 1 && row_len + lane < row_bytes - 4 * groups) codes[row_len + lane] = 0;
