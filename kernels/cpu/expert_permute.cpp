@@ -4,7 +4,17 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu/threads.h"
+
 namespace shardlm::cpu {
+
+namespace {
+
+// Rows or tokens are spread over the kernels' threads past this many values (each output row is
+// computed alone, in the same order, so the bits do not depend on the thread count).
+constexpr int64_t kParallelValues = 32768;
+
+}  // namespace
 
 void expert_permute(const int32_t* topk_ids, int64_t T, int64_t k, int32_t e0, int64_t E, const int32_t* pos,
                     int32_t* offsets, int32_t* slot_row, int32_t* row_pair, int64_t* counts) {
@@ -39,27 +49,32 @@ void expert_permute(const int32_t* topk_ids, int64_t T, int64_t k, int32_t e0, i
 void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, const int32_t* num_rows,
                    int64_t max_rows, float* xp) {
   const int64_t rows = std::min<int64_t>(*num_rows, max_rows);
+#pragma omp parallel for schedule(static) num_threads(num_threads()) if (rows * H >= kParallelValues)
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(xp + r * H, x + (row_pair[r] / k) * H, static_cast<size_t>(H) * sizeof(float));
 }
 
 void expert_combine(const float* yp, int64_t H, const int32_t* topk_ids, const float* topk_w,
                     const int32_t* slot_row, int64_t T, int64_t k, float* out) {
-  std::vector<int64_t> order(static_cast<size_t>(k));
-  for (int64_t t = 0; t < T; ++t) {
-    const int32_t* ids = topk_ids + t * k;
-    const int32_t* rows = slot_row + t * k;
-    int64_t n = 0;
-    for (int64_t j = 0; j < k; ++j)
-      if (rows[j] >= 0) order[n++] = j;
-    std::sort(order.begin(), order.begin() + n,
-              [&](int64_t a, int64_t b) { return ids[a] < ids[b] || (ids[a] == ids[b] && a < b); });
-    float* o = out + t * H;
-    std::fill(o, o + H, 0.0f);
-    for (int64_t i = 0; i < n; ++i) {
-      const float w = topk_w[t * k + order[i]];
-      const float* y = yp + static_cast<int64_t>(rows[order[i]]) * H;
-      for (int64_t c = 0; c < H; ++c) o[c] += w * y[c];
+#pragma omp parallel num_threads(num_threads()) if (T * H >= kParallelValues)
+  {
+    std::vector<int64_t> order(static_cast<size_t>(k));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t* ids = topk_ids + t * k;
+      const int32_t* rows = slot_row + t * k;
+      int64_t n = 0;
+      for (int64_t j = 0; j < k; ++j)
+        if (rows[j] >= 0) order[n++] = j;
+      std::sort(order.begin(), order.begin() + n,
+                [&](int64_t a, int64_t b) { return ids[a] < ids[b] || (ids[a] == ids[b] && a < b); });
+      float* o = out + t * H;
+      std::fill(o, o + H, 0.0f);
+      for (int64_t i = 0; i < n; ++i) {
+        const float w = topk_w[t * k + order[i]];
+        const float* y = yp + static_cast<int64_t>(rows[order[i]]) * H;
+        for (int64_t c = 0; c < H; ++c) o[c] += w * y[c];
+      }
     }
   }
 }

@@ -3,9 +3,20 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cpu/threads.h"
+
 namespace shardlm::cpu {
 
+namespace {
+
+// Rows or tokens are spread over the kernels' threads past this many values (each output row is
+// computed alone, in the same order, so the bits do not depend on the thread count).
+constexpr int64_t kParallelValues = 32768;
+
+}  // namespace
+
 void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
+#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n * H >= kParallelValues)
   for (int64_t i = 0; i < n; ++i) {
     if (rows[i] == kKeepRow) continue;
     if (rows[i] < 0) {
@@ -18,6 +29,7 @@ void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, fl
 
 void combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows, const float* weights,
                   int64_t T, float* out) {
+#pragma omp parallel for schedule(static) num_threads(num_threads()) if (T * H >= kParallelValues)
   for (int64_t t = 0; t < T; ++t) {
     float* o = out + t * H;
     std::fill(o, o + H, 0.0f);

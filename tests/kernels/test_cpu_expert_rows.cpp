@@ -16,6 +16,9 @@
 #include "arch/moe_router.h"
 #include "common/backend_data.h"
 #include "compute/backend.h"
+#include "cpu/expert_permute.h"
+#include "cpu/expert_rows.h"
+#include "cpu/threads.h"
 
 using namespace shardlm;
 
@@ -152,6 +155,41 @@ TEST(CpuExpertRows, CombineRowsInExpertOrderMatchesExpertCombine) {
 
 // combine(out, out_rows, first): the tokens' rows at first.., the others zero; the same bits as a
 // combine into exactly T rows. Zero tokens: every row zero.
+// Rows and tokens spread over the kernels' threads (past 32768 values) give the one thread's
+// bits: gather_rows, combine_rows, expert_gather and expert_combine, each output row on its own.
+TEST(CpuExpertRows, ThreadsGiveOneThreadsBits) {
+  const int64_t T = 300, k = 4, E = 16, H = 256, R = T * k;
+  const auto x = randn(static_cast<size_t>(T * H), 7), y = randn(static_cast<size_t>(R * H), 8);
+  std::mt19937 g(9);
+  std::vector<int32_t> ids(static_cast<size_t>(R)), rows(static_cast<size_t>(R)), start(static_cast<size_t>(T + 1));
+  std::vector<float> w(static_cast<size_t>(R));
+  for (int64_t i = 0; i < R; ++i) {
+    ids[i] = static_cast<int32_t>(g() % E);
+    rows[i] = static_cast<int32_t>(g() % R);
+    w[i] = static_cast<float>(g() % 1000) / 999.0f;
+  }
+  for (int64_t t = 0; t <= T; ++t) start[t] = static_cast<int32_t>(t * k);
+  std::vector<int32_t> offsets(static_cast<size_t>(E + 1)), slot_row(static_cast<size_t>(R)),
+      row_pair(static_cast<size_t>(R));
+  cpu::expert_permute(ids.data(), T, k, 0, E, nullptr, offsets.data(), slot_row.data(), row_pair.data(), nullptr);
+  const auto run = [&](int threads) {
+    cpu::set_num_threads(threads);
+    std::vector<float> gathered(static_cast<size_t>(R * H)), combined(static_cast<size_t>(T * H)),
+        permuted(static_cast<size_t>(R * H)), summed(static_cast<size_t>(T * H));
+    cpu::gather_rows(y.data(), H, rows.data(), R, gathered.data());
+    cpu::combine_rows(y.data(), H, start.data(), rows.data(), w.data(), T, combined.data());
+    const int32_t n = offsets[E];
+    cpu::expert_gather(x.data(), H, k, row_pair.data(), &n, R, permuted.data());
+    cpu::expert_combine(y.data(), H, ids.data(), w.data(), slot_row.data(), T, k, summed.data());
+    return std::vector<std::vector<float>>{gathered, combined, permuted, summed};
+  };
+  const int before = cpu::num_threads();
+  const auto one = run(1), four = run(4);
+  cpu::set_num_threads(before);
+  const char* what[] = {"gather_rows", "combine_rows", "expert_gather", "expert_combine"};
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(same_bits(one[i], four[i])) << what[i];
+}
+
 TEST(CpuExpertRows, DispatchCombineIntoALargerOutput) {
   auto b = make_backend("cpu");
   const int64_t E = 8, k = 2, H = 16;
