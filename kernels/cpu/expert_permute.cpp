@@ -8,14 +8,6 @@
 
 namespace shardlm::cpu {
 
-namespace {
-
-// Rows or tokens are spread over the kernels' threads past this many values (each output row is
-// computed alone, in the same order, so the bits do not depend on the thread count).
-constexpr int64_t kParallelValues = 32768;
-
-}  // namespace
-
 void expert_permute(const int32_t* topk_ids, int64_t T, int64_t k, int32_t e0, int64_t E, const int32_t* pos,
                     int32_t* offsets, int32_t* slot_row, int32_t* row_pair, int64_t* counts) {
   const int64_t P = T * k;

@@ -7,14 +7,6 @@
 
 namespace shardlm::cpu {
 
-namespace {
-
-// Rows or tokens are spread over the kernels' threads past this many values (each output row is
-// computed alone, in the same order, so the bits do not depend on the thread count).
-constexpr int64_t kParallelValues = 32768;
-
-}  // namespace
-
 void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
 #pragma omp parallel for schedule(static) num_threads(num_threads()) if (n * H >= kParallelValues)
   for (int64_t i = 0; i < n; ++i) {

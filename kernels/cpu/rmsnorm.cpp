@@ -19,13 +19,13 @@ inline void norm_row(const float* x, const float* w, int64_t dim, float eps, flo
 }  // namespace
 
 void rmsnorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* out) {
-#pragma omp parallel for schedule(static) num_threads(num_threads()) if (rows * dim >= 32768)
+#pragma omp parallel for schedule(static) num_threads(num_threads()) if (rows * dim >= kParallelValues)
   for (int64_t r = 0; r < rows; ++r) norm_row(x + r * dim, w, dim, eps, out + r * dim);
 }
 
 void add_rmsnorm(float* residual, const float* x, const float* w, int64_t rows, int64_t dim, float eps,
                  float* out) {
-#pragma omp parallel for schedule(static) num_threads(num_threads()) if (rows * dim >= 32768)
+#pragma omp parallel for schedule(static) num_threads(num_threads()) if (rows * dim >= kParallelValues)
   for (int64_t r = 0; r < rows; ++r) {
     float* res = residual + r * dim;
     const float* xr = x + r * dim;

@@ -12,7 +12,7 @@ namespace shardlm::cpu {
 void rope_rotate_half(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
                       const float* inv_freq) {
   const int64_t half = head_dim / 2;
-#pragma omp parallel num_threads(num_threads()) if (T * n_heads * head_dim >= 32768)
+#pragma omp parallel num_threads(num_threads()) if (T * n_heads * head_dim >= kParallelValues)
   {
     std::vector<float> c(half), s(half);
 #pragma omp for schedule(static)

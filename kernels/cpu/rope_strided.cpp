@@ -11,7 +11,7 @@ void rope_strided(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, 
                   int64_t rot_dim, const int32_t* pos, const float* inv_freq, bool interleaved,
                   float attention_factor, float* out) {
   const int64_t half = rot_dim / 2;
-#pragma omp parallel num_threads(num_threads()) if (T * n_heads * rot_dim >= 32768)
+#pragma omp parallel num_threads(num_threads()) if (T * n_heads * rot_dim >= kParallelValues)
   {
     std::vector<float> c(half), s(half), tmp(rot_dim);
 #pragma omp for schedule(static)

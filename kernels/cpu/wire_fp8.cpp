@@ -1,62 +1,23 @@
 #include "cpu/wire_fp8.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "cpu/attention_rows.h"
 #include "cpu/fp8_narrow.h"
 #include "cpu/threads.h"
-#include "fp8_bits.h"
 
 namespace shardlm::cpu {
 
 namespace {
-
-using detail::load16;
-using detail::v16f;
-using detail::v16u;
-
-// Rows are spread over the kernels' threads past this many values (below it, one thread is faster).
-constexpr int64_t kParallelValues = 32768;
-
-// The largest magnitude of x[0..n), NaNs skipped (fp8_bits::nan_skipping_max), 0 for none.
-float group_amax(const float* x, int64_t n) {
-  v16f m{};
-  int64_t k = 0;
-  for (; k + 16 <= n; k += 16) {
-    v16u u;
-    const v16f v = load16(x + k);
-    std::memcpy(&u, &v, sizeof u);
-    u &= 0x7fffffffu;
-    v16f a;
-    std::memcpy(&a, &u, sizeof a);
-    m = detail::select16(a > m, a, m);  // false for NaN
-  }
-  float amax = 0.0f;
-  for (int l = 0; l < 16; ++l) amax = fp8_bits::nan_skipping_max(amax, m[l]);
-  for (; k < n; ++k) amax = fp8_bits::nan_skipping_max(amax, std::fabs(x[k]));
-  return amax;
-}
-
-// codes[k] = from_f32(x[k] / s), k < n.
-void quantise(const float* x, int64_t n, float s, uint8_t* codes) {
-  int64_t k = 0;
-  for (; k + 16 <= n; k += 16) {
-    const detail::v16b q = detail::narrow16_e4m3(load16(x + k) / s);
-    std::memcpy(codes + k, &q, sizeof q);
-  }
-  for (; k < n; ++k) codes[k] = fp8_bits::from_f32(x[k] / s);
-}
 
 // One row of row_len values quantised into its packed bytes (scales, codes, zero padding).
 void pack_row(const float* x, int64_t row_len, int64_t groups, int64_t row_bytes, uint8_t* row) {
   uint8_t* codes = row + 4 * groups;
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t k0 = g * kWireFp8Group, n = std::min(row_len - k0, kWireFp8Group);
-    const float s = fp8_bits::act_scale(group_amax(x + k0, n));
+    const float s = detail::quantise_group_e4m3(x + k0, n, codes + k0);
     std::memcpy(row + 4 * g, &s, sizeof s);
-    quantise(x + k0, n, s, codes + k0);
   }
   std::fill(codes + row_len, row + row_bytes, uint8_t{0});
 }
