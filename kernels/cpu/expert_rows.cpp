@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "bf16_bits.h"
 #include "cpu/threads.h"
 
 namespace shardlm::cpu {
@@ -19,18 +20,36 @@ void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, fl
   }
 }
 
-void combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows, const float* weights,
-                  int64_t T, float* out) {
+namespace {
+
+float value(float v) { return v; }
+float value(uint16_t h) { return bf16_bits::to_f32(h); }
+
+template <typename Y>
+void combine(const Y* y, int64_t H, const int32_t* token_start, const int32_t* rows, const float* weights, int64_t T,
+             float* out) {
 #pragma omp parallel for schedule(static) num_threads(num_threads()) if (T * H >= kParallelValues)
   for (int64_t t = 0; t < T; ++t) {
     float* o = out + t * H;
     std::fill(o, o + H, 0.0f);
     for (int32_t i = token_start[t]; i < token_start[t + 1]; ++i) {
       const float w = weights[i];
-      const float* r = y + static_cast<int64_t>(rows[i]) * H;
-      for (int64_t c = 0; c < H; ++c) o[c] += w * r[c];
+      const Y* r = y + static_cast<int64_t>(rows[i]) * H;
+      for (int64_t c = 0; c < H; ++c) o[c] += w * value(r[c]);
     }
   }
+}
+
+}  // namespace
+
+void combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows, const float* weights,
+                  int64_t T, float* out) {
+  combine(y, H, token_start, rows, weights, T, out);
+}
+
+void combine_rows_bf16(const uint16_t* y, int64_t H, const int32_t* token_start, const int32_t* rows,
+                       const float* weights, int64_t T, float* out) {
+  combine(y, H, token_start, rows, weights, T, out);
 }
 
 }  // namespace shardlm::cpu

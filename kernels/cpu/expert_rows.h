@@ -9,7 +9,9 @@
 //            accumulated from 0 in that order, each product rounded to fp32 before it is added (no
 //            fused multiply-add: the rounding of expert_combine in expert_permute.h, so a combine
 //            fed in ascending expert order matches it bit for bit). out is overwritten; a token
-//            with an empty range gets zeros.
+//            with an empty range gets zeros. combine_rows_bf16 reads y as bf16 rows (a combine's
+//            results as a bf16 wire carries them, kernels/cpu/wire_bf16.h), each widened exactly,
+//            so it gives combine_rows' bits on the widened rows without writing them out first.
 #pragma once
 
 #include <cstdint>
@@ -22,5 +24,7 @@ void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, fl
 
 void combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows, const float* weights,
                   int64_t T, float* out);
+void combine_rows_bf16(const uint16_t* y, int64_t H, const int32_t* token_start, const int32_t* rows,
+                       const float* weights, int64_t T, float* out);
 
 }  // namespace shardlm::cpu

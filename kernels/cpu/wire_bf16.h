@@ -20,4 +20,13 @@ void pack_bf16(const float* src, int64_t blocks, int64_t block_len, int64_t roun
 // dst [blocks, block_len] from src [blocks, wire_bf16_len].
 void unpack_bf16(const uint16_t* src, int64_t blocks, int64_t block_len, int64_t round_len, float* dst);
 
+// Rows gathered onto the wire and off it, so that an exchange's row movement and its packing are
+// one pass (src/arch/expert_dispatch.cpp). A wire row is H bf16 values, rounded as above.
+//   pack_rows    dst [n, H] (bf16): row i is src row rows[i] ([*, H] floats) rounded; zeros where
+//                rows[i] < 0 (the unused places of a fixed-capacity block).
+//   unpack_rows  dst [n, H] (floats): row i is wire row rows[i] of src widened; zeros where
+//                rows[i] < 0.
+void pack_rows_bf16(const float* src, int64_t H, const int32_t* rows, int64_t n, uint16_t* dst);
+void unpack_rows_bf16(const uint16_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst);
+
 }  // namespace shardlm::cpu

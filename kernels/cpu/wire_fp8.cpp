@@ -63,6 +63,13 @@ void walk(const void* src, int64_t blocks, int64_t block_len, int64_t round_len,
   }
 }
 
+// A zero row as pack_row writes it: scale act_scale(0) = 1 per group, zero codes and padding.
+void zero_row(int64_t groups, int64_t row_bytes, uint8_t* row) {
+  const float one = fp8_bits::act_scale(0.0f);
+  for (int64_t g = 0; g < groups; ++g) std::memcpy(row + 4 * g, &one, sizeof one);
+  std::fill(row + 4 * groups, row + row_bytes, uint8_t{0});
+}
+
 }  // namespace
 
 void pack_fp8(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len, uint8_t* dst) {
@@ -71,6 +78,32 @@ void pack_fp8(const float* src, int64_t blocks, int64_t block_len, int64_t round
 
 void unpack_fp8(const uint8_t* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len, float* dst) {
   walk<false>(src, blocks, block_len, round_len, row_len, dst);
+}
+
+void pack_rows_fp8(const float* src, int64_t H, const int32_t* rows, int64_t n, uint8_t* dst) {
+  const int64_t groups = wire_fp8_groups(H), row_bytes = wire_fp8_row_bytes(H);
+#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n * H >= kParallelValues)
+  for (int64_t i = 0; i < n; ++i) {
+    uint8_t* row = dst + i * row_bytes;
+    if (rows[i] < 0) {
+      zero_row(groups, row_bytes, row);
+    } else {
+      pack_row(src + static_cast<int64_t>(rows[i]) * H, H, groups, row_bytes, row);
+    }
+  }
+}
+
+void unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
+  const int64_t groups = wire_fp8_groups(H), row_bytes = wire_fp8_row_bytes(H);
+#pragma omp parallel for schedule(static) num_threads(num_threads()) if (n * H >= kParallelValues)
+  for (int64_t i = 0; i < n; ++i) {
+    float* x = dst + i * H;
+    if (rows[i] < 0) {
+      std::fill(x, x + H, 0.0f);
+    } else {
+      unpack_row(src + static_cast<int64_t>(rows[i]) * row_bytes, H, groups, x);
+    }
+  }
 }
 
 }  // namespace shardlm::cpu

@@ -37,4 +37,13 @@ void pack_fp8(const float* src, int64_t blocks, int64_t block_len, int64_t round
 // dst [blocks, block_len] from src [blocks, wire_fp8_bytes].
 void unpack_fp8(const uint8_t* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len, float* dst);
 
+// Rows gathered onto the wire and off it, so that an exchange's row movement and its packing are
+// one pass (src/arch/expert_dispatch.cpp). A wire row is wire_fp8_row_bytes(H) bytes, as above.
+//   pack_rows    dst [n, wire_fp8_row_bytes(H)]: row i is src row rows[i] ([*, H] floats)
+//                quantised; where rows[i] < 0 a zero row (scales 1, codes 0).
+//   unpack_rows  dst [n, H] (floats): row i is wire row rows[i] of src read back; zeros where
+//                rows[i] < 0.
+void pack_rows_fp8(const float* src, int64_t H, const int32_t* rows, int64_t n, uint8_t* dst);
+void unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst);
+
 }  // namespace shardlm::cpu

@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "bf16_bits.h"
+
 namespace shardlm::cuda {
 
 namespace {
@@ -24,10 +26,15 @@ __global__ void gather_rows_kernel(const float* __restrict__ src, int64_t H, con
   }
 }
 
+__device__ inline float value(float v) { return v; }
+__device__ inline float value(uint16_t h) { return bf16_bits::to_f32(h); }
+
 // One block per token (grid-stride over tokens); each thread sums its columns over the token's
 // range in index order. __fmul_rn / __fadd_rn keep the product and the sum separately rounded
-// whatever the compiler's contraction setting (the CPU reference does not fuse them).
-__global__ void combine_rows_kernel(const float* __restrict__ y, int64_t H, const int32_t* __restrict__ token_start,
+// whatever the compiler's contraction setting (the CPU reference does not fuse them). Y: float
+// rows, or bf16 ones widened exactly.
+template <typename Y>
+__global__ void combine_rows_kernel(const Y* __restrict__ y, int64_t H, const int32_t* __restrict__ token_start,
                                     const int32_t* __restrict__ rows, const float* __restrict__ weights, int64_t T,
                                     float* __restrict__ out) {
   for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
@@ -36,7 +43,7 @@ __global__ void combine_rows_kernel(const float* __restrict__ y, int64_t H, cons
     for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
       float acc = 0.0f;
       for (int32_t i = begin; i < end; ++i)
-        acc = __fadd_rn(acc, __fmul_rn(weights[i], y[static_cast<int64_t>(rows[i]) * H + c]));
+        acc = __fadd_rn(acc, __fmul_rn(weights[i], value(y[static_cast<int64_t>(rows[i]) * H + c])));
       o[c] = acc;
     }
   }
@@ -55,7 +62,13 @@ void launch_gather_rows(const float* src, int64_t H, const int32_t* rows, int64_
 void launch_combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows,
                          const float* weights, int64_t T, float* out, cudaStream_t stream) {
   if (H <= 0 || T <= 0) return;
-  combine_rows_kernel<<<grid_for(T), kRowThreads, 0, stream>>>(y, H, token_start, rows, weights, T, out);
+  combine_rows_kernel<float><<<grid_for(T), kRowThreads, 0, stream>>>(y, H, token_start, rows, weights, T, out);
+}
+
+void launch_combine_rows_bf16(const uint16_t* y, int64_t H, const int32_t* token_start, const int32_t* rows,
+                              const float* weights, int64_t T, float* out, cudaStream_t stream) {
+  if (H <= 0 || T <= 0) return;
+  combine_rows_kernel<uint16_t><<<grid_for(T), kRowThreads, 0, stream>>>(y, H, token_start, rows, weights, T, out);
 }
 
 }  // namespace shardlm::cuda

@@ -21,5 +21,8 @@ void launch_gather_rows(const float* src, int64_t H, const int32_t* rows, int64_
 // token_start[t + 1]) in that order (multiply and add rounded separately); empty range: zeros.
 void launch_combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows,
                          const float* weights, int64_t T, float* out, cudaStream_t stream);
+// The same on bf16 rows y, each widened exactly (a combine's results as a bf16 wire carries them).
+void launch_combine_rows_bf16(const uint16_t* y, int64_t H, const int32_t* token_start, const int32_t* rows,
+                              const float* weights, int64_t T, float* out, cudaStream_t stream);
 
 }  // namespace shardlm::cuda

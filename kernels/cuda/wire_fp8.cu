@@ -86,7 +86,65 @@ void launch(const void* src, int64_t blocks, int64_t block_len, int64_t round_le
       <<<grid, kWarps * 32, 0, stream>>>(src, blocks, block_len, round_len, row_len > 0 ? row_len : 1, dst);
 }
 
+// A warp per 128-value group of a row (grid-stride over the n rows' groups). kPack: wire row i is
+// src row rows[i] quantised as above (a zero row, scales 1 and codes 0, where rows[i] < 0); else
+// dst row i is wire row rows[i] read back (zeros where rows[i] < 0).
+template <bool kPack>
+__global__ void wire_rows_fp8_kernel(const void* __restrict__ src, int64_t H, const int32_t* __restrict__ rows,
+                                     int64_t n, void* __restrict__ dst) {
+  const int64_t groups = cpu::wire_fp8_groups(H), row_bytes = cpu::wire_fp8_row_bytes(H);
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
+  for (int64_t u = first; u < n * groups; u += stride) {  // the same u for a whole warp
+    const int64_t i = u / groups, g = u % groups, k0 = g * cpu::kWireFp8Group;
+    const int64_t len = H - k0 < cpu::kWireFp8Group ? H - k0 : cpu::kWireFp8Group;
+    const int32_t from = rows[i];
+    if (kPack) {
+      uint8_t* row = static_cast<uint8_t*>(dst) + i * row_bytes;
+      uint8_t* codes = row + 4 * groups;
+      float s = fp8_bits::act_scale(0.0f);
+      if (from >= 0) {
+        s = quantise_group_e4m3(static_cast<const float*>(src) + from * H + k0, len, codes + k0, lane);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (lane + 32 * j < len) codes[k0 + lane + 32 * j] = 0;
+      }
+      if (lane == 0) reinterpret_cast<float*>(row)[g] = s;
+      if (g == groups - 1 && H + lane < row_bytes - 4 * groups) codes[H + lane] = 0;
+    } else {
+      float* x = static_cast<float*>(dst) + i * H + k0;
+      const uint8_t* row = static_cast<const uint8_t*>(src) + (from < 0 ? 0 : from * row_bytes);
+      const float s = from < 0 ? 0.0f : reinterpret_cast<const float*>(row)[g];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t k = lane + 32 * j;
+        if (k < len) x[k] = from < 0 ? 0.0f : fp8_bits::to_f32(row[4 * groups + k0 + k]) * s;
+      }
+    }
+  }
+}
+
+template <bool kPack>
+void launch_rows(const void* src, int64_t H, const int32_t* rows, int64_t n, void* dst, cudaStream_t stream) {
+  if (H <= 0 || n <= 0) return;
+  const int64_t x = (n * cpu::wire_fp8_groups(H) + kWarps - 1) / kWarps;
+  wire_rows_fp8_kernel<kPack>
+      <<<static_cast<unsigned>(x < 65535 * 16 ? x : 65535 * 16), kWarps * 32, 0, stream>>>(src, H, rows, n, dst);
+}
+
 }  // namespace
+
+void launch_pack_rows_fp8(const float* src, int64_t H, const int32_t* rows, int64_t n, uint8_t* dst,
+                          cudaStream_t stream) {
+  launch_rows<true>(src, H, rows, n, dst, stream);
+}
+
+void launch_unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst,
+                            cudaStream_t stream) {
+  launch_rows<false>(src, H, rows, n, dst, stream);
+}
 
 void launch_pack_fp8(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len,
                      uint8_t* dst, cudaStream_t stream) {

@@ -27,6 +27,11 @@ constexpr int kSendRows = Scratch::kFeedForward + 20, kRecvRows = Scratch::kFeed
 // host memory by the pointers, and every member must pass the same kind.
 float* floats(Scratch& s, int slot, int64_t n) { return s.get(slot, static_cast<size_t>(std::max<int64_t>(n, 1))); }
 
+// A backend buffer of n bytes (rows on the wire), never null.
+void* bytes(Scratch& s, int slot, int64_t n) {
+  return s.get_as<uint8_t>(slot, static_cast<size_t>(std::max<int64_t>(n, 1)));
+}
+
 // Backend copy of a host index array, in `slot`.
 template <typename T>
 T* upload(Scratch& s, int slot, const std::vector<T>& v) {
@@ -207,12 +212,14 @@ void ExpertDispatch::dispatch(Scratch& scratch, const float* x, const Routing& r
   SHARDLM_CHECK(recv_recs.total < INT32_MAX,
                 "expert dispatch: " << recv_recs.total << " received records do not fit int32 row indices");
 
-  // The rows, in backend memory; the slots, on the host.
-  float* send_x = floats(scratch, kSendRows, static_cast<int64_t>(send_recs.total) * H);
-  b.gather_rows(x, H, upload(scratch, kSendIndex, send_rows_), static_cast<int64_t>(send_recs.total), send_x);
-  float* recv_x = floats(scratch, kRecvRows, static_cast<int64_t>(recv_recs.total) * H);
-  const Layout send_f(recs_to, H), recv_f(recs_from, H);
-  wire_all_to_allv(*ep_, scratch, wire_, H, send_x, send_f.counts, send_f.displs, recv_x, recv_f.counts, recv_f.displs);
+  // The rows, in backend memory, gathered straight onto the wire; the slots, on the host.
+  const int64_t row_bytes = wire_row_bytes(wire_, H);
+  void* send_x = bytes(scratch, kSendRows, static_cast<int64_t>(send_recs.total) * row_bytes);
+  pack_wire_rows(b, wire_, x, H, upload(scratch, kSendIndex, send_rows_), static_cast<int64_t>(send_recs.total),
+                 send_x);
+  void* recv_x = bytes(scratch, kRecvRows, static_cast<int64_t>(recv_recs.total) * row_bytes);
+  wire_rows_all_to_allv(*ep_, wire_, H, send_x, send_recs.counts, send_recs.displs, recv_x, recv_recs.counts,
+                        recv_recs.displs);
   recv_slots_.resize(recv_recs.total * static_cast<size_t>(slots));
   const Layout send_s(recs_to, slots), recv_s(recs_from, slots);
   ep_->all_to_allv(send_slots_.data(), send_s.counts, send_s.displs, recv_slots_.data(), recv_s.counts,
@@ -260,7 +267,8 @@ void ExpertDispatch::dispatch(Scratch& scratch, const float* x, const Routing& r
   }
   input_ = floats(scratch, kInput, R * H);
   output_ = floats(scratch, kOutput, R * H);
-  b.gather_rows(recv_x, H, upload(scratch, kInputIndex, input_rows_), R, input_);
+  // Read back off the wire as they are gathered per expert.
+  unpack_wire_rows(b, wire_, recv_x, H, upload(scratch, kInputIndex, input_rows_), R, input_);
   b.synchronize();
   dispatch_seconds = since(t0);
 }
@@ -273,7 +281,8 @@ void ExpertDispatch::combine(Scratch& scratch, float* out, int64_t out_rows, int
                 "expert dispatch: " << T_ << " tokens from row " << first << " of " << out_rows);
   SHARDLM_CHECK(out_rows < INT32_MAX, "expert dispatch: " << out_rows << " output rows");
   const int64_t H = H_, k = k_, P = T_ * k;
-  const float* result = output_;
+  const void* result = output_;
+  ExpertWire result_wire = ExpertWire::kF32;
   combine_bytes = 0;
   if (ep_) {
     // Results back to their tokens' ranks: per source rank, ordered (local expert, record), which
@@ -294,27 +303,29 @@ void ExpertDispatch::combine(Scratch& scratch, float* out, int64_t out_rows, int
       for (int64_t e = 0; e < L; ++e)
         for (int64_t c = 0; c < from_cnt_[s * L + e]; ++c)
           result_rows_[pos++] = static_cast<int32_t>(row0[s * L + e] + c);
-    const Layout send_f(pairs_from_, H), recv_f(pairs_to_, H);
-    SHARDLM_CHECK(static_cast<int64_t>(recv_f.total) == P * H,
-                  "expert dispatch: " << recv_f.total / static_cast<size_t>(H) << " results due for " << P << " pairs");
-    float* send_res = floats(scratch, kSendRows, static_cast<int64_t>(send_f.total));
-    b.gather_rows(output_, H, upload(scratch, kResultIndex, result_rows_), static_cast<int64_t>(result_rows_.size()),
-                  send_res);
-    float* recv_res = floats(scratch, kRecvRows, static_cast<int64_t>(recv_f.total));
-    wire_all_to_allv(*ep_, scratch, combine_wire(wire_), H, send_res, send_f.counts, send_f.displs, recv_res,
-                     recv_f.counts, recv_f.displs);
-    for (int s = 0; s < n; ++s) {
-      const auto floats_to_s = static_cast<int64_t>(send_f.counts[s]);
-      if (s != rank_) combine_bytes += wire_block_bytes(combine_wire(wire_), floats_to_s, floats_to_s, H);
-    }
+    const Layout send_p(pairs_from_, 1), recv_p(pairs_to_, 1);
+    SHARDLM_CHECK(static_cast<int64_t>(recv_p.total) == P,
+                  "expert dispatch: " << recv_p.total << " results due for " << P << " pairs");
+    // Gathered straight onto the wire; the sum below reads them off it.
+    result_wire = combine_wire(wire_);
+    const int64_t row_bytes = wire_row_bytes(result_wire, H);
+    void* send_res = bytes(scratch, kSendRows, static_cast<int64_t>(send_p.total) * row_bytes);
+    pack_wire_rows(b, result_wire, output_, H, upload(scratch, kResultIndex, result_rows_),
+                   static_cast<int64_t>(result_rows_.size()), send_res);
+    void* recv_res = bytes(scratch, kRecvRows, P * row_bytes);
+    wire_rows_all_to_allv(*ep_, result_wire, H, send_res, send_p.counts, send_p.displs, recv_res, recv_p.counts,
+                          recv_p.displs);
+    for (int s = 0; s < n; ++s)
+      if (s != rank_) combine_bytes += static_cast<int64_t>(send_p.counts[s]) * row_bytes;
     result = recv_res;
   }
   // Token first + t sums its pairs [t * k, (t + 1) * k) of token_pairs_; the other rows are empty.
   token_start_.resize(static_cast<size_t>(out_rows + 1));
   for (int64_t u = 0; u <= out_rows; ++u)
     token_start_[u] = static_cast<int32_t>(std::clamp<int64_t>(u - first, 0, T_) * k);
-  b.combine_rows(result, H, upload(scratch, kTokenStart, token_start_), upload(scratch, kTokenPairs, token_pairs_),
-                 upload(scratch, kTokenWeights, token_weights_), out_rows, out);
+  combine_wire_rows(b, result_wire, result, H, upload(scratch, kTokenStart, token_start_),
+                    upload(scratch, kTokenPairs, token_pairs_), upload(scratch, kTokenWeights, token_weights_),
+                    out_rows, out);
   b.synchronize();
   combine_seconds = since(t0);
 }

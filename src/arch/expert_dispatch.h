@@ -34,9 +34,12 @@
 // never null (a zero-size step passes a one-float scratch buffer), so every member passes device
 // memory to the row calls and host memory to the count and slot calls.
 //
-// Backend memory comes from the caller's Scratch: slots Scratch::kFeedForward + 20 .. + 29 (and
-// + 38, + 39 for rows on a bf16 or fp8 wire), valid from dispatch until the next dispatch (input() and
-// output() included).
+// On a bf16 or fp8 wire the rows are gathered straight onto the wire and read back off it as the
+// owner gathers them per expert, and the combine sums the bf16 results where they arrive
+// (arch/expert_wire.h pack_wire_rows): no fp32 copy of a row is made for the exchange.
+//
+// Backend memory comes from the caller's Scratch: slots Scratch::kFeedForward + 20 .. + 29, valid
+// from dispatch until the next dispatch (input() and output() included).
 #pragma once
 
 #include <cstdint>

@@ -85,12 +85,11 @@ void ExpertExchange::combine(Scratch& scratch, const int32_t* ids, const float* 
   ComputeBackend& b = scratch.backend();
   const int64_t ep = shape_.ep, H = H_, R = shape_.block_rows(), Cc = shape_.Cc;
   void* stream = b.current_stream();
-  // The dispatch's row blocks are used up: the returned blocks go through the same buffers.
-  float* send_rows = scratch.get(kSendRows, at_least_one(ep * std::max(R, Cc) * H));
+  // The dispatch's row blocks are used up: the returned blocks come back through the same buffer.
   float* recv_rows = scratch.get(kRecvRows, at_least_one(ep * std::max(R, Cc) * H));
   const int32_t* back_row = scratch.get_as<int32_t>(kBackRow, at_least_one(ep * Cc));
-  b.gather_rows(output_, H, back_row, ep * Cc, send_rows);
-  wire_enqueue_all_to_all(*ep_, scratch, combine_wire(wire_), send_rows, recv_rows, Cc * H, Cc * H, H, stream);
+  // The results gathered straight onto the wire (a block holds rows only).
+  wire_enqueue_rows_all_to_all(*ep_, scratch, combine_wire(wire_), output_, H, back_row, Cc, recv_rows, stream);
   if (T_ > 0) b.expert_combine(recv_rows, H, ids, weights, pair_row_, T_, shape_.k, out);
 }
 

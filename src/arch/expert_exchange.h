@@ -22,7 +22,7 @@
 // expert does, so a decode step gives the eager expert-parallel step's bits and the single-rank
 // step's.
 //
-// Scratch slots Scratch::kFeedForward + 30 .. + 37 (and + 38, + 39 for rows on a bf16 or fp8 wire),
+// Scratch slots Scratch::kFeedForward + 30 .. + 39 (+ 38 and + 39 for the packed rows),
 // valid from dispatch until the next dispatch.
 #pragma once
 

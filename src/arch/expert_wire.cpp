@@ -19,21 +19,23 @@ T* wire_buffer(Scratch& s, int slot, int64_t n) {
   return s.get_as<T>(slot, static_cast<size_t>(std::max<int64_t>(n, 1)));
 }
 
-size_t extent(const std::vector<size_t>& counts, const std::vector<size_t>& displs) {
-  size_t n = 0;
-  for (size_t r = 0; r < counts.size(); ++r) n = std::max(n, displs[r] + counts[r]);
-  return n;
+CommDType wire_dtype(ExpertWire w) {
+  switch (w) {
+    case ExpertWire::kBf16:
+      return CommDType::kBF16;
+    case ExpertWire::kFp8:
+      return CommDType::kU8;
+    default:
+      return CommDType::kF32;
+  }
 }
 
-// Counts or displacements in floats of whole rows, as bytes of packed fp8 rows.
-std::vector<size_t> fp8_bytes(const std::vector<size_t>& floats, int64_t row_len) {
-  const auto len = static_cast<size_t>(row_len), row_bytes = static_cast<size_t>(cpu::wire_fp8_row_bytes(row_len));
-  std::vector<size_t> bytes(floats.size());
-  for (size_t r = 0; r < floats.size(); ++r) {
-    SHARDLM_CHECK(floats[r] % len == 0, "wire: " << floats[r] << " floats are not rows of " << row_len);
-    bytes[r] = floats[r] / len * row_bytes;
-  }
-  return bytes;
+// Counts or displacements in rows as elements of the wire's type.
+std::vector<size_t> row_elements(ExpertWire w, const std::vector<size_t>& rows, int64_t H) {
+  const auto per_row = static_cast<size_t>(w == ExpertWire::kFp8 ? cpu::wire_fp8_row_bytes(H) : H);
+  std::vector<size_t> elements(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) elements[r] = rows[r] * per_row;
+  return elements;
 }
 
 }  // namespace
@@ -69,33 +71,51 @@ int64_t wire_block_bytes(ExpertWire w, int64_t block_len, int64_t round_len, int
   }
 }
 
-void wire_all_to_allv(Communicator& c, Scratch& scratch, ExpertWire w, int64_t row_len, const float* send,
-                      const std::vector<size_t>& send_counts, const std::vector<size_t>& send_displs, float* recv,
-                      const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs) {
-  if (w == ExpertWire::kF32) {
-    c.all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, CommDType::kF32);
-    return;
+int64_t wire_row_bytes(ExpertWire w, int64_t row_len) { return wire_block_bytes(w, row_len, row_len, row_len); }
+
+void pack_wire_rows(ComputeBackend& b, ExpertWire w, const float* src, int64_t H, const int32_t* rows, int64_t n,
+                    void* dst) {
+  switch (w) {
+    case ExpertWire::kBf16:
+      b.pack_rows_bf16(src, H, rows, n, static_cast<uint16_t*>(dst));
+      return;
+    case ExpertWire::kFp8:
+      b.pack_rows_fp8(src, H, rows, n, static_cast<uint8_t*>(dst));
+      return;
+    default:
+      b.gather_rows(src, H, rows, n, static_cast<float*>(dst));
   }
-  // Every row packed: one block of them, so a peer's rows stay contiguous on the wire.
-  const auto n_send = static_cast<int64_t>(extent(send_counts, send_displs));
-  const auto n_recv = static_cast<int64_t>(extent(recv_counts, recv_displs));
-  ComputeBackend& b = scratch.backend();
+}
+
+void unpack_wire_rows(ComputeBackend& b, ExpertWire w, const void* src, int64_t H, const int32_t* rows, int64_t n,
+                      float* dst) {
+  switch (w) {
+    case ExpertWire::kBf16:
+      b.unpack_rows_bf16(static_cast<const uint16_t*>(src), H, rows, n, dst);
+      return;
+    case ExpertWire::kFp8:
+      b.unpack_rows_fp8(static_cast<const uint8_t*>(src), H, rows, n, dst);
+      return;
+    default:
+      b.gather_rows(static_cast<const float*>(src), H, rows, n, dst);
+  }
+}
+
+void combine_wire_rows(ComputeBackend& b, ExpertWire w, const void* y, int64_t H, const int32_t* token_start,
+                       const int32_t* rows, const float* weights, int64_t T, float* out) {
+  SHARDLM_CHECK(w != ExpertWire::kFp8, "wire: a combine's results do not travel in fp8");
   if (w == ExpertWire::kBf16) {
-    uint16_t* send_w = wire_buffer<uint16_t>(scratch, kSendWire, n_send);
-    uint16_t* recv_w = wire_buffer<uint16_t>(scratch, kRecvWire, n_recv);
-    b.pack_bf16(send, 1, n_send, n_send, send_w);
-    c.all_to_allv(send_w, send_counts, send_displs, recv_w, recv_counts, recv_displs, CommDType::kBF16);
-    b.unpack_bf16(recv_w, 1, n_recv, n_recv, recv);
-    return;
+    b.combine_rows_bf16(static_cast<const uint16_t*>(y), H, token_start, rows, weights, T, out);
+  } else {
+    b.combine_rows(static_cast<const float*>(y), H, token_start, rows, weights, T, out);
   }
-  SHARDLM_CHECK(row_len > 0 && n_send % row_len == 0 && n_recv % row_len == 0,
-                "wire: " << n_send << " and " << n_recv << " floats are not rows of " << row_len);
-  uint8_t* send_w = wire_buffer<uint8_t>(scratch, kSendWire, cpu::wire_fp8_bytes(n_send, n_send, row_len));
-  uint8_t* recv_w = wire_buffer<uint8_t>(scratch, kRecvWire, cpu::wire_fp8_bytes(n_recv, n_recv, row_len));
-  b.pack_fp8(send, 1, n_send, n_send, row_len, send_w);
-  c.all_to_allv(send_w, fp8_bytes(send_counts, row_len), fp8_bytes(send_displs, row_len), recv_w,
-                fp8_bytes(recv_counts, row_len), fp8_bytes(recv_displs, row_len), CommDType::kU8);
-  b.unpack_fp8(recv_w, 1, n_recv, n_recv, row_len, recv);
+}
+
+void wire_rows_all_to_allv(Communicator& c, ExpertWire w, int64_t H, const void* send,
+                           const std::vector<size_t>& send_counts, const std::vector<size_t>& send_displs, void* recv,
+                           const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs) {
+  c.all_to_allv(send, row_elements(w, send_counts, H), row_elements(w, send_displs, H), recv,
+                row_elements(w, recv_counts, H), row_elements(w, recv_displs, H), wire_dtype(w));
 }
 
 void wire_enqueue_all_to_all(Communicator& c, Scratch& scratch, ExpertWire w, const float* send, float* recv,
@@ -125,6 +145,28 @@ void wire_enqueue_all_to_all(Communicator& c, Scratch& scratch, ExpertWire w, co
   b.pack_fp8(send, n, block_len, round_len, row_len, send_w);
   c.enqueue_all_to_all(send_w, recv_w, static_cast<size_t>(wire), CommDType::kU8, stream);
   b.unpack_fp8(recv_w, n, block_len, round_len, row_len, recv);
+}
+
+void wire_enqueue_rows_all_to_all(Communicator& c, Scratch& scratch, ExpertWire w, const float* src, int64_t H,
+                                  const int32_t* rows, int64_t rows_per_block, float* recv, void* stream) {
+  const int64_t n = c.size() * rows_per_block, row_bytes = wire_row_bytes(w, H);
+  uint8_t* send_w = wire_buffer<uint8_t>(scratch, kSendWire, n * row_bytes);
+  pack_wire_rows(scratch.backend(), w, src, H, rows, n, send_w);
+  const auto per_block = static_cast<size_t>(rows_per_block * row_bytes);
+  if (w == ExpertWire::kF32) {
+    c.enqueue_all_to_all(send_w, recv, per_block / sizeof(float), CommDType::kF32, stream);
+    return;
+  }
+  uint8_t* recv_w = wire_buffer<uint8_t>(scratch, kRecvWire, n * row_bytes);
+  c.enqueue_all_to_all(send_w, recv_w, per_block / static_cast<size_t>(w == ExpertWire::kBf16 ? 2 : 1), wire_dtype(w),
+                       stream);
+  // Rows packed back to back are one block of rows all rounded, so the block unpack reads them.
+  ComputeBackend& b = scratch.backend();
+  if (w == ExpertWire::kBf16) {
+    b.unpack_bf16(reinterpret_cast<const uint16_t*>(recv_w), 1, n * H, n * H, recv);
+  } else {
+    b.unpack_fp8(recv_w, 1, n * H, n * H, H, recv);
+  }
 }
 
 }  // namespace shardlm

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "arch/scratch.h"
+#include "compute/backend.h"
 
 namespace shardlm {
 
@@ -39,17 +40,38 @@ ExpertWire combine_wire(ExpertWire w);
 // row_len for fp8, the rest whole words.
 int64_t wire_block_bytes(ExpertWire w, int64_t block_len, int64_t round_len, int64_t row_len);
 
-// The communicator's all_to_allv of rows of row_len floats (counts and displacements in floats,
-// multiples of row_len), every row on the wire as `w` says. With bf16 or fp8 the packed rows use
-// scratch slots Scratch::kFeedForward + 38 and + 39.
-void wire_all_to_allv(Communicator& c, Scratch& scratch, ExpertWire w, int64_t row_len, const float* send,
-                      const std::vector<size_t>& send_counts, const std::vector<size_t>& send_displs, float* recv,
-                      const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs);
+// Bytes one row of row_len floats takes on wire w.
+int64_t wire_row_bytes(ExpertWire w, int64_t row_len);
+
+// An eager exchange's rows, moved onto the wire and off it in one pass each (the gather and the
+// packing fused; fp32 is a plain gather_rows):
+//   pack     dst: n wire rows of wire_row_bytes(w, H), row i src row rows[i] ([*, H] floats);
+//   unpack   dst [n, H] floats: row i the wire row rows[i] of src, read back;
+//   combine  the backend's combine_rows on wire rows y (fp32 or bf16: a combine's wire).
+// Zeros where rows[i] < 0 (fp8: a zero row, scales 1).
+void pack_wire_rows(ComputeBackend& b, ExpertWire w, const float* src, int64_t H, const int32_t* rows, int64_t n,
+                    void* dst);
+void unpack_wire_rows(ComputeBackend& b, ExpertWire w, const void* src, int64_t H, const int32_t* rows, int64_t n,
+                      float* dst);
+void combine_wire_rows(ComputeBackend& b, ExpertWire w, const void* y, int64_t H, const int32_t* token_start,
+                       const int32_t* rows, const float* weights, int64_t T, float* out);
+
+// The communicator's all_to_allv of whole rows of H floats on wire w, packed (counts and
+// displacements in rows).
+void wire_rows_all_to_allv(Communicator& c, ExpertWire w, int64_t H, const void* send,
+                           const std::vector<size_t>& send_counts, const std::vector<size_t>& send_displs, void* recv,
+                           const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs);
 
 // A fixed all-to-all queued on `stream` (a captured exchange): one block of block_len words to
 // and from each rank, the first round_len of each block floats (rows of row_len) on the wire as
-// `w` says, the rest sent whole. Slots as wire_all_to_allv's.
+// `w` says, the rest sent whole. The packed blocks use scratch slots Scratch::kFeedForward + 38 and
+// + 39.
 void wire_enqueue_all_to_all(Communicator& c, Scratch& scratch, ExpertWire w, const float* send, float* recv,
                              int64_t block_len, int64_t round_len, int64_t row_len, void* stream);
+// The same for blocks of rows only, each gathered onto the wire as it is packed: block p's row q
+// is src row rows[p * rows_per_block + q] (pack_wire_rows), read back into recv
+// [c.size() * rows_per_block, H]. Slots as above.
+void wire_enqueue_rows_all_to_all(Communicator& c, Scratch& scratch, ExpertWire w, const float* src, int64_t H,
+                                  const int32_t* rows, int64_t rows_per_block, float* recv, void* stream);
 
 }  // namespace shardlm

@@ -319,6 +319,17 @@ class ComputeBackend {
                         uint8_t* dst) = 0;
   virtual void unpack_fp8(const uint8_t* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len,
                           float* dst) = 0;
+  // Rows gathered onto a wire and off it in one pass (kernels/cpu/wire_bf16.h, wire_fp8.h
+  // pack_rows / unpack_rows): an eager exchange's row movement and packing at once. Wire row i is
+  // src row rows[i] ([*, H] floats) packed; dst row i ([n, H] floats) is wire row rows[i] read back.
+  virtual void pack_rows_bf16(const float* src, int64_t H, const int32_t* rows, int64_t n, uint16_t* dst) = 0;
+  virtual void unpack_rows_bf16(const uint16_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) = 0;
+  virtual void pack_rows_fp8(const float* src, int64_t H, const int32_t* rows, int64_t n, uint8_t* dst) = 0;
+  virtual void unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) = 0;
+  // combine_rows on rows y in bf16 (the combine's results as a bf16 wire carries them), each
+  // widened exactly: combine_rows' bits without writing the widened rows out.
+  virtual void combine_rows_bf16(const uint16_t* y, int64_t H, const int32_t* token_start, const int32_t* rows,
+                                 const float* weights, int64_t T, float* out) = 0;
   // The index plans of a fixed-capacity exchange, built where the routing is, so that a captured
   // step holds a whole expert-parallel MoE layer (kernels/cpu/expert_exchange.h defines them).
   // Every pointer is backend memory; counts may be null. blocks: the dispatch blocks (the send

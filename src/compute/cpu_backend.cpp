@@ -341,6 +341,27 @@ void CpuBackend::combine_rows(const float* y, int64_t H, const int32_t* token_st
   cpu::combine_rows(y, H, token_start, rows, weights, T, out);
 }
 
+void CpuBackend::pack_rows_bf16(const float* src, int64_t H, const int32_t* rows, int64_t n, uint16_t* dst) {
+  cpu::pack_rows_bf16(src, H, rows, n, dst);
+}
+
+void CpuBackend::unpack_rows_bf16(const uint16_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
+  cpu::unpack_rows_bf16(src, H, rows, n, dst);
+}
+
+void CpuBackend::pack_rows_fp8(const float* src, int64_t H, const int32_t* rows, int64_t n, uint8_t* dst) {
+  cpu::pack_rows_fp8(src, H, rows, n, dst);
+}
+
+void CpuBackend::unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
+  cpu::unpack_rows_fp8(src, H, rows, n, dst);
+}
+
+void CpuBackend::combine_rows_bf16(const uint16_t* y, int64_t H, const int32_t* token_start, const int32_t* rows,
+                                   const float* weights, int64_t T, float* out) {
+  cpu::combine_rows_bf16(y, H, token_start, rows, weights, T, out);
+}
+
 const int32_t* const* CpuBackend::token_tables(const BlockTables& tables, int64_t T) {
   // Host memory is backend memory here, so either copy of the arrays will do.
   const int32_t* blocks = tables.host_blocks ? tables.host_blocks : tables.blocks;

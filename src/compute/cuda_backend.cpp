@@ -641,6 +641,32 @@ void CudaBackend::combine_rows(const float* y, int64_t H, const int32_t* token_s
   check_launch("combine_rows");
 }
 
+void CudaBackend::pack_rows_bf16(const float* src, int64_t H, const int32_t* rows, int64_t n, uint16_t* dst) {
+  cuda::launch_pack_rows_bf16(src, H, rows, n, dst, stream_of(stream_));
+  check_launch("pack_rows_bf16");
+}
+
+void CudaBackend::unpack_rows_bf16(const uint16_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
+  cuda::launch_unpack_rows_bf16(src, H, rows, n, dst, stream_of(stream_));
+  check_launch("unpack_rows_bf16");
+}
+
+void CudaBackend::pack_rows_fp8(const float* src, int64_t H, const int32_t* rows, int64_t n, uint8_t* dst) {
+  cuda::launch_pack_rows_fp8(src, H, rows, n, dst, stream_of(stream_));
+  check_launch("pack_rows_fp8");
+}
+
+void CudaBackend::unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
+  cuda::launch_unpack_rows_fp8(src, H, rows, n, dst, stream_of(stream_));
+  check_launch("unpack_rows_fp8");
+}
+
+void CudaBackend::combine_rows_bf16(const uint16_t* y, int64_t H, const int32_t* token_start, const int32_t* rows,
+                                    const float* weights, int64_t T, float* out) {
+  cuda::launch_combine_rows_bf16(y, H, token_start, rows, weights, T, out, stream_of(stream_));
+  check_launch("combine_rows_bf16");
+}
+
 void* CudaBackend::sample_buffer(int i, size_t bytes) {
   if (bytes > sample_bytes_[i]) {
     // The previous sample() waited for its kernel, so nothing reads the old buffer any more.

@@ -224,6 +224,22 @@ class RecordingBackend final : public ComputeBackend {
                     int64_t T, float* out) override {
     op([=, this] { cpu_.combine_rows(y, H, token_start, rows, weights, T, out); });
   }
+  void pack_rows_bf16(const float* src, int64_t H, const int32_t* rows, int64_t n, uint16_t* dst) override {
+    op([=, this] { cpu_.pack_rows_bf16(src, H, rows, n, dst); });
+  }
+  void unpack_rows_bf16(const uint16_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override {
+    op([=, this] { cpu_.unpack_rows_bf16(src, H, rows, n, dst); });
+  }
+  void pack_rows_fp8(const float* src, int64_t H, const int32_t* rows, int64_t n, uint8_t* dst) override {
+    op([=, this] { cpu_.pack_rows_fp8(src, H, rows, n, dst); });
+  }
+  void unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override {
+    op([=, this] { cpu_.unpack_rows_fp8(src, H, rows, n, dst); });
+  }
+  void combine_rows_bf16(const uint16_t* y, int64_t H, const int32_t* token_start, const int32_t* rows,
+                         const float* weights, int64_t T, float* out) override {
+    op([=, this] { cpu_.combine_rows_bf16(y, H, token_start, rows, weights, T, out); });
+  }
 
  private:
   template <typename F>

@@ -557,6 +557,77 @@ TEST_F(CudaBackendOps, WireFp8MatchesCpu) {
   }
 }
 
+// Rows gathered onto a wire and off it in one pass (pack_rows / unpack_rows, bf16 and fp8) and
+// the combine read off bf16 rows: the CPU's bits, with NaNs, infinities and saturating values
+// planted, repeated and -1 rows, partial 128-value groups, rows of one value and of 7168, and
+// 70000 rows. NaN signs as in WireFp8MatchesCpu.
+TEST_F(CudaBackendOps, WireRowsMatchCpu) {
+  std::mt19937 g(31);
+  using Case = std::tuple<int64_t, int64_t, int64_t>;  // source rows, H, rows moved
+  for (auto [R, H, n] :
+       {Case{1, 1, 1}, Case{9, 130, 40}, Case{40, 300, 200}, Case{64, 7168, 48}, Case{3000, 128, 70000}}) {
+    auto src = randn(static_cast<size_t>(R * H), static_cast<uint32_t>(60 + H));
+    const uint32_t planted[] = {0x7fa00000u, 0xff800000u, 0x3f808000u, 0x43e40000u, 0x80000000u, 0xffffffffu};
+    for (size_t i = 0; i < src.size(); i += 31) std::memcpy(&src[i], &planted[(i / 31) % 6], sizeof(float));
+    std::vector<int32_t> rows(static_cast<size_t>(n));
+    for (auto& r : rows) r = static_cast<int32_t>(g() % (R + 1)) - 1;
+    const float* src_g = up(*gpu_, src);
+    const int32_t* rows_g = up(*gpu_, rows);
+    const auto same_floats = [](const std::vector<float>& a, const std::vector<float>& b) {
+      size_t differ = 0;
+      for (size_t i = 0; i < a.size(); ++i)
+        differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0 && !(std::isnan(a[i]) && std::isnan(b[i]));
+      return differ;
+    };
+    // bf16: onto the wire, and back through the reversed index.
+    std::vector<uint16_t> p16_c(static_cast<size_t>(n * H));
+    cpu_.pack_rows_bf16(src.data(), H, rows.data(), n, p16_c.data());
+    uint16_t* p16_g = up(*gpu_, std::vector<uint16_t>(p16_c.size(), 0xdead));
+    gpu_->pack_rows_bf16(src_g, H, rows_g, n, p16_g);
+    EXPECT_EQ(down(*gpu_, p16_g, p16_c.size()), p16_c) << "bf16 rows " << R << " x " << H << ", " << n;
+    std::vector<int32_t> back(rows.size());
+    for (int64_t i = 0; i < n; ++i) back[i] = i % 5 == 4 ? -1 : static_cast<int32_t>(n - 1 - i);
+    const int32_t* back_g = up(*gpu_, back);
+    std::vector<float> b16_c(static_cast<size_t>(n * H));
+    cpu_.unpack_rows_bf16(p16_c.data(), H, back.data(), n, b16_c.data());
+    float* b16_g = up(*gpu_, std::vector<float>(b16_c.size(), -3.0f));
+    gpu_->unpack_rows_bf16(p16_g, H, back_g, n, b16_g);
+    EXPECT_EQ(same_floats(down(*gpu_, b16_g, b16_c.size()), b16_c), 0u) << "bf16 back " << R << " x " << H;
+    // fp8 likewise.
+    const int64_t row_bytes = cpu::wire_fp8_row_bytes(H), groups = cpu::wire_fp8_groups(H);
+    std::vector<uint8_t> p8_c(static_cast<size_t>(n * row_bytes));
+    cpu_.pack_rows_fp8(src.data(), H, rows.data(), n, p8_c.data());
+    uint8_t* p8_g = up(*gpu_, std::vector<uint8_t>(p8_c.size(), 0xcd));
+    gpu_->pack_rows_fp8(src_g, H, rows_g, n, p8_g);
+    const auto p8 = down(*gpu_, p8_g, p8_c.size());
+    const auto nan_code = [](uint8_t c) { return (c & 0x7f) == 0x7f; };
+    size_t first = p8.size();
+    for (size_t i = 0; i < p8.size() && first == p8.size(); ++i) {
+      const int64_t in_row = static_cast<int64_t>(i) % row_bytes;
+      const bool code = in_row >= 4 * groups && in_row < 4 * groups + H;
+      if (p8[i] != p8_c[i] && !(code && nan_code(p8[i]) && nan_code(p8_c[i]))) first = i;
+    }
+    EXPECT_EQ(first, p8.size()) << "fp8 rows " << R << " x " << H << ": byte " << first << " differs";
+    std::vector<float> b8_c(static_cast<size_t>(n * H));
+    cpu_.unpack_rows_fp8(p8_c.data(), H, back.data(), n, b8_c.data());
+    float* b8_g = up(*gpu_, std::vector<float>(b8_c.size(), -3.0f));
+    gpu_->unpack_rows_fp8(p8_g, H, back_g, n, b8_g);
+    EXPECT_EQ(same_floats(down(*gpu_, b8_g, b8_c.size()), b8_c), 0u) << "fp8 back " << R << " x " << H;
+    // The combine read off the bf16 rows: tokens of 0..5 of them.
+    const int64_t T = n / 3 + 1;
+    std::vector<int32_t> start(static_cast<size_t>(T + 1), 0);
+    for (int64_t t = 0; t < T; ++t) start[t + 1] = start[t] + static_cast<int32_t>(g() % 6);
+    std::vector<int32_t> pick(static_cast<size_t>(start[T]));
+    for (auto& r : pick) r = static_cast<int32_t>(g() % std::max<int64_t>(n, 1));
+    const auto w = randn(pick.size(), 61);
+    std::vector<float> out_c(static_cast<size_t>(T * H));
+    cpu_.combine_rows_bf16(p16_c.data(), H, start.data(), pick.data(), w.data(), T, out_c.data());
+    float* out_g = up(*gpu_, std::vector<float>(out_c.size(), 7.0f));
+    gpu_->combine_rows_bf16(p16_g, H, up(*gpu_, start), up(*gpu_, pick), up(*gpu_, w), T, out_g);
+    EXPECT_EQ(same_floats(down(*gpu_, out_g, out_c.size()), out_c), 0u) << "bf16 combine " << R << " x " << H;
+  }
+}
+
 // The largest magnitude folded into a running maximum: the CPU's value (a maximum does not round),
 // over sizes below one block, across the grid-stride loop (more than 1024 blocks of 256), with a
 // negative extreme planted last and a NaN (skipped), and folding into what the accumulator held.
