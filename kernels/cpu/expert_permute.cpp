@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "bf16_bits.h"
 #include "cpu/threads.h"
 
 namespace shardlm::cpu {
@@ -46,8 +47,14 @@ void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair
     std::memcpy(xp + r * H, x + (row_pair[r] / k) * H, static_cast<size_t>(H) * sizeof(float));
 }
 
-void expert_combine(const float* yp, int64_t H, const int32_t* topk_ids, const float* topk_w,
-                    const int32_t* slot_row, int64_t T, int64_t k, float* out) {
+namespace {
+
+float value(float v) { return v; }
+float value(uint16_t h) { return bf16_bits::to_f32(h); }
+
+template <typename Y>
+void combine(const Y* yp, int64_t H, const int32_t* topk_ids, const float* topk_w, const int32_t* slot_row, int64_t T,
+             int64_t k, float* out) {
 #pragma omp parallel num_threads(num_threads()) if (T * H >= kParallelValues)
   {
     std::vector<int64_t> order(static_cast<size_t>(k));
@@ -64,11 +71,23 @@ void expert_combine(const float* yp, int64_t H, const int32_t* topk_ids, const f
       std::fill(o, o + H, 0.0f);
       for (int64_t i = 0; i < n; ++i) {
         const float w = topk_w[t * k + order[i]];
-        const float* y = yp + static_cast<int64_t>(rows[order[i]]) * H;
-        for (int64_t c = 0; c < H; ++c) o[c] += w * y[c];
+        const Y* y = yp + static_cast<int64_t>(rows[order[i]]) * H;
+        for (int64_t c = 0; c < H; ++c) o[c] += w * value(y[c]);
       }
     }
   }
+}
+
+}  // namespace
+
+void expert_combine(const float* yp, int64_t H, const int32_t* topk_ids, const float* topk_w, const int32_t* slot_row,
+                    int64_t T, int64_t k, float* out) {
+  combine(yp, H, topk_ids, topk_w, slot_row, T, k, out);
+}
+
+void expert_combine_bf16(const uint16_t* yp, int64_t H, const int32_t* topk_ids, const float* topk_w,
+                         const int32_t* slot_row, int64_t T, int64_t k, float* out) {
+  combine(yp, H, topk_ids, topk_w, slot_row, T, k, out);
 }
 
 }  // namespace shardlm::cpu

@@ -31,5 +31,9 @@ void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair
 
 void expert_combine(const float* yp, int64_t H, const int32_t* topk_ids, const float* topk_w,
                     const int32_t* slot_row, int64_t T, int64_t k, float* out);
+// The same on rows yp in bf16 (a captured combine's results as a bf16 wire carries them), each
+// widened exactly: expert_combine's bits on the widened rows.
+void expert_combine_bf16(const uint16_t* yp, int64_t H, const int32_t* topk_ids, const float* topk_w,
+                         const int32_t* slot_row, int64_t T, int64_t k, float* out);
 
 }  // namespace shardlm::cpu

@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "bf16_bits.h"
+
 namespace shardlm::cuda {
 
 namespace {
@@ -95,9 +97,14 @@ __global__ void expert_gather_kernel(const float* __restrict__ x, int64_t H, int
   }
 }
 
-__global__ void expert_combine_kernel(const float* __restrict__ yp, int64_t H, const int32_t* __restrict__ topk_ids,
-                                      const float* __restrict__ topk_w, const int32_t* __restrict__ slot_row,
-                                      int64_t T, int k, float* __restrict__ out) {
+__device__ inline float value(float v) { return v; }
+__device__ inline float value(uint16_t h) { return bf16_bits::to_f32(h); }
+
+// Y: float rows, or bf16 ones widened exactly.
+template <typename Y>
+__global__ void expert_combine_kernel(const Y* __restrict__ yp, int64_t H, const int32_t* __restrict__ topk_ids,
+                                      const float* __restrict__ topk_w, const int32_t* __restrict__ slot_row, int64_t T,
+                                      int k, float* __restrict__ out) {
   extern __shared__ int shared[];
   int* rows = shared;                                  // [k] rows of the local slots, ascending expert id
   float* w = reinterpret_cast<float*>(rows + k);       // [k] their weights
@@ -126,7 +133,7 @@ __global__ void expert_combine_kernel(const float* __restrict__ yp, int64_t H, c
     const int n = n_local;
     for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
       float acc = 0.0f;
-      for (int i = 0; i < n; ++i) acc = acc + w[i] * yp[static_cast<int64_t>(rows[i]) * H + c];
+      for (int i = 0; i < n; ++i) acc = acc + w[i] * value(yp[static_cast<int64_t>(rows[i]) * H + c]);
       out[t * H + c] = acc;
     }
     __syncthreads();  // rows, w and n_local are rewritten for the next token
@@ -163,7 +170,16 @@ void launch_expert_combine(const float* yp, int64_t H, const int32_t* topk_ids, 
                            const int32_t* slot_row, int64_t T, int k, float* out, cudaStream_t stream) {
   if (H <= 0 || T <= 0 || k <= 0) return;
   const size_t smem = static_cast<size_t>(k) * (sizeof(int) + sizeof(float));
-  expert_combine_kernel<<<grid_for(T), kRowThreads, smem, stream>>>(yp, H, topk_ids, topk_w, slot_row, T, k, out);
+  expert_combine_kernel<float>
+      <<<grid_for(T), kRowThreads, smem, stream>>>(yp, H, topk_ids, topk_w, slot_row, T, k, out);
+}
+
+void launch_expert_combine_bf16(const uint16_t* yp, int64_t H, const int32_t* topk_ids, const float* topk_w,
+                                const int32_t* slot_row, int64_t T, int k, float* out, cudaStream_t stream) {
+  if (H <= 0 || T <= 0 || k <= 0) return;
+  const size_t smem = static_cast<size_t>(k) * (sizeof(int) + sizeof(float));
+  expert_combine_kernel<uint16_t>
+      <<<grid_for(T), kRowThreads, smem, stream>>>(yp, H, topk_ids, topk_w, slot_row, T, k, out);
 }
 
 }  // namespace shardlm::cuda

@@ -31,5 +31,8 @@ void launch_expert_gather(const float* x, int64_t H, int k, const int32_t* row_p
 // expert id.
 void launch_expert_combine(const float* yp, int64_t H, const int32_t* topk_ids, const float* topk_w,
                            const int32_t* slot_row, int64_t T, int k, float* out, cudaStream_t stream);
+// The same on bf16 rows yp, each widened exactly (cpu::expert_combine_bf16).
+void launch_expert_combine_bf16(const uint16_t* yp, int64_t H, const int32_t* topk_ids, const float* topk_w,
+                                const int32_t* slot_row, int64_t T, int k, float* out, cudaStream_t stream);
 
 }  // namespace shardlm::cuda

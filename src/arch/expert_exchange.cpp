@@ -65,8 +65,8 @@ void ExpertExchange::dispatch(Scratch& scratch, const cpu::ExchangeShape& shape,
   offsets_ = scratch.get_as<int32_t>(kOffsets, static_cast<size_t>(shape.L + 1));
   int32_t* row_src = scratch.get_as<int32_t>(kRowSrc, at_least_one(ep * Cc));
   int32_t* back_row = scratch.get_as<int32_t>(kBackRow, at_least_one(ep * Cc));
-  float* send_rows = scratch.get(kSendRows, at_least_one(ep * std::max(R, Cc) * H));
-  float* recv_rows = scratch.get(kRecvRows, at_least_one(ep * std::max(R, Cc) * H));
+  float* send_rows = scratch.get(kSendRows, at_least_one(ep * R * H));
+  float* recv_rows = scratch.get(kRecvRows, at_least_one(ep * R * H));
   input_ = scratch.get(kRows, at_least_one(2 * ep * Cc * H));
   output_ = input_ + ep * Cc * H;
 
@@ -83,14 +83,13 @@ void ExpertExchange::dispatch(Scratch& scratch, const cpu::ExchangeShape& shape,
 
 void ExpertExchange::combine(Scratch& scratch, const int32_t* ids, const float* weights, float* out) {
   ComputeBackend& b = scratch.backend();
-  const int64_t ep = shape_.ep, H = H_, R = shape_.block_rows(), Cc = shape_.Cc;
+  const int64_t ep = shape_.ep, H = H_, Cc = shape_.Cc;
   void* stream = b.current_stream();
-  // The dispatch's row blocks are used up: the returned blocks come back through the same buffer.
-  float* recv_rows = scratch.get(kRecvRows, at_least_one(ep * std::max(R, Cc) * H));
   const int32_t* back_row = scratch.get_as<int32_t>(kBackRow, at_least_one(ep * Cc));
-  // The results gathered straight onto the wire (a block holds rows only).
-  wire_enqueue_rows_all_to_all(*ep_, scratch, combine_wire(wire_), output_, H, back_row, Cc, recv_rows, stream);
-  if (T_ > 0) b.expert_combine(recv_rows, H, ids, weights, pair_row_, T_, shape_.k, out);
+  // The results gathered straight onto the wire (a block holds rows only) and summed off it.
+  const ExpertWire wire = combine_wire(wire_);
+  const void* back = wire_enqueue_rows_all_to_all(*ep_, scratch, wire, output_, H, back_row, Cc, stream);
+  if (T_ > 0) expert_combine_wire(b, wire, back, H, ids, weights, pair_row_, T_, shape_.k, out);
 }
 
 int64_t ExpertExchange::dispatch_bytes() const {

@@ -30,11 +30,15 @@ CommDType wire_dtype(ExpertWire w) {
   }
 }
 
+// Elements of the wire's type (wire_dtype) in a row of H floats.
+size_t row_elements(ExpertWire w, int64_t H) {
+  return static_cast<size_t>(w == ExpertWire::kFp8 ? cpu::wire_fp8_row_bytes(H) : H);
+}
+
 // Counts or displacements in rows as elements of the wire's type.
 std::vector<size_t> row_elements(ExpertWire w, const std::vector<size_t>& rows, int64_t H) {
-  const auto per_row = static_cast<size_t>(w == ExpertWire::kFp8 ? cpu::wire_fp8_row_bytes(H) : H);
   std::vector<size_t> elements(rows.size());
-  for (size_t r = 0; r < rows.size(); ++r) elements[r] = rows[r] * per_row;
+  for (size_t r = 0; r < rows.size(); ++r) elements[r] = rows[r] * row_elements(w, H);
   return elements;
 }
 
@@ -147,25 +151,23 @@ void wire_enqueue_all_to_all(Communicator& c, Scratch& scratch, ExpertWire w, co
   b.unpack_fp8(recv_w, n, block_len, round_len, row_len, recv);
 }
 
-void wire_enqueue_rows_all_to_all(Communicator& c, Scratch& scratch, ExpertWire w, const float* src, int64_t H,
-                                  const int32_t* rows, int64_t rows_per_block, float* recv, void* stream) {
+const void* wire_enqueue_rows_all_to_all(Communicator& c, Scratch& scratch, ExpertWire w, const float* src, int64_t H,
+                                         const int32_t* rows, int64_t rows_per_block, void* stream) {
   const int64_t n = c.size() * rows_per_block, row_bytes = wire_row_bytes(w, H);
   uint8_t* send_w = wire_buffer<uint8_t>(scratch, kSendWire, n * row_bytes);
-  pack_wire_rows(scratch.backend(), w, src, H, rows, n, send_w);
-  const auto per_block = static_cast<size_t>(rows_per_block * row_bytes);
-  if (w == ExpertWire::kF32) {
-    c.enqueue_all_to_all(send_w, recv, per_block / sizeof(float), CommDType::kF32, stream);
-    return;
-  }
   uint8_t* recv_w = wire_buffer<uint8_t>(scratch, kRecvWire, n * row_bytes);
-  c.enqueue_all_to_all(send_w, recv_w, per_block / static_cast<size_t>(w == ExpertWire::kBf16 ? 2 : 1), wire_dtype(w),
-                       stream);
-  // Rows packed back to back are one block of rows all rounded, so the block unpack reads them.
-  ComputeBackend& b = scratch.backend();
+  pack_wire_rows(scratch.backend(), w, src, H, rows, n, send_w);
+  c.enqueue_all_to_all(send_w, recv_w, static_cast<size_t>(rows_per_block) * row_elements(w, H), wire_dtype(w), stream);
+  return recv_w;
+}
+
+void expert_combine_wire(ComputeBackend& b, ExpertWire w, const void* yp, int64_t H, const int32_t* ids,
+                         const float* weights, const int32_t* slot_row, int64_t T, int64_t k, float* out) {
+  SHARDLM_CHECK(w != ExpertWire::kFp8, "wire: a combine's results do not travel in fp8");
   if (w == ExpertWire::kBf16) {
-    b.unpack_bf16(reinterpret_cast<const uint16_t*>(recv_w), 1, n * H, n * H, recv);
+    b.expert_combine_bf16(static_cast<const uint16_t*>(yp), H, ids, weights, slot_row, T, k, out);
   } else {
-    b.unpack_fp8(recv_w, 1, n * H, n * H, H, recv);
+    b.expert_combine(static_cast<const float*>(yp), H, ids, weights, slot_row, T, k, out);
   }
 }
 

@@ -69,9 +69,12 @@ void wire_rows_all_to_allv(Communicator& c, ExpertWire w, int64_t H, const void*
 void wire_enqueue_all_to_all(Communicator& c, Scratch& scratch, ExpertWire w, const float* send, float* recv,
                              int64_t block_len, int64_t round_len, int64_t row_len, void* stream);
 // The same for blocks of rows only, each gathered onto the wire as it is packed: block p's row q
-// is src row rows[p * rows_per_block + q] (pack_wire_rows), read back into recv
-// [c.size() * rows_per_block, H]. Slots as above.
-void wire_enqueue_rows_all_to_all(Communicator& c, Scratch& scratch, ExpertWire w, const float* src, int64_t H,
-                                  const int32_t* rows, int64_t rows_per_block, float* recv, void* stream);
+// is src row rows[p * rows_per_block + q] (pack_wire_rows). Returns the received blocks as they
+// came (c.size() * rows_per_block wire rows), for expert_combine_wire to read. Slots as above.
+const void* wire_enqueue_rows_all_to_all(Communicator& c, Scratch& scratch, ExpertWire w, const float* src, int64_t H,
+                                         const int32_t* rows, int64_t rows_per_block, void* stream);
+// The backend's expert_combine on wire rows yp (fp32 or bf16: a combine's wire).
+void expert_combine_wire(ComputeBackend& b, ExpertWire w, const void* yp, int64_t H, const int32_t* ids,
+                         const float* weights, const int32_t* slot_row, int64_t T, int64_t k, float* out);
 
 }  // namespace shardlm

@@ -288,6 +288,10 @@ class ComputeBackend {
   // slots in ascending expert id (the sum does not depend on the layout's expert split order).
   virtual void expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights,
                               const int32_t* slot_row, int64_t T, int64_t k, float* out) = 0;
+  // The same on rows yp in bf16 (a captured combine's results off a bf16 wire), each widened
+  // exactly: expert_combine's bits without writing the widened rows out.
+  virtual void expert_combine_bf16(const uint16_t* yp, int64_t H, const int32_t* ids, const float* weights,
+                                   const int32_t* slot_row, int64_t T, int64_t k, float* out) = 0;
   // out [T, H] += g_t * y, g_t = 1 / (1 + exp(-gate_logits[t])) in fp32, or 1 when gate_logits is
   // null (a shared expert, Qwen2-MoE's gated one).
   virtual void gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) = 0;

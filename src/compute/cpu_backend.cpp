@@ -297,6 +297,11 @@ void CpuBackend::expert_combine(const float* yp, int64_t H, const int32_t* ids, 
   cpu::expert_combine(yp, H, ids, weights, slot_row, T, k, out);
 }
 
+void CpuBackend::expert_combine_bf16(const uint16_t* yp, int64_t H, const int32_t* ids, const float* weights,
+                                     const int32_t* slot_row, int64_t T, int64_t k, float* out) {
+  cpu::expert_combine_bf16(yp, H, ids, weights, slot_row, T, k, out);
+}
+
 void CpuBackend::gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) {
   cpu::gated_add(out, y, gate_logits, T, H);
 }

@@ -72,6 +72,8 @@ class CpuBackend : public ComputeBackend {
                      int64_t max_rows, float* xp) override;
   void expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights, const int32_t* slot_row,
                       int64_t T, int64_t k, float* out) override;
+  void expert_combine_bf16(const uint16_t* yp, int64_t H, const int32_t* ids, const float* weights,
+                           const int32_t* slot_row, int64_t T, int64_t k, float* out) override;
   void gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) override;
   void abs_max(const float* x, int64_t n, float* acc) override;
   // Expert-parallel data movement: kernels/cpu/expert_rows.h. Ops run to completion, so

@@ -554,6 +554,12 @@ void CudaBackend::expert_combine(const float* yp, int64_t H, const int32_t* ids,
   check_launch("expert_combine");
 }
 
+void CudaBackend::expert_combine_bf16(const uint16_t* yp, int64_t H, const int32_t* ids, const float* weights,
+                                      const int32_t* slot_row, int64_t T, int64_t k, float* out) {
+  cuda::launch_expert_combine_bf16(yp, H, ids, weights, slot_row, T, static_cast<int>(k), out, stream_of(stream_));
+  check_launch("expert_combine_bf16");
+}
+
 void CudaBackend::gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) {
   cuda::gated_add(out, y, gate_logits, T, H, stream_of(stream_));
   check_launch("gated_add");

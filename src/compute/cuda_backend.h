@@ -165,6 +165,8 @@ class CudaBackend final : public ComputeBackend {
   int64_t routed_launches() const { return routed_launches_; }
   void expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights, const int32_t* slot_row,
                       int64_t T, int64_t k, float* out) override;
+  void expert_combine_bf16(const uint16_t* yp, int64_t H, const int32_t* ids, const float* weights,
+                           const int32_t* slot_row, int64_t T, int64_t k, float* out) override;
   void gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) override;
   void abs_max(const float* x, int64_t n, float* acc) override;
   // kernels/cuda/sampling.h on the device's logits: the rows go up, the tokens and logprobs come

@@ -188,6 +188,10 @@ class RecordingBackend final : public ComputeBackend {
                       int64_t T, int64_t k, float* out) override {
     op([=, this] { cpu_.expert_combine(yp, H, ids, weights, slot_row, T, k, out); });
   }
+  void expert_combine_bf16(const uint16_t* yp, int64_t H, const int32_t* ids, const float* weights,
+                           const int32_t* slot_row, int64_t T, int64_t k, float* out) override {
+    op([=, this] { cpu_.expert_combine_bf16(yp, H, ids, weights, slot_row, T, k, out); });
+  }
   void gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) override {
     op([=, this] { cpu_.gated_add(out, y, gate_logits, T, H); });
   }

@@ -558,9 +558,9 @@ TEST_F(CudaBackendOps, WireFp8MatchesCpu) {
 }
 
 // Rows gathered onto a wire and off it in one pass (pack_rows / unpack_rows, bf16 and fp8) and
-// the combine read off bf16 rows: the CPU's bits, with NaNs, infinities and saturating values
-// planted, repeated and -1 rows, partial 128-value groups, rows of one value and of 7168, and
-// 70000 rows. NaN signs as in WireFp8MatchesCpu.
+// the two combines (combine_rows, expert_combine) read off bf16 rows: the CPU's bits, with NaNs, infinities and
+// saturating values planted, repeated and -1 rows, partial 128-value groups, rows of one value and of 7168, and 70000
+// rows. NaN signs as in WireFp8MatchesCpu.
 TEST_F(CudaBackendOps, WireRowsMatchCpu) {
   std::mt19937 g(31);
   using Case = std::tuple<int64_t, int64_t, int64_t>;  // source rows, H, rows moved
@@ -625,6 +625,17 @@ TEST_F(CudaBackendOps, WireRowsMatchCpu) {
     float* out_g = up(*gpu_, std::vector<float>(out_c.size(), 7.0f));
     gpu_->combine_rows_bf16(p16_g, H, up(*gpu_, start), up(*gpu_, pick), up(*gpu_, w), T, out_g);
     EXPECT_EQ(same_floats(down(*gpu_, out_g, out_c.size()), out_c), 0u) << "bf16 combine " << R << " x " << H;
+    // A captured combine's sum off the bf16 rows: top-6 slots, some off this rank (-1).
+    const int64_t k = 6;
+    std::vector<int32_t> ids(static_cast<size_t>(T * k)), slot_row(ids.size());
+    for (auto& e : ids) e = static_cast<int32_t>(g() % 8);
+    for (auto& r : slot_row) r = static_cast<int32_t>(g() % (n + 1)) - 1;
+    const auto wk = randn(ids.size(), 62);
+    std::vector<float> ec_c(static_cast<size_t>(T * H));
+    cpu_.expert_combine_bf16(p16_c.data(), H, ids.data(), wk.data(), slot_row.data(), T, k, ec_c.data());
+    float* ec_g = up(*gpu_, std::vector<float>(ec_c.size(), 7.0f));
+    gpu_->expert_combine_bf16(p16_g, H, up(*gpu_, ids), up(*gpu_, wk), up(*gpu_, slot_row), T, k, ec_g);
+    EXPECT_EQ(same_floats(down(*gpu_, ec_g, ec_c.size()), ec_c), 0u) << "bf16 expert combine " << R << " x " << H;
   }
 }
 

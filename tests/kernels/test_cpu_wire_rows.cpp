@@ -1,7 +1,8 @@
 // Rows gathered onto a wire and off it in one pass (kernels/cpu/wire_bf16.h, wire_fp8.h
-// pack_rows / unpack_rows; expert_rows.h combine_rows_bf16), through the CPU backend: each gives
-// the bits of the two passes it replaces (gather_rows, then the block pack; the block unpack, then
-// gather_rows; the block unpack, then combine_rows), with repeated rows, rows past the first pass
+// pack_rows / unpack_rows; expert_rows.h combine_rows_bf16; expert_permute.h
+// expert_combine_bf16), through the CPU backend: each gives the bits of the two passes it replaces
+// (gather_rows, then the block pack; the block unpack, then gather_rows; the block unpack, then
+// combine_rows or expert_combine), with repeated rows, rows past the first pass
 // of the threads, and -1 rows (a zero row on the wire, zeros off it). The vector bf16 narrowing the
 // packs use is bf16_bits::from_f32 over many bit patterns.
 #include <gtest/gtest.h>
@@ -118,6 +119,30 @@ TEST(CpuWireRows, Bf16CombineIsWidenThenCombine) {
     std::vector<float> want(static_cast<size_t>(T * H), 7.0f), got(want.size(), -7.0f);
     b->combine_rows(widened.data(), H, start.data(), index.data(), w.data(), T, want.data());
     b->combine_rows_bf16(y.data(), H, start.data(), index.data(), w.data(), T, got.data());
+    EXPECT_EQ(bits_of(got), bits_of(want)) << R << " x " << H << ", " << T << " tokens";
+  }
+}
+
+// A captured combine's sum read straight off bf16 rows: expert_combine's bits on the widened rows,
+// with slots off this rank (-1) and repeated experts.
+TEST(CpuWireRows, Bf16ExpertCombineIsWidenThenCombine) {
+  auto b = make_backend("cpu");
+  std::mt19937 g(9);
+  for (auto [R, H, T] : {Case{1, 1, 1}, Case{13, 96, 37}, Case{64, 1024, 300}}) {
+    const int64_t k = 6;
+    const Rows rows(R, H, 0, static_cast<uint32_t>(R + 3 * H));
+    std::vector<uint16_t> y(rows.src.size());
+    for (size_t i = 0; i < y.size(); ++i) y[i] = bf16_bits::from_f32(rows.src[i]);
+    std::vector<float> widened(y.size());
+    for (size_t i = 0; i < y.size(); ++i) widened[i] = bf16_bits::to_f32(y[i]);
+    std::vector<int32_t> ids(static_cast<size_t>(T * k)), slot_row(ids.size());
+    for (auto& e : ids) e = static_cast<int32_t>(g() % 8);
+    for (auto& r : slot_row) r = static_cast<int32_t>(g() % (R + 1)) - 1;
+    std::vector<float> w(ids.size());
+    for (auto& v : w) v = static_cast<float>(g() % 1000) / 997.0f;
+    std::vector<float> want(static_cast<size_t>(T * H), 7.0f), got(want.size(), -7.0f);
+    b->expert_combine(widened.data(), H, ids.data(), w.data(), slot_row.data(), T, k, want.data());
+    b->expert_combine_bf16(y.data(), H, ids.data(), w.data(), slot_row.data(), T, k, got.data());
     EXPECT_EQ(bits_of(got), bits_of(want)) << R << " x " << H << ", " << T << " tokens";
   }
 }
