@@ -311,6 +311,37 @@ void time_wire(const Options& o, ComputeBackend& b, const cpu::ExchangeShape& sh
   b.free(packed);
 }
 
+// An eager exchange's rows through the wire as it moves them (arch/expert_wire.h): every (token,
+// expert) pair's row gathered onto the wire and read back off it in order, one pass each way.
+void time_wire_rows(const Options& o, ComputeBackend& b, const Activations& a, Figures* fig) {
+  const int64_t H = o.H, P = a.T * o.k;
+  std::vector<int32_t> pair_token(static_cast<size_t>(P)), in_order(static_cast<size_t>(P));
+  for (int64_t i = 0; i < P; ++i) {
+    pair_token[i] = static_cast<int32_t>(i / o.k);
+    in_order[i] = static_cast<int32_t>(i);
+  }
+  auto upload = [&](const std::vector<int32_t>& v) {
+    auto* d = reinterpret_cast<int32_t*>(alloc_floats(b, static_cast<int64_t>(v.size())));
+    b.copy_to_device(d, v.data(), v.size() * sizeof(int32_t));
+    return d;
+  };
+  int32_t* gather = upload(pair_token);
+  int32_t* order = upload(in_order);
+  void* packed = alloc_floats(b, (P * wire_row_bytes(o.wire, H) + 3) / 4);
+  float* rows = alloc_floats(b, P * H);
+  for (int it = 0; it < o.warmup + o.iters; ++it) {
+    b.synchronize();
+    const auto t0 = Clock::now();
+    pack_wire_rows(b, o.wire, a.h, H, gather, P, packed);
+    unpack_wire_rows(b, o.wire, packed, H, order, P, rows);
+    b.synchronize();
+    if (it >= o.warmup) fig->t[kWireRows].push_back(since(t0));
+  }
+  for (int32_t* p : {gather, order}) b.free(p);
+  b.free(packed);
+  b.free(rows);
+}
+
 }  // namespace
 
 void time_eager_layer(const Options& o, const Layer& layer, Scratch& scratch, const Activations& a, Figures* fig) {
@@ -436,7 +467,10 @@ void time_plans(const Options& o, const Layer& layer, const Activations& a, Figu
     b.synchronize();
     if (it >= o.warmup) fig->t[kPlans].push_back(since(t0));
   }
-  if (o.wire != ExpertWire::kF32) time_wire(o, b, shape, blocks, fig);
+  if (o.wire != ExpertWire::kF32) {
+    time_wire(o, b, shape, blocks, fig);
+    time_wire_rows(o, b, a, fig);
+  }
   for (int32_t* p : {rec, pair_row, offsets, row_src, back_row, flag}) b.free(p);
   b.free(blocks);
   fig->plan_shape = shape;

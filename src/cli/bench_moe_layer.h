@@ -51,6 +51,7 @@ enum Field {
   kOverflows,  // timed iterations whose fixed blocks overflowed
   kPlans,      // median seconds (as ns) of a captured exchange's two index plans
   kWire,       // median seconds (as ns) of packing those plans' dispatch blocks for the --ep-wire and back
+  kWireRows,   // median seconds (as ns) of the T x k rows gathered onto the --ep-wire and back (eager)
   kFields
 };
 

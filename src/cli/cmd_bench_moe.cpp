@@ -206,6 +206,7 @@ Gathered gather_fields(Communicator& comm, const Figures& fig) {
   mine[kOverflows] = fig.overflows;
   mine[kPlans] = t[kPlans].empty() ? 0 : static_cast<int64_t>(median(t[kPlans]) * 1e9);
   mine[kWire] = t[kWire].empty() ? 0 : static_cast<int64_t>(median(t[kWire]) * 1e9);
+  mine[kWireRows] = t[kWireRows].empty() ? 0 : static_cast<int64_t>(median(t[kWireRows]) * 1e9);
   comm.all_gather(mine.data(), g.all.data(), kFields, CommDType::kI64);
   return g;
 }
@@ -349,6 +350,20 @@ std::string wire_detail(const Options& o, double membw, const cpu::ExchangeShape
   return buf;
 }
 
+std::string wire_rows_detail(const Options& o, double membw, int64_t T, const Gathered& g) {
+  // Each way reads one form of the rows and writes the other.
+  const double P = static_cast<double>(T * o.k);
+  const double fp32_bytes = 4.0 * P * static_cast<double>(o.H), wire_bytes = P * wire_row_bytes(o.wire, o.H);
+  const double gbs = per_ns(2.0 * (fp32_bytes + wire_bytes), g.slowest(kWireRows));
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                "an eager exchange's %.0f (token, expert) rows gathered onto the %s wire and read back as the owner "
+                "gathers them (%.2f MB of fp32, %.2f MB on the wire): %.1f GB/s = %.0f%% of %.0f GB/s",
+                P, expert_wire_name(o.wire), fp32_bytes / 1e6, wire_bytes / 1e6, gbs,
+                100.0 * gbs / std::max(membw, 1e-9), membw);
+  return buf;
+}
+
 // Rank 0: one line per phase of token count T.
 void print_token_count(const Options& o, const Layer& layer, int64_t T, const Figures& fig, const Gathered& g) {
   const int n = g.n;
@@ -366,6 +381,7 @@ void print_token_count(const Options& o, const Layer& layer, int64_t T, const Fi
   if (fig.plan_shape.C > 0) {
     print_line(T, "plans", g, kPlans, plans_detail(fig.plan_shape));
     if (g.slowest(kWire) > 0) print_line(T, "wire", g, kWire, wire_detail(o, membw, fig.plan_shape, g));
+    if (g.slowest(kWireRows) > 0) print_line(T, "wire rows", g, kWireRows, wire_rows_detail(o, membw, T, g));
   }
   std::fflush(stdout);
 }
