@@ -26,4 +26,9 @@ SHARDLM_HD inline float to_f32(uint16_t h) {
   return f;
 }
 
+// A row's value in fp32 whichever form the row is held in (fp32 as it is, bf16 widened), for
+// kernels written once over both.
+SHARDLM_HD inline float widen(float f) { return f; }
+SHARDLM_HD inline float widen(uint16_t h) { return to_f32(h); }
+
 }  // namespace shardlm::bf16_bits

@@ -49,9 +49,6 @@ void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair
 
 namespace {
 
-float value(float v) { return v; }
-float value(uint16_t h) { return bf16_bits::to_f32(h); }
-
 template <typename Y>
 void combine(const Y* yp, int64_t H, const int32_t* topk_ids, const float* topk_w, const int32_t* slot_row, int64_t T,
              int64_t k, float* out) {
@@ -72,7 +69,7 @@ void combine(const Y* yp, int64_t H, const int32_t* topk_ids, const float* topk_
       for (int64_t i = 0; i < n; ++i) {
         const float w = topk_w[t * k + order[i]];
         const Y* y = yp + static_cast<int64_t>(rows[order[i]]) * H;
-        for (int64_t c = 0; c < H; ++c) o[c] += w * value(y[c]);
+        for (int64_t c = 0; c < H; ++c) o[c] += w * bf16_bits::widen(y[c]);
       }
     }
   }

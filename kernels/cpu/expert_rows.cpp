@@ -22,9 +22,6 @@ void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, fl
 
 namespace {
 
-float value(float v) { return v; }
-float value(uint16_t h) { return bf16_bits::to_f32(h); }
-
 template <typename Y>
 void combine(const Y* y, int64_t H, const int32_t* token_start, const int32_t* rows, const float* weights, int64_t T,
              float* out) {
@@ -35,7 +32,7 @@ void combine(const Y* y, int64_t H, const int32_t* token_start, const int32_t* r
     for (int32_t i = token_start[t]; i < token_start[t + 1]; ++i) {
       const float w = weights[i];
       const Y* r = y + static_cast<int64_t>(rows[i]) * H;
-      for (int64_t c = 0; c < H; ++c) o[c] += w * value(r[c]);
+      for (int64_t c = 0; c < H; ++c) o[c] += w * bf16_bits::widen(r[c]);
     }
   }
 }

@@ -97,9 +97,6 @@ __global__ void expert_gather_kernel(const float* __restrict__ x, int64_t H, int
   }
 }
 
-__device__ inline float value(float v) { return v; }
-__device__ inline float value(uint16_t h) { return bf16_bits::to_f32(h); }
-
 // Y: float rows, or bf16 ones widened exactly.
 template <typename Y>
 __global__ void expert_combine_kernel(const Y* __restrict__ yp, int64_t H, const int32_t* __restrict__ topk_ids,
@@ -133,7 +130,7 @@ __global__ void expert_combine_kernel(const Y* __restrict__ yp, int64_t H, const
     const int n = n_local;
     for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
       float acc = 0.0f;
-      for (int i = 0; i < n; ++i) acc = acc + w[i] * value(yp[static_cast<int64_t>(rows[i]) * H + c]);
+      for (int i = 0; i < n; ++i) acc = acc + w[i] * bf16_bits::widen(yp[static_cast<int64_t>(rows[i]) * H + c]);
       out[t * H + c] = acc;
     }
     __syncthreads();  // rows, w and n_local are rewritten for the next token

@@ -26,9 +26,6 @@ __global__ void gather_rows_kernel(const float* __restrict__ src, int64_t H, con
   }
 }
 
-__device__ inline float value(float v) { return v; }
-__device__ inline float value(uint16_t h) { return bf16_bits::to_f32(h); }
-
 // One block per token (grid-stride over tokens); each thread sums its columns over the token's
 // range in index order. __fmul_rn / __fadd_rn keep the product and the sum separately rounded
 // whatever the compiler's contraction setting (the CPU reference does not fuse them). Y: float
@@ -43,7 +40,7 @@ __global__ void combine_rows_kernel(const Y* __restrict__ y, int64_t H, const in
     for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
       float acc = 0.0f;
       for (int32_t i = begin; i < end; ++i)
-        acc = __fadd_rn(acc, __fmul_rn(weights[i], value(y[static_cast<int64_t>(rows[i]) * H + c])));
+        acc = __fadd_rn(acc, __fmul_rn(weights[i], bf16_bits::widen(y[static_cast<int64_t>(rows[i]) * H + c])));
       o[c] = acc;
     }
   }
