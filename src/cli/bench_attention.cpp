@@ -213,10 +213,18 @@ void print_decode(ComputeBackend& b, const Shape& sh, double bw_gbs, DType dtype
     std::printf("  %lld x %6lld positions: %10.1f us  (%7.1f GB/s, %5.1f%% of bandwidth)", static_cast<long long>(T),
                 static_cast<long long>(ctx), us, bytes / us / 1e3, 100.0 * bytes / us / 1e3 / bw_gbs);
     const int64_t parts = rig.last_parts();
+    const bool bf16 = rig.last_bf16();
     if (parts > 1) {
       const double unsplit = rig.time_us(-1, iters);  // no bound: unsplit
       std::printf("  split %lld ways; unsplit %.1f us (%.1f GB/s)", static_cast<long long>(parts), unsplit,
                   bytes / unsplit / 1e3);
+    }
+    if (bf16) {  // MLA decode on tensor cores (--decode-attention bf16): beside the fp32 kernel
+      b.set_decode_attention_bf16(false);
+      const double fp32_us = rig.time_us(ctx - 1, iters);
+      b.set_decode_attention_bf16(true);
+      std::printf("%s bf16 tensor cores; fp32 kernel %.1f us (%.1f GB/s), %.1fx", parts > 1 ? ";" : " ", fp32_us,
+                  bytes / fp32_us / 1e3, fp32_us / us);
     }
     std::printf("\n");
   }

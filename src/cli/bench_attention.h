@@ -18,6 +18,8 @@ namespace shardlm {
 // Decode: 1 and 8 sequences at 4096 and at longest_context cached positions. On CUDA each is
 // timed twice: as the backend launches it (split along the positions when the step is short of
 // work) and forced unsplit (no bound on the positions), so one run shows what the split gains.
+// An MLA model's decode on bf16 tensor cores (--decode-attention bf16) is also timed on the fp32
+// kernel.
 // Prefill: one chunk of 512 tokens, as a whole prompt and at the end of a 4096-position one; on
 // CUDA with prefill attention on bf16 tensor cores, also timed with it off (the fp32 tiled
 // kernel), and when the backend tiles the chunk's tokens in fp32, with the per-token kernel too

@@ -107,6 +107,11 @@ RankRecord my_record(const Topology& topo, const Model& model, const ComputeBack
   return r;
 }
 
+// Whether decode tokens attend on bf16 tensor cores: MLA models only (--decode-attention).
+bool mla_decode_bf16(const ModelSpec& spec, const ComputeBackend& backend) {
+  return spec.mla.enabled() && backend.decode_attention_bf16();
+}
+
 // What carries rank 0's model traffic (its tp, pp or ep group), where the backend says more than
 // its name: the libfabric provider, fabric and domain.
 std::string comm_transport(const LayoutGroups& g) {
@@ -120,8 +125,10 @@ void print_header(const std::vector<RankRecord>& ranks, const Topology& topo, co
   std::fprintf(stderr, "[shardlm] shardlm %s (%s); layout %s on %zu rank(s); backend %s%s%s, comm %s%s%s\n",
                SHARDLM_VERSION, SHARDLM_GIT_COMMIT, topo.layout().str().c_str(), ranks.size(), opt.backend.c_str(),
                opt.cuda_graphs ? " (CUDA graphs)" : "",
-               backend.prefill_attention_bf16() ? ", prefill attention on bf16 tensor cores" : "", opt.comm.c_str(),
-               transport.empty() ? "" : ": ", transport.c_str());
+               !backend.prefill_attention_bf16() ? ""
+               : mla_decode_bf16(spec, backend)  ? ", prefill and decode attention on bf16 tensor cores"
+                                                 : ", prefill attention on bf16 tensor cores",
+               opt.comm.c_str(), transport.empty() ? "" : ": ", transport.c_str());
   for (const auto& [lib, ver] : library_versions()) std::fprintf(stderr, "[shardlm]   %-14s %s\n", lib.c_str(), ver.c_str());
   std::fprintf(
       stderr, "[shardlm] model %s: %s, %lld layers, hidden %lld, %lld heads (%lld KV), vocab %lld%s; KV cache %s\n",
@@ -207,6 +214,8 @@ void write_attributes(ResultWriter& w, const RunOptions& opt, const ModelSpec& s
     w.set_attr("fp8_expert_gemm", std::string(backend.fp8_grouped_gemm() ? "grouped" : "per-expert"));
   // How prefill chunks attended: on bf16 tensor cores or in fp32 (--prefill-attention).
   w.set_attr("prefill_attention", std::string(backend.prefill_attention_bf16() ? "bf16" : "fp32"));
+  // How decode tokens attended: bf16 tensor cores for an MLA model with --decode-attention bf16.
+  w.set_attr("decode_attention", std::string(mla_decode_bf16(spec, backend) ? "bf16" : "fp32"));
   w.set_attr("comm", opt.comm);
   if (!transport.empty()) w.set_attr("comm_transport", transport);
   w.set_attr("seed", static_cast<int64_t>(opt.seed));
@@ -318,8 +327,9 @@ int cmd_run(int argc, char** argv) {
   backend->set_keep_fp8_weights(opt.fp8_weights == "fp8");
   backend->set_fp8_w8a8(opt.fp8_prefill == "w8a8");
   backend->set_fp8_grouped_gemm(opt.fp8_expert_gemm == "grouped");
-  backend->set_prefill_attention_bf16(
-      prefill_attention_bf16(opt.prefill_attention, spec.torch_dtype, spec.quant.fp8_block));
+  const bool prefill_bf16 = prefill_attention_bf16(opt.prefill_attention, spec.torch_dtype, spec.quant.fp8_block);
+  backend->set_prefill_attention_bf16(prefill_bf16);
+  backend->set_decode_attention_bf16(decode_attention_bf16(opt.decode_attention, prefill_bf16));
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend, plan, groups.shard());
   const ExpertWire wire = parse_expert_wire(opt.ep_wire);
   model->set_expert_wire(wire);

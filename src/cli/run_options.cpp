@@ -49,6 +49,7 @@ po::options_description describe(RunOptions& o) {
     ("fp8-prefill", po::value(&o.fp8_prefill)->default_value(o.fp8_prefill), "with --fp8-weights fp8 on --backend cuda, how a linear of more than 16 rows (prefill, large batches) runs: w8a8 (the activations quantised to e4m3 per token and 128 features, then cuBLASLt's block-scaled fp8 GEMM on fp8 tensor cores, twice bf16's peak: DeepSeek-V3's own inference recipe, as vLLM and SGLang run such checkpoints; needs cuBLAS 12.9+ on a Hopper GPU, and falls back to bf16 per shape where cuBLASLt declines) or bf16 (the weight dequantised into a bf16 workspace and a bf16 GEMM: unquantised activations, every weight the CPU backend's value)")
     ("fp8-expert-gemm", po::value(&o.fp8_expert_gemm)->default_value(o.fp8_expert_gemm), "with --fp8-prefill w8a8, how the routed experts' GEMMs of more than 16 rows run: grouped (every local expert in one launch of shardlm's grouped W8A8 kernel on fp8 tensor cores, as DeepGEMM's grouped GEMMs serve DeepSeek-V3's MoE, while they average up to 96 rows an expert; more, one cuBLASLt GEMM each) or per-expert (one cuBLASLt block-scaled GEMM per expert always)")
     ("prefill-attention", po::value(&o.prefill_attention)->default_value(o.prefill_attention), "with --backend cuda, how the attention of prefill chunks runs: bf16 (flash attention on tensor cores: the query, the keys and values, and the softmax weights rounded to bf16, fp32 accumulation, as vLLM and TensorRT-LLM run it; up to the bf16 tensor peak), fp32 (the CUDA-core kernels decode uses: every score and weight in fp32, up to the fp32 peak) or auto: bf16 for a bfloat16 or fp8 checkpoint, whose linears already run bf16, fp32 for an fp32 one. MLA models (DeepSeek-V3, Kimi K2) attend on their latent cache the same way")
+    ("decode-attention", po::value(&o.decode_attention)->default_value(o.decode_attention), "with --backend cuda, how an MLA model's decode tokens (DeepSeek-V3, Kimi K2) attend on their latent cache: fp32 (a warp a head on the CUDA cores, every score and weight in fp32) or bf16 (on tensor cores with --prefill-attention's bf16 numerics, each token's heads 16 at a time in one pass over its latent rows, as FlashMLA runs DeepSeek-V3 decode in vLLM and SGLang; needs --prefill-attention bf16, or auto on a bfloat16 or fp8 checkpoint). GQA decode stays fp32")
     ("block-size", po::value(&o.block_size)->default_value(o.block_size), "tokens per KV cache block")
     ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads per rank (0 = all cores)")
     ("flush-every", po::value(&o.flush_every)->default_value(o.flush_every), "flush the HDF5 file every N finished requests")
@@ -113,6 +114,7 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
   SHARDLM_CHECK(o.fp8_expert_gemm == "grouped" || o.fp8_expert_gemm == "per-expert",
                 "--fp8-expert-gemm must be grouped or per-expert, not '" << o.fp8_expert_gemm << "'");
   prefill_attention_bf16(o.prefill_attention, DType::F32, false);  // throws on an unknown name
+  decode_attention_bf16(o.decode_attention, true);                 // likewise
   SHARDLM_CHECK(o.block_size >= 1 && o.block_size <= 1024, "--block-size must be in [1, 1024]");
   SHARDLM_CHECK(o.threads >= 0, "--threads must be >= 0");
   SHARDLM_CHECK(o.flush_every >= 1, "--flush-every must be >= 1");
@@ -148,9 +150,10 @@ std::string to_ini(const RunOptions& o) {
   if (!o.kv_calibrate_out.empty()) s << "\nkv-calibrate-out = " << o.kv_calibrate_out;
   s << "\nfp8-weights = " << o.fp8_weights << "\nfp8-prefill = " << o.fp8_prefill
     << "\nfp8-expert-gemm = " << o.fp8_expert_gemm << "\nprefill-attention = " << o.prefill_attention
-    << "\nblock-size = " << o.block_size << "\nthreads = " << o.threads << "\nflush-every = " << o.flush_every
-    << "\nflush-seconds = " << o.flush_seconds << "\nresume = " << (o.resume ? "true" : "false") << "\ntp = " << o.tp
-    << "\npp = " << o.pp << "\nreplicas = " << o.replicas << "\ndp = " << o.dp << "\nep = " << o.ep;
+    << "\ndecode-attention = " << o.decode_attention << "\nblock-size = " << o.block_size << "\nthreads = " << o.threads
+    << "\nflush-every = " << o.flush_every << "\nflush-seconds = " << o.flush_seconds
+    << "\nresume = " << (o.resume ? "true" : "false") << "\ntp = " << o.tp << "\npp = " << o.pp
+    << "\nreplicas = " << o.replicas << "\ndp = " << o.dp << "\nep = " << o.ep;
   if (!o.pp_layers.empty()) s << "\npp-layers = " << o.pp_layers;
   s << "\ncomm = " << o.comm << "\ncomm-timeout = " << o.comm_timeout
     << "\nrequire-efa = " << (o.require_efa ? "true" : "false") << "\nfabric-report = " << o.fabric_report << "\n";
@@ -161,6 +164,15 @@ bool prefill_attention_bf16(const std::string& choice, DType checkpoint_dtype, b
   SHARDLM_CHECK(choice == "auto" || choice == "bf16" || choice == "fp32",
                 "--prefill-attention must be auto, bf16 or fp32, not '" << choice << "'");
   if (choice == "auto") return checkpoint_dtype == DType::BF16 || fp8_block;
+  return choice == "bf16";
+}
+
+bool decode_attention_bf16(const std::string& choice, bool prefill_bf16) {
+  SHARDLM_CHECK(choice == "fp32" || choice == "bf16",
+                "--decode-attention must be fp32 or bf16, not '" << choice << "'");
+  SHARDLM_CHECK(choice == "fp32" || prefill_bf16,
+                "--decode-attention bf16 needs prefill attention on bf16 tensor cores too (--prefill-attention "
+                "bf16; auto keeps fp32 for an fp32 checkpoint)");
   return choice == "bf16";
 }
 

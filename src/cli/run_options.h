@@ -40,6 +40,7 @@ struct RunOptions {
   std::string fp8_prefill = "w8a8";  // linears on kept fp8 weights past 16 rows: w8a8 | bf16
   std::string fp8_expert_gemm = "grouped";  // W8A8 routed experts: grouped (one launch) | per-expert
   std::string prefill_attention = "auto";  // prefill chunks' attention on a GPU: auto | bf16 | fp32
+  std::string decode_attention = "fp32";   // MLA decode tokens' attention on a GPU: fp32 | bf16
   int64_t block_size = 16;
   int threads = 0;                // CPU threads per rank; 0 = all cores
   int flush_every = 64;           // HDF5 flush period in finished requests
@@ -73,5 +74,10 @@ std::string to_ini(const RunOptions& o);
 // attention rounds as they already do; fp32 checkpoints keep fp32 attention. Throws on a name other
 // than auto, bf16 or fp32.
 bool prefill_attention_bf16(const std::string& choice, DType checkpoint_dtype, bool fp8_block);
+
+// --decode-attention: whether MLA decode tokens attend on bf16 tensor cores. bf16 takes prefill's
+// numerics, so it needs prefill chunks there too (prefill_bf16, --prefill-attention resolved).
+// Throws on a name other than fp32 or bf16, and on bf16 with prefill attention in fp32.
+bool decode_attention_bf16(const std::string& choice, bool prefill_bf16);
 
 }  // namespace shardlm

@@ -144,6 +144,12 @@ class ComputeBackend {
   // without tensor cores ignore it.
   virtual void set_prefill_attention_bf16(bool on) {}
   virtual bool prefill_attention_bf16() const { return false; }
+  // How MLA attention runs for decode tokens (a step's single tokens of a sequence): on bf16
+  // tensor cores (true: prefill's numerics, every head of a token in one pass over its latent
+  // rows) or in fp32 (false). --decode-attention; GQA decode and backends without tensor cores
+  // keep fp32 (decode_attention_bf16() says false there).
+  virtual void set_decode_attention_bf16(bool on) {}
+  virtual bool decode_attention_bf16() const { return false; }
 
   // Activation memory, owned by the backend, freed when the backend is destroyed or by free().
   virtual void* alloc(size_t bytes) = 0;

@@ -7,7 +7,9 @@
 // sequence) run on tensor cores instead (prefill_attention_mma.h, prefill_latent_attention_mma.h:
 // bf16 operands, fp32 accumulation; other bits than the fp32 kernels), and its single tokens
 // (decode) on the fp32 kernels, in one launch over the step with the runs masked
-// (run_positions.h): a decode token gets the same bits beside chunks as in a decode step.
+// (run_positions.h): a decode token gets the same bits beside chunks as in a decode step. With
+// set_decode_attention_bf16 as well, MLA's decode tokens run on tensor cores too
+// (decode_latent_attention_mma.h), eager or captured, the same bits either way.
 #include <cuda_runtime.h>
 
 #include <functional>
@@ -17,6 +19,7 @@
 #include "compute/cuda_check.h"
 #include "core/error.h"
 #include "cuda/attention_partitions.h"
+#include "cuda/decode_latent_attention_mma.h"
 #include "cuda/latent_attention.h"
 #include "cuda/paged_attention.h"
 #include "cuda/paged_attention_tiled.h"
@@ -218,8 +221,8 @@ void CudaBackend::latent_attention(const float* q_latent, const float* q_rope, i
       split_step(
           pos, tables, T,
           [&](const int32_t* single_pos) {
-            latent_attention_fp32(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, tables,
-                                  single_pos, scale, out);
+            latent_attention_decode(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, tables,
+                                    single_pos, scale, out);
           },
           [&] {
             latent_attention_bf16(tiles, q_latent, q_rope, n_heads, kv_lora, rope_dim, cache, block_size, tables, pos,
@@ -228,18 +231,32 @@ void CudaBackend::latent_attention(const float* q_latent, const float* q_rope, i
       return;
     }
   }
-  latent_attention_fp32(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, tables, pos, scale, out);
+  latent_attention_decode(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache, block_size, tables, pos, scale, out);
 }
 
-void CudaBackend::latent_attention_fp32(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads,
-                                        int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache, int64_t block_size,
-                                        const BlockTables& tables, const int32_t* pos, float scale, float* out) {
-  const cuda::AttentionSplit split =
-      attention_split(cuda::latent_attention_blocks(T, n_heads), T, n_heads, kv_lora, tables, 0);
+// Every token of the launch on its own, split along the positions when the device would be short
+// of work: on tensor cores with decode attention in bf16 (which needs the prefill chunks there too,
+// so that a step the host sees whole never runs its chunks on the decode kernel by this switch
+// alone), else on the fp32 kernel.
+void CudaBackend::latent_attention_decode(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads,
+                                          int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache,
+                                          int64_t block_size, const BlockTables& tables, const int32_t* pos,
+                                          float scale, float* out) {
+  const bool mma = decode_attention_bf16();
+  const cuda::AttentionSplit split = attention_split(
+      mma ? cuda::decode_latent_attention_mma_blocks(T, n_heads) : cuda::latent_attention_blocks(T, n_heads), T,
+      n_heads, kv_lora, tables, 0);
   last_attention_parts_ = split.parts;
   last_attention_tiled_ = false;
-  last_attention_bf16_ = false;
+  last_attention_bf16_ = mma;
   last_attention_singles_ = 0;
+  if (mma) {
+    cuda::decode_latent_attention_mma(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache.k, cache_format(cache),
+                                      block_size, tables.blocks, tables.start, pos, scale, out, split,
+                                      stream_of(stream_));
+    check_launch("decode_latent_attention_mma");
+    return;
+  }
   cuda::latent_attention(q_latent, q_rope, T, n_heads, kv_lora, rope_dim, cache.k, cache_format(cache), block_size,
                          tables.blocks, tables.start, pos, scale, out, split, stream_of(stream_));
   check_launch("latent_attention");

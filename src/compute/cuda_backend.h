@@ -88,6 +88,9 @@ class CudaBackend final : public ComputeBackend {
   void set_routed_grouped_gemm(bool on) override { routed_grouped_ = on; }
   void set_prefill_attention_bf16(bool on) override { attn_bf16_ = on; }
   bool prefill_attention_bf16() const override { return attn_bf16_; }
+  void set_decode_attention_bf16(bool on) override { decode_bf16_ = on; }
+  // Only beside prefill chunks on tensor cores (latent_attention_decode).
+  bool decode_attention_bf16() const override { return decode_bf16_ && attn_bf16_; }
 
   void* alloc(size_t bytes) override;
   void free(void* p) override;
@@ -319,18 +322,19 @@ class CudaBackend final : public ComputeBackend {
   // grid would leave the device short of work (kernels/cuda/attention_partitions.h), sized from
   // BlockTables::max_pos; its states live in a device buffer that only grows (a grown-out buffer a
   // graph holds is retired, as the workspaces).
-  // The fp32 kernels (all of a step, or its single tokens beside runs on tensor cores), the runs of
-  // prefill chunks on tensor cores (set_prefill_attention_bf16) from their tile lists, and a step
-  // split between them (split_step), with the positions that mask the runs for the fp32 launch.
+  // The decode kernels (all of a step, or its single tokens beside runs on tensor cores: fp32, or
+  // for MLA with set_decode_attention_bf16 on tensor cores), the runs of prefill chunks on tensor
+  // cores (set_prefill_attention_bf16) from their tile lists, and a step split between them
+  // (split_step), with the positions that mask the runs for the decode launch.
   void attention_fp32(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                       const KvCacheRef& cache, int64_t block_size, const BlockTables& tables, const int32_t* pos,
                       int64_t window, float scale, bool chunk_step, float* out);
   void attention_bf16(const cuda::PrefillMmaTiles& plan, const float* q, int64_t n_heads, int64_t n_kv_heads,
                       int64_t head_dim, const KvCacheRef& cache, int64_t block_size, const BlockTables& tables,
                       const int32_t* pos, int64_t window, float scale, float* out);
-  void latent_attention_fp32(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora,
-                             int64_t rope_dim, const KvCacheRef& cache, int64_t block_size, const BlockTables& tables,
-                             const int32_t* pos, float scale, float* out);
+  void latent_attention_decode(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora,
+                               int64_t rope_dim, const KvCacheRef& cache, int64_t block_size, const BlockTables& tables,
+                               const int32_t* pos, float scale, float* out);
   void latent_attention_bf16(const std::vector<int32_t>& tiles, const float* q_latent, const float* q_rope,
                              int64_t n_heads, int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache,
                              int64_t block_size, const BlockTables& tables, const int32_t* pos, float scale,
@@ -351,6 +355,7 @@ class CudaBackend final : public ComputeBackend {
   // prefill_latent_attention_mma.h): on or off, and the step's tiles on the device (a buffer that
   // only grows; never used inside a capture).
   bool attn_bf16_ = false;
+  bool decode_bf16_ = false;  // MLA decode on tensor cores (decode_latent_attention_mma.h)
   bool last_attention_bf16_ = false;
   int64_t last_attention_packed_tiles_ = 0;
   int32_t* attn_tiles_ = nullptr;

@@ -36,6 +36,7 @@
 #include "cpu/paged_attention.h"
 #include "cuda/attention_partitions.h"
 #include "cuda/compare.h"
+#include "cuda/decode_latent_attention_mma.h"
 #include "cuda/device_buffer.h"
 #include "cuda/kv_cache_write.h"
 #include "cuda/latent_attention.h"
@@ -425,6 +426,45 @@ void check_prefill_latent_mma(const std::vector<float>& want, const std::vector<
   }
 }
 
+// The tensor-core MLA decode kernel (decode_latent_attention_mma.h) over the same step, every token
+// as a decode token of its own: within the bf16 tolerance of the CPU kernel's result, and the same
+// bits split (as many blocks per token as the longest has partitions, and more) and unsplit, when
+// the cache is staged by elements rather than vectors, and when each token is launched alone.
+template <class E>
+void check_decode_latent_mma(const std::vector<float>& want, const std::vector<float>& ql, const std::vector<float>& qr,
+                             const Step& st, const MlaCase& c, KvFormat fmt, const std::vector<E>& cache,
+                             const int32_t* d_blocks, int64_t block_size, float scale) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const int64_t T = static_cast<int64_t>(st.pos.size());
+  DeviceBuffer<float> d_ql(ql), d_qr(qr);
+  DeviceBuffer<int32_t> d_pos(st.pos), d_start(st.table_start);
+  std::vector<E> shifted(1, E{});
+  shifted.insert(shifted.end(), cache.begin(), cache.end());
+  DeviceBuffer<E> d_cache(cache), d_shifted(shifted);
+  // Tokens [t0, t0 + n) of the step from the cache at dc into out (the step's output).
+  auto launch = [&](const E* dc, int64_t t0, int64_t n, const cuda::AttentionSplit& split, float* out) {
+    cuda::decode_latent_attention_mma(d_ql.get() + t0 * c.n_heads * c.kv_lora, d_qr.get() + t0 * c.n_heads * c.rope_dim,
+                                      n, c.n_heads, c.kv_lora, c.rope_dim, dc, fmt, block_size, d_blocks,
+                                      d_start.get() + t0, d_pos.get() + t0, scale, out + t0 * c.n_heads * c.kv_lora,
+                                      split, nullptr);
+  };
+  std::vector<float> first;
+  const std::vector<float> step = unsplit_and_split(
+      want.size(), T * c.n_heads * (c.kv_lora + 2), max_partitions(st, 0),
+      [&](const cuda::AttentionSplit& split, float* out) { launch(d_cache.get(), 0, T, split, out); });
+  expect_mma_variant(step, want, first, "tensor-core MLA decode");
+  for (const char* variant : {"unaligned cache", "a token a launch"}) {
+    DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
+    if (variant[0] == 'u') {
+      launch(d_shifted.get() + 1, 0, T, cuda::AttentionSplit{}, d_out.get());
+    } else {
+      for (int64_t t = 0; t < T; ++t) launch(d_cache.get(), t, 1, cuda::AttentionSplit{}, d_out.get());
+    }
+    cuda_sync("decode_latent_attention_mma");
+    expect_mma_variant(d_out.download(), want, first, std::string("tensor-core MLA decode, ") + variant);
+  }
+}
+
 // One MLA case over a device latent cache of E, as check_paged_attention does for GQA (the CPU and
 // the device keep the same latent rows, so the device cache must equal the CPU's bit for bit).
 template <class E>
@@ -487,6 +527,7 @@ void check_latent_attention(const MlaCase& c) {
       EXPECT_TRUE(all_bits_equal(got, d_fp32.download())) << "narrow cache against fp32 of its values";
     }
     check_prefill_latent_mma(want, ql, qr, st, c, fmt, cache, d_blocks.get(), pool.block_size, scale);
+    check_decode_latent_mma(want, ql, qr, st, c, fmt, cache, d_blocks.get(), pool.block_size, scale);
   }
 }
 

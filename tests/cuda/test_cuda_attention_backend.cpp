@@ -357,3 +357,89 @@ TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
     });
   }
 }
+
+// CudaBackend::latent_attention with decode attention on bf16 tensor cores as well
+// (decode_latent_attention_mma.h; a DeepSeek-V3 shard's 16 heads plus a partial block of 4): a
+// decode token of 2000 positions (eight partitions) gets the same bits beside a prefill chunk
+// (with the host tables: the chunk on the prefill kernel, the token on the decode kernel with the
+// chunk masked), in a step the host does not see (every token on the decode kernel, as a captured
+// step runs), alone and split along its positions (bound 1999), split sixteen ways (bound 4095: a
+// captured step's context limit) and unsplit (no bound); all within the tensor cores' tolerance of
+// the CPU. Off again beside prefill attention in fp32: the fp32 kernel.
+TEST(CudaAttention, BackendRunsMlaDecodeOnTensorCores) {
+  SHARDLM_REQUIRE_GPU();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  CudaBackend* gpu = nullptr;
+  const auto backend = tensor_core_backend(&gpu);
+  ASSERT_NE(gpu, nullptr);
+  gpu->set_decode_attention_bf16(true);
+  ASSERT_TRUE(gpu->decode_attention_bf16());
+  const Pool pool(16, {2000, 300}, 2, 23);
+  const std::vector<int64_t> slots = pool.all_slots();
+  const int64_t n_write = static_cast<int64_t>(slots.size());
+  std::vector<std::pair<int, int64_t>> toks;
+  for (int64_t p = 270; p < 300; ++p) toks.push_back({1, p});
+  toks.push_back({0, 1999});
+  const Step st = make_step(pool, toks), alone = make_step(pool, {{0, 1999}});
+  const int64_t T = static_cast<int64_t>(st.pos.size()), nh = 20, lora = 512, rope = 64, row = lora + rope;
+  const std::vector<float> lat = rand_vec(n_write * lora, 621), kr = rand_vec(n_write * rope, 622);
+  const std::vector<float> ql = rand_vec(T * nh * lora, 623), qr = rand_vec(T * nh * rope, 624);
+  std::vector<float> cache(pool.num_blocks * pool.block_size * row, nan), want(T * nh * lora);
+  cpu::latent_cache_write(lat.data(), kr.data(), n_write, slots.data(), lora, rope, cache.data(), KvFormat());
+  const std::vector<const int32_t*> bt = host_block_table(pool, st);
+  const float scale = 1.0f / std::sqrt(192.0f);
+  cpu::latent_attention(ql.data(), qr.data(), T, nh, lora, rope, cache.data(), KvFormat(), pool.block_size, bt.data(),
+                        st.pos.data(), scale, want.data());
+  DeviceBuffer<float> d_cache(cache), d_ql(ql), d_qr(qr);
+  DeviceBuffer<int32_t> d_blocks(pool.blocks), d_start(st.table_start), d_pos(st.pos);
+  DeviceBuffer<int32_t> d_start1(alone.table_start), d_pos1(alone.pos);
+  const int64_t last = T - 1;  // the decode token
+  const std::vector<float> want_last(want.begin() + last * nh * lora, want.end());
+  auto run = [&](int64_t n, const int32_t* start, const int32_t* pos, const BlockTables& tables) {
+    const int64_t t0 = T - n;  // the step, or its last token alone
+    DeviceBuffer<float> d_out(std::vector<float>(n * nh * lora, nan));
+    gpu->latent_attention(d_ql.get() + t0 * nh * lora, d_qr.get() + t0 * nh * rope, n, nh, lora, rope,
+                          KvCacheRef{d_cache.get(), nullptr, DType::F32}, pool.block_size, tables, pos, scale,
+                          d_out.get());
+    cuda_sync("backend latent attention");
+    return d_out.download();
+  };
+  const std::vector<float> beside = run(
+      T, d_start.get(), d_pos.get(), {d_blocks.get(), d_start.get(), pool.blocks.data(), st.table_start.data(), 1999});
+  EXPECT_TRUE(gpu->last_attention_bf16());
+  EXPECT_EQ(gpu->last_attention_singles(), 1);
+  EXPECT_TRUE(all_close(beside, want, kMmaRel, kMmaAbs)) << "the chunk and the decode token";
+  const std::vector<float> token(beside.begin() + last * nh * lora, beside.end());
+  EXPECT_TRUE(all_close(token, want_last, kMmaRel, kMmaAbs));
+
+  const std::vector<float> unseen =
+      run(T, d_start.get(), d_pos.get(), {d_blocks.get(), d_start.get(), nullptr, nullptr, 1999});
+  EXPECT_TRUE(gpu->last_attention_bf16());
+  EXPECT_EQ(gpu->last_attention_singles(), 0);
+  EXPECT_TRUE(all_close(unseen, want, kMmaRel, kMmaAbs)) << "every token on the decode kernel";
+  EXPECT_TRUE(all_bits_equal(std::vector<float>(unseen.begin() + last * nh * lora, unseen.end()), token));
+
+  struct Variant {
+    const char* what;
+    BlockTables tables;
+    int64_t parts;
+  };
+  const Variant variants[] = {
+      {"bound 1999",
+       {d_blocks.get(), d_start1.get(), pool.blocks.data(), alone.table_start.data(), 1999},
+       1999 / cuda::kAttnPartition + 1},
+      {"bound 4095", {d_blocks.get(), d_start1.get(), nullptr, nullptr, 4095}, 4095 / cuda::kAttnPartition + 1},
+      {"no bound", {d_blocks.get(), d_start1.get(), nullptr, nullptr}, 1}};
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(v.what);
+    EXPECT_TRUE(all_bits_equal(run(1, d_start1.get(), d_pos1.get(), v.tables), token));
+    EXPECT_EQ(gpu->last_attention_parts(), v.parts);
+    EXPECT_TRUE(gpu->last_attention_bf16());
+  }
+
+  gpu->set_prefill_attention_bf16(false);
+  EXPECT_FALSE(gpu->decode_attention_bf16());
+  const std::vector<float> fp32 = run(1, d_start1.get(), d_pos1.get(), variants[0].tables);
+  EXPECT_FALSE(gpu->last_attention_bf16());
+  EXPECT_TRUE(all_close(fp32, want_last, kRel, kAbs)) << "the fp32 kernel";
+}

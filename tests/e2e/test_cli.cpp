@@ -281,6 +281,11 @@ TEST(Cli, KvDtypeIsResolvedRecordedAndUsed) {
   EXPECT_NE(bad_attention.code, 0);
   EXPECT_NE(bad_attention.out.find("--prefill-attention must be auto, bf16 or fp32, not 'fp16'"), std::string::npos)
       << bad_attention.out;
+  Proc bad_decode = sh(bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --out " +
+                       (d / "bad.h5").string() + " --decode-attention auto");
+  EXPECT_NE(bad_decode.code, 0);
+  EXPECT_NE(bad_decode.out.find("--decode-attention must be fp32 or bf16, not 'auto'"), std::string::npos)
+      << bad_decode.out;
   Proc bad_experts = sh(bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --out " +
                         (d / "bad.h5").string() + " --fp8-expert-gemm batched");
   EXPECT_NE(bad_experts.code, 0);
@@ -294,7 +299,7 @@ TEST(Cli, HelpListsOptionsWithDefaults) {
   for (const char* opt :
        {"--model", "--prompts", "--out", "--max-new-tokens arg (=128)", "--temperature arg (=0)", "--top-p", "--top-k",
         "--min-p", "--seed", "--max-batch-tokens", "--max-seqs", "--kv-cache-gb", "--kv-dtype arg (=auto)",
-        "--fp8-prefill arg (=w8a8)", "--prefill-attention arg (=auto)", "--config"}) {
+        "--fp8-prefill arg (=w8a8)", "--prefill-attention arg (=auto)", "--decode-attention arg (=fp32)", "--config"}) {
     EXPECT_NE(p.out.find(opt), std::string::npos) << opt;
   }
   Proc bad = sh(bin() + " run --model x --prompts y --out z --temperature warm");

@@ -487,6 +487,84 @@ TEST(CudaBackend, PrefillAttentionOnTensorCoresMatchesCpu) {
   EXPECT_GT(most, 0.0f) << "bf16 attention left every log-probability as the CPU's: did it run?";
 }
 
+// --decode-attention bf16 on an MLA model: decode tokens attend on tensor cores too
+// (kernels/cuda/decode_latent_attention_mma.h), with prefill's bf16 numerics. On an fp32
+// tiny-deepseek-v3 with --prefill-attention bf16 (so the attention's bf16 rounding is the only
+// difference from the CPU backend), 8 greedy requests of 5 tokens: each request's tokens follow
+// the CPU's up to a first near-tie, at least 6 of 8 all the way, and the log-probabilities of the
+// agreeing tokens stay within 4e-2 of the CPU's, as prefill attention on tensor cores does (a
+// decode token's 2^-9 relative error per attention output). Replayed from CUDA graphs (the decode
+// kernel split along the context limit's partitions rather than the step's), the eager run's
+// tokens and log-probabilities. Against --prefill-attention bf16 alone: the same first tokens,
+// bit for bit, and other decode log-probabilities. The run header and /decode_attention say which
+// ran; bf16 beside prefill attention in fp32 is refused.
+TEST(CudaBackend, MlaDecodeAttentionOnTensorCoresMatchesCpuAndGraphs) {
+  SHARDLM_REQUIRE_GPU();
+  const std::string model = make_model("tiny-deepseek-v3", "fp32");
+  const fs::path d = test::fresh_dir("cuda-mla-decode-attention");
+  std::string prompts;
+  for (int i = 0; i < 8; ++i) {
+    std::string ids;
+    for (int j = 0; j < 30 + 40 * i; ++j) ids += (j ? ", " : "") + std::to_string(3 + (j * 31 + i * 17) % 500);
+    prompts += "{\"id\": \"m" + std::to_string(i) + "\", \"prompt_token_ids\": [" + ids + "], \"max_tokens\": 5}\n";
+  }
+  test::write_file(d / "p.jsonl", prompts);
+  const std::string common = " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
+                             " --threads 1 --seed 3 --max-batch-tokens 128 --max-seqs 8 --progress-interval 0";
+  const std::string bf16 = " --backend cuda --prefill-attention bf16 --decode-attention bf16";
+  Proc cpu = sh(shardlm_bin() + common + " -q --out " + (d / "cpu.h5").string());
+  Proc eager = sh(shardlm_bin() + common + bf16 + " --out " + (d / "eager.h5").string());
+  Proc graphs = sh(shardlm_bin() + common + bf16 + " -q --cuda-graphs --out " + (d / "graphs.h5").string());
+  ASSERT_EQ(cpu.code, 0) << cpu.out;
+  ASSERT_EQ(eager.code, 0) << eager.out;
+  ASSERT_EQ(graphs.code, 0) << graphs.out;
+  EXPECT_NE(eager.out.find("prefill and decode attention on bf16 tensor cores"), std::string::npos) << eager.out;
+  EXPECT_EQ(test::H5Reader((d / "eager.h5").string()).string_attr("decode_attention"), "bf16");
+  EXPECT_EQ(test::H5Reader((d / "cpu.h5").string()).string_attr("decode_attention"), "fp32");
+  const test::RunOutput want = test::read_run((d / "cpu.h5").string());
+  const test::RunOutput got = test::read_run((d / "eager.h5").string());
+  test::expect_same_run(got, test::read_run((d / "graphs.h5").string()), "decode attention bf16, eager/graphs");
+  ASSERT_EQ(want.tokens.size(), 8u);
+  int whole = 0;
+  float most = 0;
+  for (const auto& [id, toks] : want.tokens) {
+    ASSERT_TRUE(got.tokens.count(id)) << id;
+    const std::vector<int32_t>& g = got.tokens.at(id);
+    size_t n = 0;
+    while (n < toks.size() && n < g.size() && g[n] == toks[n]) ++n;
+    whole += n == toks.size() && g.size() == toks.size();
+    for (size_t i = 0; i < n; ++i)
+      most = std::max(most, std::abs(got.logprobs.at(id).at(i) - want.logprobs.at(id).at(i)));
+  }
+  EXPECT_GE(whole, 6) << whole << " of 8 requests give the CPU's 5 tokens";
+  EXPECT_LT(most, 4e-2f) << "largest log-probability difference of an agreeing token";
+  EXPECT_GT(most, 0.0f) << "bf16 attention left every log-probability as the CPU's: did it run?";
+
+  // Beside prefill on tensor cores alone: the first tokens (prefill) the same bits, the decode
+  // tokens' log-probabilities not.
+  Proc prefill =
+      sh(shardlm_bin() + common + " -q --backend cuda --prefill-attention bf16 --out " + (d / "prefill.h5").string());
+  ASSERT_EQ(prefill.code, 0) << prefill.out;
+  const test::RunOutput fp32_decode = test::read_run((d / "prefill.h5").string());
+  int decode_differs = 0;
+  for (const auto& [id, toks] : got.tokens) {
+    const std::vector<int32_t>& f = fp32_decode.tokens.at(id);
+    ASSERT_FALSE(toks.empty() || f.empty()) << id;
+    EXPECT_EQ(toks[0], f[0]) << id;
+    EXPECT_EQ(got.logprobs.at(id)[0], fp32_decode.logprobs.at(id)[0]) << id << ": prefill is the same launch";
+    for (size_t i = 1; i < toks.size() && i < f.size() && toks[i - 1] == f[i - 1]; ++i)
+      decode_differs += got.logprobs.at(id)[i] != fp32_decode.logprobs.at(id)[i];
+  }
+  EXPECT_GT(decode_differs, 0) << "decode attention in bf16 left every decode log-probability as fp32's";
+
+  Proc refused =
+      sh(shardlm_bin() + common + " --backend cuda --decode-attention bf16 --out " + (d / "refused.h5").string());
+  EXPECT_NE(refused.code, 0);
+  EXPECT_NE(refused.out.find("--decode-attention bf16 needs prefill attention on bf16 tensor cores too"),
+            std::string::npos)
+      << refused.out;
+}
+
 // --cuda-graphs: decode steps padded to a bucket and replayed as CUDA graphs give the eager GPU
 // run's tokens (greedy and sampled; batches of up to 5 rows, so buckets 1, 2, 4 and 8, with
 // admissions in between). Logprobs within the layout tolerance: cuBLAS may pick another GEMM
@@ -630,6 +708,29 @@ TEST(CudaBackend, BenchReportsEveryPart) {
             std::string::npos)
       << r.out;
 #endif
+}
+
+// shardlm bench --decode-attention bf16 on an MLA model: each attention decode line times the
+// decode kernel on tensor cores and the fp32 one beside it (a bf16 checkpoint: prefill attention
+// on tensor cores by auto).
+TEST(CudaBackend, BenchTimesMlaDecodeOnTensorCoresBesideFp32) {
+  SHARDLM_REQUIRE_GPU();
+  const std::string model = make_model("tiny-deepseek-v3", "bf16");
+#ifdef SHARDLM_EMULATED_BINARY
+  const std::string env = "SHARDLM_EMULATED_GPU_MEMORY_MIB=64 ";
+#else
+  const std::string env;
+#endif
+  Proc r = sh(env + shardlm_bin() + " bench --model " + model +
+              " --backend cuda --threads 1 --prompt-len 16 --decode-tokens 2 --batch 1 --batch-in 8 --batch-out 2"
+              " --attention-context 300 --peak-gemm 0 --decode-attention bf16");
+  ASSERT_EQ(r.code, 0) << r.out;
+  // 1 and 8 sequences at 300 positions (two partitions: split), for each cache dtype.
+  const std::regex line(
+      "  [18] x +300 positions: +[0-9.]+ us .*split 2 ways; unsplit [0-9.]+ us .*; bf16 tensor "
+      "cores; fp32 kernel [0-9.]+ us \\([0-9.]+ GB/s\\), [0-9.]+x");
+  const auto n = std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), line), std::sregex_iterator());
+  EXPECT_EQ(n, 6) << r.out;
 }
 
 }  // namespace

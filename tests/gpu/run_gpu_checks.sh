@@ -136,15 +136,21 @@ run bench-prefill-attention-fp32 "$build/shardlm" bench --model "$model" --backe
   --decode-tokens 2 --batch 1 --batch-in 16 --batch-out 2 --attention-context 0 --peak-gemm 0 --prefill-attention fp32
 # 6. DeepSeek-V3's attention geometry (MLA: kv_lora 512, rope 64; 16 heads, a tp-8 shard of its
 #    128) on 2 layers, bf16: prefill with its attention on bf16 tensor cores (auto), and the MLA
-#    op alone up to 4096 positions (prefill chunks on tensor cores beside the fp32 kernel); then
-#    prefill with --prefill-attention fp32.
+#    op alone up to 4096 positions (prefill chunks and, with --decode-attention bf16, decode tokens
+#    on tensor cores, each beside the fp32 kernel); then prefill with --prefill-attention fp32;
+#    then decode and batched tok/s with decode attention on tensor cores and in fp32.
 modelmla="${TMPDIR:-/tmp}/shardlm-bench-mla-model"
 run make-model-mla "$build/shardlm" make-model --config "$root/inputs/models/bench-mla-512.json" --out "$modelmla" \
   --dtype bf16 --seed 1
 run bench-mla "$build/shardlm" bench --model "$modelmla" --backend cuda --prompt-len 4096 --decode-tokens 2 \
-  --batch 1 --batch-in 16 --batch-out 2 --attention-context 4096 --peak-gemm 0
+  --batch 1 --batch-in 16 --batch-out 2 --attention-context 4096 --peak-gemm 0 --decode-attention bf16
 run bench-mla-prefill-attention-fp32 "$build/shardlm" bench --model "$modelmla" --backend cuda --prompt-len 4096 \
   --decode-tokens 2 --batch 1 --batch-in 16 --batch-out 2 --attention-context 0 --peak-gemm 0 --prefill-attention fp32
+for decode in bf16 fp32; do
+  run "bench-mla-decode-attention-$decode" "$build/shardlm" bench --model "$modelmla" --backend cuda \
+    --prompt-len 4096 --decode-tokens 64 --batch 64 --batch-in 2048 --batch-out 32 --attention-context 0 --peak-gemm 0 \
+    --decode-attention $decode --cuda-graphs
+done
 # 7. The same model in fp8 (128 x 128 block scales): its linear weights kept fp8 (the default),
 #    then dequantised to bf16 at load; decode reads half the bytes from the first. Kept fp8, prefill
 #    runs W8A8 (the default: cuBLASLt's block-scaled fp8 GEMMs), then on the weights dequantised to

@@ -7,7 +7,8 @@
 #   tests/gpu/run_gpu_compare.sh BUILD_DIR LOG_DIR
 #
 # Per binary: bench-1024 (GQA, bf16) and bench-mla-512 (DeepSeek-V3's attention geometry) with
-# decode attention timed up to 32768 positions, and decode batch 1 after a 2048-token prompt.
+# decode attention timed up to 32768 positions, and decode batch 1 after a 2048-token prompt; the
+# MLA one again with --decode-attention bf16 where the binary has it.
 # LOG_DIR/compare.log gathers each one's attention and tok/s lines. SHARDLM_COMPARE_BACKEND
 # (default cuda) and SHARDLM_COMPARE_ARGS (the bench arguments after --model) let the script be
 # tried on a CPU build with small sizes; SHARDLM_COMPARE_SECONDS (default 60) cuts each benchmark.
@@ -29,15 +30,24 @@ for c in gqa mla; do
 done
 bins=("$build/shardlm")
 for b in "$build"/extra/*; do [ -x "$b" ] && bins+=("$b"); done
+# One benchmark: config $1, binary $2, log name $3, then extra bench arguments.
+bench() {
+  local c=$1 bin=$2 log="$logs/compare-$3.log" rc=0
+  shift 3
+  echo "== $c: $(basename "$bin") $* ($(date +%T))" | tee -a "$logs/compare.log"
+  timeout -k 5 "$cap" "$bin" bench --model "$tmp/shardlm-compare-$c" --backend "$backend" "${args[@]}" "$@" \
+    >"$log" 2>&1 || rc=$?
+  [ "$rc" = 0 ] || { echo "   exit $rc, see $(basename "$log")" | tee -a "$logs/compare.log"; status=1; }
+  grep -E "^attention decode|positions:|^decode" "$log" >>"$logs/compare.log"
+}
 for c in gqa mla; do
   for bin in "${bins[@]}"; do
     name="$(basename "$bin")"
-    log="$logs/compare-$c-$name.log"
-    echo "== $c: $name ($(date +%T))" | tee -a "$logs/compare.log"
-    rc=0
-    timeout -k 5 "$cap" "$bin" bench --model "$tmp/shardlm-compare-$c" --backend "$backend" "${args[@]}" >"$log" 2>&1 || rc=$?
-    [ "$rc" = 0 ] || { echo "   exit $rc, see $(basename "$log")" | tee -a "$logs/compare.log"; status=1; }
-    grep -E "^attention decode|positions:|^decode" "$log" >>"$logs/compare.log"
+    bench "$c" "$bin" "$c-$name"
+    # MLA decode on tensor cores too, where the binary has it (each line then times both kernels).
+    if [ "$c" = mla ] && "$bin" bench --help 2>/dev/null | grep -q -- --decode-attention; then
+      bench "$c" "$bin" "$c-$name-decode-bf16" --decode-attention bf16
+    fi
   done
 done
 exit $status
