@@ -182,7 +182,29 @@ std::vector<int64_t> decode_contexts(int64_t longest) {
   return c;
 }
 
-void print_decode(ComputeBackend& b, const Shape& sh, double bw_gbs, DType dtype, int64_t longest) {
+// GFLOP/s, and the share of peak when it is known.
+std::string rate(double flop, double us, double peak, const char* peak_name) {
+  char buf[96];
+  const double gflops = flop / us / 1e3;
+  if (peak > 0) {
+    std::snprintf(buf, sizeof buf, "%.1f GFLOP/s, %.1f%% of the %s peak", gflops, 100.0 * gflops / peak, peak_name);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f GFLOP/s", gflops);
+  }
+  return buf;
+}
+
+// MLA decode's arithmetic beside its bytes: every head scores and sums each latent row, about 30
+// FLOP a byte of a bf16 row for 16 heads, so the units' peak can bind before the bandwidth (it
+// does on the CPU and on a GPU's fp32 cores); GQA decode, a few FLOP a byte, is bound by bytes.
+std::string mla_rate(const Shape& sh, bool mla_bf16, const AttentionPeaks& peaks, double flop, double us) {
+  if (!sh.mla) return "";
+  return "; " +
+         (mla_bf16 ? rate(flop, us, peaks.bf16_gflops, "bf16 tensor") : rate(flop, us, peaks.fp32_gflops, "fp32"));
+}
+
+void print_decode(ComputeBackend& b, const Shape& sh, double bw_gbs, const AttentionPeaks& peaks, DType dtype,
+                  int64_t longest) {
   const int64_t row_bytes = sh.cache_row() * static_cast<int64_t>(dtype_size(dtype));
   // (sequences, cached positions): lone decode and a small batch, at a short and a long context;
   // those whose cache takes more than kMaxCacheBytes are left out (a model with many KV heads).
@@ -208,12 +230,14 @@ void print_decode(ComputeBackend& b, const Shape& sh, double bw_gbs, DType dtype
     for (int64_t t = 0; t < T; ++t) start[t] = static_cast<int32_t>(t * ctx / kBlock);
     rig.set_tokens(start, pos);
     const double bytes = static_cast<double>(T * ctx * row_bytes);
+    const double flop = static_cast<double>(T * ctx * sh.heads) * sh.flop_per_position();
     const int iters = bytes > 1e9 ? 3 : 20;
     const double us = rig.time_us(ctx - 1, iters);
-    std::printf("  %lld x %6lld positions: %10.1f us  (%7.1f GB/s, %5.1f%% of bandwidth)", static_cast<long long>(T),
-                static_cast<long long>(ctx), us, bytes / us / 1e3, 100.0 * bytes / us / 1e3 / bw_gbs);
-    const int64_t parts = rig.last_parts();
     const bool bf16 = rig.last_bf16();
+    std::printf("  %lld x %6lld positions: %10.1f us  (%7.1f GB/s, %5.1f%% of bandwidth%s)", static_cast<long long>(T),
+                static_cast<long long>(ctx), us, bytes / us / 1e3, 100.0 * bytes / us / 1e3 / bw_gbs,
+                mla_rate(sh, bf16, peaks, flop, us).c_str());
+    const int64_t parts = rig.last_parts();
     if (parts > 1) {
       const double unsplit = rig.time_us(-1, iters);  // no bound: unsplit
       std::printf("  split %lld ways; unsplit %.1f us (%.1f GB/s)", static_cast<long long>(parts), unsplit,
@@ -223,23 +247,11 @@ void print_decode(ComputeBackend& b, const Shape& sh, double bw_gbs, DType dtype
       b.set_decode_attention_bf16(false);
       const double fp32_us = rig.time_us(ctx - 1, iters);
       b.set_decode_attention_bf16(true);
-      std::printf("%s bf16 tensor cores; fp32 kernel %.1f us (%.1f GB/s), %.1fx", parts > 1 ? ";" : " ", fp32_us,
-                  bytes / fp32_us / 1e3, fp32_us / us);
+      std::printf("%s bf16 tensor cores; fp32 kernel %.1f us (%.1f GB/s%s), %.1fx", parts > 1 ? ";" : " ", fp32_us,
+                  bytes / fp32_us / 1e3, mla_rate(sh, false, peaks, flop, fp32_us).c_str(), fp32_us / us);
     }
     std::printf("\n");
   }
-}
-
-// GFLOP/s, and the share of peak when it is known.
-std::string rate(double flop, double us, double peak, const char* peak_name) {
-  char buf[96];
-  const double gflops = flop / us / 1e3;
-  if (peak > 0) {
-    std::snprintf(buf, sizeof buf, "%.1f GFLOP/s, %.1f%% of the %s peak", gflops, 100.0 * gflops / peak, peak_name);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f GFLOP/s", gflops);
-  }
-  return buf;
 }
 
 void print_prefill(ComputeBackend& b, const Shape& sh, const AttentionPeaks& peaks, DType dtype, int64_t longest) {
@@ -299,7 +311,8 @@ void print_attention_bench(ComputeBackend& b, const ModelSpec& spec, double bw_g
                            int64_t longest_context) {
   SHARDLM_CHECK(longest_context > 0, "attention bench: the longest context must be positive, not " << longest_context);
   const Shape shape(spec);
-  for (DType dtype : {DType::F32, DType::BF16, DType::F8_E4M3}) print_decode(b, shape, bw_gbs, dtype, longest_context);
+  for (DType dtype : {DType::F32, DType::BF16, DType::F8_E4M3})
+    print_decode(b, shape, bw_gbs, peaks, dtype, longest_context);
   for (DType dtype : {DType::F32, DType::BF16, DType::F8_E4M3}) print_prefill(b, shape, peaks, dtype, longest_context);
 }
 

@@ -1,8 +1,9 @@
 // The attention op alone, for shardlm bench, at the model's head shape (GQA, or MLA on the latent
 // cache) with a cache of random rows, fp32, bf16 and fp8 in turn (--kv-dtype):
 //  - decode on long contexts: microseconds per call and the rate the K/V cache is read at, beside
-//    the memory bandwidth (decode attention reads every cached row once per step, so the bandwidth
-//    is its ceiling);
+//    the memory bandwidth (GQA decode attention reads every cached row once per step, so the
+//    bandwidth is its ceiling); for MLA, whose heads all score each latent row, also GFLOP/s
+//    beside the peak of the units that ran them, which can bind first;
 //  - prefill chunks (the tokens of one sequence in one call, each attending to its prefix):
 //    microseconds and GFLOP/s of the scores and the weighted sums, beside the peak of the units
 //    that ran them (a chunk's tokens share its rows, so arithmetic is its ceiling): the bf16 tensor

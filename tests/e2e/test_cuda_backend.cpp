@@ -712,7 +712,7 @@ TEST(CudaBackend, BenchReportsEveryPart) {
 
 // shardlm bench --decode-attention bf16 on an MLA model: each attention decode line times the
 // decode kernel on tensor cores and the fp32 one beside it (a bf16 checkpoint: prefill attention
-// on tensor cores by auto).
+// on tensor cores by auto), each with its GFLOP/s.
 TEST(CudaBackend, BenchTimesMlaDecodeOnTensorCoresBesideFp32) {
   SHARDLM_REQUIRE_GPU();
   const std::string model = make_model("tiny-deepseek-v3", "bf16");
@@ -726,9 +726,12 @@ TEST(CudaBackend, BenchTimesMlaDecodeOnTensorCoresBesideFp32) {
               " --attention-context 300 --peak-gemm 0 --decode-attention bf16");
   ASSERT_EQ(r.code, 0) << r.out;
   // 1 and 8 sequences at 300 positions (two partitions: split), for each cache dtype.
+  // The GFLOP/s of each beside its units' peak where the device is in the spec table (the emulated
+  // one is not).
   const std::regex line(
-      "  [18] x +300 positions: +[0-9.]+ us .*split 2 ways; unsplit [0-9.]+ us .*; bf16 tensor "
-      "cores; fp32 kernel [0-9.]+ us \\([0-9.]+ GB/s\\), [0-9.]+x");
+      "  [18] x +300 positions: +[0-9.]+ us +\\([0-9. ]+ GB/s, +[0-9.]+% of bandwidth; [0-9.]+ GFLOP/s(, [0-9.]+% of "
+      "the bf16 tensor peak)?\\) +split 2 ways; unsplit [0-9.]+ us .*; bf16 tensor cores; fp32 kernel [0-9.]+ us "
+      "\\([0-9.]+ GB/s; [0-9.]+ GFLOP/s(, [0-9.]+% of the fp32 peak)?\\), [0-9.]+x");
   const auto n = std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), line), std::sregex_iterator());
   EXPECT_EQ(n, 6) << r.out;
 }
