@@ -144,10 +144,10 @@ class ComputeBackend {
   // without tensor cores ignore it.
   virtual void set_prefill_attention_bf16(bool on) {}
   virtual bool prefill_attention_bf16() const { return false; }
-  // How MLA attention runs for decode tokens (a step's single tokens of a sequence): on bf16
+  // How an MLA model's decode tokens (a step's single tokens of a sequence) attend: on bf16
   // tensor cores (true: prefill's numerics, every head of a token in one pass over its latent
-  // rows) or in fp32 (false). --decode-attention; GQA decode and backends without tensor cores
-  // keep fp32 (decode_attention_bf16() says false there).
+  // rows) or in fp32 (false). --decode-attention. GQA decode keeps fp32 either way; backends
+  // without tensor cores ignore it (decode_attention_bf16() stays false).
   virtual void set_decode_attention_bf16(bool on) {}
   virtual bool decode_attention_bf16() const { return false; }
 
