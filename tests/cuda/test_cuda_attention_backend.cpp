@@ -238,6 +238,34 @@ TEST(CudaAttention, BackendRunsGqaChunksOnTensorCoresBesideDecode) {
   }
 }
 
+namespace {
+
+// An MLA step over a pool in DeepSeek-V3's geometry (kv_lora 512, rope 64, scale 1 / sqrt(192)):
+// random latent rows at every cached position of an fp32 cache (unused rows NaN: a stray read
+// shows), random queries for the step's tokens at nh heads, and the CPU kernel's result.
+struct MlaStep {
+  static constexpr int64_t lora = 512, rope = 64;
+  const float scale = 1.0f / std::sqrt(192.0f);
+  int64_t T, nh;
+  std::vector<float> ql, qr, cache, want;
+  MlaStep(const Pool& pool, const Step& st, int64_t heads, uint32_t seed)
+      : T(static_cast<int64_t>(st.pos.size())), nh(heads) {
+    const std::vector<int64_t> slots = pool.all_slots();
+    const int64_t n_write = static_cast<int64_t>(slots.size());
+    const std::vector<float> lat = rand_vec(n_write * lora, seed), kr = rand_vec(n_write * rope, seed + 1);
+    ql = rand_vec(T * nh * lora, seed + 2);
+    qr = rand_vec(T * nh * rope, seed + 3);
+    cache.assign(pool.num_blocks * pool.block_size * (lora + rope), std::numeric_limits<float>::quiet_NaN());
+    want.resize(T * nh * lora);
+    cpu::latent_cache_write(lat.data(), kr.data(), n_write, slots.data(), lora, rope, cache.data(), KvFormat());
+    const std::vector<const int32_t*> bt = host_block_table(pool, st);
+    cpu::latent_attention(ql.data(), qr.data(), T, nh, lora, rope, cache.data(), KvFormat(), pool.block_size,
+                          bt.data(), st.pos.data(), scale, want.data());
+  }
+};
+
+}  // namespace
+
 // CudaBackend::latent_attention with prefill attention on bf16 tensor cores: with the host tables
 // a step's chunk runs prefill_latent_attention_mma.h (a DeepSeek-V3 shard's 16 heads, a chunk
 // across positions 260..299), within its tolerance of the CPU, and its decode token of another
@@ -245,32 +273,23 @@ TEST(CudaAttention, BackendRunsGqaChunksOnTensorCoresBesideDecode) {
 // kernel).
 TEST(CudaAttention, BackendRunsMlaPrefillOnTensorCores) {
   SHARDLM_REQUIRE_GPU();
-  const float nan = std::numeric_limits<float>::quiet_NaN();
   CudaBackend* gpu = nullptr;
   const auto backend = tensor_core_backend(&gpu);
   ASSERT_NE(gpu, nullptr);
   const Pool pool(16, {300, 90}, 2, 17);
-  const std::vector<int64_t> slots = pool.all_slots();
-  const int64_t n_write = static_cast<int64_t>(slots.size());
   std::vector<std::pair<int, int64_t>> toks;
   for (int64_t p = 260; p < 300; ++p) toks.push_back({0, p});
   toks.push_back({1, 89});
   const Step st = make_step(pool, toks);
-  const int64_t T = static_cast<int64_t>(st.pos.size()), nh = 16, lora = 512, rope = 64, row = lora + rope;
-  const std::vector<float> lat = rand_vec(n_write * lora, 611), kr = rand_vec(n_write * rope, 612);
-  const std::vector<float> ql = rand_vec(T * nh * lora, 613), qr = rand_vec(T * nh * rope, 614);
-  std::vector<float> cache(pool.num_blocks * pool.block_size * row, nan), want(T * nh * lora);
-  cpu::latent_cache_write(lat.data(), kr.data(), n_write, slots.data(), lora, rope, cache.data(), KvFormat());
-  const std::vector<const int32_t*> bt = host_block_table(pool, st);
-  const float scale = 1.0f / std::sqrt(192.0f);
-  cpu::latent_attention(ql.data(), qr.data(), T, nh, lora, rope, cache.data(), KvFormat(), pool.block_size, bt.data(),
-                        st.pos.data(), scale, want.data());
-  DeviceBuffer<float> d_cache(cache), d_ql(ql), d_qr(qr);
+  const MlaStep m(pool, st, 16, 611);
+  DeviceBuffer<float> d_cache(m.cache), d_ql(m.ql), d_qr(m.qr);
   DeviceBuffer<int32_t> d_blocks(pool.blocks), d_start(st.table_start), d_pos(st.pos);
   check_with_and_without_host_tables(
-      *gpu, pool, st, d_blocks.get(), d_start.get(), nh * lora, want, 1, [&](const BlockTables& tables, float* out) {
-        gpu->latent_attention(d_ql.get(), d_qr.get(), T, nh, lora, rope, KvCacheRef{d_cache.get(), nullptr, DType::F32},
-                              pool.block_size, tables, d_pos.get(), scale, out);
+      *gpu, pool, st, d_blocks.get(), d_start.get(), m.nh * m.lora, m.want, 1,
+      [&](const BlockTables& tables, float* out) {
+        gpu->latent_attention(d_ql.get(), d_qr.get(), m.T, m.nh, m.lora, m.rope,
+                              KvCacheRef{d_cache.get(), nullptr, DType::F32}, pool.block_size, tables, d_pos.get(),
+                              m.scale, out);
       });
 }
 
@@ -375,37 +394,30 @@ TEST(CudaAttention, BackendRunsMlaDecodeOnTensorCores) {
   gpu->set_decode_attention_bf16(true);
   ASSERT_TRUE(gpu->decode_attention_bf16());
   const Pool pool(16, {2000, 300}, 2, 23);
-  const std::vector<int64_t> slots = pool.all_slots();
-  const int64_t n_write = static_cast<int64_t>(slots.size());
   std::vector<std::pair<int, int64_t>> toks;
   for (int64_t p = 270; p < 300; ++p) toks.push_back({1, p});
   toks.push_back({0, 1999});
   const Step st = make_step(pool, toks), alone = make_step(pool, {{0, 1999}});
-  const int64_t T = static_cast<int64_t>(st.pos.size()), nh = 20, lora = 512, rope = 64, row = lora + rope;
-  const std::vector<float> lat = rand_vec(n_write * lora, 621), kr = rand_vec(n_write * rope, 622);
-  const std::vector<float> ql = rand_vec(T * nh * lora, 623), qr = rand_vec(T * nh * rope, 624);
-  std::vector<float> cache(pool.num_blocks * pool.block_size * row, nan), want(T * nh * lora);
-  cpu::latent_cache_write(lat.data(), kr.data(), n_write, slots.data(), lora, rope, cache.data(), KvFormat());
-  const std::vector<const int32_t*> bt = host_block_table(pool, st);
-  const float scale = 1.0f / std::sqrt(192.0f);
-  cpu::latent_attention(ql.data(), qr.data(), T, nh, lora, rope, cache.data(), KvFormat(), pool.block_size, bt.data(),
-                        st.pos.data(), scale, want.data());
-  DeviceBuffer<float> d_cache(cache), d_ql(ql), d_qr(qr);
+  const MlaStep m(pool, st, 20, 621);
+  const int64_t T = m.T, nh = m.nh, lora = m.lora;
+  const std::vector<float>& want = m.want;
+  DeviceBuffer<float> d_cache(m.cache), d_ql(m.ql), d_qr(m.qr);
   DeviceBuffer<int32_t> d_blocks(pool.blocks), d_start(st.table_start), d_pos(st.pos);
   DeviceBuffer<int32_t> d_start1(alone.table_start), d_pos1(alone.pos);
   const int64_t last = T - 1;  // the decode token
   const std::vector<float> want_last(want.begin() + last * nh * lora, want.end());
-  auto run = [&](int64_t n, const int32_t* start, const int32_t* pos, const BlockTables& tables) {
-    const int64_t t0 = T - n;  // the step, or its last token alone
+  // The step's last n tokens (all of it, or the decode token alone) at positions pos.
+  auto run = [&](int64_t n, const int32_t* pos, const BlockTables& tables) {
+    const int64_t t0 = T - n;
     DeviceBuffer<float> d_out(std::vector<float>(n * nh * lora, nan));
-    gpu->latent_attention(d_ql.get() + t0 * nh * lora, d_qr.get() + t0 * nh * rope, n, nh, lora, rope,
-                          KvCacheRef{d_cache.get(), nullptr, DType::F32}, pool.block_size, tables, pos, scale,
+    gpu->latent_attention(d_ql.get() + t0 * nh * lora, d_qr.get() + t0 * nh * m.rope, n, nh, lora, m.rope,
+                          KvCacheRef{d_cache.get(), nullptr, DType::F32}, pool.block_size, tables, pos, m.scale,
                           d_out.get());
     cuda_sync("backend latent attention");
     return d_out.download();
   };
-  const std::vector<float> beside = run(
-      T, d_start.get(), d_pos.get(), {d_blocks.get(), d_start.get(), pool.blocks.data(), st.table_start.data(), 1999});
+  const std::vector<float> beside =
+      run(T, d_pos.get(), {d_blocks.get(), d_start.get(), pool.blocks.data(), st.table_start.data(), 1999});
   EXPECT_TRUE(gpu->last_attention_bf16());
   EXPECT_EQ(gpu->last_attention_singles(), 1);
   EXPECT_TRUE(all_close(beside, want, kMmaRel, kMmaAbs)) << "the chunk and the decode token";
@@ -413,7 +425,7 @@ TEST(CudaAttention, BackendRunsMlaDecodeOnTensorCores) {
   EXPECT_TRUE(all_close(token, want_last, kMmaRel, kMmaAbs));
 
   const std::vector<float> unseen =
-      run(T, d_start.get(), d_pos.get(), {d_blocks.get(), d_start.get(), nullptr, nullptr, 1999});
+      run(T, d_pos.get(), {d_blocks.get(), d_start.get(), nullptr, nullptr, 1999});
   EXPECT_TRUE(gpu->last_attention_bf16());
   EXPECT_EQ(gpu->last_attention_singles(), 0);
   EXPECT_TRUE(all_close(unseen, want, kMmaRel, kMmaAbs)) << "every token on the decode kernel";
@@ -432,14 +444,14 @@ TEST(CudaAttention, BackendRunsMlaDecodeOnTensorCores) {
       {"no bound", {d_blocks.get(), d_start1.get(), nullptr, nullptr}, 1}};
   for (const Variant& v : variants) {
     SCOPED_TRACE(v.what);
-    EXPECT_TRUE(all_bits_equal(run(1, d_start1.get(), d_pos1.get(), v.tables), token));
+    EXPECT_TRUE(all_bits_equal(run(1, d_pos1.get(), v.tables), token));
     EXPECT_EQ(gpu->last_attention_parts(), v.parts);
     EXPECT_TRUE(gpu->last_attention_bf16());
   }
 
   gpu->set_prefill_attention_bf16(false);
   EXPECT_FALSE(gpu->decode_attention_bf16());
-  const std::vector<float> fp32 = run(1, d_start1.get(), d_pos1.get(), variants[0].tables);
+  const std::vector<float> fp32 = run(1, d_pos1.get(), variants[0].tables);
   EXPECT_FALSE(gpu->last_attention_bf16());
   EXPECT_TRUE(all_close(fp32, want_last, kRel, kAbs)) << "the fp32 kernel";
 }
