@@ -293,6 +293,28 @@ TEST(CudaAttention, BackendRunsMlaPrefillOnTensorCores) {
       });
 }
 
+namespace {
+
+// A lone decode token at position 1999 (eight partitions of 256) of step st, with the tables
+// bound by its own position (an eager step: split into its partitions), by 4095 (a captured
+// step's context limit: sixteen ways, the blocks past its eight doing nothing) and by nothing
+// (unsplit); parts is what the backend's launch should choose.
+struct SplitVariant {
+  const char* what;
+  BlockTables tables;
+  int64_t parts;
+};
+std::vector<SplitVariant> lone_decode_variants(const Pool& pool, const Step& st, const int32_t* d_blocks,
+                                               const int32_t* d_start) {
+  return {{"bound 1999",
+           {d_blocks, d_start, pool.blocks.data(), st.table_start.data(), 1999},
+           1999 / cuda::kAttnPartition + 1},
+          {"bound 4095", {d_blocks, d_start, nullptr, nullptr, 4095}, 4095 / cuda::kAttnPartition + 1},
+          {"no bound", {d_blocks, d_start, nullptr, nullptr}, 1}};
+}
+
+}  // namespace
+
 // CudaBackend::attention / latent_attention choose the split launch themselves: a lone decode
 // token of 2000 positions (eight partitions of 256) on few heads leaves the device short of work,
 // so with its own position as the bound (an eager step) it splits into its partitions; with the
@@ -313,21 +335,11 @@ TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
   const std::vector<const int32_t*> bt = host_block_table(pool, st);
   DeviceBuffer<int32_t> d_blocks(pool.blocks), d_start(st.table_start), d_pos(st.pos);
   DeviceBuffer<int64_t> d_slots(slots);
-  struct Variant {
-    const char* what;
-    BlockTables tables;
-    int64_t parts;
-  };
-  const Variant variants[] = {
-      {"bound 1999",
-       {d_blocks.get(), d_start.get(), pool.blocks.data(), st.table_start.data(), 1999},
-       1999 / cuda::kAttnPartition + 1},
-      {"bound 4095", {d_blocks.get(), d_start.get(), nullptr, nullptr, 4095}, 4095 / cuda::kAttnPartition + 1},
-      {"no bound", {d_blocks.get(), d_start.get(), nullptr, nullptr}, 1}};
+  const std::vector<SplitVariant> variants = lone_decode_variants(pool, st, d_blocks.get(), d_start.get());
   // Runs call(tables, out) for every variant; the outputs must have the same bits and match want.
   auto check = [&](size_t n, const std::vector<float>& want, const auto& call) {
     std::vector<float> first;
-    for (const Variant& v : variants) {
+    for (const SplitVariant& v : variants) {
       SCOPED_TRACE(v.what);
       DeviceBuffer<float> d_out(std::vector<float>(n, nan));
       call(v.tables, d_out.get());
@@ -431,18 +443,7 @@ TEST(CudaAttention, BackendRunsMlaDecodeOnTensorCores) {
   EXPECT_TRUE(all_close(unseen, want, kMmaRel, kMmaAbs)) << "every token on the decode kernel";
   EXPECT_TRUE(all_bits_equal(std::vector<float>(unseen.begin() + last * nh * lora, unseen.end()), token));
 
-  struct Variant {
-    const char* what;
-    BlockTables tables;
-    int64_t parts;
-  };
-  const Variant variants[] = {
-      {"bound 1999",
-       {d_blocks.get(), d_start1.get(), pool.blocks.data(), alone.table_start.data(), 1999},
-       1999 / cuda::kAttnPartition + 1},
-      {"bound 4095", {d_blocks.get(), d_start1.get(), nullptr, nullptr, 4095}, 4095 / cuda::kAttnPartition + 1},
-      {"no bound", {d_blocks.get(), d_start1.get(), nullptr, nullptr}, 1}};
-  for (const Variant& v : variants) {
+  for (const SplitVariant& v : lone_decode_variants(pool, alone, d_blocks.get(), d_start1.get())) {
     SCOPED_TRACE(v.what);
     EXPECT_TRUE(all_bits_equal(run(1, d_pos1.get(), v.tables), token));
     EXPECT_EQ(gpu->last_attention_parts(), v.parts);
@@ -451,7 +452,8 @@ TEST(CudaAttention, BackendRunsMlaDecodeOnTensorCores) {
 
   gpu->set_prefill_attention_bf16(false);
   EXPECT_FALSE(gpu->decode_attention_bf16());
-  const std::vector<float> fp32 = run(1, d_pos1.get(), variants[0].tables);
+  const std::vector<float> fp32 =
+      run(1, d_pos1.get(), lone_decode_variants(pool, alone, d_blocks.get(), d_start1.get())[0].tables);
   EXPECT_FALSE(gpu->last_attention_bf16());
   EXPECT_TRUE(all_close(fp32, want_last, kRel, kAbs)) << "the fp32 kernel";
 }
