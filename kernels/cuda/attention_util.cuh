@@ -15,9 +15,9 @@
 
 #include "bf16_bits.h"
 #include "cuda/attention_partitions.h"
+#include "cuda/fp8_convert.cuh"
 #include "cuda/mma_stage.cuh"
 #include "cuda/warp_sum16.h"
-#include "fp8_bits.h"
 #include "kv_cache_format.h"
 
 namespace shardlm::cuda::detail {
@@ -120,7 +120,7 @@ __device__ inline float kv_value(typename KvCode<E>::T c, float scale) {
   if constexpr (E == KvElem::BF16) {
     return bf16_bits::to_f32(c);
   } else if constexpr (E == KvElem::FP8) {
-    return fp8_bits::to_f32(c) * scale;
+    return e4m3_to_f32(c) * scale;
   } else {
     return c;
   }
@@ -240,14 +240,21 @@ __device__ inline void load_round_chunks(RoundChunks<E, Sides, PerThread>& r, co
   });
 }
 
-// Element e (0..7) of a bf16 or fp8 chunk as kv_value reads it.
+// The eight elements of a bf16 or fp8 chunk as kv_value reads them (fp8: a pair of codes a
+// conversion).
 template <KvElem E>
-__device__ inline float chunk_value(const uint32_t (&w)[kRawWords<E>], int e, float scale) {
+__device__ inline void chunk_values(const uint32_t (&w)[kRawWords<E>], float scale, float (&v)[kChunk]) {
   static_assert(E == KvElem::BF16 || E == KvElem::FP8, "an fp32 cache is staged by stage_rows");
-  if constexpr (E == KvElem::BF16) {
-    return __uint_as_float(e % 2 == 0 ? w[e / 2] << 16 : w[e / 2] & 0xffff0000u);
-  } else {
-    return kv_value<E>(static_cast<uint8_t>(w[e / 4] >> (8 * (e % 4))), scale);
+#pragma unroll
+  for (int q = 0; q < kChunk / 2; ++q) {
+    if constexpr (E == KvElem::BF16) {
+      v[2 * q] = __uint_as_float(w[q] << 16);
+      v[2 * q + 1] = __uint_as_float(w[q] & 0xffff0000u);
+    } else {
+      e4m3x2_to_f32(w[q / 2] >> (16 * (q % 2)), v[2 * q], v[2 * q + 1]);
+      v[2 * q] *= scale;
+      v[2 * q + 1] *= scale;
+    }
   }
 }
 
@@ -261,8 +268,7 @@ __device__ inline void store_round_chunks(const RoundChunks<E, Sides, PerThread>
 #pragma unroll
     for (int s = 0; s < Sides; ++s) {
       float v[kChunk];
-#pragma unroll
-      for (int e = 0; e < kChunk; ++e) v[e] = chunk_value<E>(r.w[b][s], e, scale[s]);
+      chunk_values<E>(r.w[b][s], scale[s], v);
 #if defined(__CUDA_ARCH__)
       float4* d = reinterpret_cast<float4*>(dst[s] + at);  // 32-byte aligned: width and at are multiples of 8
       d[0] = make_float4(v[0], v[1], v[2], v[3]);

@@ -9,8 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "bf16_bits.h"
-#include "fp8_bits.h"
+#include "cuda/fp8_convert.cuh"
 #include "kv_cache_format.h"
 
 namespace shardlm::cuda::detail {
@@ -18,8 +17,8 @@ namespace shardlm::cuda::detail {
 // Element i of a cache side as staged.
 __device__ inline uint16_t stage1(const void* side, int64_t i, KvElem elem) {
   if (elem == KvElem::BF16) return static_cast<const uint16_t*>(side)[i];
-  if (elem == KvElem::FP8) return bf16_bits::from_f32(fp8_bits::to_f32(static_cast<const uint8_t*>(side)[i]));
-  return bf16_bits::from_f32(static_cast<const float*>(side)[i]);
+  if (elem == KvElem::FP8) return f32_to_bf16(e4m3_to_f32(static_cast<const uint8_t*>(side)[i]));
+  return f32_to_bf16(static_cast<const float*>(side)[i]);
 }
 
 // Eight staged elements: bf16 bits, two to a word (the lower element in the low half).
@@ -44,14 +43,11 @@ __device__ inline void load_words(const void* p, uint32_t (&w)[N]) {
 #endif
 }
 
-__device__ inline uint32_t pack_bits(uint16_t lo, uint16_t hi) {
-  return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
-}
-__device__ inline uint16_t fp8_staged(uint32_t word, int byte) {
-  return bf16_bits::from_f32(fp8_bits::to_f32(static_cast<uint8_t>(word >> (8 * byte))));
-}
-__device__ inline uint16_t fp32_staged(uint32_t bits) {
-  return bf16_bits::from_f32(__int_as_float(static_cast<int>(bits)));
+// Codes 2k and 2k + 1 of a word pair as staged, a bf16 pair (exact: every e4m3 value is a bf16).
+__device__ inline uint32_t fp8_pair_staged(const uint32_t (&w)[2], int k) {
+  float lo, hi;
+  e4m3x2_to_f32(w[k / 2] >> (16 * (k % 2)), lo, hi);
+  return f32x2_to_bf16x2(lo, hi);
 }
 
 // Elements [i, i + 8) of a cache side of format E as they are stored (raw8: one 16-byte load, one
@@ -83,11 +79,10 @@ __device__ inline Bf16x8 convert8(const uint32_t (&w)[kRawWords<E>]) {
     for (int k = 0; k < 4; ++k) out.w[k] = w[k];
   } else if constexpr (E == KvElem::FP8) {
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
-      out.w[k] = pack_bits(fp8_staged(w[k / 2], 2 * (k % 2)), fp8_staged(w[k / 2], 2 * (k % 2) + 1));
+    for (int k = 0; k < 4; ++k) out.w[k] = fp8_pair_staged(w, k);
   } else {
 #pragma unroll
-    for (int k = 0; k < 4; ++k) out.w[k] = pack_bits(fp32_staged(w[2 * k]), fp32_staged(w[2 * k + 1]));
+    for (int k = 0; k < 4; ++k) out.w[k] = f32x2_to_bf16x2(__uint_as_float(w[2 * k]), __uint_as_float(w[2 * k + 1]));
   }
   return out;
 }

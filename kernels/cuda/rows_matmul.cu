@@ -2,11 +2,10 @@
 // steps (or one weight per step on the general path), dequantising each fp8 code once for all MT
 // rows. bf16 and fp32 weights (the device-routed grouped call) take the same loops and sum order.
 //
-// Dequantisation on the conversion instructions Ada and Hopper have for it: a pair of codes to an
-// f16 pair (cvt.rn.f16x2.e4m3x2, exact: every e4m3 value, subnormals and NaN included, is an f16),
-// each to fp32 (exact), times the block scale in fp32 (rounded once, as the host rounds it), and
-// the pair rounded to bf16 in one instruction (cvt.rn.bf16x2.f32: nearest even, subnormals kept,
-// NaN stays NaN), as the host's bf16 rounding gives it; no step is special (no NaN or scale test).
+// Dequantisation on the conversion instructions Ada and Hopper have for it (fp8_convert.cuh): a
+// pair of codes to fp32 exactly, times the block scale in fp32 (rounded once, as the host rounds
+// it), and the pair rounded to bf16 in one instruction, as the host's bf16 rounding gives it; no
+// step is special (no NaN or scale test).
 // The integer form this replaced (codes placed in fp32 bits at 2^-120, rounded to bf16 by integer
 // adds, a NaN and scale test per step) bounded the kernel on the integer pipe: 62 us for
 // 1 x 8192 x 8192 on an H200, whose HBM streams those weights in 14. sm_90a SASS of the 1-row
@@ -17,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cuda/fp8_convert.cuh"
 #include "fp8_bits.h"
 
 namespace shardlm::cuda {
@@ -61,34 +61,17 @@ __device__ inline float weight_exact(uint8_t code, float scale) {
   return round_bf16(p);
 }
 
-// The two codes of the low 16 bits of v (the lower byte first) as fp32, exactly.
-__device__ inline void e4m3x2_to_f32(uint32_t v, float& lo, float& hi) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  uint32_t h;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(static_cast<unsigned short>(v)));
-  asm("{.reg .f16 l, u;\n\tmov.b32 {l, u}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, u;\n\t}"
-      : "=f"(lo), "=f"(hi)
-      : "r"(h));
-#else
-  lo = fp8_bits::to_f32(static_cast<uint8_t>(v));
-  hi = fp8_bits::to_f32(static_cast<uint8_t>(v >> 8));
-#endif
-}
-
 // a and b rounded to bf16 (nearest even; NaN stays NaN), widened back: as a pair in one conversion
 // (kPacked), or each by integer adds, a NaN left as it is (the adds would carry the GPU's NaN,
 // 0x7fffffff, into the sign).
 template <bool kPacked>
 __device__ inline void round_bf16x2(float& a, float& b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if (kPacked) {
-    uint32_t p;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(p) : "f"(b), "f"(a));  // a to the low half
+    const uint32_t p = detail::f32x2_to_bf16x2(a, b);
     a = __uint_as_float(p << 16);
     b = __uint_as_float(p & 0xffff0000u);
     return;
   }
-#endif
   if (!isnan(a)) a = round_bf16(a);
   if (!isnan(b)) b = round_bf16(b);
 }
@@ -96,8 +79,8 @@ __device__ inline void round_bf16x2(float& a, float& b) {
 // The four codes of a word (the lowest byte first) as the weights the host gives them with scale s.
 template <bool kPacked>
 __device__ inline void dequant4(uint32_t word, float s, float* w) {
-  e4m3x2_to_f32(word, w[0], w[1]);
-  e4m3x2_to_f32(word >> 16, w[2], w[3]);
+  detail::e4m3x2_to_f32(word, w[0], w[1]);
+  detail::e4m3x2_to_f32(word >> 16, w[2], w[3]);
 #pragma unroll
   for (int j = 0; j < 4; ++j) w[j] *= s;
   round_bf16x2<kPacked>(w[0], w[1]);
