@@ -15,7 +15,7 @@
 
 #include "bf16_bits.h"
 #include "cuda/attention_partitions.h"
-#include "cuda/fp8_convert.cuh"
+#include "cuda/convert_pairs.cuh"
 #include "cuda/mma_stage.cuh"
 #include "cuda/warp_sum16.h"
 #include "kv_cache_format.h"

@@ -23,14 +23,13 @@
 #include <cstdint>
 
 #include "bf16_bits.h"
+#include "cuda/convert_pairs.cuh"
 
 namespace shardlm::cuda::detail {
 
 // Two floats as bf16 (round to nearest even, as kernels/bf16_bits.h and the CPU round), lo in the
-// low half.
-__device__ inline uint32_t pack_bf16x2(float lo, float hi) {
-  return static_cast<uint32_t>(bf16_bits::from_f32(lo)) | (static_cast<uint32_t>(bf16_bits::from_f32(hi)) << 16);
-}
+// low half: one conversion instruction (convert_pairs.cuh).
+__device__ inline uint32_t pack_bf16x2(float lo, float hi) { return f32x2_to_bf16x2(lo, hi); }
 
 #ifdef SHARDLM_CUDA_EMULATION
 struct MmaLane {

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cuda/fp8_convert.cuh"
+#include "cuda/convert_pairs.cuh"
 #include "kv_cache_format.h"
 
 namespace shardlm::cuda::detail {

@@ -2,7 +2,7 @@
 // steps (or one weight per step on the general path), dequantising each fp8 code once for all MT
 // rows. bf16 and fp32 weights (the device-routed grouped call) take the same loops and sum order.
 //
-// Dequantisation on the conversion instructions Ada and Hopper have for it (fp8_convert.cuh): a
+// Dequantisation on the conversion instructions Ada and Hopper have for it (convert_pairs.cuh): a
 // pair of codes to fp32 exactly, times the block scale in fp32 (rounded once, as the host rounds
 // it), and the pair rounded to bf16 in one instruction, as the host's bf16 rounding gives it; no
 // step is special (no NaN or scale test).
@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cuda/fp8_convert.cuh"
+#include "cuda/convert_pairs.cuh"
 #include "fp8_bits.h"
 
 namespace shardlm::cuda {

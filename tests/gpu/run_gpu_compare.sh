@@ -11,10 +11,10 @@
 # MLA one again with --decode-attention bf16 where the binary has it; bench-1024 in fp8 (128 x 128
 # block scales, kept fp8): the linears read straight from fp8 weights at 1, 16 and 64 rows, on its
 # gate/up shape and at 8192 x 8192, and decode batch 1.
-# LOG_DIR/compare.log gathers each one's attention, linear and tok/s lines. SHARDLM_COMPARE_BACKEND
-# (default cuda), SHARDLM_COMPARE_ARGS and SHARDLM_COMPARE_FP8_ARGS (the bench arguments after
-# --model) let the script be tried on a CPU build with small sizes; SHARDLM_COMPARE_SECONDS
-# (default 60) cuts each benchmark.
+# LOG_DIR/compare.log gathers each one's attention (decode, and prefill chunks on tensor cores and
+# in fp32), linear and tok/s lines. SHARDLM_COMPARE_BACKEND (default cuda), SHARDLM_COMPARE_ARGS
+# and SHARDLM_COMPARE_FP8_ARGS (the bench arguments after --model) let the script be tried on a
+# CPU build with small sizes; SHARDLM_COMPARE_SECONDS (default 60) cuts each benchmark.
 set -uo pipefail
 build=${1:?usage: run_gpu_compare.sh BUILD_DIR LOG_DIR}
 logs=${2:?usage: run_gpu_compare.sh BUILD_DIR LOG_DIR}
@@ -45,7 +45,7 @@ bench() {
   timeout -k 5 "$cap" "$bin" bench --model "$tmp/shardlm-compare-$c" --backend "$backend" "${base[@]}" "$@" \
     >"$log" 2>&1 || rc=$?
   [ "$rc" = 0 ] || { echo "   exit $rc, see $(basename "$log")" | tee -a "$logs/compare.log"; status=1; }
-  grep -E "^attention decode|positions:|^decode|fp8 weights:" "$log" >>"$logs/compare.log"
+  grep -E "^attention|positions|^prefill|^decode|fp8 weights:" "$log" >>"$logs/compare.log"
 }
 for c in gqa mla fp8; do
   for bin in "${bins[@]}"; do

@@ -1,6 +1,6 @@
-// e4m3 codes read and fp32 pairs rounded to bf16 on the conversion instructions Ada and Hopper
-// have for them, with the values of the integer forms in fp8_bits.h and bf16_bits.h, which the
-// emulated device (and a GPU older than sm_89) runs instead:
+// Conversions two at a time on the instructions Ada and Hopper have for them: e4m3 codes read, fp32
+// values rounded to bf16. They give the values of the integer forms in fp8_bits.h and bf16_bits.h,
+// which the emulated device (and a GPU older than sm_89) runs instead:
 //  - e4m3x2_to_f32: two codes, the lower byte first, as fp32 (cvt.rn.f16x2.e4m3x2, then each f16
 //    to fp32): exact, since every e4m3 value, subnormals included, is an f16. A NaN code gives a
 //    NaN (the GPU's, 0x7fffffff, where fp8_bits::to_f32 gives 0x7fc00000 with the code's sign).
