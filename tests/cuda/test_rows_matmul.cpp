@@ -460,6 +460,50 @@ TEST(CudaFp8Matmul, NanCodesAndLargeScalesKeepTheHostValues) {
 #endif
 }
 
+TEST(CudaFp8Matmul, EveryCodeReadsAsTheHostDequantisesIt) {
+  SHARDLM_REQUIRE_GPU();
+#ifdef SHARDLM_HAVE_CUDA
+  // Weight row n holds code n mod 256 at one column and zero codes elsewhere, and every activation
+  // is 1: each output is exactly the weight the kernel formed from that code (plus zeros), to be
+  // the host's dequantisation bit for bit (a NaN as a NaN; -0 reads as +0 after the zeros). The
+  // columns walk every byte of the 16-byte loads and both column blocks; the 16 blocks' scales
+  // cycle through 1; 1 + 2^-8, whose products with codes of one or three mantissa bits are exact
+  // ties between two bf16 values (to even); one that is not a power of two; a subnormal; 2^-10;
+  // 3e5; and 7.59e35, which takes the largest codes past the largest bf16 to infinity. 1 and 3 rows round the weights
+  // in pairs by conversion, 16 rows (two passes of 8) by integer adds: the same bits either way.
+  const Case c{1024, 256, 128, 128, 0, 1024, 0, 256};
+  Fp8Data d;
+  d.q.assign(static_cast<size_t>(c.R * c.C), 0);
+  std::vector<int64_t> col(static_cast<size_t>(c.R));
+  for (int64_t n = 0; n < c.R; ++n) {
+    col[n] = (n * 7 + (n / 256) * 64) % c.C;
+    d.q[n * c.C + col[n]] = static_cast<uint8_t>(n % 256);
+  }
+  const float cycle[] = {1.0f, 1.00390625f, 0.7384f, 1e-39f, 0x1p-10f, 3.0e5f, 7.59e35f};
+  d.scales.resize(16);
+  for (size_t b = 0; b < d.scales.size(); ++b) d.scales[b] = cycle[b % 7];
+  const TensorView tw = view("w", DType::F8_E4M3, {c.R, c.C}, d.q.data(), d.q.size());
+  const TensorView ts = view("w_scale_inv", DType::F32, {8, 2}, d.scales.data(), d.scales.size() * 4);
+  std::vector<uint16_t> w(static_cast<size_t>(c.R * c.C));
+  dequant_fp8_block(tw, ts, c.br, c.bc, 0, c.R, 0, c.C, w.data());
+  const DeviceWeight dw = upload(c, d);
+  for (int64_t M : {1, 3, 16}) {
+    const std::vector<float> y = run(dw, std::vector<uint16_t>(static_cast<size_t>(M * c.K), f32_to_bf16(1.0f)), M);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < c.N; ++n) {
+        const float want = bf16_to_f32(w[n * c.K + col[n]]), got = y[m * c.N + n];
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(got)) << "M = " << M << " code " << n % 256 << " scale "
+                                       << d.scales[(n / 128) * 2 + col[n] / 128];
+        } else {
+          ASSERT_EQ(got, want) << "M = " << M << " code " << n % 256 << " scale "
+                               << d.scales[(n / 128) * 2 + col[n] / 128];
+        }
+      }
+  }
+#endif
+}
+
 TEST(CudaFp8GroupedGemm, TensorCoreTileFollowsTheFragmentLayout) {
   SHARDLM_REQUIRE_GPU();
 #ifdef SHARDLM_HAVE_CUDA
