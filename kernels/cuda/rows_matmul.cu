@@ -61,6 +61,9 @@ __device__ inline float weight_exact(uint8_t code, float scale) {
   return round_bf16(p);
 }
 
+__device__ inline float bf16_lo(uint32_t pair) { return __uint_as_float(pair << 16); }
+__device__ inline float bf16_hi(uint32_t pair) { return __uint_as_float(pair & 0xffff0000u); }
+
 // a and b rounded to bf16 (nearest even; NaN stays NaN), widened back: as a pair in one conversion
 // (kPacked), or each by integer adds, a NaN left as it is (the adds would carry the GPU's NaN,
 // 0x7fffffff, into the sign).
@@ -68,8 +71,8 @@ template <bool kPacked>
 __device__ inline void round_bf16x2(float& a, float& b) {
   if (kPacked) {
     const uint32_t p = detail::f32x2_to_bf16x2(a, b);
-    a = __uint_as_float(p << 16);
-    b = __uint_as_float(p & 0xffff0000u);
+    a = bf16_lo(p);
+    b = bf16_hi(p);
     return;
   }
   if (!isnan(a)) a = round_bf16(a);
@@ -86,9 +89,6 @@ __device__ inline void dequant4(uint32_t word, float s, float* w) {
   round_bf16x2<kPacked>(w[0], w[1]);
   round_bf16x2<kPacked>(w[2], w[3]);
 }
-
-__device__ inline float bf16_lo(uint32_t pair) { return __uint_as_float(pair << 16); }
-__device__ inline float bf16_hi(uint32_t pair) { return __uint_as_float(pair & 0xffff0000u); }
 
 __device__ inline float warp_sum(float v) {
 #pragma unroll
