@@ -5,7 +5,7 @@
 // read the latent cache), one warp per head. Rounds of kAttnTile positions are staged in shared
 // memory by the whole block, so a cache row is read from global memory once per block instead of
 // once per head; each warp then scores the round against its own query (lanes split the
-// dimensions; the round's 16 dot products are reduced together, warp_round_scores) and folds it into
+// dimensions; the round's 16 dot products are reduced together, warp_fold_round) and folds it into
 // its running max, sum and accumulators (online softmax in fp32, positions in increasing order).
 #pragma once
 
@@ -24,24 +24,6 @@ namespace shardlm::cuda::detail {
 
 constexpr int kAttnTile = 16;          // positions staged per round
 constexpr int kAttnHeadsPerBlock = 8;  // warps (query heads) per block at most
-
-// A round's scores: s[j] comes in as this lane's share of position j's dot product and leaves as
-// the warp's sum (the bits of block_reduce.cuh's warp_sum, warp_sum16.h) times scale, in every
-// lane; returns the largest of the first cnt (the round's staged positions; the rest go unused).
-static_assert(kAttnTile == 16, "a round's scores are reduced sixteen at a time");
-__device__ inline float warp_round_scores(float (&s)[kAttnTile], int cnt, float scale) {
-  warp_sum16(
-      s, static_cast<int>(threadIdx.x & 31), [](float v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); },
-      [](float v, int src) { return __shfl_sync(0xffffffffu, v, src); });
-  float tile_max = -INFINITY;
-#pragma unroll
-  for (int j = 0; j < kAttnTile; ++j) {
-    if (j >= cnt) break;
-    s[j] *= scale;
-    tile_max = fmaxf(tile_max, s[j]);
-  }
-  return tile_max;
-}
 
 // Cache slot of logical position p of a sequence whose physical blocks are listed in bt.
 __device__ inline int64_t cache_slot(const int32_t* bt, int64_t p, int64_t block_size) {
@@ -293,46 +275,65 @@ inline Staging staging_for(bool chunked, KvElem elem) {
 }
 
 // GQA: s[j] = this lane's share of the dot product of the query (its dims d = lane + 32 x, in qr)
-// with staged key row j, for j < cnt; 0 past cnt (rows not staged for this token).
+// with staged key row j, for every row of the round. Rows past those staged this round hold what
+// shared memory held before; their sums go unused (warp_fold_round), and without a test per row
+// the dots take about a quarter fewer instructions.
 template <int D>
-__device__ inline void lane_round_dots(float (&s)[kAttnTile], const float (&qr)[D], const float* sk, int head_dim,
-                                       int cnt) {
+__device__ inline void lane_round_dots(float (&s)[kAttnTile], const float (&qr)[D], const float* sk, int head_dim) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int j = 0; j < kAttnTile; ++j) {
     s[j] = 0.0f;
-    if (j < cnt) {
 #pragma unroll
-      for (int x = 0; x < D; ++x) {
-        const int d = lane + 32 * x;
-        if (d < head_dim) s[j] += qr[x] * sk[j * head_dim + d];
-      }
+    for (int x = 0; x < D; ++x) {
+      const int d = lane + 32 * x;
+      if (d < head_dim) s[j] += qr[x] * sk[j * head_dim + d];
     }
   }
 }
 
-// Folds one round into a warp's running max m, sum l and accumulators: s[j] (j < cnt, the same in
-// every lane) are the round's scores and tile_max their maximum; position j's value row is
-// vals + j * stride (shared memory); lane l accumulates dims d = l + 32 a (d < width).
-template <int Tile, int Acc>
-__device__ inline void warp_fold_tile(const float (&s)[Tile], int cnt, float tile_max, const float* vals, int stride,
-                                      int width, float& m, float& l, float (&acc)[Acc]) {
+// Folds one round into a warp's running max m, sum l and accumulators. s[j] (j < cnt) comes in as
+// this lane's share of position j's dot product; the score is the warp's sum of the shares (the
+// bits of block_reduce.cuh's warp_sum, warp_sum16.h) times scale; position j's value row is
+// vals + j * stride (shared memory); lane l accumulates dims d = l + 32 a (d < width). Positions
+// are folded in increasing order: with mn the larger of m and the round's largest score,
+//   l = l e^(m - mn) + sum_j e^(s_j - mn),  acc = acc e^(m - mn) + sum_j e^(s_j - mn) v_j.
+// The sums end in lanes 2j and 2j + 1, which compute position j's weight for the warp; each weight
+// is then shuffled to every lane. Every lane computing every weight (16
+// expf a round, where a lane now computes one) was half of a round's instructions at head_dim 64.
+// The operands and their order are those of every lane computing all of them, so are the bits.
+template <int Acc>
+__device__ inline void warp_fold_round(const float (&s)[kAttnTile], int cnt, float scale, const float* vals, int stride,
+                                       int width, float& m, float& l, float (&acc)[Acc]) {
+  static_assert(kAttnTile == 16, "a round's scores are reduced sixteen at a time");
   const int lane = threadIdx.x & 31;
+  const float own =
+      warp_sum16_pairs(s, lane, [](float v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }) * scale;
+  // The round's largest score: fmaxf from -inf over the staged positions, as a sequential scan
+  // gives it (a NaN score is passed over either way); lanes 2j and 2j + 1 hold the same score.
+  float tile_max = (lane >> 1) < cnt ? fmaxf(-INFINITY, own) : -INFINITY;
+#pragma unroll
+  for (int o = 2; o < 32; o <<= 1) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
   const float mn = fmaxf(m, tile_max);
   const float corr = expf(m - mn);  // 0 on the first round (m = -inf); cnt >= 1 keeps mn finite
+  const float weight = expf(own - mn);  // position lane / 2's (unused past cnt)
+  // Every weight to every lane, unconditionally: a shuffle under the loop's exit would be checked
+  // for divergence each time.
+  float e[kAttnTile];
+#pragma unroll
+  for (int j = 0; j < kAttnTile; ++j) e[j] = __shfl_sync(0xffffffffu, weight, 2 * j);
   l *= corr;
 #pragma unroll
   for (int a = 0; a < Acc; ++a) acc[a] *= corr;
 #pragma unroll
-  for (int j = 0; j < Tile; ++j) {
+  for (int j = 0; j < kAttnTile; ++j) {
     if (j >= cnt) break;  // cnt is the same in every lane
-    const float e = expf(s[j] - mn);
-    l += e;
+    l += e[j];
     const float* v = vals + j * stride;
 #pragma unroll
     for (int a = 0; a < Acc; ++a) {
       const int d = lane + 32 * a;
-      if (d < width) acc[a] += e * v[d];
+      if (d < width) acc[a] += e[j] * v[d];
     }
   }
   m = mn;
@@ -359,7 +360,7 @@ __device__ inline float merge_value(float old, float v, const MergeScale& s) {
 __device__ inline float reciprocal(float l) { return __fdiv_rn(1.0f, l); }
 __device__ inline float normalised(float acc, float inv_l) { return __fmul_rn(acc, inv_l); }
 
-// o[d] = acc / l for the lane's dims (see warp_fold_tile).
+// o[d] = acc / l for the lane's dims (see warp_fold_round).
 template <int Acc>
 __device__ inline void warp_write_normalised(float* o, int width, float l, const float (&acc)[Acc]) {
   const int lane = threadIdx.x & 31;

@@ -57,23 +57,20 @@ __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&ql)
 #pragma unroll
       for (int j = 0; j < kTile; ++j) {
         s[j] = 0.0f;  // rows past cnt were not staged this round: their sums go unused
-        if (j < cnt) {
-          const float* c = sc + j * row;
+        const float* c = sc + j * row;
 #pragma unroll
-          for (int k = 0; k < kLoraPerLane; ++k) {
-            const int d = lane + 32 * k;
-            if (d < kv_lora) s[j] += ql[k] * c[d];
-          }
+        for (int k = 0; k < kLoraPerLane; ++k) {
+          const int d = lane + 32 * k;
+          if (d < kv_lora) s[j] += ql[k] * c[d];
+        }
 #pragma unroll
-          for (int k = 0; k < kRopePerLane; ++k) {
-            const int d = lane + 32 * k;
-            if (d < rope_dim) s[j] += qr[k] * c[kv_lora + d];
-          }
+        for (int k = 0; k < kRopePerLane; ++k) {
+          const int d = lane + 32 * k;
+          if (d < rope_dim) s[j] += qr[k] * c[kv_lora + d];
         }
       }
-      const float tile_max = detail::warp_round_scores(s, cnt, scale);
       // The value is the latent part of the same rows.
-      detail::warp_fold_tile(s, cnt, tile_max, sc, row, kv_lora, m, l, acc);
+      detail::warp_fold_round(s, cnt, scale, sc, row, kv_lora, m, l, acc);
     }
     __syncthreads();  // sc is restaged by the next round
   }

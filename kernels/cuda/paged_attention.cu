@@ -40,9 +40,8 @@ __device__ __forceinline__ void fold_round(int cnt, const float (&qr)[DimPerLane
                                            const float* sk, const float* sv, float& m, float& l,
                                            float (&acc)[DimPerLane]) {
   float s[kTile];
-  detail::lane_round_dots(s, qr, sk, head_dim, cnt);
-  const float tile_max = detail::warp_round_scores(s, cnt, scale);
-  detail::warp_fold_tile(s, cnt, tile_max, sv, head_dim, head_dim, m, l, acc);
+  detail::lane_round_dots(s, qr, sk, head_dim);
+  detail::warp_fold_round(s, cnt, scale, sv, head_dim, head_dim, m, l, acc);
 }
 
 // Folds positions [a0, a1] of KV head kvh (a partition, or the part of it the token attends to)
