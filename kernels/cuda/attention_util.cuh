@@ -109,9 +109,10 @@ __device__ inline float kv_value(typename KvCode<E>::T c, float scale) {
 }
 
 // Columns [col, col + width) of the cache rows at slots[0, cnt) (stride elements a slot) of each of
-// Sides cache sides, as fp32 into dst[s][j * width + c] (consecutive threads, consecutive columns).
-// A pass past the round's last element reads its first (a row that exists) and stores nothing.
-template <KvElem E, int Sides, int InFlight>
+// Sides cache sides, as fp32 into dst[s][j * RowStride + c], or dst[s][j * width + c] for RowStride
+// 0 (consecutive threads, consecutive columns). A pass past the round's last element reads its
+// first (a row that exists) and stores nothing.
+template <KvElem E, int Sides, int InFlight, int RowStride>
 __device__ inline void stage_rows(float* const (&dst)[Sides], const void* const (&side)[Sides],
                                   const float (&scale)[Sides], const int64_t* slots, int cnt, int64_t stride,
                                   int64_t col, int width) {
@@ -119,11 +120,13 @@ __device__ inline void stage_rows(float* const (&dst)[Sides], const void* const 
   const int n = cnt * width, step = static_cast<int>(blockDim.x);
   for (int i0 = static_cast<int>(threadIdx.x); i0 < n; i0 += InFlight * step) {
     T c[Sides][InFlight];
+    int at[InFlight];
 #pragma unroll
     for (int b = 0; b < InFlight; ++b) {
       const int i = i0 + b * step < n ? i0 + b * step : 0;
-      const int j = i / width;
-      const int64_t off = slots[j] * stride + col + (i - j * width);
+      const int j = i / width, e = i - j * width;
+      const int64_t off = slots[j] * stride + col + e;
+      at[b] = j * RowStride + e;  // unused for RowStride 0
 #pragma unroll
       for (int s = 0; s < Sides; ++s) c[s][b] = static_cast<const T*>(side[s])[off];
     }
@@ -132,29 +135,31 @@ __device__ inline void stage_rows(float* const (&dst)[Sides], const void* const 
       const int i = i0 + b * step;
       if (i < n) {
 #pragma unroll
-        for (int s = 0; s < Sides; ++s) dst[s][i] = kv_value<E>(c[s][b], scale[s]);
+        for (int s = 0; s < Sides; ++s) dst[s][RowStride == 0 ? i : at[b]] = kv_value<E>(c[s][b], scale[s]);
       }
     }
   }
 }
 
 // stage_rows for a cache of format elem.
-template <int Sides, int InFlight = kStageInFlight>
+template <int Sides, int RowStride = 0, int InFlight = kStageInFlight>
 __device__ inline void stage_rows(float* const (&dst)[Sides], const void* const (&side)[Sides],
                                   const float (&scale)[Sides], KvElem elem, const int64_t* slots, int cnt,
                                   int64_t stride, int64_t col, int width) {
   if (elem == KvElem::BF16) {
-    stage_rows<KvElem::BF16, Sides, InFlight>(dst, side, scale, slots, cnt, stride, col, width);
+    stage_rows<KvElem::BF16, Sides, InFlight, RowStride>(dst, side, scale, slots, cnt, stride, col, width);
   } else if (elem == KvElem::FP8) {
-    stage_rows<KvElem::FP8, Sides, InFlight>(dst, side, scale, slots, cnt, stride, col, width);
+    stage_rows<KvElem::FP8, Sides, InFlight, RowStride>(dst, side, scale, slots, cnt, stride, col, width);
   } else {
-    stage_rows<KvElem::F32, Sides, InFlight>(dst, side, scale, slots, cnt, stride, col, width);
+    stage_rows<KvElem::F32, Sides, InFlight, RowStride>(dst, side, scale, slots, cnt, stride, col, width);
   }
 }
 
 // GQA: the whole block stages the K and V rows of KV head kvh at positions [base, base + cnt) in
-// sk, sv ([cnt, head_dim] each, fp32, read back as kv_cache_format.h reads them, exactly as the
-// CPU kernels do). row: elements per cache slot (every KV head). Every thread of the block calls it.
+// sk, sv (cnt rows of head_dim, RowStride floats apart or packed for 0, fp32, read back as
+// kv_cache_format.h reads them, exactly as the CPU kernels do). row: elements per cache slot
+// (every KV head). Every thread of the block calls it.
+template <int RowStride = 0>
 __device__ inline void stage_round(float* sk, float* sv, const void* k_cache, const void* v_cache, KvFormat fmt,
                                    const int32_t* bt, int base, int cnt, int64_t block_size, int64_t row, int64_t kvh,
                                    int head_dim) {
@@ -162,7 +167,7 @@ __device__ inline void stage_round(float* sk, float* sv, const void* k_cache, co
   float* const dst[2] = {sk, sv};
   const void* const side[2] = {k_cache, v_cache};
   const float scale[2] = {fmt.k_scale, fmt.v_scale};
-  stage_rows<2>(dst, side, scale, fmt.elem, slots, cnt, row, kvh * head_dim, head_dim);
+  stage_rows<2, RowStride>(dst, side, scale, fmt.elem, slots, cnt, row, kvh * head_dim, head_dim);
 }
 
 // ---- Rounds staged a round ahead ----
@@ -241,18 +246,18 @@ __device__ inline void chunk_values(const uint32_t (&w)[kRawWords<E>], float sca
 }
 
 // Stores the chunks load_round_chunks loaded (with the same cnt and width) as fp32 into
-// dst[s][j * width + c], as stage_rows does.
+// dst[s][j * dst_stride + c], as stage_rows does.
 template <KvElem E, int Sides, int PerThread>
 __device__ inline void store_round_chunks(const RoundChunks<E, Sides, PerThread>& r, float* const (&dst)[Sides],
-                                          const float (&scale)[Sides], int cnt, int width) {
+                                          const float (&scale)[Sides], int cnt, int width, int dst_stride) {
   for_thread_chunks<PerThread>(cnt, width, [&](int b, int j, int c) {
-    const int at = j * width + c;
+    const int at = j * dst_stride + c;
 #pragma unroll
     for (int s = 0; s < Sides; ++s) {
       float v[kChunk];
       chunk_values<E>(r.w[b][s], scale[s], v);
 #if defined(__CUDA_ARCH__)
-      float4* d = reinterpret_cast<float4*>(dst[s] + at);  // 32-byte aligned: width and at are multiples of 8
+      float4* d = reinterpret_cast<float4*>(dst[s] + at);  // 32-byte aligned: dst_stride and c are multiples of 8
       d[0] = make_float4(v[0], v[1], v[2], v[3]);
       d[1] = make_float4(v[4], v[5], v[6], v[7]);
 #else
@@ -275,11 +280,15 @@ inline Staging staging_for(bool chunked, KvElem elem) {
 }
 
 // GQA: s[j] = this lane's share of the dot product of the query (its dims d = lane + 32 x, in qr)
-// with staged key row j, for every row of the round. Rows past those staged this round hold what
-// shared memory held before; their sums go unused (warp_fold_round), and without a test per row
-// the dots take about a quarter fewer instructions.
-template <int D>
-__device__ inline void lane_round_dots(float (&s)[kAttnTile], const float (&qr)[D], const float* sk, int head_dim) {
+// with staged key row j (sk + j * stride), for every row of the round. Rows past those staged this
+// round hold what shared memory held before; their sums go unused (warp_fold_round), and without a
+// test per row the dots take about a quarter fewer instructions. A stride known at compile time
+// puts every row's loads at fixed offsets from one address. Padded: every row is readable for 32 D
+// floats and holds zeros (finite values would do) past head_dim, where the query is zero, so no
+// dim is tested either.
+template <bool Padded, int D>
+__device__ inline void lane_round_dots(float (&s)[kAttnTile], const float (&qr)[D], const float* sk, int stride,
+                                       int head_dim) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int j = 0; j < kAttnTile; ++j) {
@@ -287,24 +296,38 @@ __device__ inline void lane_round_dots(float (&s)[kAttnTile], const float (&qr)[
 #pragma unroll
     for (int x = 0; x < D; ++x) {
       const int d = lane + 32 * x;
-      if (d < head_dim) s[j] += qr[x] * sk[j * head_dim + d];
+      if (Padded || d < head_dim) s[j] += qr[x] * sk[j * stride + d];
     }
+  }
+}
+
+// Zeros in columns [width, stride) of rows [0, kAttnTile) at rows + j * stride (shared memory), for
+// lane_round_dots<true>: staging writes only [0, width). The whole block calls it; the barriers
+// before the first round's use publish it.
+__device__ inline void zero_row_tails(float* rows, int width, int stride) {
+  if (width >= stride) return;
+  for (int i = static_cast<int>(threadIdx.x); i < kAttnTile * stride; i += static_cast<int>(blockDim.x)) {
+    if (i % stride >= width) rows[i] = 0.0f;
   }
 }
 
 // Folds one round into a warp's running max m, sum l and accumulators. s[j] (j < cnt) comes in as
 // this lane's share of position j's dot product; the score is the warp's sum of the shares (the
 // bits of block_reduce.cuh's warp_sum, warp_sum16.h) times scale; position j's value row is
-// vals + j * stride (shared memory); lane l accumulates dims d = l + 32 a (d < width). Positions
-// are folded in increasing order: with mn the larger of m and the round's largest score,
+// vals + j * stride (shared memory); lane l accumulates dims d = l + 32 a. Positions are folded in
+// increasing order: with mn the larger of m and the round's largest score,
 //   l = l e^(m - mn) + sum_j e^(s_j - mn),  acc = acc e^(m - mn) + sum_j e^(s_j - mn) v_j.
 // The sums end in lanes 2j and 2j + 1, which compute position j's weight for the warp; each weight
-// is then shuffled to every lane. Every lane computing every weight (16
-// expf a round, where a lane now computes one) was half of a round's instructions at head_dim 64.
-// The operands and their order are those of every lane computing all of them, so are the bits.
+// is then shuffled to every lane. Every lane computing every weight (16 expf a round, where a lane
+// now computes one) was half of a round's instructions at head_dim 64. The operands and their
+// order are those of every lane computing all of them, so are the bits.
+// Every accumulator takes every position, without a test against the head's width: the caller's
+// value rows must be readable for 32 Acc floats (the accumulators of dims past the head's then
+// hold whatever those floats make, and are never written out); a test per dim and row took a
+// predicate each, which ptxas kept moving in and out of registers.
 template <int Acc>
 __device__ inline void warp_fold_round(const float (&s)[kAttnTile], int cnt, float scale, const float* vals, int stride,
-                                       int width, float& m, float& l, float (&acc)[Acc]) {
+                                       float& m, float& l, float (&acc)[Acc]) {
   static_assert(kAttnTile == 16, "a round's scores are reduced sixteen at a time");
   const int lane = threadIdx.x & 31;
   const float own =
@@ -329,12 +352,9 @@ __device__ inline void warp_fold_round(const float (&s)[kAttnTile], int cnt, flo
   for (int j = 0; j < kAttnTile; ++j) {
     if (j >= cnt) break;  // cnt is the same in every lane
     l += e[j];
-    const float* v = vals + j * stride;
+    const float* v = vals + j * stride + lane;
 #pragma unroll
-    for (int a = 0; a < Acc; ++a) {
-      const int d = lane + 32 * a;
-      if (d < width) acc[a] += e[j] * v[d];
-    }
+    for (int a = 0; a < Acc; ++a) acc[a] += e[j] * v[32 * a];
   }
   m = mn;
 }

@@ -18,6 +18,9 @@ constexpr int kLoraPerLane = kMaxLora / 32;
 constexpr int kRopePerLane = kMaxRope / 32;
 constexpr int kTile = detail::kAttnTile;
 constexpr int kMaxThreads = detail::kAttnHeadsPerBlock * 32;
+// A round's staged rows sit the largest row apart in shared memory, whatever the model's: each
+// row's loads are then at fixed offsets from one address (paged_attention.cu's kRowStride).
+constexpr int kRowStride = kMaxLora + kMaxRope;
 
 __global__ void latent_cache_write_kernel(const float* latent, const float* k_rope, int64_t T, const int64_t* slots,
                                           int64_t kv_lora, int64_t rope_dim, void* cache, KvFormat fmt) {
@@ -49,28 +52,27 @@ __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&ql)
       float* const dst[1] = {sc};
       const void* const side[1] = {cache};
       const float side_scale[1] = {fmt.k_scale};
-      detail::stage_rows<1>(dst, side, side_scale, fmt.elem, slots, cnt, row, 0, row);
+      detail::stage_rows<1, kRowStride>(dst, side, side_scale, fmt.elem, slots, cnt, row, 0, row);
     }
     __syncthreads();
     if (active) {
+      // Every lane's dims of every row, without a test: past kv_lora (rope_dim) the query is zero
+      // and the row holds its rope part or the zeros past its end.
       float s[kTile];
 #pragma unroll
       for (int j = 0; j < kTile; ++j) {
         s[j] = 0.0f;  // rows past cnt were not staged this round: their sums go unused
-        const float* c = sc + j * row;
+        const float* c = sc + j * kRowStride + lane;
 #pragma unroll
-        for (int k = 0; k < kLoraPerLane; ++k) {
-          const int d = lane + 32 * k;
-          if (d < kv_lora) s[j] += ql[k] * c[d];
-        }
+        for (int k = 0; k < kLoraPerLane; ++k) s[j] += ql[k] * c[32 * k];
 #pragma unroll
-        for (int k = 0; k < kRopePerLane; ++k) {
-          const int d = lane + 32 * k;
-          if (d < rope_dim) s[j] += qr[k] * c[kv_lora + d];
-        }
+        for (int k = 0; k < kRopePerLane; ++k) s[j] += qr[k] * c[kv_lora + 32 * k];
+        // Unrolled without a branch, ptxas would load every row before the first product and spill
+        // them (about 950 bytes a thread); a warp barrier every few rows holds it to those rows.
+        if (j % 4 == 3) __syncwarp();
       }
       // The value is the latent part of the same rows.
-      detail::warp_fold_round(s, cnt, scale, sc, row, kv_lora, m, l, acc);
+      detail::warp_fold_round(s, cnt, scale, sc, kRowStride, m, l, acc);
     }
     __syncthreads();  // sc is restaged by the next round
   }
@@ -78,13 +80,13 @@ __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&ql)
 
 // blockIdx.x = t * blocks_per_token + b; warp w takes head b * heads_per_block + w, idle past
 // n_heads (idle warps still stage rows and meet every barrier). gridDim.y > 1: a split launch, as
-// in paged_attention.cu.
-__global__ void __launch_bounds__(kMaxThreads)
+// in paged_attention.cu. Two blocks a multiprocessor: up to 128 registers (sm_90a: 118, none spilled).
+__global__ void __launch_bounds__(kMaxThreads, 2)
     latent_attention_kernel(const float* q_latent, const float* q_rope, int64_t n_heads, int kv_lora, int rope_dim,
                             const void* cache, KvFormat fmt, int64_t block_size, const int32_t* blocks,
                             const int32_t* table_start, const int32_t* pos, float scale, float* out,
                             int heads_per_block, int blocks_per_token, float* states) {
-  __shared__ float sc[kTile * (kMaxLora + kMaxRope)];  // the round's cache rows [cnt][row]
+  __shared__ float sc[kTile * kRowStride];  // the round's cache rows [cnt][kRowStride]
   const int64_t t = blockIdx.x / blocks_per_token;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t h = static_cast<int64_t>(blockIdx.x % blocks_per_token) * heads_per_block + warp;
@@ -103,6 +105,10 @@ __global__ void __launch_bounds__(kMaxThreads)
   const detail::PartitionWalk w = detail::partition_walk(0, p1);  // no sliding window: from position 0
   if (w.empty()) return;
   const int32_t* bt = blocks + table_start[t];
+  // The dots read every lane's dims without a test (past kv_lora and rope_dim the query is zero
+  // and a row holds its rope part or these zeros): a test per dim and row took more predicates than
+  // ptxas had registers for, and about half of a round's instructions moved them.
+  detail::zero_row_tails(sc, kv_lora + rope_dim, kRowStride);
 
   float ql[kLoraPerLane], qr[kRopePerLane];
 #pragma unroll

@@ -15,13 +15,16 @@ namespace {
 
 constexpr int kTile = detail::kAttnTile;
 constexpr int kMaxThreads = detail::kAttnHeadsPerBlock * 32;
-// Two builds of the kernel, by the largest head_dim they take: 128 (most models) and 256. Staged
-// element by element, the 128 build's registers (64) and shared rows (16 KiB) let 4 blocks of 256
-// threads share a multiprocessor. Staged a round ahead it takes up to 128 (2 blocks of 256, 4 of
-// 128). Held to 80 (3 blocks of 256), ptxas kept the next round's chunks but stretched a round's
+// Three builds of the kernel, by the largest head_dim they take: 64, 128 (most models) and 256. A
+// lane holds MaxHeadDim / 32 dims of the query and the output; a 64-dim head on the 128 build
+// would leave half of each round's loads and products predicated off, and its launch would take
+// 128 threads for a round 64 stage. Staged element by element, the 128 build's registers (64) and
+// shared rows (16 KiB) let 4 blocks of 256 threads share a multiprocessor. Staged a round ahead it
+// may take up to 128 (2 blocks of 256; sm_90a: 106 over bf16, 96 over fp8, the 64 build 94 and
+// 80). Held to 80 (3 blocks of 256), ptxas kept the next round's chunks but stretched a round's
 // scoring and folding from about 380 instructions to 1250: on an H200 that build, launched with 64
 // threads for a 64-dim group of 2, took 134 us for one token at 4096 positions over a bf16 cache
-// where this one, with 128, took 47.
+// where the 128 build, unheld, took 47.
 constexpr int kMaxHeadDim = 256;
 template <int MaxHeadDim, detail::Staging S>
 constexpr int kBlocksPerSm = MaxHeadDim <= 128 && S == detail::Staging::kRows ? 4 : 2;
@@ -34,14 +37,21 @@ template <int MaxHeadDim>
 constexpr int kStageThreads = (kTile * MaxHeadDim) / (detail::kChunk * kChunksPerThread);
 static_assert(kStageThreads<kMaxHeadDim> <= kMaxThreads, "a widened launch within the kernels' bound");
 
+// A round's staged rows sit a build's largest head_dim apart in shared memory (sk, sv: [kTile]
+// rows of MaxHeadDim = 32 DimPerLane floats), whatever the head's: each row's loads are then at a
+// fixed offset from one address, where a stride of head_dim had ptxas work out (or branch around)
+// an address per row and dim.
+template <int DimPerLane>
+constexpr int kRowStride = 32 * DimPerLane;
+
 // The round of positions [base, base + cnt) of KV head kvh scored and folded into a warp's state.
 template <int DimPerLane>
 __device__ __forceinline__ void fold_round(int cnt, const float (&qr)[DimPerLane], int head_dim, float scale,
                                            const float* sk, const float* sv, float& m, float& l,
                                            float (&acc)[DimPerLane]) {
   float s[kTile];
-  detail::lane_round_dots(s, qr, sk, head_dim);
-  detail::warp_fold_round(s, cnt, scale, sv, head_dim, head_dim, m, l, acc);
+  detail::lane_round_dots<true>(s, qr, sk, kRowStride<DimPerLane>, head_dim);
+  detail::warp_fold_round(s, cnt, scale, sv, kRowStride<DimPerLane>, m, l, acc);
 }
 
 // Folds positions [a0, a1] of KV head kvh (a partition, or the part of it the token attends to)
@@ -58,7 +68,8 @@ __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&qr)
   if constexpr (S == detail::Staging::kRows) {
     for (int base = a0; base <= a1; base += kTile) {
       const int cnt = detail::round_count(base, a1);
-      detail::stage_round(sk, sv, k_cache, v_cache, fmt, bt, base, cnt, block_size, row, kvh, head_dim);
+      detail::stage_round<kRowStride<DimPerLane>>(sk, sv, k_cache, v_cache, fmt, bt, base, cnt, block_size, row, kvh,
+                                                  head_dim);
       __syncthreads();
       if (active) fold_round(cnt, qr, head_dim, scale, sk, sv, m, l, acc);
       __syncthreads();  // sk / sv are restaged by the next round
@@ -73,7 +84,7 @@ __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&qr)
     detail::load_round_chunks(ahead, side, bt, a0, detail::round_count(a0, a1), block_size, row, col, head_dim);
     for (int base = a0; base <= a1; base += kTile) {
       const int cnt = detail::round_count(base, a1);
-      detail::store_round_chunks(ahead, dst, side_scale, cnt, head_dim);
+      detail::store_round_chunks(ahead, dst, side_scale, cnt, head_dim, kRowStride<DimPerLane>);
       __syncthreads();
       if (base + kTile <= a1) {
         detail::load_round_chunks(ahead, side, bt, base + kTile, detail::round_count(base + kTile, a1), block_size, row,
@@ -115,6 +126,7 @@ __global__ void __launch_bounds__(kMaxThreads, kBlocksPerSm<MaxHeadDim, S>)
   const detail::PartitionWalk w = detail::partition_walk(static_cast<int>(attention_first_position(p1, window)), p1);
   if (w.empty()) return;
   const int32_t* bt = blocks + table_start[t];
+  detail::zero_row_tails(sk, head_dim, MaxHeadDim);  // the dots read every lane's dims (lane_round_dots)
 
   float qr[kDimPerLane];
 #pragma unroll
@@ -158,13 +170,15 @@ void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_he
   const void* const sides[2] = {k_cache, v_cache};
   const detail::Staging staging =
       detail::staging_for(detail::chunked_rows(sides, 2, n_kv_heads * head_dim, 0, head_dim), cache_fmt.elem);
-  const bool wide = head_dim > 128;
+  const int build = head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : kMaxHeadDim;
   int threads = heads_per_block * 32;
   if (staging != detail::Staging::kRows) {
-    const int least = wide ? kStageThreads<kMaxHeadDim> : kStageThreads<128>;
+    const int least = build == 64 ? kStageThreads<64> : build == 128 ? kStageThreads<128> : kStageThreads<kMaxHeadDim>;
     threads = threads > least ? threads : least;
   }
-  auto* kernel = wide ? kernel_for<kMaxHeadDim>(staging) : kernel_for<128>(staging);
+  auto* kernel = build == 64    ? kernel_for<64>(staging)
+                 : build == 128 ? kernel_for<128>(staging)
+                                : kernel_for<kMaxHeadDim>(staging);
   kernel<<<grid, threads, 0, stream>>>(q, n_heads, n_kv_heads, static_cast<int>(head_dim), k_cache, v_cache, cache_fmt,
                                        block_size, blocks, table_start, pos, window, scale, out, heads_per_block,
                                        blocks_per_kv, parts > 1 ? split.states : nullptr);

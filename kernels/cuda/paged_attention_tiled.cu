@@ -106,10 +106,10 @@ __device__ __forceinline__ void attend_run(int64_t t0, int n, int64_t h, bool ac
             qr[x] = d < hd ? q[((t0 + i) * n_heads + h) * hd + d] : 0.0f;
           }
           float s[kTile];
-          detail::lane_round_dots(s, qr, sk, hd);
+          detail::lane_round_dots<false>(s, qr, sk, hd, hd);
           TokenState<D> st;
           st.load(sacc + i * MaxHeadDim, sml + i * 4, lane);
-          detail::warp_fold_round(s, ci, scale, sv, hd, hd, st.m, st.l, st.acc);
+          detail::warp_fold_round(s, ci, scale, sv, hd, st.m, st.l, st.acc);
           st.store(sacc + i * MaxHeadDim, sml + i * 4, lane);
         }
       }

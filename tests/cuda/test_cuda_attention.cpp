@@ -360,11 +360,13 @@ TEST(CudaAttention, PagedAttentionMatchesCpu) {
 // fp32, which the kernels only ever see. The decode kernel stages a bf16 or fp8 cache's rounds a
 // round ahead in 8-element chunks and an fp32 one element by element (attention_util.cuh), so
 // this holds the two ways to the same bits; head_dim 20 (no whole chunks) stages bf16 element by
-// element.
+// element. Heads of up to 64 dims run on the kernel's 64-dim build: 16 heads on 8 KV heads of 64
+// (a 64-thread launch, both warps scoring), and 48 dims (lanes past the head's dims).
 TEST(CudaAttention, PagedAttentionOverBf16CacheMatchesCpu) {
   SHARDLM_REQUIRE_GPU();
   DevicePool p;
-  for (const GqaCase& c : {GqaCase{8, 2, 128, 0}, GqaCase{8, 1, 256, 37}, GqaCase{4, 4, 96, 0}, GqaCase{6, 3, 20, 0}}) {
+  for (const GqaCase& c : {GqaCase{8, 2, 128, 0}, GqaCase{8, 1, 256, 37}, GqaCase{4, 4, 96, 0}, GqaCase{6, 3, 20, 0},
+                           GqaCase{16, 8, 64, 0}, GqaCase{8, 2, 48, 37}}) {
     SCOPED_TRACE(testing::Message() << "bf16 cache, heads " << c.n_heads << "/" << c.n_kv << ", head_dim " << c.head_dim
                                     << ", window " << c.window);
     check_paged_attention<uint16_t>(c, p);
@@ -375,7 +377,8 @@ TEST(CudaAttention, PagedAttentionOverBf16CacheMatchesCpu) {
 TEST(CudaAttention, PagedAttentionOverFp8CacheMatchesCpu) {
   SHARDLM_REQUIRE_GPU();
   DevicePool p;
-  for (const GqaCase& c : {GqaCase{8, 2, 128, 0}, GqaCase{8, 1, 256, 37}, GqaCase{4, 4, 96, 0}}) {
+  for (const GqaCase& c :
+       {GqaCase{8, 2, 128, 0}, GqaCase{8, 1, 256, 37}, GqaCase{4, 4, 96, 0}, GqaCase{16, 8, 64, 21}}) {
     SCOPED_TRACE(testing::Message() << "fp8 cache, heads " << c.n_heads << "/" << c.n_kv << ", head_dim " << c.head_dim
                                     << ", window " << c.window);
     check_paged_attention<uint8_t>(c, p);
