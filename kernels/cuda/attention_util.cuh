@@ -74,12 +74,18 @@ __device__ inline GqaBlock gqa_block(int64_t n_heads, int64_t n_kv_heads, int he
 // the 128-dim paged attention kernel within its 64 registers (with eight it spilled 92 bytes).
 constexpr int kStageInFlight = 4;
 
-// The cache slots of positions [base, base + cnt) (cnt <= kAttnTile <= blockDim.x), for the whole
-// block. Every thread of the block calls it (it ends with a barrier); the caller's barrier after
-// the round's use keeps the next round from overwriting them early.
+// The cache slots of positions [base, base + cnt) into slots[0, cnt), one per thread of the first
+// cnt (cnt <= kAttnTile <= blockDim.x); a barrier must come before they are read.
+__device__ inline void write_round_slots(int64_t* slots, const int32_t* bt, int base, int cnt, int64_t block_size) {
+  if (static_cast<int>(threadIdx.x) < cnt) slots[threadIdx.x] = cache_slot(bt, base + threadIdx.x, block_size);
+}
+
+// write_round_slots for the whole block into a round's own shared array. Every thread of the block
+// calls it (it ends with a barrier); the caller's barrier after the round's use keeps the next
+// round from overwriting them early.
 __device__ inline const int64_t* round_slots(const int32_t* bt, int base, int cnt, int64_t block_size) {
   __shared__ int64_t slots[kAttnTile];
-  if (static_cast<int>(threadIdx.x) < cnt) slots[threadIdx.x] = cache_slot(bt, base + threadIdx.x, block_size);
+  write_round_slots(slots, bt, base, cnt, block_size);
   __syncthreads();
   return slots;
 }
@@ -197,31 +203,42 @@ struct RoundChunks {
   uint32_t w[PerThread][Sides][kRawWords<E>];
 };
 
-// Calls f(b, j, c) for each chunk of a round of cnt rows of width elements that falls to this
-// thread: chunk i = threadIdx.x + b * blockDim.x for b < PerThread, in row j = i / (width / kChunk)
-// from column c = i % (width / kChunk) * kChunk. The launch must have cnt * width / kChunk <=
-// PerThread * blockDim.x.
-template <int PerThread, typename F>
-__device__ inline void for_thread_chunks(int cnt, int width, F f) {
-  const int per_row = width / kChunk, items = cnt * per_row;
+// Where this thread's chunks fall in a round of rows of `width` elements: chunk i = threadIdx.x +
+// b * blockDim.x (b < PerThread) is in row[b] = i / (width / kChunk) from column col[b] =
+// i % (width / kChunk) * kChunk; row[b] = kAttnTile (no row) past a round's rows. The same in every
+// round, so it is worked out once, not with a division per chunk and round. The launch must have
+// kAttnTile * width / kChunk <= PerThread * blockDim.x.
+template <int PerThread>
+struct ChunkPlaces {
+  int row[PerThread], col[PerThread];
+  __device__ explicit ChunkPlaces(int width) {
+    const int per_row = width / kChunk;
 #pragma unroll
-  for (int b = 0; b < PerThread; ++b) {
-    const int i = static_cast<int>(threadIdx.x) + b * static_cast<int>(blockDim.x);
-    if (i < items) {
+    for (int b = 0; b < PerThread; ++b) {
+      const int i = static_cast<int>(threadIdx.x) + b * static_cast<int>(blockDim.x);
       const int j = i / per_row;
-      f(b, j, (i - j * per_row) * kChunk);
+      row[b] = j < kAttnTile ? j : kAttnTile;
+      col[b] = (i - j * per_row) * kChunk;
     }
   }
-}
+  // Calls f(b, j, c) for each of this thread's chunks in the round's first cnt rows.
+  template <typename F>
+  __device__ void each(int cnt, F f) const {
+#pragma unroll
+    for (int b = 0; b < PerThread; ++b) {
+      if (row[b] < cnt) f(b, row[b], col[b]);
+    }
+  }
+};
 
-// Loads this thread's chunks of positions [base, base + cnt) (columns [col, col + width) of their
-// slots).
+// Loads this thread's chunks of the round's first cnt rows, whose cache slots are slots[0, cnt)
+// (write_round_slots; columns [col, col + width) of a slot).
 template <KvElem E, int Sides, int PerThread>
 __device__ inline void load_round_chunks(RoundChunks<E, Sides, PerThread>& r, const void* const (&side)[Sides],
-                                         const int32_t* bt, int base, int cnt, int64_t block_size, int64_t stride,
-                                         int64_t col, int width) {
-  for_thread_chunks<PerThread>(cnt, width, [&](int b, int j, int c) {
-    const int64_t off = cache_slot(bt, base + j, block_size) * stride + col + c;
+                                         const int64_t* slots, const ChunkPlaces<PerThread>& places, int cnt,
+                                         int64_t stride, int64_t col) {
+  places.each(cnt, [&](int b, int j, int c) {
+    const int64_t off = slots[j] * stride + col + c;
 #pragma unroll
     for (int s = 0; s < Sides; ++s) raw8<E>(side[s], off, r.w[b][s]);
   });
@@ -245,12 +262,13 @@ __device__ inline void chunk_values(const uint32_t (&w)[kRawWords<E>], float sca
   }
 }
 
-// Stores the chunks load_round_chunks loaded (with the same cnt and width) as fp32 into
+// Stores the chunks load_round_chunks loaded (with the same places and cnt) as fp32 into
 // dst[s][j * dst_stride + c], as stage_rows does.
 template <KvElem E, int Sides, int PerThread>
 __device__ inline void store_round_chunks(const RoundChunks<E, Sides, PerThread>& r, float* const (&dst)[Sides],
-                                          const float (&scale)[Sides], int cnt, int width, int dst_stride) {
-  for_thread_chunks<PerThread>(cnt, width, [&](int b, int j, int c) {
+                                          const float (&scale)[Sides], const ChunkPlaces<PerThread>& places, int cnt,
+                                          int dst_stride) {
+  places.each(cnt, [&](int b, int j, int c) {
     const int at = j * dst_stride + c;
 #pragma unroll
     for (int s = 0; s < Sides; ++s) {

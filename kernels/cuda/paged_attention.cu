@@ -80,16 +80,23 @@ __device__ __forceinline__ void fold_positions(int a0, int a1, const float (&qr)
     float* const dst[2] = {sk, sv};
     const float side_scale[2] = {fmt.k_scale, fmt.v_scale};
     const int64_t col = kvh * head_dim;
+    // The rounds' cache slots, worked out once a round by its first threads (not by every thread
+    // for each of its chunks: a 64-bit division each), in two buffers: round r + 1's are written
+    // while round r is stored and read after the barrier that follows; the buffer they go to was
+    // last read, for round r - 1, two barriers before.
+    __shared__ int64_t slots[2][kTile];
+    const detail::ChunkPlaces<kChunksPerThread> places(head_dim);
     detail::RoundChunks<E, 2, kChunksPerThread> ahead;
-    detail::load_round_chunks(ahead, side, bt, a0, detail::round_count(a0, a1), block_size, row, col, head_dim);
-    for (int base = a0; base <= a1; base += kTile) {
+    detail::write_round_slots(slots[0], bt, a0, detail::round_count(a0, a1), block_size);
+    __syncthreads();
+    detail::load_round_chunks(ahead, side, slots[0], places, detail::round_count(a0, a1), row, col);
+    for (int base = a0, r = 0; base <= a1; base += kTile, r ^= 1) {
       const int cnt = detail::round_count(base, a1);
-      detail::store_round_chunks(ahead, dst, side_scale, cnt, head_dim, kRowStride<DimPerLane>);
+      const int next = base + kTile <= a1 ? detail::round_count(base + kTile, a1) : 0;
+      detail::store_round_chunks(ahead, dst, side_scale, places, cnt, kRowStride<DimPerLane>);
+      detail::write_round_slots(slots[r ^ 1], bt, base + kTile, next, block_size);
       __syncthreads();
-      if (base + kTile <= a1) {
-        detail::load_round_chunks(ahead, side, bt, base + kTile, detail::round_count(base + kTile, a1), block_size, row,
-                                  col, head_dim);
-      }
+      if (next > 0) detail::load_round_chunks(ahead, side, slots[r ^ 1], places, next, row, col);
       if (active) fold_round(cnt, qr, head_dim, scale, sk, sv, m, l, acc);
       __syncthreads();  // sk / sv are stored again by the next round
     }

@@ -6,15 +6,18 @@
 #
 #   tests/gpu/run_gpu_compare.sh BUILD_DIR LOG_DIR
 #
-# Per binary: bench-1024 (GQA, bf16) and bench-mla-512 (DeepSeek-V3's attention geometry) with
-# decode attention timed up to 32768 positions, and decode batch 1 after a 2048-token prompt; the
-# MLA one again with --decode-attention bf16 where the binary has it; bench-1024 in fp8 (128 x 128
-# block scales, kept fp8): the linears read straight from fp8 weights at 1, 16 and 64 rows, on its
-# gate/up shape and at 8192 x 8192, and decode batch 1.
+# Per binary: bench-1024 (GQA, bf16, 64-dim heads) and bench-mla-512 (DeepSeek-V3's attention
+# geometry) with decode attention timed up to 32768 positions, and decode batch 1 after a
+# 2048-token prompt; bench-gqa-128 (Llama 3's attention: groups of 4 heads of 128 dims) for its
+# decode attention lines, with short scenarios; the MLA one again with --decode-attention bf16
+# where the binary has it; bench-1024 in fp8 (128 x 128 block scales, kept fp8): the linears read
+# straight from fp8 weights at 1, 16 and 64 rows, on its gate/up shape and at 8192 x 8192, and
+# decode batch 1.
 # LOG_DIR/compare.log gathers each one's attention (decode, and prefill chunks on tensor cores and
-# in fp32), linear and tok/s lines. SHARDLM_COMPARE_BACKEND (default cuda), SHARDLM_COMPARE_ARGS
-# and SHARDLM_COMPARE_FP8_ARGS (the bench arguments after --model) let the script be tried on a
-# CPU build with small sizes; SHARDLM_COMPARE_SECONDS (default 60) cuts each benchmark.
+# in fp32), linear and tok/s lines. SHARDLM_COMPARE_BACKEND (default cuda), SHARDLM_COMPARE_ARGS,
+# SHARDLM_COMPARE_GQA128_ARGS and SHARDLM_COMPARE_FP8_ARGS (the bench arguments after --model) let
+# the script be tried on a CPU build with small sizes; SHARDLM_COMPARE_SECONDS (default 60) cuts
+# each benchmark.
 set -uo pipefail
 build=${1:?usage: run_gpu_compare.sh BUILD_DIR LOG_DIR}
 logs=${2:?usage: run_gpu_compare.sh BUILD_DIR LOG_DIR}
@@ -23,12 +26,13 @@ mkdir -p "$logs"
 backend=${SHARDLM_COMPARE_BACKEND:-cuda}
 cap=${SHARDLM_COMPARE_SECONDS:-60}
 read -r -a args <<<"${SHARDLM_COMPARE_ARGS:---prompt-len 2048 --decode-tokens 64 --batch 1 --batch-in 16 --batch-out 2 --attention-context 32768 --peak-gemm 0}"
+read -r -a gqa128_args <<<"${SHARDLM_COMPARE_GQA128_ARGS:---prompt-len 256 --decode-tokens 8 --batch 1 --batch-in 16 --batch-out 2 --attention-context 32768 --peak-gemm 0}"
 read -r -a fp8_args <<<"${SHARDLM_COMPARE_FP8_ARGS:---prompt-len 2048 --decode-tokens 64 --batch 1 --batch-in 16 --batch-out 2 --attention-context 0 --peak-gemm 8192}"
 tmp="${TMPDIR:-/tmp}"
-declare -A configs=([gqa]=bench-1024 [mla]=bench-mla-512 [fp8]=bench-1024)
-declare -A dtypes=([gqa]=bf16 [mla]=bf16 [fp8]=fp8)
+declare -A configs=([gqa]=bench-1024 [gqa128]=bench-gqa-128 [mla]=bench-mla-512 [fp8]=bench-1024)
+declare -A dtypes=([gqa]=bf16 [gqa128]=bf16 [mla]=bf16 [fp8]=fp8)
 status=0
-for c in gqa mla fp8; do
+for c in gqa gqa128 mla fp8; do
   model="$tmp/shardlm-compare-$c"
   [ -d "$model" ] || "$build/shardlm" make-model --config "$root/inputs/models/${configs[$c]}.json" --out "$model" \
     --dtype "${dtypes[$c]}" --seed 1 >/dev/null || { echo "make-model ${configs[$c]} failed" | tee -a "$logs/compare.log"; exit 1; }
@@ -41,13 +45,14 @@ bench() {
   shift 3
   local -a base=("${args[@]}")
   [ "$c" = fp8 ] && base=("${fp8_args[@]}")
+  [ "$c" = gqa128 ] && base=("${gqa128_args[@]}")
   echo "== $c: $(basename "$bin") $* ($(date +%T))" | tee -a "$logs/compare.log"
   timeout -k 5 "$cap" "$bin" bench --model "$tmp/shardlm-compare-$c" --backend "$backend" "${base[@]}" "$@" \
     >"$log" 2>&1 || rc=$?
   [ "$rc" = 0 ] || { echo "   exit $rc, see $(basename "$log")" | tee -a "$logs/compare.log"; status=1; }
   grep -E "^attention|positions|^prefill|^decode|fp8 weights:" "$log" >>"$logs/compare.log"
 }
-for c in gqa mla fp8; do
+for c in gqa gqa128 mla fp8; do
   for bin in "${bins[@]}"; do
     name="$(basename "$bin")"
     bench "$c" "$bin" "$c-$name"
