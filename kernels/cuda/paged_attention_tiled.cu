@@ -90,7 +90,7 @@ __device__ __forceinline__ void attend_run(int64_t t0, int n, int64_t h, bool ac
     __syncwarp();
     for (int base = a0; base <= a1; base += kTile) {
       const int cnt = detail::round_count(base, a1);
-      detail::stage_round(sk, sv, c.k, c.v, c.fmt, bt, base, cnt, c.block_size, c.row, c.kvh, hd);
+      detail::stage_round<MaxHeadDim>(sk, sv, c.k, c.v, c.fmt, bt, base, cnt, c.block_size, c.row, c.kvh, hd);
       __syncthreads();
       if (active) {
 #pragma unroll 1
@@ -106,10 +106,10 @@ __device__ __forceinline__ void attend_run(int64_t t0, int n, int64_t h, bool ac
             qr[x] = d < hd ? q[((t0 + i) * n_heads + h) * hd + d] : 0.0f;
           }
           float s[kTile];
-          detail::lane_round_dots<false>(s, qr, sk, hd, hd);
+          detail::lane_round_dots<true>(s, qr, sk, MaxHeadDim, hd);
           TokenState<D> st;
           st.load(sacc + i * MaxHeadDim, sml + i * 4, lane);
-          detail::warp_fold_round(s, ci, scale, sv, hd, st.m, st.l, st.acc);
+          detail::warp_fold_round(s, ci, scale, sv, MaxHeadDim, st.m, st.l, st.acc);
           st.store(sacc + i * MaxHeadDim, sml + i * 4, lane);
         }
       }
@@ -147,6 +147,8 @@ __global__ void __launch_bounds__(kMaxThreads, MaxHeadDim <= 128 ? 3 : 2)
   extern __shared__ float smem[];
   float* sk = smem;
   float* sv = sk + kTile * MaxHeadDim;
+  // Staged rows sit MaxHeadDim apart with zeros past head_dim, as in paged_attention.cu.
+  detail::zero_row_tails(sk, head_dim, MaxHeadDim);
   const detail::GqaBlock g = detail::gqa_block(n_heads, n_kv_heads, heads_per_block, blocks_per_kv);
   const int64_t tile = g.item, kvh = g.kvh, h = g.h;
   const bool active = g.active;
