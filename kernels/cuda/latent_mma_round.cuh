@@ -176,14 +176,18 @@ struct Round {
     const int row = L + R;
     auto col = [&](int d) { return d < L ? d : (d >= geo.lp && d - geo.lp < R ? L + d - geo.lp : -1); };
     if (vec) {  // 8 dims a chunk (a chunk never straddles a part), several chunks' loads in flight
-                // per thread (mma_stage.cuh)
+                // per thread (mma_stage.cuh). Chunk i is position j = i % kBN's dims from d =
+                // i / kBN * 8: a warp takes one chunk of every position, so that its transposed
+                // value stores (position j at sv[(d + e) * vs + j]) fall in 16 consecutive words.
+                // Taking a row's chunks in turn instead, all 32 lanes' stores fell in one bank
+                // (8 rows of vs are 160 words).
       const void* const sides[1] = {cache};
       auto off = [&](int i) -> int64_t {
-        const int j = i / (geo.qk / 8), cd = col((i - j * (geo.qk / 8)) * 8);
+        const int j = i % kBN, cd = col(i / kBN * 8);
         return slots[j] >= 0 && cd >= 0 ? slots[j] * row + cd : -1;
       };
       auto put = [&](int i, const Bf16x8(&x)[1]) {
-        const int j = i / (geo.qk / 8), d = (i - j * (geo.qk / 8)) * 8;
+        const int j = i % kBN, d = i / kBN * 8;
         store8(sk + j * geo.qs + d, x[0]);
         if (d < geo.lp) {
 #pragma unroll

@@ -99,14 +99,19 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     __syncthreads();  // the queries and slots are staged; the last round's keys and values are read
     // Dims past head_dim are never read (zeros) either.
-    if (vec) {  // 8 dims a chunk, several chunks' loads in flight per thread (mma_stage.cuh)
+    if (vec) {  // 8 dims a chunk, several chunks' loads in flight per thread (mma_stage.cuh).
+                // Chunk i is position j = i % BN's dims from d = i / BN * 8: a warp takes one chunk
+                // of 32 positions, so that its transposed value stores (sv[(d + e) * kV + j]) fall
+                // in 16 consecutive words. Taking a row's chunks in turn instead, the lanes of a
+                // row stored into one bank (8 rows of kV are a multiple of 32 words), 16-way at
+                // head_dim 128.
       const void* const sides[2] = {k_cache, v_cache};
       auto off = [&](int i) -> int64_t {
-        const int j = i / (HDP / 8), d = (i - j * (HDP / 8)) * 8;
+        const int j = i % BN, d = i / BN * 8;
         return slots[j] >= 0 && d < hd ? slots[j] * slot_elems + kvh * hd + d : -1;
       };
       auto put = [&](int i, const detail::Bf16x8(&x)[2]) {
-        const int j = i / (HDP / 8), d = (i - j * (HDP / 8)) * 8;
+        const int j = i % BN, d = i / BN * 8;
         detail::store8(sk + j * L::kK + d, x[0]);
 #pragma unroll
         for (int e = 0; e < 8; ++e) sv[(d + e) * L::kV + j] = detail::staged_at(x[1], e);
