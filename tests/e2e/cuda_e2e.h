@@ -1,5 +1,5 @@
 // Shared by the --backend cuda end-to-end tests (test_cuda_backend.cpp, test_cuda_backend_fp8.cpp):
-// the prompt count and the random models they run.
+// the prompt count, the random models they run and prompts given as token ids.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -29,6 +29,20 @@ inline std::string make_model(const std::string& config, const std::string& dtyp
                  config + ".json --out " + dir + " --dtype " + dtype + " --seed 5");
   EXPECT_EQ(made.code, 0) << made.out;
   return dir;
+}
+
+// A prompts file of n requests given as token ids: request i is PREFIX + i, with len(i) ids, id j
+// being tok(i, j), and the further JSON fields fields(i) (e.g. "\"max_tokens\": 5").
+template <class Len, class Tok, class Fields>
+inline std::string token_id_prompts(int n, const std::string& prefix, Len len, Tok tok, Fields fields) {
+  std::string lines;
+  for (int i = 0; i < n; ++i) {
+    std::string ids;
+    for (int j = 0; j < len(i); ++j) ids += (j ? ", " : "") + std::to_string(tok(i, j));
+    lines +=
+        "{\"id\": \"" + prefix + std::to_string(i) + "\", \"prompt_token_ids\": [" + ids + "], " + fields(i) + "}\n";
+  }
+  return lines;
 }
 
 }  // namespace shardlm::test

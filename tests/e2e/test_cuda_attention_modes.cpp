@@ -41,13 +41,10 @@ TEST(CudaBackend, PrefillAttentionOnTensorCoresMatchesCpu) {
   SHARDLM_REQUIRE_GPU();
   const std::string model = make_model("tiny-llama", "fp32");
   const fs::path d = test::fresh_dir("cuda-prefill-attention");
-  std::string prompts;
-  for (int i = 0; i < 16; ++i) {
-    std::string ids;
-    for (int j = 0; j < 40 + 8 * i; ++j) ids += (j ? ", " : "") + std::to_string(3 + (j * 29 + i * 13) % 500);
-    prompts += "{\"id\": \"a" + std::to_string(i) + "\", \"prompt_token_ids\": [" + ids + "], \"max_tokens\": 1}\n";
-  }
-  test::write_file(d / "p.jsonl", prompts);
+  test::write_file(d / "p.jsonl", test::token_id_prompts(
+                                      16, "a", [](int i) { return 40 + 8 * i; },
+                                      [](int i, int j) { return 3 + (j * 29 + i * 13) % 500; },
+                                      [](int) { return std::string("\"max_tokens\": 1"); }));
   const std::string common = " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
                              " --seed 3 --max-batch-tokens 256 --max-seqs 16 --progress-interval 0";
   Proc cpu = sh(shardlm_bin() + common + " -q --out " + (d / "cpu.h5").string());
@@ -93,13 +90,10 @@ TEST(CudaBackend, MlaDecodeAttentionOnTensorCoresMatchesCpuAndGraphs) {
   SHARDLM_REQUIRE_GPU();
   const std::string model = make_model("tiny-deepseek-v3", "fp32");
   const fs::path d = test::fresh_dir("cuda-mla-decode-attention");
-  std::string prompts;
-  for (int i = 0; i < 8; ++i) {
-    std::string ids;
-    for (int j = 0; j < 30 + 40 * i; ++j) ids += (j ? ", " : "") + std::to_string(3 + (j * 31 + i * 17) % 500);
-    prompts += "{\"id\": \"m" + std::to_string(i) + "\", \"prompt_token_ids\": [" + ids + "], \"max_tokens\": 5}\n";
-  }
-  test::write_file(d / "p.jsonl", prompts);
+  test::write_file(d / "p.jsonl", test::token_id_prompts(
+                                      8, "m", [](int i) { return 30 + 40 * i; },
+                                      [](int i, int j) { return 3 + (j * 31 + i * 17) % 500; },
+                                      [](int) { return std::string("\"max_tokens\": 5"); }));
   const std::string common = " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
                              " --threads 1 --seed 3 --max-batch-tokens 128 --max-seqs 8 --progress-interval 0";
   const std::string bf16 = " --backend cuda --prefill-attention bf16 --decode-attention bf16";

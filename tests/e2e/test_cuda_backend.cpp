@@ -508,15 +508,13 @@ TEST(CudaBackend, LongContextsMatchCpuAndGraphs) {
   for (auto [kv, config] : kLongCases) {
     const std::string model = make_model(config, "fp32");
     const fs::path d = test::fresh_dir(std::string("cuda-long-") + config + "-" + kv);
-    std::string prompts;
-    for (int i = 0; i < kLongPrompts; ++i) {
-      std::string ids;
-      for (int j = 0; j < kLongBase + kLongStep * i; ++j)
-        ids += (j ? ", " : "") + std::to_string(3 + (j * 37 + i * 11) % 500);
-      prompts += "{\"id\": \"l" + std::to_string(i) + "\", \"prompt_token_ids\": [" + ids +
-                 "], \"max_tokens\": " + std::to_string(kLongTokens) + (i % 2 ? ", \"temperature\": 0.8" : "") + "}\n";
-    }
-    test::write_file(d / "p.jsonl", prompts);
+    test::write_file(d / "p.jsonl", test::token_id_prompts(
+                                        kLongPrompts, "l", [](int i) { return kLongBase + kLongStep * i; },
+                                        [](int i, int j) { return 3 + (j * 37 + i * 11) % 500; },
+                                        [](int i) {
+                                          return "\"max_tokens\": " + std::to_string(kLongTokens) +
+                                                 (i % 2 ? ", \"temperature\": 0.8" : "");
+                                        }));
     const std::string common = " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
                                " --threads 1 -q --seed 3 --max-seqs 2 --max-batch-tokens 512 --kv-dtype " + kv;
     Proc cpu = sh(shardlm_bin() + common + " --out " + (d / "cpu.h5").string());
