@@ -38,15 +38,4 @@ __device__ inline void wait_async() {
 #endif
 }
 
-// A 32-bit word of shared memory at p (4-byte aligned): two bf16 or four e4m3 of a fragment.
-__device__ inline uint32_t ld_shared32(const void* p) {
-#if defined(__CUDA_ARCH__)
-  return *static_cast<const uint32_t*>(p);
-#else
-  uint32_t w;
-  std::memcpy(&w, p, sizeof w);
-  return w;
-#endif
-}
-
 }  // namespace shardlm::cuda::detail

@@ -7,14 +7,14 @@
 //
 // q: the activations quantised per row and 128 features (kernels/cuda/fp8_act_quant.h: codes
 // [R, K], scales [ceil(K / 128)][q_scale_ld]); each block's code products are summed on the
-// tensor cores (mma_fp8.cuh; Hopper keeps about 14 bits within a block) and promoted to fp32 with
+// tensor cores (mma_fp8.cuh; on Hopper as exact f16 products in fp32) and promoted to fp32 with
 // the two scales once per block, as DeepSeek-V3's recipe and cuBLASLt's VEC128 x BLK128x128
 // scaling do. A row's result does not depend on the rows sharing its tile or launch.
 //
 // Tiling: a block computes kFp8GemmTileRows rows of one group against kFp8GemmTileCols outputs
 // (grid: tiles x ceil(N / kFp8GemmTileCols)), 8 warps of 32 x 32, staging 128 features of both
-// operands per step in shared memory; the next step's global loads are issued before the current
-// step's products.
+// operands per step in shared memory (grouped_gemm_tile.cuh); the next step's global loads are
+// issued before the current step's products.
 #pragma once
 
 #include <cuda_runtime.h>

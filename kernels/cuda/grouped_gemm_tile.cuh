@@ -6,7 +6,9 @@
 // load touches start 4 banks apart, so its 32 words fall in 32 banks; 16-byte copies stay
 // aligned). In bytes the two element types' fragments sit alike: a 32-byte k-step's A fragment
 // holds a row's words at 4c and 4c + 16 for rows g and g + 8, the B fragment an output's at 4c and
-// 4c + 16 (g = lane / 4, c = lane % 4).
+// 4c + 16 (g = lane / 4, c = lane % 4): four 8-row x 16-byte matrices of one ldmatrix.x4 each
+// (ldmatrix.cuh), for an A tile and for a pair of B tiles, so a k-step's fragments take a warp 4
+// instructions rather than 16 32-bit loads (the same 128-byte phases, conflict-free by the pitch).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,6 +17,7 @@
 
 #include "cuda/cp_async.cuh"
 #include "cuda/gemm_tiles.h"
+#include "cuda/ldmatrix.cuh"
 
 namespace shardlm::cuda::detail {
 
@@ -25,13 +28,22 @@ constexpr int kGemmLd = kGemmStepBytes + 16;  // a staged row's stride, bytes
 constexpr int kGemmStageBytes = (kGemmRows + kGemmCols) * kGemmLd;
 constexpr size_t kGemmSmemBytes = 2 * static_cast<size_t>(kGemmStageBytes);  // two stages
 
-// Where a thread's warp sits in the tile: its rows 32 wm.., outputs 32 wn..; g, c as above.
+// Where a thread's warp sits in the tile: its rows 32 wm.., outputs 32 wn..; g, c as above. la,
+// lb: the byte offsets (from the warp's first row, at the k-step) of the rows this lane names to
+// ldmatrix: for A, matrix m = lane / 8 is rows 8 (m % 2).. at byte 16 (m / 2); for a B pair,
+// outputs 8 (m / 2).. at byte 16 (m % 2).
 struct GemmWarp {
-  int g, c, wm, wn;
+  int g, c, wm, wn, la, lb;
 };
 __device__ inline GemmWarp gemm_warp() {
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
-  return {lane >> 2, lane & 3, warp >> 2, warp & 3};
+  const int r = lane & 7, m = lane >> 3;
+  return {lane >> 2,
+          lane & 3,
+          warp >> 2,
+          warp & 3,
+          (r + 8 * (m & 1)) * kGemmLd + 16 * (m >> 1),
+          (r + 8 * (m >> 1)) * kGemmLd + 16 * (m & 1)};
 }
 
 // A warp's accumulator tiles: [row tile][output tile][fragment element].
@@ -76,18 +88,12 @@ __device__ inline void fetch_gemm_step(const uint8_t* a, const GemmTile& t, int 
 __device__ inline void load_gemm_fragments(const uint8_t* sa, const uint8_t* sb, int kk, const GemmWarp& w,
                                            uint32_t (&fa)[2][4], uint32_t (&fb)[4][2]) {
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
-    const uint8_t* p = sa + (32 * w.wm + 16 * mt + w.g) * kGemmLd + kk + 4 * w.c;
-    fa[mt][0] = ld_shared32(p);
-    fa[mt][1] = ld_shared32(p + 8 * kGemmLd);
-    fa[mt][2] = ld_shared32(p + 16);
-    fa[mt][3] = ld_shared32(p + 8 * kGemmLd + 16);
-  }
+  for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(fa[mt], sa + (32 * w.wm + 16 * mt) * kGemmLd + kk + w.la);
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt) {
-    const uint8_t* p = sb + (32 * w.wn + 8 * nt + w.g) * kGemmLd + kk + 4 * w.c;
-    fb[nt][0] = ld_shared32(p);
-    fb[nt][1] = ld_shared32(p + 16);
+  for (int np = 0; np < 2; ++np) {
+    uint32_t r[4];
+    ldmatrix_x4(r, sb + (32 * w.wn + 16 * np) * kGemmLd + kk + w.lb);
+    fb[2 * np][0] = r[0], fb[2 * np][1] = r[1], fb[2 * np + 1][0] = r[2], fb[2 * np + 1][1] = r[3];
   }
 }
 

@@ -1,6 +1,6 @@
 // The warp-level fp8 tensor core product of the grouped W8A8 GEMM: mma.sync m16n8k32 with e4m3
-// operands and fp32 accumulation (sm_89 and later; Hopper runs it on the tensor cores wgmma
-// drives, at a lower share of their fp8 peak).
+// operands and fp32 accumulation (sm_89 and later). On Hopper it runs on the f16 tensor cores
+// (below): its fp8 rate is wgmma's alone, so this product's ceiling there is the bf16/f16 peak.
 //
 // Fragments, as the PTX ISA lays them out ("Matrix Fragments for mma.m16n8k32" with 8-bit types),
 // g = lane / 4, c = lane % 4; each 32-bit register holds four e4m3 codes, the lowest column (or
@@ -69,11 +69,50 @@ inline void emu_mma_e4m3_16832(void* const* lanes) {
 }
 #endif
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
+// The code pair in half Half of v (the lower code first) as an f16 pair, exactly: every e4m3
+// value is an f16 one. The half is taken by a move that ptxas folds into the conversion's operand.
+template <int Half>
+__device__ inline uint32_t e4m3x2_to_f16x2(uint32_t v) {
+  uint32_t h;
+  if constexpr (Half == 0)
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}" : "=r"(h) : "r"(v));
+  else
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}" : "=r"(h) : "r"(v));
+  return h;
+}
+__device__ inline void mma_f16_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+
 // d += a * b over one m16n8k32 tile of e4m3 codes; every lane of the warp calls it together.
+//
+// Hopper has no e4m3 mma.sync (its fp8 tensor cores are wgmma's): ptxas lowers the instruction to
+// the codes converted to f16 pairs, two f16 m16n8k16 products summed from zero, and an fp32 add per
+// element into d (sm_90a SASS, nvcc 13.0). There this does the same conversion and products but
+// accumulates both into d, which leaves out the adds: 128 of the 610 instructions of a grouped
+// GEMM step. The two products take each register's low code pair, then its high pair: the same
+// permutation of the 32 k of A and of B, so their sum is the tile's (every e4m3 product is exact in
+// the fp32 accumulation, as on a native fp8 mma). The conversions are pure, so a fragment used
+// by several products is converted once.
 __device__ inline void mma_e4m3_16832(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
 #ifdef SHARDLM_CUDA_EMULATION
   MmaFp8Lane mine{d, a, b};
   ::shardlm_emu::warp_collective(&emu_mma_e4m3_16832, &mine, 0xffffffffu, "mma.sync.m16n8k32.e4m3");
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
+  const uint32_t alo[4] = {e4m3x2_to_f16x2<0>(a[0]), e4m3x2_to_f16x2<0>(a[1]), e4m3x2_to_f16x2<0>(a[2]),
+                           e4m3x2_to_f16x2<0>(a[3])};
+  const uint32_t blo[2] = {e4m3x2_to_f16x2<0>(b[0]), e4m3x2_to_f16x2<0>(b[1])};
+  mma_f16_16816(d, alo, blo);
+  const uint32_t ahi[4] = {e4m3x2_to_f16x2<1>(a[0]), e4m3x2_to_f16x2<1>(a[1]), e4m3x2_to_f16x2<1>(a[2]),
+                           e4m3x2_to_f16x2<1>(a[3])};
+  const uint32_t bhi[2] = {e4m3x2_to_f16x2<1>(b[0]), e4m3x2_to_f16x2<1>(b[1])};
+  mma_f16_16816(d, ahi, bhi);
 #else
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "

@@ -339,6 +339,34 @@ TEST(CudaAttention, TensorCoreTileFollowsTheFragmentLayout) {
   EXPECT_TRUE(all_close(d_d.download(), want, 1e-6, 2e-6));
 }
 
+// The fragment loads of ldmatrix.cuh: a [16, 16] by ldmatrix_x4 and b [16, 16] row major by
+// ldmatrix_x4_trans, from rows `pitch` elements apart, then two products: d = c + a b must be the
+// host's, as above. A load that hands a lane another element puts another product there.
+TEST(CudaAttention, LdmatrixLoadsTheFragmentLayout) {
+  SHARDLM_REQUIRE_GPU();
+  const std::vector<float> af = rand_vec(16 * 16, 511), bf = rand_vec(16 * 16, 512), c = rand_vec(16 * 16, 513);
+  std::vector<uint16_t> a(af.size()), b(bf.size());
+  for (size_t i = 0; i < a.size(); ++i) a[i] = bf16_bits::from_f32(af[i]);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = bf16_bits::from_f32(bf[i]);
+  std::vector<float> want(16 * 16);
+  for (int r = 0; r < 16; ++r) {
+    for (int n = 0; n < 16; ++n) {
+      double sum = c[r * 16 + n];
+      for (int k = 0; k < 16; ++k) sum += double(bf16_bits::to_f32(a[r * 16 + k])) * bf16_bits::to_f32(b[k * 16 + n]);
+      want[r * 16 + n] = static_cast<float>(sum);
+    }
+  }
+  DeviceBuffer<uint16_t> d_a(a), d_b(b);
+  DeviceBuffer<float> d_c(c);
+  for (int pitch : {16, 24, 72}) {
+    SCOPED_TRACE(testing::Message() << "pitch " << pitch);
+    DeviceBuffer<float> d_d(std::vector<float>(want.size(), std::numeric_limits<float>::quiet_NaN()));
+    cuda::mma_bf16_tile_ldmatrix(d_a.get(), d_b.get(), d_c.get(), d_d.get(), pitch, nullptr);
+    cuda_sync("mma_bf16_tile_ldmatrix");
+    EXPECT_TRUE(all_close(d_d.download(), want, 1e-6, 2e-6));
+  }
+}
+
 TEST(CudaAttention, PagedAttentionMatchesCpu) {
   SHARDLM_REQUIRE_GPU();
   DevicePool p;
