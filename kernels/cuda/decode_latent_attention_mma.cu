@@ -32,7 +32,7 @@ __device__ inline void for_row_outputs(const Round& rd, const float (&o)[kMaxDt]
 
 // blockIdx.x = t * tiles + b: heads [16 b, 16 b + 16) of token t, rows past n_heads idle (they
 // stage, fold nothing and meet every barrier). gridDim.y > 1: a split launch (partition_walk).
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     decode_latent_attention_mma_kernel(const float* q_latent, const float* q_rope, int n_heads, int L, int R,
                                        const void* cache, KvFormat fmt, int64_t block_size, const int32_t* blocks,
                                        const int32_t* table_start, const int32_t* pos, float scale, int tiles, bool vec,

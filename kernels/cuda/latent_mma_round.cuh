@@ -12,6 +12,7 @@
 
 #include "bf16_bits.h"
 #include "cuda/attention_util.cuh"
+#include "cuda/ldmatrix.cuh"
 #include "cuda/mma_bf16.cuh"
 #include "cuda/mma_softmax.cuh"
 #include "cuda/mma_stage.cuh"
@@ -25,22 +26,23 @@ constexpr int kBN = 32;  // positions a round: a warp scores 8 of them
 constexpr int kMaxLora = 512, kMaxRope = 64;
 constexpr int kMaxDt = kMaxLora / 8 / kWarps;  // value n-tiles a warp accumulates
 constexpr float kLog2e = 1.4426950408889634f;
+// A block's shared memory at DeepSeek-V3's 512 + 64 dims is about 58 KB, so 3 blocks fit an SM's
+// 227 KB; their registers then must fit 168 a thread.
+constexpr int kBlocksPerSm = 3;
 
 // The shared memory geometry for kv_lora L and rope R: the query and key rows hold the latent
 // part padded to LP = L rounded up to 16, then the rope part padded to RP; rows padded by 8
-// elements (16 bytes) so fragment loads hit 32 banks. Then the values transposed [LP][kBN + 8]
-// and the round's scores [kRows][kBN + 4] in fp32.
+// elements (16 bytes, a row pitch of 4 banks mod 32) so each 8-row phase of an ldmatrix hits 32
+// banks. Then the round's scores [kRows][kBN + 4] in fp32. The values are the keys' latent part,
+// read in place by transposing loads (ldmatrix.cuh).
 struct Geometry {
-  int lp, rp, qk, qs, vs = kBN + 8, ss = kBN + 4;
+  int lp, rp, qk, qs, ss = kBN + 4;
   __host__ __device__ Geometry(int L, int R)
       : lp((L + 15) / 16 * 16), rp((R + 15) / 16 * 16), qk(lp + rp), qs(qk + 8) {}
   __host__ __device__ size_t bytes() const {
-    return sizeof(uint16_t) * (size_t(kRows) * qs + size_t(kBN) * qs + size_t(lp) * vs) +
-           sizeof(float) * size_t(kRows) * ss;
+    return sizeof(uint16_t) * (size_t(kRows) * qs + size_t(kBN) * qs) + sizeof(float) * size_t(kRows) * ss;
   }
 };
-
-__device__ inline uint32_t ld_pair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // A block's view of the round: its shared memory carved by the geometry, the cache and its
 // format, and this lane's place in the warp tiles (g = lane / 4, c = lane % 4).
@@ -48,8 +50,7 @@ struct Round {
   Geometry geo;
   int L, R;
   uint16_t* sq;    // queries [kRows][qs]
-  uint16_t* sk;    // keys [kBN][qs]: whole rows
-  uint16_t* sv;    // values transposed: sv[d * vs + j] is latent dim d of position j
+  uint16_t* sk;    // keys [kBN][qs]: whole rows, their first lp dims the values
   float* ss;       // the round's scores [kRows][ss]
   int64_t* slots;  // [kBN] the round's cache slots (static shared memory of the kernel)
   const void* cache;
@@ -58,6 +59,7 @@ struct Round {
   const int32_t* bt;  // the sequence's block table
   bool vec;           // L and R multiples of 8 and the cache 16-byte aligned: staged 8 dims at a time
   int warp, g, c;
+  int lrow, lcol;  // this lane's row and column in the ldmatrix.x4 of a 16 x 16 tile (below)
 
   __device__ Round(int L_, int R_, uint16_t* smem, int64_t* slots_, const void* cache_, KvFormat fmt_,
                    int64_t block_size_, const int32_t* bt_, bool vec_)
@@ -72,12 +74,16 @@ struct Round {
         vec(vec_) {
     sq = smem;
     sk = sq + kRows * geo.qs;
-    sv = sk + kBN * geo.qs;
-    ss = reinterpret_cast<float*>(sv + geo.lp * geo.vs);
+    ss = reinterpret_cast<float*>(sk + kBN * geo.qs);
     const int lane = threadIdx.x & 31;
     warp = threadIdx.x >> 5;
     g = lane >> 2;
     c = lane & 3;
+    // Matrix m = lane / 8 of a 16 x 16 tile: rows 8 (m % 2).., columns 8 (m / 2)..; as A, its
+    // registers are the m16n8k16 A fragment; transposed, a [k][n] tile's B fragments for n-tiles
+    // 0 (registers 0, 1) and 1 (2, 3).
+    lrow = (lane & 7) + 8 * ((lane >> 3) & 1);
+    lcol = 8 * (lane >> 4);
   }
 
   // The value n-tiles this warp accumulates: [dt0, dt0 + dtw) of dtiles.
@@ -122,15 +128,24 @@ struct Round {
     stage_rows();
     __syncthreads();
 
-    // Scores of the 16 rows at positions [base + 8 warp, base + 8 warp + 8), over every dim.
+    // Scores of the 16 rows at positions [base + 8 warp, base + 8 warp + 8), over every dim. A
+    // k-step pair's key fragments are one ldmatrix.x4 of the warp's 8 rows: matrix m is dims
+    // 8 m.. of the pair's 32 (the last step of an odd count loads its 16 dims twice).
     float sacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const int ksteps = geo.qk / 16;
-    for (int ks = 0; ks < ksteps; ++ks) {
-      const uint16_t* qa = sq + g * geo.qs + ks * 16 + 2 * c;
-      const uint32_t a[4] = {ld_pair(qa), ld_pair(qa + 8 * geo.qs), ld_pair(qa + 8), ld_pair(qa + 8 * geo.qs + 8)};
-      const uint16_t* kb = sk + (warp * 8 + g) * geo.qs + ks * 16 + 2 * c;
-      const uint32_t b[2] = {ld_pair(kb), ld_pair(kb + 8)};
-      mma_bf16_16816(sacc, a, b);
+    const uint16_t* qa = sq + lrow * geo.qs + lcol;
+    const uint16_t* kb = sk + (warp * 8 + (threadIdx.x & 7)) * geo.qs + 8 * ((threadIdx.x >> 3) & 3);
+    for (int ks = 0; ks < ksteps; ks += 2) {
+      const bool two = ks + 1 < ksteps;  // the same in every lane
+      uint32_t b[4];
+      ldmatrix_x4(b, kb + ks * 16 - (two || (threadIdx.x & 16) == 0 ? 0 : 16));
+      uint32_t a[4];
+      ldmatrix_x4(a, qa + ks * 16);
+      mma_bf16_16816(sacc, a, {b[0], b[1]});
+      if (two) {
+        ldmatrix_x4(a, qa + ks * 16 + 16);
+        mma_bf16_16816(sacc, a, {b[2], b[3]});
+      }
     }
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
@@ -153,34 +168,35 @@ struct Round {
     }
     mma_softmax_round(s, base, lo, hi, score_scale, m, l, o);
     const int dt_first = dt0(), dt_n = dtw(), dt_all = dtiles();
+    // The values of positions [16 kk, 16 kk + 16) at an n-tile pair: one transposing ldmatrix.x4
+    // of the key rows (a lone last n-tile loads its 8 dims twice).
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) {
       uint32_t a[4];
       mma_weights_fragment(s, kk, a);
+      const uint16_t* vb = sk + (kk * 16 + lrow) * geo.qs + dt_first * 8;
 #pragma unroll
-      for (int k = 0; k < kMaxDt; ++k) {
+      for (int k = 0; k < kMaxDt; k += 2) {
         const int dt = dt_first + k;
         if (k >= dt_n || dt >= dt_all) break;  // the same in every lane
-        const uint16_t* vb = sv + (dt * 8 + g) * geo.vs + kk * 16 + 2 * c;
-        const uint32_t b[2] = {ld_pair(vb), ld_pair(vb + 8)};
-        mma_bf16_16816(o[k], a, b);
+        const bool two = k + 1 < dt_n && dt + 1 < dt_all;
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vb + k * 8 + (two ? lcol : 0));
+        mma_bf16_16816(o[k], a, {b[0], b[1]});
+        if (two) mma_bf16_16816(o[k + 1], a, {b[2], b[3]});
       }
     }
   }
 
  private:
-  // The round's rows into sk (the key: the whole row) and sv (the value: its latent part,
-  // transposed). Dim d of a staged row is cache column col(d): the latent part, its padding
-  // (none: zeros), the rope part, its padding; the value is zero in its padding.
+  // The round's rows into sk. Dim d of a staged row is cache column col(d): the latent part, its
+  // padding (none: zeros), the rope part, its padding.
   __device__ void stage_rows() const {
     const int row = L + R;
     auto col = [&](int d) { return d < L ? d : (d >= geo.lp && d - geo.lp < R ? L + d - geo.lp : -1); };
     if (vec) {  // 8 dims a chunk (a chunk never straddles a part), several chunks' loads in flight
                 // per thread (mma_stage.cuh). Chunk i is position j = i % kBN's dims from d =
-                // i / kBN * 8: a warp takes one chunk of every position, so that its transposed
-                // value stores (position j at sv[(d + e) * vs + j]) fall in 16 consecutive words.
-                // Taking a row's chunks in turn instead, all 32 lanes' stores fell in one bank
-                // (8 rows of vs are 160 words).
+                // i / kBN * 8: a warp's 16-byte stores go to 32 rows 4 banks apart.
       const void* const sides[1] = {cache};
       auto off = [&](int i) -> int64_t {
         const int j = i % kBN, cd = col(i / kBN * 8);
@@ -189,10 +205,6 @@ struct Round {
       auto put = [&](int i, const Bf16x8(&x)[1]) {
         const int j = i % kBN, d = i / kBN * 8;
         store8(sk + j * geo.qs + d, x[0]);
-        if (d < geo.lp) {
-#pragma unroll
-          for (int e = 0; e < 8; ++e) sv[(d + e) * geo.vs + j] = staged_at(x[0], e);
-        }
       };
       stage8_chunks<1>(fmt.elem, sides, kBN * (geo.qk / 8), off, put);
     } else {
@@ -201,7 +213,6 @@ struct Round {
         uint16_t x = 0;
         if (slots[j] >= 0 && cd >= 0) x = stage1(cache, slots[j] * row + cd, fmt.elem);
         sk[j * geo.qs + d] = x;
-        if (d < geo.lp) sv[d * geo.vs + j] = x;
       }
     }
   }

@@ -8,6 +8,7 @@
 #include "bf16_bits.h"
 #include "cuda/attention_partitions.h"
 #include "cuda/attention_util.cuh"
+#include "cuda/ldmatrix.cuh"
 #include "cuda/mma_bf16.cuh"
 #include "cuda/mma_softmax.cuh"
 #include "cuda/mma_stage.cuh"
@@ -19,16 +20,15 @@ constexpr int kWarps = kPrefillMmaRows / 16;
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Shared memory of a block, bf16: the tile's queries [kPrefillMmaRows][HDP], the round's keys
-// [BN][HDP] and its values transposed [HDP][BN]. Rows are padded by 8 elements (16 bytes), so the
-// 8 rows a fragment load touches start 4 banks apart and its 32 words fall in 32 banks.
+// and values [BN][HDP] each. Rows are padded by 8 elements (16 bytes), so the 8 rows an ldmatrix
+// phase reads (and a warp's 16-byte staging stores, 8 at a time) start 4 banks apart and fall in
+// 32 banks. The fragments are loaded by ldmatrix.x4 (ldmatrix.cuh), the values' transposed.
 template <int HDP, int BN>
 struct Layout {
-  static constexpr int kQ = HDP + 8, kK = HDP + 8, kV = BN + 8;
+  static constexpr int kQ = HDP + 8, kK = HDP + 8, kV = HDP + 8;
   static constexpr size_t kBytes =
-      sizeof(uint16_t) * (size_t{kPrefillMmaRows} * kQ + size_t{BN} * kK + size_t{HDP} * kV);
+      sizeof(uint16_t) * (size_t{kPrefillMmaRows} * kQ + size_t{BN} * kK + size_t{BN} * kV);
 };
-
-__device__ inline uint32_t ld_pair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // grid: (tiles, query heads); block: kWarps warps. HDP: head_dim rounded up to the instantiated
 // width (the padding dims are zero in Q and K, and dropped from the output); BN: positions a round.
@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   extern __shared__ __align__(16) uint16_t smem_bf16[];
   uint16_t* sq = smem_bf16;
   uint16_t* sk = sq + kPrefillMmaRows * L::kQ;
-  uint16_t* sv = sk + BN * L::kK;  // transposed: sv[d * L::kV + j] is V[position j][dim d]
+  uint16_t* sv = sk + BN * L::kK;
   // Row r of the tile: token t0 + r / nh, query head h + r % nh (all of KV head kvh).
   const int64_t h = static_cast<int64_t>(blockIdx.y) * nh, kvh = h / (n_heads / n_kv_heads);
   const int64_t t0 = tiles[2 * blockIdx.x];
@@ -100,11 +100,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     __syncthreads();  // the queries and slots are staged; the last round's keys and values are read
     // Dims past head_dim are never read (zeros) either.
     if (vec) {  // 8 dims a chunk, several chunks' loads in flight per thread (mma_stage.cuh).
-                // Chunk i is position j = i % BN's dims from d = i / BN * 8: a warp takes one chunk
-                // of 32 positions, so that its transposed value stores (sv[(d + e) * kV + j]) fall
-                // in 16 consecutive words. Taking a row's chunks in turn instead, the lanes of a
-                // row stored into one bank (8 rows of kV are a multiple of 32 words), 16-way at
-                // head_dim 128.
+                // Chunk i is position j = i % BN's dims from d = i / BN * 8 (a warp's stores go
+                // to 32 rows, 4 banks apart).
       const void* const sides[2] = {k_cache, v_cache};
       auto off = [&](int i) -> int64_t {
         const int j = i % BN, d = i / BN * 8;
@@ -113,8 +110,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       auto put = [&](int i, const detail::Bf16x8(&x)[2]) {
         const int j = i % BN, d = i / BN * 8;
         detail::store8(sk + j * L::kK + d, x[0]);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) sv[(d + e) * L::kV + j] = detail::staged_at(x[1], e);
+        detail::store8(sv + j * L::kV + d, x[1]);
       };
       detail::stage8_chunks<2>(fmt.elem, sides, BN * (HDP / 8), off, put);
     } else {
@@ -127,26 +123,32 @@ __global__ void __launch_bounds__(kWarps * 32)
           vx = detail::stage1(v_cache, off, fmt.elem);
         }
         sk[j * L::kK + d] = kx;
-        sv[d * L::kV + j] = vx;
+        sv[j * L::kV + d] = vx;
       }
     }
     __syncthreads();
     if (w_hi < base || w_lo > base + BN - 1) continue;  // the same for the whole warp
 
-    // Scores: s[nt] is the warp's rows x positions [base + 8 nt, base + 8 nt + 8).
+    // Scores: s[nt] is the warp's rows x positions [base + 8 nt, base + 8 nt + 8). Lane l names
+    // row lrow, column lcol of a 16 x 16 tile to ldmatrix (matrix l / 8: rows 8 (l / 8 % 2)..,
+    // columns 8 (l / 16)..): of the queries, the A fragment; of 16 key rows, the B fragments of
+    // their two 8-position n-tiles; transposed, of 16 value rows, those of two 8-dim n-tiles.
+    const int lrow = (lane & 7) + 8 * ((lane >> 3) & 1), lcol = 8 * (lane >> 4);
+    const int krow = (lane & 7) + 8 * (lane >> 4), kcol = 8 * ((lane >> 3) & 1);
     float s[BN / 8][4];
 #pragma unroll
     for (int nt = 0; nt < BN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < HDP / 16; ++ks) {
       if (ks >= ksteps) break;  // the same in every lane
-      const uint16_t* qa = sq + (warp * 16 + g) * L::kQ + ks * 16 + 2 * c;
-      const uint32_t a[4] = {ld_pair(qa), ld_pair(qa + 8 * L::kQ), ld_pair(qa + 8), ld_pair(qa + 8 * L::kQ + 8)};
+      uint32_t a[4];
+      detail::ldmatrix_x4(a, sq + (warp * 16 + lrow) * L::kQ + ks * 16 + lcol);
 #pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-        const uint16_t* kb = sk + (nt * 8 + g) * L::kK + ks * 16 + 2 * c;
-        const uint32_t b[2] = {ld_pair(kb), ld_pair(kb + 8)};
-        detail::mma_bf16_16816(s[nt], a, b);
+      for (int np = 0; np < BN / 16; ++np) {
+        uint32_t b[4];
+        detail::ldmatrix_x4(b, sk + (np * 16 + krow) * L::kK + ks * 16 + kcol);
+        detail::mma_bf16_16816(s[2 * np], a, {b[0], b[1]});
+        detail::mma_bf16_16816(s[2 * np + 1], a, {b[2], b[3]});
       }
     }
 
@@ -158,11 +160,12 @@ __global__ void __launch_bounds__(kWarps * 32)
       uint32_t a[4];
       detail::mma_weights_fragment(s, kk, a);
 #pragma unroll
-      for (int dt = 0; dt < HDP / 8; ++dt) {
-        if (dt >= dtiles) break;  // the same in every lane
-        const uint16_t* vb = sv + (dt * 8 + g) * L::kV + kk * 16 + 2 * c;
-        const uint32_t b[2] = {ld_pair(vb), ld_pair(vb + 8)};
-        detail::mma_bf16_16816(o[dt], a, b);
+      for (int dt = 0; dt < HDP / 8; dt += 2) {
+        if (dt >= dtiles) break;  // the same in every lane (HDP / 8 is even; a tile past head_dim adds zeros)
+        uint32_t b[4];
+        detail::ldmatrix_x4_trans(b, sv + (kk * 16 + lrow) * L::kV + dt * 8 + lcol);
+        detail::mma_bf16_16816(o[dt], a, {b[0], b[1]});
+        detail::mma_bf16_16816(o[dt + 1], a, {b[2], b[3]});
       }
     }
   }

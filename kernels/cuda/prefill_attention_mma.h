@@ -12,12 +12,13 @@
 // A prefill chunk's tile is up to 64 of its tokens for one query head; a short run (a chunk's last
 // few tokens, a short prompt, a lone token) packs the query heads of one KV head instead, row
 // r being token r / heads, head r % heads, so that their keys and values are staged once for the
-// group rather than once per query head. Rounds of 64 positions (32 at head_dim > 128), aligned to multiples of
-// the round from position 0, are staged in shared memory as bf16 (K row major, V transposed);
-// each warp computes its 16 x 64 scores with mma.sync m16n8k16, masks them to each token's own
-// [first, pos] (causal, sliding window), folds them into a per-row online softmax (fp32, base 2),
-// rounds the weights to bf16 and multiplies them with V the same way, the weights never leaving
-// registers. A warp skips the rounds none of its tokens attends to (the causal upper triangle).
+// group rather than once per query head. Rounds of 64 positions (32 at head_dim > 128), aligned
+// to multiples of the round from position 0, are staged in shared memory as bf16 (K and V row
+// major, each fragment one ldmatrix, V's transposed); each warp computes its 16 x 64 scores with
+// mma.sync m16n8k16, masks them to each token's own [first, pos] (causal, sliding window), folds
+// them into a per-row online softmax (fp32, base 2), rounds the weights to bf16 and multiplies
+// them with V the same way, the weights never leaving registers. A warp skips the rounds none of
+// its tokens attends to (the causal upper triangle).
 //
 // Numerics (what --prefill-attention bf16 trades): the query, the keys and values of an fp32
 // cache, and the softmax weights are rounded to bf16 (a bf16 cache's values are exact, and an fp8

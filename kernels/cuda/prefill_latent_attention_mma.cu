@@ -13,7 +13,7 @@ using namespace detail::latent_mma;
 // grid: tiles; block: kWarps warps. Tile b: pairs [r0, r0 + kRows) of the run of n tokens from t0,
 // pair i being token t0 + i / n_heads, head i % n_heads. vec: staged 8 dims at a time
 // (staged_by_vectors).
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     prefill_latent_attention_mma_kernel(const float* q_latent, const float* q_rope, int n_heads, int L, int R,
                                         const void* cache, KvFormat fmt, int64_t block_size, const int32_t* blocks,
                                         const int32_t* table_start, const int32_t* pos, float scale,

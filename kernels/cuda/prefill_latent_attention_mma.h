@@ -11,7 +11,8 @@
 //
 // Every head reads the same latent rows (one shared "KV head"), so a thread block takes 16 rows
 // of (token, head) pairs of one sequence, 4 warps. Rounds of 32 positions are staged in shared
-// memory as bf16 (the whole row as the key, its latent part transposed as the value). Each warp
+// memory as bf16 once: the whole row is the key, its latent part the value, whose fragments a
+// transposing ldmatrix reads from the same rows. Each warp
 // scores the 16 rows against 8 of the round's positions over all kv_lora + rope dims (one n-tile)
 // and writes them to shared memory; then every warp reads the 16 x 32 scores, folds them into the
 // rows' online softmax (fp32, base 2; the four warps keep identical copies) and multiplies the

@@ -569,8 +569,11 @@ TEST(CudaAttention, LatentAttentionMatchesCpu) {
   // DeepSeek-V3 / Kimi K2 shapes (a tensor-parallel shard of 16 heads), and odd sizes.
   // Heads per block: 8 (two full blocks), 3 (one partial block), 20 (8 + 8 + 4 with idle warps), 1.
   // kv_lora 36, rope 12: not multiples of 8 (the tensor-core kernel stages them an element at a time).
-  for (const MlaCase& c : {MlaCase{16, 512, 64, 64}, MlaCase{16, 512, 64, 16}, MlaCase{3, 80, 16, 16},
-                           MlaCase{20, 512, 64, 16}, MlaCase{1, 96, 32, 16}, MlaCase{2, 36, 12, 16}}) {
+  // kv_lora 32, rope 16: an odd count of 16-dim score steps (the tensor-core kernels load their key
+  // fragments two steps at a time); kv_lora 80 and 96: an odd count of value tiles a warp.
+  for (const MlaCase& c :
+       {MlaCase{16, 512, 64, 64}, MlaCase{16, 512, 64, 16}, MlaCase{3, 80, 16, 16}, MlaCase{20, 512, 64, 16},
+        MlaCase{1, 96, 32, 16}, MlaCase{2, 36, 12, 16}, MlaCase{4, 32, 16, 16}}) {
     SCOPED_TRACE(testing::Message() << "heads " << c.n_heads << ", kv_lora " << c.kv_lora << ", rope " << c.rope_dim
                                     << ", block " << c.block_size);
     check_latent_attention<float>(c);
