@@ -161,6 +161,14 @@ uint64_t warp_meet(WarpOp op, unsigned mask, uint64_t value, unsigned src, const
 // null outside mask) while they all wait, so it reads and writes each lane's operands in place.
 void warp_collective(void (*fn)(void* const* lanes), void* mine, unsigned mask, const char* what);
 unsigned lane_id();
+// cp.async: a copy of `bytes` from src (null: zeros) to dst is queued for this thread and lands
+// only when a wait lets it (the latest moment the device allows; a barrier does not), so a
+// kernel that reads a stage before waiting for its copies reads what was there before. commit
+// closes the group of copies queued since the last; wait_group(n) lands all but the newest n
+// groups (queued copies not yet committed stay queued). A returning thread's copies land.
+void async_copy(void* dst, const void* src, size_t bytes);
+void async_commit();
+void async_wait_group(unsigned n);
 
 struct LaunchConfig {
   const void* fn;

@@ -42,6 +42,15 @@ struct Fiber {
   unsigned mask = 0, src = 0;
   uint64_t result = 0;  // the intrinsic's result, set at release
   void (*collective)(void* const*) = nullptr;  // WarpOp::Collective: what the warp computes
+  // cp.async copies queued and not yet landed, oldest first (src null: zeros), and for each
+  // committed group the count of them through its last.
+  struct AsyncCopy {
+    void* dst;
+    const void* src;
+    size_t bytes;
+  };
+  std::vector<AsyncCopy> copies;
+  std::vector<size_t> groups;
 };
 
 struct Warp {
@@ -198,10 +207,24 @@ void release_block(BlockRun& r) {
   if (r.schedule == Schedule::Shuffle) new_turn(r);
 }
 
+// The first n queued copies of f land.
+void land_copies(Fiber& f, size_t n) {
+  for (size_t k = 0; k < n; ++k) {
+    const Fiber::AsyncCopy& c = f.copies[k];
+    if (c.src != nullptr)
+      std::memcpy(c.dst, c.src, c.bytes);
+    else
+      std::memset(c.dst, 0, c.bytes);
+  }
+  f.copies.erase(f.copies.begin(), f.copies.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
 // A lane has returned: a warp group waiting for it can never complete. (A block barrier completes
 // without the threads that returned, as on the device since Volta.)
 void on_exit(BlockRun& r, size_t i) {
   Fiber& f = r.fibers[i];
+  land_copies(f, f.copies.size());
+  f.groups.clear();
   f.wait = Wait::Done;
   ++r.done;
   Warp& warp = r.warps[i / 32];
@@ -260,6 +283,8 @@ void run_block(BlockRun& r) {
   while (pool.size() < n) pool.emplace_back(new char[kStackBytes]);
   for (size_t i = 0; i < n; ++i) {
     r.fibers[i].wait = Wait::None;
+    r.fibers[i].copies.clear();  // a failed block's (a finished one's have landed)
+    r.fibers[i].groups.clear();
     // Stack tops kStackBytes apart would share cache sets (every resumption would miss); each
     // starts a different number of cache lines below its end.
     prepare_context(r.fibers[i].ctx, pool[i].get(), kStackBytes - (i % 64) * 192, entry);
@@ -374,6 +399,22 @@ void fresh_shared(void* p, size_t bytes) {
 }
 
 unsigned lane_id() { return static_cast<unsigned>(g_run->current) & 31u; }
+
+void async_copy(void* dst, const void* src, size_t bytes) { me().copies.push_back({dst, src, bytes}); }
+
+void async_commit() {
+  Fiber& f = me();
+  f.groups.push_back(f.copies.size());
+}
+
+void async_wait_group(unsigned n) {
+  Fiber& f = me();
+  if (f.groups.size() <= n) return;
+  const size_t landed = f.groups.size() - n, copies = f.groups[landed - 1];
+  land_copies(f, copies);
+  f.groups.erase(f.groups.begin(), f.groups.begin() + static_cast<std::ptrdiff_t>(landed));
+  for (size_t& g : f.groups) g -= copies;
+}
 
 void syncthreads() {
   BlockRun& r = *g_run;

@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,6 +15,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "cuda/cp_async.cuh"
 
 namespace {
 
@@ -231,6 +235,36 @@ __global__ void stale_shared_kernel(float* seen) {
     seen[3 * blockIdx.x + 1] = second;
     seen[3 * blockIdx.x + 2] = dyn_before;
   }
+}
+
+// cp.async (kernels/cuda/cp_async.cuh) lands a copy only when a wait lets it: not at issue, not
+// at a barrier; wait_group(1) lands all but the newest group, and a copy never committed stays
+// queued through wait_group(0). So a pipeline that waits for too few groups reads old contents.
+__global__ void async_copy_kernel(const uint32_t* src, uint32_t* seen) {
+  __align__(16) __shared__ uint32_t s[8];
+  for (int i = 0; i < 8; ++i) s[i] = 7;
+  shardlm::cuda::detail::copy16_async(s, src, true);
+  shardlm::cuda::detail::commit_async();
+  shardlm::cuda::detail::copy16_async(s + 4, src, false);  // zeros
+  shardlm::cuda::detail::commit_async();
+  __syncthreads();
+  seen[0] = s[0], seen[1] = s[4];
+  shardlm::cuda::detail::wait_async<1>();
+  seen[2] = s[0], seen[3] = s[4];
+  shardlm::cuda::detail::copy16_async(s, src + 4, true);
+  shardlm::cuda::detail::wait_async<0>();
+  seen[4] = s[0], seen[5] = s[4];
+  shardlm::cuda::detail::commit_async();
+  shardlm::cuda::detail::wait_async<0>();
+  seen[6] = s[0], seen[7] = s[3];
+}
+
+TEST(CudaEmulation, AsyncCopiesLandWhenAWaitLetsThem) {
+  const std::vector<uint32_t> src = {10, 11, 12, 13, 14, 15, 16, 17};
+  std::vector<uint32_t> seen(8, 99);
+  launch(async_copy_kernel, "async_copy_kernel", 1, 1)(src.data(), seen.data());
+  ASSERT_EQ(last_error(), "");
+  EXPECT_EQ(seen, (std::vector<uint32_t>{7, 7, 10, 7, 10, 0, 14, 17}));
 }
 
 TEST(CudaEmulation, EveryBlockStartsWithUnwrittenSharedMemory) {
