@@ -18,7 +18,7 @@ static_assert(kBM == detail::kGemmRows && kBN == detail::kGemmCols, "the tile of
 __global__ void __launch_bounds__(kThreads, 2)
     bf16_grouped_gemm_mma_kernel(const uint16_t* x, const GemmTile* tiles, const int32_t* n_tiles, int N, int K,
                                  float* y) {
-  extern __shared__ __align__(16) uint8_t smem_bf16_gemm[];  // two stages of activations [kBM], weight [kBN] rows
+  extern __shared__ __align__(16) uint8_t smem_bf16_gemm[];  // stages of activations [kBM], weight [kBN] rows
   if (n_tiles != nullptr && static_cast<int>(blockIdx.x) >= *n_tiles) return;  // a routed launch's surplus
   const GemmTile t = tiles[blockIdx.x];
   const int n0 = static_cast<int>(blockIdx.y) * kBN, steps = (K + kBK - 1) / kBK;
@@ -29,17 +29,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   float acc[2][4][4];
   detail::zero_gemm_acc(acc);
 
-  detail::fetch_gemm_step(xb, t, n0, N, row_bytes, 0, smem_bf16_gemm);
+  // The pipeline of grouped_gemm_tile.cuh.
+  for (int f = 0; f < detail::kGemmStages - 1; ++f)
+    detail::fetch_gemm_stage(xb, t, n0, N, row_bytes, f, steps, smem_bf16_gemm);
   for (int s = 0; s < steps; ++s) {
-    const uint8_t* sa = smem_bf16_gemm + (s & 1) * detail::kGemmStageBytes;
+    const uint8_t* sa = detail::gemm_step_ready(smem_bf16_gemm, s);
     const uint8_t* sb = sa + kBM * detail::kGemmLd;
-    detail::wait_async();
-    // Step s is staged by every thread, and every warp is done with step s - 1, whose stage the
-    // next copies overwrite.
-    __syncthreads();
-    if (s + 1 < steps)
-      detail::fetch_gemm_step(xb, t, n0, N, row_bytes, (s + 1) * detail::kGemmStepBytes,
-                              smem_bf16_gemm + ((s + 1) & 1) * detail::kGemmStageBytes);
+    detail::fetch_gemm_stage(xb, t, n0, N, row_bytes, s + detail::kGemmStages - 1, steps, smem_bf16_gemm);
 #pragma unroll
     for (int kk = 0; kk < detail::kGemmStepBytes; kk += 32) {  // 16 features a product
       uint32_t fa[2][4], fb[4][2];

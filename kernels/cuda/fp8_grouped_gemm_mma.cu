@@ -20,7 +20,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     fp8_grouped_gemm_mma_kernel(const uint8_t* q, const float* q_scales, int64_t q_scale_ld, const Fp8GemmTile* tiles,
                                 const int32_t* n_tiles, int N, int K, int scale_cols, int row_off, int col_block0,
                                 float* y) {
-  extern __shared__ __align__(16) uint8_t smem_fp8[];  // two stages of activations [kBM], weight [kBN] rows
+  extern __shared__ __align__(16) uint8_t smem_fp8[];  // stages of activations [kBM], weight [kBN] rows
   if (n_tiles != nullptr && static_cast<int>(blockIdx.x) >= *n_tiles) return;  // a routed launch's surplus
   const Fp8GemmTile t = tiles[blockIdx.x];
   const int n0 = static_cast<int>(blockIdx.y) * kBN, steps = (K + kBK - 1) / kBK;
@@ -30,16 +30,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   float acc[2][4][4];
   detail::zero_gemm_acc(acc);
 
-  detail::fetch_gemm_step(q, t, n0, N, K, 0, smem_fp8);
+  // The pipeline of grouped_gemm_tile.cuh.
+  for (int f = 0; f < detail::kGemmStages - 1; ++f) detail::fetch_gemm_stage(q, t, n0, N, K, f, steps, smem_fp8);
   for (int s = 0; s < steps; ++s) {
-    const uint8_t* sa = smem_fp8 + (s & 1) * detail::kGemmStageBytes;
+    const uint8_t* sa = detail::gemm_step_ready(smem_fp8, s);
     const uint8_t* sb = sa + kBM * detail::kGemmLd;
-    detail::wait_async();
-    // Step s is staged by every thread, and every warp is done with step s - 1, whose stage the
-    // next copies overwrite.
-    __syncthreads();
-    if (s + 1 < steps)
-      detail::fetch_gemm_step(q, t, n0, N, K, (s + 1) * kBK, smem_fp8 + ((s + 1) & 1) * detail::kGemmStageBytes);
+    detail::fetch_gemm_stage(q, t, n0, N, K, s + detail::kGemmStages - 1, steps, smem_fp8);
 
     // The block's code products, summed on the tensor cores across its 128 features.
     float part[2][4][4];

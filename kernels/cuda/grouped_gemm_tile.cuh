@@ -2,13 +2,17 @@
 // bf16_grouped_gemm_mma.cu: bf16, m16n8k16): 256 threads compute 64 rows of one group
 // (gemm_tiles.h) against 128 outputs, 8 warps of 32 x 32 (2 along the rows x 4 along the outputs).
 // A step stages 128 bytes of every row of both operands (128 e4m3 or 64 bf16 features) into one of
-// two shared-memory stages by cp.async, rows padded to 144 bytes (36 words: the 8 rows a fragment
-// load touches start 4 banks apart, so its 32 words fall in 32 banks; 16-byte copies stay
-// aligned). In bytes the two element types' fragments sit alike: a 32-byte k-step's A fragment
-// holds a row's words at 4c and 4c + 16 for rows g and g + 8, the B fragment an output's at 4c and
-// 4c + 16 (g = lane / 4, c = lane % 4): four 8-row x 16-byte matrices of one ldmatrix.x4 each
-// (ldmatrix.cuh), for an A tile and for a pair of B tiles, so a k-step's fragments take a warp 4
-// instructions rather than 16 32-bit loads (the same 128-byte phases, conflict-free by the pitch).
+// kGemmStages shared-memory stages by cp.async, the copies of the next kGemmStages - 1 steps in
+// flight while a step's products run. With two stages a step's loads had one step's products to
+// land in (256 m16n8k16 products a block: at the tensor cores' full rate, one a clock an SM, about
+// 512 clocks for an SM's two blocks); three stages, as CUTLASS's sm80 GEMMs use at least, give them
+// two. Rows are padded to 144 bytes (36 words: the 8 rows a fragment load touches start 4 banks
+// apart, so its 32 words fall in 32 banks; 16-byte copies stay aligned). In bytes the two element
+// types' fragments sit alike: a 32-byte k-step's A fragment holds a row's words at 4c and 4c + 16
+// for rows g and g + 8, the B fragment an output's at 4c and 4c + 16 (g = lane / 4, c = lane % 4):
+// four 8-row x 16-byte matrices of one ldmatrix.x4 each (ldmatrix.cuh), for an A tile and for a
+// pair of B tiles, so a k-step's fragments take a warp 4 instructions rather than 16 32-bit loads
+// (the same 128-byte phases, conflict-free by the pitch).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,7 +30,9 @@ constexpr int kGemmRows = 64, kGemmCols = 128;
 constexpr int kGemmStepBytes = 128;           // of every row, a step
 constexpr int kGemmLd = kGemmStepBytes + 16;  // a staged row's stride, bytes
 constexpr int kGemmStageBytes = (kGemmRows + kGemmCols) * kGemmLd;
-constexpr size_t kGemmSmemBytes = 2 * static_cast<size_t>(kGemmStageBytes);  // two stages
+constexpr int kGemmStages = 3;
+// 81 KB: two blocks an SM (the kernels' launch bounds) fit its 227 KB.
+constexpr size_t kGemmSmemBytes = kGemmStages * static_cast<size_t>(kGemmStageBytes);
 
 // Where a thread's warp sits in the tile: its rows 32 wm.., outputs 32 wn..; g, c as above. la,
 // lb: the byte offsets (from the warp's first row, at the k-step) of the rows this lane names to
@@ -81,6 +87,28 @@ __device__ inline void fetch_gemm_step(const uint8_t* a, const GemmTile& t, int 
                  full);
   }
   commit_async();
+}
+
+// Step `step` of steps into its stage (smem: the kGemmStages stages), one group of copies; past the
+// last step an empty group, so that every step's wait counts the same groups (gemm_step_ready).
+__device__ inline void fetch_gemm_stage(const uint8_t* a, const GemmTile& t, int n0, int N, int row_bytes, int step,
+                                        int steps, uint8_t* smem) {
+  if (step < steps)
+    fetch_gemm_step(a, t, n0, N, row_bytes, step * kGemmStepBytes, smem + (step % kGemmStages) * kGemmStageBytes);
+  else
+    commit_async();
+}
+
+// The pipeline a kernel runs, each of its threads (smem: the stages):
+//   for step in [0, kGemmStages - 1): fetch_gemm_stage(step)
+//   for each step s: sa = gemm_step_ready(s); fetch_gemm_stage(s + kGemmStages - 1); products on sa
+// gemm_step_ready returns step s's stage once it is the block's: this thread's copies of it have
+// landed (the kGemmStages - 2 newer groups may be in flight) and, past the barrier, everyone's;
+// the barrier also means every warp is done with step s - 1, whose stage the fetch then refills.
+__device__ inline const uint8_t* gemm_step_ready(const uint8_t* smem, int s) {
+  wait_async<kGemmStages - 2>();
+  __syncthreads();
+  return smem + (s % kGemmStages) * kGemmStageBytes;
 }
 
 // The warp's A fragments (its two 16-row tiles) and B fragments (its four 8-output tiles) of the
