@@ -12,12 +12,14 @@
 # decode attention lines, with short scenarios; the MLA one again with --decode-attention bf16
 # where the binary has it; bench-1024 in fp8 (128 x 128 block scales, kept fp8): the linears read
 # straight from fp8 weights at 1, 16 and 64 rows, on its gate/up shape and at 8192 x 8192, and
-# decode batch 1.
+# decode batch 1; and bench-moe on one EP-8 rank's share of DeepSeek-V3's MoE layer at 128, 1024
+# and 4096 tokens, its experts fp8 kept fp8 (the grouped W8A8 GEMM) and bf16 (the routed GEMMs of
+# a graph step: the grouped bf16 GEMM), for their expert GEMM lines.
 # LOG_DIR/compare.log gathers each one's attention (decode, and prefill chunks on tensor cores and
 # in fp32), linear and tok/s lines. SHARDLM_COMPARE_BACKEND (default cuda), SHARDLM_COMPARE_ARGS,
-# SHARDLM_COMPARE_GQA128_ARGS and SHARDLM_COMPARE_FP8_ARGS (the bench arguments after --model) let
-# the script be tried on a CPU build with small sizes; SHARDLM_COMPARE_SECONDS (default 60) cuts
-# each benchmark.
+# SHARDLM_COMPARE_GQA128_ARGS and SHARDLM_COMPARE_FP8_ARGS (the bench arguments after --model) and
+# SHARDLM_COMPARE_MOE_ARGS (bench-moe's layer and token counts) let the script be tried on a CPU
+# build with small sizes; SHARDLM_COMPARE_SECONDS (default 60) cuts each benchmark.
 set -uo pipefail
 build=${1:?usage: run_gpu_compare.sh BUILD_DIR LOG_DIR}
 logs=${2:?usage: run_gpu_compare.sh BUILD_DIR LOG_DIR}
@@ -28,6 +30,7 @@ cap=${SHARDLM_COMPARE_SECONDS:-60}
 read -r -a args <<<"${SHARDLM_COMPARE_ARGS:---prompt-len 2048 --decode-tokens 64 --batch 1 --batch-in 16 --batch-out 2 --attention-context 32768 --peak-gemm 0}"
 read -r -a gqa128_args <<<"${SHARDLM_COMPARE_GQA128_ARGS:---prompt-len 256 --decode-tokens 8 --batch 1 --batch-in 16 --batch-out 2 --attention-context 32768 --peak-gemm 0}"
 read -r -a fp8_args <<<"${SHARDLM_COMPARE_FP8_ARGS:---prompt-len 2048 --decode-tokens 64 --batch 1 --batch-in 16 --batch-out 2 --attention-context 0 --peak-gemm 8192}"
+read -r -a moe_args <<<"${SHARDLM_COMPARE_MOE_ARGS:---hidden 7168 --experts 32 --inter 2048 --top-k 8 --groups 8 --topk-groups 4 --shared 1 --tokens 128,1024,4096 --iters 5 --warmup 1}"
 tmp="${TMPDIR:-/tmp}"
 declare -A configs=([gqa]=bench-1024 [gqa128]=bench-gqa-128 [mla]=bench-mla-512 [fp8]=bench-1024)
 declare -A dtypes=([gqa]=bf16 [gqa128]=bf16 [mla]=bf16 [fp8]=fp8)
@@ -52,6 +55,15 @@ bench() {
   [ "$rc" = 0 ] || { echo "   exit $rc, see $(basename "$log")" | tee -a "$logs/compare.log"; status=1; }
   grep -E "^attention|positions|^prefill|^decode|fp8 weights:" "$log" >>"$logs/compare.log"
 }
+# One MoE layer benchmark: binary $1, log name $2, then extra bench-moe arguments.
+bench_moe() {
+  local bin=$1 log="$logs/compare-$2.log" rc=0
+  shift 2
+  echo "== moe: $(basename "$bin") $* ($(date +%T))" | tee -a "$logs/compare.log"
+  timeout -k 5 "$cap" "$bin" bench-moe --backend "$backend" "${moe_args[@]}" "$@" >"$log" 2>&1 || rc=$?
+  [ "$rc" = 0 ] || { echo "   exit $rc, see $(basename "$log")" | tee -a "$logs/compare.log"; status=1; }
+  grep -E "GEMMs|^# ceilings" "$log" >>"$logs/compare.log"
+}
 for c in gqa gqa128 mla fp8; do
   for bin in "${bins[@]}"; do
     name="$(basename "$bin")"
@@ -61,5 +73,10 @@ for c in gqa gqa128 mla fp8; do
       bench "$c" "$bin" "$c-$name-decode-bf16" --decode-attention bf16
     fi
   done
+done
+for bin in "${bins[@]}"; do
+  name="$(basename "$bin")"
+  bench_moe "$bin" "moe-fp8-$name" --dtype fp8 --fp8-prefill w8a8
+  bench_moe "$bin" "moe-bf16-$name"
 done
 exit $status
