@@ -202,11 +202,16 @@ struct Round {
         const int j = i % kBN, cd = col(i / kBN * 8);
         return slots[j] >= 0 && cd >= 0 ? slots[j] * row + cd : -1;
       };
-      auto put = [&](int i, const Bf16x8(&x)[1]) {
-        const int j = i % kBN, d = i / kBN * 8;
-        store8(sk + j * geo.qs + d, x[0]);
-      };
-      stage8_chunks<1>(fmt.elem, sides, kBN * (geo.qk / 8), off, put);
+      if (fmt.elem == KvElem::BF16) {
+        auto dst = [&](int i, int) { return sk + (i % kBN) * geo.qs + i / kBN * 8; };
+        stage8_chunks_async<1>(sides, kBN * (geo.qk / 8), off, dst);
+      } else {
+        auto put = [&](int i, const Bf16x8(&x)[1]) {
+          const int j = i % kBN, d = i / kBN * 8;
+          store8(sk + j * geo.qs + d, x[0]);
+        };
+        stage8_chunks<1>(fmt.elem, sides, kBN * (geo.qk / 8), off, put);
+      }
     } else {
       for (int i = threadIdx.x; i < kBN * geo.qk; i += blockDim.x) {
         const int j = i / geo.qk, d = i - j * geo.qk, cd = col(d);

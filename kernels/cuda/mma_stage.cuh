@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "cuda/convert_pairs.cuh"
+#include "cuda/cp_async.cuh"
 #include "kv_cache_format.h"
 
 namespace shardlm::cuda::detail {
@@ -137,6 +138,24 @@ __device__ inline void stage8_chunks(KvElem elem, const void* const (&side)[Side
   } else {
     stage8_chunks<KvElem::F32, Sides>(side, items, off, put);
   }
+}
+
+// stage8_chunks for a bf16 cache, whose chunks need no conversion: each thread copies its chunks
+// by cp.async (chunk i of side s to dst(i, s), 16-byte aligned shared memory; off as above) and
+// waits for them. No register holds a chunk, so all of a thread's loads are in flight at once
+// where stage8_chunks issues kInFlight at a time (4 chunks of K and V, 8 of an MLA row): at 128
+// dims and 64 positions a round, 16 a thread, one memory latency a round instead of four. A
+// barrier then makes them the block's.
+template <int Sides, typename Off, typename Dst>
+__device__ inline void stage8_chunks_async(const void* const (&side)[Sides], int items, Off off, Dst dst) {
+  for (int i = static_cast<int>(threadIdx.x); i < items; i += static_cast<int>(blockDim.x)) {
+    const int64_t o = off(i);
+#pragma unroll
+    for (int s = 0; s < Sides; ++s)
+      copy16_async(dst(i, s), o >= 0 ? static_cast<const uint16_t*>(side[s]) + o : side[s], o >= 0);
+  }
+  commit_async();
+  wait_async<0>();
 }
 
 // Element k of eight staged ones.

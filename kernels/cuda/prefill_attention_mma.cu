@@ -107,12 +107,17 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int j = i % BN, d = i / BN * 8;
         return slots[j] >= 0 && d < hd ? slots[j] * slot_elems + kvh * hd + d : -1;
       };
-      auto put = [&](int i, const detail::Bf16x8(&x)[2]) {
-        const int j = i % BN, d = i / BN * 8;
-        detail::store8(sk + j * L::kK + d, x[0]);
-        detail::store8(sv + j * L::kV + d, x[1]);
-      };
-      detail::stage8_chunks<2>(fmt.elem, sides, BN * (HDP / 8), off, put);
+      if (fmt.elem == KvElem::BF16) {
+        auto dst = [&](int i, int s) { return (s == 0 ? sk + (i % BN) * L::kK : sv + (i % BN) * L::kV) + i / BN * 8; };
+        detail::stage8_chunks_async<2>(sides, BN * (HDP / 8), off, dst);
+      } else {
+        auto put = [&](int i, const detail::Bf16x8(&x)[2]) {
+          const int j = i % BN, d = i / BN * 8;
+          detail::store8(sk + j * L::kK + d, x[0]);
+          detail::store8(sv + j * L::kV + d, x[1]);
+        };
+        detail::stage8_chunks<2>(fmt.elem, sides, BN * (HDP / 8), off, put);
+      }
     } else {
       for (int i = threadIdx.x; i < BN * HDP; i += blockDim.x) {
         const int j = i / HDP, d = i - j * HDP;
