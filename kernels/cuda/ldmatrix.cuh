@@ -36,6 +36,8 @@ inline void emu_ldmatrix_x4(void* const* lanes) {
     rows[l] = static_cast<const uint8_t*>(static_cast<const LdmatrixLane*>(lanes[l])->row);
     if (reinterpret_cast<uintptr_t>(rows[l]) % 16 != 0)
       throw std::runtime_error("ldmatrix: lane " + std::to_string(l) + " names a row not 16-byte aligned");
+    if (!::shardlm_emu::in_shared(rows[l], 16))
+      throw std::runtime_error("ldmatrix: lane " + std::to_string(l) + " names a row outside shared memory");
   }
   auto elem = [&](int matrix, int row, int col) {
     uint16_t e;

@@ -138,6 +138,9 @@ void* dynamic_shared();
 // and .cuh files): the first thread of a block to pass it fills the variable with NaN bytes, as dynamic
 // shared memory is filled before every block, so a block reads nothing an earlier block left.
 void fresh_shared(void* p, size_t bytes);
+// Whether [p, p + bytes) lies in the running block's shared memory: its dynamic shared memory or a
+// static __shared__ variable it has passed.
+bool in_shared(const void* p, size_t bytes);
 
 // The order threads take turns in and blocks run in. Forward: by index. Reverse: downwards, so
 // that a thread reading what a lower thread wrote without a barrier between (or a block, what an
@@ -166,6 +169,7 @@ unsigned lane_id();
 // kernel that reads a stage before waiting for its copies reads what was there before. commit
 // closes the group of copies queued since the last; wait_group(n) lands all but the newest n
 // groups (queued copies not yet committed stay queued). A returning thread's copies land.
+// dst must lie in the block's shared memory and src outside it (a kernel error otherwise).
 void async_copy(void* dst, const void* src, size_t bytes);
 void async_commit();
 void async_wait_group(unsigned n);

@@ -74,7 +74,8 @@ struct BlockRun {
   void (*call)(void*) = nullptr;
   void* body = nullptr;
   void* shared = nullptr;
-  std::vector<void*> fresh;  // the static __shared__ variables this block has filled
+  size_t shared_bytes = 0;                      // of dynamic shared memory, from `shared`
+  std::vector<std::pair<void*, size_t>> fresh;  // the static __shared__ variables this block has filled
   std::string error;
 };
 
@@ -392,15 +393,32 @@ const dim3& grid_dim() { return g_run->gdim; }
 void* dynamic_shared() { return g_run->shared; }
 
 void fresh_shared(void* p, size_t bytes) {
-  std::vector<void*>& seen = g_run->fresh;
-  if (std::find(seen.begin(), seen.end(), p) != seen.end()) return;
+  std::vector<std::pair<void*, size_t>>& seen = g_run->fresh;
+  for (const auto& v : seen)
+    if (v.first == p) return;
   std::memset(p, 0xff, bytes);
-  seen.push_back(p);
+  seen.emplace_back(p, bytes);
+}
+
+bool in_shared(const void* p, size_t bytes) {
+  const auto within = [&](const void* base, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(base);
+    const auto* q = static_cast<const unsigned char*>(p);
+    return q >= b && q + bytes <= b + n;
+  };
+  if (within(g_run->shared, g_run->shared_bytes)) return true;
+  for (const auto& v : g_run->fresh)
+    if (within(v.first, v.second)) return true;
+  return false;
 }
 
 unsigned lane_id() { return static_cast<unsigned>(g_run->current) & 31u; }
 
-void async_copy(void* dst, const void* src, size_t bytes) { me().copies.push_back({dst, src, bytes}); }
+void async_copy(void* dst, const void* src, size_t bytes) {
+  if (!in_shared(dst, bytes)) throw std::runtime_error("cp.async to an address outside the block's shared memory");
+  if (src != nullptr && in_shared(src, bytes)) throw std::runtime_error("cp.async from shared memory");
+  me().copies.push_back({dst, src, bytes});
+}
 
 void async_commit() {
   Fiber& f = me();
@@ -491,6 +509,7 @@ void launch_erased(const LaunchConfig& cfg, void (*call)(void*), void* body) {
   r.call = call;
   r.body = body;
   r.shared = shared.data();
+  r.shared_bytes = cfg.shared_bytes;
   const unsigned threads = cfg.block.x * cfg.block.y * cfg.block.z;
   r.fibers.resize(threads);
   r.warps.resize((threads + 31) / 32);

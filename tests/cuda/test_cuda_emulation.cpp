@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda/cp_async.cuh"
+#include "cuda/ldmatrix.cuh"
 
 namespace {
 
@@ -240,8 +241,9 @@ __global__ void stale_shared_kernel(float* seen) {
 // cp.async (kernels/cuda/cp_async.cuh) lands a copy only when a wait lets it: not at issue, not
 // at a barrier; wait_group(1) lands all but the newest group, and a copy never committed stays
 // queued through wait_group(0). So a pipeline that waits for too few groups reads old contents.
+// A copy into memory other than the block's shared memory is a kernel error.
 __global__ void async_copy_kernel(const uint32_t* src, uint32_t* seen) {
-  __align__(16) __shared__ uint32_t s[8];
+  auto* s = static_cast<uint32_t*>(::shardlm_emu::dynamic_shared());
   for (int i = 0; i < 8; ++i) s[i] = 7;
   shardlm::cuda::detail::copy16_async(s, src, true);
   shardlm::cuda::detail::commit_async();
@@ -259,12 +261,43 @@ __global__ void async_copy_kernel(const uint32_t* src, uint32_t* seen) {
   seen[6] = s[0], seen[7] = s[3];
 }
 
+__global__ void async_copy_to_global_kernel(const uint32_t* src, uint32_t* dst) {
+  shardlm::cuda::detail::copy16_async(dst, src, true);
+}
+
 TEST(CudaEmulation, AsyncCopiesLandWhenAWaitLetsThem) {
   const std::vector<uint32_t> src = {10, 11, 12, 13, 14, 15, 16, 17};
   std::vector<uint32_t> seen(8, 99);
-  launch(async_copy_kernel, "async_copy_kernel", 1, 1)(src.data(), seen.data());
+  launch(async_copy_kernel, "async_copy_kernel", 1, 1, 32)(src.data(), seen.data());
   ASSERT_EQ(last_error(), "");
   EXPECT_EQ(seen, (std::vector<uint32_t>{7, 7, 10, 7, 10, 0, 14, 17}));
+  launch(async_copy_to_global_kernel, "async_copy_to_global_kernel", 1, 1)(src.data(), seen.data());
+  const std::string e = last_error();
+  EXPECT_NE(e.find("cp.async to an address outside the block's shared memory"), std::string::npos) << e;
+}
+
+// ldmatrix (kernels/cuda/ldmatrix.cuh) reads rows of the block's shared memory, 16-byte aligned:
+// a lane naming a global address or a misaligned row is a kernel error. `offset` moves every
+// lane's row by that many bytes; global: the rows are in `g` instead.
+__global__ void ldmatrix_rows_kernel(const uint8_t* g, int offset, bool global, uint32_t* out) {
+  auto* s = static_cast<uint8_t*>(::shardlm_emu::dynamic_shared());
+  const uint8_t* base = global ? g : s;
+  uint32_t r[4];
+  shardlm::cuda::detail::ldmatrix_x4(r, base + 16 * (threadIdx.x & 31) + offset);
+  out[threadIdx.x] = r[0];
+}
+
+TEST(CudaEmulation, LdmatrixRowsMustBeAlignedSharedMemory) {
+  std::vector<uint8_t> g(16 * 33, 0);
+  std::vector<uint32_t> out(32, 0);
+  launch(ldmatrix_rows_kernel, "ldmatrix_rows_kernel", 1, 32, 16 * 33)(g.data(), 0, false, out.data());
+  ASSERT_EQ(last_error(), "");
+  launch(ldmatrix_rows_kernel, "ldmatrix_rows_kernel", 1, 32, 16 * 33)(g.data(), 8, false, out.data());
+  std::string e = last_error();
+  EXPECT_NE(e.find("names a row not 16-byte aligned"), std::string::npos) << e;
+  launch(ldmatrix_rows_kernel, "ldmatrix_rows_kernel", 1, 32, 16 * 33)(g.data(), 0, true, out.data());
+  e = last_error();
+  EXPECT_NE(e.find("names a row outside shared memory"), std::string::npos) << e;
 }
 
 TEST(CudaEmulation, EveryBlockStartsWithUnwrittenSharedMemory) {
