@@ -312,6 +312,29 @@ void check_paged_attention(const GqaCase& c, DevicePool& p) {
   }
 }
 
+// Random bf16 a [16, 16] and b [16, n] (row major, seeds from `seed`), c [16, n] in fp32, and
+// c + a b in double rounded to fp32: the product a tensor-core tile test must give.
+struct TileProduct {
+  std::vector<uint16_t> a, b;
+  std::vector<float> c, want;
+};
+TileProduct tile_product(int n, uint32_t seed) {
+  TileProduct t;
+  for (const float x : rand_vec(16 * 16, seed)) t.a.push_back(bf16_bits::from_f32(x));
+  for (const float x : rand_vec(16 * n, seed + 1)) t.b.push_back(bf16_bits::from_f32(x));
+  t.c = rand_vec(16 * n, seed + 2);
+  t.want.resize(t.c.size());
+  for (int r = 0; r < 16; ++r) {
+    for (int j = 0; j < n; ++j) {
+      double sum = t.c[r * n + j];
+      for (int k = 0; k < 16; ++k)
+        sum += double(bf16_bits::to_f32(t.a[r * 16 + k])) * bf16_bits::to_f32(t.b[k * n + j]);
+      t.want[r * n + j] = static_cast<float>(sum);
+    }
+  }
+  return t;
+}
+
 }  // namespace
 
 // The tensor core product the prefill kernel builds on (kernels/cuda/mma_bf16.cuh), its fragments
@@ -320,23 +343,12 @@ void check_paged_attention(const GqaCase& c, DevicePool& p) {
 // rounding). A fragment element in the wrong place puts another product into its output.
 TEST(CudaAttention, TensorCoreTileFollowsTheFragmentLayout) {
   SHARDLM_REQUIRE_GPU();
-  const std::vector<float> af = rand_vec(16 * 16, 501), bf = rand_vec(16 * 8, 502), c = rand_vec(16 * 8, 503);
-  std::vector<uint16_t> a(af.size()), b(bf.size());
-  for (size_t i = 0; i < a.size(); ++i) a[i] = bf16_bits::from_f32(af[i]);
-  for (size_t i = 0; i < b.size(); ++i) b[i] = bf16_bits::from_f32(bf[i]);
-  std::vector<float> want(16 * 8);
-  for (int r = 0; r < 16; ++r) {
-    for (int n = 0; n < 8; ++n) {
-      double sum = c[r * 8 + n];
-      for (int k = 0; k < 16; ++k) sum += double(bf16_bits::to_f32(a[r * 16 + k])) * bf16_bits::to_f32(b[k * 8 + n]);
-      want[r * 8 + n] = static_cast<float>(sum);
-    }
-  }
-  DeviceBuffer<uint16_t> d_a(a), d_b(b);
-  DeviceBuffer<float> d_c(c), d_d(std::vector<float>(want.size(), std::numeric_limits<float>::quiet_NaN()));
+  const TileProduct t = tile_product(8, 501);
+  DeviceBuffer<uint16_t> d_a(t.a), d_b(t.b);
+  DeviceBuffer<float> d_c(t.c), d_d(std::vector<float>(t.want.size(), std::numeric_limits<float>::quiet_NaN()));
   cuda::mma_bf16_tile(d_a.get(), d_b.get(), d_c.get(), d_d.get(), nullptr);
   cuda_sync("mma_bf16_tile");
-  EXPECT_TRUE(all_close(d_d.download(), want, 1e-6, 2e-6));
+  EXPECT_TRUE(all_close(d_d.download(), t.want, 1e-6, 2e-6));
 }
 
 // The fragment loads of ldmatrix.cuh: a [16, 16] by ldmatrix_x4 and b [16, 16] row major by
@@ -344,26 +356,15 @@ TEST(CudaAttention, TensorCoreTileFollowsTheFragmentLayout) {
 // host's, as above. A load that hands a lane another element puts another product there.
 TEST(CudaAttention, LdmatrixLoadsTheFragmentLayout) {
   SHARDLM_REQUIRE_GPU();
-  const std::vector<float> af = rand_vec(16 * 16, 511), bf = rand_vec(16 * 16, 512), c = rand_vec(16 * 16, 513);
-  std::vector<uint16_t> a(af.size()), b(bf.size());
-  for (size_t i = 0; i < a.size(); ++i) a[i] = bf16_bits::from_f32(af[i]);
-  for (size_t i = 0; i < b.size(); ++i) b[i] = bf16_bits::from_f32(bf[i]);
-  std::vector<float> want(16 * 16);
-  for (int r = 0; r < 16; ++r) {
-    for (int n = 0; n < 16; ++n) {
-      double sum = c[r * 16 + n];
-      for (int k = 0; k < 16; ++k) sum += double(bf16_bits::to_f32(a[r * 16 + k])) * bf16_bits::to_f32(b[k * 16 + n]);
-      want[r * 16 + n] = static_cast<float>(sum);
-    }
-  }
-  DeviceBuffer<uint16_t> d_a(a), d_b(b);
-  DeviceBuffer<float> d_c(c);
+  const TileProduct t = tile_product(16, 511);
+  DeviceBuffer<uint16_t> d_a(t.a), d_b(t.b);
+  DeviceBuffer<float> d_c(t.c);
   for (int pitch : {16, 24, 72}) {
     SCOPED_TRACE(testing::Message() << "pitch " << pitch);
-    DeviceBuffer<float> d_d(std::vector<float>(want.size(), std::numeric_limits<float>::quiet_NaN()));
+    DeviceBuffer<float> d_d(std::vector<float>(t.want.size(), std::numeric_limits<float>::quiet_NaN()));
     cuda::mma_bf16_tile_ldmatrix(d_a.get(), d_b.get(), d_c.get(), d_d.get(), pitch, nullptr);
     cuda_sync("mma_bf16_tile_ldmatrix");
-    EXPECT_TRUE(all_close(d_d.download(), want, 1e-6, 2e-6));
+    EXPECT_TRUE(all_close(d_d.download(), t.want, 1e-6, 2e-6));
   }
 }
 
