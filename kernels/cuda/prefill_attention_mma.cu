@@ -99,9 +99,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     __syncthreads();  // the queries and slots are staged; the last round's keys and values are read
     // Dims past head_dim are never read (zeros) either.
-    if (vec) {  // 8 dims a chunk, several chunks' loads in flight per thread (mma_stage.cuh).
-                // Chunk i is position j = i % BN's dims from d = i / BN * 8 (a warp's stores go
-                // to 32 rows, 4 banks apart).
+    if (vec) {  // 8 dims a chunk, several chunks' loads in flight per thread (mma_stage.cuh; a
+                // bf16 cache's all at once, by cp.async). Chunk i is position j = i % BN's dims
+                // from d = i / BN * 8 (a warp's stores go to 32 rows, 4 banks apart).
       const void* const sides[2] = {k_cache, v_cache};
       auto off = [&](int i) -> int64_t {
         const int j = i % BN, d = i / BN * 8;
