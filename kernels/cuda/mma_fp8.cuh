@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cuda/convert_pairs.cuh"
 #include "fp8_bits.h"
 
 namespace shardlm::cuda::detail {
@@ -70,17 +71,6 @@ inline void emu_mma_e4m3_16832(void* const* lanes) {
 #endif
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
-// The code pair in half Half of v (the lower code first) as an f16 pair, exactly: every e4m3
-// value is an f16 one. The half is taken by a move that ptxas folds into the conversion's operand.
-template <int Half>
-__device__ inline uint32_t e4m3x2_to_f16x2(uint32_t v) {
-  uint32_t h;
-  if constexpr (Half == 0)
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}" : "=r"(h) : "r"(v));
-  else
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}" : "=r"(h) : "r"(v));
-  return h;
-}
 __device__ inline void mma_f16_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
