@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "cuda/bf16_grouped_gemm_wgmma.h"
 #include "cuda/grouped_gemm_tile.cuh"
 #include "cuda/mma_bf16.cuh"
 
@@ -50,7 +51,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 void launch_gemm(const uint16_t* x, const GemmTile* tiles, int64_t grid_tiles, const int32_t* n_tiles, int64_t N,
-                 int64_t K, float* y, cudaStream_t stream) {
+                 int64_t K, float* y, cudaStream_t stream, GemmCore core) {
+  if (core == GemmCore::kWgmma) {
+    detail::launch_bf16_grouped_gemm_wgmma(x, tiles, grid_tiles, n_tiles, N, K, y, stream);
+    return;
+  }
   const int64_t n_blocks = (N + kBN - 1) / kBN;
   // Above the default 48 KB the kernel must opt in, once (a failure shows at launch).
   static const cudaError_t opted =
@@ -69,19 +74,19 @@ bool bf16_grouped_gemm_mma_fits(int64_t N, int64_t K) {
 }
 
 void launch_bf16_grouped_gemm_mma(const uint16_t* x, const GemmTile* tiles, int64_t n_tiles, int64_t N, int64_t K,
-                                  float* y, cudaStream_t stream) {
+                                  float* y, cudaStream_t stream, GemmCore core) {
   if (n_tiles <= 0) return;
-  launch_gemm(x, tiles, n_tiles, nullptr, N, K, y, stream);
+  launch_gemm(x, tiles, n_tiles, nullptr, N, K, y, stream, core);
 }
 
 int64_t bf16_routed_gemm_max_tiles(int64_t max_rows, int64_t G) { return routed_gemm_max_tiles(max_rows, G, kBM); }
 
 void launch_bf16_routed_gemm_mma(const uint16_t* x, int64_t max_rows, const int32_t* offsets, int64_t G,
                                  const RoutedWeight* weights, int64_t N, int64_t K, GemmTile* tiles, int32_t* n_tiles,
-                                 float* y, cudaStream_t stream) {
+                                 float* y, cudaStream_t stream, GemmCore core) {
   if (max_rows <= 0 || G <= 0) return;
   launch_routed_gemm_tiles(offsets, G, weights, kBM, tiles, n_tiles, stream);
-  launch_gemm(x, tiles, bf16_routed_gemm_max_tiles(max_rows, G), n_tiles, N, K, y, stream);
+  launch_gemm(x, tiles, bf16_routed_gemm_max_tiles(max_rows, G), n_tiles, N, K, y, stream, core);
 }
 
 }  // namespace shardlm::cuda

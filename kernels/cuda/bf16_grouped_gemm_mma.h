@@ -31,9 +31,11 @@ constexpr int kBf16GemmTileCols = 128;
 bool bf16_grouped_gemm_mma_fits(int64_t N, int64_t K);
 
 // y [., N] (fp32, row-major) for the tiles' rows of x [., K] (bf16 bits); tiles (device memory)
-// lists n_tiles tiles (gemm_tiles.h: weight = the group's bf16 [N, K], scale_inv unused).
+// lists n_tiles tiles (gemm_tiles.h: weight = the group's bf16 [N, K], scale_inv unused). core:
+// the products it runs on (the wgmma kernel: bf16_grouped_gemm_wgmma.h), the same tiles and results
+// up to the fp32 sums' order.
 void launch_bf16_grouped_gemm_mma(const uint16_t* x, const GemmTile* tiles, int64_t n_tiles, int64_t N, int64_t K,
-                                  float* y, cudaStream_t stream);
+                                  float* y, cudaStream_t stream, GemmCore core = GemmCore::kMmaSync);
 
 // Tiles the routed call's list must hold (the launch's grid).
 int64_t bf16_routed_gemm_max_tiles(int64_t max_rows, int64_t G);
@@ -43,6 +45,6 @@ int64_t bf16_routed_gemm_max_tiles(int64_t max_rows, int64_t G);
 // (bf16_routed_gemm_max_tiles entries) and n_tiles (one int) are device workspace.
 void launch_bf16_routed_gemm_mma(const uint16_t* x, int64_t max_rows, const int32_t* offsets, int64_t G,
                                  const RoutedWeight* weights, int64_t N, int64_t K, GemmTile* tiles, int32_t* n_tiles,
-                                 float* y, cudaStream_t stream);
+                                 float* y, cudaStream_t stream, GemmCore core = GemmCore::kMmaSync);
 
 }  // namespace shardlm::cuda

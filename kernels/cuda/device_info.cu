@@ -50,4 +50,11 @@ std::string device_name(int dev) {
   return prop.name;
 }
 
+int compute_capability(int dev) {
+  if (dev < 0 || dev >= device_count()) return 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess) return 0;
+  return 10 * prop.major + prop.minor;
+}
+
 }  // namespace shardlm::cuda

@@ -11,5 +11,6 @@ std::string why_none();           // "" when device_count() > 0
 int runtime_version();            // e.g. 13000 for CUDA 13.0
 int driver_version();             // 0 without a driver
 std::string device_name(int dev);  // "" when dev does not exist
+int compute_capability(int dev);   // 10 major + minor (90: Hopper), 0 when dev does not exist
 
 }  // namespace shardlm::cuda

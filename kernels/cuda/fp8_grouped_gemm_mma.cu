@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "cuda/fp8_grouped_gemm_wgmma.h"
 #include "cuda/grouped_gemm_tile.cuh"
 #include "cuda/mma_fp8.cuh"
 
@@ -77,7 +78,12 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 void launch_gemm(const uint8_t* q, const float* q_scales, int64_t q_scale_ld, const Fp8GemmTile* tiles,
-                 int64_t grid_tiles, const int32_t* n_tiles, const Fp8Weight& shape, float* y, cudaStream_t stream) {
+                 int64_t grid_tiles, const int32_t* n_tiles, const Fp8Weight& shape, float* y, cudaStream_t stream,
+                 GemmCore core) {
+  if (core == GemmCore::kWgmma) {
+    detail::launch_fp8_grouped_gemm_wgmma(q, q_scales, q_scale_ld, tiles, grid_tiles, n_tiles, shape, y, stream);
+    return;
+  }
   const int64_t n_blocks = (shape.N + kBN - 1) / kBN;
   // Above the default 48 KB the kernel must opt in, once (a failure shows at launch).
   static const cudaError_t opted =
@@ -101,19 +107,20 @@ bool fp8_grouped_gemm_mma_fits(const Fp8Weight& shape) {
 }
 
 void launch_fp8_grouped_gemm_mma(const uint8_t* q, const float* q_scales, int64_t q_scale_ld, const Fp8GemmTile* tiles,
-                                 int64_t n_tiles, const Fp8Weight& shape, float* y, cudaStream_t stream) {
+                                 int64_t n_tiles, const Fp8Weight& shape, float* y, cudaStream_t stream,
+                                 GemmCore core) {
   if (n_tiles <= 0) return;
-  launch_gemm(q, q_scales, q_scale_ld, tiles, n_tiles, nullptr, shape, y, stream);
+  launch_gemm(q, q_scales, q_scale_ld, tiles, n_tiles, nullptr, shape, y, stream, core);
 }
 
 int64_t fp8_routed_gemm_max_tiles(int64_t max_rows, int64_t G) { return routed_gemm_max_tiles(max_rows, G, kBM); }
 
 void launch_fp8_routed_gemm_mma(const uint8_t* q, const float* q_scales, int64_t q_scale_ld, int64_t max_rows,
                                 const int32_t* offsets, int64_t G, const RoutedWeight* weights, const Fp8Weight& shape,
-                                Fp8GemmTile* tiles, int32_t* n_tiles, float* y, cudaStream_t stream) {
+                                Fp8GemmTile* tiles, int32_t* n_tiles, float* y, cudaStream_t stream, GemmCore core) {
   if (max_rows <= 0 || G <= 0) return;
   launch_routed_gemm_tiles(offsets, G, weights, kBM, tiles, n_tiles, stream);
-  launch_gemm(q, q_scales, q_scale_ld, tiles, fp8_routed_gemm_max_tiles(max_rows, G), n_tiles, shape, y, stream);
+  launch_gemm(q, q_scales, q_scale_ld, tiles, fp8_routed_gemm_max_tiles(max_rows, G), n_tiles, shape, y, stream, core);
 }
 
 }  // namespace shardlm::cuda

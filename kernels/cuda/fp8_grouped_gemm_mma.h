@@ -41,8 +41,10 @@ bool fp8_grouped_gemm_mma_fits(const Fp8Weight& shape);
 
 // y [., N] (fp32, row-major) for the tiles' rows; tiles (device memory) lists n_tiles tiles, all of
 // `shape`'s N, K and scale geometry.
+// core: the products it runs on (the wgmma kernel: fp8_grouped_gemm_wgmma.h).
 void launch_fp8_grouped_gemm_mma(const uint8_t* q, const float* q_scales, int64_t q_scale_ld, const Fp8GemmTile* tiles,
-                                 int64_t n_tiles, const Fp8Weight& shape, float* y, cudaStream_t stream);
+                                 int64_t n_tiles, const Fp8Weight& shape, float* y, cudaStream_t stream,
+                                 GemmCore core = GemmCore::kMmaSync);
 
 // ---- Device-routed grouped call (Mixture-of-Experts steps captured in a CUDA graph) ----
 //
@@ -60,6 +62,7 @@ int64_t fp8_routed_gemm_max_tiles(int64_t max_rows, int64_t G);
 // tiles (fp8_routed_gemm_max_tiles entries) and n_tiles (one int) are device workspace.
 void launch_fp8_routed_gemm_mma(const uint8_t* q, const float* q_scales, int64_t q_scale_ld, int64_t max_rows,
                                 const int32_t* offsets, int64_t G, const RoutedWeight* weights, const Fp8Weight& shape,
-                                Fp8GemmTile* tiles, int32_t* n_tiles, float* y, cudaStream_t stream);
+                                Fp8GemmTile* tiles, int32_t* n_tiles, float* y, cudaStream_t stream,
+                                GemmCore core = GemmCore::kMmaSync);
 
 }  // namespace shardlm::cuda

@@ -14,6 +14,10 @@
 
 namespace shardlm::cuda {
 
+// The tensor-core products a grouped GEMM runs on: mma.sync (sm_80 on; on Hopper at a share of the
+// tensor cores' rate, and e4m3 at the f16 rate) or Hopper's warpgroup wgmma (sm_90a builds only).
+enum class GemmCore { kMmaSync, kWgmma };
+
 // Rows [row0, row0 + rows) of the activations and the output times one group's weight (and, fp8,
 // its block scales).
 struct GemmTile {

@@ -24,11 +24,13 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <cstring>
 #include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #ifndef SHARDLM_CUDA_EMULATION
 #define SHARDLM_CUDA_EMULATION 1
@@ -100,6 +102,8 @@ enum cudaStreamCaptureMode {
 };
 enum cudaDeviceAttr {
   cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76,
 };
 enum cudaMemoryType {
   cudaMemoryTypeUnregistered = 0,
@@ -173,6 +177,21 @@ unsigned lane_id();
 void async_copy(void* dst, const void* src, size_t bytes);
 void async_commit();
 void async_wait_group(unsigned n);
+// The shared-window address of p in the block's dynamic shared memory, which starts at address 0
+// (so at any alignment the device could give it), and the memory at such an address (a kernel
+// error past the block's dynamic shared memory).
+uint32_t shared_address(const void* p);
+const unsigned char* shared_at(uint32_t addr, size_t bytes);
+// A warp's asynchronous tensor-core work (wgmma.mma_async), from inside a warp_collective: push
+// queues `op` for the warp; commit closes the group of work queued since the last; wait(n) runs all
+// but the newest n groups, oldest first. So operands are read and accumulators written at the
+// latest moment the device allows: a kernel that refills a stage or reads its accumulators before
+// waiting gets what the device could give it. Work never waited for never runs.
+// reads: the shared-window ranges [lo, hi) op reads; a cp.async into one of them while op is queued
+// is a kernel error (the device may land the copy before the product reads).
+void warp_async_push(std::function<void()> op, std::vector<std::pair<uint32_t, uint32_t>> reads);
+void warp_async_commit();
+void warp_async_wait(unsigned n);
 
 struct LaunchConfig {
   const void* fn;

@@ -387,9 +387,19 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
   if (value == nullptr) return cudaErrorInvalidValue;
   if (device < 0 || device >= device_count()) return cudaErrorInvalidDevice;
-  if (attr != cudaDevAttrMultiProcessorCount) return cudaErrorInvalidValue;
-  *value = 132;
-  return cudaSuccess;
+  // An H200's: 132 SMs, compute capability 9.0 (as cudaGetDeviceProperties says).
+  switch (attr) {
+    case cudaDevAttrMultiProcessorCount:
+      *value = 132;
+      return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor:
+      *value = 9;
+      return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor:
+      *value = 0;
+      return cudaSuccess;
+  }
+  return cudaErrorInvalidValue;
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {

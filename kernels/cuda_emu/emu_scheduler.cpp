@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -57,6 +58,14 @@ struct Warp {
   std::array<uint64_t, 32> posted{};
   unsigned arrived = 0;  // lanes waiting at a warp intrinsic
   unsigned exited = 0;   // lanes that have returned (or do not exist: a partial last warp)
+  // Asynchronous tensor-core work (wgmma) queued and not yet run, oldest first, and for each
+  // committed group the count of it through its last.
+  struct AsyncOp {
+    std::function<void()> run;
+    std::vector<std::pair<uint32_t, uint32_t>> reads;  // shared-window ranges [lo, hi) it reads
+  };
+  std::vector<AsyncOp> async_ops;
+  std::vector<size_t> async_groups;
 };
 
 struct BlockRun {
@@ -292,6 +301,8 @@ void run_block(BlockRun& r) {
   }
   for (size_t w = 0; w < r.warps.size(); ++w) {
     r.warps[w].arrived = 0;
+    r.warps[w].async_ops.clear();  // never waited for: its results never land
+    r.warps[w].async_groups.clear();
     // Lanes past the block's last thread never arrive anywhere.
     const size_t lanes = n - w * 32 < 32 ? n - w * 32 : 32;
     r.warps[w].exited = lanes == 32 ? 0u : ~((1u << lanes) - 1u);
@@ -412,11 +423,66 @@ bool in_shared(const void* p, size_t bytes) {
   return false;
 }
 
+uint32_t shared_address(const void* p) {
+  const auto* q = static_cast<const unsigned char*>(p);
+  const auto* b = static_cast<const unsigned char*>(g_run->shared);
+  if (q < b || q >= b + g_run->shared_bytes)
+    throw std::runtime_error("a shared-window address of memory outside the block's dynamic shared memory");
+  return static_cast<uint32_t>(q - b);
+}
+
+const unsigned char* shared_at(uint32_t addr, size_t bytes) {
+  if (static_cast<size_t>(addr) + bytes > g_run->shared_bytes)
+    throw std::runtime_error("shared-window address " + std::to_string(addr) + " (" + std::to_string(bytes) +
+                             " bytes) past the block's " + std::to_string(g_run->shared_bytes) +
+                             " bytes of dynamic shared memory");
+  return static_cast<const unsigned char*>(g_run->shared) + addr;
+}
+
+namespace {
+Warp& collective_warp() { return g_run->warps[current() / 32]; }
+}  // namespace
+
+void warp_async_push(std::function<void()> op, std::vector<std::pair<uint32_t, uint32_t>> reads) {
+  collective_warp().async_ops.push_back({std::move(op), std::move(reads)});
+}
+
+void warp_async_commit() {
+  Warp& w = collective_warp();
+  w.async_groups.push_back(w.async_ops.size());
+}
+
+void warp_async_wait(unsigned n) {
+  Warp& w = collective_warp();
+  if (w.async_groups.size() <= n) return;
+  const size_t done = w.async_groups.size() - n, ops = w.async_groups[done - 1];
+  // Moved out first: an op may throw, and the queue must not run it twice.
+  std::vector<Warp::AsyncOp> run(std::make_move_iterator(w.async_ops.begin()),
+                                 std::make_move_iterator(w.async_ops.begin() + static_cast<std::ptrdiff_t>(ops)));
+  w.async_ops.erase(w.async_ops.begin(), w.async_ops.begin() + static_cast<std::ptrdiff_t>(ops));
+  w.async_groups.erase(w.async_groups.begin(), w.async_groups.begin() + static_cast<std::ptrdiff_t>(done));
+  for (size_t& g : w.async_groups) g -= ops;
+  for (auto& op : run) op.run();
+}
+
 unsigned lane_id() { return static_cast<unsigned>(g_run->current) & 31u; }
 
 void async_copy(void* dst, const void* src, size_t bytes) {
   if (!in_shared(dst, bytes)) throw std::runtime_error("cp.async to an address outside the block's shared memory");
   if (src != nullptr && in_shared(src, bytes)) throw std::runtime_error("cp.async from shared memory");
+  // Into memory a tensor-core product in flight reads: on the device the copy may land first.
+  const auto* d = static_cast<const unsigned char*>(dst);
+  const auto* base = static_cast<const unsigned char*>(g_run->shared);
+  if (d >= base && d < base + g_run->shared_bytes) {
+    const auto lo = static_cast<uint32_t>(d - base), hi = lo + static_cast<uint32_t>(bytes);
+    for (size_t w = 0; w < g_run->warps.size(); ++w)
+      for (const Warp::AsyncOp& op : g_run->warps[w].async_ops)
+        for (const auto& r : op.reads)
+          if (lo < r.second && r.first < hi)
+            throw std::runtime_error("cp.async into shared memory (bytes " + std::to_string(lo) + ".." +
+                                     std::to_string(hi) + ") that a wgmma of warp " + std::to_string(w) +
+                                     " not yet waited for reads");
+  }
   me().copies.push_back({dst, src, bytes});
 }
 

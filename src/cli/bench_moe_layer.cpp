@@ -226,6 +226,7 @@ void build_layer(const Options& o, Layer* layer) {
   b.set_fp8_w8a8(o.fp8_prefill == "w8a8");
   b.set_fp8_grouped_gemm(o.fp8_expert_gemm == "grouped");
   b.set_routed_grouped_gemm(o.routed_gemm == "grouped");
+  b.set_grouped_gemm_wgmma(o.grouped_gemm_core == "auto");
   layer->wdt = o.dtype == "bf16" ? DType::BF16 : o.dtype == "fp8" ? DType::F8_E4M3 : DType::F32;
   load_weights(o, layer);
   layer->ceilings = measure_ceilings(*layer->comm, b, layer->wdt, layer->hw);

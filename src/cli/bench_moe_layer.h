@@ -24,6 +24,7 @@ struct Options {
   int64_t H = 1024, E = 64, I = 256, k = 8, groups = 8, topk_groups = 4, shared = 1;
   std::string tokens_text = "128,4096", dtype = "bf16", scoring = "sigmoid", backend_name = "cpu", comm_name = "mpi";
   std::string fp8_prefill = "w8a8", fp8_expert_gemm = "grouped", routed_gemm = "grouped", wire_name = "fp32";
+  std::string grouped_gemm_core = "auto";
   int iters = 10, warmup = 2, threads = 0, plan_ep = 8;
   double timeout = 120, scale = 2.5;
   std::vector<int64_t> tokens;         // tokens_text, read

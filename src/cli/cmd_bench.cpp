@@ -190,7 +190,7 @@ int cmd_bench(int argc, char** argv) {
   int64_t peak_gemm = 8192, attention_context = 32768;
   int threads = 0;
   std::string kv_gb = "auto", fp8_weights = "fp8", fp8_prefill = "w8a8", prefill_attention = "auto",
-              decode_attention = "fp32", fp8_expert_gemm = "grouped";
+              decode_attention = "fp32", fp8_expert_gemm = "grouped", grouped_gemm_core = "auto";
   bool cuda_graphs = false;
   double kv_fraction = 0.9;
   po::options_description d("shardlm bench options");
@@ -212,6 +212,7 @@ int cmd_bench(int argc, char** argv) {
     ("fp8-weights", po::value(&fp8_weights)->default_value(fp8_weights), "an fp8 checkpoint's linear weights with --backend cuda: fp8 (kept) or bf16 (dequantised at load), as shardlm run")
     ("fp8-prefill", po::value(&fp8_prefill)->default_value(fp8_prefill), "with --fp8-weights fp8: linears past 16 rows as W8A8 block-scaled fp8 GEMMs (w8a8) or on the weight dequantised to bf16 (bf16), as shardlm run")
     ("fp8-expert-gemm", po::value(&fp8_expert_gemm)->default_value(fp8_expert_gemm), "with --fp8-prefill w8a8 on an MoE model: the routed experts' GEMMs of more than 16 rows in one grouped launch (grouped) or one per expert (per-expert), as shardlm run")
+    ("grouped-gemm-core", po::value(&grouped_gemm_core)->default_value(grouped_gemm_core), "with --backend cuda: the grouped expert GEMMs on wgmma where the GPU has it (auto) or on mma.sync always (mma-sync), as shardlm run")
     ("prefill-attention", po::value(&prefill_attention)->default_value(prefill_attention), "with --backend cuda: prefill chunks' attention on bf16 tensor cores (bf16), in fp32 (fp32), or auto (bf16 for a bfloat16 or fp8 checkpoint), as shardlm run; the attention lines time both")
     ("decode-attention", po::value(&decode_attention)->default_value(decode_attention), "with --backend cuda on an MLA model: decode tokens' attention on bf16 tensor cores (bf16, beside prefill attention there) or in fp32 (fp32), as shardlm run; the attention decode lines then time both")
     ("cuda-graphs", po::bool_switch(&cuda_graphs), "also run the decode and batched scenarios with decode steps replayed from CUDA graphs (as shardlm run --cuda-graphs), beside the eager figures")
@@ -230,6 +231,8 @@ int cmd_bench(int argc, char** argv) {
                 "shardlm bench: --fp8-prefill must be w8a8 or bf16, not '" << fp8_prefill << "'");
   SHARDLM_CHECK(fp8_expert_gemm == "grouped" || fp8_expert_gemm == "per-expert",
                 "shardlm bench: --fp8-expert-gemm must be grouped or per-expert, not '" << fp8_expert_gemm << "'");
+  SHARDLM_CHECK(grouped_gemm_core == "auto" || grouped_gemm_core == "mma-sync",
+                "shardlm bench: --grouped-gemm-core must be auto or mma-sync, not '" << grouped_gemm_core << "'");
   cpu::set_num_threads(threads);
 
   ModelSpec spec = ModelSpec::load(model_dir);
@@ -240,6 +243,7 @@ int cmd_bench(int argc, char** argv) {
   backend->set_keep_fp8_weights(fp8_weights == "fp8");
   backend->set_fp8_w8a8(fp8_prefill == "w8a8");
   backend->set_fp8_grouped_gemm(fp8_expert_gemm == "grouped");
+  backend->set_grouped_gemm_wgmma(grouped_gemm_core == "auto");
   const bool prefill_bf16 = prefill_attention_bf16(prefill_attention, spec.torch_dtype, spec.quant.fp8_block);
   backend->set_prefill_attention_bf16(prefill_bf16);
   backend->set_decode_attention_bf16(decode_attention_bf16(decode_attention, prefill_bf16));

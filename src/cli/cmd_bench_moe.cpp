@@ -99,6 +99,9 @@ po::options_description describe(Options& o) {
       "routed-gemm", po::value(&o.routed_gemm)->default_value(o.routed_gemm),
       "--backend cuda, bf16 experts: the routed GEMMs (a CUDA graph's, from device offsets) of more than 16 rows an "
       "expert on average in one grouped GEMM on bf16 tensor cores (grouped) or through the direct kernel (direct)")(
+      "grouped-gemm-core", po::value(&o.grouped_gemm_core)->default_value(o.grouped_gemm_core),
+      "--backend cuda: those grouped GEMMs on Hopper's wgmma where the GPU has it and its self-check agrees (auto) or "
+      "on mma.sync always (mma-sync), as shardlm run")(
       "ep-wire", po::value(&o.wire_name)->default_value(o.wire_name),
       "rows between ranks in dispatch and combine: fp32, bf16 (half the bytes) or fp8 (dispatch rows in e4m3 "
       "with a scale per 128 values, combine in bf16), as shardlm run --ep-wire");
@@ -125,6 +128,8 @@ bool parse_options(int argc, char** argv, Options* out) {
       "shardlm bench-moe: --fp8-expert-gemm must be grouped or per-expert, not '" << o.fp8_expert_gemm << "'");
   SHARDLM_CHECK(o.routed_gemm == "grouped" || o.routed_gemm == "direct",
                 "shardlm bench-moe: --routed-gemm must be grouped or direct, not '" << o.routed_gemm << "'");
+  SHARDLM_CHECK(o.grouped_gemm_core == "auto" || o.grouped_gemm_core == "mma-sync",
+                "shardlm bench-moe: --grouped-gemm-core must be auto or mma-sync, not '" << o.grouped_gemm_core << "'");
   o.wire = parse_expert_wire(o.wire_name);
   SHARDLM_CHECK(o.scoring == "sigmoid" || o.scoring == "softmax",
                 "shardlm bench-moe: --scoring must be sigmoid or softmax, not '" << o.scoring << "'");

@@ -212,6 +212,9 @@ void write_attributes(ResultWriter& w, const RunOptions& opt, const ModelSpec& s
   // How W8A8 ran the routed experts: in one grouped launch, or one GEMM per expert.
   if (spec.quant.fp8_block && backend.keeps_fp8_weights() && backend.fp8_w8a8() && spec.moe.num_experts > 0)
     w.set_attr("fp8_expert_gemm", std::string(backend.fp8_grouped_gemm() ? "grouped" : "per-expert"));
+  // The products the grouped expert GEMMs ran on (a GPU backend's): wgmma or mma.sync.
+  if (spec.moe.num_experts > 0 && !backend.grouped_gemm_core().empty())
+    w.set_attr("grouped_gemm_core", backend.grouped_gemm_core());
   // How prefill chunks attended: on bf16 tensor cores or in fp32 (--prefill-attention).
   w.set_attr("prefill_attention", std::string(backend.prefill_attention_bf16() ? "bf16" : "fp32"));
   // How decode tokens attended: bf16 tensor cores for an MLA model with --decode-attention bf16.
@@ -327,6 +330,7 @@ int cmd_run(int argc, char** argv) {
   backend->set_keep_fp8_weights(opt.fp8_weights == "fp8");
   backend->set_fp8_w8a8(opt.fp8_prefill == "w8a8");
   backend->set_fp8_grouped_gemm(opt.fp8_expert_gemm == "grouped");
+  backend->set_grouped_gemm_wgmma(opt.grouped_gemm_core == "auto");
   const bool prefill_bf16 = prefill_attention_bf16(opt.prefill_attention, spec.torch_dtype, spec.quant.fp8_block);
   backend->set_prefill_attention_bf16(prefill_bf16);
   backend->set_decode_attention_bf16(decode_attention_bf16(opt.decode_attention, prefill_bf16));

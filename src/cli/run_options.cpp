@@ -48,6 +48,7 @@ po::options_description describe(RunOptions& o) {
     ("fp8-weights", po::value(&o.fp8_weights)->default_value(o.fp8_weights), "an fp8 block-quantised checkpoint's linear weights with --backend cuda: fp8 (kept as e4m3 codes plus block scales, half the memory of bf16; a linear of a few rows reads them directly, a larger one dequantises the weight into a bf16 workspace for cuBLAS) or bf16 (dequantised once at load: twice the memory, no dequantisation per step). Either way every weight has the same bf16 value")
     ("fp8-prefill", po::value(&o.fp8_prefill)->default_value(o.fp8_prefill), "with --fp8-weights fp8 on --backend cuda, how a linear of more than 16 rows (prefill, large batches) runs: w8a8 (the activations quantised to e4m3 per token and 128 features, then cuBLASLt's block-scaled fp8 GEMM on fp8 tensor cores, twice bf16's peak: DeepSeek-V3's own inference recipe, as vLLM and SGLang run such checkpoints; needs cuBLAS 12.9+ on a Hopper GPU, and falls back to bf16 per shape where cuBLASLt declines) or bf16 (the weight dequantised into a bf16 workspace and a bf16 GEMM: unquantised activations, every weight the CPU backend's value)")
     ("fp8-expert-gemm", po::value(&o.fp8_expert_gemm)->default_value(o.fp8_expert_gemm), "with --fp8-prefill w8a8, how the routed experts' GEMMs of more than 16 rows run: grouped (every local expert in one launch of shardlm's grouped W8A8 kernel on fp8 tensor cores, as DeepGEMM's grouped GEMMs serve DeepSeek-V3's MoE, while they average up to 96 rows an expert; more, one cuBLASLt GEMM each) or per-expert (one cuBLASLt block-scaled GEMM per expert always)")
+    ("grouped-gemm-core", po::value(&o.grouped_gemm_core)->default_value(o.grouped_gemm_core), "with --backend cuda, the tensor-core products the grouped expert GEMMs (--fp8-expert-gemm grouped, and bf16 experts in CUDA graphs) run on: auto (Hopper's warpgroup wgmma on an sm_90 GPU, the fp8 tensor cores at their own rate, once a self-check before the first use agrees with mma.sync; mma.sync elsewhere) or mma-sync (always mma.sync, on which Hopper runs e4m3 products at the bf16 rate)")
     ("prefill-attention", po::value(&o.prefill_attention)->default_value(o.prefill_attention), "with --backend cuda, how the attention of prefill chunks runs: bf16 (flash attention on tensor cores: the query, the keys and values, and the softmax weights rounded to bf16, fp32 accumulation, as vLLM and TensorRT-LLM run it; up to the bf16 tensor peak), fp32 (the CUDA-core kernels decode uses: every score and weight in fp32, up to the fp32 peak) or auto: bf16 for a bfloat16 or fp8 checkpoint, whose linears already run bf16, fp32 for an fp32 one. MLA models (DeepSeek-V3, Kimi K2) attend on their latent cache the same way")
     ("decode-attention", po::value(&o.decode_attention)->default_value(o.decode_attention), "with --backend cuda, how an MLA model's decode tokens (DeepSeek-V3, Kimi K2) attend on their latent cache: fp32 (a warp a head on the CUDA cores, every score and weight in fp32) or bf16 (on tensor cores with --prefill-attention's bf16 numerics, each token's heads 16 at a time in one pass over its latent rows, as FlashMLA runs DeepSeek-V3 decode in vLLM and SGLang; needs --prefill-attention bf16, or auto on a bfloat16 or fp8 checkpoint). GQA decode stays fp32")
     ("block-size", po::value(&o.block_size)->default_value(o.block_size), "tokens per KV cache block")
@@ -113,6 +114,8 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
                 "--fp8-prefill must be w8a8 or bf16, not '" << o.fp8_prefill << "'");
   SHARDLM_CHECK(o.fp8_expert_gemm == "grouped" || o.fp8_expert_gemm == "per-expert",
                 "--fp8-expert-gemm must be grouped or per-expert, not '" << o.fp8_expert_gemm << "'");
+  SHARDLM_CHECK(o.grouped_gemm_core == "auto" || o.grouped_gemm_core == "mma-sync",
+                "--grouped-gemm-core must be auto or mma-sync, not '" << o.grouped_gemm_core << "'");
   prefill_attention_bf16(o.prefill_attention, DType::F32, false);  // throws on an unknown name
   decode_attention_bf16(o.decode_attention, true);                 // likewise
   SHARDLM_CHECK(o.block_size >= 1 && o.block_size <= 1024, "--block-size must be in [1, 1024]");
@@ -149,11 +152,11 @@ std::string to_ini(const RunOptions& o) {
   if (!o.kv_scales.empty()) s << "\nkv-scales = " << o.kv_scales;
   if (!o.kv_calibrate_out.empty()) s << "\nkv-calibrate-out = " << o.kv_calibrate_out;
   s << "\nfp8-weights = " << o.fp8_weights << "\nfp8-prefill = " << o.fp8_prefill
-    << "\nfp8-expert-gemm = " << o.fp8_expert_gemm << "\nprefill-attention = " << o.prefill_attention
-    << "\ndecode-attention = " << o.decode_attention << "\nblock-size = " << o.block_size << "\nthreads = " << o.threads
-    << "\nflush-every = " << o.flush_every << "\nflush-seconds = " << o.flush_seconds
-    << "\nresume = " << (o.resume ? "true" : "false") << "\ntp = " << o.tp << "\npp = " << o.pp
-    << "\nreplicas = " << o.replicas << "\ndp = " << o.dp << "\nep = " << o.ep;
+    << "\nfp8-expert-gemm = " << o.fp8_expert_gemm << "\ngrouped-gemm-core = " << o.grouped_gemm_core
+    << "\nprefill-attention = " << o.prefill_attention << "\ndecode-attention = " << o.decode_attention
+    << "\nblock-size = " << o.block_size << "\nthreads = " << o.threads << "\nflush-every = " << o.flush_every
+    << "\nflush-seconds = " << o.flush_seconds << "\nresume = " << (o.resume ? "true" : "false") << "\ntp = " << o.tp
+    << "\npp = " << o.pp << "\nreplicas = " << o.replicas << "\ndp = " << o.dp << "\nep = " << o.ep;
   if (!o.pp_layers.empty()) s << "\npp-layers = " << o.pp_layers;
   s << "\ncomm = " << o.comm << "\ncomm-timeout = " << o.comm_timeout
     << "\nrequire-efa = " << (o.require_efa ? "true" : "false") << "\nfabric-report = " << o.fabric_report << "\n";

@@ -39,6 +39,7 @@ struct RunOptions {
       "fp8";  // an fp8 checkpoint's linear weights on a GPU: fp8 (kept) | bf16 (dequantised at load)
   std::string fp8_prefill = "w8a8";  // linears on kept fp8 weights past 16 rows: w8a8 | bf16
   std::string fp8_expert_gemm = "grouped";  // W8A8 routed experts: grouped (one launch) | per-expert
+  std::string grouped_gemm_core = "auto";   // the grouped expert GEMMs' products: auto (wgmma on sm_90) | mma-sync
   std::string prefill_attention = "auto";  // prefill chunks' attention on a GPU: auto | bf16 | fp32
   std::string decode_attention = "fp32";   // MLA decode tokens' attention on a GPU: fp32 | bf16
   int64_t block_size = 16;

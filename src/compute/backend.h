@@ -138,6 +138,12 @@ class ComputeBackend {
   // (false, which reads each weight once per 8 rows). bench-moe --routed-gemm; backends without
   // tensor cores ignore it.
   virtual void set_routed_grouped_gemm(bool on) {}
+  // The tensor-core products those grouped GEMMs run on: Hopper's warpgroup wgmma where the device
+  // has it and a self-check before the first use agrees (true), or mma.sync always (false).
+  // --grouped-gemm-core; what runs: grouped_gemm_core() ("wgmma", "mma.sync"; "" without tensor
+  // cores).
+  virtual void set_grouped_gemm_wgmma(bool on) {}
+  virtual std::string grouped_gemm_core() const { return ""; }
   // How the attention of prefill chunks runs: on bf16 tensor cores (true: the query, the keys and
   // values, and the softmax weights rounded to bf16, fp32 accumulation, as the flash attention of
   // GPU engines) or in fp32 (false: the decode kernels' arithmetic). --prefill-attention; backends

@@ -72,6 +72,10 @@ CudaBackend::CudaBackend() {
   SHARDLM_CHECK(cuda::device_count() > 0, "--backend cuda: no CUDA device on this host (" << cuda::why_none() << ")");
   SHARDLM_CUDA_CHECK(cudaGetDevice(&device_));
   SHARDLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device_));
+  int major = 0, minor = 0;
+  SHARDLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+  SHARDLM_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_));
+  has_wgmma_ = major == 9 && minor == 0;
   cublasHandle_t h = nullptr;
   SHARDLM_CUBLAS_CHECK(cublasCreate(&h));
   cublas_ = h;

@@ -71,6 +71,8 @@ class CudaBackend final : public ComputeBackend {
   int64_t fp8_routed_gemm_launches() const { return fp8_routed_gemm_calls_; }
   // grouped_linear_routed calls on bf16 weights that ran the grouped bf16 GEMM so far.
   int64_t bf16_routed_gemm_launches() const { return bf16_routed_gemm_calls_; }
+  // Grouped GEMM launches (fp8 or bf16, grouped or routed) on wgmma so far.
+  int64_t wgmma_gemm_launches() const { return wgmma_gemm_calls_; }
 
   Matrix load_matrix(const TensorView& t) override;
   Vector load_vector(const TensorView& t) override;
@@ -86,6 +88,10 @@ class CudaBackend final : public ComputeBackend {
   // Off also once the W8A8 self-check found the grouped kernel wrong.
   bool fp8_grouped_gemm() const override { return grouped_gemm_ && !grouped_gemm_bad_; }
   void set_routed_grouped_gemm(bool on) override { routed_grouped_ = on; }
+  void set_grouped_gemm_wgmma(bool on) override { wgmma_ = on; }
+  // "wgmma" on an sm_90 device unless set off or its self-check failed, else "mma.sync"; before
+  // the first grouped GEMM, what it will be if the self-check agrees.
+  std::string grouped_gemm_core() const override;
   void set_prefill_attention_bf16(bool on) override { attn_bf16_ = on; }
   bool prefill_attention_bf16() const override { return attn_bf16_; }
   void set_decode_attention_bf16(bool on) override { decode_bf16_ = on; }
@@ -316,6 +322,17 @@ class CudaBackend final : public ComputeBackend {
   cuda::GemmTile* routed_gemm_tiles_ = nullptr;  // the routed tile list, then its count in one more entry
   size_t routed_gemm_tiles_n_ = 0;
   bool last_fp8_big_grouped_ = false;  // the last grouped_linear_fp8 ran its larger groups in one launch
+  // The products of the grouped GEMMs (cuda_grouped_gemm_core.cpp): wgmma while wanted, on an sm_90
+  // device, once the self-check before its first use agreed with mma.sync; mma.sync otherwise.
+  // launch_core: grouped_core for a launch about to run, kept as last_core_ and counted.
+  cuda::GemmCore grouped_core();
+  cuda::GemmCore launch_core();
+  const char* last_core_name() const { return last_core_ == cuda::GemmCore::kWgmma ? "wgmma" : "mma.sync"; }
+  bool wgmma_self_check();
+  bool wgmma_ = true, wgmma_checked_ = false, wgmma_bad_ = false;
+  bool has_wgmma_ = false;  // the device is sm_90 (compute capability 9.0)
+  cuda::GemmCore last_core_ = cuda::GemmCore::kMmaSync;
+  int64_t wgmma_gemm_calls_ = 0;
   int sms_ = 0;                   // multiprocessors of the device
 
   // attention / latent_attention (cuda_attention.cpp): the split launch for a step whose unsplit

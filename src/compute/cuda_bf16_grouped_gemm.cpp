@@ -41,7 +41,7 @@ bool CudaBackend::routed_gemm_bf16(const float* x, int64_t max_rows, int64_t exp
   int32_t* count = nullptr;
   cuda::GemmTile* list = routed_tile_list(cuda::bf16_routed_gemm_max_tiles(max_rows, G), &count);
   cuda::launch_bf16_routed_gemm_mma(xb, max_rows, offsets, G, static_cast<const cuda::RoutedWeight*>(routed_table(w)),
-                                    N, K, list, count, y, s);
+                                    N, K, list, count, y, s, launch_core());
   check_launch("bf16_routed_gemm_mma");
   ++bf16_routed_gemm_calls_;
   return true;

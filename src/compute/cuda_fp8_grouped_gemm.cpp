@@ -44,7 +44,8 @@ void CudaBackend::run_grouped_gemm_fp8(const float* x, int64_t R, const cuda::Fp
   const uint8_t* ws = quantised_rows(x, R, shape.K, &scales);
   const auto* list = static_cast<const cuda::Fp8GemmTile*>(
       upload_list(fp8_gemm_tiles_, fp8_gemm_tiles_n_, tiles.data(), tiles.size(), sizeof(cuda::Fp8GemmTile)));
-  cuda::launch_fp8_grouped_gemm_mma(ws, scales, R, list, static_cast<int64_t>(tiles.size()), shape, y, s);
+  cuda::launch_fp8_grouped_gemm_mma(ws, scales, R, list, static_cast<int64_t>(tiles.size()), shape, y, s,
+                                    launch_core());
   check_launch("fp8_grouped_gemm_mma");
 }
 
@@ -94,7 +95,7 @@ bool CudaBackend::routed_gemm_fp8(const float* x, int64_t max_rows, int64_t expe
   cuda::Fp8GemmTile* list = routed_tile_list(cuda::fp8_routed_gemm_max_tiles(max_rows, G), &count);
   cuda::launch_fp8_routed_gemm_mma(q, scales, max_rows, max_rows, offsets, G,
                                    static_cast<const cuda::RoutedWeight*>(routed_table(w)), shape, list, count, y,
-                                   stream_of(stream_));
+                                   stream_of(stream_), launch_core());
   check_launch("fp8_routed_gemm_mma");
   ++fp8_routed_gemm_calls_;
   return true;

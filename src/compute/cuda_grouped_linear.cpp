@@ -184,7 +184,8 @@ std::string CudaBackend::grouped_linear_path() const {
     case GroupedPath::kFp8:
       if (last_fp8_big_grouped_)
         return "fp8 codes read by one grouped kernel for groups of up to 16 rows, larger groups in one grouped W8A8 "
-               "launch on fp8 tensor cores (e4m3 mma, block scales applied per 128 features)";
+               "launch on fp8 tensor cores (e4m3 on " +
+               std::string(last_core_name()) + ", block scales applied per 128 features)";
       return w8a8_ ? "fp8 codes read by one grouped kernel for groups of up to 16 rows, larger groups one by one "
                      "as W8A8 block-scaled fp8 GEMMs (cuBLASLt), where it runs them, else dequantised for cuBLAS"
                    : "fp8 codes read by one grouped kernel for groups of up to 16 rows, larger groups dequantised for "

@@ -95,11 +95,13 @@ void CudaBackend::grouped_linear_routed(const float* x, int64_t max_rows, int64_
   // grouped bf16 GEMM on bf16 ones (cuda_bf16_grouped_gemm.cpp).
   const int64_t expect = std::min(std::max<int64_t>(expect_rows, 0), max_rows);
   if (format == cuda::RowsWeight::kFp8 && routed_gemm_fp8(x, max_rows, expect, offsets, w, y)) {
-    last_routed_ = "one grouped W8A8 GEMM on fp8 tensor cores, tiles of 64 rows listed on the device";
+    last_routed_ = "one grouped W8A8 GEMM on fp8 tensor cores (" + std::string(last_core_name()) +
+                   "), tiles of 64 rows listed on the device";
     return;
   }
   if (format == cuda::RowsWeight::kBf16 && routed_gemm_bf16(x, max_rows, expect, offsets, w, y)) {
-    last_routed_ = "one grouped bf16 GEMM on bf16 tensor cores, tiles of 64 rows listed on the device";
+    last_routed_ = "one grouped bf16 GEMM on bf16 tensor cores (" + std::string(last_core_name()) +
+                   "), tiles of 64 rows listed on the device";
     return;
   }
   last_routed_ = "the direct kernel, 8 rows of a group a pass";

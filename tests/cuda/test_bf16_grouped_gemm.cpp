@@ -36,9 +36,10 @@ std::vector<uint16_t> random_bf16(size_t n, uint32_t seed, float scale) {
   return v;
 }
 
-void check_groups(int64_t N, int64_t K, const std::vector<int64_t>& sizes, int64_t first) {
-  SCOPED_TRACE(::testing::Message() << "N " << N << ", K " << K << ", " << sizes.size() << " groups from row "
-                                    << first);
+void check_groups(int64_t N, int64_t K, const std::vector<int64_t>& sizes, int64_t first,
+                  cuda::GemmCore core = cuda::GemmCore::kMmaSync) {
+  SCOPED_TRACE(::testing::Message() << (core == cuda::GemmCore::kWgmma ? "wgmma" : "mma.sync") << ", N " << N << ", K "
+                                    << K << ", " << sizes.size() << " groups from row " << first);
   ASSERT_TRUE(cuda::bf16_grouped_gemm_mma_fits(N, K));
   std::vector<int64_t> off = {first};
   for (int64_t n : sizes) off.push_back(off.back() + n);
@@ -59,7 +60,8 @@ void check_groups(int64_t N, int64_t K, const std::vector<int64_t>& sizes, int64
   DeviceBuffer<uint16_t> dx(x);
   DeviceBuffer<float> dy(std::vector<float>(static_cast<size_t>(R * N), sentinel));
   DeviceBuffer<cuda::GemmTile> dt(tiles);
-  cuda::launch_bf16_grouped_gemm_mma(dx.get(), dt.get(), static_cast<int64_t>(tiles.size()), N, K, dy.get(), nullptr);
+  cuda::launch_bf16_grouped_gemm_mma(dx.get(), dt.get(), static_cast<int64_t>(tiles.size()), N, K, dy.get(), nullptr,
+                                     core);
   test::cuda_sync("bf16_grouped_gemm_mma");
   const std::vector<float> y = dy.download();
   for (int64_t i = 0; i < first * N; ++i) ASSERT_EQ(y[i], sentinel) << "row " << i / N << " written";
@@ -90,7 +92,7 @@ void check_groups(int64_t N, int64_t K, const std::vector<int64_t>& sizes, int64
   DeviceBuffer<cuda::RoutedWeight> dtable(table);
   DeviceBuffer<cuda::GemmTile> dtiles(static_cast<size_t>(max_tiles));
   cuda::launch_bf16_routed_gemm_mma(dx7.get(), max_rows, doff.get(), G, dtable.get(), N, K, dtiles.get(), dcount.get(),
-                                    dy7.get(), nullptr);
+                                    dy7.get(), nullptr, core);
   test::cuda_sync("bf16_routed_gemm_mma");
   const std::vector<float> y7 = dy7.download();
   EXPECT_EQ(dcount.download()[0], static_cast<int32_t>(tiles.size()));
@@ -109,6 +111,19 @@ TEST(CudaBf16GroupedGemm, GroupsMatchTheReference) {
   check_groups(128, 64, {64}, 0);
   // DeepSeek-V3's expert down projection at a tp-8-like width: K 2048 in 32 steps.
   check_groups(256, 2048, {70, 9}, 0);
+#endif
+}
+
+// The same on Hopper's warpgroup products (bf16_grouped_gemm_wgmma.h): over the emulated runtime
+// against its model of the descriptors and the 128-byte swizzle, on an H100 / H200 against the
+// hardware's.
+TEST(CudaBf16GroupedGemm, WgmmaGroupsMatchTheReference) {
+  SHARDLM_REQUIRE_GPU();
+#ifdef SHARDLM_HAVE_CUDA
+  if (!test::gpu_is_hopper()) GTEST_SKIP() << "wgmma needs an sm_90 GPU";
+  check_groups(200, 264, {1, 0, 64, 65, 130, 17, 3}, 5, cuda::GemmCore::kWgmma);
+  check_groups(128, 64, {64}, 0, cuda::GemmCore::kWgmma);
+  check_groups(256, 2048, {70, 9}, 0, cuda::GemmCore::kWgmma);
 #endif
 }
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -18,6 +19,8 @@
 
 #include "cuda/cp_async.cuh"
 #include "cuda/ldmatrix.cuh"
+#include "cuda/wgmma.cuh"
+#include "bf16_bits.h"
 
 namespace {
 
@@ -298,6 +301,65 @@ TEST(CudaEmulation, LdmatrixRowsMustBeAlignedSharedMemory) {
   launch(ldmatrix_rows_kernel, "ldmatrix_rows_kernel", 1, 32, 16 * 33)(g.data(), 0, true, out.data());
   e = last_error();
   EXPECT_NE(e.find("names a row outside shared memory"), std::string::npos) << e;
+}
+
+// One warpgroup's m64n64k16 wgmma (kernels/cuda/wgmma.cuh) over A and B tiles staged in the
+// 128-byte swizzle, from the k-slice at byte `kk` of their rows: the accumulators keep what they held
+// until the wait, then hold the product in the m64nN layout. clobber: a cp.async into A's rows
+// before the wait, which the emulation reports (the device may land it before the product reads).
+__global__ void wgmma_tile_kernel(const uint16_t* a, const uint16_t* b, int kk, bool clobber, float* before,
+                                  float* after) {
+  using namespace shardlm::cuda::detail;
+  auto* s = static_cast<uint8_t*>(::shardlm_emu::dynamic_shared());
+  const int t = static_cast<int>(threadIdx.x);
+  for (int c = t; c < 2 * 64 * 8; c += 128) {  // 16-byte chunks: A's 64 rows, then B's
+    const int r = c / 8 % 64, j = c % 8;
+    const uint16_t* src = (c < 512 ? a : b) + r * 64 + 8 * j;
+    std::memcpy(s + (c < 512 ? 0 : 8192) + swizzled_chunk(r, j), src, 16);
+  }
+  __syncthreads();
+  float d[32];
+  for (int i = 0; i < 32; ++i) d[i] = -7.0f;
+  wgmma_fence();
+  wgmma_bf16_m64n64k16(d, wgmma_desc(shared_window_address(s) + kk), wgmma_desc(shared_window_address(s + 8192) + kk),
+                       false);
+  wgmma_commit();
+  if (clobber) {
+    copy16_async(s + 16 * (t % 8), a, true);
+    commit_async();
+  }
+  for (int i = 0; i < 32; ++i) before[t * 32 + i] = d[i];
+  wgmma_wait<0>();
+  for (int i = 0; i < 32; ++i) after[t * 32 + i] = d[i];
+}
+
+TEST(CudaEmulation, WgmmaReadsSwizzledTilesAndLandsAtTheWait) {
+  std::vector<uint16_t> a(64 * 64), b(64 * 64);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = shardlm::bf16_bits::from_f32(static_cast<float>(static_cast<int>(i * 7 % 13) - 6));
+    b[i] = shardlm::bf16_bits::from_f32(static_cast<float>(static_cast<int>(i * 5 % 11) - 5) / 4.0f);
+  }
+  for (const int kk : {0, 96}) {  // the first and the last 32-byte k-slice of the rows
+    std::vector<float> before(128 * 32, 0), after(128 * 32, 0);
+    launch(wgmma_tile_kernel, "wgmma_tile_kernel", 1, 128, 16384)(a.data(), b.data(), kk, false, before.data(),
+                                                                  after.data());
+    ASSERT_EQ(last_error(), "");
+    for (int t = 0; t < 128; ++t)
+      for (int i = 0; i < 32; ++i) {
+        const int row = 16 * (t / 32) + t % 32 / 4 + 8 * (i % 4 / 2), col = 8 * (i / 4) + 2 * (t % 4) + i % 2;
+        float want = 0;
+        for (int k = 0; k < 16; ++k)
+          want += shardlm::bf16_bits::to_f32(a[row * 64 + kk / 2 + k]) *
+                  shardlm::bf16_bits::to_f32(b[col * 64 + kk / 2 + k]);
+        ASSERT_EQ(before[t * 32 + i], -7.0f) << "thread " << t << " register " << i << " written before the wait";
+        ASSERT_EQ(after[t * 32 + i], want) << "k-slice at byte " << kk << ", D[" << row << "][" << col << "]";
+      }
+  }
+  std::vector<float> before(128 * 32), after(128 * 32);
+  launch(wgmma_tile_kernel, "wgmma_tile_kernel", 1, 128, 16384)(a.data(), b.data(), 0, true, before.data(),
+                                                                after.data());
+  const std::string e = last_error();
+  EXPECT_NE(e.find("that a wgmma of warp 0 not yet waited for reads"), std::string::npos) << e;
 }
 
 TEST(CudaEmulation, EveryBlockStartsWithUnwrittenSharedMemory) {

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -479,6 +480,110 @@ TEST_F(CudaGroupedLinear, RoutedBf16ManyRowsRunTheGroupedGemm) {
   gpu_->grouped_linear_routed(r.x, 64, r.off, pg, r.y);
   expect_per_group({16, 16, 16, 16}, "16 rows a group");
   EXPECT_EQ(gpu->bf16_routed_gemm_launches() - mma, 2);
+}
+
+// The grouped GEMMs' products (CudaBackend::grouped_gemm_core): on an sm_90 device wgmma, after a
+// self-check against mma.sync before the first use; set off (--grouped-gemm-core mma-sync),
+// mma.sync. Both give the routed bf16 and the grouped W8A8 experts' rows to summation order (the
+// bf16 and fp8 products exact in fp32 either way), and the paths name the core that ran.
+void run_both_grouped_gemms(CudaBackend* gpu, ComputeBackend& b, std::vector<float>* bf16_rows,
+                            std::vector<float>* fp8_rows, std::deque<std::pair<Matrix, Matrix>>& keep,
+                            const std::function<std::pair<Matrix, Matrix>(uint32_t)>& bf16_weight,
+                            const std::vector<Matrix>& fp8) {
+  const int64_t N = 200, K = 256;
+  const std::vector<int32_t> sizes = {40, 17, 70, 23};
+  std::vector<int32_t> off32 = {0};
+  for (int32_t n : sizes) off32.push_back(off32.back() + n);
+  const int64_t R = off32.back();
+  const std::vector<float> x = randn(static_cast<size_t>(R * K), 81, 1.0f);
+  float* xg = up(b, x);
+  auto* offg = static_cast<int32_t*>(b.alloc(off32.size() * sizeof(int32_t)));
+  b.copy_to_device(offg, off32.data(), off32.size() * sizeof(int32_t));
+  float* y = up(b, std::vector<float>(static_cast<size_t>(R * N), kUntouched));
+  std::vector<const Matrix*> pb, pf;
+  for (uint32_t g = 0; g < sizes.size(); ++g) {
+    if (keep.size() < sizes.size()) keep.push_back(bf16_weight(600 + g));
+    pb.push_back(&keep[g].second);
+    pf.push_back(&fp8[g]);
+  }
+  const int64_t routed = gpu->bf16_routed_gemm_launches(), grouped = gpu->fp8_grouped_gemm_launches(),
+                wgmma = gpu->wgmma_gemm_launches();
+  b.grouped_linear_routed(xg, R, offg, pb, y);
+  EXPECT_EQ(gpu->bf16_routed_gemm_launches() - routed, 1);
+  EXPECT_NE(gpu->routed_linear_path().find("(" + gpu->grouped_gemm_core() + ")"), std::string::npos)
+      << gpu->routed_linear_path();
+  *bf16_rows = down(b, static_cast<const float*>(y), static_cast<size_t>(R * N));
+  const std::vector<int64_t> off(off32.begin(), off32.end());
+  std::vector<float> yq(static_cast<size_t>(R * 96));
+  float* y8 = up(b, yq);
+  b.grouped_linear(xg, off, pf, y8);
+  EXPECT_EQ(gpu->fp8_grouped_gemm_launches() - grouped, 1);
+  EXPECT_NE(b.grouped_linear_path().find("e4m3 on " + gpu->grouped_gemm_core()), std::string::npos)
+      << b.grouped_linear_path();
+  *fp8_rows = down(b, static_cast<const float*>(y8), yq.size());
+  // Both GEMMs (and a first W8A8 self-check's grouped run) on wgmma, or none.
+  if (gpu->grouped_gemm_core() == "wgmma")
+    EXPECT_GE(gpu->wgmma_gemm_launches() - wgmma, 2);
+  else
+    EXPECT_EQ(gpu->wgmma_gemm_launches() - wgmma, 0);
+  for (void* p : {static_cast<void*>(xg), static_cast<void*>(offg), static_cast<void*>(y), static_cast<void*>(y8)})
+    b.free(p);
+}
+
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, float rel, const char* what) {
+  ASSERT_EQ(a.size(), b.size());
+  float scale = 0;
+  for (float v : b) scale = std::max(scale, std::fabs(v));
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], rel * scale) << what << " element " << i;
+}
+
+TEST_F(CudaGroupedLinear, GroupedGemmsRunOnWgmmaWhereTheGpuHasIt) {
+  auto* gpu = dynamic_cast<CudaBackend*>(gpu_.get());
+  ASSERT_NE(gpu, nullptr);
+  const std::vector<Matrix> fp8 = fp8_weights(4, 96, 256, 13);
+  std::deque<std::pair<Matrix, Matrix>> keep;
+  auto bf16_weight = [&](uint32_t seed) { return weight(DType::BF16, 200, 256, seed); };
+  std::vector<float> bw, fw, bm, fm;
+  const bool hopper = test::gpu_is_hopper();
+  EXPECT_EQ(gpu->grouped_gemm_core(), hopper ? "wgmma" : "mma.sync");
+  run_both_grouped_gemms(gpu, *gpu_, &bw, &fw, keep, bf16_weight, fp8);
+  EXPECT_EQ(gpu->grouped_gemm_core(), hopper ? "wgmma" : "mma.sync");  // the self-check agreed
+  gpu->set_grouped_gemm_wgmma(false);
+  EXPECT_EQ(gpu->grouped_gemm_core(), "mma.sync");
+  run_both_grouped_gemms(gpu, *gpu_, &bm, &fm, keep, bf16_weight, fp8);
+  gpu->set_grouped_gemm_wgmma(true);
+  expect_close(bw, bm, 1e-5f, "bf16");
+  expect_close(fw, fm, 2e-3f, "fp8");  // Hopper's fp8 tensor cores keep about 14 bits within a block
+}
+
+// A tensor core that reads the operands' shared memory otherwise than the wgmma kernels lay it out
+// (the emulation's SHARDLM_EMU_WGMMA_UNSWIZZLED) fails the self-check: the grouped GEMMs run on
+// mma.sync from the first call, with mma.sync's bits, and stay there.
+TEST_F(CudaGroupedLinear, WgmmaTurnsOffWhenItsSelfCheckDisagrees) {
+#ifndef SHARDLM_CUDA_EMULATION
+  GTEST_SKIP() << "needs the emulated tensor core's misreading switch";
+#else
+  auto* gpu = dynamic_cast<CudaBackend*>(gpu_.get());
+  ASSERT_NE(gpu, nullptr);
+  const std::vector<Matrix> fp8 = fp8_weights(4, 96, 256, 13);
+  std::deque<std::pair<Matrix, Matrix>> keep;
+  auto bf16_weight = [&](uint32_t seed) { return weight(DType::BF16, 200, 256, seed); };
+  std::vector<float> bw, fw, bm, fm;
+  {
+    struct Env {
+      Env() { setenv("SHARDLM_EMU_WGMMA_UNSWIZZLED", "1", 1); }
+      ~Env() { unsetenv("SHARDLM_EMU_WGMMA_UNSWIZZLED"); }
+    } env;
+    EXPECT_EQ(gpu->grouped_gemm_core(), "wgmma");
+    run_both_grouped_gemms(gpu, *gpu_, &bw, &fw, keep, bf16_weight, fp8);
+    EXPECT_EQ(gpu->grouped_gemm_core(), "mma.sync");
+  }
+  // The verdict stands once the tensor core reads right again.
+  run_both_grouped_gemms(gpu, *gpu_, &bm, &fm, keep, bf16_weight, fp8);
+  EXPECT_EQ(gpu->grouped_gemm_core(), "mma.sync");
+  EXPECT_EQ(std::memcmp(bw.data(), bm.data(), bw.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(fw.data(), fm.data(), fw.size() * sizeof(float)), 0);
+#endif
 }
 
 }  // namespace

@@ -315,9 +315,11 @@ void check_mma_fp8_tile() {
 // so only the tensor cores' sums within a block and the fp32 promotion round, bounded by 2e-3 of
 // sum |terms| (Hopper keeps about 14 bits within a block; the emulation rounds far less). Rows
 // before the first group are left alone.
-void check_grouped_gemm(const Case& c, const std::vector<int64_t>& sizes, int64_t first) {
-  SCOPED_TRACE(::testing::Message() << "weight [" << c.R << ", " << c.C << "] slice rows " << c.r0 << "+" << c.N
-                                    << " cols " << c.c0 << "+" << c.K << ", " << sizes.size() << " groups");
+void check_grouped_gemm(const Case& c, const std::vector<int64_t>& sizes, int64_t first,
+                        cuda::GemmCore core = cuda::GemmCore::kMmaSync) {
+  SCOPED_TRACE(::testing::Message() << (core == cuda::GemmCore::kWgmma ? "wgmma" : "mma.sync") << ", weight [" << c.R
+                                    << ", " << c.C << "] slice rows " << c.r0 << "+" << c.N << " cols " << c.c0 << "+"
+                                    << c.K << ", " << sizes.size() << " groups");
   std::vector<int64_t> off = {first};
   for (int64_t n : sizes) off.push_back(off.back() + n);
   const int64_t R = off.back(), L = (c.K + 127) / 128;
@@ -345,7 +347,7 @@ void check_grouped_gemm(const Case& c, const std::vector<int64_t>& sizes, int64_
   DeviceBuffer<float> dqs(qs), dy(std::vector<float>(static_cast<size_t>(R * c.N), sentinel));
   DeviceBuffer<cuda::Fp8GemmTile> dt(tiles);
   cuda::launch_fp8_grouped_gemm_mma(dq.get(), dqs.get(), R, dt.get(), static_cast<int64_t>(tiles.size()), ws[0].w,
-                                    dy.get(), nullptr);
+                                    dy.get(), nullptr, core);
   test::cuda_sync("fp8_grouped_gemm_mma");
   const std::vector<float> y = dy.download();
   for (int64_t i = 0; i < first * c.N; ++i) ASSERT_EQ(y[i], sentinel) << "row " << i / c.N << " written";
@@ -369,7 +371,7 @@ void check_grouped_gemm(const Case& c, const std::vector<int64_t>& sizes, int64_
     DeviceBuffer<cuda::Fp8GemmTile> dtiles(static_cast<size_t>(max_tiles));
     cuda::launch_fp8_routed_gemm_mma(dq7.get(), dqs7.get(), max_rows, max_rows, doff.get(),
                                      static_cast<int64_t>(sizes.size()), dtable.get(), ws[0].w, dtiles.get(),
-                                     dcount.get(), dy7.get(), nullptr);
+                                     dcount.get(), dy7.get(), nullptr, core);
     test::cuda_sync("fp8_routed_gemm_mma");
     const std::vector<float> y7 = dy7.download();
     EXPECT_EQ(dcount.download()[0], static_cast<int32_t>(tiles.size()));
@@ -522,6 +524,19 @@ TEST(CudaFp8GroupedGemm, GroupsMatchTheBlockScaledReference) {
   check_grouped_gemm({300, 512, 128, 128, 8, 264, 128, 384}, {33, 2, 70}, 5);
   // One output tile exactly, one group.
   check_grouped_gemm({128, 128, 128, 128, 0, 128, 0, 128}, {64}, 0);
+#endif
+}
+
+// The same on Hopper's warpgroup fp8 products (fp8_grouped_gemm_wgmma.h): over the emulated runtime
+// against its model of the descriptors and the 128-byte swizzle, on an H100 / H200 against the
+// hardware's.
+TEST(CudaFp8GroupedGemm, WgmmaGroupsMatchTheBlockScaledReference) {
+  SHARDLM_REQUIRE_GPU();
+#ifdef SHARDLM_HAVE_CUDA
+  if (!test::gpu_is_hopper()) GTEST_SKIP() << "wgmma needs an sm_90 GPU";
+  check_grouped_gemm({200, 272, 128, 128, 0, 200, 0, 272}, {1, 0, 64, 65, 130, 17, 3}, 0, cuda::GemmCore::kWgmma);
+  check_grouped_gemm({300, 512, 128, 128, 8, 264, 128, 384}, {33, 2, 70}, 5, cuda::GemmCore::kWgmma);
+  check_grouped_gemm({128, 128, 128, 128, 0, 128, 0, 128}, {64}, 0, cuda::GemmCore::kWgmma);
 #endif
 }
 

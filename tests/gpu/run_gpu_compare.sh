@@ -14,7 +14,8 @@
 # straight from fp8 weights at 1, 16 and 64 rows, on its gate/up shape and at 8192 x 8192, and
 # decode batch 1; and bench-moe on one EP-8 rank's share of DeepSeek-V3's MoE layer at 128, 1024
 # and 4096 tokens, its experts fp8 kept fp8 (the grouped W8A8 GEMM) and bf16 (the routed GEMMs of
-# a graph step: the grouped bf16 GEMM), for their expert GEMM lines.
+# a graph step: the grouped bf16 GEMM), for their expert GEMM lines, on wgmma and again with
+# --grouped-gemm-core mma-sync where the binary has the option.
 # LOG_DIR/compare.log gathers each one's attention (decode, and prefill chunks on tensor cores and
 # in fp32), linear and tok/s lines. SHARDLM_COMPARE_BACKEND (default cuda), SHARDLM_COMPARE_ARGS,
 # SHARDLM_COMPARE_GQA128_ARGS and SHARDLM_COMPARE_FP8_ARGS (the bench arguments after --model) and
@@ -78,5 +79,10 @@ for bin in "${bins[@]}"; do
   name="$(basename "$bin")"
   bench_moe "$bin" "moe-fp8-$name" --dtype fp8 --fp8-prefill w8a8
   bench_moe "$bin" "moe-bf16-$name"
+  # The same grouped GEMMs on mma.sync, where the binary runs them on wgmma by default.
+  if "$bin" bench-moe --help 2>/dev/null | grep -q -- --grouped-gemm-core; then
+    bench_moe "$bin" "moe-fp8-$name-mma-sync" --dtype fp8 --fp8-prefill w8a8 --grouped-gemm-core mma-sync
+    bench_moe "$bin" "moe-bf16-$name-mma-sync" --grouped-gemm-core mma-sync
+  fi
 done
 exit $status
