@@ -4,7 +4,8 @@
 // row, of a tile and one more, of several tiles, and empty; an N off the 128-output tile and a K
 // off the 64-feature step; rows before the first group left alone. Its routed launch (tiles listed
 // on the device from the groups' offsets) gives the listed launch's bits and leaves the rows past
-// the groups alone. Skipped without a GPU.
+// the groups alone. Both cores: mma.sync, and wgmma (bf16_grouped_gemm_wgmma.h) on an sm_90 GPU or
+// the emulated runtime. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -8,7 +8,8 @@
 // past row 0 (earlier rows of y untouched), K = 80 and 72, bf16 and fp32 weights, and mixed
 // dtypes (run per group: bit for bit linear's); fp8 weights kept fp8 (one grouped launch for the
 // small groups, bit for bit linear's; one grouped W8A8 launch for the larger); the routed call, whose groups are in
-// device memory, eager and replayed in a graph. Skips without a GPU.
+// device memory, eager and replayed in a graph; the grouped GEMMs' tensor-core products (wgmma on
+// sm_90 after its self-check, or mma.sync). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,7 +17,6 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -486,49 +486,57 @@ TEST_F(CudaGroupedLinear, RoutedBf16ManyRowsRunTheGroupedGemm) {
 // self-check against mma.sync before the first use; set off (--grouped-gemm-core mma-sync),
 // mma.sync. Both give the routed bf16 and the grouped W8A8 experts' rows to summation order (the
 // bf16 and fp8 products exact in fp32 either way), and the paths name the core that ran.
-void run_both_grouped_gemms(CudaBackend* gpu, ComputeBackend& b, std::vector<float>* bf16_rows,
-                            std::vector<float>* fp8_rows, std::deque<std::pair<Matrix, Matrix>>& keep,
-                            const std::function<std::pair<Matrix, Matrix>(uint32_t)>& bf16_weight,
-                            const std::vector<Matrix>& fp8) {
-  const int64_t N = 200, K = 256;
-  const std::vector<int32_t> sizes = {40, 17, 70, 23};
-  std::vector<int32_t> off32 = {0};
-  for (int32_t n : sizes) off32.push_back(off32.back() + n);
-  const int64_t R = off32.back();
-  const std::vector<float> x = randn(static_cast<size_t>(R * K), 81, 1.0f);
-  float* xg = up(b, x);
-  auto* offg = static_cast<int32_t*>(b.alloc(off32.size() * sizeof(int32_t)));
-  b.copy_to_device(offg, off32.data(), off32.size() * sizeof(int32_t));
-  float* y = up(b, std::vector<float>(static_cast<size_t>(R * N), kUntouched));
-  std::vector<const Matrix*> pb, pf;
-  for (uint32_t g = 0; g < sizes.size(); ++g) {
-    if (keep.size() < sizes.size()) keep.push_back(bf16_weight(600 + g));
-    pb.push_back(&keep[g].second);
-    pf.push_back(&fp8[g]);
+class CudaGroupedGemmCore : public CudaGroupedLinear {
+ protected:
+  static constexpr int64_t kN = 200, kNq = 96, kK = 256;
+
+  // The routed bf16 GEMM's rows (groups of 40, 17, 70 and 23: all past the direct kernel's 16) and
+  // the grouped W8A8 GEMM's on fp8 weights, each checked to have run on the core the backend names.
+  void run(std::vector<float>* bf16_rows, std::vector<float>* fp8_rows) {
+    auto* gpu = dynamic_cast<CudaBackend*>(gpu_.get());
+    ASSERT_NE(gpu, nullptr);
+    const std::vector<int32_t> sizes = {40, 17, 70, 23};
+    if (fp8_.empty()) {
+      fp8_ = fp8_weights(sizes.size(), kNq, kK, 13);
+      for (uint32_t g = 0; g < sizes.size(); ++g) bf16_.push_back(weight(DType::BF16, kN, kK, 600 + g).second);
+    }
+    std::vector<int32_t> off32 = {0};
+    for (int32_t n : sizes) off32.push_back(off32.back() + n);
+    const int64_t R = off32.back();
+    ComputeBackend& b = *gpu_;
+    float* xg = up(b, randn(static_cast<size_t>(R * kK), 81, 1.0f));
+    auto* offg = static_cast<int32_t*>(b.alloc(off32.size() * sizeof(int32_t)));
+    b.copy_to_device(offg, off32.data(), off32.size() * sizeof(int32_t));
+    float* y = up(b, std::vector<float>(static_cast<size_t>(R * kN), kUntouched));
+    float* y8 = up(b, std::vector<float>(static_cast<size_t>(R * kNq), kUntouched));
+    std::vector<const Matrix*> pb, pf;
+    for (size_t g = 0; g < sizes.size(); ++g) {
+      pb.push_back(&bf16_[g]);
+      pf.push_back(&fp8_[g]);
+    }
+    const int64_t routed = gpu->bf16_routed_gemm_launches(), grouped = gpu->fp8_grouped_gemm_launches(),
+                  wgmma = gpu->wgmma_gemm_launches();
+    b.grouped_linear_routed(xg, R, offg, pb, y);
+    EXPECT_EQ(gpu->bf16_routed_gemm_launches() - routed, 1);
+    EXPECT_NE(gpu->routed_linear_path().find("(" + gpu->grouped_gemm_core() + ")"), std::string::npos)
+        << gpu->routed_linear_path();
+    b.grouped_linear(xg, std::vector<int64_t>(off32.begin(), off32.end()), pf, y8);
+    EXPECT_EQ(gpu->fp8_grouped_gemm_launches() - grouped, 1);
+    EXPECT_NE(b.grouped_linear_path().find("e4m3 on " + gpu->grouped_gemm_core()), std::string::npos)
+        << b.grouped_linear_path();
+    // Both GEMMs (and a first W8A8 self-check's grouped run) on wgmma, or none.
+    if (gpu->grouped_gemm_core() == "wgmma")
+      EXPECT_GE(gpu->wgmma_gemm_launches() - wgmma, 2);
+    else
+      EXPECT_EQ(gpu->wgmma_gemm_launches() - wgmma, 0);
+    *bf16_rows = down(b, static_cast<const float*>(y), static_cast<size_t>(R * kN));
+    *fp8_rows = down(b, static_cast<const float*>(y8), static_cast<size_t>(R * kNq));
+    for (void* p : {static_cast<void*>(xg), static_cast<void*>(offg), static_cast<void*>(y), static_cast<void*>(y8)})
+      b.free(p);
   }
-  const int64_t routed = gpu->bf16_routed_gemm_launches(), grouped = gpu->fp8_grouped_gemm_launches(),
-                wgmma = gpu->wgmma_gemm_launches();
-  b.grouped_linear_routed(xg, R, offg, pb, y);
-  EXPECT_EQ(gpu->bf16_routed_gemm_launches() - routed, 1);
-  EXPECT_NE(gpu->routed_linear_path().find("(" + gpu->grouped_gemm_core() + ")"), std::string::npos)
-      << gpu->routed_linear_path();
-  *bf16_rows = down(b, static_cast<const float*>(y), static_cast<size_t>(R * N));
-  const std::vector<int64_t> off(off32.begin(), off32.end());
-  std::vector<float> yq(static_cast<size_t>(R * 96));
-  float* y8 = up(b, yq);
-  b.grouped_linear(xg, off, pf, y8);
-  EXPECT_EQ(gpu->fp8_grouped_gemm_launches() - grouped, 1);
-  EXPECT_NE(b.grouped_linear_path().find("e4m3 on " + gpu->grouped_gemm_core()), std::string::npos)
-      << b.grouped_linear_path();
-  *fp8_rows = down(b, static_cast<const float*>(y8), yq.size());
-  // Both GEMMs (and a first W8A8 self-check's grouped run) on wgmma, or none.
-  if (gpu->grouped_gemm_core() == "wgmma")
-    EXPECT_GE(gpu->wgmma_gemm_launches() - wgmma, 2);
-  else
-    EXPECT_EQ(gpu->wgmma_gemm_launches() - wgmma, 0);
-  for (void* p : {static_cast<void*>(xg), static_cast<void*>(offg), static_cast<void*>(y), static_cast<void*>(y8)})
-    b.free(p);
-}
+
+  std::vector<Matrix> fp8_, bf16_;
+};
 
 void expect_close(const std::vector<float>& a, const std::vector<float>& b, float rel, const char* what) {
   ASSERT_EQ(a.size(), b.size());
@@ -537,20 +545,17 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& b, floa
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], rel * scale) << what << " element " << i;
 }
 
-TEST_F(CudaGroupedLinear, GroupedGemmsRunOnWgmmaWhereTheGpuHasIt) {
+TEST_F(CudaGroupedGemmCore, RunsOnWgmmaWhereTheGpuHasIt) {
   auto* gpu = dynamic_cast<CudaBackend*>(gpu_.get());
   ASSERT_NE(gpu, nullptr);
-  const std::vector<Matrix> fp8 = fp8_weights(4, 96, 256, 13);
-  std::deque<std::pair<Matrix, Matrix>> keep;
-  auto bf16_weight = [&](uint32_t seed) { return weight(DType::BF16, 200, 256, seed); };
   std::vector<float> bw, fw, bm, fm;
   const bool hopper = test::gpu_is_hopper();
   EXPECT_EQ(gpu->grouped_gemm_core(), hopper ? "wgmma" : "mma.sync");
-  run_both_grouped_gemms(gpu, *gpu_, &bw, &fw, keep, bf16_weight, fp8);
+  run(&bw, &fw);
   EXPECT_EQ(gpu->grouped_gemm_core(), hopper ? "wgmma" : "mma.sync");  // the self-check agreed
   gpu->set_grouped_gemm_wgmma(false);
   EXPECT_EQ(gpu->grouped_gemm_core(), "mma.sync");
-  run_both_grouped_gemms(gpu, *gpu_, &bm, &fm, keep, bf16_weight, fp8);
+  run(&bm, &fm);
   gpu->set_grouped_gemm_wgmma(true);
   expect_close(bw, bm, 1e-5f, "bf16");
   expect_close(fw, fm, 2e-3f, "fp8");  // Hopper's fp8 tensor cores keep about 14 bits within a block
@@ -559,15 +564,12 @@ TEST_F(CudaGroupedLinear, GroupedGemmsRunOnWgmmaWhereTheGpuHasIt) {
 // A tensor core that reads the operands' shared memory otherwise than the wgmma kernels lay it out
 // (the emulation's SHARDLM_EMU_WGMMA_UNSWIZZLED) fails the self-check: the grouped GEMMs run on
 // mma.sync from the first call, with mma.sync's bits, and stay there.
-TEST_F(CudaGroupedLinear, WgmmaTurnsOffWhenItsSelfCheckDisagrees) {
+TEST_F(CudaGroupedGemmCore, WgmmaTurnsOffWhenItsSelfCheckDisagrees) {
 #ifndef SHARDLM_CUDA_EMULATION
   GTEST_SKIP() << "needs the emulated tensor core's misreading switch";
 #else
   auto* gpu = dynamic_cast<CudaBackend*>(gpu_.get());
   ASSERT_NE(gpu, nullptr);
-  const std::vector<Matrix> fp8 = fp8_weights(4, 96, 256, 13);
-  std::deque<std::pair<Matrix, Matrix>> keep;
-  auto bf16_weight = [&](uint32_t seed) { return weight(DType::BF16, 200, 256, seed); };
   std::vector<float> bw, fw, bm, fm;
   {
     struct Env {
@@ -575,11 +577,11 @@ TEST_F(CudaGroupedLinear, WgmmaTurnsOffWhenItsSelfCheckDisagrees) {
       ~Env() { unsetenv("SHARDLM_EMU_WGMMA_UNSWIZZLED"); }
     } env;
     EXPECT_EQ(gpu->grouped_gemm_core(), "wgmma");
-    run_both_grouped_gemms(gpu, *gpu_, &bw, &fw, keep, bf16_weight, fp8);
+    run(&bw, &fw);
     EXPECT_EQ(gpu->grouped_gemm_core(), "mma.sync");
   }
   // The verdict stands once the tensor core reads right again.
-  run_both_grouped_gemms(gpu, *gpu_, &bm, &fm, keep, bf16_weight, fp8);
+  run(&bm, &fm);
   EXPECT_EQ(gpu->grouped_gemm_core(), "mma.sync");
   EXPECT_EQ(std::memcmp(bw.data(), bm.data(), bw.size() * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(fw.data(), fm.data(), fw.size() * sizeof(float)), 0);
