@@ -28,7 +28,8 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
   for (float& v : acc) v = 0.0f;
 
   // The pipeline of grouped_gemm_wgmma_tile.cuh.
-  for (int f = 0; f < kWgmmaFetchAhead; ++f) fetch_wgmma_stage(xb, t, n0, N, row_bytes, f, steps, stages);
+  for (int f = 0; f < kWgmmaFetchAhead; ++f)
+    fetch_gemm_stage<SwizzledStages>(xb, t, n0, N, row_bytes, f, steps, stages);
   for (int s = 0; s < steps; ++s) {
     const uint8_t* st = wgmma_step_ready(stages, s);
     wgmma_hold(acc);
@@ -37,7 +38,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
     for (int kk = 0; kk < kGemmStepBytes; kk += 32)  // 16 features a product
       wgmma_bf16_m64n64k16(acc, wgmma_a_desc(st, kk), wgmma_b_desc(st, kk, w), true);
     wgmma_commit();
-    fetch_wgmma_stage(xb, t, n0, N, row_bytes, s + kWgmmaFetchAhead, steps, stages);
+    fetch_gemm_stage<SwizzledStages>(xb, t, n0, N, row_bytes, s + kWgmmaFetchAhead, steps, stages);
     wgmma_wait<1>();
     wgmma_hold(acc);
   }

@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
 
   // The pipeline of grouped_gemm_wgmma_tile.cuh, each step's products waited for at once: the
   // block's sum is promoted with its scales before the next block's products accumulate.
-  for (int f = 0; f < kWgmmaFetchAhead; ++f) fetch_wgmma_stage(q, t, n0, N, K, f, steps, stages);
+  for (int f = 0; f < kWgmmaFetchAhead; ++f) fetch_gemm_stage<SwizzledStages>(q, t, n0, N, K, f, steps, stages);
   for (int s = 0; s < steps; ++s) {
     const uint8_t* st = wgmma_step_ready(stages, s);
     wgmma_hold(part);
@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
     for (int kk = 0; kk < kBK; kk += 32)  // 32 features a product, the first from zero
       wgmma_e4m3_m64n64k32(part, wgmma_a_desc(st, kk), wgmma_b_desc(st, kk, w), kk != 0);
     wgmma_commit();
-    fetch_wgmma_stage(q, t, n0, N, K, s + kWgmmaFetchAhead, steps, stages);
+    fetch_gemm_stage<SwizzledStages>(q, t, n0, N, K, s + kWgmmaFetchAhead, steps, stages);
 
     // The scales while the products run. Rows past the tile and outputs past N take scale 0
     // (their codes were zeros).

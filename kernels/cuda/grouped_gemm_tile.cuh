@@ -62,11 +62,20 @@ __device__ inline void zero_gemm_acc(float (&x)[2][4][4]) {
       for (int e = 0; e < 4; ++e) x[mt][nt][e] = 0.0f;
 }
 
+// How a kernel's stages lie in shared memory: bytes a stage, stages, and where chunk j (16 bytes)
+// of a stage's row r (the activations' 64, then the weight's 128) goes. These kernels': rows padded
+// to kGemmLd bytes (grouped_gemm_wgmma_tile.cuh has the swizzled ones).
+struct PaddedStages {
+  static constexpr int kStageBytes = kGemmStageBytes, kStages = kGemmStages;
+  __device__ static int place(int r, int j) { return r * kGemmLd + 16 * j; }
+};
+
 // Step bytes [k0, k0 + 128) of the tile's rows of a (rows of row_bytes from t.row0) and of outputs
 // [n0, n0 + 128) of the tile's weight (rows of row_bytes) into a stage, zeros past the tile's rows,
 // past N and past row_bytes: chunk i of a thread is row (tid + 256 i) / 8, bytes 16 ((tid + 256 i)
 // % 8) of the step; the activations' 64 rows, then the weight's 128.
 // (row_bytes and k0 below 2^31: the kernels' terms.)
+template <class Stages>
 __device__ inline void fetch_gemm_step(const uint8_t* a, const GemmTile& t, int n0, int N, int row_bytes, int k0,
                                        uint8_t* stage) {
   constexpr int kChunksA = kGemmRows * kGemmStepBytes / 16 / kGemmThreads;
@@ -75,26 +84,27 @@ __device__ inline void fetch_gemm_step(const uint8_t* a, const GemmTile& t, int 
   for (int i = 0; i < kChunksA; ++i) {
     const int idx = static_cast<int>(threadIdx.x) + kGemmThreads * i, r = idx >> 3, k = k0 + 16 * (idx & 7);
     const bool full = r < t.rows && k < row_bytes;
-    copy16_async(stage + r * kGemmLd + 16 * (idx & 7), full ? a + (t.row0 + r) * row_bytes + k : a, full);
+    copy16_async(stage + Stages::place(r, idx & 7), full ? a + (t.row0 + r) * row_bytes + k : a, full);
   }
-  uint8_t* sb = stage + kGemmRows * kGemmLd;
   const auto* w = static_cast<const uint8_t*>(t.weight);
 #pragma unroll
   for (int i = 0; i < kChunksB; ++i) {
     const int idx = static_cast<int>(threadIdx.x) + kGemmThreads * i, n = n0 + (idx >> 3), k = k0 + 16 * (idx & 7);
     const bool full = n < N && k < row_bytes;
-    copy16_async(sb + (idx >> 3) * kGemmLd + 16 * (idx & 7), full ? w + static_cast<int64_t>(n) * row_bytes + k : w,
-                 full);
+    copy16_async(stage + Stages::place(kGemmRows + (idx >> 3), idx & 7),
+                 full ? w + static_cast<int64_t>(n) * row_bytes + k : w, full);
   }
   commit_async();
 }
 
-// Step `step` of steps into its stage (smem: the kGemmStages stages), one group of copies; past the
-// last step an empty group, so that every step's wait counts the same groups (gemm_step_ready).
+// Step `step` of steps into its stage (smem: the stages), one group of copies; past the last step an
+// empty group, so that every step's wait counts the same groups (gemm_step_ready).
+template <class Stages = PaddedStages>
 __device__ inline void fetch_gemm_stage(const uint8_t* a, const GemmTile& t, int n0, int N, int row_bytes, int step,
                                         int steps, uint8_t* smem) {
   if (step < steps)
-    fetch_gemm_step(a, t, n0, N, row_bytes, step * kGemmStepBytes, smem + (step % kGemmStages) * kGemmStageBytes);
+    fetch_gemm_step<Stages>(a, t, n0, N, row_bytes, step * kGemmStepBytes,
+                            smem + (step % Stages::kStages) * Stages::kStageBytes);
   else
     commit_async();
 }

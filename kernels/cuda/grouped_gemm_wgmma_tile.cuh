@@ -34,40 +34,12 @@ __device__ inline uint8_t* wgmma_stages(uint8_t* smem) {
   return smem + ((kWgmmaAtomBytes - shared_window_address(smem) % kWgmmaAtomBytes) % kWgmmaAtomBytes);
 }
 
-// Step bytes [k0, k0 + 128) of the tile's activation rows and of outputs [n0, n0 + 128) into a
-// stage (grouped_gemm_tile.cuh's fetch_gemm_step, zeros past the rows, N and row_bytes alike), each
-// row's 16-byte chunks swizzled; one group of copies.
-__device__ inline void fetch_wgmma_step(const uint8_t* a, const GemmTile& t, int n0, int N, int row_bytes, int k0,
-                                        uint8_t* stage) {
-  constexpr int kChunksA = kGemmRows * kGemmStepBytes / 16 / kGemmThreads;
-  constexpr int kChunksB = kGemmCols * kGemmStepBytes / 16 / kGemmThreads;
-#pragma unroll
-  for (int i = 0; i < kChunksA; ++i) {
-    const int idx = static_cast<int>(threadIdx.x) + kGemmThreads * i, r = idx >> 3, j = idx & 7, k = k0 + 16 * j;
-    const bool full = r < t.rows && k < row_bytes;
-    copy16_async(stage + swizzled_chunk(r, j), full ? a + (t.row0 + r) * row_bytes + k : a, full);
-  }
-  uint8_t* sb = stage + kGemmRows * kWgmmaRowBytes;
-  const auto* w = static_cast<const uint8_t*>(t.weight);
-#pragma unroll
-  for (int i = 0; i < kChunksB; ++i) {
-    const int idx = static_cast<int>(threadIdx.x) + kGemmThreads * i, r = idx >> 3, j = idx & 7, k = k0 + 16 * j;
-    const int n = n0 + r;
-    const bool full = n < N && k < row_bytes;
-    copy16_async(sb + swizzled_chunk(r, j), full ? w + static_cast<int64_t>(n) * row_bytes + k : w, full);
-  }
-  commit_async();
-}
-
-// Step `step` of steps into its stage, or past the last an empty group (so every wait counts the
-// same groups).
-__device__ inline void fetch_wgmma_stage(const uint8_t* a, const GemmTile& t, int n0, int N, int row_bytes, int step,
-                                         int steps, uint8_t* stages) {
-  if (step < steps)
-    fetch_wgmma_step(a, t, n0, N, row_bytes, step * kGemmStepBytes, stages + (step % kWgmmaStages) * kWgmmaStageBytes);
-  else
-    commit_async();
-}
+// The stages in the 128-byte swizzle, for grouped_gemm_tile.cuh's fetch_gemm_stage<SwizzledStages>
+// (the weight's rows follow the activations' 64, a multiple of 8: their swizzle starts afresh).
+struct SwizzledStages {
+  static constexpr int kStageBytes = kWgmmaStageBytes, kStages = kWgmmaStages;
+  __device__ static int place(int r, int j) { return swizzled_chunk(r, j); }
+};
 
 // The pipeline, each thread of the block:
 //   fetch steps 0 and 1
