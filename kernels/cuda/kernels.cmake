@@ -15,8 +15,8 @@ set(SHARDLM_CUDA_KERNELS
     # Activations quantised to fp8 for the block-scaled fp8 GEMMs (W8A8: prefill on fp8 weights), and
     # the grouped W8A8 GEMM of the experts on fp8 tensor cores with its fragment layout probe; the
     # grouped bf16 GEMM on bf16 tensor cores (routed calls in CUDA graphs); both on Hopper's
-    # warpgroup products too; the tile lists of all.
+    # warpgroup products too, with their one-product layout probe; the tile lists of all.
     fp8_act_quant.cu fp8_grouped_gemm_mma.cu mma_fp8_tile.cu bf16_grouped_gemm_mma.cu bf16_grouped_gemm_wgmma.cu
-    fp8_grouped_gemm_wgmma.cu gemm_tiles.cu
+    fp8_grouped_gemm_wgmma.cu wgmma_tile.cu gemm_tiles.cu
     # Calibration: the largest magnitude of a buffer (a KV cache's fp8 scales).
     abs_max.cu)

@@ -200,7 +200,8 @@ class CudaBackend final : public ComputeBackend {
   // one grouped W8A8 launch (cuda_fp8_grouped_gemm.cpp); more go one cuBLASLt GEMM per group. On
   // an H200 (DeepSeek-V3's 32 experts a rank, 7168 x 2048) the grouped kernel took 1.09 ms at 32
   // rows an expert where cuBLASLt took 1.90, and 4.27 ms at 256 where cuBLASLt took 2.46 (15.5
-  // against 5.6 at 1024): 96 is about the geometric middle of the two nearest points.
+  // against 5.6 at 1024): 96 is about the geometric middle of the two nearest points. Those were the
+  // mma.sync kernel's times; on wgmma (--grouped-gemm-core auto) the crossing is yet to be timed.
   static constexpr int64_t kFp8GroupedGemmMaxRows = 96;
   // The kernels' view of a weight: codes, scales and block geometry of an F8_E4M3 one; N and K of
   // any (cuda_fp8_linear.cpp).

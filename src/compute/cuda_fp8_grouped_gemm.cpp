@@ -52,7 +52,7 @@ void CudaBackend::run_grouped_gemm_fp8(const float* x, int64_t R, const cuda::Fp
 bool CudaBackend::grouped_gemm_fp8(const float* x, const std::vector<int64_t>& offsets,
                                    const std::vector<const Matrix*>& w, const std::vector<size_t>& big, float* y) {
   // One group gains nothing from the grouped launch: cuBLASLt's tuned GEMM runs it; nor do groups of
-  // many rows, where cuBLASLt's wgmma kernels outrun this one's mma.sync (kFp8GroupedGemmMaxRows).
+  // many rows, where cuBLASLt's kernels outran this one on mma.sync (kFp8GroupedGemmMaxRows).
   if (!grouped_gemm_ || big.size() < 2 || !w8a8_ready() || grouped_gemm_bad_) return false;
   int64_t big_rows = 0;
   for (size_t g : big) big_rows += offsets[g + 1] - offsets[g];

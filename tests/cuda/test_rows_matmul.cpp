@@ -32,6 +32,8 @@
 #include "cuda/fp8_grouped_gemm_mma.h"
 #include "cuda/mma_fp8_tile.h"
 #include "cuda/rows_matmul.h"
+#include "cuda/wgmma_tile.h"
+#include "bf16_bits.h"
 #include "fp8_bits.h"
 #endif
 
@@ -309,6 +311,47 @@ void check_mma_fp8_tile() {
   for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "row " << i / 8 << " column " << i % 8;
 }
 
+// One wgmma product (wgmma_tile.h) at every 32-byte k-slice of 128-byte rows, bf16 and e4m3, against
+// the host product: small integers (and quarters), so every sum is exact and the comparison is too.
+void check_wgmma_tile() {
+  std::mt19937 g(37);
+  std::vector<uint8_t> a(64 * 128), b(64 * 128);
+  for (const bool fp8 : {false, true}) {
+    if (fp8) {
+      for (auto& v : a) v = fp8_bits::from_f32(static_cast<float>(static_cast<int>(g() % 17) - 8));
+      for (auto& v : b) v = fp8_bits::from_f32(static_cast<float>(static_cast<int>(g() % 9) - 4) / 4.0f);
+    } else {
+      for (size_t i = 0; i < a.size(); i += 2) {
+        const uint16_t x = bf16_bits::from_f32(static_cast<float>(static_cast<int>(g() % 17) - 8));
+        const uint16_t y = bf16_bits::from_f32(static_cast<float>(static_cast<int>(g() % 9) - 4) / 4.0f);
+        std::memcpy(&a[i], &x, 2);
+        std::memcpy(&b[i], &y, 2);
+      }
+    }
+    auto value = [&](const std::vector<uint8_t>& m, int r, int byte) {
+      if (fp8) return fp8_bits::to_f32(m[r * 128 + byte]);
+      uint16_t x;
+      std::memcpy(&x, &m[r * 128 + byte], 2);
+      return bf16_bits::to_f32(x);
+    };
+    DeviceBuffer<uint8_t> d_a(a), d_b(b);
+    for (int kk = 0; kk < 128; kk += 32) {
+      SCOPED_TRACE(::testing::Message() << (fp8 ? "e4m3" : "bf16") << ", k-slice at byte " << kk);
+      DeviceBuffer<float> d_d(std::vector<float>(64 * 64, std::nanf("")));
+      cuda::wgmma_tile(d_a.get(), d_b.get(), kk, fp8, d_d.get(), nullptr);
+      test::cuda_sync("wgmma_tile");
+      const std::vector<float> got = d_d.download();
+      const int step = fp8 ? 1 : 2;
+      for (int r = 0; r < 64; ++r)
+        for (int n = 0; n < 64; ++n) {
+          double want = 0;
+          for (int k = kk; k < kk + 32; k += step) want += double(value(a, r, k)) * value(b, n, k);
+          ASSERT_EQ(got[r * 64 + n], static_cast<float>(want)) << "D[" << r << "][" << n << "]";
+        }
+    }
+  }
+}
+
 // Groups of `sizes` rows after `first` rows no group covers, each with its own weight (a slice
 // `c` of a random fp8 matrix); the activations quantised on the host (kernels/cpu/fp8_act_quant.h,
 // the device kernel's bits). Against the block-scaled sum in double: the code products are exact,
@@ -510,6 +553,16 @@ TEST(CudaFp8GroupedGemm, TensorCoreTileFollowsTheFragmentLayout) {
   SHARDLM_REQUIRE_GPU();
 #ifdef SHARDLM_HAVE_CUDA
   check_mma_fp8_tile();
+#endif
+}
+
+// On an H100 / H200 this checks the hardware's reading of the descriptors, the swizzle and the
+// accumulators against the emulation's; the wgmma GEMM tests below then add the pipelines.
+TEST(CudaFp8GroupedGemm, WgmmaTileFollowsTheSwizzleAndAccumulatorLayout) {
+  SHARDLM_REQUIRE_GPU();
+#ifdef SHARDLM_HAVE_CUDA
+  if (!test::gpu_is_hopper()) GTEST_SKIP() << "wgmma needs an sm_90 GPU";
+  check_wgmma_tile();
 #endif
 }
 
