@@ -16,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "compute/check_buffers.h"
 #include "compute/cuda_backend.h"
 #include "compute/cuda_check.h"
 #include "core/error.h"
@@ -23,25 +24,6 @@
 #include "cuda/fp8_grouped_gemm_mma.h"
 
 namespace shardlm {
-
-namespace {
-
-// Backend memory (alloc / copy_to_device), freed however the check ends.
-struct CheckBuffers {
-  CudaBackend& b;
-  std::vector<void*> p;
-  template <class T>
-  T* up(const std::vector<T>& host) {
-    p.push_back(b.alloc(host.size() * sizeof(T)));
-    b.copy_to_device(p.back(), host.data(), host.size() * sizeof(T));
-    return static_cast<T*>(p.back());
-  }
-  ~CheckBuffers() {
-    for (void* q : p) b.free(q);
-  }
-};
-
-}  // namespace
 
 std::string CudaBackend::grouped_gemm_core() const {
   return wgmma_ && !wgmma_bad_ && has_wgmma_ ? "wgmma" : "mma.sync";

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "compute/cuda_backend.h"
+#include "compute/check_buffers.h"
 #include "compute/cuda_check.h"
 #include "core/error.h"
 #include "cuda/fp8_act_quant.h"
@@ -199,28 +200,16 @@ bool CudaBackend::w8a8_self_check() {
       const uint8_t c = k % kBlock == 5 ? 0x7e : static_cast<uint8_t>((g() % 0x7e) | (g() & 0x80));
       x[static_cast<size_t>(m * K + k)] = std::ldexp(fp8_bits::to_f32(c), e);
     }
-  // Backend memory (alloc / copy_to_device / copy_to_host), freed however the check ends.
-  struct Buffers {
-    CudaBackend& b;
-    std::vector<void*> p;
-    void* up(const void* host, size_t bytes) {
-      p.push_back(b.alloc(bytes));
-      b.copy_to_device(p.back(), host, bytes);
-      return p.back();
-    }
-    ~Buffers() {
-      for (void* q : p) b.free(q);
-    }
-  } buf{*this, {}};
-  const auto* dx = static_cast<const float*>(buf.up(x.data(), x.size() * sizeof(float)));
+  CheckBuffers buf{*this, {}};
+  const float* dx = buf.up(x);
   std::vector<float> got(static_cast<size_t>(3 * M * N));
-  auto* y = static_cast<float*>(buf.up(got.data(), got.size() * sizeof(float)));
+  float* y = buf.up(got);
   Matrix w;
   w.dtype = DType::F8_E4M3;
   w.rows = N;
   w.cols = K;
-  w.data = buf.up(codes.data(), codes.size());
-  w.fp8.scale_inv = static_cast<const float*>(buf.up(w_scales.data(), w_scales.size() * sizeof(float)));
+  w.data = buf.up(codes);
+  w.fp8.scale_inv = buf.up(w_scales);
   w.fp8.cols = L4;
   w.fp8.block_rows = w.fp8.block_cols = kBlock;
   const bool ran = w8a8_gemm(dx, M, w, y);
