@@ -20,7 +20,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
   const int n0 = static_cast<int>(blockIdx.y) * kGemmCols, steps = (K + kBK - 1) / kBK;
   const int row_bytes = 2 * K;  // K <= INT32_MAX / 2 (bf16_grouped_gemm_mma_fits)
   const auto* xb = reinterpret_cast<const uint8_t*>(x);
-  uint8_t* stages = wgmma_stages(smem_bf16_wgmma);
+  uint8_t* stages = wgmma_aligned(smem_bf16_wgmma);
   const WgmmaWarp w = wgmma_warp();
 
   float acc[32];

@@ -20,7 +20,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
   if (n_tiles != nullptr && static_cast<int>(blockIdx.x) >= *n_tiles) return;  // a routed launch's surplus
   const GemmTile t = tiles[blockIdx.x];
   const int n0 = static_cast<int>(blockIdx.y) * kGemmCols, steps = (K + kBK - 1) / kBK;
-  uint8_t* stages = wgmma_stages(smem_fp8_wgmma);
+  uint8_t* stages = wgmma_aligned(smem_fp8_wgmma);
   const WgmmaWarp w = wgmma_warp();
 
   float acc[32], part[32];

@@ -29,11 +29,6 @@ constexpr size_t kWgmmaSmemBytes = kWgmmaStages * static_cast<size_t>(kWgmmaStag
 static_assert(kGemmStepBytes == kWgmmaRowBytes && kWgmmaStageBytes % kWgmmaAtomBytes == 0 && kGemmRows == 64,
               "a step is one swizzled row of every operand row, stages whole atoms, A one m64 operand");
 
-// The first 1024-byte aligned address (in the shared window) of dynamic shared memory.
-__device__ inline uint8_t* wgmma_stages(uint8_t* smem) {
-  return smem + ((kWgmmaAtomBytes - shared_window_address(smem) % kWgmmaAtomBytes) % kWgmmaAtomBytes);
-}
-
 // The stages in the 128-byte swizzle, for grouped_gemm_tile.cuh's fetch_gemm_stage<SwizzledStages>
 // (the weight's rows follow the activations' 64, a multiple of 8: their swizzle starts afresh).
 struct SwizzledStages {

@@ -58,6 +58,12 @@ __device__ inline uint32_t shared_window_address(const void* p) {
 #endif
 }
 
+// The first address of smem (dynamic shared memory) that is 1024-byte aligned in the shared window,
+// where swizzled operands may start (a kernel allocates kWgmmaAtomBytes more for the slack).
+__device__ inline uint8_t* wgmma_aligned(uint8_t* smem) {
+  return smem + ((kWgmmaAtomBytes - shared_window_address(smem) % kWgmmaAtomBytes) % kWgmmaAtomBytes);
+}
+
 // The descriptor of a K-major, 128-byte-swizzled operand whose first row's k-slice starts at
 // shared-window address addr: start address >> 4 (bits 0-13); leading byte offset unused by swizzled
 // K-major operands (1, bits 16-29); stride byte offset 1024 >> 4, from one 8-row atom to the next

@@ -12,9 +12,7 @@ constexpr int kTileBytes = 64 * detail::kWgmmaRowBytes;
 __global__ void __launch_bounds__(128)
     wgmma_tile_kernel(const uint8_t* a, const uint8_t* b, int kk, bool fp8, float* d) {
   extern __shared__ __align__(16) uint8_t smem_wgmma_tile[];
-  using detail::kWgmmaAtomBytes;
-  uint8_t* s = smem_wgmma_tile +
-               ((kWgmmaAtomBytes - detail::shared_window_address(smem_wgmma_tile) % kWgmmaAtomBytes) % kWgmmaAtomBytes);
+  uint8_t* s = detail::wgmma_aligned(smem_wgmma_tile);
   const int t = static_cast<int>(threadIdx.x);
   for (int c = t; c < 2 * 64 * 8; c += 128) {  // 16-byte chunks: a's 64 rows, then b's
     const int r = c / 8 % 64, j = c % 8;
