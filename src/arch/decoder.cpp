@@ -14,6 +14,7 @@
 #include "arch/step_graphs.h"
 #include "arch/weight_loader.h"
 #include "compute/backend.h"
+#include "compute/op_profile.h"
 #include "core/error.h"
 #include "engine/kv_cache.h"
 #include "model/checkpoint.h"
@@ -141,6 +142,7 @@ class Decoder final : public Model {
     const bool sampled = batch.sampled();
     if (logits_end_here()) {
       SHARDLM_CHECK(!device_step_, "begin_step before the previous step was ended");
+      begin_profiled_step(batch);
       device_step_ = DeviceStep{step_to_device(batch), static_cast<int64_t>(batch.logit_rows.size()),
                                 batch.sample_rows};
       return;
@@ -151,6 +153,8 @@ class Decoder final : public Model {
     f.sampled = sampled;
     const int64_t T = batch.num_tokens();
     if (T > 0 || runs_empty_steps()) {
+      // The leader's part of the step: its stage and the send on.
+      begin_profiled_step(batch);
       stage_to_device(batch);
       if (f.rows > 0 && sampled) {
         f.choices.resize(static_cast<size_t>(2 * f.rows));
@@ -161,6 +165,7 @@ class Decoder final : public Model {
       }
       comms_.pp->send(scratch_.get(0, std::max<int64_t>(T, 1) * spec_.hidden_size), T * spec_.hidden_size,
                       CommDType::kF32, 1, kTagHidden);
+      end_profiled_step();
     }
     if (spec_.moe.enabled()) f.moe = moe_stats_;
     inflight_.push_back(std::move(f));
@@ -170,6 +175,7 @@ class Decoder final : public Model {
     if (logits_end_here()) {
       const DeviceStep step = take_device_step(false);
       if (step.rows > 0) b_.copy_to_host(logits, step.logits, step.rows * spec_.vocab_size * sizeof(float));
+      end_profiled_step();
       return;
     }
     if (!leads_pipeline()) return Model::end_step(logits);
@@ -186,9 +192,11 @@ class Decoder final : public Model {
       tokens->resize(static_cast<size_t>(step.rows));
       logprobs->resize(static_cast<size_t>(step.rows));
       if (step.rows > 0) {
+        OpSection s(b_, "sampling");
         b_.sample(step.logits, step.rows, spec_.vocab_size, step.sample_rows.data(), tokens->data(),
                   logprobs->data());
       }
+      end_profiled_step();
       return;
     }
     if (!leads_pipeline()) return Model::end_step_sampled(tokens, logprobs);
@@ -218,10 +226,23 @@ class Decoder final : public Model {
       // The same device step as begin_step (graph or eager), then its logits to the host (the
       // other tp ranks pass no buffer).
       const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
+      begin_profiled_step(batch);
       if (const float* dev = step_to_device(batch); dev && R > 0 && logits)
         b_.copy_to_host(logits, dev, R * spec_.vocab_size * sizeof(float));
+      end_profiled_step();
       return;
     }
+    // A stage of several: this rank's part of the step, to its send on (the leader: with the wait
+    // for the logits).
+    begin_profiled_step(batch);
+    forward_stage(batch, logits);
+    end_profiled_step();
+  }
+
+ private:
+  // forward() on a stage of several.
+  void forward_stage(const ForwardBatch& batch, float* logits) {
+    const int64_t T = batch.num_tokens();
     const float* graph_logits = stage_to_device(batch);
     const int64_t H = spec_.hidden_size;
     float* residual = scratch_.get(0, std::max<int64_t>(T, 1) * H);
@@ -241,11 +262,24 @@ class Decoder final : public Model {
     head(batch, graph_logits);
   }
 
- private:
   bool leads_pipeline() const { return plan_.stages > 1 && plan_.first_stage() && plan_.tp_rank == 0; }
   // One stage: the step's logits end whole (gathered over tp) in this rank's backend memory, and
   // the leader samples them there (see end_step_sampled).
   bool logits_end_here() const { return plan_.stages == 1; }
+
+  // The op profile's steps (compute/op_profile.h), this rank's part of each: a step every token
+  // of which samples is decode, any other prefill (its decode tokens ride along), a step of no
+  // tokens (an expert-parallel rank's turn in its group's exchanges) empty.
+  void begin_profiled_step(const ForwardBatch& batch) {
+    OpProfile* p = b_.op_profile();
+    if (!p) return;
+    const int64_t T = batch.num_tokens();
+    const bool decode = T > 0 && static_cast<int64_t>(batch.logit_rows.size()) == T;
+    p->begin_step(T == 0 ? "empty" : decode ? "decode" : "prefill");
+  }
+  void end_profiled_step() {
+    if (OpProfile* p = b_.op_profile(); p && p->in_step()) p->end_step();
+  }
 
   // A begun step whose logits ([rows, vocab]) wait in backend memory (logits_end_here()).
   struct DeviceStep {
@@ -329,25 +363,28 @@ class Decoder final : public Model {
     float* proj = scratch_.get(2, rows * H);  // attention and feed-forward outputs
     int32_t* ids = scratch_.get_as<int32_t>(3, rows);
     StepContext ctx;
-    ctx.batch = &batch;
-    ctx.T = T;
-    ctx.pos = scratch_.get_as<int32_t>(4, rows);
-    ctx.slots = scratch_.get_as<int64_t>(5, rows);
-    ctx.block_size = cache_->shape().block_size;
-    ctx.ep_wire = ep_wire_;
-    // An eager expert-parallel layer counts its loads on the host.
-    ctx.expert_tokens = comms_.ep ? nullptr : expert_counter();
-    if (ctx.expert_tokens) zero_expert_counts();
-    b_.copy_to_device(const_cast<int32_t*>(ctx.pos), batch.positions.data(), T * sizeof(int32_t));
-    b_.copy_to_device(const_cast<int64_t*>(ctx.slots), batch.slots.data(), T * sizeof(int64_t));
-    table_start_.resize(T);
-    for (int64_t t = 0; t < T; ++t) table_start_[t] = batch.seq_block_start[batch.token_seq[t]];
-    int32_t* blocks = scratch_.get_as<int32_t>(6, std::max<size_t>(batch.blocks.size(), 1));
-    int32_t* start = scratch_.get_as<int32_t>(7, rows);
-    b_.copy_to_device(blocks, batch.blocks.data(), batch.blocks.size() * sizeof(int32_t));
-    b_.copy_to_device(start, table_start_.data(), T * sizeof(int32_t));
-    const int64_t max_pos = T > 0 ? *std::max_element(batch.positions.begin(), batch.positions.end()) : -1;
-    ctx.tables = BlockTables{blocks, start, batch.blocks.data(), table_start_.data(), max_pos};
+    {
+      OpSection inputs(b_, "step inputs");
+      ctx.batch = &batch;
+      ctx.T = T;
+      ctx.pos = scratch_.get_as<int32_t>(4, rows);
+      ctx.slots = scratch_.get_as<int64_t>(5, rows);
+      ctx.block_size = cache_->shape().block_size;
+      ctx.ep_wire = ep_wire_;
+      // An eager expert-parallel layer counts its loads on the host.
+      ctx.expert_tokens = comms_.ep ? nullptr : expert_counter();
+      if (ctx.expert_tokens) zero_expert_counts();
+      b_.copy_to_device(const_cast<int32_t*>(ctx.pos), batch.positions.data(), T * sizeof(int32_t));
+      b_.copy_to_device(const_cast<int64_t*>(ctx.slots), batch.slots.data(), T * sizeof(int64_t));
+      table_start_.resize(T);
+      for (int64_t t = 0; t < T; ++t) table_start_[t] = batch.seq_block_start[batch.token_seq[t]];
+      int32_t* blocks = scratch_.get_as<int32_t>(6, std::max<size_t>(batch.blocks.size(), 1));
+      int32_t* start = scratch_.get_as<int32_t>(7, rows);
+      b_.copy_to_device(blocks, batch.blocks.data(), batch.blocks.size() * sizeof(int32_t));
+      b_.copy_to_device(start, table_start_.data(), T * sizeof(int32_t));
+      const int64_t max_pos = T > 0 ? *std::max_element(batch.positions.begin(), batch.positions.end()) : -1;
+      ctx.tables = BlockTables{blocks, start, batch.blocks.data(), table_start_.data(), max_pos};
+    }
 
     if (plan_.first_stage()) {
       // Vocabulary-parallel embedding: each rank fills the rows of the ids it owns, zeros elsewhere.
@@ -356,8 +393,11 @@ class Decoder final : public Model {
         const int64_t id = batch.tokens[t] - plan_.vocab0;
         local_ids_[t] = (id >= 0 && id < plan_.vocab) ? static_cast<int32_t>(id) : -1;
       }
-      b_.copy_to_device(ids, local_ids_.data(), T * sizeof(int32_t));
-      if (T > 0) b_.embedding(ids, T, embed_, residual);
+      {
+        OpSection s(b_, "embedding");
+        b_.copy_to_device(ids, local_ids_.data(), T * sizeof(int32_t));
+        if (T > 0) b_.embedding(ids, T, embed_, residual);
+      }
       tp_sum(residual, T * H);
     } else if (received) {
       b_.copy_to_device(residual, scratch_.get(kStageInput, rows * H), T * H * sizeof(float));
@@ -385,20 +425,28 @@ class Decoder final : public Model {
     const float eps = static_cast<float>(spec_.rms_norm_eps);
     for (size_t i = 0; i < layers_.size(); ++i) {
       Layer& layer = layers_[i];
-      if (i == 0) {
-        if (T > 0) b_.rmsnorm(residual, layer.input_norm, T, eps, h);
-      } else if (T > 0) {
-        b_.add_rmsnorm(residual, proj, layer.input_norm, T, eps, h);
+      if (T > 0) {
+        OpSection s(b_, "norm");
+        if (i == 0)
+          b_.rmsnorm(residual, layer.input_norm, T, eps, h);
+        else
+          b_.add_rmsnorm(residual, proj, layer.input_norm, T, eps, h);
       }
       StepContext layer_ctx = ctx;
       if (kv_amax_) layer_ctx.kv_amax = kv_amax_ + 2 * i;
       layer.attn->forward(h, layer_ctx, cache_->layer(static_cast<int64_t>(i)), scratch_, proj);
       tp_sum(proj, T * H);
-      if (T > 0) b_.add_rmsnorm(residual, proj, layer.post_attn_norm, T, eps, h);
+      if (T > 0) {
+        OpSection s(b_, "norm");
+        b_.add_rmsnorm(residual, proj, layer.post_attn_norm, T, eps, h);
+      }
       layer.ffn->forward(h, ctx, scratch_, proj);
       tp_sum(proj, T * H);
     }
-    if (T > 0) b_.add(residual, proj, T * H);
+    if (T > 0) {
+      OpSection s(b_, "norm");
+      b_.add(residual, proj, T * H);
+    }
   }
 
   // ---- Decode steps as captured graphs (--cuda-graphs; arch/step_graphs.h) ----
@@ -442,10 +490,18 @@ class Decoder final : public Model {
     const auto gather = [&] {
       if (comms_.tp && plan_.last_stage()) gather_vocab(scratch_.get(13, B * plan_.vocab), B);
     };
-    const StepGraphs::Captured& step = graphs_.ready(
-        ctx, [&] { graph_device_work(ctx); }, gather, spec_.moe.enabled() ? &moe_stats_ : nullptr);
+    const StepGraphs::Captured& step = [&]() -> const StepGraphs::Captured& {
+      OpProfile::Pause pause(b_.op_profile());  // a capture puts no marks on the timeline
+      return graphs_.ready(
+          ctx, [&] { graph_device_work(ctx); }, gather, spec_.moe.enabled() ? &moe_stats_ : nullptr);
+    }();
     zero_expert_counts();  // the warm-up run counted its expert loads too: the step's are the replay's
-    if (!graphs_.replay(step, ctx)) {
+    bool replayed = false;
+    {
+      OpSection s(b_, "graph replay");
+      replayed = graphs_.replay(step, ctx);
+    }
+    if (!replayed) {
       // An ep block overflowed: the same decision on every rank of the ep group.
       run_stage(batch, /*received=*/true);
       return plan_.last_stage() ? logits_to_device(batch) : nullptr;
@@ -472,6 +528,7 @@ class Decoder final : public Model {
     // Only the rows that will be sampled go through the final norm and the LM head.
     const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
     if (R == 0) return nullptr;
+    OpSection s(b_, "lm head");
     float* rows = scratch_.get(12, R * H);
     int32_t* which = scratch_.get_as<int32_t>(8, R);
     b_.copy_to_device(which, batch.logit_rows.data(), R * sizeof(int32_t));
@@ -488,6 +545,7 @@ class Decoder final : public Model {
     const int64_t tp = plan_.tp_size, Vl = plan_.vocab;
     SHARDLM_CHECK(tp * Vl == spec_.vocab_size, "vocabulary slices of " << Vl << " x tp " << tp << " are not the "
                                                                         << spec_.vocab_size << " vocabulary");
+    OpSection s(b_, "vocab gather");
     float* all = scratch_.get(14, tp * R * Vl);
     comms_.tp->all_gather(local, all, static_cast<size_t>(R * Vl), CommDType::kF32);
     vocab_order_.resize(static_cast<size_t>(tp * R));
@@ -511,6 +569,7 @@ class Decoder final : public Model {
     if (batch.sampled()) {
       std::vector<int32_t> tokens(static_cast<size_t>(R));
       std::vector<float> logprobs(static_cast<size_t>(R));
+      OpSection s(b_, "sampling");
       b_.sample(dev, R, V, batch.sample_rows.data(), tokens.data(), logprobs.data());
       pack_choices(tokens, logprobs, &choices_);
       comms_.pp->send(choices_.data(), choices_.size(), CommDType::kI32, 0, kTagLogits);
@@ -558,6 +617,7 @@ class Decoder final : public Model {
   // queued on the captured stream (see graph_step).
   void tp_sum(float* x, int64_t n) {
     if (!comms_.tp) return;
+    OpSection s(b_, "tp all-reduce");
     if (graphs_.capturing())
       comms_.tp->enqueue_all_reduce(x, static_cast<size_t>(n), CommDType::kF32, ReduceOp::kSum, b_.current_stream());
     else

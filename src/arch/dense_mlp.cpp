@@ -5,6 +5,7 @@
 #include "arch/layer_blocks.h"
 #include "arch/weight_loader.h"
 #include "compute/backend.h"
+#include "compute/op_profile.h"
 
 namespace shardlm {
 
@@ -31,9 +32,16 @@ class DenseMlp final : public FeedForwardBlock {
     ComputeBackend& b = scratch.backend();
     float* gate = scratch.get(Scratch::kFeedForward + 0, T * inter_);
     float* up = scratch.get(Scratch::kFeedForward + 1, T * inter_);
-    b.linear(h, T, gate_, gate_bias_ ? &*gate_bias_ : nullptr, gate);
-    b.linear(h, T, up_, up_bias_ ? &*up_bias_ : nullptr, up);
-    b.silu_mul(gate, up, gate, T * inter_);
+    {
+      OpSection s(b, "mlp gate/up");
+      b.linear(h, T, gate_, gate_bias_ ? &*gate_bias_ : nullptr, gate);
+      b.linear(h, T, up_, up_bias_ ? &*up_bias_ : nullptr, up);
+    }
+    {
+      OpSection s(b, "mlp activation");
+      b.silu_mul(gate, up, gate, T * inter_);
+    }
+    OpSection s(b, "mlp down");
     b.linear(gate, T, down_, down_bias_ ? &*down_bias_ : nullptr, out);
   }
 

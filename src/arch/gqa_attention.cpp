@@ -6,6 +6,7 @@
 #include "arch/layer_blocks.h"
 #include "arch/weight_loader.h"
 #include "compute/backend.h"
+#include "compute/op_profile.h"
 
 namespace shardlm {
 
@@ -55,22 +56,35 @@ class GqaAttention final : public AttentionBlock {
     float* k = scratch.get(Scratch::kAttention + 1, T * nkv_ * hd_);
     float* v = scratch.get(Scratch::kAttention + 2, T * nkv_ * hd_);
     float* attn = scratch.get(Scratch::kAttention + 3, T * nh_ * hd_);
-    b.linear(h, T, q_, q_bias_ ? &*q_bias_ : nullptr, q);
-    b.linear(h, T, k_, k_bias_ ? &*k_bias_ : nullptr, k);
-    b.linear(h, T, v_, v_bias_ ? &*v_bias_ : nullptr, v);
-    if (q_norm_) {
-      b.rmsnorm(q, *q_norm_, T * nh_, eps_, q);
-      b.rmsnorm(k, *k_norm_, T * nkv_, eps_, k);
+    {
+      OpSection s(b, "attn qkv");
+      b.linear(h, T, q_, q_bias_ ? &*q_bias_ : nullptr, q);
+      b.linear(h, T, k_, k_bias_ ? &*k_bias_ : nullptr, k);
+      b.linear(h, T, v_, v_bias_ ? &*v_bias_ : nullptr, v);
+      if (q_norm_) {
+        b.rmsnorm(q, *q_norm_, T * nh_, eps_, q);
+        b.rmsnorm(k, *k_norm_, T * nkv_, eps_, k);
+      }
     }
-    b.rope(q, T, nh_, hd_, ctx.pos, inv_freq_);
-    b.rope(k, T, nkv_, hd_, ctx.pos, inv_freq_);
-    if (ctx.kv_amax) {
-      b.abs_max(k, T * nkv_ * hd_, ctx.kv_amax);
-      b.abs_max(v, T * nkv_ * hd_, ctx.kv_amax + 1);
+    {
+      OpSection s(b, "attn rope");
+      b.rope(q, T, nh_, hd_, ctx.pos, inv_freq_);
+      b.rope(k, T, nkv_, hd_, ctx.pos, inv_freq_);
     }
-    b.kv_write(k, v, T, ctx.slots, nkv_, hd_, ctx.block_size, cache);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd_));
-    b.attention(q, T, nh_, nkv_, hd_, cache, ctx.block_size, ctx.tables, ctx.pos, window_, scale, attn);
+    {
+      OpSection s(b, "attn cache write");
+      if (ctx.kv_amax) {
+        b.abs_max(k, T * nkv_ * hd_, ctx.kv_amax);
+        b.abs_max(v, T * nkv_ * hd_, ctx.kv_amax + 1);
+      }
+      b.kv_write(k, v, T, ctx.slots, nkv_, hd_, ctx.block_size, cache);
+    }
+    {
+      OpSection s(b, "attn core");
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hd_));
+      b.attention(q, T, nh_, nkv_, hd_, cache, ctx.block_size, ctx.tables, ctx.pos, window_, scale, attn);
+    }
+    OpSection s(b, "attn out");
     b.linear(attn, T, o_, o_bias_ ? &*o_bias_ : nullptr, out);
   }
 

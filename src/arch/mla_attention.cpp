@@ -26,6 +26,7 @@
 #include "arch/rope_freqs.h"
 #include "arch/weight_loader.h"
 #include "compute/backend.h"
+#include "compute/op_profile.h"
 #include "core/error.h"
 #include "model/checkpoint.h"
 
@@ -105,30 +106,46 @@ class MlaAttention final : public AttentionBlock {
     float* o_lat = scratch.get(Scratch::kAttention + 5, T * nh * L);
     float* v = scratch.get(Scratch::kAttention + 6, T * nh * dv);
 
-    if (q_lora_ > 0) {
-      float* qa = scratch.get(Scratch::kAttention + 7, T * q_lora_);
-      b.linear(h, T, q_a_, q_a_bias_ ? &*q_a_bias_ : nullptr, qa);
-      b.rmsnorm(qa, q_a_norm_, T, kLatentNormEps, qa);
-      b.linear(qa, T, q_b_, nullptr, q);
-    } else {
-      b.linear(h, T, q_b_, nullptr, q);
+    {
+      OpSection s(b, "attn qkv");
+      if (q_lora_ > 0) {
+        float* qa = scratch.get(Scratch::kAttention + 7, T * q_lora_);
+        b.linear(h, T, q_a_, q_a_bias_ ? &*q_a_bias_ : nullptr, qa);
+        b.rmsnorm(qa, q_a_norm_, T, kLatentNormEps, qa);
+        b.linear(qa, T, q_b_, nullptr, q);
+      } else {
+        b.linear(h, T, q_b_, nullptr, q);
+      }
+      b.linear(h, T, kv_a_latent_, kv_a_latent_bias_ ? &*kv_a_latent_bias_ : nullptr, latent);
+      b.rmsnorm(latent, kv_a_norm_, T, kLatentNormEps, latent);
+      b.linear(h, T, kv_a_rope_, kv_a_rope_bias_ ? &*kv_a_rope_bias_ : nullptr, k_rope);
     }
-    b.linear(h, T, kv_a_latent_, kv_a_latent_bias_ ? &*kv_a_latent_bias_ : nullptr, latent);
-    b.rmsnorm(latent, kv_a_norm_, T, kLatentNormEps, latent);
-    b.linear(h, T, kv_a_rope_, kv_a_rope_bias_ ? &*kv_a_rope_bias_ : nullptr, k_rope);
-
-    b.rope_strided(k_rope, T, 1, dr, dr, dr, ctx.pos, inv_freq_, interleave_, attention_factor_, k_rope);
-    b.rope_strided(q + dn, T, nh, nh * qk, qk, dr, ctx.pos, inv_freq_, interleave_, attention_factor_, q_rope);
-    b.head_linear(q, T, nh, nh * qk, qk, w_uk_t_, q_lat);
-
-    if (ctx.kv_amax) {  // the cache row is the latent and the rope key, under one scale
-      b.abs_max(latent, T * L, ctx.kv_amax);
-      b.abs_max(k_rope, T * dr, ctx.kv_amax);
+    {
+      OpSection s(b, "attn rope");
+      b.rope_strided(k_rope, T, 1, dr, dr, dr, ctx.pos, inv_freq_, interleave_, attention_factor_, k_rope);
+      b.rope_strided(q + dn, T, nh, nh * qk, qk, dr, ctx.pos, inv_freq_, interleave_, attention_factor_, q_rope);
     }
-    b.latent_cache_write(latent, k_rope, T, ctx.slots, L, dr, cache);
-    b.latent_attention(q_lat, q_rope, T, nh, L, dr, cache, ctx.block_size, ctx.tables, ctx.pos, scale_, o_lat);
-
-    b.head_linear(o_lat, T, nh, nh * L, L, w_uv_, v);
+    {
+      OpSection s(b, "attn absorb");  // the per-head W_UK and W_UV products of the absorbed form
+      b.head_linear(q, T, nh, nh * qk, qk, w_uk_t_, q_lat);
+    }
+    {
+      OpSection s(b, "attn cache write");
+      if (ctx.kv_amax) {  // the cache row is the latent and the rope key, under one scale
+        b.abs_max(latent, T * L, ctx.kv_amax);
+        b.abs_max(k_rope, T * dr, ctx.kv_amax);
+      }
+      b.latent_cache_write(latent, k_rope, T, ctx.slots, L, dr, cache);
+    }
+    {
+      OpSection s(b, "attn core");
+      b.latent_attention(q_lat, q_rope, T, nh, L, dr, cache, ctx.block_size, ctx.tables, ctx.pos, scale_, o_lat);
+    }
+    {
+      OpSection s(b, "attn absorb");
+      b.head_linear(o_lat, T, nh, nh * L, L, w_uv_, v);
+    }
+    OpSection s(b, "attn out");
     b.linear(v, T, o_, o_bias_ ? &*o_bias_ : nullptr, out);
   }
 

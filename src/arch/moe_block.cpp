@@ -42,6 +42,7 @@
 #include "arch/moe_router.h"
 #include "arch/weight_loader.h"
 #include "compute/backend.h"
+#include "compute/op_profile.h"
 #include "core/error.h"
 #include "parallel/communicator.h"
 
@@ -212,6 +213,7 @@ class MoeBlock final : public FeedForwardBlock {
     r.offsets = scratch.get_as<int32_t>(Scratch::kFeedForward + 10, static_cast<size_t>(E + 1));
     r.slot_row = scratch.get_as<int32_t>(Scratch::kFeedForward + 11, static_cast<size_t>(P));
     r.row_pair = scratch.get_as<int32_t>(Scratch::kFeedForward + 12, static_cast<size_t>(P));
+    OpSection s(b, "moe routing");
     b.linear(h, T, router_, nullptr, logits);
     b.moe_route(logits, T, cfg_, r.ids, r.weights);
     b.expert_permute(r.ids, T, k, 0, E, ctx.pos, r.offsets, r.slot_row, r.row_pair, ctx.expert_tokens);
@@ -226,7 +228,10 @@ class MoeBlock final : public FeedForwardBlock {
     const Permuted r = route_and_permute(h, ctx, scratch);
     int32_t* offsets = r.offsets;
     host_offsets_.resize(static_cast<size_t>(E + 1));
-    b.copy_to_host(host_offsets_.data(), offsets, host_offsets_.size() * sizeof(int32_t));
+    {
+      OpSection s(b, "moe routing");
+      b.copy_to_host(host_offsets_.data(), offsets, host_offsets_.size() * sizeof(int32_t));
+    }
     const int64_t rows = host_offsets_[E];
     SHARDLM_CHECK(rows == P, "moe block: " << rows << " expert rows for " << T << " tokens x top-" << k);
 
@@ -234,9 +239,15 @@ class MoeBlock final : public FeedForwardBlock {
     expert_offsets_.assign(host_offsets_.begin(), host_offsets_.end());
     float* xp = scratch.get(Scratch::kFeedForward + 13, static_cast<size_t>(rows * H));
     float* yp = scratch.get(Scratch::kFeedForward + 16, static_cast<size_t>(rows * H));
-    b.expert_gather(h, H, k, r.row_pair, offsets + E, rows, xp);
-    run_experts(scratch, experts_, inter_, H, xp, expert_offsets_, yp);
-    b.expert_combine(yp, H, r.ids, r.weights, r.slot_row, T, k, out);
+    {
+      OpSection s(b, "moe experts");
+      b.expert_gather(h, H, k, r.row_pair, offsets + E, rows, xp);
+      run_experts(scratch, experts_, inter_, H, xp, expert_offsets_, yp);
+    }
+    {
+      OpSection s(b, "moe combine");
+      b.expert_combine(yp, H, r.ids, r.weights, r.slot_row, T, k, out);
+    }
     if (stats_ && !ctx.expert_tokens) count(host_offsets_);
     if (has_shared_) add_shared(h, T, scratch, out);
   }
@@ -255,13 +266,19 @@ class MoeBlock final : public FeedForwardBlock {
     float* yp = scratch.get(Scratch::kFeedForward + 16, static_cast<size_t>(P * H));
     float* gate = scratch.get(Scratch::kFeedForward + 5, static_cast<size_t>(P * I));
     float* up = scratch.get(Scratch::kFeedForward + 6, static_cast<size_t>(P * I));
-    b.expert_gather(h, H, k, r.row_pair, offsets + E, P, xp);
-    b.grouped_linear_routed(xp, P, offsets, gate_w_, gate);
-    b.grouped_linear_routed(xp, P, offsets, up_w_, up);
-    // Rows past the routed ones hold stale values; silu_mul keeps them to themselves.
-    b.silu_mul(gate, up, gate, P * I);
-    b.grouped_linear_routed(gate, P, offsets, down_w_, yp);
-    b.expert_combine(yp, H, r.ids, r.weights, r.slot_row, T, k, out);
+    {
+      OpSection s(b, "moe experts");
+      b.expert_gather(h, H, k, r.row_pair, offsets + E, P, xp);
+      b.grouped_linear_routed(xp, P, offsets, gate_w_, gate);
+      b.grouped_linear_routed(xp, P, offsets, up_w_, up);
+      // Rows past the routed ones hold stale values; silu_mul keeps them to themselves.
+      b.silu_mul(gate, up, gate, P * I);
+      b.grouped_linear_routed(gate, P, offsets, down_w_, yp);
+    }
+    {
+      OpSection s(b, "moe combine");
+      b.expert_combine(yp, H, r.ids, r.weights, r.slot_row, T, k, out);
+    }
     if (!ctx.expert_tokens) count_on_host(b, offsets);
     if (has_shared_) add_shared(h, T, scratch, out);
   }
@@ -286,6 +303,7 @@ class MoeBlock final : public FeedForwardBlock {
     routing_.experts.resize(static_cast<size_t>(Ts * k));
     routing_.weights.resize(static_cast<size_t>(Ts * k));
     if (Ts > 0) {
+      OpSection s(b, "moe routing");
       float* logits = scratch.get(Scratch::kFeedForward + 0, static_cast<size_t>(Ts * E));
       int32_t* ids = scratch.get_as<int32_t>(Scratch::kFeedForward + 8, static_cast<size_t>(Ts * k));
       float* weights = scratch.get(Scratch::kFeedForward + 9, static_cast<size_t>(Ts * k));
@@ -297,18 +315,27 @@ class MoeBlock final : public FeedForwardBlock {
 
     // Dispatch, the local experts, combine (rows outside the share zero). A decode-sized step's
     // experts take the routed GEMMs, as a captured step's do, so the two give the same bits.
-    dispatch_.dispatch(scratch, h + t0 * H, routing_, wire);
-    const int64_t rows = dispatch_.rows(), L = static_cast<int64_t>(experts_.size());
-    if (rows > 0 && rows <= routed_rows_per_expert_ * L) {
-      const std::vector<int64_t>& off = dispatch_.offsets();
-      host_offsets_.assign(off.begin(), off.end());
-      int32_t* offsets = scratch.get_as<int32_t>(Scratch::kFeedForward + 10, static_cast<size_t>(L + 1));
-      b.copy_to_device(offsets, host_offsets_.data(), host_offsets_.size() * sizeof(int32_t));
-      run_routed_experts(scratch, dispatch_.input(), rows, rows, offsets, dispatch_.output());
-    } else {
-      run_experts(scratch, experts_, inter_, H, dispatch_.input(), dispatch_.offsets(), dispatch_.output());
+    {
+      OpSection s(b, "ep dispatch");
+      dispatch_.dispatch(scratch, h + t0 * H, routing_, wire);
     }
-    dispatch_.combine(scratch, out, T, t0);
+    const int64_t rows = dispatch_.rows(), L = static_cast<int64_t>(experts_.size());
+    {
+      OpSection s(b, "moe experts");
+      if (rows > 0 && rows <= routed_rows_per_expert_ * L) {
+        const std::vector<int64_t>& off = dispatch_.offsets();
+        host_offsets_.assign(off.begin(), off.end());
+        int32_t* offsets = scratch.get_as<int32_t>(Scratch::kFeedForward + 10, static_cast<size_t>(L + 1));
+        b.copy_to_device(offsets, host_offsets_.data(), host_offsets_.size() * sizeof(int32_t));
+        run_routed_experts(scratch, dispatch_.input(), rows, rows, offsets, dispatch_.output());
+      } else {
+        run_experts(scratch, experts_, inter_, H, dispatch_.input(), dispatch_.offsets(), dispatch_.output());
+      }
+    }
+    {
+      OpSection s(b, "ep combine");
+      dispatch_.combine(scratch, out, T, t0);
+    }
 
     if (stats_) {
       std::vector<int64_t>& per_expert = stats_->expert_tokens;
@@ -381,6 +408,7 @@ class MoeBlock final : public FeedForwardBlock {
     float* sg = scratch.get(Scratch::kFeedForward + 1, static_cast<size_t>(T * S));
     float* su = scratch.get(Scratch::kFeedForward + 2, static_cast<size_t>(T * S));
     float* y = scratch.get(Scratch::kFeedForward + 3, static_cast<size_t>(T * H));
+    OpSection s(b, "moe shared expert");
     b.linear(h, T, shared_.gate, nullptr, sg);
     b.linear(h, T, shared_.up, nullptr, su);
     b.silu_mul(sg, su, sg, T * S);

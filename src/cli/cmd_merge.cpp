@@ -6,6 +6,7 @@
 //               duplicates are refused too: a row given twice means the shards were cut wrong.)
 //   /steps      every input's rows, in input order; step and replica numbers are each run's own.
 //   /ranks      every input's ranks, in input order.
+//   /op_profile every input's op profile rows (runs with --op-profile), in input order.
 //   attributes  those with the same value in every input (version, model, seed, ...) as they are;
 //               the summary recomputed over all rows (requests, errors, tokens, TTFT/TPOT
 //               percentiles, steps, tokens/s); start_time / end_time the earliest start and latest
@@ -46,7 +47,7 @@ namespace shardlm {
 namespace {
 
 const char* const kUsage = "shardlm merge OUT.h5 IN1.h5 IN2.h5 ...  (or --out OUT.h5 --in IN1.h5 --in IN2.h5 ...)";
-const char* const kGroups[] = {"requests", "steps", "ranks"};
+const char* const kGroups[] = {"requests", "steps", "ranks", "op_profile"};
 
 // Attributes the merge writes itself: never copied from the inputs.
 bool recomputed(const std::string& name) {

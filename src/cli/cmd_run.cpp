@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <unordered_set>
 
 #include "arch/model.h"
@@ -15,6 +16,7 @@
 #include "cli/run_options.h"
 #include "cli/run_sinks.h"
 #include "compute/backend.h"
+#include "compute/op_profile.h"
 #include "core/build_info.h"
 #include "core/error.h"
 #include "core/stop_signal.h"
@@ -26,6 +28,7 @@
 #include "parallel/fabric_preflight.h"
 #include "parallel/gpu_binding.h"
 #include "parallel/node_local.h"
+#include "parallel/op_profile_gather.h"
 #include "parallel/layout_groups.h"
 #include "parallel/mpi_env.h"
 #include "parallel/rank_report.h"
@@ -362,6 +365,9 @@ int cmd_run(int argc, char** argv) {
   const int sharing = opt.backend == "cuda" ? ranks_sharing_gpu(groups.world.get(), node, gpu) : 1;
   const KvBudget kv_budget = kv_cache_budget(opt.kv_cache_gb, opt.kv_cache_free_fraction, *backend, sharing, profile);
   ec.kv_cache_bytes = kv_budget.bytes;
+  // After the profile steps of the KV budget, so only the run's own steps count.
+  std::optional<OpProfile> op_profile;
+  if (opt.op_profile) backend->set_op_profile(&op_profile.emplace(*backend));
 
   // Load report: every rank's shard, printed once.
   if (!opt.quiet) {
@@ -373,6 +379,7 @@ int cmd_run(int argc, char** argv) {
     serve_replica_steps(*model, *groups.replica, ec.kv_cache_bytes, ec.scheduler.block_size,
                         kv_block_cap(spec, ec.scheduler), ec.kv_dtype);
     finish_kv_calibration(opt, groups.world.get(), *model, rank);
+    if (op_profile) gather_op_profile_rows(groups.world.get(), op_profile_rows(*op_profile, rank));
     gather_rank_records(groups.world.get(), my_record(topo, *model, *backend, groups));
     return 0;
   }
@@ -403,6 +410,7 @@ int cmd_run(int argc, char** argv) {
     if (broadcasting) broadcasting->finish();
     sink.finish({local.steps, local.preemptions});
     finish_kv_calibration(opt, groups.world.get(), *model, rank);
+    if (op_profile) gather_op_profile_rows(groups.world.get(), op_profile_rows(*op_profile, rank));
     gather_rank_records(groups.world.get(), my_record(topo, *model, *backend, groups));
     return local.interrupted_by ? 128 + local.interrupted_by : 0;
   }
@@ -442,6 +450,13 @@ int cmd_run(int argc, char** argv) {
   stats.preemptions = local.preemptions + collector.totals().preemptions;
 
   finish_kv_calibration(opt, groups.world.get(), *model, rank);
+  if (op_profile) {
+    writer->write_op_profile(gather_op_profile_rows(groups.world.get(), op_profile_rows(*op_profile, rank)));
+    std::string tables;
+    for (const std::string& kind : op_profile->kinds())
+      tables += format_op_profile(op_profile->totals(kind), "op profile of rank 0, " + kind + " steps");
+    std::fprintf(stderr, "[shardlm] %s(every rank's in /op_profile)\n", tables.c_str());
+  }
   const std::vector<RankRecord> ranks =
       gather_rank_records(groups.world.get(), my_record(topo, *model, *backend, groups));
   int64_t load_bytes = 0;

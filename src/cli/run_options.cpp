@@ -28,6 +28,7 @@ po::options_description describe(RunOptions& o) {
     ("config", po::value(&o.config), "INI job file with any of these options")
     ("backend", po::value(&o.backend)->default_value(o.backend), "compute backend")
     ("cuda-graphs", po::bool_switch(&o.cuda_graphs), "capture decode steps (one token per sequence, padded to 1, 2, 4 .. 256 rows) as CUDA graphs and replay them; --backend cuda, dense and MoE models, tp and ep only over --comm nccl (other steps run eagerly)")
+    ("op-profile", po::bool_switch(&o.op_profile), "time each rank's part of every step by op group (attention, MLP, MoE, norms, all-reduces, LM head, sampling; on CUDA device time between events on the stream, which costs an event per group boundary): rank 0's tables on stderr at the end, every rank's in /op_profile; a step replayed from a CUDA graph is one group")
     ("ep-graph-capacity", po::value(&o.ep_graph_capacity)->default_value(o.ep_graph_capacity), "with --cuda-graphs and ep: the rows a captured MoE exchange reserves per peer, as a multiple of the mean load (tokens x top-k / ep) plus one token's; a step that overflows them is redone eagerly (/ranks/graph_reruns); 0: the worst case, never redone")
     ("ep-wire", po::value(&o.ep_wire)->default_value(o.ep_wire), "expert-parallel MoE rows between ranks (dispatch rows and combine results): fp32 (every layout gives the single-rank bits), bf16 (half the bytes; each row rounded to bf16 once: the ep layouts give the same bits as each other, tp ones within tolerance, and differ from a layout without ep by that rounding) or fp8 (DeepEP's format: dispatch rows quantised once to e4m3 with a scale per 128 values, about a quarter of their bytes, and combine results in bf16; the ep layouts give each other's bits as with bf16)")
     ("max-new-tokens", po::value(&o.max_new_tokens)->default_value(o.max_new_tokens), "default max tokens generated per request")
@@ -142,9 +143,9 @@ std::string to_ini(const RunOptions& o) {
   std::ostringstream s;
   s << "model = " << o.model << "\nprompts = " << o.prompts << "\nout = " << o.out << "\nformat = " << o.format
     << "\nbackend = " << o.backend << "\ncuda-graphs = " << (o.cuda_graphs ? "true" : "false")
-    << "\nep-graph-capacity = " << o.ep_graph_capacity << "\nep-wire = " << o.ep_wire << "\nmax-new-tokens = " << o.max_new_tokens
-    << "\ntemperature = " << o.temperature << "\ntop-p = " << o.top_p << "\ntop-k = " << o.top_k
-    << "\nmin-p = " << o.min_p << "\nseed = " << o.seed;
+    << "\nop-profile = " << (o.op_profile ? "true" : "false") << "\nep-graph-capacity = " << o.ep_graph_capacity
+    << "\nep-wire = " << o.ep_wire << "\nmax-new-tokens = " << o.max_new_tokens << "\ntemperature = " << o.temperature
+    << "\ntop-p = " << o.top_p << "\ntop-k = " << o.top_k << "\nmin-p = " << o.min_p << "\nseed = " << o.seed;
   for (const auto& st : o.stop) s << "\nstop = " << st;
   s << "\nignore-eos = " << (o.ignore_eos ? "true" : "false") << "\nmax-batch-tokens = " << o.max_batch_tokens
     << "\nmax-seqs = " << o.max_seqs << "\nkv-cache-gb = " << o.kv_cache_gb

@@ -18,6 +18,7 @@ struct RunOptions {
   std::string config;             // INI job file
   std::string backend = "cpu";    // compute backend
   bool cuda_graphs = false;       // replay decode steps as CUDA graphs (--backend cuda only)
+  bool op_profile = false;        // each rank's step time by op group, into /op_profile
   double ep_graph_capacity = 2.0;  // a captured ep exchange's blocks, x the mean load (0: worst case)
   std::string ep_wire = "fp32";    // expert-parallel rows between ranks: fp32 | bf16 (arch/expert_wire.h)
   int64_t max_new_tokens = 128;   // default per-request max_tokens

@@ -1,6 +1,7 @@
 // Defaults of the optional ComputeBackend operations.
 #include "compute/backend.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/error.h"
@@ -23,6 +24,19 @@ int64_t ComputeBackend::end_capture() { SHARDLM_FAIL("backend " << name() << " c
 void ComputeBackend::replay(int64_t) { SHARDLM_FAIL("backend " << name() << " cannot replay captured graphs"); }
 
 void ComputeBackend::drop_captures() {}
+
+int64_t ComputeBackend::mark_timeline() {
+  host_marks_.push_back(std::chrono::steady_clock::now());
+  return static_cast<int64_t>(host_marks_.size()) - 1;
+}
+
+double ComputeBackend::timeline_seconds(int64_t a, int64_t b) const {
+  SHARDLM_CHECK(a >= 0 && b >= 0 && static_cast<size_t>(std::max(a, b)) < host_marks_.size(),
+                "timeline marks " << a << " and " << b << " of " << host_marks_.size());
+  return std::chrono::duration<double>(host_marks_[b] - host_marks_[a]).count();
+}
+
+void ComputeBackend::clear_timeline() { host_marks_.clear(); }
 
 GemmFigure ComputeBackend::time_linear_gemm(int64_t, int64_t, int64_t, bool, int) {
   SHARDLM_FAIL("backend " << name() << " has no device to time GEMMs on");

@@ -5,6 +5,7 @@
 // a zero-copy view of the memory-mapped checkpoint (cpu) or copy to the device.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,6 +18,7 @@
 namespace shardlm {
 
 struct TensorView;
+class OpProfile;
 
 // The block scales of an fp8 weight kept as fp8 (model/fp8_block.h): element (r, c) of the matrix
 // takes scale_inv[((r + row_off) / block_rows) * cols + (c + col_off) / block_cols], fp32 in
@@ -196,6 +198,23 @@ class ComputeBackend {
   virtual void replay(int64_t handle);
   virtual void drop_captures();
 
+  // ---- The timeline the op profile reads (compute/op_profile.h) ----
+  // mark_timeline() stamps where the work issued so far ends on the backend's own timeline: here
+  // the host clock, the ops having finished when they return; on a device an event on the
+  // stream, so that marks time the device (its idle waits for the host included).
+  // timeline_seconds(a, b): from mark a to mark b, once synchronize() has run after b.
+  // clear_timeline(): the marks so far are read; their slots may be reused. Never while capturing.
+  virtual int64_t mark_timeline();
+  virtual double timeline_seconds(int64_t a, int64_t b) const;
+  virtual void clear_timeline();
+  // Named ranges around the profile's sections for external profilers (NVTX on CUDA, which
+  // nsys shows on its timeline); nothing elsewhere. Called whether or not a profile is set.
+  virtual void push_range(const char* name) {}
+  virtual void pop_range() {}
+  // The profile the ops' callers report their sections to (OpSection); null: none. Not owned.
+  void set_op_profile(OpProfile* p) { op_profile_ = p; }
+  OpProfile* op_profile() const { return op_profile_; }
+
   // ---- ops (shapes row-major; see kernels/ for exact semantics) ----
   virtual void embedding(const int32_t* ids, int64_t T, const Matrix& table, float* out) = 0;
   virtual void rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, float* out) = 0;
@@ -367,6 +386,10 @@ class ComputeBackend {
   // Returns when every op issued so far has finished (timing a phase; backends that run each op
   // to completion do nothing).
   virtual void synchronize() = 0;
+
+ private:
+  OpProfile* op_profile_ = nullptr;
+  std::vector<std::chrono::steady_clock::time_point> host_marks_;  // the default timeline
 };
 
 // Checks grouped_linear's arguments (see there): G + 1 nondecreasing offsets from >= 0 for

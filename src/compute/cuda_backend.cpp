@@ -122,6 +122,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(attn_tiles_);
   cudaFree(single_pos_);
   for (void* p : sample_buf_) cudaFree(p);
+  for (void* e : timeline_events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
   for (int i = 0; i < 2; ++i) {
     if (staged_[i]) cudaEventDestroy(static_cast<cudaEvent_t>(staged_[i]));
     if (staging_[i]) cudaFreeHost(staging_[i]);

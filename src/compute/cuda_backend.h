@@ -115,6 +115,12 @@ class CudaBackend final : public ComputeBackend {
   int64_t end_capture() override;
   void replay(int64_t handle) override;
   void drop_captures() override;
+  // cuda_timeline.cpp: events on the stream; NVTX ranges.
+  int64_t mark_timeline() override;
+  double timeline_seconds(int64_t a, int64_t b) const override;
+  void clear_timeline() override;
+  void push_range(const char* name) override;
+  void pop_range() override;
 
   void embedding(const int32_t* ids, int64_t T, const Matrix& table, float* out) override;
   void rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, float* out) override;
@@ -426,6 +432,8 @@ class CudaBackend final : public ComputeBackend {
   std::unordered_map<int64_t, void*> graphs_;  // handle -> cudaGraphExec_t
   int64_t next_graph_ = 0;
   std::vector<void*> retired_;  // workspaces replaced since the graphs were captured
+  std::vector<void*> timeline_events_;  // cudaEvent_t, the op profile's marks (cuda_timeline.cpp)
+  size_t timeline_used_ = 0;
 
  public:
   // Expert-parallel data movement (kernels/cuda/expert_rows.h).

@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "compute/op_profile.h"
 #include "core/error.h"
 #include "io/h5_column.h"
 #include "io/h5_util.h"
@@ -272,8 +273,9 @@ ResultWriter::ResultWriter(const std::string& path, int flush_every, bool resume
       m.rows_written = static_cast<int64_t>(even_out(m.req->all(), "rows_committed"));
       even_out(m.steps->all(), "steps_committed");
       // /ranks describes the run that writes it: the resumed run writes it anew.
-      if (H5Lexists(m.file, "ranks", H5P_DEFAULT) > 0) {
-        h5::check(H5Ldelete(m.file, "ranks", H5P_DEFAULT), "removing the previous run's /ranks", m.ctx);
+      for (const char* g : {"ranks", "op_profile"}) {
+        if (H5Lexists(m.file, g, H5P_DEFAULT) > 0)
+          h5::check(H5Ldelete(m.file, g, H5P_DEFAULT), std::string("removing the previous run's /") + g, m.ctx);
       }
     } else {
       m.requests_group = h5::Id(H5Gcreate2(m.file, "requests", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
@@ -324,6 +326,35 @@ void ResultWriter::append(const RequestResult& r) {
   SHARDLM_CHECK(m.open, m.ctx << ": append after close");
   m.pending.push_back(r);
   if (m.pending.size() >= m.flush_every || m.flush_due()) flush();
+}
+
+void ResultWriter::write_op_profile(const std::vector<OpProfileRow>& rows) {
+  Impl& m = *impl_;
+  SHARDLM_CHECK(m.open, m.ctx << ": write_op_profile after close");
+  h5::Id g(H5Gcreate2(m.file, "op_profile", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  h5::check(g.get(), "creating group /op_profile", m.ctx);
+  const std::string ctx = m.ctx + " /op_profile";
+  const size_t n = rows.size();
+  std::vector<int32_t> rank(n);
+  std::vector<int64_t> steps(n), calls(n);
+  std::vector<double> seconds(n), step_seconds(n);
+  std::vector<const char*> kind(n), section(n);
+  for (size_t i = 0; i < n; ++i) {
+    rank[i] = rows[i].rank;
+    steps[i] = rows[i].steps;
+    calls[i] = rows[i].calls;
+    seconds[i] = rows[i].seconds;
+    step_seconds[i] = rows[i].step_seconds;
+    kind[i] = rows[i].kind.c_str();
+    section[i] = rows[i].section.c_str();
+  }
+  h5::Column(g.get(), "rank", h5::ColumnKind::kInt32, 256, ctx).append(rank.data(), n);
+  h5::Column(g.get(), "kind", h5::ColumnKind::kString, 256, ctx).append(kind.data(), n);
+  h5::Column(g.get(), "section", h5::ColumnKind::kString, 256, ctx).append(section.data(), n);
+  h5::Column(g.get(), "steps", h5::ColumnKind::kInt64, 256, ctx).append(steps.data(), n);
+  h5::Column(g.get(), "calls", h5::ColumnKind::kInt64, 256, ctx).append(calls.data(), n);
+  h5::Column(g.get(), "seconds", h5::ColumnKind::kFloat64, 256, ctx).append(seconds.data(), n);
+  h5::Column(g.get(), "step_seconds", h5::ColumnKind::kFloat64, 256, ctx).append(step_seconds.data(), n);
 }
 
 void ResultWriter::write_ranks(const std::vector<RankRecord>& ranks) {

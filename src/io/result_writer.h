@@ -68,6 +68,8 @@ struct RankRecord {
   int64_t device_weight_bytes = 0;  // device memory its weights take (0 without a device)
 };
 
+struct OpProfileRow;  // compute/op_profile.h
+
 class ResultWriter {
  public:
   // Creates (truncates) path, or with resume opens an existing result file to append to it; throws
@@ -84,6 +86,8 @@ class ResultWriter {
   void append_step(const StepRecord& s);
   // Writes /ranks (once, at the end of the run).
   void write_ranks(const std::vector<RankRecord>& ranks);
+  // Writes /op_profile (once, at the end of a run with --op-profile): every rank's op profile.
+  void write_op_profile(const std::vector<OpProfileRow>& rows);
   void set_attr(const std::string& name, const std::string& value);
   void set_attr(const std::string& name, double value);
   void set_attr(const std::string& name, int64_t value);

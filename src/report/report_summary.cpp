@@ -1,11 +1,13 @@
 #include "report/report_summary.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -125,6 +127,76 @@ MoeSummary summarize_moe(const StepRows& st, int64_t output_tokens, double steps
   order.resize(std::min<size_t>(order.size(), 5));
   m.busiest = std::move(order);
   return m;
+}
+
+// /op_profile per step kind (see OpKindSummary).
+std::vector<OpKindSummary> summarize_op_profile(const OpProfileRows& p) {
+  std::vector<std::string> kinds;
+  for (const std::string& k : p.kind)
+    if (std::find(kinds.begin(), kinds.end(), k) == kinds.end()) kinds.push_back(k);
+  std::vector<OpKindSummary> out;
+  for (const std::string& kind : kinds) {
+    OpKindSummary ks;
+    ks.kind = kind;
+    // Per rank: its steps, their time and the sections' sum; per section: each rank's figures.
+    struct RankStep {
+      int64_t steps = 0;
+      double step_s = 0, sections_s = 0;
+    };
+    std::map<int64_t, RankStep> ranks;
+    std::vector<std::string> names;
+    std::map<std::string, std::vector<size_t>> rows_of;
+    for (size_t i = 0; i < p.size(); ++i) {
+      if (p.kind[i] != kind || p.steps[i] <= 0) continue;
+      RankStep& r = ranks[p.rank[i]];
+      r.steps = p.steps[i];
+      r.step_s = p.step_seconds[i];
+      r.sections_s += p.seconds[i];
+      if (!rows_of.count(p.section[i])) names.push_back(p.section[i]);
+      rows_of[p.section[i]].push_back(i);
+    }
+    if (ranks.empty()) continue;
+    ks.ranks = static_cast<int64_t>(ranks.size());
+    for (const auto& [rank, r] : ranks) {
+      ks.steps = std::max(ks.steps, r.steps);
+      ks.step_us += r.step_s / static_cast<double>(r.steps) * 1e6 / static_cast<double>(ranks.size());
+    }
+    auto add = [&](const std::string& name, const std::vector<std::pair<int64_t, std::array<double, 3>>>& per_rank) {
+      // per_rank: (rank, {calls, seconds, step seconds} per step)
+      OpSectionSummary x;
+      x.section = name;
+      x.ranks = static_cast<int64_t>(per_rank.size());
+      for (const auto& [rank, v] : per_rank) {
+        const double us_per_step = v[1] * 1e6;
+        x.calls_per_step += v[0] / static_cast<double>(per_rank.size());
+        x.mean_us += us_per_step / static_cast<double>(per_rank.size());
+        if (us_per_step >= x.max_us) {
+          x.max_us = us_per_step;
+          x.max_rank = rank;
+        }
+        x.share += (v[2] > 0 ? v[1] / v[2] : 0) / static_cast<double>(per_rank.size());
+      }
+      return x;
+    };
+    for (const std::string& name : names) {
+      std::vector<std::pair<int64_t, std::array<double, 3>>> per_rank;
+      for (size_t i : rows_of[name]) {
+        const double n = static_cast<double>(p.steps[i]);
+        per_rank.push_back({p.rank[i], {static_cast<double>(p.calls[i]) / n, p.seconds[i] / n, p.step_seconds[i] / n}});
+      }
+      ks.sections.push_back(add(name, per_rank));
+    }
+    std::stable_sort(ks.sections.begin(), ks.sections.end(),
+                     [](const OpSectionSummary& a, const OpSectionSummary& b) { return a.mean_us > b.mean_us; });
+    std::vector<std::pair<int64_t, std::array<double, 3>>> outside;
+    for (const auto& [rank, r] : ranks) {
+      const double n = static_cast<double>(r.steps);
+      outside.push_back({rank, {0, (r.step_s - r.sections_s) / n, r.step_s / n}});
+    }
+    ks.sections.push_back(add("(outside sections)", outside));
+    out.push_back(std::move(ks));
+  }
+  return out;
 }
 
 }  // namespace
@@ -283,6 +355,7 @@ ReportSummary summarize(const RunData& d) {
     s.moe.ep_bytes_per_token = static_cast<double>(s.moe.ep_bytes_sent) / n;
   }
   if (s.moe.present) s.ranks_show_dp_ep = true;
+  s.op_profile = summarize_op_profile(d.op_profile);
   return s;
 }
 
@@ -404,6 +477,22 @@ std::string format_report(const ReportSummary& s) {
       o << line;
     }
   }
+  for (const OpKindSummary& k : s.op_profile) {
+    std::snprintf(line, sizeof line, "op profile, %s steps (%lld ranks, up to %lld steps, %.1f us a step)\n",
+                  k.kind.c_str(), static_cast<long long>(k.ranks), static_cast<long long>(k.steps), k.step_us);
+    o << line;
+    std::snprintf(line, sizeof line, "  %-24s %6s %10s %12s %12s %6s %7s\n", "section", "ranks", "calls/step",
+                  "mean us/step", "max us/step", "(rank)", "share");
+    o << line;
+    for (const OpSectionSummary& x : k.sections) {
+      const std::string calls = x.section == "(outside sections)" ? "" : fmt("%.4g", x.calls_per_step);
+      char rank[32];
+      std::snprintf(rank, sizeof rank, "(%lld)", static_cast<long long>(x.max_rank));
+      std::snprintf(line, sizeof line, "  %-24s %6lld %10s %12.1f %12.1f %6s %6.1f%%\n", x.section.c_str(),
+                    static_cast<long long>(x.ranks), calls.c_str(), x.mean_us, x.max_us, rank, 100 * x.share);
+      o << line;
+    }
+  }
   o << "comm (bytes sent per output token)\n";
   if (s.ranks.empty()) {
     o << "  (unknown: no /ranks in the file)\n";
@@ -508,6 +597,21 @@ nlohmann::json report_json(const ReportSummary& s) {
     }
   }
   j["ranks"] = ranks;
+  nlohmann::json ops = nlohmann::json::array();
+  for (const OpKindSummary& k : s.op_profile) {
+    nlohmann::json sections = nlohmann::json::array();
+    for (const OpSectionSummary& x : k.sections)
+      sections.push_back({{"section", x.section},
+                          {"ranks", x.ranks},
+                          {"calls_per_step", x.calls_per_step},
+                          {"mean_us_per_step", x.mean_us},
+                          {"max_us_per_step", x.max_us},
+                          {"max_rank", x.max_rank},
+                          {"share", x.share}});
+    ops.push_back(
+        {{"kind", k.kind}, {"ranks", k.ranks}, {"steps", k.steps}, {"step_us", k.step_us}, {"sections", sections}});
+  }
+  if (!ops.empty()) j["op_profile"] = ops;
   j["comm"] = {{"tp_bytes_sent", s.tp_bytes_sent},
                {"pp_bytes_sent", s.pp_bytes_sent},
                {"replica_bytes_sent", s.replica_bytes_sent},

@@ -59,6 +59,25 @@ struct MoeSummary {
   double ep_bytes_per_token = 0;
 };
 
+// /op_profile (runs with --op-profile), one step kind: each section over the ranks that ran it,
+// per step of theirs: the mean time, the slowest rank's, and the mean share of the step.
+struct OpSectionSummary {
+  std::string section;
+  int64_t ranks = 0;
+  double calls_per_step = 0;       // mean over those ranks
+  double mean_us = 0, max_us = 0;  // per step
+  int64_t max_rank = 0;            // the rank of max_us
+  double share = 0;                // mean over those ranks: the section's time / their steps'
+};
+struct OpKindSummary {
+  std::string kind;
+  int64_t ranks = 0;   // ranks that ran steps of the kind
+  int64_t steps = 0;   // the most steps of it a rank ran
+  double step_us = 0;  // a step's time, mean over those ranks
+  // Largest mean first, then "(outside sections)": each rank's step time no section covered.
+  std::vector<OpSectionSummary> sections;
+};
+
 struct ReplicaSummary {
   int64_t requests = 0, output_tokens = 0, steps = 0;
 };
@@ -105,6 +124,8 @@ struct ReportSummary {
   bool ranks_show_dp_ep = false;
 
   MoeSummary moe;
+
+  std::vector<OpKindSummary> op_profile;  // empty without /op_profile; kinds as first found
 };
 
 // "line 12: prompt of 300 tokens leaves no room..." -> "prompt of": up to three words, stopping

@@ -316,6 +316,17 @@ RunData load_run(const std::string& path) {
   k.has_ep_bytes_sent = f.exists("/ranks/ep_bytes_sent");
   rk.add(f.ints("/ranks/ep_bytes_sent"), &k.ep_bytes_sent);
   rk.finish();
+
+  OpProfileRows& o = d.op_profile;
+  GroupColumns op;
+  op.add(f.ints("/op_profile/rank"), &o.rank);
+  op.add(f.strings("/op_profile/kind"), &o.kind);
+  op.add(f.strings("/op_profile/section"), &o.section);
+  op.add(f.ints("/op_profile/steps"), &o.steps);
+  op.add(f.ints("/op_profile/calls"), &o.calls);
+  op.add(f.doubles("/op_profile/seconds"), &o.seconds);
+  op.add(f.doubles("/op_profile/step_seconds"), &o.step_seconds);
+  op.finish();
   return d;
 }
 

@@ -44,6 +44,14 @@ struct RankRows {
   size_t size() const { return rank.size(); }
 };
 
+// /op_profile (runs with --op-profile): a row per rank, step kind and section.
+struct OpProfileRows {
+  std::vector<int64_t> rank, steps, calls;
+  std::vector<std::string> kind, section;
+  std::vector<double> seconds, step_seconds;
+  size_t size() const { return rank.size(); }
+};
+
 struct RunData {
   std::string path;
   // Root attributes by name: strings as JSON strings, integers and floats as JSON numbers.
@@ -51,6 +59,7 @@ struct RunData {
   RequestRows requests;
   StepRows steps;
   RankRows ranks;
+  OpProfileRows op_profile;
   bool has_steps = false, has_ranks = false;  // whether the groups exist at all
 };
 

@@ -90,4 +90,29 @@ inline void expect_bench_report(const std::string& out, const BenchShape& s) {
   for (const char* bad : {" nan", " inf", "-nan", "error"}) EXPECT_EQ(out.find(bad), std::string::npos) << bad << out;
 }
 
+// The --op-profile tables: a prefill step of the prompt and decode steps (the scenario's tokens but
+// the first, which its prefill step samples), each dense layer's sections `layers` calls a step,
+// every line's time finite and not negative, and the shares adding up to the step (100% within the
+// rounding of the lines).
+inline void expect_op_profile(const std::string& out, int64_t prompt_len, int64_t decode_tokens, int64_t layers) {
+  const std::string n = std::to_string(layers);
+  for (const std::string& title : {"op profile, prefill " + std::to_string(prompt_len) + "-token prompt: 1 step, ",
+                                   "op profile, decode batch 1: " + std::to_string(decode_tokens - 1) + " steps, "}) {
+    const size_t at = out.find(title);
+    ASSERT_NE(at, std::string::npos) << title << "\n" << out;
+    const size_t end = out.find("(outside sections)", at);
+    ASSERT_NE(end, std::string::npos) << out;
+    const std::string table = out.substr(at, out.find('\n', end) - at);
+    for (const char* section : {"attn qkv", "attn core", "attn out", "mlp gate/up", "mlp down"})
+      EXPECT_EQ(bench_lines(table, std::string("^  ") + section + " +" + n + " ").size(), 1u) << section << "\n"
+                                                                                              << table;
+    double share = 0;
+    for (const std::string& s : bench_lines(table, "^  .* +(-?[0-9.]+)%$")) {
+      EXPECT_GE(std::stod(s), -0.05) << table;  // the time outside sections may round to -0.0
+      share += std::stod(s);
+    }
+    EXPECT_NEAR(share, 100.0, 1.0) << table;
+  }
+}
+
 }  // namespace shardlm::test

@@ -93,6 +93,11 @@ class RecordingBackend final : public ComputeBackend {
     cpu_.copy_to_host(dst, src, bytes);
   }
   void synchronize() override { refuse("synchronize"); }
+  // A stream capture takes no timed events: the op profile must pause around captures.
+  int64_t mark_timeline() override {
+    refuse("mark_timeline");
+    return ComputeBackend::mark_timeline();
+  }
   // Reads backend memory and writes host memory, as copy_to_host: never recorded, refused while
   // capturing; called after a replay it reads what the replayed ops wrote.
   void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, int32_t* tokens,

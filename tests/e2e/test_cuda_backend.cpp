@@ -547,8 +547,10 @@ TEST(CudaBackend, BenchReportsEveryPart) {
 #endif
   Proc r = sh(env + shardlm_bin() + " bench --model " + stories +
               " --backend cuda --threads 1 --prompt-len 32 --decode-tokens 4 --batch 2 --batch-in 8 --batch-out 2"
-              " --attention-context 64 --peak-gemm 64 --cuda-graphs");
+              " --attention-context 64 --peak-gemm 64 --cuda-graphs --op-profile");
   ASSERT_EQ(r.code, 0) << r.out;
+  // --op-profile: the eager steps timed between events on the stream (stories260K: 5 layers).
+  test::expect_op_profile(r.out, 32, 4, 5);
   // --cuda-graphs: the decode and batched scenarios again, replayed, beside the eager figures.
   for (const std::regex& line :
        {std::regex("decode   batch 1, CUDA graphs: +[0-9.]+ tok/s .*eager [0-9.]+ tok/s: x[0-9.]+; "

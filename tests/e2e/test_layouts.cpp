@@ -9,9 +9,11 @@
 #include <chrono>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <thread>
 
 #include "common/cli_runner.h"
+#include "common/h5_read.h"
 #include "common/layout_check.h"
 #include "common/shared_data.h"
 #include "common/test_files.h"
@@ -90,6 +92,63 @@ TEST(Layouts, RandomModelsOfEachArchitecture) {
                    c.config + ".json --out " + dir + " --dtype bf16 --seed 11");
     ASSERT_EQ(made.code, 0) << made.out;
     check_layouts(dir, c.layouts, true, c.config);
+  }
+}
+
+// --op-profile on tp and pp layouts: the tokens stay the single-rank ones, and /op_profile holds
+// every rank's part of its steps: each of a rank's layers once a step, tp's all-reduces (the
+// embedding's and two a layer) on both tp ranks, the head and the sampling on the last stage only.
+TEST(Layouts, OpProfileOfEveryRank) {
+  fs::path d = test::fresh_dir("layout-op-profile");
+  const std::string model = (d / "m").string();
+  Proc made = sh(shardlm_bin() + " make-model --config " + std::string(SHARDLM_SOURCE_DIR) +
+                 "/inputs/models/tiny-llama.json --out " + model + " --seed 11");
+  ASSERT_EQ(made.code, 0) << made.out;
+  const std::vector<std::string> outs =
+      test::check_layout_runs(model, {{2, "--tp 2 --op-profile"}, {2, "--pp 2 --op-profile"}}, false, "op-profile");
+  ASSERT_EQ(outs.size(), 2u);
+  struct Want {
+    int rank;
+    std::map<std::string, int64_t> calls_per_step;  // 0: absent
+  };
+  const int64_t L = 4;  // tiny-llama
+  const std::vector<std::vector<Want>> layouts = {
+      {{0, {{"attn core", L}, {"tp all-reduce", 2 * L + 1}, {"lm head", 1}, {"sampling", 1}}},
+       {1, {{"attn core", L}, {"tp all-reduce", 2 * L + 1}, {"lm head", 1}, {"sampling", 0}}}},
+      {{0, {{"attn core", L / 2}, {"embedding", 1}, {"lm head", 0}, {"sampling", 0}, {"tp all-reduce", 0}}},
+       {1, {{"attn core", L / 2}, {"embedding", 0}, {"lm head", 1}, {"sampling", 1}}}}};
+  for (size_t l = 0; l < outs.size(); ++l) {
+    test::H5Reader f(outs[l]);
+    ASSERT_TRUE(f.ok()) << outs[l];
+    const auto rank = f.scalars<int32_t>("op_profile/rank", H5T_NATIVE_INT32);
+    const auto kind = f.strings("op_profile/kind");
+    const auto section = f.strings("op_profile/section");
+    const auto steps = f.scalars<int64_t>("op_profile/steps", H5T_NATIVE_INT64);
+    const auto calls = f.scalars<int64_t>("op_profile/calls", H5T_NATIVE_INT64);
+    const auto seconds = f.scalars<double>("op_profile/seconds", H5T_NATIVE_DOUBLE);
+    const auto step_seconds = f.scalars<double>("op_profile/step_seconds", H5T_NATIVE_DOUBLE);
+    ASSERT_FALSE(rank.empty()) << outs[l];
+    for (const Want& w : layouts[l]) {
+      for (const char* k : {"prefill", "decode"}) {
+        double sum = 0, step_s = 0;
+        int64_t n_steps = 0;
+        std::map<std::string, int64_t> seen;
+        for (size_t i = 0; i < rank.size(); ++i) {
+          if (rank[i] != w.rank || kind[i] != k) continue;
+          seen[section[i]] = calls[i];
+          n_steps = steps[i];
+          step_s = step_seconds[i];
+          sum += seconds[i];
+          EXPECT_GE(seconds[i], 0) << section[i];
+        }
+        ASSERT_GT(n_steps, 0) << outs[l] << " rank " << w.rank << " " << k;
+        EXPECT_LE(sum, step_s * (1 + 1e-9)) << outs[l] << " rank " << w.rank << " " << k;
+        for (const auto& [name, n] : w.calls_per_step) {
+          const int64_t got = seen.count(name) ? seen.at(name) : 0;
+          EXPECT_EQ(got, n * n_steps) << outs[l] << " rank " << w.rank << " " << k << " " << name;
+        }
+      }
+    }
   }
 }
 

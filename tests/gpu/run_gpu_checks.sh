@@ -99,8 +99,9 @@ cap=${SHARDLM_GPU_BENCH_SECONDS:-0}
 model="${TMPDIR:-/tmp}/shardlm-bench-model"
 run make-model "$build/shardlm" make-model --config "$root/inputs/models/bench-1024.json" --out "$model" --dtype bf16 \
   --seed 1
+#    --op-profile: where a prefill and a decode step's device time goes, op group by op group.
 run bench "$build/shardlm" bench --model "$model" --backend cuda --prompt-len 2048 --decode-tokens 256 \
-  --batch 256 --batch-in 512 --batch-out 128 --cuda-graphs
+  --batch 256 --batch-in 512 --batch-out 128 --cuda-graphs --op-profile
 # 4. One MoE layer of DeepSeek-V3's size as one rank of EP 8 holds it (hidden 7168, 32 routed
 #    experts of intermediate 2048, top 8 of the 256-expert routing scaled to 32: 8 groups, 4
 #    kept, one shared expert): route, expert GEMMs (grouped; and the same from device offsets, as a
@@ -172,7 +173,7 @@ modelmoe="${TMPDIR:-/tmp}/shardlm-bench-moe-model-fp8"
 run make-model-moe "$build/shardlm" make-model --config "$root/inputs/models/bench-moe-1024.json" --out "$modelmoe" \
   --dtype fp8 --seed 1
 run bench-moe-model "$build/shardlm" bench --model "$modelmoe" --backend cuda --prompt-len 2048 --decode-tokens 256 \
-  --batch 256 --batch-in 512 --batch-out 128 --attention-context 0 --peak-gemm 0 --cuda-graphs
+  --batch 256 --batch-in 512 --batch-out 128 --attention-context 0 --peak-gemm 0 --cuda-graphs --op-profile
 # 9. bench-comm on device buffers: NCCL on the one GPU (one rank: the device path and its check;
 #    bus bandwidth needs 2+ GPUs), and 2 ranks sharing it over MPI staged through pinned memory.
 mpiexec=$(command -v mpiexec || echo "$mpiexec_then")
