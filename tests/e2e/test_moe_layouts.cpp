@@ -3,6 +3,7 @@
 // per-step expert figures reach /steps.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "common/cli_runner.h"
 #include "common/h5_read.h"
@@ -93,6 +95,49 @@ TEST(MoeLayouts, MixtralOneExpertPerRank) {
     EXPECT_TRUE(some_expert_idle) << out << ": no step left an expert without tokens";
     EXPECT_GT(bytes, 0) << out;
   }
+}
+
+// --op-profile with expert parallelism (tiny-mixtral, 3 MoE layers, 2 attention data-parallel
+// groups): the tokens stay the single-rank ones, and each rank's steps show its exchanges, one
+// dispatch and one combine per MoE layer a step, in its steps with tokens and in the empty steps it
+// runs while the other group works (its turn in the all-to-alls), which do no other layer work.
+// (Which steps a rank runs empty depends on how the groups claim the prompts: the rows are checked
+// as they come.)
+TEST(MoeLayouts, OpProfileShowsTheExchanges) {
+  const std::string model = make("tiny-mixtral", "bf16");
+  const auto outs = test::check_layout_runs(model, {{2, "--dp 2 --ep 2 --op-profile"}}, false, "mixtral-op-profile");
+  ASSERT_EQ(outs.size(), 1u);
+  test::H5Reader h(outs[0]);
+  const auto rank = h.scalars<int32_t>("/op_profile/rank", H5T_NATIVE_INT32);
+  const auto kind = h.strings("/op_profile/kind");
+  const auto section = h.strings("/op_profile/section");
+  const auto steps = h.scalars<int64_t>("/op_profile/steps", H5T_NATIVE_INT64);
+  const auto calls = h.scalars<int64_t>("/op_profile/calls", H5T_NATIVE_INT64);
+  std::set<std::pair<int32_t, std::string>> seen;
+  std::set<std::tuple<int32_t, std::string, std::string>> sections;
+  for (size_t i = 0; i < rank.size(); ++i) {
+    seen.insert({rank[i], kind[i]});
+    sections.insert({rank[i], kind[i], section[i]});
+    const std::string& s = section[i];
+    if (s == "ep dispatch" || s == "ep combine" || s == "moe experts") {
+      EXPECT_EQ(calls[i], 3 * steps[i]) << rank[i] << " " << kind[i] << " " << s;
+    }
+    if (kind[i] == "empty") {
+      EXPECT_TRUE(s == "ep dispatch" || s == "ep combine" || s == "moe experts" || s == "step inputs" ||
+                  s == "embedding")
+          << "an empty step ran '" << s << "'";
+    } else if (s == "attn core" || s == "moe routing") {
+      EXPECT_EQ(calls[i], 3 * steps[i]) << rank[i] << " " << kind[i] << " " << s;
+    }
+  }
+  for (const auto& [r, k] : seen) {
+    for (const char* x : {"ep dispatch", "moe experts", "ep combine"})
+      EXPECT_TRUE(sections.count({r, k, x})) << "rank " << r << " " << k << " steps without '" << x << "'";
+  }
+  // Which group claims which prompts is the queue's business: some rank ran each kind, and every
+  // rank has rows.
+  for (const char* k : {"prefill", "decode"}) EXPECT_TRUE(seen.count({0, k}) || seen.count({1, k})) << k;
+  EXPECT_TRUE(std::count(rank.begin(), rank.end(), 0) > 0 && std::count(rank.begin(), rank.end(), 1) > 0);
 }
 
 // Qwen2-MoE's gated shared expert and Qwen3-MoE's dense mlp_only layer, and a Kimi-K2-shaped model
