@@ -81,7 +81,8 @@ class Merge : public ::testing::Test {
     test::write_file(*dir_ / "b.jsonl", shard(lines, half + 1, lines.size()));
     run(src("inputs/prompts.jsonl"), "full.h5");
     run((*dir_ / "a.jsonl").string(), "a.h5");
-    run((*dir_ / "b.jsonl").string(), "b.h5", 2);  // two replicas: the layout does not matter
+    // Two replicas: the layout does not matter. b alone is profiled: merge keeps its /op_profile.
+    run((*dir_ / "b.jsonl").string(), "b.h5", 2, "--op-profile");
   }
   static void TearDownTestSuite() {
     fs::remove_all(*dir_);
@@ -150,6 +151,18 @@ TEST_F(Merge, ReportReadsTheMergedFileAndItsSummaryIsRecomputed) {
   EXPECT_EQ(inputs[1]["requests"]["first_row"], inputs[0]["requests"]["rows"]);
   EXPECT_EQ(inputs[0]["requests"]["rows"].get<int64_t>() + inputs[1]["requests"]["rows"].get<int64_t>(), requests);
   EXPECT_EQ(inputs[1]["ranks"]["rows"], 2);
+  // /op_profile: b's rows, after a's none.
+  test::H5Reader b(at("b.h5"));
+  const hsize_t b_ops = b.rows("/op_profile/section");
+  EXPECT_GT(b_ops, 0u);
+  EXPECT_EQ(r.rows("/op_profile/section"), b_ops);
+  EXPECT_EQ(r.strings("/op_profile/section"), b.strings("/op_profile/section"));
+  EXPECT_EQ(inputs[0]["op_profile"]["rows"], 0);
+  EXPECT_EQ(inputs[1]["op_profile"]["rows"].get<hsize_t>(), b_ops);
+  ASSERT_TRUE(j.contains("op_profile"));
+  // (A replica that claimed no prompt line ran no step: 1 or 2 ranks.)
+  EXPECT_GE(j["op_profile"][0]["ranks"].get<int64_t>(), 1);
+  EXPECT_LE(j["op_profile"][0]["ranks"].get<int64_t>(), 2);
   EXPECT_TRUE(inputs[1]["finished"].get<bool>());
   EXPECT_NE(inputs[1]["attributes"]["config"].get<std::string>().find("prompts = " + at("b.jsonl")), std::string::npos);
 }

@@ -59,8 +59,9 @@ class Resume : public ::testing::Test {
 
   // Runs until its progress line reports at least 6 finished requests (whatever the machine's
   // speed), then sends `sig`; returns the exit code.
-  int interrupt(const std::string& out, int sig) {
+  int interrupt(const std::string& out, int sig, const std::vector<std::string>& extra = {}) {
     std::vector<std::string> a = args(out);
+    a.insert(a.end(), extra.begin(), extra.end());
     a.insert(a.begin(), test::shardlm_bin());
     a.push_back("--progress-interval");
     a.push_back("0.05");
@@ -93,8 +94,10 @@ class Resume : public ::testing::Test {
   test::RunOutput reference_;
 };
 
+// The stopped run also writes its op profile (--op-profile); the resumed run, which is not
+// profiled, replaces the previous run's /op_profile as it does /ranks: the file describes its last run.
 TEST_F(Resume, SigtermClosesAValidFileAndResumeFinishes) {
-  const int code = interrupt("term.h5", SIGTERM);
+  const int code = interrupt("term.h5", SIGTERM, {"--op-profile"});
   EXPECT_EQ(code, 128 + SIGTERM);
   const std::string log = test::read_file((dir_ / "term.h5.log").string());
   EXPECT_NE(log.find("stopped by signal 15"), std::string::npos) << log;
@@ -104,6 +107,7 @@ TEST_F(Resume, SigtermClosesAValidFileAndResumeFinishes) {
     ASSERT_TRUE(h.ok());
     before = h.rows("/requests/id");
     EXPECT_EQ(h.scalar_attr<int64_t>("interrupted_by_signal", H5T_NATIVE_INT64), SIGTERM);
+    EXPECT_GT(h.rows("/op_profile/section"), 0u);
   }
   EXPECT_GT(before, 0u);
   EXPECT_LT(before, 160u) << "the run finished before the signal: make it longer";
@@ -111,6 +115,9 @@ TEST_F(Resume, SigtermClosesAValidFileAndResumeFinishes) {
   Proc p = sh(test::shardlm_bin() + " " + join(a));
   ASSERT_EQ(p.code, 0) << p.out;
   expect_complete("term.h5");
+  test::H5Reader h(dir_ / "term.h5");
+  EXPECT_EQ(h.rows("/op_profile/section"), 0u) << "the stopped run's /op_profile outlived the resume";
+  EXPECT_GT(h.rows("/ranks/rank"), 0u);
 }
 
 TEST_F(Resume, SigkillLosesAtMostWhatWasInFlight) {
