@@ -217,7 +217,7 @@ int cmd_bench(int argc, char** argv) {
     ("prefill-attention", po::value(&prefill_attention)->default_value(prefill_attention), "with --backend cuda: prefill chunks' attention on bf16 tensor cores (bf16), in fp32 (fp32), or auto (bf16 for a bfloat16 or fp8 checkpoint), as shardlm run; the attention lines time both")
     ("decode-attention", po::value(&decode_attention)->default_value(decode_attention), "with --backend cuda on an MLA model: decode tokens' attention on bf16 tensor cores (bf16, beside prefill attention there) or in fp32 (fp32), as shardlm run; the attention decode lines then time both")
     ("cuda-graphs", po::bool_switch(&cuda_graphs), "also run the decode and batched scenarios with decode steps replayed from CUDA graphs (as shardlm run --cuda-graphs), beside the eager figures")
-    ("op-profile", po::bool_switch(&op_profile), "run the prefill and decode scenarios once more with each step's time split by op group (attention, MLP, MoE, norms, head, sampling; on CUDA device time between events), eager")
+    ("op-profile", po::bool_switch(&op_profile), "run the prefill, decode and batched scenarios once more with each step's time split by op group (attention, MLP, MoE, norms, head, sampling; on CUDA device time between events), eager")
     ;
   // clang-format on
   po::variables_map vm;
@@ -348,7 +348,7 @@ int cmd_bench(int argc, char** argv) {
               total_tps, bat.stats.output_tokens_per_s(), bat.stats.wall_s, total_tps * flop_per_token / 1e9,
               100.0 * total_tps * flop_per_token / 1e9 / peak, peak_name, gpu ? "" : "; llama.cpp: 47 total");
 
-  // 3a. Where the prefill and decode steps' time goes, eager (before any graph is enabled).
+  // 3a. Where the scenarios' steps' time goes, eager (before any graph is enabled).
   if (op_profile) {
     OpProfile prof(*backend);
     backend->set_op_profile(&prof);
@@ -357,15 +357,26 @@ int cmd_bench(int argc, char** argv) {
     const OpProfile::Totals prefill = prof.totals("prefill");
     prof.reset();
     const Scenario pdec = run_scenario(*model, *tok, ec, 1, 16, decode_tokens);
-    backend->set_op_profile(nullptr);
+    const OpProfile::Totals decode = prof.totals("decode");
+    // The batched scenario's steps: prompts with decode tokens riding along, then decode steps
+    // of many sequences.
+    prof.reset();
     ec.scheduler.max_batch_tokens = 2048;
+    const Scenario pbat = run_scenario(*model, *tok, ec, batch, batch_in, batch_out);
+    backend->set_op_profile(nullptr);
     const RequestResult& p = pdec.results[0];
     const double profiled_tps = (p.output_tokens.size() - 1) / (p.t_finished - p.t_first_token);
+    const std::string batched = "op profile, batched " + std::to_string(batch) + " x (" + std::to_string(batch_in) +
+                                " in + " + std::to_string(batch_out) + " out), ";
     std::printf(
         "\n%s",
         format_op_profile(prefill, "op profile, prefill " + std::to_string(prompt_len) + "-token prompt").c_str());
-    std::printf("%s", format_op_profile(prof.totals("decode"), "op profile, decode batch 1").c_str());
-    std::printf("  (profiled decode %.1f tok/s, unprofiled %.1f: the marks' own cost)\n\n", profiled_tps, decode_tps);
+    std::printf("%s", format_op_profile(decode, "op profile, decode batch 1").c_str());
+    std::printf("  (profiled decode %.1f tok/s, unprofiled %.1f: the marks' own cost)\n", profiled_tps, decode_tps);
+    std::printf("%s", format_op_profile(prof.totals("prefill"), batched + "steps with prompt tokens").c_str());
+    std::printf("%s", format_op_profile(prof.totals("decode"), batched + "decode steps").c_str());
+    std::printf("  (profiled batched %.1f tok/s total, unprofiled %.1f)\n\n", pbat.stats.total_tokens_per_s(),
+                total_tps);
   }
 
   // 3b. The same two with decode steps replayed from CUDA graphs: launch and host overhead off the

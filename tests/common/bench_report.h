@@ -90,16 +90,23 @@ inline void expect_bench_report(const std::string& out, const BenchShape& s) {
   for (const char* bad : {" nan", " inf", "-nan", "error"}) EXPECT_EQ(out.find(bad), std::string::npos) << bad << out;
 }
 
-// The --op-profile tables: a prefill step of the prompt and decode steps (the scenario's tokens but
-// the first, which its prefill step samples), each dense layer's sections `layers` calls a step,
-// every line's time finite and not negative, and the shares adding up to the step (100% within the
-// rounding of the lines).
-inline void expect_op_profile(const std::string& out, int64_t prompt_len, int64_t decode_tokens, int64_t layers) {
+// The --op-profile tables: a prefill step of the prompt, decode steps (the scenario's tokens but
+// the first, which its prefill step samples), and the batched scenario's steps with prompt tokens
+// and its decode steps (as many as the scheduling makes); in each, every dense layer's sections
+// `layers` calls a step, every line's time not negative, and the shares adding up to the step
+// (100% within the rounding of the lines).
+inline void expect_op_profile(const std::string& out, int64_t prompt_len, int64_t decode_tokens, int64_t layers,
+                              int64_t batch, int64_t batch_in, int64_t batch_out) {
   const std::string n = std::to_string(layers);
-  for (const std::string& title : {"op profile, prefill " + std::to_string(prompt_len) + "-token prompt: 1 step, ",
-                                   "op profile, decode batch 1: " + std::to_string(decode_tokens - 1) + " steps, "}) {
-    const size_t at = out.find(title);
-    ASSERT_NE(at, std::string::npos) << title << "\n" << out;
+  const std::string batched = "op profile, batched " + std::to_string(batch) + " x \\(" + std::to_string(batch_in) +
+                              " in \\+ " + std::to_string(batch_out) + " out\\), ";
+  for (const std::string& title :
+       {"^op profile, prefill " + std::to_string(prompt_len) + "-token prompt: 1 step, ",
+        "^op profile, decode batch 1: " + std::to_string(decode_tokens - 1) + " steps, ",
+        "^" + batched + "steps with prompt tokens: [0-9]+ steps?, ", "^" + batched + "decode steps: [0-9]+ steps?, "}) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(out, m, std::regex(title, std::regex::multiline))) << title << "\n" << out;
+    const size_t at = static_cast<size_t>(m.position(0));
     const size_t end = out.find("(outside sections)", at);
     ASSERT_NE(end, std::string::npos) << out;
     const std::string table = out.substr(at, out.find('\n', end) - at);

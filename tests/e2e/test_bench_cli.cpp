@@ -32,13 +32,13 @@ TEST(BenchCli, Stories260kReportsEveryPart) {
   EXPECT_NE(r.out.find("KV cache budget 4.0 GiB (auto: 4 GiB on the CPU"), std::string::npos) << r.out;
 }
 
-// --op-profile: each prefill and decode step's time split by op group, on tiny-llama's 4 layers.
+// --op-profile: each scenario's steps' time split by op group, on tiny-llama's 4 layers.
 TEST(BenchCli, OpProfileSplitsPrefillAndDecodeSteps) {
   Proc r = sh(std::string(SHARDLM_BINARY) + " bench --model " + test::tiny_model_dir("tiny-llama") +
-              " --threads 1 --prompt-len 24 --decode-tokens 5 --batch 1 --batch-in 4 --batch-out 2"
+              " --threads 1 --prompt-len 24 --decode-tokens 5 --batch 3 --batch-in 4 --batch-out 3"
               " --attention-context 0 --op-profile");
   ASSERT_EQ(r.code, 0) << r.out;
-  test::expect_op_profile(r.out, 24, 5, 4);
+  test::expect_op_profile(r.out, 24, 5, 4, 3, 4, 3);
 }
 
 // An MoE model: decode streams and multiplies through k of the E routed experts per token, not all

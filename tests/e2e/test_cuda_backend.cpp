@@ -550,7 +550,7 @@ TEST(CudaBackend, BenchReportsEveryPart) {
               " --attention-context 64 --peak-gemm 64 --cuda-graphs --op-profile");
   ASSERT_EQ(r.code, 0) << r.out;
   // --op-profile: the eager steps timed between events on the stream (stories260K: 5 layers).
-  test::expect_op_profile(r.out, 32, 4, 5);
+  test::expect_op_profile(r.out, 32, 4, 5, 2, 8, 2);
   // --cuda-graphs: the decode and batched scenarios again, replayed, beside the eager figures.
   for (const std::regex& line :
        {std::regex("decode   batch 1, CUDA graphs: +[0-9.]+ tok/s .*eager [0-9.]+ tok/s: x[0-9.]+; "
