@@ -528,7 +528,7 @@ class Decoder final : public Model {
     // Only the rows that will be sampled go through the final norm and the LM head.
     const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
     if (R == 0) return nullptr;
-    OpSection s(b_, "lm head");
+    OpSection s(b_, "lm head", weight_bytes(lm_head_));
     float* rows = scratch_.get(12, R * H);
     int32_t* which = scratch_.get_as<int32_t>(8, R);
     b_.copy_to_device(which, batch.logit_rows.data(), R * sizeof(int32_t));

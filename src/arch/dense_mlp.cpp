@@ -33,7 +33,7 @@ class DenseMlp final : public FeedForwardBlock {
     float* gate = scratch.get(Scratch::kFeedForward + 0, T * inter_);
     float* up = scratch.get(Scratch::kFeedForward + 1, T * inter_);
     {
-      OpSection s(b, "mlp gate/up");
+      OpSection s(b, "mlp gate/up", weight_bytes(gate_) + weight_bytes(up_));
       b.linear(h, T, gate_, gate_bias_ ? &*gate_bias_ : nullptr, gate);
       b.linear(h, T, up_, up_bias_ ? &*up_bias_ : nullptr, up);
     }
@@ -41,7 +41,7 @@ class DenseMlp final : public FeedForwardBlock {
       OpSection s(b, "mlp activation");
       b.silu_mul(gate, up, gate, T * inter_);
     }
-    OpSection s(b, "mlp down");
+    OpSection s(b, "mlp down", weight_bytes(down_));
     b.linear(gate, T, down_, down_bias_ ? &*down_bias_ : nullptr, out);
   }
 

@@ -57,7 +57,7 @@ class GqaAttention final : public AttentionBlock {
     float* v = scratch.get(Scratch::kAttention + 2, T * nkv_ * hd_);
     float* attn = scratch.get(Scratch::kAttention + 3, T * nh_ * hd_);
     {
-      OpSection s(b, "attn qkv");
+      OpSection s(b, "attn qkv", weight_bytes(q_) + weight_bytes(k_) + weight_bytes(v_));
       b.linear(h, T, q_, q_bias_ ? &*q_bias_ : nullptr, q);
       b.linear(h, T, k_, k_bias_ ? &*k_bias_ : nullptr, k);
       b.linear(h, T, v_, v_bias_ ? &*v_bias_ : nullptr, v);
@@ -84,7 +84,7 @@ class GqaAttention final : public AttentionBlock {
       const float scale = 1.0f / std::sqrt(static_cast<float>(hd_));
       b.attention(q, T, nh_, nkv_, hd_, cache, ctx.block_size, ctx.tables, ctx.pos, window_, scale, attn);
     }
-    OpSection s(b, "attn out");
+    OpSection s(b, "attn out", weight_bytes(o_));
     b.linear(attn, T, o_, o_bias_ ? &*o_bias_ : nullptr, out);
   }
 

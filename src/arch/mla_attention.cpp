@@ -107,7 +107,9 @@ class MlaAttention final : public AttentionBlock {
     float* v = scratch.get(Scratch::kAttention + 6, T * nh * dv);
 
     {
-      OpSection s(b, "attn qkv");
+      OpSection s(b, "attn qkv",
+                  (q_lora_ > 0 ? weight_bytes(q_a_) : 0) + weight_bytes(q_b_) + weight_bytes(kv_a_latent_) +
+                      weight_bytes(kv_a_rope_));
       if (q_lora_ > 0) {
         float* qa = scratch.get(Scratch::kAttention + 7, T * q_lora_);
         b.linear(h, T, q_a_, q_a_bias_ ? &*q_a_bias_ : nullptr, qa);
@@ -126,7 +128,8 @@ class MlaAttention final : public AttentionBlock {
       b.rope_strided(q + dn, T, nh, nh * qk, qk, dr, ctx.pos, inv_freq_, interleave_, attention_factor_, q_rope);
     }
     {
-      OpSection s(b, "attn absorb");  // the per-head W_UK and W_UV products of the absorbed form
+      // The absorbed form's per-head W_UK (here) and W_UV (after the attention) products.
+      OpSection s(b, "attn absorb", weight_bytes(w_uk_t_));
       b.head_linear(q, T, nh, nh * qk, qk, w_uk_t_, q_lat);
     }
     {
@@ -142,10 +145,10 @@ class MlaAttention final : public AttentionBlock {
       b.latent_attention(q_lat, q_rope, T, nh, L, dr, cache, ctx.block_size, ctx.tables, ctx.pos, scale_, o_lat);
     }
     {
-      OpSection s(b, "attn absorb");
+      OpSection s(b, "attn absorb", weight_bytes(w_uv_));
       b.head_linear(o_lat, T, nh, nh * L, L, w_uv_, v);
     }
-    OpSection s(b, "attn out");
+    OpSection s(b, "attn out", weight_bytes(o_));
     b.linear(v, T, o_, o_bias_ ? &*o_bias_ : nullptr, out);
   }
 

@@ -408,7 +408,8 @@ class MoeBlock final : public FeedForwardBlock {
     float* sg = scratch.get(Scratch::kFeedForward + 1, static_cast<size_t>(T * S));
     float* su = scratch.get(Scratch::kFeedForward + 2, static_cast<size_t>(T * S));
     float* y = scratch.get(Scratch::kFeedForward + 3, static_cast<size_t>(T * H));
-    OpSection s(b, "moe shared expert");
+    OpSection s(b, "moe shared expert",
+                weight_bytes(shared_.gate) + weight_bytes(shared_.up) + weight_bytes(shared_.down));
     b.linear(h, T, shared_.gate, nullptr, sg);
     b.linear(h, T, shared_.up, nullptr, su);
     b.silu_mul(sg, su, sg, T * S);

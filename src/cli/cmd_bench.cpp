@@ -372,7 +372,9 @@ int cmd_bench(int argc, char** argv) {
         "\n%s",
         format_op_profile(prefill, "op profile, prefill " + std::to_string(prompt_len) + "-token prompt").c_str());
     std::printf("%s", format_op_profile(decode, "op profile, decode batch 1").c_str());
-    std::printf("  (profiled decode %.1f tok/s, unprofiled %.1f: the marks' own cost)\n", profiled_tps, decode_tps);
+    std::printf(
+        "  (profiled decode %.1f tok/s, unprofiled %.1f: the marks' own cost; weights GB/s against %s %.0f GB/s)\n",
+        profiled_tps, decode_tps, gpu ? "the device's" : "the measured", bw);
     std::printf("%s", format_op_profile(prof.totals("prefill"), batched + "steps with prompt tokens").c_str());
     std::printf("%s", format_op_profile(prof.totals("decode"), batched + "decode steps").c_str());
     std::printf("  (profiled batched %.1f tok/s total, unprofiled %.1f)\n\n", pbat.stats.total_tokens_per_s(),

@@ -43,6 +43,15 @@ struct Matrix {
   Fp8Blocks fp8;
 };
 
+// The bytes a linear on w reads of it: its elements, and an fp8 weight's block scales.
+inline int64_t weight_bytes(const Matrix& w) {
+  int64_t b = w.rows * w.cols * static_cast<int64_t>(dtype_size(w.dtype));
+  if (w.dtype == DType::F8_E4M3 && w.fp8.block_rows > 0 && w.fp8.block_cols > 0)
+    b += ((w.fp8.row_off + w.rows + w.fp8.block_rows - 1) / w.fp8.block_rows) *
+         ((w.fp8.col_off + w.cols + w.fp8.block_cols - 1) / w.fp8.block_cols) * static_cast<int64_t>(sizeof(float));
+  return b;
+}
+
 // The paged-KV block lists of a step's tokens: token t's sequence holds its positions in cache
 // blocks blocks[start[t]], blocks[start[t] + 1], ... (position p in block p / block_size). Both
 // arrays are backend memory; host_blocks / host_start are the same arrays in host memory (backends

@@ -18,9 +18,9 @@ void OpProfile::begin_step(const std::string& kind) {
   step_mark_ = b_.mark_timeline();
 }
 
-bool OpProfile::begin(const char* name) {
+bool OpProfile::begin(const char* name, int64_t bytes) {
   if (!in_step_ || paused_ > 0) return false;
-  marks_.push_back(Mark{name, b_.mark_timeline(), -1, open_.empty() ? -1 : open_.back()});
+  marks_.push_back(Mark{name, bytes, b_.mark_timeline(), -1, open_.empty() ? -1 : open_.back()});
   open_.push_back(static_cast<int>(marks_.size()) - 1);
   return true;
 }
@@ -50,9 +50,10 @@ void OpProfile::end_step() {
   }
   for (size_t i = 0; i < marks_.size(); ++i) {
     auto row = std::find_if(t.rows.begin(), t.rows.end(), [&](const Row& r) { return r.name == marks_[i].name; });
-    if (row == t.rows.end()) row = t.rows.insert(t.rows.end(), Row{marks_[i].name, 0, 0});
+    if (row == t.rows.end()) row = t.rows.insert(t.rows.end(), Row{marks_[i].name, 0, 0, 0});
     row->calls += 1;
     row->seconds += self[i];
+    row->bytes += marks_[i].bytes;
   }
   marks_.clear();
   b_.clear_timeline();
@@ -80,14 +81,14 @@ std::vector<OpProfileRow> op_profile_rows(const OpProfile& p, int32_t rank) {
   for (const std::string& kind : p.kinds()) {
     const OpProfile::Totals t = p.totals(kind);
     for (const OpProfile::Row& r : t.rows)
-      rows.push_back({rank, kind, r.name, t.steps, r.calls, r.seconds, t.step_seconds});
+      rows.push_back({rank, kind, r.name, t.steps, r.calls, r.seconds, t.step_seconds, r.bytes});
   }
   return rows;
 }
 
-OpSection::OpSection(ComputeBackend& b, const char* name) : b_(b), p_(b.op_profile()) {
+OpSection::OpSection(ComputeBackend& b, const char* name, int64_t bytes) : b_(b), p_(b.op_profile()) {
   b_.push_range(name);
-  if (p_ && !p_->begin(name)) p_ = nullptr;
+  if (p_ && !p_->begin(name, bytes)) p_ = nullptr;
 }
 
 OpSection::~OpSection() {
@@ -105,19 +106,22 @@ std::string format_op_profile(const OpProfile::Totals& t, const std::string& tit
   std::snprintf(line, sizeof line, "%s: %lld step%s, %.1f us a step\n", title.c_str(), static_cast<long long>(t.steps),
                 t.steps == 1 ? "" : "s", step * 1e6);
   out += line;
-  std::snprintf(line, sizeof line, "  %-24s %10s %12s %7s\n", "section", "calls/step", "us/step", "share");
+  std::snprintf(line, sizeof line, "  %-24s %10s %12s %12s %7s\n", "section", "calls/step", "us/step", "weights GB/s",
+                "share");
   out += line;
-  auto add = [&](const std::string& name, const std::string& calls, double s) {
-    std::snprintf(line, sizeof line, "  %-24s %10s %12.1f %6.1f%%\n", name.c_str(), calls.c_str(), s / n * 1e6,
-                  step > 0 ? 100.0 * s / t.step_seconds : 0.0);
+  auto add = [&](const std::string& name, const std::string& calls, double s, int64_t bytes) {
+    char rate[32] = "";
+    if (bytes > 0 && s > 0) std::snprintf(rate, sizeof rate, "%.1f", static_cast<double>(bytes) / s / 1e9);
+    std::snprintf(line, sizeof line, "  %-24s %10s %12.1f %12s %6.1f%%\n", name.c_str(), calls.c_str(), s / n * 1e6,
+                  rate, step > 0 ? 100.0 * s / t.step_seconds : 0.0);
     out += line;
   };
   for (const OpProfile::Row& r : rows) {
     char calls[32];
     std::snprintf(calls, sizeof calls, "%.4g", static_cast<double>(r.calls) / n);
-    add(r.name, calls, r.seconds);
+    add(r.name, calls, r.seconds, r.bytes);
   }
-  add("(outside sections)", "", t.step_seconds - t.section_seconds());
+  add("(outside sections)", "", t.step_seconds - t.section_seconds(), 0);
   return out;
 }
 

@@ -30,9 +30,10 @@ class OpProfile {
   void end_step();
   bool in_step() const { return in_step_; }
 
-  // A section's start and end (OpSection pairs them). begin returns whether it was marked (not
-  // outside a step, nor while paused); only a marked section is ended.
-  bool begin(const char* name);
+  // A section's start and end (OpSection pairs them); bytes: what the section's ops read of the
+  // weights (0: not counted). begin returns whether it was marked (not outside a step, nor while
+  // paused); only a marked section is ended.
+  bool begin(const char* name, int64_t bytes = 0);
   void end();
 
   // Captured work (a CUDA graph being recorded) puts no marks on the timeline.
@@ -55,6 +56,7 @@ class OpProfile {
     std::string name;
     int64_t calls = 0;   // over all steps
     double seconds = 0;  // self time over all steps
+    int64_t bytes = 0;   // weight bytes read over all steps (0: not counted)
   };
   struct Totals {
     int64_t steps = 0;
@@ -70,6 +72,7 @@ class OpProfile {
  private:
   struct Mark {
     const char* name;
+    int64_t bytes;
     int64_t begin, end = -1;
     int parent;  // index into marks_, -1 at the top
   };
@@ -85,10 +88,11 @@ class OpProfile {
 };
 
 // One section of the op profile around the enclosing scope, and a named range for external
-// profilers (ComputeBackend::push_range). Costs two virtual calls without a profile.
+// profilers (ComputeBackend::push_range). Costs two virtual calls without a profile. bytes: the
+// weight bytes its ops read (weight_bytes), for the table's GB/s; 0 where they are not counted.
 class OpSection {
  public:
-  OpSection(ComputeBackend& b, const char* name);
+  OpSection(ComputeBackend& b, const char* name, int64_t bytes = 0);
   ~OpSection();
   OpSection(const OpSection&) = delete;
   OpSection& operator=(const OpSection&) = delete;
@@ -105,11 +109,13 @@ struct OpProfileRow {
   std::string kind, section;
   int64_t steps = 0, calls = 0;
   double seconds = 0, step_seconds = 0;
+  int64_t bytes = 0;
 };
 std::vector<OpProfileRow> op_profile_rows(const OpProfile& p, int32_t rank);
 
-// The totals of a kind as a table: each section's calls and microseconds per step and share of
-// the step, largest first, then the time outside every section. Empty when no step of the kind ran.
+// The totals of a kind as a table: each section's calls and microseconds per step, the rate it read
+// its weights at (where counted) and its share of the step, largest first, then the time outside
+// every section. Empty when no step of the kind ran.
 std::string format_op_profile(const OpProfile::Totals& t, const std::string& title);
 
 }  // namespace shardlm

@@ -336,13 +336,14 @@ void ResultWriter::write_op_profile(const std::vector<OpProfileRow>& rows) {
   const std::string ctx = m.ctx + " /op_profile";
   const size_t n = rows.size();
   std::vector<int32_t> rank(n);
-  std::vector<int64_t> steps(n), calls(n);
+  std::vector<int64_t> steps(n), calls(n), bytes(n);
   std::vector<double> seconds(n), step_seconds(n);
   std::vector<const char*> kind(n), section(n);
   for (size_t i = 0; i < n; ++i) {
     rank[i] = rows[i].rank;
     steps[i] = rows[i].steps;
     calls[i] = rows[i].calls;
+    bytes[i] = rows[i].bytes;
     seconds[i] = rows[i].seconds;
     step_seconds[i] = rows[i].step_seconds;
     kind[i] = rows[i].kind.c_str();
@@ -355,6 +356,7 @@ void ResultWriter::write_op_profile(const std::vector<OpProfileRow>& rows) {
   h5::Column(g.get(), "calls", h5::ColumnKind::kInt64, 256, ctx).append(calls.data(), n);
   h5::Column(g.get(), "seconds", h5::ColumnKind::kFloat64, 256, ctx).append(seconds.data(), n);
   h5::Column(g.get(), "step_seconds", h5::ColumnKind::kFloat64, 256, ctx).append(step_seconds.data(), n);
+  h5::Column(g.get(), "bytes", h5::ColumnKind::kInt64, 256, ctx).append(bytes.data(), n);
 }
 
 void ResultWriter::write_ranks(const std::vector<RankRecord>& ranks) {

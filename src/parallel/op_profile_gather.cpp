@@ -25,8 +25,9 @@ std::string pack(const std::vector<OpProfileRow>& rows) {
         r.kind.find_first_of("\n\x1f") == std::string::npos && r.section.find_first_of("\n\x1f") == std::string::npos,
         "op profile: a kind or section name with a newline or unit separator");
     s += r.kind + kSep + r.section + kSep + std::to_string(r.steps) + kSep + std::to_string(r.calls) + kSep;
-    std::snprintf(num, sizeof num, "%a%c%a\n", r.seconds, kSep, r.step_seconds);
+    std::snprintf(num, sizeof num, "%a%c%a%c", r.seconds, kSep, r.step_seconds, kSep);
     s += num;
+    s += std::to_string(r.bytes) + "\n";
   }
   return s;
 }
@@ -39,9 +40,9 @@ std::vector<OpProfileRow> unpack(const std::string& text, int32_t rank) {
     std::vector<std::string> f;
     std::istringstream fields(line);
     for (std::string x; std::getline(fields, x, kSep);) f.push_back(x);
-    SHARDLM_CHECK(f.size() == 6, "op profile: rank " << rank << " sent a row of " << f.size() << " fields");
+    SHARDLM_CHECK(f.size() == 7, "op profile: rank " << rank << " sent a row of " << f.size() << " fields");
     rows.push_back({rank, f[0], f[1], std::stoll(f[2]), std::stoll(f[3]), std::strtod(f[4].c_str(), nullptr),
-                    std::strtod(f[5].c_str(), nullptr)});
+                    std::strtod(f[5].c_str(), nullptr), std::stoll(f[6])});
   }
   return rows;
 }

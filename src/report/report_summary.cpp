@@ -161,8 +161,9 @@ std::vector<OpKindSummary> summarize_op_profile(const OpProfileRows& p) {
       ks.steps = std::max(ks.steps, r.steps);
       ks.step_us += r.step_s / static_cast<double>(r.steps) * 1e6 / static_cast<double>(ranks.size());
     }
-    auto add = [&](const std::string& name, const std::vector<std::pair<int64_t, std::array<double, 3>>>& per_rank) {
-      // per_rank: (rank, {calls, seconds, step seconds} per step)
+    auto add = [&](const std::string& name, const std::vector<std::pair<int64_t, std::array<double, 4>>>& per_rank) {
+      // per_rank: (rank, {calls, seconds, step seconds, weight bytes} per step)
+      int64_t counted = 0;
       OpSectionSummary x;
       x.section = name;
       x.ranks = static_cast<int64_t>(per_rank.size());
@@ -175,23 +176,30 @@ std::vector<OpKindSummary> summarize_op_profile(const OpProfileRows& p) {
           x.max_rank = rank;
         }
         x.share += (v[2] > 0 ? v[1] / v[2] : 0) / static_cast<double>(per_rank.size());
+        if (v[3] > 0 && v[1] > 0) {
+          x.gb_per_s += v[3] / v[1] / 1e9;
+          ++counted;
+        }
       }
+      if (counted > 0) x.gb_per_s /= static_cast<double>(counted);
       return x;
     };
     for (const std::string& name : names) {
-      std::vector<std::pair<int64_t, std::array<double, 3>>> per_rank;
+      std::vector<std::pair<int64_t, std::array<double, 4>>> per_rank;
       for (size_t i : rows_of[name]) {
         const double n = static_cast<double>(p.steps[i]);
-        per_rank.push_back({p.rank[i], {static_cast<double>(p.calls[i]) / n, p.seconds[i] / n, p.step_seconds[i] / n}});
+        per_rank.push_back({p.rank[i],
+                            {static_cast<double>(p.calls[i]) / n, p.seconds[i] / n, p.step_seconds[i] / n,
+                             static_cast<double>(p.bytes[i]) / n}});
       }
       ks.sections.push_back(add(name, per_rank));
     }
     std::stable_sort(ks.sections.begin(), ks.sections.end(),
                      [](const OpSectionSummary& a, const OpSectionSummary& b) { return a.mean_us > b.mean_us; });
-    std::vector<std::pair<int64_t, std::array<double, 3>>> outside;
+    std::vector<std::pair<int64_t, std::array<double, 4>>> outside;
     for (const auto& [rank, r] : ranks) {
       const double n = static_cast<double>(r.steps);
-      outside.push_back({rank, {0, (r.step_s - r.sections_s) / n, r.step_s / n}});
+      outside.push_back({rank, {0, (r.step_s - r.sections_s) / n, r.step_s / n, 0}});
     }
     ks.sections.push_back(add("(outside sections)", outside));
     out.push_back(std::move(ks));
@@ -481,15 +489,17 @@ std::string format_report(const ReportSummary& s) {
     std::snprintf(line, sizeof line, "op profile, %s steps (%lld ranks, up to %lld steps, %.1f us a step)\n",
                   k.kind.c_str(), static_cast<long long>(k.ranks), static_cast<long long>(k.steps), k.step_us);
     o << line;
-    std::snprintf(line, sizeof line, "  %-24s %6s %10s %12s %12s %6s %7s\n", "section", "ranks", "calls/step",
-                  "mean us/step", "max us/step", "(rank)", "share");
+    std::snprintf(line, sizeof line, "  %-24s %6s %10s %12s %12s %6s %12s %7s\n", "section", "ranks", "calls/step",
+                  "mean us/step", "max us/step", "(rank)", "weights GB/s", "share");
     o << line;
     for (const OpSectionSummary& x : k.sections) {
       const std::string calls = x.section == "(outside sections)" ? "" : fmt("%.4g", x.calls_per_step);
       char rank[32];
       std::snprintf(rank, sizeof rank, "(%lld)", static_cast<long long>(x.max_rank));
-      std::snprintf(line, sizeof line, "  %-24s %6lld %10s %12.1f %12.1f %6s %6.1f%%\n", x.section.c_str(),
-                    static_cast<long long>(x.ranks), calls.c_str(), x.mean_us, x.max_us, rank, 100 * x.share);
+      const std::string rate = x.gb_per_s > 0 ? fmt("%.1f", x.gb_per_s) : "";
+      std::snprintf(line, sizeof line, "  %-24s %6lld %10s %12.1f %12.1f %6s %12s %6.1f%%\n", x.section.c_str(),
+                    static_cast<long long>(x.ranks), calls.c_str(), x.mean_us, x.max_us, rank, rate.c_str(),
+                    100 * x.share);
       o << line;
     }
   }
@@ -607,7 +617,8 @@ nlohmann::json report_json(const ReportSummary& s) {
                           {"mean_us_per_step", x.mean_us},
                           {"max_us_per_step", x.max_us},
                           {"max_rank", x.max_rank},
-                          {"share", x.share}});
+                          {"share", x.share},
+                          {"weights_gb_per_s", x.gb_per_s}});
     ops.push_back(
         {{"kind", k.kind}, {"ranks", k.ranks}, {"steps", k.steps}, {"step_us", k.step_us}, {"sections", sections}});
   }

@@ -68,6 +68,7 @@ struct OpSectionSummary {
   double mean_us = 0, max_us = 0;  // per step
   int64_t max_rank = 0;            // the rank of max_us
   double share = 0;                // mean over those ranks: the section's time / their steps'
+  double gb_per_s = 0;             // weight bytes / the section's time, mean over counting ranks
 };
 struct OpKindSummary {
   std::string kind;

@@ -326,6 +326,7 @@ RunData load_run(const std::string& path) {
   op.add(f.ints("/op_profile/calls"), &o.calls);
   op.add(f.doubles("/op_profile/seconds"), &o.seconds);
   op.add(f.doubles("/op_profile/step_seconds"), &o.step_seconds);
+  op.add(f.ints("/op_profile/bytes"), &o.bytes);
   op.finish();
   return d;
 }

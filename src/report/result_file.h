@@ -46,7 +46,7 @@ struct RankRows {
 
 // /op_profile (runs with --op-profile): a row per rank, step kind and section.
 struct OpProfileRows {
-  std::vector<int64_t> rank, steps, calls;
+  std::vector<int64_t> rank, steps, calls, bytes;  // bytes: 0 where not counted
   std::vector<std::string> kind, section;
   std::vector<double> seconds, step_seconds;
   size_t size() const { return rank.size(); }

@@ -119,7 +119,7 @@ TEST(OpProfile, SelfTimesCallsAndKinds) {
   p.end_step();
   p.begin_step("decode");
   {
-    OpSection s(b, "x");
+    OpSection s(b, "x", 6000);  // 6000 weight bytes in 3 us: 2 GB/s over this call
     b.now_us = 133;
   }
   p.end_step();
@@ -130,6 +130,8 @@ TEST(OpProfile, SelfTimesCallsAndKinds) {
   EXPECT_EQ(row(d2, "x")->calls, 2);
   EXPECT_NEAR(us(row(d2, "x")->seconds), 4, 1e-9);
   EXPECT_NEAR(us(d2.step_seconds), 15, 1e-9);
+  EXPECT_EQ(row(d2, "x")->bytes, 6000);  // over 4 us of the row: 1.5 GB/s in the table
+  EXPECT_EQ(row(d2, "inner")->bytes, 0);
   EXPECT_EQ(p.totals("none").steps, 0);
 
   // The table: per step, largest first (ties as first seen), then what no section covered.
@@ -137,8 +139,12 @@ TEST(OpProfile, SelfTimesCallsAndKinds) {
   EXPECT_NE(table.find("decode: 2 steps, 7.5 us a step"), std::string::npos) << table;
   EXPECT_LT(table.find("  outer "), table.find("  inner "));
   EXPECT_LT(table.find("  inner "), table.find("  x "));
-  EXPECT_NE(table.find("  outer                           0.5          2.0   26.7%"), std::string::npos) << table;
-  EXPECT_NE(table.find("  (outside sections)                           1.5   20.0%"), std::string::npos) << table;
+  EXPECT_NE(table.find("  outer                           0.5          2.0                26.7%"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("  x                                 1          2.0          1.5   26.7%"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("  (outside sections)                           1.5                20.0%"), std::string::npos)
+      << table;
   EXPECT_EQ(format_op_profile(p.totals("none"), "none"), "");
   p.reset();
   EXPECT_TRUE(p.kinds().empty());

@@ -164,22 +164,24 @@ TEST_F(ReportTest, FileWithoutMoeColumnsReads) {
 }
 
 // Known /op_profile rows (as shardlm run --op-profile writes them), the figures by hand:
-//   rank 0, decode: 4 steps of 1.0 s in all; "attn" 4 calls 0.4 s, "mlp" 8 calls 0.2 s
-//   rank 1, decode: 2 steps of 1.0 s in all; "attn" 2 calls 0.6 s
+//   rank 0, decode: 4 steps of 1.0 s in all; "attn" 4 calls 0.4 s (4 GB of weights), "mlp" 8 calls
+//   0.2 s (bytes not counted)
+//   rank 1, decode: 2 steps of 1.0 s in all; "attn" 2 calls 0.6 s (3 GB)
 //   rank 1, prefill: 1 step of 2.0 s; "attn" 1 call 1.5 s
 // decode: attn on 2 ranks, per step 100 000 us (rank 0) and 300 000 us (rank 1): mean 200 000,
 // max 300 000 at rank 1, share (0.4 + 0.6) / 2 = 0.5; mlp on rank 0 alone, 50 000 us, 2 calls a
 // step, share 0.2; outside: rank 0 (1.0 - 0.6) / 4 = 100 000 us, rank 1 (1.0 - 0.6) / 2 = 200 000,
-// mean 150 000, share 0.4; a step: mean of 250 000 and 500 000 us.
+// mean 150 000, share 0.4; a step: mean of 250 000 and 500 000 us. attn's weights: 10 and 5 GB/s,
+// 7.5 on average.
 TEST_F(ReportTest, OpProfileByHand) {
   const std::string f = (dir_ / "op.h5").string();
   {
     ResultWriter w(f);
     w.append(request("r1", 3, 10, FinishReason::kLength, 0.0, 0.1, 1.0, 0));
-    w.write_op_profile({{0, "decode", "attn", 4, 4, 0.4, 1.0},
-                        {0, "decode", "mlp", 4, 8, 0.2, 1.0},
-                        {1, "decode", "attn", 2, 2, 0.6, 1.0},
-                        {1, "prefill", "attn", 1, 1, 1.5, 2.0}});
+    w.write_op_profile({{0, "decode", "attn", 4, 4, 0.4, 1.0, 4000000000},
+                        {0, "decode", "mlp", 4, 8, 0.2, 1.0, 0},
+                        {1, "decode", "attn", 2, 2, 0.6, 1.0, 3000000000},
+                        {1, "prefill", "attn", 1, 1, 1.5, 2.0, 0}});
     w.close();
   }
   const ReportSummary s = summarize(load_run(f));
@@ -197,6 +199,8 @@ TEST_F(ReportTest, OpProfileByHand) {
   EXPECT_NEAR(d.sections[0].max_us, 300000, 1e-6);
   EXPECT_EQ(d.sections[0].max_rank, 1);
   EXPECT_NEAR(d.sections[0].share, 0.5, kTol);
+  EXPECT_NEAR(d.sections[0].gb_per_s, (10 + 5) / 2.0, kTol);  // 4 GB in 0.4 s, 3 GB in 0.6 s
+  EXPECT_EQ(d.sections[1].gb_per_s, 0);                       // not counted
   EXPECT_EQ(d.sections[1].section, "mlp");
   EXPECT_EQ(d.sections[1].ranks, 1);
   EXPECT_NEAR(d.sections[1].calls_per_step, 2, kTol);
@@ -211,15 +215,18 @@ TEST_F(ReportTest, OpProfileByHand) {
   EXPECT_EQ(s.op_profile[1].ranks, 1);
   EXPECT_NEAR(s.op_profile[1].sections[0].share, 0.75, kTol);
   const std::string text = format_report(s);
-  for (const char* want : {"op profile, decode steps (2 ranks, up to 4 steps, 375000.0 us a step)",
-                           "  attn                          2          1     200000.0     300000.0    (1)   50.0%",
-                           "  (outside sections)            2                150000.0     200000.0    (1)   40.0%",
-                           "op profile, prefill steps (1 ranks, up to 1 steps"})
+  for (const char* want :
+       {"op profile, decode steps (2 ranks, up to 4 steps, 375000.0 us a step)",
+        "  attn                          2          1     200000.0     300000.0    (1)          7.5   50.0%",
+        "  mlp                           1          2      50000.0      50000.0    (0)                20.0%",
+        "  (outside sections)            2                150000.0     200000.0    (1)                40.0%",
+        "op profile, prefill steps (1 ranks, up to 1 steps"})
     EXPECT_NE(text.find(want), std::string::npos) << "missing '" << want << "' in:\n" << text;
   const nlohmann::json j = report_json(s);
   ASSERT_EQ(j["op_profile"].size(), 2u);
   EXPECT_EQ(j["op_profile"][0]["sections"][0]["max_rank"], 1);
   EXPECT_NEAR(j["op_profile"][0]["sections"][1]["mean_us_per_step"].get<double>(), 50000, 1e-6);
+  EXPECT_NEAR(j["op_profile"][0]["sections"][0]["weights_gb_per_s"].get<double>(), 7.5, kTol);
   // A file without /op_profile has none.
   EXPECT_TRUE(summarize(load_run(file_)).op_profile.empty());
   EXPECT_FALSE(report_json(summarize(load_run(file_))).contains("op_profile"));
