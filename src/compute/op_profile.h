@@ -1,4 +1,4 @@
-// Where a step's time goes, op group by op group (shardlm bench --op-profile).
+// Where a step's time goes, op group by op group (shardlm bench --op-profile, run --op-profile).
 //
 // The model code names sections of its work with OpSection ("attn core", "mlp down", "tp
 // all-reduce"); the profile stamps each section's start and end on the backend's timeline
