@@ -333,6 +333,49 @@ void matmul_impl(const float* x, int64_t M, int64_t K, const WT* w, int64_t N, c
   }
 }
 
+template <typename WT>
+void matmul_parts_impl(const float* x, int64_t M, int64_t K, const MatmulPart<WT>* parts, int64_t n_parts) {
+  if (M <= 0 || n_parts <= 0) return;
+  if (K <= 0) {
+    for (int64_t p = 0; p < n_parts; ++p) matmul_impl<WT>(x, M, K, parts[p].w, parts[p].N, parts[p].bias, parts[p].y);
+    return;
+  }
+  // The parts' tiles numbered one after another; each thread takes a contiguous run of them, as
+  // matmul_impl splits one weight's tiles.
+  const int64_t align = M == 1 ? kNR1 : kNR;
+  int64_t tiles = 0, cols = 0;
+  for (int64_t p = 0; p < n_parts; ++p) {
+    tiles += (parts[p].N + align - 1) / align;
+    cols += parts[p].N;
+  }
+  if (tiles == 0) return;
+  int nt = num_threads();
+  if (static_cast<double>(M) * cols * K < 64.0 * 1024) nt = 1;
+  nt = static_cast<int>(std::min<int64_t>(nt, tiles));
+  auto run = [&](int64_t t0, int64_t t1) {
+    int64_t first = 0;  // the global number of part p's first tile
+    for (int64_t p = 0; p < n_parts && first < t1; ++p) {
+      const MatmulPart<WT>& part = parts[p];
+      const int64_t pt = (part.N + align - 1) / align;
+      const int64_t a = std::max(t0, first) - first, b = std::min(t1, first + pt) - first;
+      if (a < b)
+        matmul_range(x, M, K, part.w, part.bias, part.y, part.N, std::min(part.N, a * align),
+                     std::min(part.N, b * align));
+      first += pt;
+    }
+  };
+  if (nt <= 1) {
+    run(0, tiles);
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num();
+    const int T = omp_get_num_threads();
+    run(tiles * t / T, tiles * (t + 1) / T);
+  }
+}
+
 // Work items of a grouped matmul: a group's rows times a column range of its weight.
 struct GroupItem {
   int64_t g, n0, n1;
@@ -392,6 +435,14 @@ void grouped_matmul_f32w(const float* x, const int64_t* offsets, int64_t G, int6
 void grouped_matmul_bf16w(const float* x, const int64_t* offsets, int64_t G, int64_t K, const uint16_t* const* w,
                           int64_t N, float* y) {
   grouped_impl<uint16_t>(x, offsets, G, K, w, N, y);
+}
+
+void matmul_parts_f32w(const float* x, int64_t M, int64_t K, const MatmulPart<float>* parts, int64_t n_parts) {
+  matmul_parts_impl<float>(x, M, K, parts, n_parts);
+}
+
+void matmul_parts_bf16w(const float* x, int64_t M, int64_t K, const MatmulPart<uint16_t>* parts, int64_t n_parts) {
+  matmul_parts_impl<uint16_t>(x, M, K, parts, n_parts);
 }
 
 void matmul_f32w(const float* x, int64_t M, int64_t K, const float* w, int64_t N, const float* bias, float* y) {

@@ -25,4 +25,18 @@ void grouped_matmul_f32w(const float* x, const int64_t* offsets, int64_t G, int6
 void grouped_matmul_bf16w(const float* x, const int64_t* offsets, int64_t G, int64_t K, const uint16_t* const* w,
                           int64_t N, float* y);
 
+// One input through several matmuls in one parallel region (a layer's q/k/v projections, or
+// gate and up): y_i[M, N_i] = x[M,K] · w_i[N_i,K]^T (+ bias_i) for each part. The threads split
+// the parts' column tiles together, so three projections cost one fork/join instead of three.
+// Each element is bit-identical to matmul_*w on its part alone.
+template <typename WT>
+struct MatmulPart {
+  const WT* w = nullptr;
+  int64_t N = 0;
+  const float* bias = nullptr;
+  float* y = nullptr;
+};
+void matmul_parts_f32w(const float* x, int64_t M, int64_t K, const MatmulPart<float>* parts, int64_t n_parts);
+void matmul_parts_bf16w(const float* x, int64_t M, int64_t K, const MatmulPart<uint16_t>* parts, int64_t n_parts);
+
 }  // namespace shardlm::cpu

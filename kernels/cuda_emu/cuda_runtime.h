@@ -431,6 +431,10 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph);
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
 cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+// The graph's nodes: each recorded launch, copy, memset or library call (an emulated cuBLAS call
+// is one node, where cuBLAS itself may launch more than one kernel). Only the count is given:
+// nodes must be null.
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, void* nodes, size_t* count);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 cudaError_t cudaEventCreate(cudaEvent_t* e);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
@@ -469,6 +473,7 @@ using shardlm_emu::cudaGetErrorString;
 using shardlm_emu::cudaGetLastError;
 using shardlm_emu::cudaGraphDestroy;
 using shardlm_emu::cudaGraphExecDestroy;
+using shardlm_emu::cudaGraphGetNodes;
 using shardlm_emu::cudaGraphInstantiate;
 using shardlm_emu::cudaGraphLaunch;
 using shardlm_emu::cudaMalloc;

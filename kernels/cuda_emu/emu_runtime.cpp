@@ -325,6 +325,11 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
   for (auto& w : exec->work) w->run();
   return cudaSuccess;
 }
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, void* nodes, size_t* count) {
+  if (graph == nullptr || count == nullptr || nodes != nullptr) return cudaErrorInvalidValue;
+  *count = graph->work.size();
+  return cudaSuccess;
+}
 cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
   delete graph;
   return cudaSuccess;

@@ -215,6 +215,7 @@ class Decoder final : public Model {
   }
   int64_t graph_steps() const override { return graphs_.steps(); }
   int64_t graph_reruns() const override { return graphs_.reruns(); }
+  int64_t graph_nodes(int64_t bucket) const override { return graphs_.nodes(bucket); }
   const MoeStepStats* last_step_moe() const override {
     return spec_.moe.enabled() ? (leads_pipeline() ? &last_moe_ : &moe_stats_) : nullptr;
   }

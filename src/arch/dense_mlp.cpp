@@ -1,5 +1,6 @@
 // SwiGLU MLP: down(silu(gate(x)) * up(x)), optional biases. Column-parallel gate/up, row-parallel
 // down: each tensor-parallel rank holds a slice of the intermediate dimension.
+#include <array>
 #include <optional>
 
 #include "arch/layer_blocks.h"
@@ -24,18 +25,21 @@ class DenseMlp final : public FeedForwardBlock {
       up_bias_ = w.vec(p + "up_proj.bias", I, plan.inter0, plan.inter);
       if (plan.tp_rank == 0) down_bias_ = w.vec(p + "down_proj.bias", H);
     }
+    w.backend().make_adjacent(std::array<Matrix*, 2>{&gate_, &up_});  // one stacked weight (linear_parts)
   }
 
   void forward(const float* h, const StepContext& ctx, Scratch& scratch, float* out) override {
     const int64_t T = ctx.T;
     if (T == 0) return;
     ComputeBackend& b = scratch.backend();
-    float* gate = scratch.get(Scratch::kFeedForward + 0, T * inter_);
-    float* up = scratch.get(Scratch::kFeedForward + 1, T * inter_);
+    // gate then up: a decode token's stacked projection writes both in place.
+    float* gate = scratch.get(Scratch::kFeedForward + 0, 2 * T * inter_);
+    float* up = gate + T * inter_;
     {
       OpSection s(b, "mlp gate/up", weight_bytes(gate_) + weight_bytes(up_));
-      b.linear(h, T, gate_, gate_bias_ ? &*gate_bias_ : nullptr, gate);
-      b.linear(h, T, up_, up_bias_ ? &*up_bias_ : nullptr, up);
+      const LinearPart gate_up[] = {{&gate_, gate_bias_ ? &*gate_bias_ : nullptr, gate},
+                                    {&up_, up_bias_ ? &*up_bias_ : nullptr, up}};
+      b.linear_parts(h, T, gate_up);
     }
     {
       OpSection s(b, "mlp activation");

@@ -1,5 +1,6 @@
 // Grouped-query attention (Llama, Mistral, Qwen2, Qwen3): q/k/v projections with optional biases,
 // optional per-head QK RMSNorm, RoPE, paged KV cache, optional sliding window, o_proj.
+#include <array>
 #include <cmath>
 #include <optional>
 
@@ -39,6 +40,8 @@ class GqaAttention final : public AttentionBlock {
       k_norm_ = w.vec(p + "k_norm.weight", hd);
     }
     scales_ = w.kv_scales(p);
+    // One stacked weight on backends that gain by it (linear_parts).
+    w.backend().make_adjacent(std::array<Matrix*, 3>{&q_, &k_, &v_});
   }
 
   int64_t k_width() const override { return nkv_ * hd_; }
@@ -52,15 +55,17 @@ class GqaAttention final : public AttentionBlock {
     KvCacheRef cache = layer_cache;  // an fp8 cache reads this layer's scales
     cache.k_scale = scales_.k;
     cache.v_scale = scales_.v;
-    float* q = scratch.get(Scratch::kAttention + 0, T * nh_ * hd_);
-    float* k = scratch.get(Scratch::kAttention + 1, T * nkv_ * hd_);
-    float* v = scratch.get(Scratch::kAttention + 2, T * nkv_ * hd_);
+    // q, k and v one after another: a decode token's stacked projection writes them in place.
+    float* q = scratch.get(Scratch::kAttention + 0, T * (nh_ + 2 * nkv_) * hd_);
+    float* k = q + T * nh_ * hd_;
+    float* v = k + T * nkv_ * hd_;
     float* attn = scratch.get(Scratch::kAttention + 3, T * nh_ * hd_);
     {
       OpSection s(b, "attn qkv", weight_bytes(q_) + weight_bytes(k_) + weight_bytes(v_));
-      b.linear(h, T, q_, q_bias_ ? &*q_bias_ : nullptr, q);
-      b.linear(h, T, k_, k_bias_ ? &*k_bias_ : nullptr, k);
-      b.linear(h, T, v_, v_bias_ ? &*v_bias_ : nullptr, v);
+      const LinearPart qkv[] = {{&q_, q_bias_ ? &*q_bias_ : nullptr, q},
+                                {&k_, k_bias_ ? &*k_bias_ : nullptr, k},
+                                {&v_, v_bias_ ? &*v_bias_ : nullptr, v}};
+      b.linear_parts(h, T, qkv);
       if (q_norm_) {
         b.rmsnorm(q, *q_norm_, T * nh_, eps_, q);
         b.rmsnorm(k, *k_norm_, T * nkv_, eps_, k);

@@ -16,6 +16,7 @@
 // Tensor parallelism: heads split over tp (plan.q_head0 / q_heads): q_b_proj (q_proj) and
 // kv_b_proj rows by head, o_proj columns by head. q_a / kv_a projections and their norms are
 // replicated: every rank computes the latent and keeps the whole latent cache.
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -72,6 +73,9 @@ class MlaAttention final : public AttentionBlock {
       kv_a_rope_bias_ = w.vec(p + "kv_a_proj_with_mqa.bias", L + dr, L, dr);
     }
     kv_a_norm_ = w.vec(p + "kv_a_layernorm.weight", L);
+    // The projections of the hidden state (vLLM's fused_qkv_a_proj) as one stacked weight, on
+    // backends that gain by it (linear_parts).
+    w.backend().make_adjacent(std::array<Matrix*, 3>{q_lora_ > 0 ? &q_a_ : &q_b_, &kv_a_latent_, &kv_a_rope_});
     cache_scale_ = w.kv_scales(p).k;  // an fp8 latent cache: one scale for the whole row
     load_kv_b(w, p + "kv_b_proj.weight", NH, plan.q_head0);
     o_ = w.cols(p + "o_proj.weight", H, NH * dv, plan.q_head0 * dv, nh_ * dv);
@@ -98,9 +102,13 @@ class MlaAttention final : public AttentionBlock {
     KvCacheRef cache = layer_cache;
     cache.k_scale = cache.v_scale = cache_scale_;
     const int64_t L = kv_lora_, dr = rope_, dn = nope_, dv = vdim_, nh = nh_, qk = dn + dr;
-    float* q = scratch.get(Scratch::kAttention + 0, T * nh * qk);
-    float* latent = scratch.get(Scratch::kAttention + 1, T * L);
-    float* k_rope = scratch.get(Scratch::kAttention + 2, T * dr);
+    // The hidden state's projections one after another (q_a's or q's rows, the latent, the rope
+    // key): a decode token's stacked projection writes them in place.
+    const int64_t first = q_lora_ > 0 ? q_lora_ : nh * qk;
+    float* projected = scratch.get(Scratch::kAttention + 0, T * (first + L + dr));
+    float* latent = projected + T * first;
+    float* k_rope = latent + T * L;
+    float* q = q_lora_ > 0 ? scratch.get(Scratch::kAttention + 1, T * nh * qk) : projected;
     float* q_rope = scratch.get(Scratch::kAttention + 3, T * nh * dr);
     float* q_lat = scratch.get(Scratch::kAttention + 4, T * nh * L);
     float* o_lat = scratch.get(Scratch::kAttention + 5, T * nh * L);
@@ -110,17 +118,17 @@ class MlaAttention final : public AttentionBlock {
       OpSection s(b, "attn qkv",
                   (q_lora_ > 0 ? weight_bytes(q_a_) : 0) + weight_bytes(q_b_) + weight_bytes(kv_a_latent_) +
                       weight_bytes(kv_a_rope_));
+      const Matrix& first_w = q_lora_ > 0 ? q_a_ : q_b_;
+      const Vector* first_bias = q_lora_ > 0 && q_a_bias_ ? &*q_a_bias_ : nullptr;
+      const LinearPart parts[] = {{&first_w, first_bias, projected},
+                                  {&kv_a_latent_, kv_a_latent_bias_ ? &*kv_a_latent_bias_ : nullptr, latent},
+                                  {&kv_a_rope_, kv_a_rope_bias_ ? &*kv_a_rope_bias_ : nullptr, k_rope}};
+      b.linear_parts(h, T, parts);
       if (q_lora_ > 0) {
-        float* qa = scratch.get(Scratch::kAttention + 7, T * q_lora_);
-        b.linear(h, T, q_a_, q_a_bias_ ? &*q_a_bias_ : nullptr, qa);
-        b.rmsnorm(qa, q_a_norm_, T, kLatentNormEps, qa);
-        b.linear(qa, T, q_b_, nullptr, q);
-      } else {
-        b.linear(h, T, q_b_, nullptr, q);
+        b.rmsnorm(projected, q_a_norm_, T, kLatentNormEps, projected);
+        b.linear(projected, T, q_b_, nullptr, q);
       }
-      b.linear(h, T, kv_a_latent_, kv_a_latent_bias_ ? &*kv_a_latent_bias_ : nullptr, latent);
       b.rmsnorm(latent, kv_a_norm_, T, kLatentNormEps, latent);
-      b.linear(h, T, kv_a_rope_, kv_a_rope_bias_ ? &*kv_a_rope_bias_ : nullptr, k_rope);
     }
     {
       OpSection s(b, "attn rope");

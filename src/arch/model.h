@@ -117,6 +117,9 @@ class Model {
   // an expert-parallel exchange's blocks overflowed (arch/expert_exchange.h; not in graph_steps).
   virtual int64_t graph_steps() const { return 0; }
   virtual int64_t graph_reruns() const { return 0; }
+  // The nodes of this rank's captured graph of a step of `bucket` rows (kGraphBuckets), where
+  // the backend counts them; 0 when none is captured.
+  virtual int64_t graph_nodes(int64_t bucket) const { return 0; }
   // Bytes of checkpoint data this rank loaded, and the seconds it took.
   virtual size_t load_bytes() const = 0;
   virtual double load_seconds() const = 0;

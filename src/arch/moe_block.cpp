@@ -162,6 +162,10 @@ class MoeBlock final : public FeedForwardBlock {
         SHARDLM_CHECK(!n.shared_gate.empty(), "layer " << layer << ": shared_expert_gate needs the Qwen naming");
         shared_gate_ = w.whole(n.shared_gate, 1, H);
       }
+      // One stacked weight on backends that gain by it (linear_parts): gate, up and the gate logit.
+      std::vector<Matrix*> stack = {&shared_.gate, &shared_.up};
+      if (shared_gate_) stack.push_back(&*shared_gate_);
+      w.backend().make_adjacent(stack);
     }
   }
 
@@ -405,20 +409,21 @@ class MoeBlock final : public FeedForwardBlock {
   void add_shared(const float* h, int64_t T, Scratch& scratch, float* out) {
     ComputeBackend& b = scratch.backend();
     const int64_t H = H_, S = shared_inter_;
-    float* sg = scratch.get(Scratch::kFeedForward + 1, static_cast<size_t>(T * S));
-    float* su = scratch.get(Scratch::kFeedForward + 2, static_cast<size_t>(T * S));
+    // gate, up and the gate logit one after another: a decode token's stacked projection writes
+    // them in place.
+    float* sg = scratch.get(Scratch::kFeedForward + 1, static_cast<size_t>(T * (2 * S + 1)));
+    float* su = sg + T * S;
+    float* g = shared_gate_ ? su + T * S : nullptr;
     float* y = scratch.get(Scratch::kFeedForward + 3, static_cast<size_t>(T * H));
     OpSection s(b, "moe shared expert",
-                weight_bytes(shared_.gate) + weight_bytes(shared_.up) + weight_bytes(shared_.down));
-    b.linear(h, T, shared_.gate, nullptr, sg);
-    b.linear(h, T, shared_.up, nullptr, su);
+                weight_bytes(shared_.gate) + weight_bytes(shared_.up) + weight_bytes(shared_.down) +
+                    (shared_gate_ ? weight_bytes(*shared_gate_) : 0));
+    const LinearPart parts[] = {{&shared_.gate, nullptr, sg},
+                                {&shared_.up, nullptr, su},
+                                {shared_gate_ ? &*shared_gate_ : nullptr, nullptr, g}};
+    b.linear_parts(h, T, std::span<const LinearPart>(parts, shared_gate_ ? 3 : 2));
     b.silu_mul(sg, su, sg, T * S);
     b.linear(sg, T, shared_.down, nullptr, y);
-    float* g = nullptr;
-    if (shared_gate_) {
-      g = scratch.get(Scratch::kFeedForward + 0, static_cast<size_t>(T));  // the logits are used up
-      b.linear(h, T, *shared_gate_, nullptr, g);
-    }
     b.gated_add(out, y, g, T, H);
   }
 

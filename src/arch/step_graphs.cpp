@@ -170,6 +170,11 @@ const StepGraphs::Captured& StepGraphs::ready(const StepContext& ctx, const std:
   return graphs_.emplace(B, step).first->second;
 }
 
+int64_t StepGraphs::nodes(int64_t bucket) const {
+  auto it = graphs_.find(bucket);
+  return it == graphs_.end() ? 0 : b_.captured_nodes(it->second.handle);
+}
+
 bool StepGraphs::replay(const Captured& step, const StepContext& ctx) {
   if (ctx.ep_overflow) b_.copy_to_device(ctx.ep_overflow, &kNoOverflow, sizeof(int32_t));
   b_.replay(step.handle);

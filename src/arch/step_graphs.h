@@ -112,6 +112,8 @@ class StepGraphs {
   // the ep group): the caller redoes the step eagerly.
   bool replay(const Captured& step, const StepContext& ctx);
 
+  // The nodes of the bucket's graph (ComputeBackend::captured_nodes); 0 when none is captured.
+  int64_t nodes(int64_t bucket) const;
   int64_t steps() const { return steps_; }    // steps run by a replay
   int64_t reruns() const { return reruns_; }  // replayed steps redone eagerly
 

@@ -397,6 +397,11 @@ int cmd_bench(int argc, char** argv) {
           "replayed steps: %lld)\n",
           graph_tps, 100.0 * graph_tps * decode_bytes / 1e9 / bw, decode_tps, graph_tps / decode_tps,
           static_cast<long long>(model->graph_steps()));
+      // What a replay runs one node after another: with some microseconds of device time a node
+      // whatever its work, the count bounds a small model's step from below.
+      if (const int64_t nodes = model->graph_nodes(1); nodes > 0)
+        std::printf("  a batch-1 step's graph: %lld nodes (kernels, copies, library calls), %.2f us a node\n",
+                    static_cast<long long>(nodes), 1e6 / graph_tps / static_cast<double>(nodes));
       ec.scheduler.max_batch_tokens = 2048;
       const int64_t before = model->graph_steps();
       Scenario gbat = run_scenario(*model, *tok, ec, batch, batch_in, batch_out);

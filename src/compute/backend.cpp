@@ -46,6 +46,20 @@ GemmFigure ComputeBackend::time_linear(int64_t, int64_t, int64_t, DType, int) {
   SHARDLM_FAIL("backend " << name() << " has no device to time linears on");
 }
 
+void check_linear_parts(std::span<const LinearPart> parts, const char* who) {
+  SHARDLM_CHECK(!parts.empty(), who << ": linear_parts got no parts");
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const LinearPart& p = parts[i];
+    SHARDLM_CHECK(p.w != nullptr && p.y != nullptr, who << ": linear_parts part " << i << " has no weight or output");
+    SHARDLM_CHECK(p.w->cols == parts[0].w->cols, who << ": linear_parts part " << i << " is [" << p.w->rows << ", "
+                                                     << p.w->cols << "], part 0 takes " << parts[0].w->cols
+                                                     << " inputs");
+    SHARDLM_CHECK(!p.bias || !p.bias->data || p.bias->n == p.w->rows, who << ": linear_parts part " << i
+                                                                          << " has a bias of " << p.bias->n << " for "
+                                                                          << p.w->rows << " rows");
+  }
+}
+
 void check_grouped_linear(const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w, const char* who) {
   SHARDLM_CHECK(offsets.size() == w.size() + 1,
                 who << ": grouped_linear got " << offsets.size() << " offsets for " << w.size() << " groups");
@@ -58,6 +72,11 @@ void check_grouped_linear(const std::vector<int64_t>& offsets, const std::vector
                   who << ": grouped_linear weight " << g << " is [" << w[g]->rows << ", " << w[g]->cols
                       << "], weight 0 is [" << w[0]->rows << ", " << w[0]->cols << "]");
   }
+}
+
+void ComputeBackend::linear_parts(const float* x, int64_t M, std::span<const LinearPart> parts) {
+  check_linear_parts(parts, name().c_str());
+  for (const LinearPart& p : parts) linear(x, M, *p.w, p.bias, p.y);
 }
 
 void ComputeBackend::grouped_linear(const float* x, const std::vector<int64_t>& offsets,

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -110,6 +111,14 @@ struct Vector {
   const float* data = nullptr;
 };
 
+// One of several linears on the same input (ComputeBackend::linear_parts): y [M, w->rows] =
+// x · w^T (+ bias, when given).
+struct LinearPart {
+  const Matrix* w = nullptr;
+  const Vector* bias = nullptr;
+  float* y = nullptr;
+};
+
 class ComputeBackend {
  public:
   virtual ~ComputeBackend() = default;
@@ -206,6 +215,10 @@ class ComputeBackend {
   virtual int64_t end_capture();
   virtual void replay(int64_t handle);
   virtual void drop_captures();
+  // The nodes of a captured graph (kernels, copies, and the kernels library calls such as
+  // cuBLAS's GEMMs launch), where the backend counts them (0 elsewhere): at one replay of a step,
+  // what the device runs one after another.
+  virtual int64_t captured_nodes(int64_t handle) const { return 0; }
 
   // ---- The timeline the op profile reads (compute/op_profile.h) ----
   // mark_timeline() stamps where the work issued so far ends on the backend's own timeline: here
@@ -232,6 +245,18 @@ class ComputeBackend {
                            float* out) = 0;
   // y[M, W.rows] = x[M, W.cols] · W^T (+ bias)
   virtual void linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) = 0;
+  // The linears of one input (a layer's q, k and v projections; gate and up), as vLLM's merged
+  // QKV and gate/up layers run them: every part's weight has x's width (checked), and each part's
+  // result is what linear() gives it up to the backend's GEMM summation order (the CPU backend:
+  // bit for bit, in one parallel region). The default runs linear() per part. The CUDA backend
+  // casts x once for all parts, and parts whose weights make_adjacent placed one after another
+  // run as one GEMM.
+  virtual void linear_parts(const float* x, int64_t M, std::span<const LinearPart> parts);
+  // Places the weights of one linear_parts call one after another in backend memory where the
+  // backend gains by it (CUDA: same dtype and width; fp8 scales on the block grid) and returns
+  // whether they are; the matrices' pointers change, their values do not. At load, before any
+  // step. The default leaves them where they are (false).
+  virtual bool make_adjacent(std::span<Matrix* const> parts) { return false; }
   // G linears on consecutive row ranges, in one call where the backend can (Mixture-of-Experts:
   // every local expert's projection at once). offsets (host) has G + 1 nondecreasing entries,
   // offsets[0] >= 0; every w[g] has the same rows N and cols K (checked) and should have the same
@@ -404,6 +429,10 @@ class ComputeBackend {
 // Checks grouped_linear's arguments (see there): G + 1 nondecreasing offsets from >= 0 for
 // G = w.size(), no null weight, one shape for all. `who` prefixes the error.
 void check_grouped_linear(const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w, const char* who);
+
+// Checks linear_parts's arguments: at least one part, each with a weight and an output, every
+// weight of part 0's width, each bias (where given) of its weight's rows. `who` prefixes the error.
+void check_linear_parts(std::span<const LinearPart> parts, const char* who);
 
 // Backend registry (src/compute/backend_registry.cpp): a backend is added by one file defining its
 // factory and one line in that table.

@@ -4,9 +4,12 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "arch/moe_router.h"
 #include "core/error.h"
@@ -185,6 +188,40 @@ void CpuBackend::linear(const float* x, int64_t M, const Matrix& w, const Vector
     cpu::matmul_f32w(x, M, w.cols, static_cast<const float*>(w.data), w.rows, b, y);
   else
     SHARDLM_FAIL("cpu backend: linear weight dtype " << dtype_name(w.dtype) << " is not F32 or BF16");
+}
+
+namespace {
+
+template <typename WT>
+void run_matmul_parts(const float* x, int64_t M, std::span<const LinearPart> parts) {
+  // On the stack for a layer's few parts: a decode step of a small model is tens of microseconds.
+  constexpr size_t kOnStack = 8;
+  std::array<cpu::MatmulPart<WT>, kOnStack> on_stack;
+  std::vector<cpu::MatmulPart<WT>> on_heap(parts.size() > kOnStack ? parts.size() : 0);
+  cpu::MatmulPart<WT>* mp = parts.size() > kOnStack ? on_heap.data() : on_stack.data();
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const LinearPart& p = parts[i];
+    mp[i] = {static_cast<const WT*>(p.w->data), p.w->rows, p.bias && p.bias->data ? p.bias->data : nullptr, p.y};
+  }
+  const int64_t K = parts[0].w->cols, n = static_cast<int64_t>(parts.size());
+  if constexpr (std::is_same_v<WT, float>)
+    cpu::matmul_parts_f32w(x, M, K, mp, n);
+  else
+    cpu::matmul_parts_bf16w(x, M, K, mp, n);
+}
+
+}  // namespace
+
+void CpuBackend::linear_parts(const float* x, int64_t M, std::span<const LinearPart> parts) {
+  check_linear_parts(parts, "cpu backend");
+  const DType dt = parts[0].w->dtype;
+  bool one_dtype = dt == DType::BF16 || dt == DType::F32;
+  for (const LinearPart& p : parts) one_dtype = one_dtype && p.w->dtype == dt;
+  if (!one_dtype) return ComputeBackend::linear_parts(x, M, parts);
+  if (dt == DType::BF16)
+    run_matmul_parts<uint16_t>(x, M, parts);
+  else
+    run_matmul_parts<float>(x, M, parts);
 }
 
 void CpuBackend::grouped_linear(const float* x, const std::vector<int64_t>& offsets,

@@ -37,6 +37,8 @@ class CpuBackend : public ComputeBackend {
   void add_rmsnorm(float* residual, const float* x, const Vector& w, int64_t rows, float eps,
                    float* out) override;
   void linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) override;
+  // cpu::matmul_parts_*: all parts in one parallel region, each element bit for bit linear()'s.
+  void linear_parts(const float* x, int64_t M, std::span<const LinearPart> parts) override;
   // cpu::grouped_matmul_*: all groups in one parallel region, each element bit for bit linear()'s.
   // A call takes up to kGroupedRows rows, so the rows of gate and up stay in cache between GEMMs.
   void grouped_linear(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,

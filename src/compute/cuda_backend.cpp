@@ -110,6 +110,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(cublas_ws_);
   if (capture_stream_) cudaStreamDestroy(stream_of(capture_stream_));
   cudaFree(bf16_ws_);
+  cudaFree(parts_ws_);
   cudaFree(fp8_dequant_ws_);
   release_w8a8();
   cudaFree(fp8_passes_);
@@ -337,13 +338,23 @@ int64_t CudaBackend::end_capture() {
                  << device_ << ": " << cudaGetErrorName(ended) << " (" << cudaGetErrorString(ended)
                  << "); an op of the step is not capturable");
   }
+  size_t nodes = 0;
+  const cudaError_t counted = cudaGraphGetNodes(graph, nullptr, &nodes);
   cudaGraphExec_t exec = nullptr;
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);  // the executable graph is independent of it
+  SHARDLM_CUDA_CHECK(counted);
   SHARDLM_CUDA_CHECK(made);
   const int64_t id = next_graph_++;
   graphs_[id] = exec;
+  graph_nodes_[id] = static_cast<int64_t>(nodes);
   return id;
+}
+
+int64_t CudaBackend::captured_nodes(int64_t handle) const {
+  auto it = graph_nodes_.find(handle);
+  SHARDLM_CHECK(it != graph_nodes_.end(), "cuda backend: captured_nodes of unknown graph " << handle);
+  return it->second;
 }
 
 void CudaBackend::replay(int64_t handle) {
@@ -361,6 +372,7 @@ void CudaBackend::drop_captures() {
   SHARDLM_CUDA_CHECK(cudaStreamSynchronize(stream_of(stream_)));
   for (auto& [id, exec] : graphs_) SHARDLM_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec)));
   graphs_.clear();
+  graph_nodes_.clear();
   for (void* p : retired_) SHARDLM_CUDA_CHECK(cudaFree(p));
   retired_.clear();
 }
@@ -424,15 +436,23 @@ void CudaBackend::add_rmsnorm(float* residual, const float* x, const Vector& w, 
 }
 
 // Row-major y[M,N] = x[M,K] W^T is column-major y^T[N,M] = W^T(col-major [K,N])^T x^T([K,M]).
-void CudaBackend::gemm_bf16(const float* x, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y) {
-  const float alpha = 1.0f, beta = 0.0f;
-  uint16_t* xb = bf16_workspace(static_cast<size_t>(M * K));
-  cuda::f32_to_bf16(x, xb, M * K, stream_of(stream_));
+const uint16_t* CudaBackend::cast_bf16(const float* x, int64_t n) {
+  uint16_t* xb = bf16_workspace(static_cast<size_t>(n));
+  cuda::f32_to_bf16(x, xb, n, stream_of(stream_));
   check_launch("f32_to_bf16");
+  return xb;
+}
+
+void CudaBackend::gemm_bf16_cast(const uint16_t* xb, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y) {
+  const float alpha = 1.0f, beta = 0.0f;
   SHARDLM_CUBLAS_CHECK(cublasGemmEx(cublas_of(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
                                     static_cast<int>(M), static_cast<int>(K), &alpha, w, CUDA_R_16BF,
                                     static_cast<int>(K), xb, CUDA_R_16BF, static_cast<int>(K), &beta, y, CUDA_R_32F,
                                     static_cast<int>(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void CudaBackend::gemm_bf16(const float* x, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y) {
+  gemm_bf16_cast(cast_bf16(x, M * K), M, w, N, K, y);
 }
 
 void CudaBackend::linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) {

@@ -73,9 +73,13 @@ class CudaBackend final : public ComputeBackend {
   int64_t bf16_routed_gemm_launches() const { return bf16_routed_gemm_calls_; }
   // Grouped GEMM launches (fp8 or bf16, grouped or routed) on wgmma so far.
   int64_t wgmma_gemm_launches() const { return wgmma_gemm_calls_; }
+  // linear_parts calls so far that ran their parts as one linear on weights make_adjacent placed
+  // one after another (cuda_linear_parts.cpp).
+  int64_t stacked_linears() const { return stacked_linears_; }
 
   Matrix load_matrix(const TensorView& t) override;
   Vector load_vector(const TensorView& t) override;
+  bool make_adjacent(std::span<Matrix* const> parts) override;  // cuda_linear_parts.cpp
   bool takes_fp8() const override { return true; }
   Matrix load_fp8_matrix(const TensorView& w, const TensorView& scale_inv, int64_t block_rows, int64_t block_cols,
                          int64_t r0, int64_t nr, int64_t c0, int64_t nc, bool keep) override;
@@ -114,6 +118,7 @@ class CudaBackend final : public ComputeBackend {
   void begin_capture() override;
   int64_t end_capture() override;
   void replay(int64_t handle) override;
+  int64_t captured_nodes(int64_t handle) const override;
   void drop_captures() override;
   // cuda_timeline.cpp: events on the stream; NVTX ranges.
   int64_t mark_timeline() override;
@@ -126,6 +131,7 @@ class CudaBackend final : public ComputeBackend {
   void rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, float* out) override;
   void add_rmsnorm(float* residual, const float* x, const Vector& w, int64_t rows, float eps, float* out) override;
   void linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) override;
+  void linear_parts(const float* x, int64_t M, std::span<const LinearPart> parts) override;  // cuda_linear_parts.cpp
   // One cuBLAS grouped batched GEMM for all non-empty groups (cuda_grouped_linear.cpp; one problem
   // per group: their row counts differ). BF16 weights: the rows are cast to bf16 once, fp32 output;
   // should cuBLAS refuse bf16 x bf16 -> fp32 there, bf16 output cast to fp32 after, and should it
@@ -195,6 +201,9 @@ class CudaBackend final : public ComputeBackend {
   uint16_t* bf16_workspace(size_t n);             // activations cast for a bf16 GEMM
   // y[M, N] = bf16(x)[M, K] · W^T for bf16 W [N, K] (cuBLAS, fp32 accumulation and output).
   void gemm_bf16(const float* x, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y);
+  // Its two halves: x cast into the bf16 workspace, and the GEMM on a cast input.
+  const uint16_t* cast_bf16(const float* x, int64_t n);
+  void gemm_bf16_cast(const uint16_t* xb, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y);
   // Rows up to which an fp8 weight is read directly (cuda_fp8_linear.cpp): two passes of the direct
   // kernel, 2 bytes a weight, against the 5 of dequantising it first; past them W8A8. On an H200
   // the direct kernel took 28 us for 16 rows of a 5632 x 1024 weight and 207 us of an 8192 x 8192
@@ -290,6 +299,9 @@ class CudaBackend final : public ComputeBackend {
   size_t weight_bytes_ = 0;
   uint16_t* bf16_ws_ = nullptr;
   size_t bf16_ws_n_ = 0;
+  float* parts_ws_ = nullptr;  // a stacked linear's output before split_columns
+  size_t parts_ws_n_ = 0;
+  int64_t stacked_linears_ = 0;
   bool keep_fp8_ = true;
   uint16_t* fp8_dequant_ws_ = nullptr;  // an fp8 weight dequantised for a large-M linear
   size_t fp8_dequant_ws_n_ = 0;
@@ -430,6 +442,7 @@ class CudaBackend final : public ComputeBackend {
   bool capturing_ = false;
   void* cublas_ws_ = nullptr;       // cuBLAS workspace while capturing
   std::unordered_map<int64_t, void*> graphs_;  // handle -> cudaGraphExec_t
+  std::unordered_map<int64_t, int64_t> graph_nodes_;  // handle -> its graph's node count
   int64_t next_graph_ = 0;
   std::vector<void*> retired_;  // workspaces replaced since the graphs were captured
   std::vector<void*> timeline_events_;  // cudaEvent_t, the op profile's marks (cuda_timeline.cpp)

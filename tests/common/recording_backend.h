@@ -118,6 +118,10 @@ class RecordingBackend final : public ComputeBackend {
   void linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) override {
     op([=, this] { cpu_.linear(x, M, w, bias, y); });
   }
+  void linear_parts(const float* x, int64_t M, std::span<const LinearPart> parts) override {
+    std::vector<LinearPart> p(parts.begin(), parts.end());  // the caller's array is gone at replay
+    op([=, this] { cpu_.linear_parts(x, M, p); });
+  }
   void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
             const float* inv_freq) override {
     op([=, this] { cpu_.rope(x, T, n_heads, head_dim, pos, inv_freq); });

@@ -556,7 +556,9 @@ TEST(CudaBackend, BenchReportsEveryPart) {
        {std::regex("decode   batch 1, CUDA graphs: +[0-9.]+ tok/s .*eager [0-9.]+ tok/s: x[0-9.]+; "
                    "replayed steps: [1-9]"),
         std::regex("batched  2 x \\(8 in \\+ 2 out\\), CUDA graphs: +[0-9.]+ tok/s total.*eager "
-                   "[0-9.]+ tok/s total: x[0-9.]+; replayed steps: [1-9]")})
+                   "[0-9.]+ tok/s total: x[0-9.]+; replayed steps: [1-9]"),
+        std::regex("  a batch-1 step's graph: [1-9][0-9]* nodes \\(kernels, copies, library calls\\), [0-9.]+ us a "
+                   "node")})
     EXPECT_TRUE(std::regex_search(r.out, line)) << r.out;
   // stories260K: 8 heads / 4 KV heads, head_dim 8; the model's three GEMM shapes and --peak-gemm's.
   const test::BenchShape s{.gpu = true, .prompt_len = 32, .batch = 2, .batch_in = 8, .batch_out = 2,

@@ -110,6 +110,45 @@ TEST(CpuBackend, LoadMatrixF32InPlace) {
   for (int64_t k = 0; k < K; ++k) EXPECT_EQ(v.data[k], w[k]);
 }
 
+// linear_parts: the parts of one input, each what linear() gives it bit for bit (bf16 with a
+// bias; a mixed-dtype call takes the default path, one linear() a part); make_adjacent leaves the
+// weights where they are (the CPU reads them in place); mismatched widths are refused.
+TEST(CpuBackend, LinearPartsAreEachPartsLinear) {
+  auto be = make_backend("cpu");
+  const int64_t M = 3, K = 40, Nq = 24, Nk = 9;
+  std::vector<uint16_t> wq(Nq * K), wk(Nk * K);
+  std::vector<float> wk32(Nk * K), bias(Nq);
+  for (int64_t n = 0; n < Nq; ++n)
+    for (int64_t k = 0; k < K; ++k) wq[n * K + k] = to_bf16_exact(wval(n, k));
+  for (int64_t n = 0; n < Nk; ++n)
+    for (int64_t k = 0; k < K; ++k) wk32[n * K + k] = wval(n + 5, k);
+  for (int64_t n = 0; n < Nk * K; ++n) wk[n] = to_bf16_exact(wk32[n]);
+  for (int64_t n = 0; n < Nq; ++n) bias[n] = static_cast<float>(n) / 8.0f - 1.0f;
+  Matrix q = be->load_matrix(view("q", DType::BF16, {Nq, K}, wq.data(), wq.size() * 2));
+  Matrix k = be->load_matrix(view("k", DType::BF16, {Nk, K}, wk.data(), wk.size() * 2));
+  Matrix k32 = be->load_matrix(view("k32", DType::F32, {Nk, K}, wk32.data(), wk32.size() * 4));
+  Vector b = be->load_vector(view("b", DType::F32, {Nq}, bias.data(), bias.size() * 4));
+  Matrix* stack[] = {&q, &k};
+  EXPECT_FALSE(be->make_adjacent(stack));
+  EXPECT_EQ(q.data, static_cast<const void*>(wq.data()));
+  std::vector<float> x(M * K);
+  for (int64_t i = 0; i < M * K; ++i) x[i] = static_cast<float>(i % 13 - 6) / 3.0f;
+  for (const Matrix* second : {&k, &k32}) {
+    std::vector<float> yq(M * Nq), yk(M * Nk), wantq(M * Nq), wantk(M * Nk);
+    const LinearPart parts[] = {{&q, &b, yq.data()}, {second, nullptr, yk.data()}};
+    be->linear_parts(x.data(), M, parts);
+    be->linear(x.data(), M, q, &b, wantq.data());
+    be->linear(x.data(), M, *second, nullptr, wantk.data());
+    EXPECT_EQ(0, std::memcmp(yq.data(), wantq.data(), yq.size() * 4));
+    EXPECT_EQ(0, std::memcmp(yk.data(), wantk.data(), yk.size() * 4));
+  }
+  Matrix narrow = q;
+  narrow.cols = K - 1;
+  std::vector<float> y(M * Nq);
+  const LinearPart bad[] = {{&q, nullptr, y.data()}, {&narrow, nullptr, y.data()}};
+  EXPECT_THROW(be->linear_parts(x.data(), M, bad), Error);
+}
+
 TEST(CpuBackend, RejectsBadTensors) {
   auto be = make_backend("cpu");
   std::vector<float> d(8);

@@ -145,4 +145,48 @@ TEST(MatmulBatchInvariance, LargeNSplitAcrossThreads) {
   cpu::set_num_threads(saved);
 }
 
+// matmul_parts: each part's bits are matmul_*w's on that part alone, for decode and batch row
+// counts, parts of different widths (tails of the tile width included, an empty one too), with
+// and without biases, on one thread and two.
+TEST(MatmulParts, EachPartIsItsOwnMatmulBitForBit) {
+  const int64_t K = 300;
+  const int saved = cpu::num_threads();
+  for (int64_t M : {1, 5, 64}) {
+    // q, k, v of a GQA layer (widths off the tile grid), an empty part, and a single row.
+    std::vector<Problem> ps;
+    int seed = 0;
+    for (int64_t N : {130, 38, 38, 0, 1}) ps.emplace_back(M, N, K, 100u + static_cast<uint32_t>(seed++));
+    for (auto& p : ps) p.x = ps[0].x;  // one input
+    for (int threads : {1, 2}) {
+      cpu::set_num_threads(threads);
+      for (bool bf16 : {false, true}) {
+        std::vector<std::vector<float>> got(ps.size()), want(ps.size());
+        std::vector<cpu::MatmulPart<float>> pf;
+        std::vector<cpu::MatmulPart<uint16_t>> pb;
+        for (size_t i = 0; i < ps.size(); ++i) {
+          Problem& p = ps[i];
+          got[i].assign(static_cast<size_t>(M * p.N), -1.0f);
+          want[i].resize(static_cast<size_t>(M * p.N));
+          const float* bias = i % 2 == 0 ? p.bias.data() : nullptr;
+          if (bf16) {
+            cpu::matmul_bf16w(p.x.data(), M, K, p.wb.data(), p.N, bias, want[i].data());
+            pb.push_back({p.wb.data(), p.N, bias, got[i].data()});
+          } else {
+            cpu::matmul_f32w(p.x.data(), M, K, p.wf.data(), p.N, bias, want[i].data());
+            pf.push_back({p.wf.data(), p.N, bias, got[i].data()});
+          }
+        }
+        if (bf16)
+          cpu::matmul_parts_bf16w(ps[0].x.data(), M, K, pb.data(), static_cast<int64_t>(pb.size()));
+        else
+          cpu::matmul_parts_f32w(ps[0].x.data(), M, K, pf.data(), static_cast<int64_t>(pf.size()));
+        for (size_t i = 0; i < ps.size(); ++i)
+          ASSERT_EQ(0, std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)))
+              << "part " << i << " M=" << M << " bf16=" << bf16 << " threads=" << threads;
+      }
+    }
+  }
+  cpu::set_num_threads(saved);
+}
+
 }  // namespace

@@ -1,0 +1,164 @@
+// CudaBackend::linear_parts and make_adjacent: a layer's projections of one input (q/k/v; gate
+// and up; MLA's q_a and kv_a) as vLLM's merged QKV and gate/up layers run them.
+//
+// At load, make_adjacent moves the parts' weights into one allocation, one after another (an
+// fp8 weight's block scales too, when every part but the last ends on the block grid), so the
+// parts read as one weight [sum of rows, K]. A step then runs one linear on that stacked weight:
+// one activation cast and one GEMM (or one direct fp8 launch, or one W8A8 quantisation and GEMM)
+// instead of one of each per part, which at decode is most of the launches of the projections.
+// Its output lands in the parts' buffers directly when they are themselves one after another and
+// nothing is to be added (one row, no biases), else in a workspace that split_columns spreads
+// over them, adding the biases. Parts that are not adjacent still share one cast where all read
+// bf16 activations.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "compute/cuda_backend.h"
+#include "compute/cuda_check.h"
+#include "core/error.h"
+#include "cuda/elementwise.h"
+#include "cuda/rows_matmul.h"
+#include "cuda/split_columns.h"
+
+namespace shardlm {
+
+namespace {
+
+constexpr cudaStream_t kStream = 0;
+
+size_t element_bytes(const Matrix& m) { return static_cast<size_t>(m.rows * m.cols) * dtype_size(m.dtype); }
+
+// Scale rows an fp8 weight slice holds (load_fp8_matrix: the blocks its rows touch).
+int64_t scale_rows(const Matrix& m) { return (m.fp8.row_off + m.rows + m.fp8.block_rows - 1) / m.fp8.block_rows; }
+
+// Whether the parts can read as one weight once adjacent: one dtype and width; fp8 parts on one
+// block grid, each starting a block and all but the last ending one, so their scale rows stack.
+template <typename Part, typename Get>
+bool stackable(std::span<Part> parts, Get get) {
+  const Matrix& a = get(parts[0]);
+  if (a.dtype != DType::BF16 && a.dtype != DType::F32 && a.dtype != DType::F8_E4M3) return false;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Matrix& m = get(parts[i]);
+    if (m.dtype != a.dtype || m.cols != a.cols || m.data == nullptr) return false;
+    if (a.dtype != DType::F8_E4M3) continue;
+    const Fp8Blocks& f = m.fp8;
+    if (f.scale_inv == nullptr || f.block_rows != a.fp8.block_rows || f.block_cols != a.fp8.block_cols ||
+        f.cols != a.fp8.cols || f.col_off != a.fp8.col_off || f.row_off != 0)
+      return false;
+    if (i + 1 < parts.size() && m.rows % f.block_rows != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool CudaBackend::make_adjacent(std::span<Matrix* const> parts) {
+  if (parts.size() < 2) return false;
+  for (Matrix* m : parts) SHARDLM_CHECK(m != nullptr, "cuda backend: make_adjacent of a null matrix");
+  if (!stackable(parts, [](Matrix* m) -> const Matrix& { return *m; })) return false;
+  const bool fp8 = parts[0]->dtype == DType::F8_E4M3;
+  // Moves each part's bytes (from `field` of the matrix) into one allocation, in order.
+  auto pack = [&](auto field, auto bytes_of) {
+    size_t total = 0;
+    for (Matrix* m : parts) total += bytes_of(*m);
+    void* dev = nullptr;
+    SHARDLM_CUDA_CHECK(cudaMalloc(&dev, std::max<size_t>(total, 1)));
+    owned_.push_back(dev);
+    weight_bytes_ += total;
+    size_t off = 0;
+    for (Matrix* m : parts) {
+      const void*& src = field(*m);
+      const size_t n = bytes_of(*m);
+      // The legacy stream waits for the weights' uploads (upload()), so this copy reads them whole.
+      SHARDLM_CUDA_CHECK(cudaMemcpy(static_cast<uint8_t*>(dev) + off, src, n, cudaMemcpyDeviceToDevice));
+      auto it = std::find(owned_.begin(), owned_.end(), src);
+      SHARDLM_CHECK(it != owned_.end(), "cuda backend: make_adjacent of a weight this backend did not load");
+      owned_.erase(it);
+      SHARDLM_CUDA_CHECK(cudaFree(const_cast<void*>(src)));
+      weight_bytes_ -= n;
+      src = static_cast<uint8_t*>(dev) + off;
+      off += n;
+    }
+  };
+  pack([](Matrix& m) -> const void*& { return m.data; }, [](const Matrix& m) { return element_bytes(m); });
+  if (fp8) {
+    pack([](Matrix& m) -> const void*& { return reinterpret_cast<const void*&>(m.fp8.scale_inv); },
+         [](const Matrix& m) { return static_cast<size_t>(scale_rows(m) * m.fp8.cols) * sizeof(float); });
+  }
+  return true;
+}
+
+void CudaBackend::linear_parts(const float* x, int64_t M, std::span<const LinearPart> parts) {
+  check_linear_parts(parts, "cuda backend");
+  if (M == 0) return;
+  if (parts.size() == 1) return linear(x, M, *parts[0].w, parts[0].bias, parts[0].y);
+  const Matrix& w0 = *parts[0].w;
+  const int64_t K = w0.cols;
+  // Adjacent: each part's weight (and scales) begins where the previous one's ends.
+  bool adjacent = parts.size() <= static_cast<size_t>(cuda::kMaxSplitParts) &&
+                  stackable(parts, [](const LinearPart& p) -> const Matrix& { return *p.w; });
+  int64_t N = 0;
+  for (size_t i = 0; adjacent && i < parts.size(); ++i) {
+    const Matrix& m = *parts[i].w;
+    adjacent = m.data == static_cast<const uint8_t*>(w0.data) + static_cast<size_t>(N * K) * dtype_size(w0.dtype);
+    if (adjacent && m.dtype == DType::F8_E4M3)
+      adjacent = m.fp8.scale_inv == w0.fp8.scale_inv + (N / w0.fp8.block_rows) * w0.fp8.cols;
+    N += m.rows;
+  }
+  const cudaStream_t s = stream_of(stream_);
+  if (adjacent) {
+    Matrix stacked = w0;
+    stacked.rows = N;
+    bool biased = false, packed = M == 1;
+    float* expect = parts[0].y;
+    for (const LinearPart& p : parts) {
+      biased = biased || (p.bias && p.bias->data);
+      packed = packed && p.y == expect;
+      expect = p.y + p.w->rows;
+    }
+    if (packed && !biased) {
+      linear(x, M, stacked, nullptr, parts[0].y);
+    } else {
+      float* ws = grown_workspace(parts_ws_, parts_ws_n_, static_cast<size_t>(M * N), "stacked linear");
+      linear(x, M, stacked, nullptr, ws);
+      cuda::SplitColumns split;
+      split.n = static_cast<int>(parts.size());
+      for (size_t i = 0; i < parts.size(); ++i) {
+        split.width[i] = parts[i].w->rows;
+        split.out[i] = parts[i].y;
+        split.bias[i] = parts[i].bias ? parts[i].bias->data : nullptr;
+      }
+      cuda::split_columns(ws, M, split, s);
+      check_launch("split_columns");
+    }
+    ++stacked_linears_;
+    return;
+  }
+  // Apart: parts that read bf16 activations (bf16 weights; fp8 ones within the direct rows) share
+  // one cast of x; others run as linear() each.
+  bool cast_once = true;
+  for (const LinearPart& p : parts)
+    cast_once = cast_once && (p.w->dtype == DType::BF16 ||
+                              (p.w->dtype == DType::F8_E4M3 && M <= kFp8DirectRows && p.w->fp8.scale_inv != nullptr &&
+                               p.w->fp8.block_rows > 0 && p.w->fp8.block_cols > 0));
+  if (!cast_once) return ComputeBackend::linear_parts(x, M, parts);
+  const uint16_t* xb = cast_bf16(x, M * K);
+  for (const LinearPart& p : parts) {
+    if (p.w->dtype == DType::BF16) {
+      gemm_bf16_cast(xb, M, static_cast<const uint16_t*>(p.w->data), p.w->rows, K, p.y);
+    } else {
+      cuda::launch_fp8_matmul(xb, M, fp8_weight(*p.w), p.y, s);
+      check_launch("fp8_matmul");
+      ++fp8_direct_calls_;
+    }
+    if (p.bias && p.bias->data) {
+      cuda::add_bias_rows(p.y, M, p.w->rows, p.bias->data, s);
+      check_launch("add_bias_rows");
+    }
+  }
+}
+
+}  // namespace shardlm
