@@ -7,19 +7,36 @@ namespace {
 
 // One thread per (token, head, pair i < half): it reads both elements of its pair before writing
 // them, so the in-place rotation has no cross-thread hazard.
+__device__ inline void rotate_pair(float* x, int64_t n_heads, int64_t head_dim, int64_t half, int64_t i,
+                                   const int32_t* pos, const float* inv_freq) {
+  const int64_t th = i / half, k = i % half;  // th = t * n_heads + h
+  const int64_t t = th / n_heads;
+  const float a = static_cast<float>(pos[t]) * inv_freq[k];
+  const float c = cosf(a), s = sinf(a);
+  float* v = x + th * head_dim;
+  const float x1 = v[k], x2 = v[k + half];
+  v[k] = x1 * c - x2 * s;
+  v[k + half] = x2 * c + x1 * s;
+}
+
 __global__ void rope_rotate_half_kernel(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
                                         const float* inv_freq) {
   const int64_t half = head_dim / 2;
   const int64_t n = T * n_heads * half;
+  for (int64_t i = detail::global_thread(); i < n; i += detail::grid_threads())
+    rotate_pair(x, n_heads, head_dim, half, i, pos, inv_freq);
+}
+
+// The queries' pairs first, then the keys'.
+__global__ void rope_rotate_half_qk_kernel(float* q, int64_t q_heads, float* k, int64_t k_heads, int64_t T,
+                                           int64_t head_dim, const int32_t* pos, const float* inv_freq) {
+  const int64_t half = head_dim / 2;
+  const int64_t nq = T * q_heads * half, n = nq + T * k_heads * half;
   for (int64_t i = detail::global_thread(); i < n; i += detail::grid_threads()) {
-    const int64_t th = i / half, k = i % half;  // th = t * n_heads + h
-    const int64_t t = th / n_heads;
-    const float a = static_cast<float>(pos[t]) * inv_freq[k];
-    const float c = cosf(a), s = sinf(a);
-    float* v = x + th * head_dim;
-    const float x1 = v[k], x2 = v[k + half];
-    v[k] = x1 * c - x2 * s;
-    v[k + half] = x2 * c + x1 * s;
+    if (i < nq)
+      rotate_pair(q, q_heads, head_dim, half, i, pos, inv_freq);
+    else
+      rotate_pair(k, k_heads, head_dim, half, i - nq, pos, inv_freq);
   }
 }
 
@@ -56,6 +73,14 @@ void rope_rotate_half(float* x, int64_t T, int64_t n_heads, int64_t head_dim, co
   if (n <= 0) return;
   rope_rotate_half_kernel<<<detail::elementwise_blocks(n), detail::kElementwiseThreads, 0, stream>>>(
       x, T, n_heads, head_dim, pos, inv_freq);
+}
+
+void rope_rotate_half_qk(float* q, int64_t q_heads, float* k, int64_t k_heads, int64_t T, int64_t head_dim,
+                         const int32_t* pos, const float* inv_freq, cudaStream_t stream) {
+  const int64_t n = T * (q_heads + k_heads) * (head_dim / 2);
+  if (n <= 0) return;
+  rope_rotate_half_qk_kernel<<<detail::elementwise_blocks(n), detail::kElementwiseThreads, 0, stream>>>(
+      q, q_heads, k, k_heads, T, head_dim, pos, inv_freq);
 }
 
 void rope_strided(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride, int64_t rot_dim,

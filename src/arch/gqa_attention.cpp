@@ -73,8 +73,7 @@ class GqaAttention final : public AttentionBlock {
     }
     {
       OpSection s(b, "attn rope");
-      b.rope(q, T, nh_, hd_, ctx.pos, inv_freq_);
-      b.rope(k, T, nkv_, hd_, ctx.pos, inv_freq_);
+      b.rope_qk(q, nh_, k, nkv_, T, hd_, ctx.pos, inv_freq_);
     }
     {
       OpSection s(b, "attn cache write");

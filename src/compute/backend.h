@@ -291,6 +291,14 @@ class ComputeBackend {
   virtual int64_t grouped_linear_rows() const { return 0; }
   virtual void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
                     const float* inv_freq) = 0;
+  // rope() on a layer's queries [T, q_heads, head_dim] and keys [T, k_heads, head_dim], in one
+  // launch where the backend has launches; each element as rope() gives it. The default runs
+  // rope() on each.
+  virtual void rope_qk(float* q, int64_t q_heads, float* k, int64_t k_heads, int64_t T, int64_t head_dim,
+                       const int32_t* pos, const float* inv_freq) {
+    rope(q, T, q_heads, head_dim, pos, inv_freq);
+    rope(k, T, k_heads, head_dim, pos, inv_freq);
+  }
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;
   virtual void add(float* y, const float* x, int64_t n) = 0;
   // A KV cache block's layout is the backend's own: only its kv_write writes it and only its

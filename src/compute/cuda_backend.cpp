@@ -488,6 +488,12 @@ void CudaBackend::rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, c
   check_launch("rope");
 }
 
+void CudaBackend::rope_qk(float* q, int64_t q_heads, float* k, int64_t k_heads, int64_t T, int64_t head_dim,
+                          const int32_t* pos, const float* inv_freq) {
+  cuda::rope_rotate_half_qk(q, q_heads, k, k_heads, T, head_dim, pos, inv_freq, stream_of(stream_));
+  check_launch("rope_qk");
+}
+
 void CudaBackend::silu_mul(const float* gate, const float* up, float* out, int64_t n) {
   cuda::silu_mul(gate, up, out, n, stream_of(stream_));
   check_launch("silu_mul");

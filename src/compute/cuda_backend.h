@@ -154,6 +154,8 @@ class CudaBackend final : public ComputeBackend {
   int64_t last_attention_packed_tiles() const { return last_attention_packed_tiles_; }
   int64_t last_attention_singles() const { return last_attention_singles_; }
   int64_t grouped_linear_rows() const override { return 16384; }
+  void rope_qk(float* q, int64_t q_heads, float* k, int64_t k_heads, int64_t T, int64_t head_dim, const int32_t* pos,
+               const float* inv_freq) override;
   void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
             const float* inv_freq) override;
   void silu_mul(const float* gate, const float* up, float* out, int64_t n) override;

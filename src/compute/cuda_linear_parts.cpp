@@ -60,33 +60,48 @@ bool CudaBackend::make_adjacent(std::span<Matrix* const> parts) {
   for (Matrix* m : parts) SHARDLM_CHECK(m != nullptr, "cuda backend: make_adjacent of a null matrix");
   if (!stackable(parts, [](Matrix* m) -> const Matrix& { return *m; })) return false;
   const bool fp8 = parts[0]->dtype == DType::F8_E4M3;
-  // Moves each part's bytes (from `field` of the matrix) into one allocation, in order.
+  auto scale_bytes = [](const Matrix& m) { return static_cast<size_t>(scale_rows(m) * m.fp8.cols) * sizeof(float); };
+  auto owned = [&](const void* p) { return std::find(owned_.begin(), owned_.end(), p) != owned_.end(); };
+  size_t want[2] = {0, 0};
+  for (Matrix* m : parts) {
+    SHARDLM_CHECK(owned(m->data) && (!fp8 || owned(m->fp8.scale_inv)),
+                  "cuda backend: make_adjacent of a weight this backend did not load");
+    want[0] += element_bytes(*m);
+    want[1] += fp8 ? scale_bytes(*m) : 0;
+  }
+  // The move holds a second copy of the parts for a moment; where the device has no room for
+  // it the parts stay apart (and still share one cast).
+  void* dev[2] = {nullptr, nullptr};
+  for (int i = 0; i < (fp8 ? 2 : 1); ++i) {
+    if (cudaMalloc(&dev[i], std::max<size_t>(want[i], 1)) != cudaSuccess) {
+      cudaGetLastError();  // the failed allocation is not an error of a later launch
+      for (void* d : dev) cudaFree(d);
+      return false;
+    }
+  }
+  int next = 0;
+  // Moves each part's bytes (from `field` of the matrix) into the next allocation, in order.
   auto pack = [&](auto field, auto bytes_of) {
-    size_t total = 0;
-    for (Matrix* m : parts) total += bytes_of(*m);
-    void* dev = nullptr;
-    SHARDLM_CUDA_CHECK(cudaMalloc(&dev, std::max<size_t>(total, 1)));
-    owned_.push_back(dev);
+    const size_t total = want[next];
+    void* out = dev[next++];
+    owned_.push_back(out);
     weight_bytes_ += total;
     size_t off = 0;
     for (Matrix* m : parts) {
       const void*& src = field(*m);
       const size_t n = bytes_of(*m);
       // The legacy stream waits for the weights' uploads (upload()), so this copy reads them whole.
-      SHARDLM_CUDA_CHECK(cudaMemcpy(static_cast<uint8_t*>(dev) + off, src, n, cudaMemcpyDeviceToDevice));
-      auto it = std::find(owned_.begin(), owned_.end(), src);
-      SHARDLM_CHECK(it != owned_.end(), "cuda backend: make_adjacent of a weight this backend did not load");
-      owned_.erase(it);
+      SHARDLM_CUDA_CHECK(cudaMemcpy(static_cast<uint8_t*>(out) + off, src, n, cudaMemcpyDeviceToDevice));
+      owned_.erase(std::find(owned_.begin(), owned_.end(), src));
       SHARDLM_CUDA_CHECK(cudaFree(const_cast<void*>(src)));
       weight_bytes_ -= n;
-      src = static_cast<uint8_t*>(dev) + off;
+      src = static_cast<uint8_t*>(out) + off;
       off += n;
     }
   };
   pack([](Matrix& m) -> const void*& { return m.data; }, [](const Matrix& m) { return element_bytes(m); });
   if (fp8) {
-    pack([](Matrix& m) -> const void*& { return reinterpret_cast<const void*&>(m.fp8.scale_inv); },
-         [](const Matrix& m) { return static_cast<size_t>(scale_rows(m) * m.fp8.cols) * sizeof(float); });
+    pack([](Matrix& m) -> const void*& { return reinterpret_cast<const void*&>(m.fp8.scale_inv); }, scale_bytes);
   }
   return true;
 }

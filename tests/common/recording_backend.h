@@ -126,6 +126,10 @@ class RecordingBackend final : public ComputeBackend {
             const float* inv_freq) override {
     op([=, this] { cpu_.rope(x, T, n_heads, head_dim, pos, inv_freq); });
   }
+  void rope_qk(float* q, int64_t q_heads, float* k, int64_t k_heads, int64_t T, int64_t head_dim, const int32_t* pos,
+               const float* inv_freq) override {
+    op([=, this] { cpu_.rope_qk(q, q_heads, k, k_heads, T, head_dim, pos, inv_freq); });
+  }
   void silu_mul(const float* gate, const float* up, float* out, int64_t n) override {
     op([=, this] { cpu_.silu_mul(gate, up, out, n); });
   }

@@ -296,5 +296,41 @@ TEST_F(CudaLinearParts, CapturedStackHasFewerNodes) {
   for (void* p : {static_cast<void*>(xg), static_cast<void*>(y), static_cast<void*>(want)}) gpu_->free(p);
 }
 
+// A device without room for the moment's second copy keeps the parts apart: make_adjacent says
+// so and changes nothing, and linear_parts still gives each part's result. Needs a device small
+// enough to fill: the emulated runtime under SHARDLM_EMULATED_GPU_MEMORY_MIB (registered so in
+// tests/cuda/CMakeLists.txt); skips elsewhere.
+TEST_F(CudaLinearParts, NoRoomToMoveKeepsThePartsApart) {
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_TRUE(gpu_->device_memory(&free_bytes, &total_bytes));
+  if (total_bytes > (size_t{256} << 20))
+    GTEST_SKIP() << "needs a device of at most 256 MiB (the emulated runtime under SHARDLM_EMULATED_GPU_MEMORY_MIB)";
+  const int64_t K = 256;
+  std::vector<Part> host;
+  for (auto [N, seed] : {std::pair<int64_t, uint32_t>{256, 31}, {128, 32}})
+    host.push_back(make_part(N, K, DType::BF16, seed));
+  std::vector<Matrix> cw, gw;
+  for (const Part& p : host) {
+    cw.push_back(cpu_.load_matrix(p.w));
+    gw.push_back(gpu_->load_matrix(p.w));
+  }
+  // Room for the step's buffers, not for a second copy of the weights (192 KiB).
+  gpu_->device_memory(&free_bytes, &total_bytes);
+  void* filler = gpu_->alloc(free_bytes - (64 << 10));
+  const Matrix before[] = {gw[0], gw[1]};
+  const size_t bytes = gpu().weight_bytes();
+  Matrix* stack[] = {&gw[0], &gw[1]};
+  EXPECT_FALSE(gpu_->make_adjacent(stack));
+  EXPECT_EQ(gw[0].data, before[0].data);
+  EXPECT_EQ(gw[1].data, before[1].data);
+  EXPECT_EQ(gpu().weight_bytes(), bytes);
+  const std::vector<Vector> none(2);
+  EXPECT_EQ(check(cw, gw, none, none, 1, false, true, 1e-2), 0);
+  gpu_->free(filler);
+  // With the room back, they move.
+  EXPECT_TRUE(gpu_->make_adjacent(stack));
+  EXPECT_EQ(check(cw, gw, none, none, 1, false, true, 1e-2), 1);
+}
+
 }  // namespace
 }  // namespace shardlm

@@ -158,6 +158,31 @@ TEST(CudaModelKernels, RopeRotateHalfMatchesCpu) {
   }
 }
 
+// Queries and keys in one launch: bit for bit two launches of rope_rotate_half (the same
+// arithmetic per element), and the CPU's within rope's tolerance.
+TEST(CudaModelKernels, RopeQueriesAndKeysInOneLaunch) {
+  SHARDLM_REQUIRE_GPU();
+  const int64_t head_dim = 64, q_heads = 8, k_heads = 2;
+  for (int64_t T : {int64_t{1}, int64_t{19}}) {
+    const std::vector<float> q = rand_vec(T * q_heads * head_dim, 51), k = rand_vec(T * k_heads * head_dim, 52);
+    const std::vector<int32_t> pos = rand_pos(T, 53, 8191);
+    const std::vector<float> inv_freq = inv_freq_table(head_dim, 10000.0);
+    DeviceBuffer<float> d_q(q), d_k(k), d_q2(q), d_k2(k), d_f(inv_freq);
+    DeviceBuffer<int32_t> d_pos(pos);
+    cuda::rope_rotate_half_qk(d_q.get(), q_heads, d_k.get(), k_heads, T, head_dim, d_pos.get(), d_f.get(), nullptr);
+    cuda::rope_rotate_half(d_q2.get(), T, q_heads, head_dim, d_pos.get(), d_f.get(), nullptr);
+    cuda::rope_rotate_half(d_k2.get(), T, k_heads, head_dim, d_pos.get(), d_f.get(), nullptr);
+    cuda_sync("rope_rotate_half_qk");
+    EXPECT_TRUE(all_bits_equal(d_q.download(), d_q2.download())) << "T " << T;
+    EXPECT_TRUE(all_bits_equal(d_k.download(), d_k2.download())) << "T " << T;
+    std::vector<float> want_q = q, want_k = k;
+    cpu::rope_rotate_half(want_q.data(), T, q_heads, head_dim, pos.data(), inv_freq.data());
+    cpu::rope_rotate_half(want_k.data(), T, k_heads, head_dim, pos.data(), inv_freq.data());
+    EXPECT_TRUE(all_close(d_q.download(), want_q, 1e-5, 2e-6)) << "T " << T;
+    EXPECT_TRUE(all_close(d_k.download(), want_k, 1e-5, 2e-6)) << "T " << T;
+  }
+}
+
 TEST(CudaModelKernels, RopeStridedMatchesCpu) {
   SHARDLM_REQUIRE_GPU();
   // MLA queries: per head [nope 128 | rope 64] inside a [T, n_heads, 192] tensor; the rope half is
