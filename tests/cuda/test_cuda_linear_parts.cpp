@@ -63,6 +63,22 @@ class CudaLinearParts : public CudaBackendOps {
  protected:
   CudaBackend& gpu() { return *dynamic_cast<CudaBackend*>(gpu_.get()); }
 
+  // The parts' weights and biases on both backends.
+  struct Loaded {
+    std::vector<Matrix> cw, gw;
+    std::vector<Vector> cb, gb;
+  };
+  Loaded load(const std::vector<Part>& host) {
+    Loaded l;
+    for (const Part& p : host) {
+      l.cw.push_back(cpu_.load_matrix(p.w));
+      l.gw.push_back(gpu_->load_matrix(p.w));
+      l.cb.push_back(cpu_.load_vector(p.b));
+      l.gb.push_back(gpu_->load_vector(p.b));
+    }
+    return l;
+  }
+
   // linear_parts over `mats` (with each part's bias where `biased`) into the outputs given, against
   // the CPU's linear per part (tolerance: the GPU rounds activations to bf16 for bf16 weights) and
   // the GPU's own linear per part (summation order only). Returns the stacked_linears() step.
@@ -109,14 +125,7 @@ TEST_F(CudaLinearParts, AdjacentBf16QkvRunsAsOneGemm) {
   std::vector<Part> host;
   for (auto [N, seed] : {std::pair<int64_t, uint32_t>{64, 1}, {16, 2}, {16, 3}})
     host.push_back(make_part(N, K, DType::BF16, seed));
-  std::vector<Matrix> cw, gw;
-  std::vector<Vector> cb, gb;
-  for (const Part& p : host) {
-    cw.push_back(cpu_.load_matrix(p.w));
-    gw.push_back(gpu_->load_matrix(p.w));
-    cb.push_back(cpu_.load_vector(p.b));
-    gb.push_back(gpu_->load_vector(p.b));
-  }
+  auto [cw, gw, cb, gb] = load(host);
   // Separate: one cast, a GEMM per part; bit for bit each part's linear().
   for (int64_t M : {1, 7}) EXPECT_EQ(check(cw, gw, cb, gb, M, /*biased=*/M == 7, true, 1e-2), 0);
   const size_t bytes = gpu().weight_bytes();
@@ -143,14 +152,7 @@ TEST_F(CudaLinearParts, AdjacentF32GateUp) {
   std::vector<Part> host;  // moved in, not copied: the views point into each part's own vectors
   host.push_back(make_part(24, K, DType::F32, 5));
   host.push_back(make_part(24, K, DType::F32, 6));
-  std::vector<Matrix> cw, gw;
-  std::vector<Vector> cb, gb;
-  for (const Part& p : host) {
-    cw.push_back(cpu_.load_matrix(p.w));
-    gw.push_back(gpu_->load_matrix(p.w));
-    cb.push_back(cpu_.load_vector(p.b));
-    gb.push_back(gpu_->load_vector(p.b));
-  }
+  auto [cw, gw, cb, gb] = load(host);
   Matrix* stack[] = {&gw[0], &gw[1]};
   ASSERT_TRUE(gpu_->make_adjacent(stack));
   for (int64_t M : {1, 4}) EXPECT_EQ(check(cw, gw, cb, gb, M, false, true, 1e-5), 1);
@@ -309,11 +311,7 @@ TEST_F(CudaLinearParts, NoRoomToMoveKeepsThePartsApart) {
   std::vector<Part> host;
   for (auto [N, seed] : {std::pair<int64_t, uint32_t>{256, 31}, {128, 32}})
     host.push_back(make_part(N, K, DType::BF16, seed));
-  std::vector<Matrix> cw, gw;
-  for (const Part& p : host) {
-    cw.push_back(cpu_.load_matrix(p.w));
-    gw.push_back(gpu_->load_matrix(p.w));
-  }
+  auto [cw, gw, cb, gb] = load(host);
   // Room for the step's buffers, not for a second copy of the weights (192 KiB).
   gpu_->device_memory(&free_bytes, &total_bytes);
   void* filler = gpu_->alloc(free_bytes - (64 << 10));
