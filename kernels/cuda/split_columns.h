@@ -19,7 +19,7 @@ struct SplitColumns {
   const float* bias[kMaxSplitParts] = {};  // null: none
 };
 
-// out[p][m, c] = y[m, offset_p + c] (+ bias[p][c]), fp32 adds, so bit for bit the host's.
+// out[p][m, c] = y[m, offset_p + c] (+ bias[p][c]): the fp32 add add_bias_rows makes after a linear.
 void split_columns(const float* y, int64_t M, const SplitColumns& parts, cudaStream_t stream);
 
 }  // namespace shardlm::cuda

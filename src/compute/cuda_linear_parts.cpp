@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <vector>
 
 #include "compute/cuda_backend.h"
 #include "compute/cuda_check.h"
@@ -26,8 +25,6 @@
 namespace shardlm {
 
 namespace {
-
-constexpr cudaStream_t kStream = 0;
 
 size_t element_bytes(const Matrix& m) { return static_cast<size_t>(m.rows * m.cols) * dtype_size(m.dtype); }
 
