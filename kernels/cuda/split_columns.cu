@@ -13,8 +13,7 @@ __global__ void split_columns_kernel(const float* y, int64_t M, int64_t W, Split
     int64_t c = i - m * W;
     int p = 0;
     while (p + 1 < parts.n && c >= parts.width[p]) c -= parts.width[p++];
-    const float b = parts.bias[p] ? parts.bias[p][c] : 0.0f;
-    parts.out[p][m * parts.width[p] + c] = parts.bias[p] ? y[i] + b : y[i];
+    parts.out[p][m * parts.width[p] + c] = parts.bias[p] ? y[i] + parts.bias[p][c] : y[i];
   }
 }
 

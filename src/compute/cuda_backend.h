@@ -226,6 +226,7 @@ class CudaBackend final : public ComputeBackend {
   // linear() of an F8_E4M3 weight (cuda_fp8_linear.cpp), and its direct path for a few rows.
   void linear_fp8(const float* x, int64_t M, const Matrix& w, float* y);
   void linear_fp8_direct(const float* x, int64_t M, const Matrix& w, float* y);
+  void fp8_matmul_cast(const uint16_t* xb, int64_t M, const Matrix& w, float* y);  // its kernel on a cast input
   // The block-scaled fp8 GEMM of linear_fp8 past the direct rows (cuda_w8a8_linear.cpp): false, with
   // nothing run, when it is off, the weight or pointers do not meet cuBLASLt's terms, or cuBLASLt
   // has no kernel for the shape (then the caller dequantises).

@@ -60,12 +60,11 @@ void CudaBackend::linear_fp8(const float* x, int64_t M, const Matrix& w, float* 
 }
 
 void CudaBackend::linear_fp8_direct(const float* x, int64_t M, const Matrix& w, float* y) {
-  const int64_t K = w.cols;
-  const cudaStream_t s = stream_of(stream_);
-  uint16_t* xb = bf16_workspace(static_cast<size_t>(M * K));
-  cuda::f32_to_bf16(x, xb, M * K, s);
-  check_launch("f32_to_bf16");
-  cuda::launch_fp8_matmul(xb, M, fp8_weight(w), y, s);
+  fp8_matmul_cast(cast_bf16(x, M * w.cols), M, w, y);
+}
+
+void CudaBackend::fp8_matmul_cast(const uint16_t* xb, int64_t M, const Matrix& w, float* y) {
+  cuda::launch_fp8_matmul(xb, M, fp8_weight(w), y, stream_of(stream_));
   check_launch("fp8_matmul");
 }
 

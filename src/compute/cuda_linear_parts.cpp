@@ -19,7 +19,6 @@
 #include "compute/cuda_check.h"
 #include "core/error.h"
 #include "cuda/elementwise.h"
-#include "cuda/rows_matmul.h"
 #include "cuda/split_columns.h"
 
 namespace shardlm {
@@ -154,16 +153,14 @@ void CudaBackend::linear_parts(const float* x, int64_t M, std::span<const Linear
   bool cast_once = true;
   for (const LinearPart& p : parts)
     cast_once = cast_once && (p.w->dtype == DType::BF16 ||
-                              (p.w->dtype == DType::F8_E4M3 && M <= kFp8DirectRows && p.w->fp8.scale_inv != nullptr &&
-                               p.w->fp8.block_rows > 0 && p.w->fp8.block_cols > 0));
+                              (p.w->dtype == DType::F8_E4M3 && M <= kFp8DirectRows && p.w->fp8.scale_inv != nullptr));
   if (!cast_once) return ComputeBackend::linear_parts(x, M, parts);
   const uint16_t* xb = cast_bf16(x, M * K);
   for (const LinearPart& p : parts) {
     if (p.w->dtype == DType::BF16) {
       gemm_bf16_cast(xb, M, static_cast<const uint16_t*>(p.w->data), p.w->rows, K, p.y);
     } else {
-      cuda::launch_fp8_matmul(xb, M, fp8_weight(*p.w), p.y, s);
-      check_launch("fp8_matmul");
+      fp8_matmul_cast(xb, M, *p.w, p.y);
       ++fp8_direct_calls_;
     }
     if (p.bias && p.bias->data) {
