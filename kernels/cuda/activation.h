@@ -8,6 +8,8 @@
 namespace shardlm::cuda {
 
 // out[i] = silu(gate[i]) * up[i]  (SwiGLU), silu(g) = g / (1 + exp(-g)). out may alias gate or up.
-void silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+// twin: null, or [n] that receives out rounded to bf16 (bf16_bits::from_f32), for the down
+// projection's GEMM to read instead of casting out again.
+void silu_mul(const float* gate, const float* up, float* out, uint16_t* twin, int64_t n, cudaStream_t stream);
 
 }  // namespace shardlm::cuda

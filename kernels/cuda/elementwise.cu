@@ -1,5 +1,6 @@
 #include "cuda/elementwise.h"
 
+#include "bf16_bits.h"
 #include "cuda/launch_util.cuh"
 
 namespace shardlm::cuda {
@@ -14,18 +15,10 @@ __global__ void add_bias_rows_kernel(float* y, int64_t M, int64_t N, const float
   for (int64_t i = detail::global_thread(); i < n; i += detail::grid_threads()) y[i] += bias[i % N];
 }
 
-// The integer form of the host conversion (not __float2bfloat16_rn), so the two agree on every
-// input, NaN payloads included.
+// The host's conversion itself (not __float2bfloat16_rn), so the two agree on every input, NaN
+// payloads included, as do the twins rmsnorm and silu_mul write.
 __global__ void f32_to_bf16_kernel(const float* x, uint16_t* y, int64_t n) {
-  for (int64_t i = detail::global_thread(); i < n; i += detail::grid_threads()) {
-    uint32_t u = __float_as_uint(x[i]);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-      y[i] = static_cast<uint16_t>((u >> 16) | 0x40u);
-      continue;
-    }
-    u += 0x7fffu + ((u >> 16) & 1u);
-    y[i] = static_cast<uint16_t>(u >> 16);
-  }
+  for (int64_t i = detail::global_thread(); i < n; i += detail::grid_threads()) y[i] = bf16_bits::from_f32(x[i]);
 }
 
 __global__ void bf16_to_f32_kernel(const uint16_t* x, float* y, int64_t n) {

@@ -88,12 +88,16 @@ __global__ void expert_permute_kernel(const int32_t* __restrict__ topk_ids, int6
 
 __global__ void expert_gather_kernel(const float* __restrict__ x, int64_t H, int k,
                                      const int32_t* __restrict__ row_pair, const int32_t* __restrict__ num_rows,
-                                     int64_t max_rows, float* __restrict__ xp) {
+                                     int64_t max_rows, float* __restrict__ xp, uint16_t* __restrict__ twin) {
   const int64_t rows = *num_rows < max_rows ? *num_rows : max_rows;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* src = x + static_cast<int64_t>(row_pair[r] / k) * H;
     float* dst = xp + r * H;
-    for (int64_t c = threadIdx.x; c < H; c += blockDim.x) dst[c] = src[c];
+    for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
+      const float v = src[c];
+      dst[c] = v;
+      if (twin) twin[r * H + c] = bf16_bits::from_f32(v);  // null or not for the whole launch
+    }
   }
 }
 
@@ -158,9 +162,9 @@ void launch_expert_permute(const int32_t* topk_ids, int64_t T, int k, int32_t e0
 }
 
 void launch_expert_gather(const float* x, int64_t H, int k, const int32_t* row_pair, const int32_t* num_rows,
-                          int64_t max_rows, float* xp, cudaStream_t stream) {
+                          int64_t max_rows, float* xp, uint16_t* twin, cudaStream_t stream) {
   if (H <= 0 || max_rows <= 0 || k <= 0) return;
-  expert_gather_kernel<<<grid_for(max_rows), kRowThreads, 0, stream>>>(x, H, k, row_pair, num_rows, max_rows, xp);
+  expert_gather_kernel<<<grid_for(max_rows), kRowThreads, 0, stream>>>(x, H, k, row_pair, num_rows, max_rows, xp, twin);
 }
 
 void launch_expert_combine(const float* yp, int64_t H, const int32_t* topk_ids, const float* topk_w,

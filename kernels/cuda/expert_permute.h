@@ -23,9 +23,10 @@ void launch_expert_permute(const int32_t* topk_ids, int64_t T, int k, int32_t e0
                            cudaStream_t stream);
 
 // xp[r] = x[row_pair[r] / k] (rows of H floats) for r < *num_rows (a device pointer, e.g.
-// offsets + E); max_rows (e.g. T * k) bounds the grid.
+// offsets + E); max_rows (e.g. T * k) bounds the grid. twin: null, or the same rows rounded to
+// bf16 (bf16_bits::from_f32), for the experts' GEMMs to read without a cast.
 void launch_expert_gather(const float* x, int64_t H, int k, const int32_t* row_pair, const int32_t* num_rows,
-                          int64_t max_rows, float* xp, cudaStream_t stream);
+                          int64_t max_rows, float* xp, uint16_t* twin, cudaStream_t stream);
 
 // out [T, H] = per token, from 0, + w[t, j] * yp[slot_row[t, j]] over the local slots in ascending
 // expert id.

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "bf16_bits.h"
 #include "fp8_bits.h"
 
 namespace shardlm::cuda {
@@ -22,14 +23,6 @@ __device__ inline float mul_like_x86(float a, float b) {
   return isnan(p) ? __uint_as_float(0xffc00000u) : p;
 }
 
-// Round to nearest even, NaN kept quiet (src/core/dtype.h f32_to_bf16).
-__device__ inline uint16_t to_bf16(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
 __global__ void fp8_dequant_kernel(const uint8_t* __restrict__ w, const float* __restrict__ scale_inv,
                                    int64_t scale_cols, int64_t rows, int64_t cols, int64_t row_off, int64_t col_off,
                                    int64_t block_rows, int64_t block_cols, uint16_t* __restrict__ out) {
@@ -38,7 +31,7 @@ __global__ void fp8_dequant_kernel(const uint8_t* __restrict__ w, const float* _
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int64_t r = i / cols, c = i - r * cols;
     const float s = scale_inv[((r + row_off) / block_rows) * scale_cols + (c + col_off) / block_cols];
-    out[i] = to_bf16(mul_like_x86(decode_e4m3(w[i]), s));
+    out[i] = bf16_bits::from_f32(mul_like_x86(decode_e4m3(w[i]), s));
   }
 }
 

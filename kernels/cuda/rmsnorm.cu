@@ -3,6 +3,7 @@
 // elements it read itself, which is what makes out == x (and out == residual) safe.
 #include "cuda/rmsnorm.h"
 
+#include "bf16_bits.h"
 #include "cuda/block_reduce.cuh"
 
 namespace shardlm::cuda {
@@ -16,7 +17,13 @@ __device__ inline float inv_rms(float sumsq, int64_t dim, float eps) {
   return 1.0f / sqrtf(var + eps);
 }
 
-__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t dim, float eps, float* out) {
+// twin is null or not for the whole launch, so the branch is uniform.
+__device__ inline void put(float* out, uint16_t* twin, int64_t i, float v) {
+  out[i] = v;
+  if (twin) twin[i] = bf16_bits::from_f32(v);
+}
+
+__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t dim, float eps, float* out, uint16_t* twin) {
   const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
   float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
@@ -24,11 +31,11 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t dim, floa
     ss += v * v;
   }
   const float r = inv_rms(block_sum(ss), dim, eps);
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out[base + i] = w[i] * (x[base + i] * r);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) put(out, twin, base + i, w[i] * (x[base + i] * r));
 }
 
-__global__ void add_rmsnorm_kernel(float* residual, const float* x, const float* w, int64_t dim, float eps,
-                                   float* out) {
+__global__ void add_rmsnorm_kernel(float* residual, const float* x, const float* w, int64_t dim, float eps, float* out,
+                                   uint16_t* twin) {
   const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
   float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
@@ -37,20 +44,21 @@ __global__ void add_rmsnorm_kernel(float* residual, const float* x, const float*
     ss += v * v;
   }
   const float r = inv_rms(block_sum(ss), dim, eps);
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out[base + i] = w[i] * (residual[base + i] * r);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) put(out, twin, base + i, w[i] * (residual[base + i] * r));
 }
 
 }  // namespace
 
-void rmsnorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* out, cudaStream_t stream) {
+void rmsnorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* out, uint16_t* twin,
+             cudaStream_t stream) {
   if (rows <= 0 || dim <= 0) return;
-  rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, dim, eps, out);
+  rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, dim, eps, out, twin);
 }
 
 void add_rmsnorm(float* residual, const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* out,
-                 cudaStream_t stream) {
+                 uint16_t* twin, cudaStream_t stream) {
   if (rows <= 0 || dim <= 0) return;
-  add_rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(residual, x, w, dim, eps, out);
+  add_rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(residual, x, w, dim, eps, out, twin);
 }
 
 }  // namespace shardlm::cuda

@@ -8,10 +8,13 @@
 
 namespace shardlm::cuda {
 
-// x, out: [rows, dim]; w: [dim]. out may alias x.
-void rmsnorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* out, cudaStream_t stream);
-// residual += x; out = rmsnorm(residual). out may alias x or residual.
+// x, out: [rows, dim]; w: [dim]. out may alias x. twin: null, or [rows, dim] that receives out
+// rounded to bf16 (bf16_bits::from_f32 of the very value written to out), for a GEMM that reads
+// bf16 activations; it saves that GEMM a cast launch.
+void rmsnorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* out, uint16_t* twin,
+             cudaStream_t stream);
+// residual += x; out = rmsnorm(residual). out may alias x or residual. twin as for rmsnorm.
 void add_rmsnorm(float* residual, const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* out,
-                 cudaStream_t stream);
+                 uint16_t* twin, cudaStream_t stream);
 
 }  // namespace shardlm::cuda

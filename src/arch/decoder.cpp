@@ -36,6 +36,9 @@ struct Layer {
 constexpr int kTagHidden = 11, kTagLogits = 12;
 // The scratch slot where a later stage's graph step receives the previous stage's hidden states.
 constexpr int kStageInput = 17;
+// The bf16 twins (compute/backend.h Activations) of the normed hidden state (slot 1) and of the
+// final norm's rows (slot 12), where the backend wants them.
+constexpr int kHiddenTwin = 18, kFinalRowsTwin = 19;
 
 class Decoder final : public Model {
  public:
@@ -360,7 +363,7 @@ class Decoder final : public Model {
     const size_t rows = static_cast<size_t>(std::max<int64_t>(T, 1));
 
     float* residual = scratch_.get(0, rows * H);
-    float* h = scratch_.get(1, rows * H);
+    const ActivationsOut h = normed_rows(1, kHiddenTwin, rows * H);
     float* proj = scratch_.get(2, rows * H);  // attention and feed-forward outputs
     int32_t* ids = scratch_.get_as<int32_t>(3, rows);
     StepContext ctx;
@@ -420,8 +423,13 @@ class Decoder final : public Model {
     }
   }
 
+  // Slot `slot` of n floats, with its bf16 twin in slot `twin` where the backend wants one.
+  ActivationsOut normed_rows(int slot, int twin, size_t n) {
+    return {scratch_.get(slot, n), b_.wants_bf16_twins() ? scratch_.get_as<uint16_t>(twin, n) : nullptr};
+  }
+
   // The layers over the residual stream (embedded or received); it ends in `residual`.
-  void run_layers(const StepContext& ctx, float* residual, float* h, float* proj) {
+  void run_layers(const StepContext& ctx, float* residual, ActivationsOut h, float* proj) {
     const int64_t T = ctx.T, H = spec_.hidden_size;
     const float eps = static_cast<float>(spec_.rms_norm_eps);
     for (size_t i = 0; i < layers_.size(); ++i) {
@@ -458,7 +466,7 @@ class Decoder final : public Model {
     const int64_t B = ctx.T, H = spec_.hidden_size;
     const float eps = static_cast<float>(spec_.rms_norm_eps);
     float* residual = scratch_.get(0, B * H);
-    float* h = scratch_.get(1, B * H);
+    const ActivationsOut h = normed_rows(1, kHiddenTwin, B * H);
     float* proj = scratch_.get(2, B * H);
     if (plan_.first_stage()) {
       const int32_t* ids = scratch_.get_as<int32_t>(3, B);
@@ -469,7 +477,7 @@ class Decoder final : public Model {
     }
     run_layers(ctx, residual, h, proj);
     if (!plan_.last_stage()) return;
-    float* rows = scratch_.get(12, B * H);
+    const ActivationsOut rows = normed_rows(12, kFinalRowsTwin, B * H);
     b_.rmsnorm(residual, final_norm_, B, eps, rows);
     b_.linear(rows, B, lm_head_, nullptr, scratch_.get(13, B * plan_.vocab));
   }
@@ -530,11 +538,11 @@ class Decoder final : public Model {
     const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
     if (R == 0) return nullptr;
     OpSection s(b_, "lm head", weight_bytes(lm_head_));
-    float* rows = scratch_.get(12, R * H);
+    const ActivationsOut rows = normed_rows(12, kFinalRowsTwin, R * H);
     int32_t* which = scratch_.get_as<int32_t>(8, R);
     b_.copy_to_device(which, batch.logit_rows.data(), R * sizeof(int32_t));
-    b_.gather_rows(residual, H, which, R, rows);  // one gather, not a copy per row
-    b_.rmsnorm(rows, final_norm_, R, eps, rows);
+    b_.gather_rows(residual, H, which, R, rows.f32);  // one gather, not a copy per row
+    b_.rmsnorm(rows.f32, final_norm_, R, eps, rows);
     float* local = scratch_.get(13, R * plan_.vocab);
     b_.linear(rows, R, lm_head_, nullptr, local);
     return comms_.tp ? gather_vocab(local, R) : local;

@@ -28,13 +28,16 @@ class DenseMlp final : public FeedForwardBlock {
     w.backend().make_adjacent(std::array<Matrix*, 2>{&gate_, &up_});  // one stacked weight (linear_parts)
   }
 
-  void forward(const float* h, const StepContext& ctx, Scratch& scratch, float* out) override {
+  void forward(Activations h, const StepContext& ctx, Scratch& scratch, float* out) override {
     const int64_t T = ctx.T;
     if (T == 0) return;
     ComputeBackend& b = scratch.backend();
     // gate then up: a decode token's stacked projection writes both in place.
     float* gate = scratch.get(Scratch::kFeedForward + 0, 2 * T * inter_);
     float* up = gate + T * inter_;
+    // silu(gate) * up goes over gate; its twin feeds down's GEMM (Activations).
+    const ActivationsOut act{
+        gate, b.wants_bf16_twins() ? scratch.get_as<uint16_t>(Scratch::kFeedForward + 2, T * inter_) : nullptr};
     {
       OpSection s(b, "mlp gate/up", weight_bytes(gate_) + weight_bytes(up_));
       const LinearPart gate_up[] = {{&gate_, gate_bias_ ? &*gate_bias_ : nullptr, gate},
@@ -43,10 +46,10 @@ class DenseMlp final : public FeedForwardBlock {
     }
     {
       OpSection s(b, "mlp activation");
-      b.silu_mul(gate, up, gate, T * inter_);
+      b.silu_mul(gate, up, act, T * inter_);
     }
     OpSection s(b, "mlp down", weight_bytes(down_));
-    b.linear(gate, T, down_, down_bias_ ? &*down_bias_ : nullptr, out);
+    b.linear(act, T, down_, down_bias_ ? &*down_bias_ : nullptr, out);
   }
 
  private:

@@ -47,7 +47,7 @@ class GqaAttention final : public AttentionBlock {
   int64_t k_width() const override { return nkv_ * hd_; }
   int64_t v_width() const override { return nkv_ * hd_; }
 
-  void forward(const float* h, const StepContext& ctx, const KvCacheRef& layer_cache, Scratch& scratch,
+  void forward(Activations h, const StepContext& ctx, const KvCacheRef& layer_cache, Scratch& scratch,
                float* out) override {
     ComputeBackend& b = scratch.backend();
     const int64_t T = ctx.T;

@@ -49,9 +49,10 @@ class AttentionBlock {
   // Values per token this rank caches for the layer, K side and V side (V may be 0).
   virtual int64_t k_width() const = 0;
   virtual int64_t v_width() const = 0;
-  // out [T, hidden] = this rank's partial attention output for the normed hidden state h; the
-  // step's keys and values go into the layer's cache.
-  virtual void forward(const float* h, const StepContext& ctx, const KvCacheRef& cache, Scratch& scratch,
+  // out [T, hidden] = this rank's partial attention output for the normed hidden state h (with
+  // its bf16 twin where the backend wants one); the step's keys and values go into the layer's
+  // cache.
+  virtual void forward(Activations h, const StepContext& ctx, const KvCacheRef& cache, Scratch& scratch,
                        float* out) = 0;
 };
 
@@ -60,8 +61,8 @@ class FeedForwardBlock {
   virtual ~FeedForwardBlock() = default;
   // out [T, hidden] = this rank's partial output for the normed hidden state h (T = ctx.T). Called
   // on every rank of an expert-parallel group for every step, with T = 0 when the rank has no
-  // tokens, so that the group's all-to-alls pair up.
-  virtual void forward(const float* h, const StepContext& ctx, Scratch& scratch, float* out) = 0;
+  // tokens, so that the group's all-to-alls pair up. h has its twin as for AttentionBlock.
+  virtual void forward(Activations h, const StepContext& ctx, Scratch& scratch, float* out) = 0;
 };
 
 // MoeStepStats (per-step expert-parallel figures) is declared in arch/model.h.

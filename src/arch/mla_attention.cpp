@@ -94,7 +94,7 @@ class MlaAttention final : public AttentionBlock {
   int64_t k_width() const override { return kv_lora_ + rope_; }
   int64_t v_width() const override { return 0; }
 
-  void forward(const float* h, const StepContext& ctx, const KvCacheRef& layer_cache, Scratch& scratch,
+  void forward(Activations h, const StepContext& ctx, const KvCacheRef& layer_cache, Scratch& scratch,
                float* out) override {
     ComputeBackend& b = scratch.backend();
     const int64_t T = ctx.T;
@@ -125,8 +125,10 @@ class MlaAttention final : public AttentionBlock {
                                   {&kv_a_rope_, kv_a_rope_bias_ ? &*kv_a_rope_bias_ : nullptr, k_rope}};
       b.linear_parts(h, T, parts);
       if (q_lora_ > 0) {
-        b.rmsnorm(projected, q_a_norm_, T, kLatentNormEps, projected);
-        b.linear(projected, T, q_b_, nullptr, q);
+        const ActivationsOut q_a{
+            projected, b.wants_bf16_twins() ? scratch.get_as<uint16_t>(Scratch::kAttention + 2, T * q_lora_) : nullptr};
+        b.rmsnorm(projected, q_a_norm_, T, kLatentNormEps, q_a);
+        b.linear(q_a, T, q_b_, nullptr, q);
       }
       b.rmsnorm(latent, kv_a_norm_, T, kLatentNormEps, latent);
     }

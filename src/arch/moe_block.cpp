@@ -169,7 +169,7 @@ class MoeBlock final : public FeedForwardBlock {
     }
   }
 
-  void forward(const float* h, const StepContext& ctx, Scratch& scratch, float* out) override {
+  void forward(Activations h, const StepContext& ctx, Scratch& scratch, float* out) override {
     const int64_t T = ctx.T;
     if (plan_.ep_size > 1 && ctx.device_routing) {
       forward_expert_parallel_captured(h, ctx, scratch, out);
@@ -207,7 +207,7 @@ class MoeBlock final : public FeedForwardBlock {
     int32_t *ids, *offsets, *slot_row, *row_pair;
     float* weights;
   };
-  Permuted route_and_permute(const float* h, const StepContext& ctx, Scratch& scratch) {
+  Permuted route_and_permute(Activations h, const StepContext& ctx, Scratch& scratch) {
     ComputeBackend& b = scratch.backend();
     const int64_t T = ctx.T, E = m_.num_experts, k = m_.experts_per_token, P = T * k;
     float* logits = scratch.get(Scratch::kFeedForward + 0, static_cast<size_t>(T * E));
@@ -226,7 +226,7 @@ class MoeBlock final : public FeedForwardBlock {
 
   // ep_size 1, T > 0, a large step: the whole layer through backend ops (see the file comment).
   // Slots kFeedForward + 0..3 as add_shared uses them, + 8 and up for the routing.
-  void forward_on_backend(const float* h, const StepContext& ctx, Scratch& scratch, float* out) {
+  void forward_on_backend(Activations h, const StepContext& ctx, Scratch& scratch, float* out) {
     ComputeBackend& b = scratch.backend();
     const int64_t T = ctx.T, H = H_, E = m_.num_experts, k = m_.experts_per_token, P = T * k;
     const Permuted r = route_and_permute(h, ctx, scratch);
@@ -245,7 +245,7 @@ class MoeBlock final : public FeedForwardBlock {
     float* yp = scratch.get(Scratch::kFeedForward + 16, static_cast<size_t>(rows * H));
     {
       OpSection s(b, "moe experts");
-      b.expert_gather(h, H, k, r.row_pair, offsets + E, rows, xp);
+      b.expert_gather(h.f32, H, k, r.row_pair, offsets + E, rows, xp);
       run_experts(scratch, experts_, inter_, H, xp, expert_offsets_, yp);
     }
     {
@@ -259,25 +259,22 @@ class MoeBlock final : public FeedForwardBlock {
   // ep_size 1, a decode-sized or captured step (StepContext::device_routing): the same ops, but the
   // per-expert rows stay on the device. Padding rows (pos < 0) route to no expert, so
   // rows <= T * k; every buffer is sized for T * k and the expert GEMMs read their row ranges from
-  // the permute's offsets (grouped_linear_routed). Same slots as forward_on_backend, and
-  // run_experts' 5 and 6 for gate and up.
-  void forward_routed(const float* h, const StepContext& ctx, Scratch& scratch, float* out) {
+  // the permute's offsets (grouped_linear_routed). Same slots as forward_on_backend, 4 for the
+  // gathered rows' twin, and run_routed_experts'.
+  void forward_routed(Activations h, const StepContext& ctx, Scratch& scratch, float* out) {
     ComputeBackend& b = scratch.backend();
-    const int64_t T = ctx.T, H = H_, E = m_.num_experts, k = m_.experts_per_token, P = T * k, I = inter_;
+    const int64_t T = ctx.T, H = H_, E = m_.num_experts, k = m_.experts_per_token, P = T * k;
     const Permuted r = route_and_permute(h, ctx, scratch);
     const int32_t* offsets = r.offsets;
-    float* xp = scratch.get(Scratch::kFeedForward + 13, static_cast<size_t>(P * H));
+    const ActivationsOut xp{scratch.get(Scratch::kFeedForward + 13, static_cast<size_t>(P * H)),
+                            b.wants_bf16_twins()
+                                ? scratch.get_as<uint16_t>(Scratch::kFeedForward + 4, static_cast<size_t>(P * H))
+                                : nullptr};
     float* yp = scratch.get(Scratch::kFeedForward + 16, static_cast<size_t>(P * H));
-    float* gate = scratch.get(Scratch::kFeedForward + 5, static_cast<size_t>(P * I));
-    float* up = scratch.get(Scratch::kFeedForward + 6, static_cast<size_t>(P * I));
     {
       OpSection s(b, "moe experts");
-      b.expert_gather(h, H, k, r.row_pair, offsets + E, P, xp);
-      b.grouped_linear_routed(xp, P, offsets, gate_w_, gate);
-      b.grouped_linear_routed(xp, P, offsets, up_w_, up);
-      // Rows past the routed ones hold stale values; silu_mul keeps them to themselves.
-      b.silu_mul(gate, up, gate, P * I);
-      b.grouped_linear_routed(gate, P, offsets, down_w_, yp);
+      b.expert_gather(h.f32, H, k, r.row_pair, offsets + E, P, xp);
+      run_routed_experts(scratch, xp, P, P, offsets, yp);
     }
     {
       OpSection s(b, "moe combine");
@@ -291,7 +288,7 @@ class MoeBlock final : public FeedForwardBlock {
   // kFeedForward + 0, 8, 9 for the routing, 5 and 6 for the experts (run_experts), 10 for their
   // offsets on the routed path, 20 and up for the dispatch (expert_dispatch.h), 0..3 for the shared
   // expert.
-  void forward_expert_parallel(const float* h, int64_t T, ExpertWire wire, Scratch& scratch, float* out) {
+  void forward_expert_parallel(Activations h, int64_t T, ExpertWire wire, Scratch& scratch, float* out) {
     ComputeBackend& b = scratch.backend();
     const int64_t H = H_, E = m_.num_experts, k = m_.experts_per_token;
     // This rank's share of the tokens: all of them, or with tp its contiguous tp share (the split a
@@ -311,7 +308,7 @@ class MoeBlock final : public FeedForwardBlock {
       float* logits = scratch.get(Scratch::kFeedForward + 0, static_cast<size_t>(Ts * E));
       int32_t* ids = scratch.get_as<int32_t>(Scratch::kFeedForward + 8, static_cast<size_t>(Ts * k));
       float* weights = scratch.get(Scratch::kFeedForward + 9, static_cast<size_t>(Ts * k));
-      b.linear(h + t0 * H, Ts, router_, nullptr, logits);
+      b.linear(h.from(t0 * H), Ts, router_, nullptr, logits);
       b.moe_route(logits, Ts, cfg_, ids, weights);
       b.copy_to_host(routing_.experts.data(), ids, routing_.experts.size() * sizeof(int32_t));
       b.copy_to_host(routing_.weights.data(), weights, routing_.weights.size() * sizeof(float));
@@ -321,7 +318,7 @@ class MoeBlock final : public FeedForwardBlock {
     // experts take the routed GEMMs, as a captured step's do, so the two give the same bits.
     {
       OpSection s(b, "ep dispatch");
-      dispatch_.dispatch(scratch, h + t0 * H, routing_, wire);
+      dispatch_.dispatch(scratch, h.f32 + t0 * H, routing_, wire);
     }
     const int64_t rows = dispatch_.rows(), L = static_cast<int64_t>(experts_.size());
     {
@@ -355,18 +352,22 @@ class MoeBlock final : public FeedForwardBlock {
 
   // The local experts on at most P rows of x [P, H] grouped by offsets ([L + 1], backend memory),
   // into y [P, H], by routed GEMMs (rows from offsets[L] on are not read); expect: the rows they
-  // usually hold (grouped_linear_routed). Slots kFeedForward + 5 and 6 for gate and up.
-  void run_routed_experts(Scratch& scratch, const float* x, int64_t P, int64_t expect, const int32_t* offsets,
+  // usually hold (grouped_linear_routed). Slots kFeedForward + 5 and 6 for gate and up, 7 for the
+  // activation's twin.
+  void run_routed_experts(Scratch& scratch, Activations x, int64_t P, int64_t expect, const int32_t* offsets,
                           float* y) {
     if (P <= 0) return;
     ComputeBackend& b = scratch.backend();
     const int64_t I = inter_;
     float* gate = scratch.get(Scratch::kFeedForward + 5, static_cast<size_t>(P * I));
     float* up = scratch.get(Scratch::kFeedForward + 6, static_cast<size_t>(P * I));
+    const ActivationsOut act{gate, b.wants_bf16_twins()
+                                       ? scratch.get_as<uint16_t>(Scratch::kFeedForward + 7, static_cast<size_t>(P * I))
+                                       : nullptr};
     b.grouped_linear_routed(x, P, expect, offsets, gate_w_, gate);
     b.grouped_linear_routed(x, P, expect, offsets, up_w_, up);
-    b.silu_mul(gate, up, gate, P * I);  // rows past the routed ones keep to themselves
-    b.grouped_linear_routed(gate, P, expect, offsets, down_w_, y);
+    b.silu_mul(gate, up, act, P * I);  // rows past the routed ones keep to themselves
+    b.grouped_linear_routed(act, P, expect, offsets, down_w_, y);
   }
 
   // ep_size > 1 in a captured step (StepContext::device_routing): the routing stays on the device
@@ -378,7 +379,7 @@ class MoeBlock final : public FeedForwardBlock {
   // tp all-reduce on the same rank as in the eager step, and the bits are the same. Slots
   // kFeedForward + 0, 8, 9 for the routing, 5 and 6 for gate and up, 30 and up for the exchange,
   // 0..3 for the shared expert.
-  void forward_expert_parallel_captured(const float* h, const StepContext& ctx, Scratch& scratch, float* out) {
+  void forward_expert_parallel_captured(Activations h, const StepContext& ctx, Scratch& scratch, float* out) {
     ComputeBackend& b = scratch.backend();
     const int64_t T = ctx.T, H = H_, E = m_.num_experts, k = m_.experts_per_token;
     int32_t* ids = scratch.get_as<int32_t>(Scratch::kFeedForward + 8, static_cast<size_t>(std::max<int64_t>(T * k, 1)));
@@ -389,7 +390,7 @@ class MoeBlock final : public FeedForwardBlock {
       b.moe_route(logits, T, cfg_, ids, weights);
     }
     const cpu::ExchangeShape shape = exchange_shape(T, plan_.tp_size, plan_.ep_size, E, k, H, ctx.ep_capacity);
-    exchange_.dispatch(scratch, shape, h, ids, T, cpu::RowShare{plan_.tp_rank, plan_.tp_size}, ctx.pos,
+    exchange_.dispatch(scratch, shape, h.f32, ids, T, cpu::RowShare{plan_.tp_rank, plan_.tp_size}, ctx.pos,
                        ctx.expert_tokens, ctx.ep_overflow, ctx.ep_wire);
     // The blocks hold up to ep x Cc rows, a multiple of an owner's usual load: the GEMMs are chosen
     // on that load, the share's pairs (S x k on average), as an eager step of it chooses them.
@@ -405,8 +406,9 @@ class MoeBlock final : public FeedForwardBlock {
     if (has_shared_ && T > 0) add_shared(h, T, scratch, out);
   }
 
-  // out [T, H] += g_t * shared(h) per token (g_t = sigmoid of the shared expert gate, or 1).
-  void add_shared(const float* h, int64_t T, Scratch& scratch, float* out) {
+  // out [T, H] += g_t * shared(h) per token (g_t = sigmoid of the shared expert gate, or 1). Slots
+  // kFeedForward + 1..3.
+  void add_shared(Activations h, int64_t T, Scratch& scratch, float* out) {
     ComputeBackend& b = scratch.backend();
     const int64_t H = H_, S = shared_inter_;
     // gate, up and the gate logit one after another: a decode token's stacked projection writes
@@ -415,6 +417,9 @@ class MoeBlock final : public FeedForwardBlock {
     float* su = sg + T * S;
     float* g = shared_gate_ ? su + T * S : nullptr;
     float* y = scratch.get(Scratch::kFeedForward + 3, static_cast<size_t>(T * H));
+    const ActivationsOut act{sg, b.wants_bf16_twins()
+                                     ? scratch.get_as<uint16_t>(Scratch::kFeedForward + 2, static_cast<size_t>(T * S))
+                                     : nullptr};
     OpSection s(b, "moe shared expert",
                 weight_bytes(shared_.gate) + weight_bytes(shared_.up) + weight_bytes(shared_.down) +
                     (shared_gate_ ? weight_bytes(*shared_gate_) : 0));
@@ -422,8 +427,8 @@ class MoeBlock final : public FeedForwardBlock {
                                 {&shared_.up, nullptr, su},
                                 {shared_gate_ ? &*shared_gate_ : nullptr, nullptr, g}};
     b.linear_parts(h, T, std::span<const LinearPart>(parts, shared_gate_ ? 3 : 2));
-    b.silu_mul(sg, su, sg, T * S);
-    b.linear(sg, T, shared_.down, nullptr, y);
+    b.silu_mul(sg, su, act, T * S);
+    b.linear(act, T, shared_.down, nullptr, y);
     b.gated_add(out, y, g, T, H);
   }
 

@@ -233,11 +233,11 @@ void build_layer(const Options& o, Layer* layer) {
   layer->weight_elem_bytes = bytes_per_weight(b, layer->wdt);
 }
 
-Activations alloc_activations(const Options& o, ComputeBackend& b, int rank, int64_t T) {
+LayerBuffers alloc_activations(const Options& o, ComputeBackend& b, int rank, int64_t T) {
   const int64_t H = o.H;
   std::vector<float> x(static_cast<size_t>(T * H));
   fill_random(x.data(), x.size(), 1000 + static_cast<uint64_t>(rank) * 7919 + static_cast<uint64_t>(T), 1.0f);
-  Activations a;
+  LayerBuffers a;
   a.T = T;
   a.h = alloc_floats(b, T * H);
   a.out = alloc_floats(b, T * H);
@@ -249,7 +249,7 @@ Activations alloc_activations(const Options& o, ComputeBackend& b, int rank, int
   return a;
 }
 
-void free_activations(ComputeBackend& b, const Activations& a) {
+void free_activations(ComputeBackend& b, const LayerBuffers& a) {
   for (float* p : {a.h, a.out, a.shared_y, a.ldev, a.wdev}) b.free(p);
   b.free(a.ids);
 }
@@ -314,7 +314,7 @@ void time_wire(const Options& o, ComputeBackend& b, const cpu::ExchangeShape& sh
 
 // An eager exchange's rows through the wire as it moves them (arch/expert_wire.h): every (token,
 // expert) pair's row gathered onto the wire and read back off it in order, one pass each way.
-void time_wire_rows(const Options& o, ComputeBackend& b, const Activations& a, Figures* fig) {
+void time_wire_rows(const Options& o, ComputeBackend& b, const LayerBuffers& a, Figures* fig) {
   const int64_t H = o.H, P = a.T * o.k;
   std::vector<int32_t> pair_token(static_cast<size_t>(P)), in_order(static_cast<size_t>(P));
   for (int64_t i = 0; i < P; ++i) {
@@ -345,7 +345,7 @@ void time_wire_rows(const Options& o, ComputeBackend& b, const Activations& a, F
 
 }  // namespace
 
-void time_eager_layer(const Options& o, const Layer& layer, Scratch& scratch, const Activations& a, Figures* fig) {
+void time_eager_layer(const Options& o, const Layer& layer, Scratch& scratch, const LayerBuffers& a, Figures* fig) {
   ComputeBackend& b = *layer.backend;
   Communicator& comm = *layer.comm;
   const int64_t T = a.T, H = o.H, I = o.I, k = o.k, S = layer.S;
@@ -407,7 +407,7 @@ void time_eager_layer(const Options& o, const Layer& layer, Scratch& scratch, co
   }
 }
 
-void time_captured_layer(const Options& o, const Layer& layer, Scratch& scratch, const Activations& a, Figures* fig) {
+void time_captured_layer(const Options& o, const Layer& layer, Scratch& scratch, const LayerBuffers& a, Figures* fig) {
   ComputeBackend& b = *layer.backend;
   Communicator& comm = *layer.comm;
   const int n = layer.n;
@@ -446,7 +446,7 @@ void time_captured_layer(const Options& o, const Layer& layer, Scratch& scratch,
   b.free(flag);
 }
 
-void time_plans(const Options& o, const Layer& layer, const Activations& a, Figures* fig) {
+void time_plans(const Options& o, const Layer& layer, const LayerBuffers& a, Figures* fig) {
   ComputeBackend& b = *layer.backend;
   const int64_t T = a.T, H = o.H, k = o.k;
   const cpu::ExchangeShape shape = exchange_shape(T, 1, o.plan_ep, o.E, k, H, Model::kDefaultEpGraphCapacity);

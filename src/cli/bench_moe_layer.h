@@ -91,9 +91,9 @@ struct Layer {
 // The ep group, the backend and the weights of this rank, and the ceilings (collective).
 void build_layer(const Options& o, Layer* layer);
 
-// Activations in backend memory: the input, the output, the shared expert's result, the router's
-// logits, ids and weights.
-struct Activations {
+// A layer's buffers in backend memory: the input, the output, the shared expert's result, the
+// router's logits, ids and weights.
+struct LayerBuffers {
   int64_t T = 0;  // tokens on this rank
   float* h = nullptr;
   float* out = nullptr;
@@ -104,8 +104,8 @@ struct Activations {
 };
 
 // T tokens' activations, the input random (its own on each rank).
-Activations alloc_activations(const Options& o, ComputeBackend& b, int rank, int64_t T);
-void free_activations(ComputeBackend& b, const Activations& a);
+LayerBuffers alloc_activations(const Options& o, ComputeBackend& b, int rank, int64_t T);
+void free_activations(ComputeBackend& b, const LayerBuffers& a);
 
 // What one token count measured on this rank: each Field's timed iterations (seconds) and the
 // bytes and rows behind them.
@@ -121,18 +121,18 @@ struct Figures {
 
 // The layer as the MoE block runs it eagerly, phase by phase: route (ids and weights to the
 // host), dispatch, expert GEMMs, wait, combine, shared expert.
-void time_eager_layer(const Options& o, const Layer& layer, Scratch& scratch, const Activations& a, Figures* fig);
+void time_eager_layer(const Options& o, const Layer& layer, Scratch& scratch, const LayerBuffers& a, Figures* fig);
 
 // The layer as a captured decode step runs it (arch/expert_exchange.h), where the ep group can
 // queue collectives on the stream (NCCL): routing kept on the device, fixed blocks (the default
 // --ep-graph-capacity) over queued all-to-alls, the routed GEMMs, no host read; timed eagerly,
 // from the router to the combined rows, without the shared expert.
-void time_captured_layer(const Options& o, const Layer& layer, Scratch& scratch, const Activations& a, Figures* fig);
+void time_captured_layer(const Options& o, const Layer& layer, Scratch& scratch, const LayerBuffers& a, Figures* fig);
 
 // A captured exchange's index plans alone (kernels/cuda/expert_exchange.h on the GPU), for an ep
 // group of --plan-ep on this rank's routing: the send plan, then the recv plan over the send
 // plan's own blocks as if each had come from another rank (the same sizes).
-void time_plans(const Options& o, const Layer& layer, const Activations& a, Figures* fig);
+void time_plans(const Options& o, const Layer& layer, const LayerBuffers& a, Figures* fig);
 
 // The all-to-all ceiling: equal blocks carrying the largest rank's dispatch bytes (collective).
 void time_all_to_all(const Options& o, const Layer& layer, Figures* fig);

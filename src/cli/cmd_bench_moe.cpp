@@ -416,7 +416,7 @@ int cmd_bench_moe(int argc, char** argv) {
   Scratch scratch(b);
   std::string expert_path;  // how the expert GEMMs ran (the last token count's, for the footer)
   for (int64_t T : o.tokens) {
-    const Activations a = alloc_activations(o, b, layer.rank, T);
+    const LayerBuffers a = alloc_activations(o, b, layer.rank, T);
     Figures fig;
     time_eager_layer(o, layer, scratch, a, &fig);
     if (layer.n > 1 && layer.comm->can_enqueue() && T > 0) time_captured_layer(o, layer, scratch, a, &fig);

@@ -74,7 +74,7 @@ void check_grouped_linear(const std::vector<int64_t>& offsets, const std::vector
   }
 }
 
-void ComputeBackend::linear_parts(const float* x, int64_t M, std::span<const LinearPart> parts) {
+void ComputeBackend::linear_parts(Activations x, int64_t M, std::span<const LinearPart> parts) {
   check_linear_parts(parts, name().c_str());
   for (const LinearPart& p : parts) linear(x, M, *p.w, p.bias, p.y);
 }
@@ -88,14 +88,14 @@ void ComputeBackend::grouped_linear(const float* x, const std::vector<int64_t>& 
   }
 }
 
-void ComputeBackend::grouped_linear_routed(const float* x, int64_t max_rows, int64_t /*expect_rows*/,
+void ComputeBackend::grouped_linear_routed(Activations x, int64_t max_rows, int64_t /*expect_rows*/,
                                            const int32_t* offsets, const std::vector<const Matrix*>& w, float* y) {
   std::vector<int32_t> host(w.size() + 1);
   copy_to_host(host.data(), offsets, host.size() * sizeof(int32_t));
   const std::vector<int64_t> rows(host.begin(), host.end());
   SHARDLM_CHECK(rows.back() <= max_rows, name() << ": grouped_linear_routed offsets end at " << rows.back()
                                                 << ", past the " << max_rows << " rows of x");
-  grouped_linear(x, rows, w, y);
+  grouped_linear(x.f32, rows, w, y);
 }
 
 }  // namespace shardlm

@@ -1,8 +1,9 @@
 // ComputeBackend: the op interface model code is written against.
 //
 // Pointers passed to ops are backend memory (host memory for "cpu", device memory for "cuda").
-// Activations are fp32. Weights are loaded once through load_matrix / load_vector, which may keep
-// a zero-copy view of the memory-mapped checkpoint (cpu) or copy to the device.
+// Activations are fp32 (with a bf16 twin where the op that wrote them gave one: Activations).
+// Weights are loaded once through load_matrix / load_vector, which may keep a zero-copy view of
+// the memory-mapped checkpoint (cpu) or copy to the device.
 #pragma once
 
 #include <chrono>
@@ -109,6 +110,28 @@ struct SampleRow {
 struct Vector {
   int64_t n = 0;
   const float* data = nullptr;
+};
+
+// Activation rows in backend memory, fp32, with their bf16 twin where the op that wrote them wrote
+// one too (ComputeBackend::wants_bf16_twins): the same values rounded to nearest even. A backend
+// whose GEMMs read bf16 activations reads the twin instead of casting the rows again, so a twin
+// saves a launch and changes no bit. Most rows have none: a plain pointer converts.
+struct Activations {
+  Activations(const float* rows) : f32(rows) {}  // NOLINT(google-explicit-constructor)
+  Activations(const float* rows, const uint16_t* twin) : f32(rows), bf16(twin) {}
+  // The same from element i on (a later row's start: both forms advance together).
+  Activations from(int64_t i) const { return {f32 + i, bf16 ? bf16 + i : nullptr}; }
+  const float* f32;
+  const uint16_t* bf16 = nullptr;
+};
+
+// Where an op that can write a twin writes: the fp32 rows, and their twin where bf16 is not null.
+struct ActivationsOut {
+  ActivationsOut(float* rows) : f32(rows) {}  // NOLINT(google-explicit-constructor)
+  ActivationsOut(float* rows, uint16_t* twin) : f32(rows), bf16(twin) {}
+  operator Activations() const { return {f32, bf16}; }  // NOLINT(google-explicit-constructor)
+  float* f32;
+  uint16_t* bf16 = nullptr;
 };
 
 // One of several linears on the same input (ComputeBackend::linear_parts): y [M, w->rows] =
@@ -239,19 +262,23 @@ class ComputeBackend {
 
   // ---- ops (shapes row-major; see kernels/ for exact semantics) ----
   virtual void embedding(const int32_t* ids, int64_t T, const Matrix& table, float* out) = 0;
-  virtual void rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, float* out) = 0;
+  // rmsnorm, add_rmsnorm and silu_mul write out's twin too where it has one (Activations).
+  virtual void rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, ActivationsOut out) = 0;
   // residual += x; out = rmsnorm(residual)
   virtual void add_rmsnorm(float* residual, const float* x, const Vector& w, int64_t rows, float eps,
-                           float* out) = 0;
+                           ActivationsOut out) = 0;
+  // Whether the ops' callers should give the outputs that feed linears a twin: the backend's GEMMs
+  // read bf16 activations (the CUDA backend with bf16 or fp8 weights). Others ignore twins.
+  virtual bool wants_bf16_twins() const { return false; }
   // y[M, W.rows] = x[M, W.cols] · W^T (+ bias)
-  virtual void linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) = 0;
+  virtual void linear(Activations x, int64_t M, const Matrix& w, const Vector* bias, float* y) = 0;
   // The linears of one input (a layer's q, k and v projections; gate and up), as vLLM's merged
   // QKV and gate/up layers run them: every part's weight has x's width (checked), and each part's
   // result is what linear() gives it up to the backend's GEMM summation order (the CPU backend:
   // bit for bit, in one parallel region). The default runs linear() per part. The CUDA backend
   // casts x once for all parts, and parts whose weights make_adjacent placed one after another
   // run as one GEMM.
-  virtual void linear_parts(const float* x, int64_t M, std::span<const LinearPart> parts);
+  virtual void linear_parts(Activations x, int64_t M, std::span<const LinearPart> parts);
   // Places the weights of one linear_parts call one after another in backend memory where the
   // backend gains by it (CUDA: same dtype and width; fp8 scales on the block grid) and returns
   // whether they are; the matrices' pointers change, their values do not. At load, before any
@@ -276,11 +303,12 @@ class ComputeBackend {
   // expert), fp8 codes with the bits linear() gives a row of up to 16. expect_rows (<= max_rows):
   // the rows the groups usually hold in all, on which a backend chooses between that kernel and a
   // grouped GEMM (a captured expert-parallel step's bound is far above its usual load).
-  void grouped_linear_routed(const float* x, int64_t max_rows, const int32_t* offsets,
+  // x's twin, where it has one, needs to hold only the groups' rows.
+  void grouped_linear_routed(Activations x, int64_t max_rows, const int32_t* offsets,
                              const std::vector<const Matrix*>& w, float* y) {
     grouped_linear_routed(x, max_rows, max_rows, offsets, w, y);
   }
-  virtual void grouped_linear_routed(const float* x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
+  virtual void grouped_linear_routed(Activations x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
                                      const std::vector<const Matrix*>& w, float* y);
   // How grouped_linear runs here, in a few words (benchmark headers), and the last
   // grouped_linear_routed.
@@ -299,7 +327,7 @@ class ComputeBackend {
     rope(q, T, q_heads, head_dim, pos, inv_freq);
     rope(k, T, k_heads, head_dim, pos, inv_freq);
   }
-  virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;
+  virtual void silu_mul(const float* gate, const float* up, ActivationsOut out, int64_t n) = 0;
   virtual void add(float* y, const float* x, int64_t n) = 0;
   // A KV cache block's layout is the backend's own: only its kv_write writes it and only its
   // attention reads it (the CPU keeps a KV head's rows of a block together, CUDA whole rows).
@@ -354,9 +382,10 @@ class ComputeBackend {
   virtual void expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, const int32_t* pos,
                               int32_t* offsets, int32_t* slot_row, int32_t* row_pair, int64_t* counts) = 0;
   // xp [rows, H]: row r is x[row_pair[r] / k], for rows = min(*num_rows, max_rows): num_rows is
-  // backend memory (the permute's offsets + E), max_rows (T * k) bounds it on the host.
+  // backend memory (the permute's offsets + E), max_rows (T * k) bounds it on the host. xp's twin,
+  // where it has one, gets the same rows.
   virtual void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, const int32_t* num_rows,
-                             int64_t max_rows, float* xp) = 0;
+                             int64_t max_rows, ActivationsOut xp) = 0;
   // out [T, H] = for each token, from zero, + weights[t, j] * yp[slot_row[t, j]] over its local
   // slots in ascending expert id (the sum does not depend on the layout's expert split order).
   virtual void expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights,

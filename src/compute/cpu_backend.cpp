@@ -166,22 +166,36 @@ void CpuBackend::embedding(const int32_t* ids, int64_t T, const Matrix& table, f
     cpu::embedding_f32(ids, T, static_cast<const float*>(table.data), table.cols, out);
 }
 
-void CpuBackend::rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, float* out) {
-  cpu::rmsnorm(x, w.data, rows, w.n, eps, out);
+namespace {
+
+// The CPU's GEMMs read fp32 activations, so no caller here asks for a twin; one asked for is
+// written all the same, as the interface promises.
+void write_twin(ActivationsOut out, int64_t n) {
+  if (!out.bf16) return;
+  for (int64_t i = 0; i < n; ++i) out.bf16[i] = f32_to_bf16(out.f32[i]);
+}
+
+}  // namespace
+
+void CpuBackend::rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, ActivationsOut out) {
+  cpu::rmsnorm(x, w.data, rows, w.n, eps, out.f32);
+  write_twin(out, rows * w.n);
 }
 
 void CpuBackend::add_rmsnorm(float* residual, const float* x, const Vector& w, int64_t rows, float eps,
-                             float* out) {
-  cpu::add_rmsnorm(residual, x, w.data, rows, w.n, eps, out);
+                             ActivationsOut out) {
+  cpu::add_rmsnorm(residual, x, w.data, rows, w.n, eps, out.f32);
+  write_twin(out, rows * w.n);
 }
 
-void CpuBackend::linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) {
+void CpuBackend::linear(Activations in, int64_t M, const Matrix& w, const Vector* bias, float* y) {
   const float* b = nullptr;
   if (bias && bias->data) {
     SHARDLM_CHECK(bias->n == w.rows, "cpu backend: linear bias has " << bias->n << " elements; weight has "
                                                                        << w.rows << " rows");
     b = bias->data;
   }
+  const float* x = in.f32;
   if (w.dtype == DType::BF16)
     cpu::matmul_bf16w(x, M, w.cols, static_cast<const uint16_t*>(w.data), w.rows, b, y);
   else if (w.dtype == DType::F32)
@@ -212,16 +226,16 @@ void run_matmul_parts(const float* x, int64_t M, std::span<const LinearPart> par
 
 }  // namespace
 
-void CpuBackend::linear_parts(const float* x, int64_t M, std::span<const LinearPart> parts) {
+void CpuBackend::linear_parts(Activations x, int64_t M, std::span<const LinearPart> parts) {
   check_linear_parts(parts, "cpu backend");
   const DType dt = parts[0].w->dtype;
   bool one_dtype = dt == DType::BF16 || dt == DType::F32;
   for (const LinearPart& p : parts) one_dtype = one_dtype && p.w->dtype == dt;
   if (!one_dtype) return ComputeBackend::linear_parts(x, M, parts);
   if (dt == DType::BF16)
-    run_matmul_parts<uint16_t>(x, M, parts);
+    run_matmul_parts<uint16_t>(x.f32, M, parts);
   else
-    run_matmul_parts<float>(x, M, parts);
+    run_matmul_parts<float>(x.f32, M, parts);
 }
 
 void CpuBackend::grouped_linear(const float* x, const std::vector<int64_t>& offsets,
@@ -250,8 +264,9 @@ void CpuBackend::rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, co
   cpu::rope_rotate_half(x, T, n_heads, head_dim, pos, inv_freq);
 }
 
-void CpuBackend::silu_mul(const float* gate, const float* up, float* out, int64_t n) {
-  cpu::silu_mul(gate, up, out, n);
+void CpuBackend::silu_mul(const float* gate, const float* up, ActivationsOut out, int64_t n) {
+  cpu::silu_mul(gate, up, out.f32, n);
+  write_twin(out, n);
 }
 
 void CpuBackend::add(float* y, const float* x, int64_t n) { cpu::add_inplace(y, x, n); }
@@ -325,8 +340,9 @@ void CpuBackend::expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_
 }
 
 void CpuBackend::expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, const int32_t* num_rows,
-                               int64_t max_rows, float* xp) {
-  cpu::expert_gather(x, H, k, row_pair, num_rows, max_rows, xp);
+                               int64_t max_rows, ActivationsOut xp) {
+  cpu::expert_gather(x, H, k, row_pair, num_rows, max_rows, xp.f32);
+  write_twin(xp, std::min<int64_t>(*num_rows, max_rows) * H);
 }
 
 void CpuBackend::expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights,

@@ -33,12 +33,12 @@ class CpuBackend : public ComputeBackend {
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
 
   void embedding(const int32_t* ids, int64_t T, const Matrix& table, float* out) override;
-  void rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, float* out) override;
+  void rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, ActivationsOut out) override;
   void add_rmsnorm(float* residual, const float* x, const Vector& w, int64_t rows, float eps,
-                   float* out) override;
-  void linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) override;
+                   ActivationsOut out) override;
+  void linear(Activations x, int64_t M, const Matrix& w, const Vector* bias, float* y) override;
   // cpu::matmul_parts_*: all parts in one parallel region, each element bit for bit linear()'s.
-  void linear_parts(const float* x, int64_t M, std::span<const LinearPart> parts) override;
+  void linear_parts(Activations x, int64_t M, std::span<const LinearPart> parts) override;
   // cpu::grouped_matmul_*: all groups in one parallel region, each element bit for bit linear()'s.
   // A call takes up to kGroupedRows rows, so the rows of gate and up stay in cache between GEMMs.
   void grouped_linear(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
@@ -48,7 +48,7 @@ class CpuBackend : public ComputeBackend {
   static constexpr int64_t kGroupedRows = 1024;
   void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
             const float* inv_freq) override;
-  void silu_mul(const float* gate, const float* up, float* out, int64_t n) override;
+  void silu_mul(const float* gate, const float* up, ActivationsOut out, int64_t n) override;
   void add(float* y, const float* x, int64_t n) override;
   void kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
                 int64_t head_dim, int64_t block_size, const KvCacheRef& cache) override;
@@ -71,7 +71,7 @@ class CpuBackend : public ComputeBackend {
   void expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, const int32_t* pos,
                       int32_t* offsets, int32_t* slot_row, int32_t* row_pair, int64_t* counts) override;
   void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, const int32_t* num_rows,
-                     int64_t max_rows, float* xp) override;
+                     int64_t max_rows, ActivationsOut xp) override;
   void expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights, const int32_t* slot_row,
                       int64_t T, int64_t k, float* out) override;
   void expert_combine_bf16(const uint16_t* yp, int64_t H, const int32_t* ids, const float* weights,

@@ -171,6 +171,7 @@ Matrix CudaBackend::load_matrix(const TensorView& t) {
   if (t.dtype == DType::F32 || t.dtype == DType::BF16) {
     m.dtype = t.dtype;
     m.data = upload(t.data, static_cast<size_t>(t.numel()) * dtype_size(t.dtype));
+    low_precision_weights_ = low_precision_weights_ || t.dtype == DType::BF16;
     return m;
   }
   SHARDLM_CHECK(t.dtype == DType::F16, "cuda backend: matrix '" << t.name << "' in " << t.file << " has dtype "
@@ -193,6 +194,7 @@ Matrix CudaBackend::load_fp8_matrix(const TensorView& w, const TensorView& scale
   const auto* src = static_cast<const uint8_t*>(w.data);
   for (int64_t r = 0; r < nr; ++r) std::memcpy(&bytes[r * nc], src + (r0 + r) * C + c0, static_cast<size_t>(nc));
   const Fp8SliceScales s = fp8_slice_scales(scale_inv, block_rows, block_cols, r0, nr, c0, nc);
+  low_precision_weights_ = true;  // kept fp8 or dequantised to bf16, its linears read bf16 rows
   if (keep && keep_fp8_) {
     m.dtype = DType::F8_E4M3;
     m.data = upload(bytes.data(), bytes.size());
@@ -424,22 +426,27 @@ void CudaBackend::embedding(const int32_t* ids, int64_t T, const Matrix& table, 
   check_launch("embedding");
 }
 
-void CudaBackend::rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, float* out) {
-  cuda::rmsnorm(x, w.data, rows, w.n, eps, out, stream_of(stream_));
+void CudaBackend::rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, ActivationsOut out) {
+  cuda::rmsnorm(x, w.data, rows, w.n, eps, out.f32, out.bf16, stream_of(stream_));
   check_launch("rmsnorm");
 }
 
 void CudaBackend::add_rmsnorm(float* residual, const float* x, const Vector& w, int64_t rows, float eps,
-                              float* out) {
-  cuda::add_rmsnorm(residual, x, w.data, rows, w.n, eps, out, stream_of(stream_));
+                              ActivationsOut out) {
+  cuda::add_rmsnorm(residual, x, w.data, rows, w.n, eps, out.f32, out.bf16, stream_of(stream_));
   check_launch("add_rmsnorm");
 }
 
 // Row-major y[M,N] = x[M,K] W^T is column-major y^T[N,M] = W^T(col-major [K,N])^T x^T([K,M]).
-const uint16_t* CudaBackend::cast_bf16(const float* x, int64_t n) {
+const uint16_t* CudaBackend::cast_bf16(Activations x, int64_t n) {
+  if (x.bf16) {
+    ++twin_reads_;
+    return x.bf16;
+  }
   uint16_t* xb = bf16_workspace(static_cast<size_t>(n));
-  cuda::f32_to_bf16(x, xb, n, stream_of(stream_));
+  cuda::f32_to_bf16(x.f32, xb, n, stream_of(stream_));
   check_launch("f32_to_bf16");
+  ++activation_casts_;
   return xb;
 }
 
@@ -451,11 +458,11 @@ void CudaBackend::gemm_bf16_cast(const uint16_t* xb, int64_t M, const uint16_t* 
                                     static_cast<int>(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-void CudaBackend::gemm_bf16(const float* x, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y) {
+void CudaBackend::gemm_bf16(Activations x, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y) {
   gemm_bf16_cast(cast_bf16(x, M * K), M, w, N, K, y);
 }
 
-void CudaBackend::linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) {
+void CudaBackend::linear(Activations x, int64_t M, const Matrix& w, const Vector* bias, float* y) {
   if (M == 0 || w.rows == 0) return;
   const int64_t N = w.rows, K = w.cols;
   SHARDLM_CHECK(N <= INT32_MAX && K <= INT32_MAX && M <= INT32_MAX,
@@ -470,7 +477,7 @@ void CudaBackend::linear(const float* x, int64_t M, const Matrix& w, const Vecto
                   "cuda backend: linear weight dtype " << dtype_name(w.dtype) << " is not F32, BF16 or F8_E4M3");
     SHARDLM_CUBLAS_CHECK(cublasSgemm(cublas_of(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
                                      static_cast<int>(M), static_cast<int>(K), &alpha,
-                                     static_cast<const float*>(w.data), static_cast<int>(K), x, static_cast<int>(K),
+                                     static_cast<const float*>(w.data), static_cast<int>(K), x.f32, static_cast<int>(K),
                                      &beta, y, static_cast<int>(N)));
   }
   if (bias && bias->data) {
@@ -480,7 +487,6 @@ void CudaBackend::linear(const float* x, int64_t M, const Matrix& w, const Vecto
     check_launch("add_bias_rows");
   }
 }
-
 
 void CudaBackend::rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
                        const float* inv_freq) {
@@ -494,8 +500,8 @@ void CudaBackend::rope_qk(float* q, int64_t q_heads, float* k, int64_t k_heads, 
   check_launch("rope_qk");
 }
 
-void CudaBackend::silu_mul(const float* gate, const float* up, float* out, int64_t n) {
-  cuda::silu_mul(gate, up, out, n, stream_of(stream_));
+void CudaBackend::silu_mul(const float* gate, const float* up, ActivationsOut out, int64_t n) {
+  cuda::silu_mul(gate, up, out.f32, out.bf16, n, stream_of(stream_));
   check_launch("silu_mul");
 }
 
@@ -570,8 +576,9 @@ void CudaBackend::expert_permute(const int32_t* ids, int64_t T, int64_t k, int64
 }
 
 void CudaBackend::expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, const int32_t* num_rows,
-                                int64_t max_rows, float* xp) {
-  cuda::launch_expert_gather(x, H, static_cast<int>(k), row_pair, num_rows, max_rows, xp, stream_of(stream_));
+                                int64_t max_rows, ActivationsOut xp) {
+  cuda::launch_expert_gather(x, H, static_cast<int>(k), row_pair, num_rows, max_rows, xp.f32, xp.bf16,
+                             stream_of(stream_));
   check_launch("expert_gather");
 }
 

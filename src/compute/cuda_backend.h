@@ -76,6 +76,9 @@ class CudaBackend final : public ComputeBackend {
   // linear_parts calls so far that ran their parts as one linear on weights make_adjacent placed
   // one after another (cuda_linear_parts.cpp).
   int64_t stacked_linears() const { return stacked_linears_; }
+  // Activation casts so far that a twin made unnecessary (Activations), and casts run.
+  int64_t twin_reads() const { return twin_reads_; }
+  int64_t activation_casts() const { return activation_casts_; }
 
   Matrix load_matrix(const TensorView& t) override;
   Vector load_vector(const TensorView& t) override;
@@ -128,10 +131,14 @@ class CudaBackend final : public ComputeBackend {
   void pop_range() override;
 
   void embedding(const int32_t* ids, int64_t T, const Matrix& table, float* out) override;
-  void rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, float* out) override;
-  void add_rmsnorm(float* residual, const float* x, const Vector& w, int64_t rows, float eps, float* out) override;
-  void linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) override;
-  void linear_parts(const float* x, int64_t M, std::span<const LinearPart> parts) override;  // cuda_linear_parts.cpp
+  void rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, ActivationsOut out) override;
+  void add_rmsnorm(float* residual, const float* x, const Vector& w, int64_t rows, float eps,
+                   ActivationsOut out) override;
+  // Once a bf16 or fp8 weight is loaded: their GEMMs read bf16 activations, and a twin spares the
+  // f32_to_bf16 launch before each (fp32 weights' SGEMM reads the fp32 rows).
+  bool wants_bf16_twins() const override { return low_precision_weights_; }
+  void linear(Activations x, int64_t M, const Matrix& w, const Vector* bias, float* y) override;
+  void linear_parts(Activations x, int64_t M, std::span<const LinearPart> parts) override;  // cuda_linear_parts.cpp
   // One cuBLAS grouped batched GEMM for all non-empty groups (cuda_grouped_linear.cpp; one problem
   // per group: their row counts differ). BF16 weights: the rows are cast to bf16 once, fp32 output;
   // should cuBLAS refuse bf16 x bf16 -> fp32 there, bf16 output cast to fp32 after, and should it
@@ -158,7 +165,7 @@ class CudaBackend final : public ComputeBackend {
                const float* inv_freq) override;
   void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
             const float* inv_freq) override;
-  void silu_mul(const float* gate, const float* up, float* out, int64_t n) override;
+  void silu_mul(const float* gate, const float* up, ActivationsOut out, int64_t n) override;
   void add(float* y, const float* x, int64_t n) override;
   void kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
                 int64_t head_dim, int64_t block_size, const KvCacheRef& cache) override;
@@ -179,10 +186,10 @@ class CudaBackend final : public ComputeBackend {
   void expert_permute(const int32_t* ids, int64_t T, int64_t k, int64_t e0, int64_t E, const int32_t* pos,
                       int32_t* offsets, int32_t* slot_row, int32_t* row_pair, int64_t* counts) override;
   void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, const int32_t* num_rows,
-                     int64_t max_rows, float* xp) override;
+                     int64_t max_rows, ActivationsOut xp) override;
   // Every group through kernels/cuda/rows_matmul.h's routed matmul (cuda_routed_linear.cpp).
   using ComputeBackend::grouped_linear_routed;
-  void grouped_linear_routed(const float* x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
+  void grouped_linear_routed(Activations x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
                              const std::vector<const Matrix*>& w, float* y) override;
   // Routed matmul launches so far (tests, benchmarks).
   int64_t routed_launches() const { return routed_launches_; }
@@ -202,9 +209,10 @@ class CudaBackend final : public ComputeBackend {
   void check_launch(const char* op);              // throws on a failed kernel launch
   uint16_t* bf16_workspace(size_t n);             // activations cast for a bf16 GEMM
   // y[M, N] = bf16(x)[M, K] · W^T for bf16 W [N, K] (cuBLAS, fp32 accumulation and output).
-  void gemm_bf16(const float* x, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y);
-  // Its two halves: x cast into the bf16 workspace, and the GEMM on a cast input.
-  const uint16_t* cast_bf16(const float* x, int64_t n);
+  void gemm_bf16(Activations x, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y);
+  // Its two halves: x's bf16 form (its twin, else x cast into the bf16 workspace), and the GEMM
+  // on that.
+  const uint16_t* cast_bf16(Activations x, int64_t n);
   void gemm_bf16_cast(const uint16_t* xb, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y);
   // Rows up to which an fp8 weight is read directly (cuda_fp8_linear.cpp): two passes of the direct
   // kernel, 2 bytes a weight, against the 5 of dequantising it first; past them W8A8. On an H200
@@ -224,8 +232,8 @@ class CudaBackend final : public ComputeBackend {
   // any (cuda_fp8_linear.cpp).
   static cuda::Fp8Weight fp8_weight(const Matrix& w);
   // linear() of an F8_E4M3 weight (cuda_fp8_linear.cpp), and its direct path for a few rows.
-  void linear_fp8(const float* x, int64_t M, const Matrix& w, float* y);
-  void linear_fp8_direct(const float* x, int64_t M, const Matrix& w, float* y);
+  void linear_fp8(Activations x, int64_t M, const Matrix& w, float* y);
+  void linear_fp8_direct(Activations x, int64_t M, const Matrix& w, float* y);
   void fp8_matmul_cast(const uint16_t* xb, int64_t M, const Matrix& w, float* y);  // its kernel on a cast input
   // The block-scaled fp8 GEMM of linear_fp8 past the direct rows (cuda_w8a8_linear.cpp): false, with
   // nothing run, when it is off, the weight or pointers do not meet cuBLASLt's terms, or cuBLASLt
@@ -254,7 +262,7 @@ class CudaBackend final : public ComputeBackend {
   // The same on bf16 weights through the grouped bf16 GEMM (kernels/cuda/bf16_grouped_gemm_mma.h,
   // cuda_bf16_grouped_gemm.cpp); false (nothing run) where the rows average 16 a group or fewer,
   // it is off, or the weights do not meet its terms.
-  bool routed_gemm_bf16(const float* x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
+  bool routed_gemm_bf16(Activations x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
                         const std::vector<const Matrix*>& w, float* y);
   // The tile list of a routed grouped GEMM (fp8 or bf16) for max_rows rows in G groups, with one
   // entry more for the tile count the device writes (*count).
@@ -305,6 +313,8 @@ class CudaBackend final : public ComputeBackend {
   float* parts_ws_ = nullptr;  // a stacked linear's output before split_columns
   size_t parts_ws_n_ = 0;
   int64_t stacked_linears_ = 0;
+  bool low_precision_weights_ = false;  // a bf16 or fp8 weight is loaded (wants_bf16_twins)
+  int64_t twin_reads_ = 0, activation_casts_ = 0;
   bool keep_fp8_ = true;
   uint16_t* fp8_dequant_ws_ = nullptr;  // an fp8 weight dequantised for a large-M linear
   size_t fp8_dequant_ws_n_ = 0;

@@ -24,7 +24,7 @@ cuda::GemmTile* CudaBackend::routed_tile_list(int64_t tiles, int32_t** count) {
   return list;
 }
 
-bool CudaBackend::routed_gemm_bf16(const float* x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
+bool CudaBackend::routed_gemm_bf16(Activations x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
                                    const std::vector<const Matrix*>& w, float* y) {
   const auto G = static_cast<int64_t>(w.size());
   // At a usual decode step's few rows per expert the direct kernel reads each weight once per 8
@@ -35,9 +35,9 @@ bool CudaBackend::routed_gemm_bf16(const float* x, int64_t max_rows, int64_t exp
   for (const Matrix* m : w)
     if (reinterpret_cast<uintptr_t>(m->data) % 16 != 0) return false;
   const cudaStream_t s = stream_of(stream_);
-  uint16_t* xb = bf16_workspace(static_cast<size_t>(max_rows * K));  // 256-byte aligned, rows of K % 8 == 0
-  cuda::f32_to_bf16(x, xb, max_rows * K, s);
-  check_launch("f32_to_bf16");
+  // The bf16 workspace is 256-byte aligned; a twin is a scratch slot, aligned as the backend's
+  // allocations are. Rows of K % 8 == 0 keep every row 16-byte aligned.
+  const uint16_t* xb = cast_bf16(x, max_rows * K);
   int32_t* count = nullptr;
   cuda::GemmTile* list = routed_tile_list(cuda::bf16_routed_gemm_max_tiles(max_rows, G), &count);
   cuda::launch_bf16_routed_gemm_mma(xb, max_rows, offsets, G, static_cast<const cuda::RoutedWeight*>(routed_table(w)),

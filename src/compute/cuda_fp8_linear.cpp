@@ -39,7 +39,7 @@ cuda::Fp8Weight CudaBackend::fp8_weight(const Matrix& w) {
   return f;
 }
 
-void CudaBackend::linear_fp8(const float* x, int64_t M, const Matrix& w, float* y) {
+void CudaBackend::linear_fp8(Activations x, int64_t M, const Matrix& w, float* y) {
   SHARDLM_CHECK(w.fp8.scale_inv != nullptr && w.fp8.block_rows > 0 && w.fp8.block_cols > 0,
                 "cuda backend: an F8_E4M3 linear weight [" << w.rows << ", " << w.cols << "] without block scales");
   const int64_t N = w.rows, K = w.cols;
@@ -49,7 +49,7 @@ void CudaBackend::linear_fp8(const float* x, int64_t M, const Matrix& w, float* 
     ++fp8_direct_calls_;
     return;
   }
-  if (linear_w8a8(x, M, w, y)) return;
+  if (linear_w8a8(x.f32, M, w, y)) return;
   const size_t n = static_cast<size_t>(N * K);
   grown_workspace(fp8_dequant_ws_, fp8_dequant_ws_n_, n, "fp8 dequantisation");
   cuda::launch_fp8_dequant_slice(static_cast<const uint8_t*>(w.data), w.fp8.scale_inv, w.fp8.cols, N, K, w.fp8.row_off,
@@ -59,7 +59,7 @@ void CudaBackend::linear_fp8(const float* x, int64_t M, const Matrix& w, float* 
   ++fp8_dequant_calls_;
 }
 
-void CudaBackend::linear_fp8_direct(const float* x, int64_t M, const Matrix& w, float* y) {
+void CudaBackend::linear_fp8_direct(Activations x, int64_t M, const Matrix& w, float* y) {
   fp8_matmul_cast(cast_bf16(x, M * w.cols), M, w, y);
 }
 

@@ -102,7 +102,7 @@ bool CudaBackend::make_adjacent(std::span<Matrix* const> parts) {
   return true;
 }
 
-void CudaBackend::linear_parts(const float* x, int64_t M, std::span<const LinearPart> parts) {
+void CudaBackend::linear_parts(Activations x, int64_t M, std::span<const LinearPart> parts) {
   check_linear_parts(parts, "cuda backend");
   if (M == 0) return;
   if (parts.size() == 1) return linear(x, M, *parts[0].w, parts[0].bias, parts[0].y);

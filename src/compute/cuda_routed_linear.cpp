@@ -65,7 +65,7 @@ const void* CudaBackend::routed_table(const std::vector<const Matrix*>& w) {
   return routed_tables_.emplace(std::move(key), table).first->second;
 }
 
-void CudaBackend::grouped_linear_routed(const float* x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
+void CudaBackend::grouped_linear_routed(Activations x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
                                         const std::vector<const Matrix*>& w, float* y) {
   SHARDLM_CHECK(!w.empty(), "cuda backend: grouped_linear_routed without weights");
   if (max_rows <= 0) return;
@@ -94,7 +94,7 @@ void CudaBackend::grouped_linear_routed(const float* x, int64_t max_rows, int64_
   // Many rows a group: the grouped W8A8 GEMM on fp8 weights (cuda_fp8_grouped_gemm.cpp), the
   // grouped bf16 GEMM on bf16 ones (cuda_bf16_grouped_gemm.cpp).
   const int64_t expect = std::min(std::max<int64_t>(expect_rows, 0), max_rows);
-  if (format == cuda::RowsWeight::kFp8 && routed_gemm_fp8(x, max_rows, expect, offsets, w, y)) {
+  if (format == cuda::RowsWeight::kFp8 && routed_gemm_fp8(x.f32, max_rows, expect, offsets, w, y)) {
     last_routed_ = "one grouped W8A8 GEMM on fp8 tensor cores (" + std::string(last_core_name()) +
                    "), tiles of 64 rows listed on the device";
     return;
@@ -107,13 +107,7 @@ void CudaBackend::grouped_linear_routed(const float* x, int64_t max_rows, int64_
   last_routed_ = "the direct kernel, 8 rows of a group a pass";
 
   // fp8 and bf16 weights take the activations as bf16, as their GEMMs do; fp32 weights fp32.
-  const void* xin = x;
-  if (format != cuda::RowsWeight::kF32) {
-    uint16_t* xb = bf16_workspace(static_cast<size_t>(max_rows * K));
-    cuda::f32_to_bf16(x, xb, max_rows * K, s);
-    check_launch("f32_to_bf16");
-    xin = xb;
-  }
+  const void* xin = format == cuda::RowsWeight::kF32 ? static_cast<const void*>(x.f32) : cast_bf16(x, max_rows * K);
   const void* table = routed_table(w);
   bool vectorised = true;
   for (const Matrix* m : w)

@@ -277,6 +277,33 @@ TEST(DecodeGraphs, MoeModelsCaptureWithTheEagerBitsAndCounts) {
   }
 }
 
+// With bf16 twins asked for (as the CUDA backend asks for them), every linear given one finds it
+// equal to its rows' rounding when it runs, eager or replayed, and the logits keep the CPU's bits
+// (the CPU's GEMMs read the fp32 rows). A dense model's prefill step gives twins to each layer's
+// q/k/v, gate/up and down projections and to the LM head: 3 x layers + 1 linears.
+TEST(DecodeGraphs, EveryTwinALinearReadsIsItsRowsRounding) {
+  for (const char* config : {"tiny-llama", "tiny-qwen2", "tiny-deepseek-v3", "tiny-qwen2-moe"}) {
+    SCOPED_TRACE(config);
+    Pair p(config);
+    p.rec.set_twins(true);
+    for (Model* m : {p.eager.get(), p.graphed.get()}) m->allocate_kv_cache(64LL << 20, kBlockSize, 6 * kBlocksPerSeq);
+    std::vector<Seq> seqs;
+    for (int i = 0; i < 3; ++i) seqs.push_back(make_seq(i, 5 + 2 * i));
+    std::vector<Seq*> all;
+    for (Seq& s : seqs) all.push_back(&s);
+    advance(p, all, step_both(p, prefill(all)));
+    if (!p.spec.moe.enabled()) {
+      EXPECT_EQ(p.rec.twin_linears(), 3 * p.spec.num_layers + 1);
+    }
+    const int64_t prefill_twins = p.rec.twin_linears();
+    EXPECT_GT(prefill_twins, 0);
+    for (int s = 0; s < 3; ++s) advance(p, all, step_both(p, decode(all)));
+    EXPECT_GT(p.rec.replays(), 0);
+    EXPECT_GT(p.rec.twin_linears(), prefill_twins);
+    EXPECT_EQ(p.rec.stale_twins(), 0);
+  }
+}
+
 TEST(DecodeGraphs, RecorderRefusesAllocationWhileCapturing) {
   test::RecordingBackend rec;
   void* p = rec.alloc(16);

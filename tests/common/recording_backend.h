@@ -7,6 +7,10 @@
 // copy_to_host, sample and synchronize throw while recording, as the CUDA backend refuses them,
 // so a model whose graph path passes here issues exactly the calls a CUDA capture accepts.
 // copy_to_device is recorded (a captured memcpy).
+//
+// With set_twins(true) it asks for bf16 twins as the CUDA backend does (the CPU ops write them),
+// and every linear given one checks, when it runs, that the twin is its rows' rounding: a twin
+// left stale by a later write to its rows, or sized short, is counted (stale_twins).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +37,12 @@ class RecordingBackend final : public ComputeBackend {
   int64_t drops() const { return drops_; }        // drop_captures calls that dropped something
   int64_t live_graphs() const { return static_cast<int64_t>(graphs_.size()); }
   bool recording() const { return recording_; }
+  // Linears that ran with a twin, and those whose twin was not their rows' rounding (set_twins).
+  int64_t twin_linears() const { return twin_linears_; }
+  int64_t stale_twins() const { return stale_twins_; }
+
+  void set_twins(bool on) { twins_ = on; }
+  bool wants_bf16_twins() const override { return twins_; }
 
   bool supports_capture() const override { return true; }
   void begin_capture() override {
@@ -109,18 +119,25 @@ class RecordingBackend final : public ComputeBackend {
   void embedding(const int32_t* ids, int64_t T, const Matrix& table, float* out) override {
     op([=, this] { cpu_.embedding(ids, T, table, out); });
   }
-  void rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, float* out) override {
+  void rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, ActivationsOut out) override {
     op([=, this] { cpu_.rmsnorm(x, w, rows, eps, out); });
   }
-  void add_rmsnorm(float* residual, const float* x, const Vector& w, int64_t rows, float eps, float* out) override {
+  void add_rmsnorm(float* residual, const float* x, const Vector& w, int64_t rows, float eps,
+                   ActivationsOut out) override {
     op([=, this] { cpu_.add_rmsnorm(residual, x, w, rows, eps, out); });
   }
-  void linear(const float* x, int64_t M, const Matrix& w, const Vector* bias, float* y) override {
-    op([=, this] { cpu_.linear(x, M, w, bias, y); });
+  void linear(Activations x, int64_t M, const Matrix& w, const Vector* bias, float* y) override {
+    op([=, this] {
+      check_twin(x, M * w.cols);
+      cpu_.linear(x, M, w, bias, y);
+    });
   }
-  void linear_parts(const float* x, int64_t M, std::span<const LinearPart> parts) override {
+  void linear_parts(Activations x, int64_t M, std::span<const LinearPart> parts) override {
     std::vector<LinearPart> p(parts.begin(), parts.end());  // the caller's array is gone at replay
-    op([=, this] { cpu_.linear_parts(x, M, p); });
+    op([=, this] {
+      check_twin(x, M * p[0].w->cols);
+      cpu_.linear_parts(x, M, p);
+    });
   }
   void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
             const float* inv_freq) override {
@@ -130,7 +147,7 @@ class RecordingBackend final : public ComputeBackend {
                const float* inv_freq) override {
     op([=, this] { cpu_.rope_qk(q, q_heads, k, k_heads, T, head_dim, pos, inv_freq); });
   }
-  void silu_mul(const float* gate, const float* up, float* out, int64_t n) override {
+  void silu_mul(const float* gate, const float* up, ActivationsOut out, int64_t n) override {
     op([=, this] { cpu_.silu_mul(gate, up, out, n); });
   }
   void add(float* y, const float* x, int64_t n) override {
@@ -188,14 +205,18 @@ class RecordingBackend final : public ComputeBackend {
     op([=, this] { cpu_.expert_permute(ids, T, k, e0, E, pos, offsets, slot_row, row_pair, counts); });
   }
   void expert_gather(const float* x, int64_t H, int64_t k, const int32_t* row_pair, const int32_t* num_rows,
-                     int64_t max_rows, float* xp) override {
+                     int64_t max_rows, ActivationsOut xp) override {
     op([=, this] { cpu_.expert_gather(x, H, k, row_pair, num_rows, max_rows, xp); });
   }
-  // The groups are read when the op runs (at each replay), as a device kernel reads them.
+  // The groups are read when the op runs (at each replay), as a device kernel reads them; so is
+  // the twin, over the groups' rows (those past them are not read).
   using ComputeBackend::grouped_linear_routed;
-  void grouped_linear_routed(const float* x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
+  void grouped_linear_routed(Activations x, int64_t max_rows, int64_t expect_rows, const int32_t* offsets,
                              const std::vector<const Matrix*>& w, float* y) override {
-    op([=, this] { cpu_.grouped_linear_routed(x, max_rows, expect_rows, offsets, w, y); });
+    op([=, this] {
+      check_twin(x, offsets[w.size()] * w[0]->cols);
+      cpu_.grouped_linear_routed(x, max_rows, expect_rows, offsets, w, y);
+    });
   }
   void expert_combine(const float* yp, int64_t H, const int32_t* ids, const float* weights, const int32_t* slot_row,
                       int64_t T, int64_t k, float* out) override {
@@ -269,6 +290,16 @@ class RecordingBackend final : public ComputeBackend {
   void refuse(const char* what) const {
     SHARDLM_CHECK(!recording_, "recording backend: " << what << " while capturing (a CUDA capture refuses it)");
   }
+  void check_twin(Activations x, int64_t n) {
+    if (!x.bf16) return;
+    ++twin_linears_;
+    for (int64_t i = 0; i < n; ++i) {
+      if (x.bf16[i] != f32_to_bf16(x.f32[i])) {
+        ++stale_twins_;
+        return;
+      }
+    }
+  }
 
   CpuBackend cpu_;
   std::map<void*, size_t> sizes_;
@@ -277,6 +308,8 @@ class RecordingBackend final : public ComputeBackend {
   std::vector<std::function<void()>> current_;
   std::map<int64_t, std::vector<std::function<void()>>> graphs_;
   int64_t next_ = 0, captures_ = 0, replays_ = 0, drops_ = 0;
+  bool twins_ = false;
+  int64_t twin_linears_ = 0, stale_twins_ = 0;
 };
 
 }  // namespace shardlm::test

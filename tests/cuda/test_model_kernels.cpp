@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -107,11 +108,11 @@ TEST(CudaModelKernels, RmsnormMatchesCpu) {
       cpu::rmsnorm(x.data(), w.data(), rows, dim, eps, want.data());
 
       DeviceBuffer<float> d_x(x), d_w(w), d_out(rows * dim);
-      cuda::rmsnorm(d_x.get(), d_w.get(), rows, dim, eps, d_out.get(), nullptr);
+      cuda::rmsnorm(d_x.get(), d_w.get(), rows, dim, eps, d_out.get(), nullptr, nullptr);
       cuda_sync("rmsnorm");
       EXPECT_TRUE(all_close(d_out.download(), want, 1e-5, 0.0)) << rows << " x " << dim;
       // In place, as the decoder calls it.
-      cuda::rmsnorm(d_x.get(), d_w.get(), rows, dim, eps, d_x.get(), nullptr);
+      cuda::rmsnorm(d_x.get(), d_w.get(), rows, dim, eps, d_x.get(), nullptr, nullptr);
       cuda_sync("rmsnorm in place");
       EXPECT_TRUE(all_close(d_x.download(), want, 1e-5, 0.0)) << "in place, " << rows << " x " << dim;
     }
@@ -130,7 +131,7 @@ TEST(CudaModelKernels, AddRmsnormMatchesCpu) {
       cpu::add_rmsnorm(want_res.data(), x.data(), w.data(), rows, dim, eps, want.data());
 
       DeviceBuffer<float> d_res(res), d_x(x), d_w(w), d_out(rows * dim);
-      cuda::add_rmsnorm(d_res.get(), d_x.get(), d_w.get(), rows, dim, eps, d_out.get(), nullptr);
+      cuda::add_rmsnorm(d_res.get(), d_x.get(), d_w.get(), rows, dim, eps, d_out.get(), nullptr, nullptr);
       cuda_sync("add_rmsnorm");
       EXPECT_TRUE(all_bits_equal(d_res.download(), want_res)) << rows << " x " << dim;
       EXPECT_TRUE(all_close(d_out.download(), want, 1e-5, 0.0)) << rows << " x " << dim;
@@ -225,13 +226,63 @@ TEST(CudaModelKernels, SiluMulMatchesCpu) {
     cpu::silu_mul(gate.data(), up.data(), want.data(), n);
 
     DeviceBuffer<float> d_gate(gate), d_up(up), d_out(n);
-    cuda::silu_mul(d_gate.get(), d_up.get(), d_out.get(), n, nullptr);
+    cuda::silu_mul(d_gate.get(), d_up.get(), d_out.get(), nullptr, n, nullptr);
     cuda_sync("silu_mul");
     EXPECT_TRUE(all_close(d_out.download(), want, 1e-5, 1e-7)) << "n " << n;
-    cuda::silu_mul(d_gate.get(), d_up.get(), d_gate.get(), n, nullptr);  // out aliasing gate
+    cuda::silu_mul(d_gate.get(), d_up.get(), d_gate.get(), nullptr, n, nullptr);  // out aliasing gate
     cuda_sync("silu_mul in place");
     EXPECT_TRUE(all_close(d_gate.download(), want, 1e-5, 1e-7)) << "in place, n " << n;
   }
+}
+
+// The bf16 twins rmsnorm, add_rmsnorm and silu_mul write for the GEMMs after them: each is the
+// host's rounding of the fp32 output, bit for bit (NaN and infinities included), and writing one
+// changes no bit of the fp32 output. In place, as the layers call them.
+TEST(CudaModelKernels, TwinsAreTheOutputsRoundedToBf16) {
+  SHARDLM_REQUIRE_GPU();
+  const float eps = 1e-6f, inf = std::numeric_limits<float>::infinity();
+  const int64_t rows = 5, dim = 1001, n = rows * dim;
+  std::vector<float> x = rand_vec(n, 81, -3.0f, 3.0f);
+  x[2 * dim + 7] = std::numeric_limits<float>::quiet_NaN();  // a whole row of NaN out
+  x[3 * dim] = 3.0e38f;                                      // a row whose sum of squares overflows
+  const std::vector<float> w = rand_vec(dim, 82, 0.5f, 1.5f), res = rand_vec(n, 83, -2.0f, 2.0f);
+  std::vector<float> gate = rand_vec(n, 84, -12.0f, 12.0f), up = rand_vec(n, 85, -3.0f, 3.0f);
+  gate[1] = inf;
+  gate[2] = -inf;  // -inf / (1 + inf): NaN
+  uint32_t payload = 0x7fa12345u;
+  std::memcpy(&up[3], &payload, sizeof payload);  // a signalling NaN's payload, quieted in bf16
+  const auto twin_of = [](const std::vector<float>& v) {
+    std::vector<uint16_t> t(v.size());
+    for (size_t i = 0; i < v.size(); ++i) t[i] = f32_to_bf16(v[i]);
+    return t;
+  };
+
+  DeviceBuffer<float> d_w(w), d_plain(x), d_x(x);
+  DeviceBuffer<uint16_t> d_twin(n);
+  cuda::rmsnorm(d_plain.get(), d_w.get(), rows, dim, eps, d_plain.get(), nullptr, nullptr);
+  cuda::rmsnorm(d_x.get(), d_w.get(), rows, dim, eps, d_x.get(), d_twin.get(), nullptr);
+  cuda_sync("rmsnorm with a twin");
+  std::vector<float> out = d_x.download();
+  EXPECT_TRUE(all_bits_equal(out, d_plain.download())) << "rmsnorm";
+  EXPECT_EQ(d_twin.download(), twin_of(out)) << "rmsnorm";
+
+  DeviceBuffer<float> d_res_plain(res), d_res(res), d_h_plain(x), d_h(x);
+  cuda::add_rmsnorm(d_res_plain.get(), d_h_plain.get(), d_w.get(), rows, dim, eps, d_h_plain.get(), nullptr, nullptr);
+  cuda::add_rmsnorm(d_res.get(), d_h.get(), d_w.get(), rows, dim, eps, d_h.get(), d_twin.get(), nullptr);
+  cuda_sync("add_rmsnorm with a twin");
+  out = d_h.download();
+  EXPECT_TRUE(all_bits_equal(out, d_h_plain.download())) << "add_rmsnorm";
+  EXPECT_TRUE(all_bits_equal(d_res.download(), d_res_plain.download())) << "add_rmsnorm's residual";
+  EXPECT_EQ(d_twin.download(), twin_of(out)) << "add_rmsnorm";
+
+  DeviceBuffer<float> d_gate_plain(gate), d_gate(gate), d_up(up);
+  cuda::silu_mul(d_gate_plain.get(), d_up.get(), d_gate_plain.get(), nullptr, n, nullptr);
+  cuda::silu_mul(d_gate.get(), d_up.get(), d_gate.get(), d_twin.get(), n, nullptr);
+  cuda_sync("silu_mul with a twin");
+  out = d_gate.download();
+  EXPECT_TRUE(all_bits_equal(out, d_gate_plain.download())) << "silu_mul";
+  EXPECT_EQ(d_twin.download(), twin_of(out)) << "silu_mul";
+  EXPECT_TRUE(std::isnan(out[2]) && std::isnan(out[3]) && std::isinf(out[1])) << "the special values reach the output";
 }
 
 TEST(CudaModelKernels, AddsMatchCpuExactly) {

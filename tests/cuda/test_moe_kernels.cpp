@@ -18,6 +18,7 @@
 
 #include "arch/moe_router.h"
 #include "common/gpu.h"
+#include "core/dtype.h"
 #include "cpu/expert_exchange.h"
 #include "cpu/expert_permute.h"
 #include "cpu/fp8_act_quant.h"
@@ -170,7 +171,10 @@ void check_permute(int64_t T, int k, int total, int e0, int E, int64_t H, uint32
   DevArray<int64_t> d_counts(std::vector<int64_t>(static_cast<size_t>(E), 5));
   cuda::launch_expert_permute(d_ids.get(), T, k, e0, E, masked ? d_pos.get() : nullptr, d_offsets.get(), d_slot.get(),
                               d_pair.get(), masked ? d_counts.get() : nullptr, nullptr);
-  cuda::launch_expert_gather(d_x.get(), H, k, d_pair.get(), d_offsets.get() + E, T * k, d_xp.get(), nullptr);
+  // The gather with a twin: the rows as before, and their bf16 rounding beside them.
+  DevArray<uint16_t> d_twin(std::max<size_t>(P * H, 1));
+  cuda::launch_expert_gather(d_x.get(), H, k, d_pair.get(), d_offsets.get() + E, T * k, d_xp.get(), d_twin.get(),
+                             nullptr);
   cuda::launch_expert_combine(d_yp.get(), H, d_ids.get(), d_w.get(), d_slot.get(), T, k, d_out.get(), nullptr);
   expect_kernel_ok();
 
@@ -184,6 +188,8 @@ void check_permute(int64_t T, int k, int total, int e0, int E, int64_t H, uint32
   ASSERT_TRUE(std::equal(row_pair.begin(), row_pair.begin() + rows, got_pair.begin()));
   const std::vector<float> got_xp = d_xp.download();
   ASSERT_EQ(std::memcmp(got_xp.data(), xp.data(), xp.size() * sizeof(float)), 0);
+  const std::vector<uint16_t> got_twin = d_twin.download();
+  for (size_t i = 0; i < xp.size(); ++i) ASSERT_EQ(got_twin[i], f32_to_bf16(xp[i])) << "twin of row " << i / H;
   const std::vector<float> got_out = d_out.download();
   for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(got_out[i], out[i]) << "token " << i / H << " column " << i % H;
 }

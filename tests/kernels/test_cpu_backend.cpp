@@ -2,6 +2,7 @@
 // matrix, ops delegating to the kernels, memory, and the backend registry.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -147,6 +148,51 @@ TEST(CpuBackend, LinearPartsAreEachPartsLinear) {
   std::vector<float> y(M * Nq);
   const LinearPart bad[] = {{&q, nullptr, y.data()}, {&narrow, nullptr, y.data()}};
   EXPECT_THROW(be->linear_parts(x.data(), M, bad), Error);
+}
+
+// The CPU's GEMMs read fp32 rows: it asks for no twins, but writes one asked for (the rounding of
+// each fp32 output), leaves the fp32 outputs as they are without one, and a linear given a twin
+// reads the fp32 rows, whatever the twin holds.
+TEST(CpuBackend, TwinsAreWrittenWhenAskedAndNotRead) {
+  auto be = make_backend("cpu");
+  EXPECT_FALSE(be->wants_bf16_twins());
+  const int64_t rows = 3, dim = 20, n = rows * dim;
+  std::vector<float> x(n), w(dim), res(n), up(n);
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::sin(static_cast<float>(i)) * 2.0f;
+    res[i] = std::cos(static_cast<float>(i));
+    up[i] = static_cast<float>(i % 7) / 3.0f - 1.0f;
+  }
+  for (int64_t i = 0; i < dim; ++i) w[i] = 0.5f + static_cast<float>(i) / dim;
+  const Vector wv = be->load_vector(view("w", DType::F32, {dim}, w.data(), w.size() * 4));
+  auto rounded = [](const std::vector<float>& v) {
+    std::vector<uint16_t> t(v.size());
+    for (size_t i = 0; i < v.size(); ++i) t[i] = f32_to_bf16(v[i]);
+    return t;
+  };
+  std::vector<float> plain(n), out(n), res_plain = res, res_twin = res;
+  std::vector<uint16_t> twin(n, 0xdead);
+  be->rmsnorm(x.data(), wv, rows, 1e-5f, plain.data());
+  be->rmsnorm(x.data(), wv, rows, 1e-5f, {out.data(), twin.data()});
+  EXPECT_EQ(0, std::memcmp(out.data(), plain.data(), n * 4));
+  EXPECT_EQ(twin, rounded(out));
+  be->add_rmsnorm(res_plain.data(), x.data(), wv, rows, 1e-5f, plain.data());
+  be->add_rmsnorm(res_twin.data(), x.data(), wv, rows, 1e-5f, {out.data(), twin.data()});
+  EXPECT_EQ(0, std::memcmp(out.data(), plain.data(), n * 4));
+  EXPECT_EQ(twin, rounded(out));
+  be->silu_mul(x.data(), up.data(), plain.data(), n);
+  be->silu_mul(x.data(), up.data(), {out.data(), twin.data()}, n);
+  EXPECT_EQ(0, std::memcmp(out.data(), plain.data(), n * 4));
+  EXPECT_EQ(twin, rounded(out));
+  // A linear with a twin that disagrees with its rows: the rows decide.
+  std::vector<float> wm(5 * dim);
+  for (size_t i = 0; i < wm.size(); ++i) wm[i] = static_cast<float>(i % 11) / 10.0f - 0.5f;
+  const Matrix m = be->load_matrix(view("m", DType::F32, {5, dim}, wm.data(), wm.size() * 4));
+  std::fill(twin.begin(), twin.end(), uint16_t{0x4000});  // 2.0 everywhere
+  std::vector<float> y(rows * 5), y_twin(rows * 5);
+  be->linear(out.data(), rows, m, nullptr, y.data());
+  be->linear(Activations{out.data(), twin.data()}, rows, m, nullptr, y_twin.data());
+  EXPECT_EQ(0, std::memcmp(y.data(), y_twin.data(), y.size() * 4));
 }
 
 TEST(CpuBackend, RejectsBadTensors) {
