@@ -68,12 +68,15 @@ void StepGraphs::drop() {
 int64_t StepGraphs::step_bucket(const ForwardBatch& batch) {
   if (!on_) return 0;
   if (!comms_.ep) return graph_bucket(batch);
-  int64_t v[2] = {0, 0};  // {a rank cannot replay, the largest bucket}; a rank with no tokens joins any
+  // {a rank cannot replay, the largest bucket, a rank's graphs are stale}; a rank with no tokens
+  // joins any bucket.
+  int64_t v[3] = {0, 0, scratch_.generation() != generation_ ? 1 : 0};
   if (batch.num_tokens() > 0) {
     v[1] = graph_bucket(batch);
     v[0] = v[1] == 0 ? 1 : 0;
   }
-  comms_.ep->all_reduce(v, 2, CommDType::kI64, ReduceOp::kMax);
+  comms_.ep->all_reduce(v, 3, CommDType::kI64, ReduceOp::kMax);
+  if (v[2] != 0) drop();  // every rank of the group recaptures, or none
   return v[0] == 0 ? v[1] : 0;
 }
 

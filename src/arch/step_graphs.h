@@ -40,7 +40,9 @@
 //    with no tokens replays an all-padding step). A step whose exchange overflowed its blocks (the
 //    overflow flag, reduced over ep inside the graph, so every rank reads the same) is redone
 //    eagerly before anything reads its result (replay returns false): the replay's KV entries
-//    are written again with the eager values.
+//    are written again with the eager values. The ranks also recapture together: an eager step
+//    grows a rank's scratch by its own rows, and a rank that dropped its graphs alone would run
+//    a warm-up step's exchanges that its peers, replaying, do not (step_bucket agrees on that too).
 #pragma once
 
 #include <cstdint>
