@@ -276,8 +276,8 @@ class ComputeBackend {
   // QKV and gate/up layers run them: every part's weight has x's width (checked), and each part's
   // result is what linear() gives it up to the backend's GEMM summation order (the CPU backend:
   // bit for bit, in one parallel region). The default runs linear() per part. The CUDA backend
-  // casts x once for all parts, and parts whose weights make_adjacent placed one after another
-  // run as one GEMM.
+  // casts x once for all parts (or reads its twin), and parts whose weights make_adjacent placed
+  // one after another run as one GEMM.
   virtual void linear_parts(Activations x, int64_t M, std::span<const LinearPart> parts);
   // Places the weights of one linear_parts call one after another in backend memory where the
   // backend gains by it (CUDA: same dtype and width; fp8 scales on the block grid) and returns
