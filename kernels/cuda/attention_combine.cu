@@ -13,7 +13,7 @@ constexpr int kWarps = 8;
 
 __global__ void __launch_bounds__(kWarps * 32)
     attention_combine_kernel(int64_t T, int64_t n_heads, int width, const int32_t* pos, int64_t window, int64_t parts,
-                             const float* states, float* out) {
+                             const float* states, float* out, uint16_t* twin) {
   const int lane = threadIdx.x & 31;
   const int64_t th = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);  // t * n_heads + h
   if (th >= T * n_heads) return;
@@ -52,17 +52,17 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (d < width) run.acc[a] = detail::merge_value(run.acc[a], cur.acc[a], c);
     }
   }
-  detail::warp_write_normalised(out + th * width, width, L, run.acc);
+  detail::warp_write_normalised(out + th * width, width, L, run.acc, twin ? twin + th * width : nullptr);
 }
 
 }  // namespace
 
 void attention_combine(int64_t T, int64_t n_heads, int64_t width, const int32_t* pos, int64_t window, int64_t parts,
-                       const float* states, float* out, cudaStream_t stream) {
+                       const float* states, float* out, uint16_t* twin, cudaStream_t stream) {
   if (T <= 0 || n_heads <= 0 || width <= 0 || parts < 2) return;
   const int64_t warps = T * n_heads;
   attention_combine_kernel<<<static_cast<unsigned>((warps + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(
-      T, n_heads, static_cast<int>(width), pos, window, parts, states, out);
+      T, n_heads, static_cast<int>(width), pos, window, parts, states, out, twin);
 }
 
 }  // namespace shardlm::cuda

@@ -398,15 +398,24 @@ __device__ inline float merge_value(float old, float v, const MergeScale& s) {
 __device__ inline float reciprocal(float l) { return __fdiv_rn(1.0f, l); }
 __device__ inline float normalised(float acc, float inv_l) { return __fmul_rn(acc, inv_l); }
 
-// o[d] = acc / l for the lane's dims (see warp_fold_round).
+// An output element, and its bf16 rounding in the row's twin where the caller gave one (the rows'
+// Activations twin: the next GEMM reads it instead of casting). twin is null or not for the whole
+// launch, so the branch is uniform.
+__device__ inline void put_output(float* o, uint16_t* twin, int d, float v) {
+  o[d] = v;
+  if (twin) twin[d] = bf16_bits::from_f32(v);
+}
+
+// o[d] = acc / l for the lane's dims (see warp_fold_round); twin: o's twin row or null.
 template <int Acc>
-__device__ inline void warp_write_normalised(float* o, int width, float l, const float (&acc)[Acc]) {
+__device__ inline void warp_write_normalised(float* o, int width, float l, const float (&acc)[Acc],
+                                             uint16_t* twin = nullptr) {
   const int lane = threadIdx.x & 31;
   const float inv = reciprocal(l);
 #pragma unroll
   for (int a = 0; a < Acc; ++a) {
     const int d = lane + 32 * a;
-    if (d < width) o[d] = normalised(acc[a], inv);
+    if (d < width) put_output(o, twin, d, normalised(acc[a], inv));
   }
 }
 
@@ -446,13 +455,16 @@ __device__ inline PartitionWalk partition_walk(int p0, int p1) {
 //  - split launch: the state goes to st = [m, l, acc[width]] for attention_combine;
 //  - unsplit, several partitions: merged into the running state (M, L and the accumulators, kept
 //    in o itself: only this lane reads back what it wrote), and o normalised after the last.
+// twin (o's twin row, or null) gets the final values' rounding wherever o gets them: a split
+// launch's tokens of several partitions get theirs from attention_combine.
 template <int Acc>
 __device__ inline void warp_finish_partition(int k, const PartitionWalk& w, float* st, float* o, int width, float m,
-                                             float l, const float (&acc)[Acc], float& M, float& L) {
+                                             float l, const float (&acc)[Acc], float& M, float& L,
+                                             uint16_t* twin = nullptr) {
   const int lane = threadIdx.x & 31;
   const int k0 = w.k0, k1 = w.k1;
   if (k0 == k1) {
-    warp_write_normalised(o, width, l, acc);
+    warp_write_normalised(o, width, l, acc, twin);
     return;
   }
   if (w.split) {
@@ -487,7 +499,10 @@ __device__ inline void warp_finish_partition(int k, const PartitionWalk& w, floa
     const int d = lane + 32 * a;
     if (d < width) {
       const float v = merge_value(o[d], acc[a], s);
-      o[d] = last ? normalised(v, inv) : v;
+      if (last)
+        put_output(o, twin, d, normalised(v, inv));
+      else
+        o[d] = v;
     }
   }
 }

@@ -140,7 +140,7 @@ void decode_latent_attention_mma(const float* q_latent, const float* q_rope, int
       q_latent, q_rope, static_cast<int>(n_heads), static_cast<int>(kv_lora), static_cast<int>(rope_dim), cache,
       cache_fmt, block_size, blocks, table_start, pos, scale, static_cast<int>(tiles),
       detail::latent_mma::staged_by_vectors(kv_lora, rope_dim, cache), out, parts > 1 ? split.states : nullptr);
-  if (parts > 1) attention_combine(T, n_heads, kv_lora, pos, 0, parts, split.states, out, stream);
+  if (parts > 1) attention_combine(T, n_heads, kv_lora, pos, 0, parts, split.states, out, nullptr, stream);
 }
 
 }  // namespace shardlm::cuda

@@ -3,7 +3,7 @@
 set(SHARDLM_CUDA_KERNELS
     device_info.cu
     # Model ops (activations fp32, weights fp32 or bf16).
-    embedding.cu rmsnorm.cu rope.cu activation.cu elementwise.cu kv_cache_write.cu paged_attention.cu
+    embedding.cu rmsnorm.cu rope.cu activation.cu elementwise.cu kv_cache_write.cu rope_kv_write.cu paged_attention.cu
     paged_attention_tiled.cu prefill_attention_mma.cu prefill_latent_attention_mma.cu mma_bf16_tile.cu run_positions.cu
     latent_attention.cu decode_latent_attention_mma.cu attention_combine.cu
     head_matmul.cu split_columns.cu

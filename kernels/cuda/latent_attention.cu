@@ -153,7 +153,7 @@ void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int
   latent_attention_kernel<<<grid, heads_per_block * 32, 0, stream>>>(
       q_latent, q_rope, n_heads, static_cast<int>(kv_lora), static_cast<int>(rope_dim), cache, cache_fmt, block_size,
       blocks, table_start, pos, scale, out, heads_per_block, blocks_per_token, parts > 1 ? split.states : nullptr);
-  if (parts > 1) attention_combine(T, n_heads, kv_lora, pos, 0, parts, split.states, out, stream);
+  if (parts > 1) attention_combine(T, n_heads, kv_lora, pos, 0, parts, split.states, out, nullptr, stream);
 }
 
 int64_t latent_attention_blocks(int64_t T, int64_t n_heads) {

@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kMaxThreads, kBlocksPerSm<MaxHeadDim, S>)
     paged_attention_kernel(const float* q, int64_t n_heads, int64_t n_kv_heads, int head_dim, const void* k_cache,
                            const void* v_cache, KvFormat fmt, int64_t block_size, const int32_t* blocks,
                            const int32_t* table_start, const int32_t* pos, int64_t window, float scale, float* out,
-                           int heads_per_block, int blocks_per_kv, float* states) {
+                           uint16_t* twin, int heads_per_block, int blocks_per_kv, float* states) {
   constexpr int kDimPerLane = MaxHeadDim / 32;
   __align__(16) __shared__ float sk[kTile * MaxHeadDim];
   __align__(16) __shared__ float sv[kTile * MaxHeadDim];
@@ -121,12 +121,13 @@ __global__ void __launch_bounds__(kMaxThreads, kBlocksPerSm<MaxHeadDim, S>)
   const bool active = g.active && static_cast<int>(threadIdx.x >> 5) < heads_per_block;
   const int lane = threadIdx.x & 31;
   float* o = out + (t * n_heads + h) * head_dim;
+  uint16_t* o_twin = twin ? twin + (t * n_heads + h) * head_dim : nullptr;
 
   // Which partitions this block folds; every condition below is the same for the whole block.
   const int p1 = pos[t];
   if (p1 < 0) {  // padding token
     if (active && blockIdx.y == 0) {
-      for (int d = lane; d < head_dim; d += 32) o[d] = 0.0f;
+      for (int d = lane; d < head_dim; d += 32) detail::put_output(o, o_twin, d, 0.0f);
     }
     return;
   }
@@ -147,7 +148,8 @@ __global__ void __launch_bounds__(kMaxThreads, kBlocksPerSm<MaxHeadDim, S>)
     fold_positions<S>(w.begin(k), w.end(k), qr, active, head_dim, k_cache, v_cache, fmt, bt, block_size,
                       n_kv_heads * head_dim, kvh, scale, sk, sv, m, l, acc);
     if (active) {
-      detail::warp_finish_partition(k, w, w.state(states, t * n_heads + h, head_dim, k), o, head_dim, m, l, acc, M, L);
+      detail::warp_finish_partition(k, w, w.state(states, t * n_heads + h, head_dim, k), o, head_dim, m, l, acc, M, L,
+                                    o_twin);
     }
   }
 }
@@ -166,7 +168,7 @@ auto* kernel_for(detail::Staging staging) {
 void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                      const void* k_cache, const void* v_cache, KvFormat cache_fmt, int64_t block_size,
                      const int32_t* blocks, const int32_t* table_start, const int32_t* pos, int64_t window, float scale,
-                     float* out, const AttentionSplit& split, cudaStream_t stream) {
+                     float* out, uint16_t* twin, const AttentionSplit& split, cudaStream_t stream) {
   if (T <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0) return;
   const int64_t group = n_heads / n_kv_heads;
   if (group <= 0) return;  // fewer query than KV heads: not a layout (the backend refuses it)
@@ -187,9 +189,9 @@ void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_he
                  : build == 128 ? kernel_for<128>(staging)
                                 : kernel_for<kMaxHeadDim>(staging);
   kernel<<<grid, threads, 0, stream>>>(q, n_heads, n_kv_heads, static_cast<int>(head_dim), k_cache, v_cache, cache_fmt,
-                                       block_size, blocks, table_start, pos, window, scale, out, heads_per_block,
+                                       block_size, blocks, table_start, pos, window, scale, out, twin, heads_per_block,
                                        blocks_per_kv, parts > 1 ? split.states : nullptr);
-  if (parts > 1) attention_combine(T, n_heads, head_dim, pos, window, parts, split.states, out, stream);
+  if (parts > 1) attention_combine(T, n_heads, head_dim, pos, window, parts, split.states, out, twin, stream);
 }
 
 int64_t paged_attention_blocks(int64_t T, int64_t n_heads, int64_t n_kv_heads) {

@@ -23,11 +23,12 @@
 namespace shardlm::cuda {
 
 // q, out: [T, n_heads, head_dim]; blocks: the block lists of all sequences, concatenated;
-// table_start, pos: [T].
+// table_start, pos: [T]. twin: null, or out's bf16 twin [T, n_heads, head_dim]: every output
+// element's bf16_bits::from_f32 is written there too (the o_proj GEMM reads it without a cast).
 void paged_attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                      const void* k_cache, const void* v_cache, KvFormat cache_fmt, int64_t block_size,
                      const int32_t* blocks, const int32_t* table_start, const int32_t* pos, int64_t window, float scale,
-                     float* out, const AttentionSplit& split, cudaStream_t stream);
+                     float* out, uint16_t* twin, const AttentionSplit& split, cudaStream_t stream);
 
 // Thread blocks of an unsplit launch (attention_split_parts weighs it against the device).
 int64_t paged_attention_blocks(int64_t T, int64_t n_heads, int64_t n_kv_heads);

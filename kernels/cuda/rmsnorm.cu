@@ -4,18 +4,10 @@
 #include "cuda/rmsnorm.h"
 
 #include "bf16_bits.h"
-#include "cuda/block_reduce.cuh"
+#include "cuda/rmsnorm_row.cuh"
 
 namespace shardlm::cuda {
 namespace {
-
-constexpr int kThreads = 256;
-
-// 1 / sqrt(var + eps) with IEEE sqrt and division (no fast-math), as the CPU computes it.
-__device__ inline float inv_rms(float sumsq, int64_t dim, float eps) {
-  const float var = sumsq / static_cast<float>(dim);
-  return 1.0f / sqrtf(var + eps);
-}
 
 // twin is null or not for the whole launch, so the branch is uniform.
 __device__ inline void put(float* out, uint16_t* twin, int64_t i, float v) {
@@ -52,13 +44,13 @@ __global__ void add_rmsnorm_kernel(float* residual, const float* x, const float*
 void rmsnorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* out, uint16_t* twin,
              cudaStream_t stream) {
   if (rows <= 0 || dim <= 0) return;
-  rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, dim, eps, out, twin);
+  rmsnorm_kernel<<<static_cast<unsigned>(rows), kRmsnormThreads, 0, stream>>>(x, w, dim, eps, out, twin);
 }
 
 void add_rmsnorm(float* residual, const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* out,
                  uint16_t* twin, cudaStream_t stream) {
   if (rows <= 0 || dim <= 0) return;
-  add_rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(residual, x, w, dim, eps, out, twin);
+  add_rmsnorm_kernel<<<static_cast<unsigned>(rows), kRmsnormThreads, 0, stream>>>(residual, x, w, dim, eps, out, twin);
 }
 
 }  // namespace shardlm::cuda

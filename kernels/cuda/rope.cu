@@ -1,6 +1,7 @@
 #include "cuda/rope.h"
 
 #include "cuda/launch_util.cuh"
+#include "cuda/rope_pair.cuh"
 
 namespace shardlm::cuda {
 namespace {
@@ -11,12 +12,10 @@ __device__ inline void rotate_pair(float* x, int64_t n_heads, int64_t head_dim, 
                                    const int32_t* pos, const float* inv_freq) {
   const int64_t th = i / half, k = i % half;  // th = t * n_heads + h
   const int64_t t = th / n_heads;
-  const float a = static_cast<float>(pos[t]) * inv_freq[k];
-  const float c = cosf(a), s = sinf(a);
   float* v = x + th * head_dim;
-  const float x1 = v[k], x2 = v[k + half];
-  v[k] = x1 * c - x2 * s;
-  v[k + half] = x2 * c + x1 * s;
+  const RopePair r = rope_pair(v[k], v[k + half], static_cast<float>(pos[t]), inv_freq[k]);
+  v[k] = r.first;
+  v[k + half] = r.second;
 }
 
 __global__ void rope_rotate_half_kernel(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,

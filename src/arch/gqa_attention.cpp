@@ -59,29 +59,27 @@ class GqaAttention final : public AttentionBlock {
     float* q = scratch.get(Scratch::kAttention + 0, T * (nh_ + 2 * nkv_) * hd_);
     float* k = q + T * nh_ * hd_;
     float* v = k + T * nkv_ * hd_;
-    float* attn = scratch.get(Scratch::kAttention + 3, T * nh_ * hd_);
+    // The attention output's twin feeds o_proj's GEMM (Activations).
+    const ActivationsOut attn{
+        scratch.get(Scratch::kAttention + 3, T * nh_ * hd_),
+        b.wants_bf16_twins() ? scratch.get_as<uint16_t>(Scratch::kAttention + 4, T * nh_ * hd_) : nullptr};
     {
       OpSection s(b, "attn qkv", weight_bytes(q_) + weight_bytes(k_) + weight_bytes(v_));
       const LinearPart qkv[] = {{&q_, q_bias_ ? &*q_bias_ : nullptr, q},
                                 {&k_, k_bias_ ? &*k_bias_ : nullptr, k},
                                 {&v_, v_bias_ ? &*v_bias_ : nullptr, v}};
       b.linear_parts(h, T, qkv);
-      if (q_norm_) {
-        b.rmsnorm(q, *q_norm_, T * nh_, eps_, q);
-        b.rmsnorm(k, *k_norm_, T * nkv_, eps_, k);
-      }
     }
     {
-      OpSection s(b, "attn rope");
-      b.rope_qk(q, nh_, k, nkv_, T, hd_, ctx.pos, inv_freq_);
-    }
-    {
-      OpSection s(b, "attn cache write");
+      // Qwen3's q/k norms, rope and the cache write: one launch on the CUDA backend.
+      OpSection s(b, "attn rope + cache write");
+      b.rope_kv_write(q, nh_, k, v, nkv_, T, hd_, {q_norm_ ? &*q_norm_ : nullptr, k_norm_ ? &*k_norm_ : nullptr, eps_},
+                      ctx.pos, inv_freq_, ctx.slots, ctx.block_size, cache);
+      // Calibration reads the keys as the cache got them: normed and rotated.
       if (ctx.kv_amax) {
         b.abs_max(k, T * nkv_ * hd_, ctx.kv_amax);
         b.abs_max(v, T * nkv_ * hd_, ctx.kv_amax + 1);
       }
-      b.kv_write(k, v, T, ctx.slots, nkv_, hd_, ctx.block_size, cache);
     }
     {
       OpSection s(b, "attn core");

@@ -79,6 +79,15 @@ void ComputeBackend::linear_parts(Activations x, int64_t M, std::span<const Line
   for (const LinearPart& p : parts) linear(x, M, *p.w, p.bias, p.y);
 }
 
+void ComputeBackend::rope_kv_write(float* q, int64_t q_heads, float* k, const float* v, int64_t kv_heads, int64_t T,
+                                   int64_t head_dim, const QkNorms& norms, const int32_t* pos, const float* inv_freq,
+                                   const int64_t* slots, int64_t block_size, const KvCacheRef& cache) {
+  if (norms.q) rmsnorm(q, *norms.q, T * q_heads, norms.eps, q);
+  if (norms.k) rmsnorm(k, *norms.k, T * kv_heads, norms.eps, k);
+  rope_qk(q, q_heads, k, kv_heads, T, head_dim, pos, inv_freq);
+  kv_write(k, v, T, slots, kv_heads, head_dim, block_size, cache);
+}
+
 void ComputeBackend::grouped_linear(const float* x, const std::vector<int64_t>& offsets,
                                     const std::vector<const Matrix*>& w, float* y) {
   check_grouped_linear(offsets, w, name().c_str());

@@ -333,9 +333,23 @@ class ComputeBackend {
   // attention reads it (the CPU keeps a KV head's rows of a block together, CUDA whole rows).
   virtual void kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
                         int64_t head_dim, int64_t block_size, const KvCacheRef& cache) = 0;
+  // What a GQA layer's queries, keys and values go through between their projection and attention:
+  // Qwen3's per-head RMSNorm of q and k where norms.q / norms.k are set (rmsnorm over head_dim
+  // rows), rope_qk, then kv_write. q and k are left normed and rotated, as those calls leave them.
+  // One launch where the backend has launches (each element the separate calls' bits); the default
+  // makes the separate calls.
+  struct QkNorms {
+    const Vector* q = nullptr;
+    const Vector* k = nullptr;
+    float eps = 0.0f;
+  };
+  virtual void rope_kv_write(float* q, int64_t q_heads, float* k, const float* v, int64_t kv_heads, int64_t T,
+                             int64_t head_dim, const QkNorms& norms, const int32_t* pos, const float* inv_freq,
+                             const int64_t* slots, int64_t block_size, const KvCacheRef& cache);
+  // Writes out's twin too where it has one (the o_proj GEMM reads it).
   virtual void attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                          const KvCacheRef& cache, int64_t block_size, const BlockTables& tables, const int32_t* pos,
-                         int64_t window, float scale, float* out) = 0;
+                         int64_t window, float scale, ActivationsOut out) = 0;
 
   // ---- Multi-head Latent Attention (DeepSeek-V2/V3, Kimi K2; see kernels/cpu/latent_attention.h) ----
   // RoPE of rot_dim-wide vectors read with strides, written packed to out [T, n_heads, rot_dim]:

@@ -278,11 +278,12 @@ void CpuBackend::kv_write(const float* k, const float* v, int64_t T, const int64
 
 void CpuBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                            const KvCacheRef& cache, int64_t block_size, const BlockTables& tables, const int32_t* pos,
-                           int64_t window, float scale, float* out) {
+                           int64_t window, float scale, ActivationsOut out) {
   SHARDLM_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0,
                 "cpu backend: n_heads " << n_heads << " is not a multiple of n_kv_heads " << n_kv_heads);
   cpu::paged_attention(q, T, n_heads, n_kv_heads, head_dim, cache.k, cache.v, cache_format(cache), block_size,
-                       token_tables(tables, T), pos, window, scale, out);
+                       token_tables(tables, T), pos, window, scale, out.f32);
+  write_twin(out, T * n_heads * head_dim);
 }
 
 void CpuBackend::rope_strided(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,

@@ -54,7 +54,7 @@ class CpuBackend : public ComputeBackend {
                 int64_t head_dim, int64_t block_size, const KvCacheRef& cache) override;
   void attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                  const KvCacheRef& cache, int64_t block_size, const BlockTables& tables, const int32_t* pos,
-                 int64_t window, float scale, float* out) override;
+                 int64_t window, float scale, ActivationsOut out) override;
   void rope_strided(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
                     int64_t rot_dim, const int32_t* pos, const float* inv_freq, bool interleaved,
                     float attention_factor, float* out) override;

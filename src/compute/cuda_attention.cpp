@@ -75,7 +75,7 @@ cuda::AttentionSplit CudaBackend::attention_split(int64_t blocks, int64_t T, int
 
 void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                             const KvCacheRef& cache, int64_t block_size, const BlockTables& tables, const int32_t* pos,
-                            int64_t window, float scale, float* out) {
+                            int64_t window, float scale, ActivationsOut out) {
   SHARDLM_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0,
                 "cuda backend: n_heads " << n_heads << " is not a multiple of n_kv_heads " << n_kv_heads);
   SHARDLM_CHECK(head_dim <= 256, "cuda backend: attention supports head_dim up to 256, not " << head_dim);
@@ -90,11 +90,14 @@ void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t 
           pos, tables, T,
           [&](const int32_t* single_pos) {
             attention_fp32(q, T, n_heads, n_kv_heads, head_dim, cache, block_size, tables, single_pos, window, scale,
-                           /*chunk_step=*/false, out);
+                           /*chunk_step=*/false, out.f32);
           },
           [&] {
-            attention_bf16(plan, q, n_heads, n_kv_heads, head_dim, cache, block_size, tables, pos, window, scale, out);
+            attention_bf16(plan, q, n_heads, n_kv_heads, head_dim, cache, block_size, tables, pos, window, scale,
+                           out.f32);
           });
+      // Eager prefill: the twin of all rows at once, after both launches wrote theirs.
+      write_twin(out, T * n_heads * head_dim);
       return;
     }
   }
@@ -108,7 +111,7 @@ void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t 
 // per token.
 void CudaBackend::attention_fp32(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                                  const KvCacheRef& cache, int64_t block_size, const BlockTables& tables,
-                                 const int32_t* pos, int64_t window, float scale, bool chunk_step, float* out) {
+                                 const int32_t* pos, int64_t window, float scale, bool chunk_step, ActivationsOut out) {
   last_attention_bf16_ = false;
   last_attention_singles_ = 0;
   const bool chunks = window <= 0 && chunk_step;
@@ -119,12 +122,13 @@ void CudaBackend::attention_fp32(const float* q, int64_t T, int64_t n_heads, int
   last_attention_tiled_ = chunks && split.parts <= 1;
   if (last_attention_tiled_) {
     cuda::paged_attention_tiled(q, T, n_heads, n_kv_heads, head_dim, cache.k, cache.v, cache_format(cache), block_size,
-                                tables.blocks, tables.start, pos, window, scale, out, stream_of(stream_));
+                                tables.blocks, tables.start, pos, window, scale, out.f32, stream_of(stream_));
     check_launch("paged_attention_tiled");
+    write_twin(out, T * n_heads * head_dim);
     return;
   }
   cuda::paged_attention(q, T, n_heads, n_kv_heads, head_dim, cache.k, cache.v, cache_format(cache), block_size,
-                        tables.blocks, tables.start, pos, window, scale, out, split, stream_of(stream_));
+                        tables.blocks, tables.start, pos, window, scale, out.f32, out.bf16, split, stream_of(stream_));
   check_launch("paged_attention");
 }
 

@@ -25,6 +25,7 @@
 #include "cuda/moe_topk.h"
 #include "cuda/rmsnorm.h"
 #include "cuda/rope.h"
+#include "cuda/rope_kv_write.h"
 #include "cuda/sampling.h"
 #include "sample_rules.h"
 #include "model/checkpoint.h"
@@ -450,6 +451,13 @@ const uint16_t* CudaBackend::cast_bf16(Activations x, int64_t n) {
   return xb;
 }
 
+void CudaBackend::write_twin(ActivationsOut out, int64_t n) {
+  if (!out.bf16 || n <= 0) return;
+  cuda::f32_to_bf16(out.f32, out.bf16, n, stream_of(stream_));
+  check_launch("f32_to_bf16");
+  ++activation_casts_;
+}
+
 void CudaBackend::gemm_bf16_cast(const uint16_t* xb, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y) {
   const float alpha = 1.0f, beta = 0.0f;
   SHARDLM_CUBLAS_CHECK(cublasGemmEx(cublas_of(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
@@ -514,6 +522,24 @@ void CudaBackend::kv_write(const float* k, const float* v, int64_t T, const int6
                            int64_t head_dim, int64_t /*block_size: whole rows per slot*/, const KvCacheRef& cache) {
   cuda::kv_cache_write(k, v, T, slots, n_kv_heads, head_dim, cache.k, cache.v, cache_format(cache), stream_of(stream_));
   check_launch("kv_write");
+}
+
+void CudaBackend::rope_kv_write(float* q, int64_t q_heads, float* k, const float* v, int64_t kv_heads, int64_t T,
+                                int64_t head_dim, const QkNorms& norms, const int32_t* pos, const float* inv_freq,
+                                const int64_t* slots, int64_t block_size, const KvCacheRef& cache) {
+  // A head wider than the kernel stages (no model's) takes the separate launches.
+  if (head_dim > cuda::kRopeKvWriteMaxHeadDim) {
+    ComputeBackend::rope_kv_write(q, q_heads, k, v, kv_heads, T, head_dim, norms, pos, inv_freq, slots, block_size,
+                                  cache);
+    return;
+  }
+  for (const Vector* n : {norms.q, norms.k})
+    SHARDLM_CHECK(!n || n->n == head_dim,
+                  "cuda backend: a q/k norm has " << (n ? n->n : 0) << " weights for " << head_dim << "-wide heads");
+  cuda::rope_kv_write(q, q_heads, k, v, kv_heads, T, head_dim, norms.q ? norms.q->data : nullptr,
+                      norms.k ? norms.k->data : nullptr, norms.eps, pos, inv_freq, slots, cache.k, cache.v,
+                      cache_format(cache), stream_of(stream_));
+  check_launch("rope_kv_write");
 }
 
 void CudaBackend::rope_strided(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,

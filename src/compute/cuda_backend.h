@@ -167,11 +167,14 @@ class CudaBackend final : public ComputeBackend {
             const float* inv_freq) override;
   void silu_mul(const float* gate, const float* up, ActivationsOut out, int64_t n) override;
   void add(float* y, const float* x, int64_t n) override;
+  void rope_kv_write(float* q, int64_t q_heads, float* k, const float* v, int64_t kv_heads, int64_t T, int64_t head_dim,
+                     const QkNorms& norms, const int32_t* pos, const float* inv_freq, const int64_t* slots,
+                     int64_t block_size, const KvCacheRef& cache) override;
   void kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
                 int64_t head_dim, int64_t block_size, const KvCacheRef& cache) override;
   void attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                  const KvCacheRef& cache, int64_t block_size, const BlockTables& tables, const int32_t* pos,
-                 int64_t window, float scale, float* out) override;
+                 int64_t window, float scale, ActivationsOut out) override;
   void rope_strided(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
                     int64_t rot_dim, const int32_t* pos, const float* inv_freq, bool interleaved,
                     float attention_factor, float* out) override;
@@ -213,6 +216,8 @@ class CudaBackend final : public ComputeBackend {
   // Its two halves: x's bf16 form (its twin, else x cast into the bf16 workspace), and the GEMM
   // on that.
   const uint16_t* cast_bf16(Activations x, int64_t n);
+  // out's twin from its n fp32 values, where it has one: after a kernel that writes none.
+  void write_twin(ActivationsOut out, int64_t n);
   void gemm_bf16_cast(const uint16_t* xb, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y);
   // Rows up to which an fp8 weight is read directly (cuda_fp8_linear.cpp): two passes of the direct
   // kernel, 2 bytes a weight, against the 5 of dequantising it first; past them W8A8. On an H200
@@ -375,9 +380,11 @@ class CudaBackend final : public ComputeBackend {
   // for MLA with set_decode_attention_bf16 on tensor cores), the runs of prefill chunks on tensor
   // cores (set_prefill_attention_bf16) from their tile lists, and a step split between them
   // (split_step), with the positions that mask the runs for the decode launch.
+  // The per-token kernel writes out's twin itself; after the tiled one (eager prefill chunks)
+  // the twin is cast.
   void attention_fp32(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                       const KvCacheRef& cache, int64_t block_size, const BlockTables& tables, const int32_t* pos,
-                      int64_t window, float scale, bool chunk_step, float* out);
+                      int64_t window, float scale, bool chunk_step, ActivationsOut out);
   void attention_bf16(const cuda::PrefillMmaTiles& plan, const float* q, int64_t n_heads, int64_t n_kv_heads,
                       int64_t head_dim, const KvCacheRef& cache, int64_t block_size, const BlockTables& tables,
                       const int32_t* pos, int64_t window, float scale, float* out);

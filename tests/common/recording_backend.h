@@ -159,7 +159,7 @@ class RecordingBackend final : public ComputeBackend {
   }
   void attention(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                  const KvCacheRef& cache, int64_t block_size, const BlockTables& tables, const int32_t* pos,
-                 int64_t window, float scale, float* out) override {
+                 int64_t window, float scale, ActivationsOut out) override {
     // A recorded op may not use the host copies of the block tables: they belong to one step.
     if (recording_) {
       SHARDLM_CHECK(!tables.host_blocks && !tables.host_start,

@@ -289,14 +289,36 @@ void check_paged_attention(const GqaCase& c, DevicePool& p) {
                           [&](const cuda::AttentionSplit& split, float* out) {
                             cuda::paged_attention(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(),
                                                   fmt, pool.block_size, p.d_blocks.get(), d_start.get(), d_pos.get(),
-                                                  c.window, scale, out, split, nullptr);
+                                                  c.window, scale, out, nullptr, split, nullptr);
                           });
     EXPECT_TRUE(all_close(got, want, kRel, kAbs));
+    // With a twin, unsplit and split: the same output, and beside it every element's bf16 rounding
+    // (padding tokens' zeros, split tokens' rows from attention_combine included).
+    for (int64_t parts : {int64_t{1}, std::max<int64_t>(max_partitions(st, c.window), 2)}) {
+      SCOPED_TRACE(testing::Message() << "with a twin, parts " << parts);
+      DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
+      DeviceBuffer<uint16_t> d_twin(std::vector<uint16_t>(want.size(), 0xdead));
+      DeviceBuffer<float> d_states(
+          std::vector<float>(static_cast<size_t>(T * c.n_heads * (c.head_dim + 2) * parts), nan));
+      cuda::AttentionSplit split;
+      if (parts > 1) split = {parts, d_states.get()};
+      cuda::paged_attention(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(), fmt, pool.block_size,
+                            p.d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale, d_out.get(), d_twin.get(),
+                            split, nullptr);
+      cuda_sync("paged_attention with a twin");
+      const std::vector<float> out = d_out.download();
+      const std::vector<uint16_t> twin = d_twin.download();
+      EXPECT_TRUE(all_bits_equal(out, got));
+      size_t wrong = 0, first = 0;
+      for (size_t i = 0; i < out.size(); ++i)
+        if (twin[i] != bf16_bits::from_f32(out[i]) && wrong++ == 0) first = i;
+      EXPECT_EQ(wrong, 0u) << "twin elements not their output's rounding, the first " << first;
+    }
     if constexpr (kNarrow<E>) {
       DeviceBuffer<float> d_fp32(std::vector<float>(want.size(), nan));
       cuda::paged_attention(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_k32.get(), d_v32.get(), KvElem::F32,
                             pool.block_size, p.d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale,
-                            d_fp32.get(), cuda::AttentionSplit{}, nullptr);
+                            d_fp32.get(), nullptr, cuda::AttentionSplit{}, nullptr);
       cuda_sync("paged_attention over the values read back, in fp32");
       EXPECT_TRUE(all_bits_equal(got, d_fp32.download())) << "narrow cache against fp32 of its values";
     }

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "bf16_bits.h"
 #include "common/gpu.h"
 #include "compute/backend.h"
 #include "compute/cuda_backend.h"
@@ -81,12 +82,21 @@ void check_with_and_without_host_tables(const CudaBackend& gpu, const Pool& pool
   }
 }
 
+// An attention output's bf16 twin (ActivationsOut): each element the rounding of the output's.
+void expect_twin_of(const std::vector<float>& out, const std::vector<uint16_t>& twin) {
+  ASSERT_EQ(out.size(), twin.size());
+  size_t wrong = 0, first = 0;
+  for (size_t i = 0; i < out.size(); ++i)
+    if (twin[i] != bf16_bits::from_f32(out[i]) && wrong++ == 0) first = i;
+  EXPECT_EQ(wrong, 0u) << "twin elements not their output's rounding, the first " << first;
+}
+
 }  // namespace
 
 // CudaBackend::attention picks the tiled prefill kernel for a step of prefill chunks when it
 // has the host copy of the table starts (an eager step) and the layer has no sliding window, the
 // per-token kernel otherwise; the bits are the same. With set_prefill_attention_bf16, such a step
-// (any window) runs on tensor cores instead.
+// (any window) runs on tensor cores instead. Every way, an output twin asked for is written.
 TEST(CudaAttention, BackendTilesPrefillChunks) {
   SHARDLM_REQUIRE_GPU();
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -128,12 +138,14 @@ TEST(CudaAttention, BackendTilesPrefillChunks) {
       const BlockTables tables{d_blocks.get(), d_start.get(), host ? pool.blocks.data() : nullptr,
                                host ? st.table_start.data() : nullptr, 1099};
       DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
+      DeviceBuffer<uint16_t> d_twin(std::vector<uint16_t>(want.size(), 0xdead));
       gpu->attention(d_q.get(), T, nh, nkv, hd, KvCacheRef{d_kc.get(), d_vc.get(), DType::F32}, pool.block_size, tables,
-                     d_pos.get(), window, 0.088f, d_out.get());
+                     d_pos.get(), window, 0.088f, ActivationsOut{d_out.get(), d_twin.get()});
       EXPECT_EQ(gpu->last_attention_tiled(), host && window <= 0) << "host tables " << host;
       EXPECT_EQ(gpu->last_attention_parts(), 1);
       cuda_sync("backend attention");
       const std::vector<float> got = d_out.download();
+      expect_twin_of(got, d_twin.download());
       if (first.empty()) {
         first = got;
         EXPECT_TRUE(all_close(got, want, kRel, kAbs));
@@ -147,12 +159,14 @@ TEST(CudaAttention, BackendTilesPrefillChunks) {
       const BlockTables tables{d_blocks.get(), d_start.get(), host ? pool.blocks.data() : nullptr,
                                host ? st.table_start.data() : nullptr, 1099};
       DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
+      DeviceBuffer<uint16_t> d_twin(std::vector<uint16_t>(want.size(), 0xdead));
       gpu->attention(d_q.get(), T, nh, nkv, hd, KvCacheRef{d_kc.get(), d_vc.get(), DType::F32}, pool.block_size, tables,
-                     d_pos.get(), window, 0.088f, d_out.get());
+                     d_pos.get(), window, 0.088f, ActivationsOut{d_out.get(), d_twin.get()});
       EXPECT_EQ(gpu->last_attention_bf16(), host) << "host tables " << host;
       EXPECT_EQ(gpu->last_attention_tiled(), host) << "host tables " << host;
       cuda_sync("backend attention, bf16");
       const std::vector<float> got = d_out.download();
+      expect_twin_of(got, d_twin.download());
       if (host) {
         EXPECT_TRUE(all_close(got, want, kMmaRel, kMmaAbs));
       } else {
@@ -367,9 +381,16 @@ TEST(CudaAttention, BackendSplitsLongDecodeAlone) {
     cpu::paged_attention(q.data(), 1, nh, nkv, hd, kc.data(), vc.data(), cpu::CacheElem::F32, pool.block_size,
                          bt.data(), st.pos.data(), 0, 0.088f, want.data());
     DeviceBuffer<float> d_kc(k_rows), d_vc(v_rows), d_q(q);
+    DeviceBuffer<uint16_t> d_twin(std::vector<uint16_t>(want.size(), 0xdead));
     check(want.size(), want, [&](const BlockTables& tables, float* out) {
+      // The twin too, unsplit or split (attention_combine writes a split token's).
+      d_twin.upload(std::vector<uint16_t>(want.size(), 0xdead));
       gpu->attention(d_q.get(), 1, nh, nkv, hd, KvCacheRef{d_kc.get(), d_vc.get(), DType::F32}, pool.block_size, tables,
-                     d_pos.get(), 0, 0.088f, out);
+                     d_pos.get(), 0, 0.088f, ActivationsOut{out, d_twin.get()});
+      cuda_sync("backend attention with a twin");
+      std::vector<float> got(want.size());
+      test::cuda_ok(cudaMemcpy(got.data(), out, got.size() * sizeof(float), cudaMemcpyDeviceToHost), "download");
+      expect_twin_of(got, d_twin.download());
     });
   }
   {  // MLA: 16 heads (a tp shard of DeepSeek-V3), kv_lora 512, rope 64.

@@ -1,0 +1,45 @@
+// The arithmetic of one RMSNorm row, shared by rmsnorm.cu (a thread block per row) and the kernels
+// that norm short rows inside a warp (rope_kv_write.cu: Qwen3's per-head q / k norms), so that both
+// give a row the same bits.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/block_reduce.cuh"
+
+namespace shardlm::cuda {
+
+// rmsnorm.cu's block size: the order of a row's sum of squares is fixed by it.
+constexpr int kRmsnormThreads = 256;
+
+// 1 / sqrt(var + eps) with IEEE sqrt and division (no fast-math), as the CPU computes it.
+__device__ inline float inv_rms(float sumsq, int64_t dim, float eps) {
+  const float var = sumsq / static_cast<float>(dim);
+  return 1.0f / sqrtf(var + eps);
+}
+
+// The sum of squares of x[0, dim) that block_sum gives in a kRmsnormThreads block, where thread i
+// adds x[i], x[i + kRmsnormThreads], ... in turn, computed by one warp: lane l plays the threads
+// l, l + 32, ... of each of the block's warps, sums each such warp with warp_sum's butterfly, and
+// then sums the warps' totals as block_sum's warp 0 does (lanes past the last warp add 0, which
+// leaves every partial sum as it is). Every lane of the warp must call it; every lane gets the sum.
+__device__ inline float warp_sumsq_in_rmsnorm_order(const float* x, int64_t dim) {
+  constexpr int kWarps = kRmsnormThreads / 32;
+  const int lane = threadIdx.x & 31;
+  float mine = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    float ss = 0.0f;
+    for (int64_t i = w * 32 + lane; i < dim; i += kRmsnormThreads) {
+      const float v = x[i];
+      ss += v * v;
+    }
+    const float warp_total = warp_sum(ss);
+    if (lane == w) mine = warp_total;
+  }
+  return warp_sum(mine);
+}
+
+}  // namespace shardlm::cuda
