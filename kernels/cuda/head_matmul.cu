@@ -4,6 +4,8 @@
 // ty, ty + kRowsStep, ...; it accumulates with fmaf, as the CPU matmul does, in increasing k.
 #include "cuda/head_matmul.h"
 
+#include "bf16_bits.h"
+
 namespace shardlm::cuda {
 namespace {
 
@@ -18,7 +20,7 @@ __device__ inline float widen(uint16_t h) { return __uint_as_float(static_cast<u
 template <typename WT>
 __global__ void __launch_bounds__(kThreads)
     head_matmul_kernel(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride, int64_t K,
-                       const WT* w, int64_t N, float* y) {
+                       const WT* w, int64_t N, float* y, uint16_t* twin) {
   __shared__ float xs[kTile][kTile + 1];  // [token][k]; +1 keeps column reads free of bank conflicts
   __shared__ float ws[kTile][kTile + 1];  // [output][k]
   const int64_t h = blockIdx.z;
@@ -59,31 +61,34 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     const int64_t t = t0 + ty + r * kRowsStep;
-    if (t < T) y[(t * n_heads + h) * N + n] = acc[r];
+    if (t >= T) continue;
+    const int64_t i = (t * n_heads + h) * N + n;
+    y[i] = acc[r];
+    if (twin) twin[i] = bf16_bits::from_f32(acc[r]);
   }
 }
 
 template <typename WT>
 void launch(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride, int64_t K, const WT* w,
-            int64_t N, float* y, cudaStream_t stream) {
+            int64_t N, float* y, uint16_t* twin, cudaStream_t stream) {
   if (T <= 0 || n_heads <= 0 || N <= 0) return;
   // K == 0 still launches: the outputs are then zeros, as the CPU gives.
   const dim3 grid(static_cast<unsigned>((N + kTile - 1) / kTile), static_cast<unsigned>((T + kTile - 1) / kTile),
                   static_cast<unsigned>(n_heads));
-  head_matmul_kernel<WT><<<grid, dim3(kTile, kRowsStep), 0, stream>>>(x, T, n_heads, x_stride, head_stride, K, w, N,
-                                                                      y);
+  head_matmul_kernel<WT>
+      <<<grid, dim3(kTile, kRowsStep), 0, stream>>>(x, T, n_heads, x_stride, head_stride, K, w, N, y, twin);
 }
 
 }  // namespace
 
 void head_matmul_f32w(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride, int64_t K,
-                      const float* w, int64_t N, float* y, cudaStream_t stream) {
-  launch(x, T, n_heads, x_stride, head_stride, K, w, N, y, stream);
+                      const float* w, int64_t N, float* y, uint16_t* twin, cudaStream_t stream) {
+  launch(x, T, n_heads, x_stride, head_stride, K, w, N, y, twin, stream);
 }
 
 void head_matmul_bf16w(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride, int64_t K,
-                       const uint16_t* w, int64_t N, float* y, cudaStream_t stream) {
-  launch(x, T, n_heads, x_stride, head_stride, K, w, N, y, stream);
+                       const uint16_t* w, int64_t N, float* y, uint16_t* twin, cudaStream_t stream) {
+  launch(x, T, n_heads, x_stride, head_stride, K, w, N, y, twin, stream);
 }
 
 }  // namespace shardlm::cuda

@@ -15,10 +15,11 @@
 
 namespace shardlm::cuda {
 
+// twin: null, or y's bf16 twin [T, n_heads, N]: each element's bf16_bits::from_f32 beside it.
 void head_matmul_f32w(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride, int64_t K,
-                      const float* w, int64_t N, float* y, cudaStream_t stream);
+                      const float* w, int64_t N, float* y, uint16_t* twin, cudaStream_t stream);
 // w holds bf16 bit patterns.
 void head_matmul_bf16w(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride, int64_t K,
-                       const uint16_t* w, int64_t N, float* y, cudaStream_t stream);
+                       const uint16_t* w, int64_t N, float* y, uint16_t* twin, cudaStream_t stream);
 
 }  // namespace shardlm::cuda

@@ -5,7 +5,7 @@ set(SHARDLM_CUDA_KERNELS
     # Model ops (activations fp32, weights fp32 or bf16).
     embedding.cu rmsnorm.cu rope.cu activation.cu elementwise.cu kv_cache_write.cu rope_kv_write.cu paged_attention.cu
     paged_attention_tiled.cu prefill_attention_mma.cu prefill_latent_attention_mma.cu mma_bf16_tile.cu run_positions.cu
-    latent_attention.cu decode_latent_attention_mma.cu attention_combine.cu
+    latent_attention.cu latent_rope_cache_write.cu decode_latent_attention_mma.cu attention_combine.cu
     head_matmul.cu split_columns.cu
     # Routing, expert permutation, expert-parallel row movement, fp8 dequantisation, sampling, logprobs.
     moe_topk.cu expert_permute.cu fp8_dequant.cu sampling.cu gated_add.cu expert_rows.cu

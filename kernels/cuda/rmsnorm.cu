@@ -17,13 +17,7 @@ __device__ inline void put(float* out, uint16_t* twin, int64_t i, float v) {
 
 __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t dim, float eps, float* out, uint16_t* twin) {
   const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-    const float v = x[base + i];
-    ss += v * v;
-  }
-  const float r = inv_rms(block_sum(ss), dim, eps);
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) put(out, twin, base + i, w[i] * (x[base + i] * r));
+  block_rmsnorm_row(x + base, w, dim, eps, [&](int64_t i, float v) { put(out, twin, base + i, v); });
 }
 
 __global__ void add_rmsnorm_kernel(float* residual, const float* x, const float* w, int64_t dim, float eps, float* out,

@@ -20,6 +20,20 @@ __device__ inline float inv_rms(float sumsq, int64_t dim, float eps) {
   return 1.0f / sqrtf(var + eps);
 }
 
+// out[i] = w[i] * (x[i] * r) of one dim-wide row, by a kRmsnormThreads block, each thread writing
+// only the elements it read (out may be x); put(i, value) stores element i. rmsnorm.cu's kernels
+// and latent_rope_cache_write.cu both norm rows with it.
+template <class Put>
+__device__ inline void block_rmsnorm_row(const float* x, const float* w, int64_t dim, float eps, const Put& put) {
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float v = x[i];
+    ss += v * v;
+  }
+  const float r = inv_rms(block_sum(ss), dim, eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) put(i, w[i] * (x[i] * r));
+}
+
 // The sum of squares of x[0, dim) that block_sum gives in a kRmsnormThreads block, where thread i
 // adds x[i], x[i + kRmsnormThreads], ... in turn, computed by one warp: lane l plays the threads
 // l, l + 32, ... of each of the block's warps, sums each such warp with warp_sum's butterfly, and

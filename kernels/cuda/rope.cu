@@ -55,12 +55,11 @@ __global__ void rope_strided_kernel(const float* x, int64_t n_heads, int64_t x_s
   const float p = static_cast<float>(pos[t]);
   float* o = out + th * rot_dim;
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
-    const float a = p * inv_freq[i];
-    const float c = cosf(a) * attention_factor, s = sinf(a) * attention_factor;
     const float x1 = interleaved ? v[2 * i] : v[i];
     const float x2 = interleaved ? v[2 * i + 1] : v[i + half];
-    o[i] = x1 * c - x2 * s;
-    o[i + half] = x2 * c + x1 * s;
+    const RopePair r = rope_pair_scaled(x1, x2, p, inv_freq[i], attention_factor);
+    o[i] = r.first;
+    o[i + half] = r.second;
   }
 }
 

@@ -112,7 +112,10 @@ class MlaAttention final : public AttentionBlock {
     float* q_rope = scratch.get(Scratch::kAttention + 3, T * nh * dr);
     float* q_lat = scratch.get(Scratch::kAttention + 4, T * nh * L);
     float* o_lat = scratch.get(Scratch::kAttention + 5, T * nh * L);
-    float* v = scratch.get(Scratch::kAttention + 6, T * nh * dv);
+    // The W_UV product's twin feeds o_proj's GEMM (Activations).
+    const ActivationsOut v{
+        scratch.get(Scratch::kAttention + 6, T * nh * dv),
+        b.wants_bf16_twins() ? scratch.get_as<uint16_t>(Scratch::kAttention + 7, T * nh * dv) : nullptr};
 
     {
       OpSection s(b, "attn qkv",
@@ -130,25 +133,21 @@ class MlaAttention final : public AttentionBlock {
         b.rmsnorm(projected, q_a_norm_, T, kLatentNormEps, q_a);
         b.linear(q_a, T, q_b_, nullptr, q);
       }
-      b.rmsnorm(latent, kv_a_norm_, T, kLatentNormEps, latent);
     }
     {
-      OpSection s(b, "attn rope");
-      b.rope_strided(k_rope, T, 1, dr, dr, dr, ctx.pos, inv_freq_, interleave_, attention_factor_, k_rope);
-      b.rope_strided(q + dn, T, nh, nh * qk, qk, dr, ctx.pos, inv_freq_, interleave_, attention_factor_, q_rope);
+      // The latent's norm, both ropes and the cache write: one launch on the CUDA backend.
+      OpSection s(b, "attn rope + cache write");
+      b.latent_rope_cache_write(latent, kv_a_norm_, kLatentNormEps, k_rope, q + dn, nh, nh * qk, qk, q_rope, T, L, dr,
+                                {ctx.pos, inv_freq_, interleave_, attention_factor_}, ctx.slots, cache);
+      if (ctx.kv_amax) {  // the cache row is the latent and the rope key, under one scale
+        b.abs_max(latent, T * L, ctx.kv_amax);
+        b.abs_max(k_rope, T * dr, ctx.kv_amax);
+      }
     }
     {
       // The absorbed form's per-head W_UK (here) and W_UV (after the attention) products.
       OpSection s(b, "attn absorb", weight_bytes(w_uk_t_));
       b.head_linear(q, T, nh, nh * qk, qk, w_uk_t_, q_lat);
-    }
-    {
-      OpSection s(b, "attn cache write");
-      if (ctx.kv_amax) {  // the cache row is the latent and the rope key, under one scale
-        b.abs_max(latent, T * L, ctx.kv_amax);
-        b.abs_max(k_rope, T * dr, ctx.kv_amax);
-      }
-      b.latent_cache_write(latent, k_rope, T, ctx.slots, L, dr, cache);
     }
     {
       OpSection s(b, "attn core");

@@ -88,6 +88,19 @@ void ComputeBackend::rope_kv_write(float* q, int64_t q_heads, float* k, const fl
   kv_write(k, v, T, slots, kv_heads, head_dim, block_size, cache);
 }
 
+void ComputeBackend::latent_rope_cache_write(float* latent, const Vector& latent_norm, float eps, float* k_rope,
+                                             const float* q_rope_in, int64_t n_heads, int64_t q_stride,
+                                             int64_t q_head_stride, float* q_rope, int64_t T, int64_t kv_lora,
+                                             int64_t rope_dim, const LatentRopeArgs& rope, const int64_t* slots,
+                                             const KvCacheRef& cache) {
+  rmsnorm(latent, latent_norm, T, eps, latent);
+  rope_strided(k_rope, T, 1, rope_dim, rope_dim, rope_dim, rope.pos, rope.inv_freq, rope.interleaved,
+               rope.attention_factor, k_rope);
+  rope_strided(q_rope_in, T, n_heads, q_stride, q_head_stride, rope_dim, rope.pos, rope.inv_freq, rope.interleaved,
+               rope.attention_factor, q_rope);
+  latent_cache_write(latent, k_rope, T, slots, kv_lora, rope_dim, cache);
+}
+
 void ComputeBackend::grouped_linear(const float* x, const std::vector<int64_t>& offsets,
                                     const std::vector<const Matrix*>& w, float* y) {
   check_grouped_linear(offsets, w, name().c_str());

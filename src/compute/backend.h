@@ -363,13 +363,31 @@ class ComputeBackend {
   // Per-head linear: w is [n_heads * N, K] (head h's weight is rows [h*N, (h+1)*N)), N = w.rows /
   // n_heads, K = w.cols. y [T, n_heads, N]:
   //   y[t, h, n] = sum_k x[t*x_stride + h*head_stride + k] * w[h*N + n, k]
-  // reduced per element like linear(), independently of T.
+  // reduced per element like linear(), independently of T. Writes y's twin too where it has one
+  // (MLA's W_UV product, read by o_proj).
   virtual void head_linear(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
-                           const Matrix& w, float* y) = 0;
+                           const Matrix& w, ActivationsOut y) = 0;
   // Latent cache rows (cache.k, [num_blocks, block_size, kv_lora + rope_dim]): row slots[t] =
   // [latent[t] | k_rope[t]] for latent [T, kv_lora], k_rope [T, rope_dim]; negative slots are skipped.
   virtual void latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots,
                                   int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache) = 0;
+  // What an MLA layer's latent, rope key and queries' rope parts go through between their
+  // projection and attention: rmsnorm of the latent [T, kv_lora] (latent_norm, eps), rope_strided
+  // of the rope key k_rope [T, rope_dim] in place and of the queries' rope parts (q_rope_in, read
+  // as rope_strided reads x: n_heads heads, q_stride and q_head_stride) into q_rope, then
+  // latent_cache_write. latent and k_rope are left normed and rotated, as those calls leave them.
+  // One launch where the backend has launches (each element the separate calls' bits); the default
+  // makes the separate calls.
+  struct LatentRopeArgs {
+    const int32_t* pos = nullptr;
+    const float* inv_freq = nullptr;
+    bool interleaved = false;
+    float attention_factor = 1.0f;
+  };
+  virtual void latent_rope_cache_write(float* latent, const Vector& latent_norm, float eps, float* k_rope,
+                                       const float* q_rope_in, int64_t n_heads, int64_t q_stride, int64_t q_head_stride,
+                                       float* q_rope, int64_t T, int64_t kv_lora, int64_t rope_dim,
+                                       const LatentRopeArgs& rope, const int64_t* slots, const KvCacheRef& cache);
   // Absorbed MLA attention over the latent cache. q_latent, out [T, n_heads, kv_lora]; q_rope
   // [T, n_heads, rope_dim]. Token t attends causally to positions [0, pos[t]] of its sequence
   // (its block list in tables); with cache rows (c_j, r_j):

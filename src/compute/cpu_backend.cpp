@@ -295,16 +295,18 @@ void CpuBackend::rope_strided(const float* x, int64_t T, int64_t n_heads, int64_
 }
 
 void CpuBackend::head_linear(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
-                             const Matrix& w, float* y) {
+                             const Matrix& w, ActivationsOut y) {
   SHARDLM_CHECK(n_heads > 0 && w.rows % n_heads == 0,
                 "cpu backend: head_linear weight has " << w.rows << " rows, not a multiple of " << n_heads << " heads");
   const int64_t N = w.rows / n_heads;
   if (w.dtype == DType::BF16)
-    cpu::head_matmul_bf16w(x, T, n_heads, x_stride, head_stride, w.cols, static_cast<const uint16_t*>(w.data), N, y);
+    cpu::head_matmul_bf16w(x, T, n_heads, x_stride, head_stride, w.cols, static_cast<const uint16_t*>(w.data), N,
+                           y.f32);
   else if (w.dtype == DType::F32)
-    cpu::head_matmul_f32w(x, T, n_heads, x_stride, head_stride, w.cols, static_cast<const float*>(w.data), N, y);
+    cpu::head_matmul_f32w(x, T, n_heads, x_stride, head_stride, w.cols, static_cast<const float*>(w.data), N, y.f32);
   else
     SHARDLM_FAIL("cpu backend: head_linear weight dtype " << dtype_name(w.dtype) << " is not F32 or BF16");
+  write_twin(y, T * n_heads * N);
 }
 
 void CpuBackend::latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots,

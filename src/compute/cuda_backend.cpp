@@ -22,6 +22,7 @@
 #include "cuda/head_matmul.h"
 #include "cuda/kv_cache_write.h"
 #include "cuda/latent_attention.h"
+#include "cuda/latent_rope_cache_write.h"
 #include "cuda/moe_topk.h"
 #include "cuda/rmsnorm.h"
 #include "cuda/rope.h"
@@ -552,20 +553,41 @@ void CudaBackend::rope_strided(const float* x, int64_t T, int64_t n_heads, int64
 }
 
 void CudaBackend::head_linear(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
-                              const Matrix& w, float* y) {
+                              const Matrix& w, ActivationsOut y) {
   SHARDLM_CHECK(n_heads > 0 && w.rows % n_heads == 0, "cuda backend: head_linear weight has "
                                                           << w.rows << " rows, not a multiple of " << n_heads
                                                           << " heads");
   const int64_t N = w.rows / n_heads;
   if (w.dtype == DType::BF16)
-    cuda::head_matmul_bf16w(x, T, n_heads, x_stride, head_stride, w.cols, static_cast<const uint16_t*>(w.data), N, y,
-                            stream_of(stream_));
+    cuda::head_matmul_bf16w(x, T, n_heads, x_stride, head_stride, w.cols, static_cast<const uint16_t*>(w.data), N,
+                            y.f32, y.bf16, stream_of(stream_));
   else if (w.dtype == DType::F32)
-    cuda::head_matmul_f32w(x, T, n_heads, x_stride, head_stride, w.cols, static_cast<const float*>(w.data), N, y,
-                           stream_of(stream_));
+    cuda::head_matmul_f32w(x, T, n_heads, x_stride, head_stride, w.cols, static_cast<const float*>(w.data), N, y.f32,
+                           y.bf16, stream_of(stream_));
   else
     SHARDLM_FAIL("cuda backend: head_linear weight dtype " << dtype_name(w.dtype) << " is not F32 or BF16");
   check_launch("head_linear");
+}
+
+void CudaBackend::latent_rope_cache_write(float* latent, const Vector& latent_norm, float eps, float* k_rope,
+                                          const float* q_rope_in, int64_t n_heads, int64_t q_stride,
+                                          int64_t q_head_stride, float* q_rope, int64_t T, int64_t kv_lora,
+                                          int64_t rope_dim, const LatentRopeArgs& rope, const int64_t* slots,
+                                          const KvCacheRef& cache) {
+  SHARDLM_CHECK(rope_dim % 2 == 0, "cuda backend: latent_rope_cache_write rope_dim " << rope_dim << " is odd");
+  SHARDLM_CHECK(latent_norm.n == kv_lora, "cuda backend: the latent norm has " << latent_norm.n << " weights for "
+                                                                               << kv_lora << " latent columns");
+  // A rope part wider than the kernel stages (no model's) takes the separate launches.
+  if (rope_dim > cuda::kLatentRopeMaxDim) {
+    ComputeBackend::latent_rope_cache_write(latent, latent_norm, eps, k_rope, q_rope_in, n_heads, q_stride,
+                                            q_head_stride, q_rope, T, kv_lora, rope_dim, rope, slots, cache);
+    return;
+  }
+  cuda::latent_rope_cache_write(latent, latent_norm.data, eps, k_rope, q_rope_in, n_heads, q_stride, q_head_stride,
+                                q_rope, T, kv_lora, rope_dim,
+                                {rope.pos, rope.inv_freq, rope.interleaved, rope.attention_factor}, slots, cache.k,
+                                cache_format(cache), stream_of(stream_));
+  check_launch("latent_rope_cache_write");
 }
 
 void CudaBackend::latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots,

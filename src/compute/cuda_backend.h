@@ -178,8 +178,12 @@ class CudaBackend final : public ComputeBackend {
   void rope_strided(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
                     int64_t rot_dim, const int32_t* pos, const float* inv_freq, bool interleaved,
                     float attention_factor, float* out) override;
-  void head_linear(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride,
-                   const Matrix& w, float* y) override;
+  void head_linear(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride, const Matrix& w,
+                   ActivationsOut y) override;
+  void latent_rope_cache_write(float* latent, const Vector& latent_norm, float eps, float* k_rope,
+                               const float* q_rope_in, int64_t n_heads, int64_t q_stride, int64_t q_head_stride,
+                               float* q_rope, int64_t T, int64_t kv_lora, int64_t rope_dim, const LatentRopeArgs& rope,
+                               const int64_t* slots, const KvCacheRef& cache) override;
   void latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots,
                           int64_t kv_lora, int64_t rope_dim, const KvCacheRef& cache) override;
   void latent_attention(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora,

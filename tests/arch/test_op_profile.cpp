@@ -220,10 +220,10 @@ TEST(OpProfile, MlaAndMoeDecoderNamesEachLayersSections) {
   int64_t steps = 0;
   const auto k = profile_run("tiny-deepseek-v3", 40, &steps);  // 3 layers, the first dense
   const std::map<std::string, int64_t> want = {
-      {"step inputs", 1},       {"embedding", 1},        {"norm", 7},        {"attn qkv", 3},    {"attn rope", 3},
-      {"attn absorb", 6},       {"attn cache write", 3}, {"attn core", 3},   {"attn out", 3},    {"mlp gate/up", 1},
-      {"mlp activation", 1},    {"mlp down", 1},         {"moe routing", 2}, {"moe experts", 2}, {"moe combine", 2},
-      {"moe shared expert", 2}, {"lm head", 1},          {"sampling", 1}};
+      {"step inputs", 1}, {"embedding", 1},   {"norm", 7},        {"attn qkv", 3},    {"attn rope + cache write", 3},
+      {"attn absorb", 6}, {"attn core", 3},   {"attn out", 3},    {"mlp gate/up", 1}, {"mlp activation", 1},
+      {"mlp down", 1},    {"moe routing", 2}, {"moe experts", 2}, {"moe combine", 2}, {"moe shared expert", 2},
+      {"lm head", 1},     {"sampling", 1}};
   // Prefill of 40 tokens x top-4 = 160 rows, past the routed path's 8 an expert: the layer reads
   // its offsets back, a second "moe routing" section; a decode token's experts read them on the
   // device (the routed path).

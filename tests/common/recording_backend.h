@@ -178,7 +178,7 @@ class RecordingBackend final : public ComputeBackend {
     });
   }
   void head_linear(const float* x, int64_t T, int64_t n_heads, int64_t x_stride, int64_t head_stride, const Matrix& w,
-                   float* y) override {
+                   ActivationsOut y) override {
     op([=, this] { cpu_.head_linear(x, T, n_heads, x_stride, head_stride, w, y); });
   }
   void latent_cache_write(const float* latent, const float* k_rope, int64_t T, const int64_t* slots, int64_t kv_lora,

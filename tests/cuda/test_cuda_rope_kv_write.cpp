@@ -1,8 +1,11 @@
-// CudaBackend::rope_kv_write: a GQA layer's q/k norms (Qwen3), rope and KV cache write in one
-// launch. Its q, k and cache bytes are memcmp-equal to the separate launches' (rmsnorm, rope_qk,
-// kv_write), across head widths (one element a lane to several per rmsnorm thread), cache types,
-// padding slots and positions; q and k are checked against the CPU backend too, and a captured
-// call is one graph node. Skips without a GPU (and runs on the emulated runtime).
+// The fused launches between a layer's projections and its attention, against the separate
+// launches they replace, memcmp-equal, across cache types, padding slots and positions, and one
+// graph node when captured:
+//  - CudaBackend::rope_kv_write (GQA): Qwen3's q/k norms, rope and the KV cache write; head widths
+//    from one element a lane to several per rmsnorm thread; q and k against the CPU backend too;
+//  - CudaBackend::latent_rope_cache_write (MLA): the latent's norm, the rope key's and queries'
+//    ropes (rotate-half and interleaved, with YaRN's attention factor) and the latent cache write.
+// Skips without a GPU (and runs on the emulated runtime).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -202,6 +205,142 @@ TEST_F(CudaRopeKvWrite, HeadWiderThanTheKernelStagesTakesTheSeparateLaunches) {
   EXPECT_EQ(bytes(a.q, a.q_n() * 4), bytes(b.q, b.q_n() * 4));
   a.release();
   b.release();
+}
+
+// ---- MLA: CudaBackend::latent_rope_cache_write ----
+
+struct LatentShape {
+  int64_t T, n_heads, kv_lora, rope_dim, nope;
+};
+
+class CudaLatentRopeCacheWrite : public CudaBackendOps {
+ protected:
+  struct Step {
+    LatentShape s{};
+    float *latent = nullptr, *k_rope = nullptr, *q = nullptr, *q_rope = nullptr, *inv_freq = nullptr;
+    int32_t* pos = nullptr;
+    int64_t* slots = nullptr;
+    Vector norm;
+    KvCacheRef cache;
+    int64_t slots_total = 0;
+    int64_t qk() const { return s.nope + s.rope_dim; }
+    size_t cache_bytes() const {
+      return static_cast<size_t>(slots_total * (s.kv_lora + s.rope_dim)) * elem_bytes(cache.dtype);
+    }
+    void release(ComputeBackend& b) {
+      for (void* p :
+           {static_cast<void*>(latent), static_cast<void*>(k_rope), static_cast<void*>(q), static_cast<void*>(q_rope),
+            static_cast<void*>(inv_freq), static_cast<void*>(pos), static_cast<void*>(slots), cache.k})
+        b.free(p);
+    }
+  };
+
+  // As CudaRopeKvWrite::make: positions up to ~32k, every third token a padding slot, a cache
+  // that starts out holding 0x5a bytes; q_rope starts as NaN.
+  Step make(const LatentShape& s, DType cache_dtype, uint32_t seed) {
+    Step st;
+    st.s = s;
+    st.latent = up(*gpu_, randn(static_cast<size_t>(s.T * s.kv_lora), seed, 3.0f));
+    st.k_rope = up(*gpu_, randn(static_cast<size_t>(s.T * s.rope_dim), seed + 1));
+    st.q = up(*gpu_, randn(static_cast<size_t>(s.T * s.n_heads * st.qk()), seed + 2));
+    st.q_rope = up(*gpu_, std::vector<float>(static_cast<size_t>(s.T * s.n_heads * s.rope_dim), NAN));
+    std::vector<float> inv(static_cast<size_t>(s.rope_dim / 2));
+    for (size_t i = 0; i < inv.size(); ++i)
+      inv[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(s.rope_dim)) / 40.0f;
+    st.inv_freq = up(*gpu_, inv);
+    std::vector<int32_t> pos(static_cast<size_t>(s.T));
+    std::vector<int64_t> slots(pos.size());
+    st.slots_total = 2 * s.T + 3;
+    for (int64_t t = 0; t < s.T; ++t) {
+      pos[t] = static_cast<int32_t>((t * 6007 + seed) % 32768);
+      slots[t] = t % 3 == 2 ? -1 : (t * 5 + 1) % st.slots_total;
+    }
+    st.pos = up(*gpu_, pos);
+    st.slots = up(*gpu_, slots);
+    auto g = randn(static_cast<size_t>(s.kv_lora), seed + 3, 0.3f);
+    for (float& x : g) x += 1.0f;
+    st.norm = gpu_->load_vector(test::tensor_view("kv_a_norm", DType::F32, {s.kv_lora}, g.data(), g.size() * 4));
+    st.cache.dtype = cache_dtype;
+    st.cache.k_scale = st.cache.v_scale = 0.03f;
+    st.cache.k = up(*gpu_, std::vector<uint8_t>(st.cache_bytes(), 0x5a));
+    return st;
+  }
+
+  static ComputeBackend::LatentRopeArgs args(const Step& st, bool interleaved, float factor) {
+    return {st.pos, st.inv_freq, interleaved, factor};
+  }
+  void fused(Step& st, bool interleaved, float factor) {
+    const LatentShape& s = st.s;
+    gpu_->latent_rope_cache_write(st.latent, st.norm, kEps, st.k_rope, st.q + s.nope, s.n_heads, s.n_heads * st.qk(),
+                                  st.qk(), st.q_rope, s.T, s.kv_lora, s.rope_dim, args(st, interleaved, factor),
+                                  st.slots, st.cache);
+  }
+  void separate(Step& st, bool interleaved, float factor) {
+    const LatentShape& s = st.s;
+    gpu_->rmsnorm(st.latent, st.norm, s.T, kEps, st.latent);
+    gpu_->rope_strided(st.k_rope, s.T, 1, s.rope_dim, s.rope_dim, s.rope_dim, st.pos, st.inv_freq, interleaved, factor,
+                       st.k_rope);
+    gpu_->rope_strided(st.q + s.nope, s.T, s.n_heads, s.n_heads * st.qk(), st.qk(), s.rope_dim, st.pos, st.inv_freq,
+                       interleaved, factor, st.q_rope);
+    gpu_->latent_cache_write(st.latent, st.k_rope, s.T, st.slots, s.kv_lora, s.rope_dim, st.cache);
+  }
+  std::vector<uint8_t> bytes(const void* p, size_t n) { return down(*gpu_, static_cast<const uint8_t*>(p), n); }
+};
+
+TEST_F(CudaLatentRopeCacheWrite, MatchesTheSeparateLaunchesBitForBit) {
+  // DeepSeek-V3's 512 + 64 (a tp shard's 16 heads, decode and prefill), a latent of 520 (three
+  // elements for some threads of the 256-thread norm), small and odd sizes.
+  const LatentShape shapes[] = {{1, 16, 512, 64, 128}, {40, 4, 512, 64, 128}, {5, 3, 520, 32, 16}, {7, 9, 96, 8, 5}};
+  uint32_t seed = 700;
+  for (const LatentShape& s : shapes)
+    for (bool interleaved : {false, true})
+      for (float factor : {1.0f, 1.3678f})
+        for (DType cache : {DType::F32, DType::BF16, DType::F8_E4M3}) {
+          const std::string where = "T " + std::to_string(s.T) + ", " + std::to_string(s.n_heads) + " heads, " +
+                                    std::to_string(s.kv_lora) + " + " + std::to_string(s.rope_dim) +
+                                    (interleaved ? ", interleaved" : "") + ", factor " + std::to_string(factor) +
+                                    ", cache " + dtype_name(cache);
+          seed += 10;
+          Step a = make(s, cache, seed), b = make(s, cache, seed);
+          fused(a, interleaved, factor);
+          separate(b, interleaved, factor);
+          const size_t lat = static_cast<size_t>(s.T * s.kv_lora) * 4, kr = static_cast<size_t>(s.T * s.rope_dim) * 4;
+          const size_t qr = static_cast<size_t>(s.T * s.n_heads * s.rope_dim) * 4;
+          EXPECT_EQ(bytes(a.latent, lat), bytes(b.latent, lat)) << "latent: " << where;
+          EXPECT_EQ(bytes(a.k_rope, kr), bytes(b.k_rope, kr)) << "rope key: " << where;
+          EXPECT_EQ(bytes(a.q_rope, qr), bytes(b.q_rope, qr)) << "q_rope: " << where;
+          const auto ca = bytes(a.cache.k, a.cache_bytes());
+          EXPECT_EQ(ca, bytes(b.cache.k, b.cache_bytes())) << "cache: " << where;
+          EXPECT_NE(ca, std::vector<uint8_t>(ca.size(), 0x5a)) << where;
+          a.release(*gpu_);
+          b.release(*gpu_);
+        }
+}
+
+TEST_F(CudaLatentRopeCacheWrite, CapturedCallIsOneNode) {
+  Step a = make({1, 16, 512, 64, 128}, DType::BF16, 900);
+  auto nodes = [&](const std::function<void()>& step) {
+    gpu_->begin_capture();
+    step();
+    const int64_t n = gpu_->captured_nodes(gpu_->end_capture());
+    gpu_->drop_captures();
+    return n;
+  };
+  EXPECT_EQ(nodes([&] { fused(a, true, 1.0f); }), 1);
+  EXPECT_EQ(nodes([&] { separate(a, true, 1.0f); }), 4);
+  a.release(*gpu_);
+}
+
+TEST_F(CudaLatentRopeCacheWrite, RopeWiderThanTheKernelStagesTakesTheSeparateLaunches) {
+  const LatentShape s{3, 2, 64, 260, 4};
+  Step a = make(s, DType::F32, 950), b = make(s, DType::F32, 950);
+  fused(a, false, 1.0f);
+  separate(b, false, 1.0f);
+  EXPECT_EQ(bytes(a.cache.k, a.cache_bytes()), bytes(b.cache.k, b.cache_bytes()));
+  const size_t qr = static_cast<size_t>(s.T * s.n_heads * s.rope_dim) * 4;
+  EXPECT_EQ(bytes(a.q_rope, qr), bytes(b.q_rope, qr));
+  a.release(*gpu_);
+  b.release(*gpu_);
 }
 
 }  // namespace

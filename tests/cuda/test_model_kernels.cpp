@@ -403,16 +403,25 @@ TEST(CudaModelKernels, HeadMatmulMatchesCpu) {
     DeviceBuffer<float> d_x(x), d_w(w), d_y(out);
     DeviceBuffer<uint16_t> d_wb(wb);
     cuda::head_matmul_f32w(d_x.get() + c.x_offset, c.T, c.n_heads, c.x_stride, c.head_stride, c.K, d_w.get(), c.N,
-                           d_y.get(), nullptr);
+                           d_y.get(), nullptr, nullptr);
     cuda_sync("head_matmul_f32w");
     EXPECT_TRUE(within(d_y.download(), want_f,
                        head_matmul_bound(xs, c.T, c.n_heads, c.x_stride, c.head_stride, c.K, w, c.N)))
         << c.what << ", f32 weights";
     cuda::head_matmul_bf16w(d_x.get() + c.x_offset, c.T, c.n_heads, c.x_stride, c.head_stride, c.K, d_wb.get(), c.N,
-                            d_y.get(), nullptr);
+                            d_y.get(), nullptr, nullptr);
     cuda_sync("head_matmul_bf16w");
-    EXPECT_TRUE(within(d_y.download(), want_b,
-                       head_matmul_bound(xs, c.T, c.n_heads, c.x_stride, c.head_stride, c.K, wb_f, c.N)))
+    const std::vector<float> got_b = d_y.download();
+    EXPECT_TRUE(within(got_b, want_b, head_matmul_bound(xs, c.T, c.n_heads, c.x_stride, c.head_stride, c.K, wb_f, c.N)))
         << c.what << ", bf16 weights";
+    // With a twin (MLA's W_UV product before o_proj): the same output, and its rounding beside it.
+    DeviceBuffer<uint16_t> d_twin(std::vector<uint16_t>(static_cast<size_t>(out), 0xdead));
+    cuda::head_matmul_bf16w(d_x.get() + c.x_offset, c.T, c.n_heads, c.x_stride, c.head_stride, c.K, d_wb.get(), c.N,
+                            d_y.get(), d_twin.get(), nullptr);
+    cuda_sync("head_matmul_bf16w with a twin");
+    const std::vector<float> again = d_y.download();
+    const std::vector<uint16_t> twin = d_twin.download();
+    EXPECT_TRUE(all_bits_equal(again, got_b)) << c.what;
+    for (int64_t i = 0; i < out; ++i) ASSERT_EQ(twin[i], f32_to_bf16(again[i])) << c.what << ", twin element " << i;
   }
 }
