@@ -40,6 +40,31 @@ std::string describe(const Shape& s, bool norms, DType cache) {
 
 size_t elem_bytes(DType d) { return d == DType::F32 ? 4 : d == DType::BF16 ? 2 : 1; }
 
+// A step's token positions (up to ~32k, spread by `stride`) and cache slots: every third token a
+// padding slot (-1), the rest scattered over `slots_total` slots. Uploaded to b.
+struct StepSlots {
+  int32_t* pos;
+  int64_t* slots;
+};
+StepSlots step_slots(ComputeBackend& b, int64_t T, int64_t slots_total, int64_t stride, uint32_t seed) {
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  std::vector<int64_t> slots(pos.size());
+  for (int64_t t = 0; t < T; ++t) {
+    pos[t] = static_cast<int32_t>((t * stride + seed) % 32768);
+    slots[t] = t % 3 == 2 ? -1 : (t * 5 + 1) % slots_total;
+  }
+  return {up(b, pos), up(b, slots)};
+}
+
+// The nodes of a graph captured around step() (which the capture records, not runs).
+int64_t captured_nodes_of(ComputeBackend& b, const std::function<void()>& step) {
+  b.begin_capture();
+  step();
+  const int64_t n = b.captured_nodes(b.end_capture());
+  b.drop_captures();
+  return n;
+}
+
 class CudaRopeKvWrite : public CudaBackendOps {
  protected:
   // One layer's step on a backend: its inputs in that backend's memory.
@@ -81,15 +106,10 @@ class CudaRopeKvWrite : public CudaBackendOps {
     for (size_t i = 0; i < inv.size(); ++i)
       inv[i] = std::pow(500000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(s.head_dim));
     st.inv_freq = up(b, inv);
-    std::vector<int32_t> pos(static_cast<size_t>(s.T));
-    std::vector<int64_t> slots(pos.size());
     st.slots_total = 2 * s.T + 3;
-    for (int64_t t = 0; t < s.T; ++t) {
-      pos[t] = static_cast<int32_t>((t * 7919 + seed) % 32768);
-      slots[t] = t % 3 == 2 ? -1 : (t * 5 + 1) % st.slots_total;
-    }
-    st.pos = up(b, pos);
-    st.slots = up(b, slots);
+    const StepSlots at = step_slots(b, s.T, st.slots_total, 7919, seed);
+    st.pos = at.pos;
+    st.slots = at.slots;
     for (auto [w, sd] : {std::pair{&st.q_norm, seed + 3}, std::pair{&st.k_norm, seed + 4}}) {
       auto g = randn(static_cast<size_t>(s.head_dim), sd, 0.3f);
       for (float& x : g) x += 1.0f;
@@ -176,15 +196,8 @@ TEST_F(CudaRopeKvWrite, QueriesAndKeysMatchTheCpu) {
 TEST_F(CudaRopeKvWrite, CapturedCallIsOneNode) {
   for (bool norms : {false, true}) {
     Step a = make(*gpu_, {1, 8, 2, 128}, DType::BF16, 400);
-    auto nodes = [&](const std::function<void()>& step) {
-      gpu_->begin_capture();
-      step();
-      const int64_t n = gpu_->captured_nodes(gpu_->end_capture());
-      gpu_->drop_captures();
-      return n;
-    };
-    const int64_t one = nodes([&] { fused(a, norms); });
-    const int64_t apart = nodes([&] { separate(a, norms); });
+    const int64_t one = captured_nodes_of(*gpu_, [&] { fused(a, norms); });
+    const int64_t apart = captured_nodes_of(*gpu_, [&] { separate(a, norms); });
     EXPECT_EQ(one, 1) << (norms ? "q/k norms" : "");
     EXPECT_EQ(apart, norms ? 4 : 2);
     a.release();
@@ -194,11 +207,7 @@ TEST_F(CudaRopeKvWrite, CapturedCallIsOneNode) {
 TEST_F(CudaRopeKvWrite, HeadWiderThanTheKernelStagesTakesTheSeparateLaunches) {
   const Shape s{2, 1, 1, 1040};
   Step a = make(*gpu_, s, DType::F32, 500), b = make(*gpu_, s, DType::F32, 500);
-  gpu_->begin_capture();
-  fused(a, true);
-  const int64_t n = gpu_->captured_nodes(gpu_->end_capture());
-  gpu_->drop_captures();
-  EXPECT_EQ(n, 4);
+  EXPECT_EQ(captured_nodes_of(*gpu_, [&] { fused(a, true); }), 4);
   fused(a, true);
   separate(b, true);
   EXPECT_EQ(bytes(a.cache.k, a.side_bytes()), bytes(b.cache.k, b.side_bytes()));
@@ -248,15 +257,10 @@ class CudaLatentRopeCacheWrite : public CudaBackendOps {
     for (size_t i = 0; i < inv.size(); ++i)
       inv[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(s.rope_dim)) / 40.0f;
     st.inv_freq = up(*gpu_, inv);
-    std::vector<int32_t> pos(static_cast<size_t>(s.T));
-    std::vector<int64_t> slots(pos.size());
     st.slots_total = 2 * s.T + 3;
-    for (int64_t t = 0; t < s.T; ++t) {
-      pos[t] = static_cast<int32_t>((t * 6007 + seed) % 32768);
-      slots[t] = t % 3 == 2 ? -1 : (t * 5 + 1) % st.slots_total;
-    }
-    st.pos = up(*gpu_, pos);
-    st.slots = up(*gpu_, slots);
+    const StepSlots at = step_slots(*gpu_, s.T, st.slots_total, 6007, seed);
+    st.pos = at.pos;
+    st.slots = at.slots;
     auto g = randn(static_cast<size_t>(s.kv_lora), seed + 3, 0.3f);
     for (float& x : g) x += 1.0f;
     st.norm = gpu_->load_vector(test::tensor_view("kv_a_norm", DType::F32, {s.kv_lora}, g.data(), g.size() * 4));
@@ -319,15 +323,8 @@ TEST_F(CudaLatentRopeCacheWrite, MatchesTheSeparateLaunchesBitForBit) {
 
 TEST_F(CudaLatentRopeCacheWrite, CapturedCallIsOneNode) {
   Step a = make({1, 16, 512, 64, 128}, DType::BF16, 900);
-  auto nodes = [&](const std::function<void()>& step) {
-    gpu_->begin_capture();
-    step();
-    const int64_t n = gpu_->captured_nodes(gpu_->end_capture());
-    gpu_->drop_captures();
-    return n;
-  };
-  EXPECT_EQ(nodes([&] { fused(a, true, 1.0f); }), 1);
-  EXPECT_EQ(nodes([&] { separate(a, true, 1.0f); }), 4);
+  EXPECT_EQ(captured_nodes_of(*gpu_, [&] { fused(a, true, 1.0f); }), 1);
+  EXPECT_EQ(captured_nodes_of(*gpu_, [&] { separate(a, true, 1.0f); }), 4);
   a.release(*gpu_);
 }
 
