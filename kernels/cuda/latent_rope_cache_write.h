@@ -1,9 +1,9 @@
 // What an MLA layer's latent, rope key and queries' rope parts go through between their projection
-// and the attention, in one launch: the latent's RMSNorm (kv_a_layernorm), RoPE of the rope key (in
-// place) and of the queries' rope parts (into q_rope), and the step's cache rows [latent | rope key]
-// stored. Each element comes out as rmsnorm, rope_strided and latent_cache_write give it one after
-// another (the same bits), and latent and k_rope are left normed and rotated as those leave them.
-// Device pointers.
+// and the attention, in one launch: the latent's RMSNorm (kv_a_layernorm), RoPE of the rope key
+// (in place) and of the queries' rope parts (into q_rope), and the step's cache rows
+// [latent | rope key] stored. Each element comes out as rmsnorm, rope_strided and
+// latent_cache_write give it one after another (the same bits), and latent and k_rope are left
+// normed and rotated as those leave them. Device pointers.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,5 +1,6 @@
-// The arithmetic of one RMSNorm row, shared by rmsnorm.cu (a thread block per row) and the kernels
-// that norm short rows inside a warp (rope_kv_write.cu: Qwen3's per-head q / k norms), so that both
+// The arithmetic of one RMSNorm row, shared by rmsnorm.cu (a thread block per row), the kernels
+// that norm a row in a block of their own (latent_rope_cache_write.cu: MLA's latent) and those
+// that norm short rows inside a warp (rope_kv_write.cu: Qwen3's per-head q / k norms), so that all
 // give a row the same bits.
 #pragma once
 

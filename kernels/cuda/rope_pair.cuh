@@ -1,6 +1,7 @@
 // One RoPE pair, shared by rope.cu and the kernels that fuse rope with the cache write
-// (rope_kv_write.cu, latent_rope_cache_write.cu) so that they give the same bits. Each product is rounded on its own
-// (no fused multiply-add), as the CPU's rope computes x1*cos - x2*sin and x2*cos + x1*sin.
+// (rope_kv_write.cu, latent_rope_cache_write.cu) so that they give the same bits. Each product
+// is rounded on its own (no fused multiply-add), as the CPU's rope computes x1*cos - x2*sin and
+// x2*cos + x1*sin.
 #pragma once
 
 #include <cuda_runtime.h>
