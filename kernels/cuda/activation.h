@@ -12,4 +12,10 @@ namespace shardlm::cuda {
 // projection's GEMM to read instead of casting out again.
 void silu_mul(const float* gate, const float* up, float* out, uint16_t* twin, int64_t n, cudaStream_t stream);
 
+// The same on a stacked gate/up projection's output: out [rows, width] = silu(gate) * up, where row
+// r of gate_up [rows, 2 * width] holds gate's row r, then up's; each element and twin as silu_mul
+// gives it. out must not overlap gate_up.
+void silu_mul_stacked(const float* gate_up, int64_t rows, int64_t width, float* out, uint16_t* twin,
+                      cudaStream_t stream);
+
 }  // namespace shardlm::cuda

@@ -55,52 +55,6 @@ struct Layout {
 
 }  // namespace
 
-void run_experts(Scratch& scratch, const std::vector<ExpertWeights>& experts, int64_t inter, int64_t H,
-                 const float* in, const std::vector<int64_t>& offsets, float* out, int64_t max_chunk_rows) {
-  const int64_t L = static_cast<int64_t>(experts.size());
-  SHARDLM_CHECK(static_cast<int64_t>(offsets.size()) == L + 1,
-                "run_experts: " << offsets.size() << " offsets for " << L << " experts");
-  if (offsets[L] == offsets[0]) return;
-  ComputeBackend& b = scratch.backend();
-  int64_t most = 0;
-  for (int64_t e = 0; e < L; ++e) {
-    SHARDLM_CHECK(offsets[e + 1] >= offsets[e], "run_experts: offsets decrease at expert " << e);
-    most = std::max(most, offsets[e + 1] - offsets[e]);
-  }
-  const int64_t limit = std::max(max_chunk_rows < 0 ? b.grouped_linear_rows() : max_chunk_rows, most);
-  // Chunks [first[c], first[c + 1]) of experts, each as many whole experts as fit in `limit` rows.
-  std::vector<int64_t> first{0};
-  int64_t chunk_rows = 0;
-  for (int64_t e = 0; e < L; ++e) {
-    if (offsets[e + 1] - offsets[first.back()] > limit) first.push_back(e);
-    chunk_rows = std::max(chunk_rows, offsets[e + 1] - offsets[first.back()]);
-  }
-  first.push_back(L);
-  float* gate = scratch.get(Scratch::kFeedForward + 5, static_cast<size_t>(chunk_rows * inter));
-  float* up = scratch.get(Scratch::kFeedForward + 6, static_cast<size_t>(chunk_rows * inter));
-  std::vector<int64_t> off;
-  std::vector<const Matrix*> wg, wu, wd;
-  for (size_t c = 0; c + 1 < first.size(); ++c) {
-    const int64_t e0 = first[c], e1 = first[c + 1], r0 = offsets[e0], n = offsets[e1] - r0;
-    if (n == 0) continue;
-    // The chunk's rows from 0: in, gate/up and out are offset to its first row.
-    off.clear();
-    wg.clear();
-    wu.clear();
-    wd.clear();
-    for (int64_t e = e0; e <= e1; ++e) off.push_back(offsets[e] - r0);
-    for (int64_t e = e0; e < e1; ++e) {
-      wg.push_back(&experts[e].gate);
-      wu.push_back(&experts[e].up);
-      wd.push_back(&experts[e].down);
-    }
-    b.grouped_linear(in + r0 * H, off, wg, gate);
-    b.grouped_linear(in + r0 * H, off, wu, up);
-    b.silu_mul(gate, up, gate, n * inter);
-    b.grouped_linear(gate, off, wd, out + r0 * H);
-  }
-}
-
 ExpertDispatch::ExpertDispatch(Communicator* ep, int64_t num_experts, int64_t hidden)
     : ep_(ep && ep->size() > 1 ? ep : nullptr), E_(num_experts), H_(hidden) {
   if (ep_) {

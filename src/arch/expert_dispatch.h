@@ -16,7 +16,8 @@
 //             The owner gathers the rows per local expert: rows [offsets[e], offsets[e+1]) of
 //             input() are expert e's, ordered (source rank, record), so each expert runs as plain
 //             GEMMs on contiguous rows.
-//   experts   the caller fills output() ([R, H], same order as input()), e.g. with run_experts.
+//   experts   the caller fills output() ([R, H], same order as input()), e.g. with run_experts
+//             (arch/expert_ffn.h).
 //   combine   the results go back by the reverse all_to_allv, one row per (token, expert) pair (not
 //             pre-summed at the owner), ordered per source by (local expert, record), which is the
 //             source's own (expert, token) pair order; the token's rank sums them with the routing
@@ -45,6 +46,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "arch/expert_ffn.h"
 #include "arch/expert_wire.h"
 #include "arch/moe_router.h"
 #include "arch/scratch.h"
@@ -53,24 +55,6 @@
 namespace shardlm {
 
 class Communicator;
-
-// One routed expert's SwiGLU weights (this rank's slice of its intermediate dimension).
-struct ExpertWeights {
-  Matrix gate, up, down;  // [inter, H], [inter, H], [H, inter]
-};
-
-// The experts' GEMMs: for local expert e, rows [offsets[e], offsets[e+1]) of in [R, H] (backend
-// memory) go through down(silu(gate(x)) * up(x)) into the same rows of out [R, H] (backend
-// memory) (an expert with no row is skipped). Each projection runs as one grouped_linear over a
-// chunk of consecutive experts, so a backend with grouped GEMMs launches three GEMMs per chunk, not
-// three per expert. A chunk holds at most max(max_chunk_rows, the largest expert's rows) rows,
-// which bounds the gate/up scratch; max_chunk_rows < 0 takes the backend's
-// grouped_linear_rows() (CUDA: 16384 rows, usually one chunk; CPU: 0, so experts go one by one,
-// small ones merged, and the gate/up rows stay in cache between the GEMMs). A row's result does
-// not depend on the chunking (each row's linear is batch invariant; silu_mul is elementwise). Uses
-// scratch slots Scratch::kFeedForward + 5 and + 6 (chunk rows x inter floats each).
-void run_experts(Scratch& scratch, const std::vector<ExpertWeights>& experts, int64_t inter, int64_t H,
-                 const float* in, const std::vector<int64_t>& offsets, float* out, int64_t max_chunk_rows = -1);
 
 class ExpertDispatch {
  public:

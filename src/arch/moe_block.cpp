@@ -34,10 +34,12 @@
 // across expert-parallel layouts (see expert_dispatch.h).
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "arch/expert_dispatch.h"
 #include "arch/expert_exchange.h"
+#include "arch/expert_ffn.h"
 #include "arch/layer_blocks.h"
 #include "arch/moe_router.h"
 #include "arch/weight_loader.h"
@@ -132,22 +134,19 @@ class MoeBlock final : public FeedForwardBlock {
       Vector b = w.vec(n.bias, E);
       if (cfg_.sigmoid) cfg_.bias = b.data;
     }
-    inter_ = plan.expert_inter;
     const bool sliced = plan.expert_inter < I;
+    std::vector<ExpertWeights> experts;
     for (int64_t e = plan.expert0; e < plan.expert0 + plan.experts; ++e) {
       const std::string ep = n.expert_prefix + std::to_string(e);
       ExpertWeights x;
       x.gate = w.rows(ep + n.gate, I, H, plan.expert_inter0, plan.expert_inter);
       x.up = w.rows(ep + n.up, I, H, plan.expert_inter0, plan.expert_inter);
       x.down = sliced ? w.cols(ep + n.down, H, I, plan.expert_inter0, plan.expert_inter) : w.whole(ep + n.down, H, I);
-      experts_.push_back(x);
+      experts.push_back(x);
     }
-    if (!experts_.empty() && experts_[0].gate.dtype == DType::F8_E4M3) routed_rows_per_expert_ = 16;
-    for (const ExpertWeights& x : experts_) {  // experts_ is complete: the pointers stay valid
-      gate_w_.push_back(&x.gate);
-      up_w_.push_back(&x.up);
-      down_w_.push_back(&x.down);
-    }
+    if (!experts.empty() && experts[0].gate.dtype == DType::F8_E4M3) routed_rows_per_expert_ = 16;
+    // Gate and up stacked per expert where the backend gains by it: one grouped call for both.
+    experts_.assign(std::move(experts), &w.backend());
     if (m.shared_intermediate > 0) {
       SHARDLM_CHECK(!n.shared_prefix.empty(), "layer " << layer << ": the Mixtral naming has no shared expert");
       const int64_t S = m.shared_intermediate;
@@ -246,7 +245,7 @@ class MoeBlock final : public FeedForwardBlock {
     {
       OpSection s(b, "moe experts");
       b.expert_gather(h.f32, H, k, r.row_pair, offsets + E, rows, xp);
-      run_experts(scratch, experts_, inter_, H, xp, expert_offsets_, yp);
+      run_experts(scratch, experts_, H, xp, expert_offsets_, yp);
     }
     {
       OpSection s(b, "moe combine");
@@ -274,7 +273,7 @@ class MoeBlock final : public FeedForwardBlock {
     {
       OpSection s(b, "moe experts");
       b.expert_gather(h.f32, H, k, r.row_pair, offsets + E, P, xp);
-      run_routed_experts(scratch, xp, P, P, offsets, yp);
+      run_routed_experts(scratch, experts_, xp, P, P, offsets, yp);
     }
     {
       OpSection s(b, "moe combine");
@@ -285,7 +284,7 @@ class MoeBlock final : public FeedForwardBlock {
   }
 
   // ep_size > 1, any T (0 included: the all-to-alls must pair up on every ep rank). Slots
-  // kFeedForward + 0, 8, 9 for the routing, 5 and 6 for the experts (run_experts), 10 for their
+  // kFeedForward + 0, 8, 9 for the routing, 5..7 for the experts (arch/expert_ffn.h), 10 for their
   // offsets on the routed path, 20 and up for the dispatch (expert_dispatch.h), 0..3 for the shared
   // expert.
   void forward_expert_parallel(Activations h, int64_t T, ExpertWire wire, Scratch& scratch, float* out) {
@@ -320,7 +319,7 @@ class MoeBlock final : public FeedForwardBlock {
       OpSection s(b, "ep dispatch");
       dispatch_.dispatch(scratch, h.f32 + t0 * H, routing_, wire);
     }
-    const int64_t rows = dispatch_.rows(), L = static_cast<int64_t>(experts_.size());
+    const int64_t rows = dispatch_.rows(), L = experts_.size();
     {
       OpSection s(b, "moe experts");
       if (rows > 0 && rows <= routed_rows_per_expert_ * L) {
@@ -328,9 +327,9 @@ class MoeBlock final : public FeedForwardBlock {
         host_offsets_.assign(off.begin(), off.end());
         int32_t* offsets = scratch.get_as<int32_t>(Scratch::kFeedForward + 10, static_cast<size_t>(L + 1));
         b.copy_to_device(offsets, host_offsets_.data(), host_offsets_.size() * sizeof(int32_t));
-        run_routed_experts(scratch, dispatch_.input(), rows, rows, offsets, dispatch_.output());
+        run_routed_experts(scratch, experts_, dispatch_.input(), rows, rows, offsets, dispatch_.output());
       } else {
-        run_experts(scratch, experts_, inter_, H, dispatch_.input(), dispatch_.offsets(), dispatch_.output());
+        run_experts(scratch, experts_, H, dispatch_.input(), dispatch_.offsets(), dispatch_.output());
       }
     }
     {
@@ -350,26 +349,6 @@ class MoeBlock final : public FeedForwardBlock {
     if (has_shared_ && T > 0) add_shared(h, T, scratch, out);
   }
 
-  // The local experts on at most P rows of x [P, H] grouped by offsets ([L + 1], backend memory),
-  // into y [P, H], by routed GEMMs (rows from offsets[L] on are not read); expect: the rows they
-  // usually hold (grouped_linear_routed). Slots kFeedForward + 5 and 6 for gate and up, 7 for the
-  // activation's twin.
-  void run_routed_experts(Scratch& scratch, Activations x, int64_t P, int64_t expect, const int32_t* offsets,
-                          float* y) {
-    if (P <= 0) return;
-    ComputeBackend& b = scratch.backend();
-    const int64_t I = inter_;
-    float* gate = scratch.get(Scratch::kFeedForward + 5, static_cast<size_t>(P * I));
-    float* up = scratch.get(Scratch::kFeedForward + 6, static_cast<size_t>(P * I));
-    const ActivationsOut act{gate, b.wants_bf16_twins()
-                                       ? scratch.get_as<uint16_t>(Scratch::kFeedForward + 7, static_cast<size_t>(P * I))
-                                       : nullptr};
-    b.grouped_linear_routed(x, P, expect, offsets, gate_w_, gate);
-    b.grouped_linear_routed(x, P, expect, offsets, up_w_, up);
-    b.silu_mul(gate, up, act, P * I);  // rows past the routed ones keep to themselves
-    b.grouped_linear_routed(act, P, expect, offsets, down_w_, y);
-  }
-
   // ep_size > 1 in a captured step (StepContext::device_routing): the routing stays on the device
   // and the exchange has fixed sizes (arch/expert_exchange.h); the experts run as forward_routed's
   // do, on at most max_rows() rows whose groups the owner's offsets give on the device. Padding
@@ -377,8 +356,8 @@ class MoeBlock final : public FeedForwardBlock {
   // an eager step of them splits them (cpu::expert_send_plan), which the padded row count of the
   // graph does not give; so a token's routed sum joins the shared expert's tp partial sums in the
   // tp all-reduce on the same rank as in the eager step, and the bits are the same. Slots
-  // kFeedForward + 0, 8, 9 for the routing, 5 and 6 for gate and up, 30 and up for the exchange,
-  // 0..3 for the shared expert.
+  // kFeedForward + 0, 8, 9 for the routing, 5..7 for the experts (run_routed_experts), 30 and up
+  // for the exchange, 0..3 for the shared expert.
   void forward_expert_parallel_captured(Activations h, const StepContext& ctx, Scratch& scratch, float* out) {
     ComputeBackend& b = scratch.backend();
     const int64_t T = ctx.T, H = H_, E = m_.num_experts, k = m_.experts_per_token;
@@ -395,7 +374,7 @@ class MoeBlock final : public FeedForwardBlock {
     // The blocks hold up to ep x Cc rows, a multiple of an owner's usual load: the GEMMs are chosen
     // on that load, the share's pairs (S x k on average), as an eager step of it chooses them.
     const int64_t usual = std::min(exchange_.max_rows(), ((T + plan_.tp_size - 1) / plan_.tp_size) * k);
-    run_routed_experts(scratch, exchange_.input(), exchange_.max_rows(), usual, exchange_.offsets(),
+    run_routed_experts(scratch, experts_, exchange_.input(), exchange_.max_rows(), usual, exchange_.offsets(),
                        exchange_.output());
     exchange_.combine(scratch, ids, weights, out);
     if (stats_) {
@@ -440,7 +419,6 @@ class MoeBlock final : public FeedForwardBlock {
   ExpertExchange exchange_;  // captured steps with ep
   Matrix router_;
   RouterConfig cfg_;  // the routing (its bias is backend memory)
-  int64_t inter_ = 0;
   // Eager steps of up to this many rows per expert on average take the routed path too (an ep
   // owner: its rows over its experts), as captured steps do (decode:
   // no host read in the layer, and a graph step and an eager step of the same rows compute the
@@ -449,8 +427,7 @@ class MoeBlock final : public FeedForwardBlock {
   // grouped_linear reads the codes directly twice as well (kFp8DirectRows); bf16 and fp32 ones up
   // to 8, where cuBLAS would read the weight once too.
   int64_t routed_rows_per_expert_ = 8;
-  std::vector<ExpertWeights> experts_;
-  std::vector<const Matrix*> gate_w_, up_w_, down_w_;  // the experts' projections, for grouped calls
+  LocalExperts experts_;
   bool has_shared_ = false;
   int64_t shared_inter_ = 0;
   ExpertWeights shared_;

@@ -151,8 +151,10 @@ void load_weights(const Options& o, Layer* layer) {
   layer->cfg = router_config(layer->m, layer->bias_dev);
   const int64_t L = E / layer->n, e0 = static_cast<int64_t>(layer->rank) * L;
   layer->L = L;
-  std::vector<ExpertWeights>& experts = layer->experts;
-  experts.reserve(static_cast<size_t>(L));  // gate_w etc. point into it
+  // Gate and up one after another per expert where the backend gains by it, as the MoE block
+  // places them (--gate-up apart: left where they were loaded, two routed calls).
+  ComputeBackend* stack_on = o.gate_up == "stacked" ? &b : nullptr;
+  std::vector<ExpertWeights> experts;
   for (int64_t e = e0; e < e0 + L; ++e) {
     ExpertWeights x;
     x.gate = random_matrix(b, store, I, H, layer->wdt, 100 + 3 * e, ws);
@@ -160,11 +162,7 @@ void load_weights(const Options& o, Layer* layer) {
     x.down = random_matrix(b, store, H, I, layer->wdt, 102 + 3 * e, ds);
     experts.push_back(x);
   }
-  for (const ExpertWeights& x : experts) {
-    layer->gate_w.push_back(&x.gate);
-    layer->up_w.push_back(&x.up);
-    layer->down_w.push_back(&x.down);
-  }
+  layer->experts.assign(std::move(experts), stack_on);
   const int64_t S = layer->m.shared_intermediate;
   layer->S = S;
   if (S > 0) {
@@ -172,7 +170,7 @@ void load_weights(const Options& o, Layer* layer) {
     x.gate = random_matrix(b, store, S, H, layer->wdt, 10, ws);
     x.up = random_matrix(b, store, S, H, layer->wdt, 11, ws);
     x.down = random_matrix(b, store, H, S, layer->wdt, 12, 1.0f / std::sqrt(static_cast<float>(S)));
-    layer->shared_w.push_back(x);
+    layer->shared.assign({x}, stack_on);
   }
 }
 
@@ -256,27 +254,25 @@ void free_activations(ComputeBackend& b, const LayerBuffers& a) {
 
 namespace {
 
+// How the experts' gate and up ran, for the paths printed.
+std::string gate_up_text(const LocalExperts& experts) {
+  return experts.stacked() ? "; gate and up as one weight per expert" : "; gate and up apart";
+}
+
 // The expert GEMMs of the rows `disp` gathered, from offsets in device memory. Returns seconds and
 // says in *routed_path how they ran.
-double time_routed_gemms(const Options& o, const Layer& layer, ExpertDispatch& disp, std::string* routed_path) {
+double time_routed_gemms(const Layer& layer, Scratch& scratch, ExpertDispatch& disp, std::string* routed_path) {
   ComputeBackend& b = *layer.backend;
-  const int64_t I = o.I;
   const int64_t R = disp.rows();
   const std::vector<int32_t> off32(disp.offsets().begin(), disp.offsets().end());
   int32_t* off_dev = reinterpret_cast<int32_t*>(alloc_floats(b, static_cast<int64_t>(off32.size())));
   b.copy_to_device(off_dev, off32.data(), off32.size() * sizeof(int32_t));
-  float* gate = alloc_floats(b, R * I);
-  float* upv = alloc_floats(b, R * I);
   b.synchronize();
   const auto t3 = Clock::now();
-  b.grouped_linear_routed(disp.input(), R, off_dev, layer.gate_w, gate);
-  b.grouped_linear_routed(disp.input(), R, off_dev, layer.up_w, upv);
-  b.silu_mul(gate, upv, gate, R * I);
-  b.grouped_linear_routed(gate, R, off_dev, layer.down_w, disp.output());
+  run_routed_experts(scratch, layer.experts, disp.input(), R, R, off_dev, disp.output());
   b.synchronize();
   const double routed_s = since(t3);
-  *routed_path = b.routed_linear_path();
-  for (float* p : {gate, upv}) b.free(p);
+  *routed_path = b.routed_linear_path() + gate_up_text(layer.experts);
   b.free(off_dev);
   return routed_s;
 }
@@ -368,11 +364,11 @@ void time_eager_layer(const Options& o, const Layer& layer, Scratch& scratch, co
     const double route_s = since(t0);
     disp.dispatch(scratch, a.h, routing, o.wire);
     const auto t1 = Clock::now();
-    run_experts(scratch, layer.experts, I, H, disp.input(), disp.offsets(), disp.output());
+    run_experts(scratch, layer.experts, H, disp.input(), disp.offsets(), disp.output());
     b.synchronize();
     const double gemm_s = since(t1);
     // Before the shared expert's GEMMs (one group) change what the backend last ran.
-    if (disp.rows() > 0) fig->gemm_path = b.grouped_linear_path();
+    if (disp.rows() > 0) fig->gemm_path = b.grouped_linear_path() + gate_up_text(layer.experts);
     // Ranks finish their experts at different times (uneven rows per rank); wait here so that
     // the combine's time is its own and the imbalance shows as the wait.
     const auto tw = Clock::now();
@@ -381,7 +377,7 @@ void time_eager_layer(const Options& o, const Layer& layer, Scratch& scratch, co
     disp.combine(scratch, a.out);
     const auto t2 = Clock::now();
     if (S > 0 && T > 0) {
-      run_experts(scratch, layer.shared_w, S, H, a.h, {0, T}, a.shared_y);
+      run_experts(scratch, layer.shared, H, a.h, {0, T}, a.shared_y);
       b.gated_add(a.out, a.shared_y, nullptr, T, H);
     }
     b.synchronize();
@@ -390,7 +386,7 @@ void time_eager_layer(const Options& o, const Layer& layer, Scratch& scratch, co
     // One rank: the same expert GEMMs as a decode step captured in a CUDA graph runs them, from
     // the per-expert offsets in device memory (grouped_linear_routed), outside the total.
     double routed_s = 0;
-    if (layer.n == 1 && disp.rows() > 0) routed_s = time_routed_gemms(o, layer, disp, &fig->routed_path);
+    if (layer.n == 1 && disp.rows() > 0) routed_s = time_routed_gemms(layer, scratch, disp, &fig->routed_path);
     if (it < o.warmup) continue;
     t[kRouted].push_back(routed_s);
     t[kRoute].push_back(route_s);
@@ -411,13 +407,11 @@ void time_captured_layer(const Options& o, const Layer& layer, Scratch& scratch,
   ComputeBackend& b = *layer.backend;
   Communicator& comm = *layer.comm;
   const int n = layer.n;
-  const int64_t T = a.T, H = o.H, E = o.E, I = o.I, k = o.k;
+  const int64_t T = a.T, H = o.H, E = o.E, k = o.k;
   ExpertExchange ex(layer.comm.get(), E, H);
   const cpu::ExchangeShape shape = exchange_shape(T, 1, n, E, k, H, Model::kDefaultEpGraphCapacity);
   const int64_t P = n * shape.Cc, usual = std::min(P, T * k);  // the GEMMs chosen as the MoE block does
   int32_t* flag = reinterpret_cast<int32_t*>(alloc_floats(b, 1));
-  float* gate = alloc_floats(b, P * I);
-  float* upv = alloc_floats(b, P * I);
   const int32_t no_overflow = 0;
   for (int it = 0; it < o.warmup + o.iters; ++it) {
     b.copy_to_device(flag, &no_overflow, sizeof no_overflow);
@@ -427,10 +421,7 @@ void time_captured_layer(const Options& o, const Layer& layer, Scratch& scratch,
     b.linear(a.h, T, layer.router, nullptr, a.ldev);
     b.moe_route(a.ldev, T, layer.cfg, a.ids, a.wdev);
     ex.dispatch(scratch, shape, a.h, a.ids, T, cpu::RowShare{}, nullptr, nullptr, flag, o.wire);
-    b.grouped_linear_routed(ex.input(), P, usual, ex.offsets(), layer.gate_w, gate);
-    b.grouped_linear_routed(ex.input(), P, usual, ex.offsets(), layer.up_w, upv);
-    b.silu_mul(gate, upv, gate, P * I);
-    b.grouped_linear_routed(gate, P, usual, ex.offsets(), layer.down_w, ex.output());
+    run_routed_experts(scratch, layer.experts, ex.input(), P, usual, ex.offsets(), ex.output());
     ex.combine(scratch, a.ids, a.wdev, a.out);
     b.synchronize();
     const double captured_s = since(t0);
@@ -442,7 +433,6 @@ void time_captured_layer(const Options& o, const Layer& layer, Scratch& scratch,
   }
   fig->cap_dbytes = ex.dispatch_bytes();
   fig->cap_cbytes = ex.combine_bytes();
-  for (float* p : {gate, upv}) b.free(p);
   b.free(flag);
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "arch/expert_dispatch.h"
+#include "arch/expert_ffn.h"
 #include "arch/expert_wire.h"
 #include "arch/scratch.h"
 #include "compute/backend.h"
@@ -24,7 +25,7 @@ struct Options {
   int64_t H = 1024, E = 64, I = 256, k = 8, groups = 8, topk_groups = 4, shared = 1;
   std::string tokens_text = "128,4096", dtype = "bf16", scoring = "sigmoid", backend_name = "cpu", comm_name = "mpi";
   std::string fp8_prefill = "w8a8", fp8_expert_gemm = "grouped", routed_gemm = "grouped", wire_name = "fp32";
-  std::string grouped_gemm_core = "auto";
+  std::string grouped_gemm_core = "auto", gate_up = "stacked";
   int iters = 10, warmup = 2, threads = 0, plan_ep = 8;
   double timeout = 120, scale = 2.5;
   std::vector<int64_t> tokens;         // tokens_text, read
@@ -80,10 +81,9 @@ struct Layer {
   float* bias_dev = nullptr;  // the router's correction bias, backend memory
   RouterConfig cfg;
   int64_t L = 0;  // experts per rank
-  std::vector<ExpertWeights> experts;
-  std::vector<const Matrix*> gate_w, up_w, down_w;  // the routed GEMMs' weight lists
-  int64_t S = 0;                                    // the shared experts' intermediate size (0: none)
-  std::vector<ExpertWeights> shared_w;
+  LocalExperts experts;  // gate and up stacked per expert with --gate-up stacked, where the backend can
+  int64_t S = 0;         // the shared experts' intermediate size (0: none)
+  LocalExperts shared;
   Ceilings ceilings;
   int64_t weight_elem_bytes = 4;  // bytes a weight of the experts is read as
 };

@@ -102,6 +102,9 @@ po::options_description describe(Options& o) {
       "grouped-gemm-core", po::value(&o.grouped_gemm_core)->default_value(o.grouped_gemm_core),
       "--backend cuda: those grouped GEMMs on Hopper's wgmma where the GPU has it and its self-check agrees (auto) or "
       "on mma.sync always (mma-sync), as shardlm run")(
+      "gate-up", po::value(&o.gate_up)->default_value(o.gate_up),
+      "each expert's gate and up read as one weight, one grouped call for both, where the backend can place them one "
+      "after another (stacked, as shardlm run) or left apart (apart)")(
       "ep-wire", po::value(&o.wire_name)->default_value(o.wire_name),
       "rows between ranks in dispatch and combine: fp32, bf16 (half the bytes) or fp8 (dispatch rows in e4m3 "
       "with a scale per 128 values, combine in bf16), as shardlm run --ep-wire");
@@ -130,6 +133,8 @@ bool parse_options(int argc, char** argv, Options* out) {
                 "shardlm bench-moe: --routed-gemm must be grouped or direct, not '" << o.routed_gemm << "'");
   SHARDLM_CHECK(o.grouped_gemm_core == "auto" || o.grouped_gemm_core == "mma-sync",
                 "shardlm bench-moe: --grouped-gemm-core must be auto or mma-sync, not '" << o.grouped_gemm_core << "'");
+  SHARDLM_CHECK(o.gate_up == "stacked" || o.gate_up == "apart",
+                "shardlm bench-moe: --gate-up must be stacked or apart, not '" << o.gate_up << "'");
   o.wire = parse_expert_wire(o.wire_name);
   SHARDLM_CHECK(o.scoring == "sigmoid" || o.scoring == "softmax",
                 "shardlm bench-moe: --scoring must be sigmoid or softmax, not '" << o.scoring << "'");

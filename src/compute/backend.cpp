@@ -46,6 +46,23 @@ GemmFigure ComputeBackend::time_linear(int64_t, int64_t, int64_t, DType, int) {
   SHARDLM_FAIL("backend " << name() << " has no device to time linears on");
 }
 
+std::optional<Matrix> stacked_rows(const Matrix& a, const Matrix& b) {
+  if (a.dtype != b.dtype || a.cols != b.cols || a.data == nullptr || b.data == nullptr) return std::nullopt;
+  if (a.dtype != DType::BF16 && a.dtype != DType::F32 && a.dtype != DType::F8_E4M3) return std::nullopt;
+  if (b.data != static_cast<const uint8_t*>(a.data) + static_cast<size_t>(a.rows * a.cols) * dtype_size(a.dtype))
+    return std::nullopt;
+  if (a.dtype == DType::F8_E4M3) {
+    const Fp8Blocks &f = a.fp8, &g = b.fp8;
+    if (f.scale_inv == nullptr || f.block_rows <= 0 || g.block_rows != f.block_rows || g.block_cols != f.block_cols ||
+        g.cols != f.cols || g.col_off != f.col_off || f.row_off != 0 || g.row_off != 0 || a.rows % f.block_rows != 0 ||
+        g.scale_inv != f.scale_inv + (a.rows / f.block_rows) * f.cols)
+      return std::nullopt;
+  }
+  Matrix s = a;
+  s.rows += b.rows;
+  return s;
+}
+
 void check_linear_parts(std::span<const LinearPart> parts, const char* who) {
   SHARDLM_CHECK(!parts.empty(), who << ": linear_parts got no parts");
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -77,6 +94,13 @@ void check_grouped_linear(const std::vector<int64_t>& offsets, const std::vector
 void ComputeBackend::linear_parts(Activations x, int64_t M, std::span<const LinearPart> parts) {
   check_linear_parts(parts, name().c_str());
   for (const LinearPart& p : parts) linear(x, M, *p.w, p.bias, p.y);
+}
+
+void ComputeBackend::silu_mul_stacked(const float* gate_up, int64_t rows, int64_t width, ActivationsOut out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = gate_up + 2 * r * width;
+    silu_mul(g, g + width, {out.f32 + r * width, out.bf16 ? out.bf16 + r * width : nullptr}, width);
+  }
 }
 
 void ComputeBackend::rope_kv_write(float* q, int64_t q_heads, float* k, const float* v, int64_t kv_heads, int64_t T,

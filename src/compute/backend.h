@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -53,6 +54,13 @@ inline int64_t weight_bytes(const Matrix& w) {
          ((w.fp8.col_off + w.cols + w.fp8.block_cols - 1) / w.fp8.block_cols) * static_cast<int64_t>(sizeof(float));
   return b;
 }
+
+// a and b read as one weight [a.rows + b.rows, cols] (a's rows, then b's): a with b's rows added,
+// where b's elements lie right after a's in backend memory (ComputeBackend::make_adjacent places
+// weights so), both are bf16, fp32 or fp8 of one width, and fp8 ones start on their block grid
+// with a ending on it and b's block scales right after a's; else nullopt. How a backend runs
+// projections of one input (gate and up) as one GEMM.
+std::optional<Matrix> stacked_rows(const Matrix& a, const Matrix& b);
 
 // The paged-KV block lists of a step's tokens: token t's sequence holds its positions in cache
 // blocks blocks[start[t]], blocks[start[t] + 1], ... (position p in block p / block_size). Both
@@ -328,6 +336,11 @@ class ComputeBackend {
     rope(k, T, k_heads, head_dim, pos, inv_freq);
   }
   virtual void silu_mul(const float* gate, const float* up, ActivationsOut out, int64_t n) = 0;
+  // silu_mul on a stacked gate/up projection's output (vLLM's silu_and_mul): out [rows, width] =
+  // silu(gate) * up, where row r of gate_up [rows, 2 * width] holds row r of gate, then of up.
+  // Each element (and its twin) as silu_mul gives it; out must not overlap gate_up. The default
+  // runs silu_mul row by row.
+  virtual void silu_mul_stacked(const float* gate_up, int64_t rows, int64_t width, ActivationsOut out);
   virtual void add(float* y, const float* x, int64_t n) = 0;
   // A KV cache block's layout is the backend's own: only its kv_write writes it and only its
   // attention reads it (the CPU keeps a KV head's rows of a block together, CUDA whole rows).

@@ -269,6 +269,11 @@ void CpuBackend::silu_mul(const float* gate, const float* up, ActivationsOut out
   write_twin(out, n);
 }
 
+void CpuBackend::silu_mul_stacked(const float* gate_up, int64_t rows, int64_t width, ActivationsOut out) {
+  cpu::silu_mul_stacked(gate_up, rows, width, out.f32);
+  write_twin(out, rows * width);
+}
+
 void CpuBackend::add(float* y, const float* x, int64_t n) { cpu::add_inplace(y, x, n); }
 
 void CpuBackend::kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,

@@ -49,6 +49,7 @@ class CpuBackend : public ComputeBackend {
   void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int32_t* pos,
             const float* inv_freq) override;
   void silu_mul(const float* gate, const float* up, ActivationsOut out, int64_t n) override;
+  void silu_mul_stacked(const float* gate_up, int64_t rows, int64_t width, ActivationsOut out) override;
   void add(float* y, const float* x, int64_t n) override;
   void kv_write(const float* k, const float* v, int64_t T, const int64_t* slots, int64_t n_kv_heads,
                 int64_t head_dim, int64_t block_size, const KvCacheRef& cache) override;

@@ -514,6 +514,11 @@ void CudaBackend::silu_mul(const float* gate, const float* up, ActivationsOut ou
   check_launch("silu_mul");
 }
 
+void CudaBackend::silu_mul_stacked(const float* gate_up, int64_t rows, int64_t width, ActivationsOut out) {
+  cuda::silu_mul_stacked(gate_up, rows, width, out.f32, out.bf16, stream_of(stream_));
+  check_launch("silu_mul_stacked");
+}
+
 void CudaBackend::add(float* y, const float* x, int64_t n) {
   cuda::add_inplace(y, x, n, stream_of(stream_));
   check_launch("add");

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 
 #include "compute/cuda_backend.h"
 #include "compute/cuda_check.h"
@@ -30,14 +31,14 @@ size_t element_bytes(const Matrix& m) { return static_cast<size_t>(m.rows * m.co
 // Scale rows an fp8 weight slice holds (load_fp8_matrix: the blocks its rows touch).
 int64_t scale_rows(const Matrix& m) { return (m.fp8.row_off + m.rows + m.fp8.block_rows - 1) / m.fp8.block_rows; }
 
-// Whether the parts can read as one weight once adjacent: one dtype and width; fp8 parts on one
-// block grid, each starting a block and all but the last ending one, so their scale rows stack.
-template <typename Part, typename Get>
-bool stackable(std::span<Part> parts, Get get) {
-  const Matrix& a = get(parts[0]);
+// Whether the parts can read as one weight once adjacent (stacked_rows): one dtype and width; fp8
+// parts on one block grid, each starting a block and all but the last ending one, so their scale
+// rows stack.
+bool stackable(std::span<Matrix* const> parts) {
+  const Matrix& a = *parts[0];
   if (a.dtype != DType::BF16 && a.dtype != DType::F32 && a.dtype != DType::F8_E4M3) return false;
   for (size_t i = 0; i < parts.size(); ++i) {
-    const Matrix& m = get(parts[i]);
+    const Matrix& m = *parts[i];
     if (m.dtype != a.dtype || m.cols != a.cols || m.data == nullptr) return false;
     if (a.dtype != DType::F8_E4M3) continue;
     const Fp8Blocks& f = m.fp8;
@@ -54,7 +55,7 @@ bool stackable(std::span<Part> parts, Get get) {
 bool CudaBackend::make_adjacent(std::span<Matrix* const> parts) {
   if (parts.size() < 2) return false;
   for (Matrix* m : parts) SHARDLM_CHECK(m != nullptr, "cuda backend: make_adjacent of a null matrix");
-  if (!stackable(parts, [](Matrix* m) -> const Matrix& { return *m; })) return false;
+  if (!stackable(parts)) return false;
   const bool fp8 = parts[0]->dtype == DType::F8_E4M3;
   auto scale_bytes = [](const Matrix& m) { return static_cast<size_t>(scale_rows(m) * m.fp8.cols) * sizeof(float); };
   auto owned = [&](const void* p) { return std::find(owned_.begin(), owned_.end(), p) != owned_.end(); };
@@ -109,20 +110,12 @@ void CudaBackend::linear_parts(Activations x, int64_t M, std::span<const LinearP
   const Matrix& w0 = *parts[0].w;
   const int64_t K = w0.cols;
   // Adjacent: each part's weight (and scales) begins where the previous one's ends.
-  bool adjacent = parts.size() <= static_cast<size_t>(cuda::kMaxSplitParts) &&
-                  stackable(parts, [](const LinearPart& p) -> const Matrix& { return *p.w; });
-  int64_t N = 0;
-  for (size_t i = 0; adjacent && i < parts.size(); ++i) {
-    const Matrix& m = *parts[i].w;
-    adjacent = m.data == static_cast<const uint8_t*>(w0.data) + static_cast<size_t>(N * K) * dtype_size(w0.dtype);
-    if (adjacent && m.dtype == DType::F8_E4M3)
-      adjacent = m.fp8.scale_inv == w0.fp8.scale_inv + (N / w0.fp8.block_rows) * w0.fp8.cols;
-    N += m.rows;
-  }
+  std::optional<Matrix> stacked;
+  if (parts.size() <= static_cast<size_t>(cuda::kMaxSplitParts)) stacked = w0;
+  for (size_t i = 1; stacked && i < parts.size(); ++i) stacked = stacked_rows(*stacked, *parts[i].w);
   const cudaStream_t s = stream_of(stream_);
-  if (adjacent) {
-    Matrix stacked = w0;
-    stacked.rows = N;
+  if (stacked) {
+    const int64_t N = stacked->rows;
     bool biased = false, packed = M == 1;
     float* expect = parts[0].y;
     for (const LinearPart& p : parts) {
@@ -131,10 +124,10 @@ void CudaBackend::linear_parts(Activations x, int64_t M, std::span<const LinearP
       expect = p.y + p.w->rows;
     }
     if (packed && !biased) {
-      linear(x, M, stacked, nullptr, parts[0].y);
+      linear(x, M, *stacked, nullptr, parts[0].y);
     } else {
       float* ws = grown_workspace(parts_ws_, parts_ws_n_, static_cast<size_t>(M * N), "stacked linear");
-      linear(x, M, stacked, nullptr, ws);
+      linear(x, M, *stacked, nullptr, ws);
       cuda::SplitColumns split;
       split.n = static_cast<int>(parts.size());
       for (size_t i = 0; i < parts.size(); ++i) {

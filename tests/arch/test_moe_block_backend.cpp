@@ -12,6 +12,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "arch/expert_dispatch.h"
@@ -76,7 +77,9 @@ HostPathResult host_path(const MoeCase& c, const Checkpoint& ck, const ShardPlan
 
   ExpertDispatch d(nullptr, E, H);
   d.dispatch(scratch, h, r);
-  run_experts(scratch, experts, plan.expert_inter, H, d.input(), d.offsets(), d.output());
+  LocalExperts local;
+  local.assign(std::move(experts));
+  run_experts(scratch, local, H, d.input(), d.offsets(), d.output());
   HostPathResult res;
   res.out.resize(static_cast<size_t>(T * H));
   float* out = scratch.get(6, static_cast<size_t>(T * H));

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/../.."
 shared=${1:-../shared}
 targets=(shardlm test_cuda_model_kernels test_cuda_attention test_cuda_attention_backend test_moe_kernels test_sampling_kernels test_rows_matmul
          test_bf16_grouped_gemm
-         test_cuda_backend_ops test_cuda_linear_parts test_cuda_activation_twins test_cuda_rope_kv_write test_cuda_wire_ops test_grouped_linear test_comm_staged test_comm_nccl_bootstrap test_cuda_backend)
+         test_cuda_backend_ops test_cuda_linear_parts test_cuda_activation_twins test_cuda_rope_kv_write test_cuda_expert_ffn test_cuda_wire_ops test_grouped_linear test_comm_staged test_comm_nccl_bootstrap test_cuda_backend)
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSHARDLM_REQUIRE_CUDA=ON >/dev/null
 cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}"
 # Only binaries, CMakeCache.txt and the CTest files are needed there: a pruned copy is packed, and

@@ -15,7 +15,8 @@
 # decode batch 1; and bench-moe on one EP-8 rank's share of DeepSeek-V3's MoE layer at 128, 1024
 # and 4096 tokens, its experts fp8 kept fp8 (the grouped W8A8 GEMM) and bf16 (the routed GEMMs of
 # a graph step: the grouped bf16 GEMM), for their expert GEMM lines, on wgmma and again with
-# --grouped-gemm-core mma-sync where the binary has the option.
+# --grouped-gemm-core mma-sync where the binary has the option, and with each expert's gate and
+# up apart (--gate-up apart) where it stacks them.
 # LOG_DIR/compare.log gathers each one's attention (decode, and prefill chunks on tensor cores and
 # in fp32), linear and tok/s lines. SHARDLM_COMPARE_BACKEND (default cuda), SHARDLM_COMPARE_ARGS,
 # SHARDLM_COMPARE_GQA128_ARGS and SHARDLM_COMPARE_FP8_ARGS (the bench arguments after --model) and
@@ -83,6 +84,11 @@ for bin in "${bins[@]}"; do
   if "$bin" bench-moe --help 2>/dev/null | grep -q -- --grouped-gemm-core; then
     bench_moe "$bin" "moe-fp8-$name-mma-sync" --dtype fp8 --fp8-prefill w8a8 --grouped-gemm-core mma-sync
     bench_moe "$bin" "moe-bf16-$name-mma-sync" --grouped-gemm-core mma-sync
+  fi
+  # Each expert's gate and up apart (two routed calls), where the binary stacks them by default.
+  if "$bin" bench-moe --help 2>/dev/null | grep -q -- --gate-up; then
+    bench_moe "$bin" "moe-fp8-$name-gate-up-apart" --dtype fp8 --fp8-prefill w8a8 --gate-up apart
+    bench_moe "$bin" "moe-bf16-$name-gate-up-apart" --gate-up apart
   fi
 done
 exit $status
