@@ -13,7 +13,8 @@ namespace {
 constexpr int kRecToken = Scratch::kFeedForward + 30, kPairRow = Scratch::kFeedForward + 31,
               kOffsets = Scratch::kFeedForward + 32, kRowSrc = Scratch::kFeedForward + 33,
               kBackRow = Scratch::kFeedForward + 34, kSendRows = Scratch::kFeedForward + 35,
-              kRecvRows = Scratch::kFeedForward + 36, kRows = Scratch::kFeedForward + 37;
+              kRecvRows = Scratch::kFeedForward + 36, kRows = Scratch::kFeedForward + 37,
+              kRowsTwin = Scratch::kFeedForward + 40;
 
 size_t at_least_one(int64_t n) { return static_cast<size_t>(std::max<int64_t>(n, 1)); }
 
@@ -69,6 +70,9 @@ void ExpertExchange::dispatch(Scratch& scratch, const cpu::ExchangeShape& shape,
   float* recv_rows = scratch.get(kRecvRows, at_least_one(ep * R * H));
   input_ = scratch.get(kRows, at_least_one(2 * ep * Cc * H));
   output_ = input_ + ep * Cc * H;
+  // The experts' gate and up read the rows' bf16 twin, where the backend's GEMMs read bf16, instead
+  // of casting them.
+  twin_ = b.wants_bf16_twins() ? scratch.get_as<uint16_t>(kRowsTwin, at_least_one(ep * Cc * H)) : nullptr;
 
   // The plan writes each block's meta rows, the gather its records' rows (keeping the meta), and
   // one all-to-all moves both: the recv plan reads the meta from the received blocks.
@@ -78,7 +82,7 @@ void ExpertExchange::dispatch(Scratch& scratch, const cpu::ExchangeShape& shape,
   wire_enqueue_all_to_all(*ep_, scratch, wire_, send_rows, recv_rows, R * H, shape.C * H, H, stream);
   b.expert_recv_plan(shape, recv_rows, offsets_, row_src, back_row);
   // The owner's rows, per local expert; the returned blocks' map stays for combine.
-  b.expert_gather(recv_rows, H, 1, row_src, offsets_ + shape.L, ep * Cc, input_);
+  b.expert_gather(recv_rows, H, 1, row_src, offsets_ + shape.L, ep * Cc, {input_, twin_});
 }
 
 void ExpertExchange::combine(Scratch& scratch, const int32_t* ids, const float* weights, float* out) {

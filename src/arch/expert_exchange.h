@@ -22,14 +22,15 @@
 // expert does, so a decode step gives the eager expert-parallel step's bits and the single-rank
 // step's.
 //
-// Scratch slots Scratch::kFeedForward + 30 .. + 39 (+ 38 and + 39 for the packed rows),
-// valid from dispatch until the next dispatch.
+// Scratch slots Scratch::kFeedForward + 30 .. + 40 (+ 38 and + 39 for the packed rows, + 40 for
+// the owner's rows' twin), valid from dispatch until the next dispatch.
 #pragma once
 
 #include <cstdint>
 
 #include "arch/expert_wire.h"
 #include "arch/scratch.h"
+#include "compute/backend.h"
 #include "cpu/expert_exchange.h"
 
 namespace shardlm {
@@ -55,11 +56,11 @@ class ExpertExchange {
                 cpu::RowShare share, const int32_t* pos, int64_t* counts, int32_t* overflow,
                 ExpertWire wire = ExpertWire::kF32);
   // After dispatch: at most max_rows() rows, grouped per local expert by offsets() ([L + 1],
-  // backend memory); input() [max_rows(), H]; output() [max_rows(), H], filled by the caller
-  // (rows from offsets()[L] on are not read).
+  // backend memory); input() [max_rows(), H], with its bf16 twin where the backend wants twins;
+  // output() [max_rows(), H], filled by the caller (rows from offsets()[L] on are not read).
   int64_t max_rows() const { return shape_.ep * shape_.Cc; }
   const int32_t* offsets() const { return offsets_; }
-  const float* input() const { return input_; }
+  Activations input() const { return {input_, twin_}; }
   float* output() { return output_; }
   // Returns the results and writes out [T, H] (overwritten): each share token's weighted sum
   // (weights [T, k]), zeros for every other row.
@@ -78,6 +79,7 @@ class ExpertExchange {
   int32_t* pair_row_ = nullptr;
   int32_t* offsets_ = nullptr;
   float* input_ = nullptr;
+  uint16_t* twin_ = nullptr;  // input_'s bf16 twin, or null
   float* output_ = nullptr;
 };
 

@@ -413,16 +413,19 @@ void time_captured_layer(const Options& o, const Layer& layer, Scratch& scratch,
   const int64_t P = n * shape.Cc, usual = std::min(P, T * k);  // the GEMMs chosen as the MoE block does
   int32_t* flag = reinterpret_cast<int32_t*>(alloc_floats(b, 1));
   const int32_t no_overflow = 0;
-  for (int it = 0; it < o.warmup + o.iters; ++it) {
-    b.copy_to_device(flag, &no_overflow, sizeof no_overflow);
-    b.synchronize();
-    comm.barrier();
-    const auto t0 = Clock::now();
+  auto layer_step = [&] {
     b.linear(a.h, T, layer.router, nullptr, a.ldev);
     b.moe_route(a.ldev, T, layer.cfg, a.ids, a.wdev);
     ex.dispatch(scratch, shape, a.h, a.ids, T, cpu::RowShare{}, nullptr, nullptr, flag, o.wire);
     run_routed_experts(scratch, layer.experts, ex.input(), P, usual, ex.offsets(), ex.output());
     ex.combine(scratch, a.ids, a.wdev, a.out);
+  };
+  for (int it = 0; it < o.warmup + o.iters; ++it) {
+    b.copy_to_device(flag, &no_overflow, sizeof no_overflow);
+    b.synchronize();
+    comm.barrier();
+    const auto t0 = Clock::now();
+    layer_step();
     b.synchronize();
     const double captured_s = since(t0);
     int32_t overflowed = 0;
@@ -433,6 +436,12 @@ void time_captured_layer(const Options& o, const Layer& layer, Scratch& scratch,
   }
   fig->cap_dbytes = ex.dispatch_bytes();
   fig->cap_cbytes = ex.combine_bytes();
+  // The layer captured once more (every rank at once, as a decode step's graph holds it), for the
+  // nodes it takes; the timed runs above sized every buffer and table it uses.
+  b.begin_capture();
+  layer_step();
+  fig->cap_nodes = b.captured_nodes(b.end_capture());
+  b.drop_captures();
   b.free(flag);
 }
 

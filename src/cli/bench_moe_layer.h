@@ -50,10 +50,11 @@ enum Field {
   kCaptured,     // median seconds (as ns) of the layer as a captured step runs it
   kCapturedDispatchBytes,
   kCapturedCombineBytes,
-  kOverflows,  // timed iterations whose fixed blocks overflowed
-  kPlans,      // median seconds (as ns) of a captured exchange's two index plans
-  kWire,       // median seconds (as ns) of packing those plans' dispatch blocks for the --ep-wire and back
-  kWireRows,   // median seconds (as ns) of the T x k rows gathered onto the --ep-wire and back (eager)
+  kOverflows,      // timed iterations whose fixed blocks overflowed
+  kPlans,          // median seconds (as ns) of a captured exchange's two index plans
+  kWire,           // median seconds (as ns) of packing those plans' dispatch blocks for the --ep-wire and back
+  kWireRows,       // median seconds (as ns) of the T x k rows gathered onto the --ep-wire and back (eager)
+  kCapturedNodes,  // nodes of the captured layer's graph (0: not captured)
   kFields
 };
 
@@ -112,7 +113,7 @@ void free_activations(ComputeBackend& b, const LayerBuffers& a);
 struct Figures {
   std::vector<std::vector<double>> t = std::vector<std::vector<double>>(kFields);
   int64_t dbytes = 0, cbytes = 0, rows = 0, wbytes = 0;   // the eager layer's
-  int64_t cap_dbytes = 0, cap_cbytes = 0, overflows = 0;  // the captured layer's
+  int64_t cap_dbytes = 0, cap_cbytes = 0, overflows = 0, cap_nodes = 0;  // the captured layer's
   cpu::ExchangeShape plan_shape;                          // the plans' exchange (C 0: not timed)
   int64_t block_bytes = 0;                                // the all-to-all ceiling's block, the largest rank's
   // How the routed and the expert GEMMs ran at this token count.

@@ -214,6 +214,7 @@ Gathered gather_fields(Communicator& comm, const Figures& fig) {
   mine[kCapturedDispatchBytes] = fig.cap_dbytes;
   mine[kCapturedCombineBytes] = fig.cap_cbytes;
   mine[kOverflows] = fig.overflows;
+  mine[kCapturedNodes] = fig.cap_nodes;
   mine[kPlans] = t[kPlans].empty() ? 0 : static_cast<int64_t>(median(t[kPlans]) * 1e9);
   mine[kWire] = t[kWire].empty() ? 0 : static_cast<int64_t>(median(t[kWire]) * 1e9);
   mine[kWireRows] = t[kWireRows].empty() ? 0 : static_cast<int64_t>(median(t[kWireRows]) * 1e9);
@@ -329,10 +330,11 @@ std::string captured_detail(const Options& o, const Gathered& g) {
   std::snprintf(buf, sizeof buf,
                 "as a CUDA graph's step runs the layer (no shared expert): routing on the device, fixed blocks "
                 "(--ep-graph-capacity %.0f), %.2f + %.2f MB/rank to peers (eager above: %.2f + %.2f; its route "
-                "to combine %.1f us); %" PRId64 " of %d iterations x %d ranks overflowed",
+                "to combine %.1f us); %" PRId64 " of %d iterations x %d ranks overflowed; its graph on rank 0: %" PRId64
+                " nodes",
                 Model::kDefaultEpGraphCapacity, rate(g, kCapturedDispatchBytes, kCaptured).first,
                 rate(g, kCapturedCombineBytes, kCaptured).first, rate(g, kDispatchBytes, kDispatch).first,
-                rate(g, kCombineBytes, kCombine).first, eager_us, over, o.iters, g.n);
+                rate(g, kCombineBytes, kCombine).first, eager_us, over, o.iters, g.n, g.field(kCapturedNodes)[0]);
   return buf;
 }
 
