@@ -141,11 +141,7 @@ TEST_F(GroupedExperts, SiluMulStackedIsSiluMulOnEachRowsHalves) {
   for (const auto& [rows, width] : {std::pair<int64_t, int64_t>{5, 12}, {300, 260}}) {  // 78000: threaded
     const std::vector<float> gate_up = randn(static_cast<size_t>(rows * 2 * width), 11, 3.0f);
     std::vector<float> gate, up;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = gate_up.data() + r * 2 * width;
-      gate.insert(gate.end(), row, row + width);
-      up.insert(up.end(), row + width, row + 2 * width);
-    }
+    test::split_stacked_rows(gate_up, rows, width, &gate, &up);
     const size_t n = static_cast<size_t>(rows * width);
     std::vector<float> want(n), got(n), by_default(n);
     std::vector<uint16_t> want_twin(n), got_twin(n), default_twin(n);

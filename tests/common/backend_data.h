@@ -61,6 +61,19 @@ class WeightStore {
   std::deque<std::vector<uint8_t>> bytes_;
 };
 
+// The halves of a stacked gate/up projection's rows (gate_up [rows, 2 * width]: each row's gate,
+// then its up) as two arrays [rows, width].
+inline void split_stacked_rows(const std::vector<float>& gate_up, int64_t rows, int64_t width, std::vector<float>* gate,
+                               std::vector<float>* up) {
+  gate->clear();
+  up->clear();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = gate_up.data() + r * 2 * width;
+    gate->insert(gate->end(), row, row + width);
+    up->insert(up->end(), row + width, row + 2 * width);
+  }
+}
+
 // A copy of host values in b's memory (never null, even when empty), and back.
 template <typename T>
 T* up(ComputeBackend& b, const std::vector<T>& h) {

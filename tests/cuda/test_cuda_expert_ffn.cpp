@@ -225,11 +225,7 @@ TEST_F(CudaExpertFfn, SiluMulStackedIsSiluMulOnEachRowsHalves) {
   const int64_t rows = 37, width = 200;
   const std::vector<float> gate_up = randn(static_cast<size_t>(rows * 2 * width), 94, 4.0f);
   std::vector<float> gate, upv;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = gate_up.data() + r * 2 * width;
-    gate.insert(gate.end(), row, row + width);
-    upv.insert(upv.end(), row + width, row + 2 * width);
-  }
+  test::split_stacked_rows(gate_up, rows, width, &gate, &upv);
   const size_t n = static_cast<size_t>(rows * width);
   float* gu = up(*gpu_, gate_up);
   float* g = up(*gpu_, gate);
