@@ -6,8 +6,9 @@
 // w13: one grouped call for both projections, reading the rows once, then silu_mul_stacked on its
 // [rows, 2 inter] output. Each row's gate and up columns have the bits the separate calls give
 // them wherever the backend's GEMM computes an output element alone, independent of the columns
-// beside it (the CPU's; the CUDA backend's routed kernels and grouped W8A8 GEMM), so stacking
-// changes no bit there; cuBLAS may choose another algorithm for the wider product.
+// beside it (the CPU's; the CUDA backend's routed kernels and its own grouped fp8 kernels), so
+// stacking changes no bit there; cuBLAS and cuBLASLt may choose another algorithm for the wider
+// product.
 #pragma once
 
 #include <cstdint>
