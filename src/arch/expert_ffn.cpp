@@ -65,24 +65,25 @@ void run_experts(Scratch& scratch, const LocalExperts& experts, int64_t H, const
   float* up = scratch.get(Scratch::kFeedForward + 6, static_cast<size_t>(chunk_rows * inter));
   float* act = experts.stacked() ? up : gate;
   std::vector<int64_t> off;
-  auto chunk = [](const std::vector<const Matrix*>& w, int64_t e0, int64_t e1) {
-    return std::vector<const Matrix*>(w.begin() + e0, w.begin() + e1);
-  };
+  std::vector<const Matrix*> w_in, w_up, w_down;  // the chunk's weights, refilled in place
   for (size_t c = 0; c + 1 < first.size(); ++c) {
     const int64_t e0 = first[c], e1 = first[c + 1], r0 = offsets[e0], n = offsets[e1] - r0;
     if (n == 0) continue;
     // The chunk's rows from 0: in, gate/up and out are offset to its first row.
     off.clear();
     for (int64_t e = e0; e <= e1; ++e) off.push_back(offsets[e] - r0);
+    const auto& first_w = experts.stacked() ? experts.gate_up() : experts.gate();
+    w_in.assign(first_w.begin() + e0, first_w.begin() + e1);
+    w_down.assign(experts.down().begin() + e0, experts.down().begin() + e1);
+    b.grouped_linear(in + r0 * H, off, w_in, gate);
     if (experts.stacked()) {
-      b.grouped_linear(in + r0 * H, off, chunk(experts.gate_up(), e0, e1), gate);
       b.silu_mul_stacked(gate, n, inter, act);
     } else {
-      b.grouped_linear(in + r0 * H, off, chunk(experts.gate(), e0, e1), gate);
-      b.grouped_linear(in + r0 * H, off, chunk(experts.up(), e0, e1), up);
+      w_up.assign(experts.up().begin() + e0, experts.up().begin() + e1);
+      b.grouped_linear(in + r0 * H, off, w_up, up);
       b.silu_mul(gate, up, act, n * inter);
     }
-    b.grouped_linear(act, off, chunk(experts.down(), e0, e1), out + r0 * H);
+    b.grouped_linear(act, off, w_down, out + r0 * H);
   }
 }
 
