@@ -12,17 +12,17 @@ constexpr int kRowThreads = 256;
 
 // One block per output row (grid-stride over rows), the block's threads over its H columns.
 __global__ void gather_rows_kernel(const float* __restrict__ src, int64_t H, const int32_t* __restrict__ rows,
-                                   int64_t n, float* __restrict__ dst) {
+                                   int64_t n, float* __restrict__ dst, uint16_t* __restrict__ twin) {
   for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     const int32_t row = rows[i];
     if (row == kKeepRow) continue;
     float* d = dst + i * H;
-    if (row < 0) {
-      for (int64_t c = threadIdx.x; c < H; c += blockDim.x) d[c] = 0.0f;
-      continue;
+    const float* s = src + static_cast<int64_t>(row < 0 ? 0 : row) * H;
+    for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
+      const float v = row < 0 ? 0.0f : s[c];
+      d[c] = v;
+      if (twin) twin[i * H + c] = bf16_bits::from_f32(v);
     }
-    const float* s = src + static_cast<int64_t>(row) * H;
-    for (int64_t c = threadIdx.x; c < H; c += blockDim.x) d[c] = s[c];
   }
 }
 
@@ -50,10 +50,10 @@ unsigned grid_for(int64_t n) { return static_cast<unsigned>(n < 65535 * 16 ? n :
 
 }  // namespace
 
-void launch_gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst,
+void launch_gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst, uint16_t* twin,
                         cudaStream_t stream) {
   if (H <= 0 || n <= 0) return;
-  gather_rows_kernel<<<grid_for(n), kRowThreads, 0, stream>>>(src, H, rows, n, dst);
+  gather_rows_kernel<<<grid_for(n), kRowThreads, 0, stream>>>(src, H, rows, n, dst, twin);
 }
 
 void launch_combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows,

@@ -14,7 +14,8 @@ namespace shardlm::cuda {
 constexpr int32_t kKeepRow = -2;
 
 // dst[i] = src[rows[i]] (rows of H floats) for i < n; zeros where rows[i] < 0, but for kKeepRow.
-void launch_gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst,
+// twin (null: none): dst's bf16 twin, written with it (kept rows keep theirs).
+void launch_gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst, uint16_t* twin,
                         cudaStream_t stream);
 
 // out [T, H]: per token, from 0, + weights[i] * y[rows[i]] for i in [token_start[t],

@@ -53,10 +53,12 @@ void launch(const void* src, int64_t blocks, int64_t block_len, int64_t round_le
 }
 
 // A block per row (grid-stride over rows), its threads over the row's H values. kPack: dst row i
-// is src row rows[i] rounded; else dst row i is wire row rows[i] widened. Zeros where rows[i] < 0.
+// is src row rows[i] rounded; else dst row i is wire row rows[i] widened, and where twin is not
+// null its twin row the widened value rounded back (the wire's bits: widening is exact). Zeros
+// where rows[i] < 0.
 template <bool kPack>
 __global__ void wire_rows_bf16_kernel(const void* __restrict__ src, int64_t H, const int32_t* __restrict__ rows,
-                                      int64_t n, void* __restrict__ dst) {
+                                      int64_t n, void* __restrict__ dst, uint16_t* __restrict__ twin) {
   for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     const int32_t from = rows[i];
     for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
@@ -64,30 +66,32 @@ __global__ void wire_rows_bf16_kernel(const void* __restrict__ src, int64_t H, c
         static_cast<uint16_t*>(dst)[i * H + c] =
             from < 0 ? uint16_t{0} : bf16_bits::from_f32(static_cast<const float*>(src)[from * H + c]);
       } else {
-        static_cast<float*>(dst)[i * H + c] =
-            from < 0 ? 0.0f : bf16_bits::to_f32(static_cast<const uint16_t*>(src)[from * H + c]);
+        const float v = from < 0 ? 0.0f : bf16_bits::to_f32(static_cast<const uint16_t*>(src)[from * H + c]);
+        static_cast<float*>(dst)[i * H + c] = v;
+        if (twin) twin[i * H + c] = bf16_bits::from_f32(v);
       }
     }
   }
 }
 
 template <bool kPack>
-void launch_rows(const void* src, int64_t H, const int32_t* rows, int64_t n, void* dst, cudaStream_t stream) {
+void launch_rows(const void* src, int64_t H, const int32_t* rows, int64_t n, void* dst, uint16_t* twin,
+                 cudaStream_t stream) {
   if (H <= 0 || n <= 0) return;
   wire_rows_bf16_kernel<kPack>
-      <<<static_cast<unsigned>(n < 65535 * 16 ? n : 65535 * 16), kThreads, 0, stream>>>(src, H, rows, n, dst);
+      <<<static_cast<unsigned>(n < 65535 * 16 ? n : 65535 * 16), kThreads, 0, stream>>>(src, H, rows, n, dst, twin);
 }
 
 }  // namespace
 
 void launch_pack_rows_bf16(const float* src, int64_t H, const int32_t* rows, int64_t n, uint16_t* dst,
                            cudaStream_t stream) {
-  launch_rows<true>(src, H, rows, n, dst, stream);
+  launch_rows<true>(src, H, rows, n, dst, nullptr, stream);
 }
 
-void launch_unpack_rows_bf16(const uint16_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst,
+void launch_unpack_rows_bf16(const uint16_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst, uint16_t* twin,
                              cudaStream_t stream) {
-  launch_rows<false>(src, H, rows, n, dst, stream);
+  launch_rows<false>(src, H, rows, n, dst, twin, stream);
 }
 
 void launch_pack_bf16(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, uint16_t* dst,

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "bf16_bits.h"
 #include "cpu/wire_fp8.h"
 #include "cuda/fp8_group_quant.cuh"
 #include "fp8_bits.h"
@@ -88,10 +89,11 @@ void launch(const void* src, int64_t blocks, int64_t block_len, int64_t round_le
 
 // A warp per 128-value group of a row (grid-stride over the n rows' groups). kPack: wire row i is
 // src row rows[i] quantised as above (a zero row, scales 1 and codes 0, where rows[i] < 0); else
-// dst row i is wire row rows[i] read back (zeros where rows[i] < 0).
+// dst row i is wire row rows[i] read back (zeros where rows[i] < 0), with its bf16 twin where
+// twin is not null.
 template <bool kPack>
 __global__ void wire_rows_fp8_kernel(const void* __restrict__ src, int64_t H, const int32_t* __restrict__ rows,
-                                     int64_t n, void* __restrict__ dst) {
+                                     int64_t n, void* __restrict__ dst, uint16_t* __restrict__ twin) {
   const int64_t groups = cpu::wire_fp8_groups(H), row_bytes = cpu::wire_fp8_row_bytes(H);
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int64_t first = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -120,30 +122,34 @@ __global__ void wire_rows_fp8_kernel(const void* __restrict__ src, int64_t H, co
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int64_t k = lane + 32 * j;
-        if (k < len) x[k] = from < 0 ? 0.0f : fp8_bits::to_f32(row[4 * groups + k0 + k]) * s;
+        if (k >= len) continue;
+        const float v = from < 0 ? 0.0f : fp8_bits::to_f32(row[4 * groups + k0 + k]) * s;
+        x[k] = v;
+        if (twin) twin[i * H + k0 + k] = bf16_bits::from_f32(v);
       }
     }
   }
 }
 
 template <bool kPack>
-void launch_rows(const void* src, int64_t H, const int32_t* rows, int64_t n, void* dst, cudaStream_t stream) {
+void launch_rows(const void* src, int64_t H, const int32_t* rows, int64_t n, void* dst, uint16_t* twin,
+                 cudaStream_t stream) {
   if (H <= 0 || n <= 0) return;
   const int64_t x = (n * cpu::wire_fp8_groups(H) + kWarps - 1) / kWarps;
   wire_rows_fp8_kernel<kPack>
-      <<<static_cast<unsigned>(x < 65535 * 16 ? x : 65535 * 16), kWarps * 32, 0, stream>>>(src, H, rows, n, dst);
+      <<<static_cast<unsigned>(x < 65535 * 16 ? x : 65535 * 16), kWarps * 32, 0, stream>>>(src, H, rows, n, dst, twin);
 }
 
 }  // namespace
 
 void launch_pack_rows_fp8(const float* src, int64_t H, const int32_t* rows, int64_t n, uint8_t* dst,
                           cudaStream_t stream) {
-  launch_rows<true>(src, H, rows, n, dst, stream);
+  launch_rows<true>(src, H, rows, n, dst, nullptr, stream);
 }
 
-void launch_unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst,
+void launch_unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst, uint16_t* twin,
                             cudaStream_t stream) {
-  launch_rows<false>(src, H, rows, n, dst, stream);
+  launch_rows<false>(src, H, rows, n, dst, twin, stream);
 }
 
 void launch_pack_fp8(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len,

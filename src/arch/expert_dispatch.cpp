@@ -21,7 +21,8 @@ constexpr int kSendRows = Scratch::kFeedForward + 20, kRecvRows = Scratch::kFeed
               kInput = Scratch::kFeedForward + 22, kOutput = Scratch::kFeedForward + 23,
               kSendIndex = Scratch::kFeedForward + 24, kInputIndex = Scratch::kFeedForward + 25,
               kResultIndex = Scratch::kFeedForward + 26, kTokenStart = Scratch::kFeedForward + 27,
-              kTokenPairs = Scratch::kFeedForward + 28, kTokenWeights = Scratch::kFeedForward + 29;
+              kTokenPairs = Scratch::kFeedForward + 28, kTokenWeights = Scratch::kFeedForward + 29,
+              kInputTwin = Scratch::kFeedForward + 41;
 
 // Backend buffers are never null, even for zero elements: the NCCL communicator tells device from
 // host memory by the pointers, and every member must pass the same kind.
@@ -67,7 +68,12 @@ ExpertDispatch::ExpertDispatch(Communicator* ep, int64_t num_experts, int64_t hi
   offsets_.assign(static_cast<size_t>(per_rank_ + 1), 0);
 }
 
-void ExpertDispatch::dispatch(Scratch& scratch, const float* x, const Routing& r, ExpertWire wire) {
+uint16_t* ExpertDispatch::twin(Scratch& scratch, int64_t rows, int64_t twin_rows) const {
+  if (rows > twin_rows || !scratch.backend().wants_bf16_twins()) return nullptr;
+  return scratch.get_as<uint16_t>(kInputTwin, static_cast<size_t>(std::max<int64_t>(rows * H_, 1)));
+}
+
+void ExpertDispatch::dispatch(Scratch& scratch, const float* x, const Routing& r, ExpertWire wire, int64_t twin_rows) {
   ComputeBackend& b = scratch.backend();
   wire_ = wire;
   b.synchronize();
@@ -117,7 +123,8 @@ void ExpertDispatch::dispatch(Scratch& scratch, const float* x, const Routing& r
     offsets_.assign(start.begin(), start.end());
     input_ = floats(scratch, kInput, P * H);
     output_ = floats(scratch, kOutput, P * H);
-    b.gather_rows(x, H, upload(scratch, kSendIndex, pair_token), P, input_);
+    input_twin_ = twin(scratch, P, twin_rows);
+    b.gather_rows(x, H, upload(scratch, kSendIndex, pair_token), P, {input_, input_twin_});
     dispatch_bytes = 0;
     b.synchronize();
     dispatch_seconds = since(t0);
@@ -221,8 +228,9 @@ void ExpertDispatch::dispatch(Scratch& scratch, const float* x, const Routing& r
   }
   input_ = floats(scratch, kInput, R * H);
   output_ = floats(scratch, kOutput, R * H);
+  input_twin_ = twin(scratch, R, twin_rows);
   // Read back off the wire as they are gathered per expert.
-  unpack_wire_rows(b, wire_, recv_x, H, upload(scratch, kInputIndex, input_rows_), R, input_);
+  unpack_wire_rows(b, wire_, recv_x, H, upload(scratch, kInputIndex, input_rows_), R, {input_, input_twin_});
   b.synchronize();
   dispatch_seconds = since(t0);
 }

@@ -37,10 +37,12 @@
 //
 // On a bf16 or fp8 wire the rows are gathered straight onto the wire and read back off it as the
 // owner gathers them per expert, and the combine sums the bf16 results where they arrive
-// (arch/expert_wire.h pack_wire_rows): no fp32 copy of a row is made for the exchange.
+// (arch/expert_wire.h pack_wire_rows): no fp32 copy of a row is made for the exchange. The owner's
+// gather writes the rows' bf16 twin in the same pass where the caller asks for one, so that
+// experts whose GEMMs read bf16 activations do not cast them again.
 //
-// Backend memory comes from the caller's Scratch: slots Scratch::kFeedForward + 20 .. + 29, valid
-// from dispatch until the next dispatch (input() and output() included).
+// Backend memory comes from the caller's Scratch: slots Scratch::kFeedForward + 20 .. + 29 and
+// + 41 (the twin), valid from dispatch until the next dispatch (input() and output() included).
 #pragma once
 
 #include <cstdint>
@@ -64,11 +66,13 @@ class ExpertDispatch {
   // Sends this rank's T rows x [T, H] (backend memory) to the owners of their routed experts and
   // gathers what this rank's experts must run. `r` (host) holds T tokens. The rows travel, and the
   // results come back in combine, as `wire` says (arch/expert_wire.h; nothing travels without ep).
-  void dispatch(Scratch& scratch, const float* x, const Routing& r, ExpertWire wire = ExpertWire::kF32);
+  // input() gets a bf16 twin when rows() <= twin_rows and the backend wants twins.
+  void dispatch(Scratch& scratch, const float* x, const Routing& r, ExpertWire wire = ExpertWire::kF32,
+                int64_t twin_rows = 0);
   // After dispatch: rows this rank's experts run, grouped per local expert.
   int64_t rows() const { return offsets_.back(); }
   const std::vector<int64_t>& offsets() const { return offsets_; }  // [local experts + 1], host
-  const float* input() const { return input_; }                    // [rows(), H], backend memory
+  Activations input() const { return {input_, input_twin_}; }       // [rows(), H], backend memory
   float* output() { return output_; }                              // [rows(), H], filled by the caller
   // Returns the results to the tokens' ranks and writes out [out_rows, H] (backend memory;
   // overwritten): row first + t is token t's combined result, every other row zero.
@@ -104,7 +108,11 @@ class ExpertDispatch {
   std::vector<int64_t> from_cnt_;    // [size * per_rank] pairs received from s for local expert e
   std::vector<int64_t> pairs_from_;  // [size] pairs received from each rank
   float* input_ = nullptr;           // scratch, [rows, H]
+  uint16_t* input_twin_ = nullptr;   // scratch, [rows, H], or null
   float* output_ = nullptr;          // scratch, [rows, H]
+
+  // input()'s twin buffer for `rows` rows, or null (see dispatch).
+  uint16_t* twin(Scratch& scratch, int64_t rows, int64_t twin_rows) const;
 
   // Host index arrays (uploaded) and the slot exchange.
   std::vector<int32_t> send_rows_, input_rows_, result_rows_;

@@ -37,7 +37,11 @@ void LocalExperts::assign(std::vector<ExpertWeights> experts, ComputeBackend* st
   for (const Matrix& s : stacked_) gate_up_.push_back(&s);
 }
 
-void run_experts(Scratch& scratch, const LocalExperts& experts, int64_t H, const float* in,
+bool experts_read_twins(const ComputeBackend& b, const LocalExperts& experts) {
+  return b.wants_bf16_twins() && experts.dtype() == DType::BF16;
+}
+
+void run_experts(Scratch& scratch, const LocalExperts& experts, int64_t H, Activations in,
                  const std::vector<int64_t>& offsets, float* out, int64_t max_chunk_rows) {
   const int64_t L = experts.size(), inter = experts.inter();
   SHARDLM_CHECK(static_cast<int64_t>(offsets.size()) == L + 1,
@@ -63,7 +67,10 @@ void run_experts(Scratch& scratch, const LocalExperts& experts, int64_t H, const
   const int64_t width = experts.stacked() ? 2 * inter : inter;
   float* gate = scratch.get(Scratch::kFeedForward + 5, static_cast<size_t>(chunk_rows * width));
   float* up = scratch.get(Scratch::kFeedForward + 6, static_cast<size_t>(chunk_rows * inter));
-  float* act = experts.stacked() ? up : gate;
+  uint16_t* act_twin = nullptr;
+  if (experts_read_twins(b, experts))
+    act_twin = scratch.get_as<uint16_t>(Scratch::kFeedForward + 7, static_cast<size_t>(chunk_rows * inter));
+  const ActivationsOut act{experts.stacked() ? up : gate, act_twin};
   std::vector<int64_t> off;
   std::vector<const Matrix*> w_in, w_up, w_down;  // the chunk's weights, refilled in place
   for (size_t c = 0; c + 1 < first.size(); ++c) {
@@ -75,12 +82,12 @@ void run_experts(Scratch& scratch, const LocalExperts& experts, int64_t H, const
     const auto& first_w = experts.stacked() ? experts.gate_up() : experts.gate();
     w_in.assign(first_w.begin() + e0, first_w.begin() + e1);
     w_down.assign(experts.down().begin() + e0, experts.down().begin() + e1);
-    b.grouped_linear(in + r0 * H, off, w_in, gate);
+    b.grouped_linear(in.from(r0 * H), off, w_in, gate);
     if (experts.stacked()) {
       b.silu_mul_stacked(gate, n, inter, act);
     } else {
       w_up.assign(experts.up().begin() + e0, experts.up().begin() + e1);
-      b.grouped_linear(in + r0 * H, off, w_up, up);
+      b.grouped_linear(in.from(r0 * H), off, w_up, up);
       b.silu_mul(gate, up, act, n * inter);
     }
     b.grouped_linear(act, off, w_down, out + r0 * H);

@@ -40,6 +40,7 @@ class LocalExperts {
 
   int64_t size() const { return static_cast<int64_t>(experts_.size()); }
   int64_t inter() const { return experts_.empty() ? 0 : experts_[0].gate.rows; }
+  DType dtype() const { return experts_.empty() ? DType::F32 : experts_[0].gate.dtype; }
   const std::vector<ExpertWeights>& weights() const { return experts_; }
   const std::vector<const Matrix*>& gate() const { return gate_; }
   const std::vector<const Matrix*>& up() const { return up_; }
@@ -54,18 +55,25 @@ class LocalExperts {
   std::vector<const Matrix*> gate_, up_, down_, gate_up_;
 };
 
+// Whether run_experts' grouped calls read their rows as a bf16 twin where the rows have one: the
+// backend's GEMMs read bf16 activations and the experts are bf16. (fp8 experts' groups past 16 rows
+// quantise the fp32 rows for their W8A8 GEMMs, so a twin of a prefill's rows would mostly be
+// written for nothing; the routed calls' direct kernel reads it, see run_routed_experts.)
+bool experts_read_twins(const ComputeBackend& b, const LocalExperts& experts);
+
 // The experts' GEMMs: for local expert e, rows [offsets[e], offsets[e+1]) of in [R, H] (backend
-// memory) go through down(silu(gate(x)) * up(x)) into the same rows of out [R, H] (backend
-// memory) (an expert with no row is skipped). Each projection runs as one grouped_linear over a
-// chunk of consecutive experts (gate and up as one, where stacked), so a backend with grouped GEMMs
-// launches two or three GEMMs per chunk, not three per expert. A chunk holds at most
-// max(max_chunk_rows, the largest expert's rows) rows, which bounds the gate/up scratch;
-// max_chunk_rows < 0 takes the backend's grouped_linear_rows() (CUDA: 16384 rows, usually one
-// chunk; CPU: 0, so experts go one by one, small ones merged, and the gate/up rows stay in cache
-// between the GEMMs). A row's result does not depend on the chunking (each row's linear is batch
-// invariant; silu_mul is elementwise). Uses scratch slots Scratch::kFeedForward + 5 and + 6 (chunk
-// rows x inter floats each, the first twice that where stacked).
-void run_experts(Scratch& scratch, const LocalExperts& experts, int64_t H, const float* in,
+// memory; its twin read where it has one) go through down(silu(gate(x)) * up(x)) into the same rows
+// of out [R, H] (backend memory) (an expert with no row is skipped). Each projection runs as one
+// grouped_linear over a chunk of consecutive experts (gate and up as one, where stacked), so a
+// backend with grouped GEMMs launches two or three GEMMs per chunk, not three per expert. A chunk
+// holds at most max(max_chunk_rows, the largest expert's rows) rows, which bounds the gate/up
+// scratch; max_chunk_rows < 0 takes the backend's grouped_linear_rows() (CUDA: 16384 rows, usually
+// one chunk; CPU: 0, so experts go one by one, small ones merged, and the gate/up rows stay in
+// cache between the GEMMs). A row's result does not depend on the chunking (each row's linear is
+// batch invariant; silu_mul is elementwise). Uses scratch slots Scratch::kFeedForward + 5 and + 6
+// (chunk rows x inter floats each, the first twice that where stacked) and, where
+// experts_read_twins, + 7 (the activation's twin, which the down projection reads).
+void run_experts(Scratch& scratch, const LocalExperts& experts, int64_t H, Activations in,
                  const std::vector<int64_t>& offsets, float* out, int64_t max_chunk_rows = -1);
 
 // The same from the experts' row ranges in backend memory (grouped_linear_routed: nothing read on

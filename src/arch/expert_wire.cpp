@@ -92,7 +92,7 @@ void pack_wire_rows(ComputeBackend& b, ExpertWire w, const float* src, int64_t H
 }
 
 void unpack_wire_rows(ComputeBackend& b, ExpertWire w, const void* src, int64_t H, const int32_t* rows, int64_t n,
-                      float* dst) {
+                      ActivationsOut dst) {
   switch (w) {
     case ExpertWire::kBf16:
       b.unpack_rows_bf16(static_cast<const uint16_t*>(src), H, rows, n, dst);

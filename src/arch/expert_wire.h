@@ -46,13 +46,14 @@ int64_t wire_row_bytes(ExpertWire w, int64_t row_len);
 // An eager exchange's rows, moved onto the wire and off it in one pass each (the gather and the
 // packing fused; fp32 is a plain gather_rows):
 //   pack     dst: n wire rows of wire_row_bytes(w, H), row i src row rows[i] ([*, H] floats);
-//   unpack   dst [n, H] floats: row i the wire row rows[i] of src, read back;
+//   unpack   dst [n, H] floats: row i the wire row rows[i] of src, read back (and dst's twin,
+//            where it has one, in the same pass);
 //   combine  the backend's combine_rows on wire rows y (fp32 or bf16: a combine's wire).
 // Zeros where rows[i] < 0 (fp8: a zero row, scales 1).
 void pack_wire_rows(ComputeBackend& b, ExpertWire w, const float* src, int64_t H, const int32_t* rows, int64_t n,
                     void* dst);
 void unpack_wire_rows(ComputeBackend& b, ExpertWire w, const void* src, int64_t H, const int32_t* rows, int64_t n,
-                      float* dst);
+                      ActivationsOut dst);
 void combine_wire_rows(ComputeBackend& b, ExpertWire w, const void* y, int64_t H, const int32_t* token_start,
                        const int32_t* rows, const float* weights, int64_t T, float* out);
 

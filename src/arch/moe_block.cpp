@@ -32,6 +32,7 @@
 // expert order from unsummed per-(token, expert) rows with the same rounding and route with the
 // same op, so on the CPU backend the two paths agree bit for bit and the output is bit-identical
 // across expert-parallel layouts (see expert_dispatch.h).
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -224,7 +225,8 @@ class MoeBlock final : public FeedForwardBlock {
   }
 
   // ep_size 1, T > 0, a large step: the whole layer through backend ops (see the file comment).
-  // Slots kFeedForward + 0..3 as add_shared uses them, + 8 and up for the routing.
+  // Slots kFeedForward + 0..3 as add_shared uses them, + 4 for the gathered rows' twin, 5..7 for
+  // the experts (arch/expert_ffn.h), + 8 and up for the routing.
   void forward_on_backend(Activations h, const StepContext& ctx, Scratch& scratch, float* out) {
     ComputeBackend& b = scratch.backend();
     const int64_t T = ctx.T, H = H_, E = m_.num_experts, k = m_.experts_per_token, P = T * k;
@@ -238,9 +240,12 @@ class MoeBlock final : public FeedForwardBlock {
     const int64_t rows = host_offsets_[E];
     SHARDLM_CHECK(rows == P, "moe block: " << rows << " expert rows for " << T << " tokens x top-" << k);
 
-    // Each expert's GEMMs on its contiguous rows.
+    // Each expert's GEMMs on its contiguous rows, gathered with a twin where the GEMMs read one.
     expert_offsets_.assign(host_offsets_.begin(), host_offsets_.end());
-    float* xp = scratch.get(Scratch::kFeedForward + 13, static_cast<size_t>(rows * H));
+    const ActivationsOut xp{scratch.get(Scratch::kFeedForward + 13, static_cast<size_t>(rows * H)),
+                            experts_read_twins(b, experts_)
+                                ? scratch.get_as<uint16_t>(Scratch::kFeedForward + 4, static_cast<size_t>(rows * H))
+                                : nullptr};
     float* yp = scratch.get(Scratch::kFeedForward + 16, static_cast<size_t>(rows * H));
     {
       OpSection s(b, "moe experts");
@@ -314,15 +319,24 @@ class MoeBlock final : public FeedForwardBlock {
     }
 
     // Dispatch, the local experts, combine (rows outside the share zero). A decode-sized step's
-    // experts take the routed GEMMs, as a captured step's do, so the two give the same bits.
+    // experts take the routed GEMMs, as a captured step's do, so the two give the same bits. The
+    // exchanged rows come with a twin where the experts' GEMMs read one: the routed calls on bf16
+    // or fp8 experts, and run_experts' where experts_read_twins.
+    const int64_t L = experts_.size(), routed_rows = routed_rows_per_expert_ * L;
     {
       OpSection s(b, "ep dispatch");
-      dispatch_.dispatch(scratch, h.f32 + t0 * H, routing_, wire);
+      int64_t twin_rows = 0;
+      if (experts_read_twins(b, experts_)) {
+        twin_rows = INT64_MAX;
+      } else if (experts_.dtype() == DType::F8_E4M3) {
+        twin_rows = routed_rows;  // the routed calls' direct kernel reads bf16 rows
+      }
+      dispatch_.dispatch(scratch, h.f32 + t0 * H, routing_, wire, twin_rows);
     }
-    const int64_t rows = dispatch_.rows(), L = experts_.size();
+    const int64_t rows = dispatch_.rows();
     {
       OpSection s(b, "moe experts");
-      if (rows > 0 && rows <= routed_rows_per_expert_ * L) {
+      if (rows > 0 && rows <= routed_rows) {
         const std::vector<int64_t>& off = dispatch_.offsets();
         host_offsets_.assign(off.begin(), off.end());
         int32_t* offsets = scratch.get_as<int32_t>(Scratch::kFeedForward + 10, static_cast<size_t>(L + 1));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <thread>
 
@@ -362,7 +363,8 @@ void time_eager_layer(const Options& o, const Layer& layer, Scratch& scratch, co
       b.copy_to_host(routing.weights.data(), a.wdev, routing.weights.size() * sizeof(float));
     }
     const double route_s = since(t0);
-    disp.dispatch(scratch, a.h, routing, o.wire);
+    // The rows' twin where run_experts reads one, as the MoE block's eager steps gather them.
+    disp.dispatch(scratch, a.h, routing, o.wire, experts_read_twins(b, layer.experts) ? INT64_MAX : 0);
     const auto t1 = Clock::now();
     run_experts(scratch, layer.experts, H, disp.input(), disp.offsets(), disp.output());
     b.synchronize();

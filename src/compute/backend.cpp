@@ -125,12 +125,12 @@ void ComputeBackend::latent_rope_cache_write(float* latent, const Vector& latent
   latent_cache_write(latent, k_rope, T, slots, kv_lora, rope_dim, cache);
 }
 
-void ComputeBackend::grouped_linear(const float* x, const std::vector<int64_t>& offsets,
+void ComputeBackend::grouped_linear(Activations x, const std::vector<int64_t>& offsets,
                                     const std::vector<const Matrix*>& w, float* y) {
   check_grouped_linear(offsets, w, name().c_str());
   for (size_t g = 0; g < w.size(); ++g) {
     const int64_t r0 = offsets[g], n = offsets[g + 1] - r0;
-    if (n > 0) linear(x + r0 * w[g]->cols, n, *w[g], nullptr, y + r0 * w[g]->rows);
+    if (n > 0) linear(x.from(r0 * w[g]->cols), n, *w[g], nullptr, y + r0 * w[g]->rows);
   }
 }
 
@@ -141,7 +141,7 @@ void ComputeBackend::grouped_linear_routed(Activations x, int64_t max_rows, int6
   const std::vector<int64_t> rows(host.begin(), host.end());
   SHARDLM_CHECK(rows.back() <= max_rows, name() << ": grouped_linear_routed offsets end at " << rows.back()
                                                 << ", past the " << max_rows << " rows of x");
-  grouped_linear(x.f32, rows, w, y);
+  grouped_linear(x, rows, w, y);
 }
 
 }  // namespace shardlm

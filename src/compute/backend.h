@@ -299,8 +299,9 @@ class ComputeBackend {
   // [offsets[g], offsets[g+1]) of x [offsets[G], K] times w[g]^T go into the same rows of
   // y [offsets[G], N]. Empty groups are skipped; other rows of y are not written. Each row's
   // result is what linear() gives it up to the backend's GEMM summation order (on the CPU backend,
-  // where the default runs linear() per non-empty group, bit for bit).
-  virtual void grouped_linear(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
+  // where the default runs linear() per non-empty group, bit for bit). x's twin, where it has one,
+  // spans the same rows.
+  virtual void grouped_linear(Activations x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
                               float* y);
   // grouped_linear with the groups' row ranges in backend memory: offsets [G + 1] (int32, from an
   // expert permutation), offsets[G] <= max_rows, x [max_rows, K], y [max_rows, N] (rows from
@@ -449,8 +450,9 @@ class ComputeBackend {
   // ---- Expert-parallel data movement (arch/expert_dispatch.h; kernels/cpu/expert_rows.h defines
   // them). The host builds the index arrays (backend memory); only activation rows move. ----
   // dst [n, H]: dst[i] = src[rows[i]]; zeros where rows[i] < 0, but rows[i] == cpu::kKeepRow
-  // leaves dst's row as it is (kernels/cpu/expert_rows.h).
-  virtual void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) = 0;
+  // leaves dst's row (and its twin's) as it is (kernels/cpu/expert_rows.h). Writes dst's twin where
+  // it has one.
+  virtual void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, ActivationsOut dst) = 0;
   // out [T, H]: per token, from zero, + weights[i] * y[rows[i]] for i in [token_start[t],
   // token_start[t + 1]) (token_start [T + 1]) in that order, each product rounded before the add
   // (the rounding of expert_combine); a token with an empty range gets zeros.
@@ -472,11 +474,12 @@ class ComputeBackend {
                           float* dst) = 0;
   // Rows gathered onto a wire and off it in one pass (kernels/cpu/wire_bf16.h, wire_fp8.h
   // pack_rows / unpack_rows): an eager exchange's row movement and packing at once. Wire row i is
-  // src row rows[i] ([*, H] floats) packed; dst row i ([n, H] floats) is wire row rows[i] read back.
+  // src row rows[i] ([*, H] floats) packed; dst row i ([n, H] floats) is wire row rows[i] read
+  // back, with its twin where dst has one (the experts' GEMMs then read the rows without a cast).
   virtual void pack_rows_bf16(const float* src, int64_t H, const int32_t* rows, int64_t n, uint16_t* dst) = 0;
-  virtual void unpack_rows_bf16(const uint16_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) = 0;
+  virtual void unpack_rows_bf16(const uint16_t* src, int64_t H, const int32_t* rows, int64_t n, ActivationsOut dst) = 0;
   virtual void pack_rows_fp8(const float* src, int64_t H, const int32_t* rows, int64_t n, uint8_t* dst) = 0;
-  virtual void unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) = 0;
+  virtual void unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, ActivationsOut dst) = 0;
   // combine_rows on rows y in bf16 (the combine's results as a bf16 wire carries them), each
   // widened exactly: combine_rows' bits without writing the widened rows out.
   virtual void combine_rows_bf16(const uint16_t* y, int64_t H, const int32_t* token_start, const int32_t* rows,

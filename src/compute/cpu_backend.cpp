@@ -175,6 +175,13 @@ void write_twin(ActivationsOut out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out.bf16[i] = f32_to_bf16(out.f32[i]);
 }
 
+// The twins of rows [n, H] but for those marked kKeepRow, which keep theirs.
+void write_row_twins(ActivationsOut out, int64_t H, const int32_t* rows, int64_t n) {
+  if (!out.bf16) return;
+  for (int64_t i = 0; i < n; ++i)
+    if (rows[i] != cpu::kKeepRow) write_twin({out.f32 + i * H, out.bf16 + i * H}, H);
+}
+
 }  // namespace
 
 void CpuBackend::rmsnorm(const float* x, const Vector& w, int64_t rows, float eps, ActivationsOut out) {
@@ -238,8 +245,8 @@ void CpuBackend::linear_parts(Activations x, int64_t M, std::span<const LinearPa
     run_matmul_parts<float>(x.f32, M, parts);
 }
 
-void CpuBackend::grouped_linear(const float* x, const std::vector<int64_t>& offsets,
-                                const std::vector<const Matrix*>& w, float* y) {
+void CpuBackend::grouped_linear(Activations x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
+                                float* y) {
   check_grouped_linear(offsets, w, "cpu backend");
   const int64_t G = static_cast<int64_t>(w.size());
   if (G == 0) return;
@@ -251,11 +258,11 @@ void CpuBackend::grouped_linear(const float* x, const std::vector<int64_t>& offs
   if (dt == DType::BF16) {
     grouped_bf16_.clear();
     for (const Matrix* m : w) grouped_bf16_.push_back(static_cast<const uint16_t*>(m->data));
-    cpu::grouped_matmul_bf16w(x, offsets.data(), G, K, grouped_bf16_.data(), N, y);
+    cpu::grouped_matmul_bf16w(x.f32, offsets.data(), G, K, grouped_bf16_.data(), N, y);
   } else {
     grouped_f32_.clear();
     for (const Matrix* m : w) grouped_f32_.push_back(static_cast<const float*>(m->data));
-    cpu::grouped_matmul_f32w(x, offsets.data(), G, K, grouped_f32_.data(), N, y);
+    cpu::grouped_matmul_f32w(x.f32, offsets.data(), G, K, grouped_f32_.data(), N, y);
   }
 }
 
@@ -380,8 +387,9 @@ void CpuBackend::expert_recv_plan(const cpu::ExchangeShape& s, const float* bloc
   cpu::expert_recv_plan(s, blocks, offsets, row_src, back_row);
 }
 
-void CpuBackend::gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
-  cpu::gather_rows(src, H, rows, n, dst);
+void CpuBackend::gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, ActivationsOut dst) {
+  cpu::gather_rows(src, H, rows, n, dst.f32);
+  write_row_twins(dst, H, rows, n);
 }
 
 void CpuBackend::pack_bf16(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, uint16_t* dst) {
@@ -411,16 +419,18 @@ void CpuBackend::pack_rows_bf16(const float* src, int64_t H, const int32_t* rows
   cpu::pack_rows_bf16(src, H, rows, n, dst);
 }
 
-void CpuBackend::unpack_rows_bf16(const uint16_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
-  cpu::unpack_rows_bf16(src, H, rows, n, dst);
+void CpuBackend::unpack_rows_bf16(const uint16_t* src, int64_t H, const int32_t* rows, int64_t n, ActivationsOut dst) {
+  cpu::unpack_rows_bf16(src, H, rows, n, dst.f32);
+  write_twin(dst, n * H);
 }
 
 void CpuBackend::pack_rows_fp8(const float* src, int64_t H, const int32_t* rows, int64_t n, uint8_t* dst) {
   cpu::pack_rows_fp8(src, H, rows, n, dst);
 }
 
-void CpuBackend::unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
-  cpu::unpack_rows_fp8(src, H, rows, n, dst);
+void CpuBackend::unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, ActivationsOut dst) {
+  cpu::unpack_rows_fp8(src, H, rows, n, dst.f32);
+  write_twin(dst, n * H);
 }
 
 void CpuBackend::combine_rows_bf16(const uint16_t* y, int64_t H, const int32_t* token_start, const int32_t* rows,

@@ -41,7 +41,7 @@ class CpuBackend : public ComputeBackend {
   void linear_parts(Activations x, int64_t M, std::span<const LinearPart> parts) override;
   // cpu::grouped_matmul_*: all groups in one parallel region, each element bit for bit linear()'s.
   // A call takes up to kGroupedRows rows, so the rows of gate and up stay in cache between GEMMs.
-  void grouped_linear(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
+  void grouped_linear(Activations x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
                       float* y) override;
   std::string grouped_linear_path() const override { return "one parallel region for all groups (cpu)"; }
   int64_t grouped_linear_rows() const override { return kGroupedRows; }
@@ -81,7 +81,7 @@ class CpuBackend : public ComputeBackend {
   void abs_max(const float* x, int64_t n, float* acc) override;
   // Expert-parallel data movement: kernels/cpu/expert_rows.h. Ops run to completion, so
   // synchronize() has nothing to wait for.
-  void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override;
+  void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, ActivationsOut dst) override;
   void pack_bf16(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, uint16_t* dst) override;
   void unpack_bf16(const uint16_t* src, int64_t blocks, int64_t block_len, int64_t round_len, float* dst) override;
   void pack_fp8(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len,
@@ -94,9 +94,9 @@ class CpuBackend : public ComputeBackend {
   void expert_recv_plan(const cpu::ExchangeShape& s, const float* blocks, int32_t* offsets, int32_t* row_src,
                         int32_t* back_row) override;
   void pack_rows_bf16(const float* src, int64_t H, const int32_t* rows, int64_t n, uint16_t* dst) override;
-  void unpack_rows_bf16(const uint16_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override;
+  void unpack_rows_bf16(const uint16_t* src, int64_t H, const int32_t* rows, int64_t n, ActivationsOut dst) override;
   void pack_rows_fp8(const float* src, int64_t H, const int32_t* rows, int64_t n, uint8_t* dst) override;
-  void unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override;
+  void unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, ActivationsOut dst) override;
   void combine_rows_bf16(const uint16_t* y, int64_t H, const int32_t* token_start, const int32_t* rows,
                          const float* weights, int64_t T, float* out) override;
   void combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows, const float* weights,

@@ -140,12 +140,13 @@ class CudaBackend final : public ComputeBackend {
   void linear(Activations x, int64_t M, const Matrix& w, const Vector* bias, float* y) override;
   void linear_parts(Activations x, int64_t M, std::span<const LinearPart> parts) override;  // cuda_linear_parts.cpp
   // One cuBLAS grouped batched GEMM for all non-empty groups (cuda_grouped_linear.cpp; one problem
-  // per group: their row counts differ). BF16 weights: the rows are cast to bf16 once, fp32 output;
+  // per group: their row counts differ). BF16 weights: the rows are cast to bf16 once (or x's twin
+  // read), fp32 output;
   // should cuBLAS refuse bf16 x bf16 -> fp32 there, bf16 output cast to fp32 after, and should it
-  // refuse that too, one GEMM per group (each downgrade once per shape, said on stderr). F32 weights: grouped SGEMM, or one GEMM
-  // per group when refused. While capturing, with mixed dtypes or with one non-empty group: one
-  // linear() per group (the pointer arrays go up by pageable copies, which a graph cannot hold).
-  void grouped_linear(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
+  // refuse that too, one GEMM per group (each downgrade once per shape, said on stderr). F32 weights: grouped SGEMM, or
+  // one GEMM per group when refused. While capturing, with mixed dtypes or with one non-empty group: one linear() per
+  // group (the pointer arrays go up by pageable copies, which a graph cannot hold).
+  void grouped_linear(Activations x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
                       float* y) override;
   std::string grouped_linear_path() const override;
   std::string routed_linear_path() const override { return last_routed_; }
@@ -280,8 +281,9 @@ class CudaBackend final : public ComputeBackend {
   // grouped_linear() of the `live` groups (ascending) when every one is an F8_E4M3 weight of one
   // block layout: the groups of up to 16 rows in one grouped fp8 launch, each larger one as one W8A8
   // GEMM over its rows rounded up to 4 (cuda_fp8_linear.cpp) or else by linear_fp8. False (nothing
-  // run) when the weights differ in layout.
-  bool grouped_linear_fp8(const float* x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
+  // run) when the weights differ in layout. The small groups read x's twin where it has one; the
+  // W8A8 GEMMs quantise the fp32 rows.
+  bool grouped_linear_fp8(Activations x, const std::vector<int64_t>& offsets, const std::vector<const Matrix*>& w,
                           const std::vector<size_t>& live, float* y);
   // A launch's list (count entries of elem bytes) from host memory into buf, a device buffer of n
   // entries that only grows (never while capturing): a pageable copy, which returns once the host
@@ -475,7 +477,7 @@ class CudaBackend final : public ComputeBackend {
 
  public:
   // Expert-parallel data movement (kernels/cuda/expert_rows.h).
-  void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override;
+  void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, ActivationsOut dst) override;
   void pack_bf16(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, uint16_t* dst) override;
   void unpack_bf16(const uint16_t* src, int64_t blocks, int64_t block_len, int64_t round_len, float* dst) override;
   void pack_fp8(const float* src, int64_t blocks, int64_t block_len, int64_t round_len, int64_t row_len,
@@ -489,9 +491,9 @@ class CudaBackend final : public ComputeBackend {
   void expert_recv_plan(const cpu::ExchangeShape& s, const float* blocks, int32_t* offsets, int32_t* row_src,
                         int32_t* back_row) override;
   void pack_rows_bf16(const float* src, int64_t H, const int32_t* rows, int64_t n, uint16_t* dst) override;
-  void unpack_rows_bf16(const uint16_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override;
+  void unpack_rows_bf16(const uint16_t* src, int64_t H, const int32_t* rows, int64_t n, ActivationsOut dst) override;
   void pack_rows_fp8(const float* src, int64_t H, const int32_t* rows, int64_t n, uint8_t* dst) override;
-  void unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override;
+  void unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, ActivationsOut dst) override;
   void combine_rows_bf16(const uint16_t* y, int64_t H, const int32_t* token_start, const int32_t* rows,
                          const float* weights, int64_t T, float* out) override;
   void combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows, const float* weights,

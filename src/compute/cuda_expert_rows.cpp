@@ -62,8 +62,8 @@ void CudaBackend::expert_recv_plan(const cpu::ExchangeShape& s, const float* blo
 
 static_assert(cuda::kKeepRow == cpu::kKeepRow, "gather_rows' kept rows are marked alike on both backends");
 
-void CudaBackend::gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
-  cuda::launch_gather_rows(src, H, rows, n, dst, stream_of(stream_));
+void CudaBackend::gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, ActivationsOut dst) {
+  cuda::launch_gather_rows(src, H, rows, n, dst.f32, dst.bf16, stream_of(stream_));
   check_launch("gather_rows");
 }
 
@@ -100,8 +100,8 @@ void CudaBackend::pack_rows_bf16(const float* src, int64_t H, const int32_t* row
   check_launch("pack_rows_bf16");
 }
 
-void CudaBackend::unpack_rows_bf16(const uint16_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
-  cuda::launch_unpack_rows_bf16(src, H, rows, n, dst, stream_of(stream_));
+void CudaBackend::unpack_rows_bf16(const uint16_t* src, int64_t H, const int32_t* rows, int64_t n, ActivationsOut dst) {
+  cuda::launch_unpack_rows_bf16(src, H, rows, n, dst.f32, dst.bf16, stream_of(stream_));
   check_launch("unpack_rows_bf16");
 }
 
@@ -110,8 +110,8 @@ void CudaBackend::pack_rows_fp8(const float* src, int64_t H, const int32_t* rows
   check_launch("pack_rows_fp8");
 }
 
-void CudaBackend::unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) {
-  cuda::launch_unpack_rows_fp8(src, H, rows, n, dst, stream_of(stream_));
+void CudaBackend::unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, ActivationsOut dst) {
+  cuda::launch_unpack_rows_fp8(src, H, rows, n, dst.f32, dst.bf16, stream_of(stream_));
   check_launch("unpack_rows_fp8");
 }
 

@@ -68,7 +68,7 @@ void CudaBackend::fp8_matmul_cast(const uint16_t* xb, int64_t M, const Matrix& w
   check_launch("fp8_matmul");
 }
 
-bool CudaBackend::grouped_linear_fp8(const float* x, const std::vector<int64_t>& offsets,
+bool CudaBackend::grouped_linear_fp8(Activations x, const std::vector<int64_t>& offsets,
                                      const std::vector<const Matrix*>& w, const std::vector<size_t>& live, float* y) {
   const Matrix& w0 = *w[live[0]];
   for (size_t g : live) {
@@ -84,7 +84,7 @@ bool CudaBackend::grouped_linear_fp8(const float* x, const std::vector<int64_t>&
   for (size_t g : live) (offsets[g + 1] - offsets[g] <= kFp8DirectRows ? small : big).push_back(g);
   // The larger groups: all in one grouped W8A8 launch on fp8 tensor cores where it runs them, else
   // one GEMM each.
-  last_fp8_big_grouped_ = !big.empty() && grouped_gemm_fp8(x, offsets, w, big, y);
+  last_fp8_big_grouped_ = !big.empty() && grouped_gemm_fp8(x.f32, offsets, w, big, y);
   if (last_fp8_big_grouped_) big.clear();
   for (size_t g : big) {
     const int64_t rows = offsets[g + 1] - offsets[g];
@@ -94,18 +94,16 @@ bool CudaBackend::grouped_linear_fp8(const float* x, const std::vector<int64_t>&
     // below.
     const int64_t padded = (rows + 3) / 4 * 4;
     if (offsets[g] + padded <= offsets.back() && w8a8_ready() &&
-        w8a8_gemm(x + offsets[g] * K, padded, *w[g], y + offsets[g] * N)) {
+        w8a8_gemm(x.f32 + offsets[g] * K, padded, *w[g], y + offsets[g] * N)) {
       ++fp8_w8a8_calls_;
       continue;
     }
-    linear_fp8(x + offsets[g] * K, rows, *w[g], y + offsets[g] * N);
+    linear_fp8(x.from(offsets[g] * K), rows, *w[g], y + offsets[g] * N);
   }
   if (small.empty()) return true;
-  // The small groups' rows, cast once from the first to the last of them.
+  // The small groups' rows, cast once from the first to the last of them (or their twin read).
   const int64_t base = offsets[small.front()], R = offsets[small.back() + 1] - base;
-  uint16_t* xb = bf16_workspace(static_cast<size_t>(R * K));
-  cuda::f32_to_bf16(x + base * K, xb, R * K, s);
-  check_launch("f32_to_bf16");
+  const uint16_t* xb = cast_bf16(x.from(base * K), R * K);
   std::vector<cuda::Fp8MatmulPass> passes;
   int max_rows = 1;
   bool aligned = true;

@@ -110,7 +110,7 @@ int CudaBackend::grouped_gemm(const float* x, const uint16_t* xb, const std::vec
   return CUBLAS_STATUS_SUCCESS;
 }
 
-void CudaBackend::grouped_linear(const float* x, const std::vector<int64_t>& offsets,
+void CudaBackend::grouped_linear(Activations x, const std::vector<int64_t>& offsets,
                                  const std::vector<const Matrix*>& w, float* y) {
   check_grouped_linear(offsets, w, "cuda backend");
   std::vector<size_t> live;
@@ -141,7 +141,7 @@ void CudaBackend::grouped_linear(const float* x, const std::vector<int64_t>& off
   }
   const std::string shape = " (N " + std::to_string(N) + ", K " + std::to_string(K) + ")";
   if (!bf16) {
-    const int st = grouped_gemm(x, nullptr, offsets, w, live, false, GroupedPath::kF32Out, y);
+    const int st = grouped_gemm(x.f32, nullptr, offsets, w, live, false, GroupedPath::kF32Out, y);
     if (st == CUBLAS_STATUS_SUCCESS) {
       last_grouped_ = GroupedPath::kSgemm;
       return;
@@ -153,14 +153,12 @@ void CudaBackend::grouped_linear(const float* x, const std::vector<int64_t>& off
     ComputeBackend::grouped_linear(x, offsets, w, y);
     return;
   }
-  // The rows are cast once for all groups.
+  // The rows are cast once for all groups, unless they have a twin.
   const int64_t base = offsets[live.front()], R = offsets.back() - base;
-  uint16_t* xb = bf16_workspace(static_cast<size_t>(R * K));
-  cuda::f32_to_bf16(x + base * K, xb, R * K, stream_of(stream_));
-  check_launch("f32_to_bf16");
+  const uint16_t* xb = cast_bf16(x.from(base * K), R * K);
   for (const GroupedPath p : {GroupedPath::kF32Out, GroupedPath::kBf16Out}) {
     if (path != p) continue;
-    const int st = grouped_gemm(x, xb, offsets, w, live, true, p, y);
+    const int st = grouped_gemm(x.f32, xb, offsets, w, live, true, p, y);
     if (st == CUBLAS_STATUS_SUCCESS) {
       last_grouped_ = p;
       return;

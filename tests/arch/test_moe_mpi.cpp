@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <filesystem>
@@ -29,6 +30,7 @@
 #include "cpu/fp8_act_quant.h"
 #include "fp8_bits.h"
 #include "common/test_dirs.h"
+#include "compute/cpu_backend.h"
 #include "parallel/communicator.h"
 #include "parallel/mpi_env.h"
 
@@ -254,7 +256,8 @@ void check_wire(ExpertWire wire) {
   dw.dispatch(sw, x.data(), routing, wire);
   ASSERT_EQ(dw.offsets(), d32.offsets());
   const int64_t rows = d32.rows();
-  const std::vector<float> in32(d32.input(), d32.input() + rows * H), inw(dw.input(), dw.input() + rows * H);
+  const std::vector<float> in32(d32.input().f32, d32.input().f32 + rows * H),
+      inw(dw.input().f32, dw.input().f32 + rows * H);
   EXPECT_TRUE(same_bits(inw, wire == ExpertWire::kFp8 ? quantised(in32) : rounded(in32)))
       << "rank " << r << ": the experts' rows are not the " << name << " rows";
   const int64_t records = d32.dispatch_bytes / ((H + slots) * 4);
@@ -283,5 +286,49 @@ void check_wire(ExpertWire wire) {
 
 TEST(MoeMpi, Bf16WireRoundsEachRowOnce) { check_wire(ExpertWire::kBf16); }
 TEST(MoeMpi, Fp8WireQuantisesEachRowOnce) { check_wire(ExpertWire::kFp8); }
+
+// The CPU backend, but one whose GEMMs would read bf16 twins (as the CUDA backend's do).
+class TwinWantingCpu final : public CpuBackend {
+ public:
+  bool wants_bf16_twins() const override { return true; }
+};
+
+// On every wire, the owner's rows come with their bf16 twin where the caller asks for one (up to
+// twin_rows rows) and the backend wants twins: the rows' own rounding, written as they come off
+// the wire; the rows themselves unchanged by it. None otherwise.
+TEST(MoeMpi, ExchangedRowsComeWithTheirTwinWhereAsked) {
+  const int n = world_size(), r = world_rank();
+  auto ep = comm_of(all_ranks(), "ep");
+  const int64_t L = 2, E = L * n, k = 2, H = 200;  // H past one 128-value fp8 group
+  const int64_t T = std::vector<int64_t>{9, 4, 0, 13}[static_cast<size_t>(r) % 4];
+  std::mt19937 g(70 + static_cast<uint32_t>(r));
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> logits(static_cast<size_t>(T * E)), x(static_cast<size_t>(T * H));
+  for (auto& v : logits) v = nd(g);
+  for (auto& v : x) v = nd(g);
+  Routing routing;
+  route_softmax_topk(logits.data(), T, E, k, true, 1.0, &routing);
+  auto cpu = make_backend("cpu");
+  TwinWantingCpu twins;
+  for (const ExpertWire wire : {ExpertWire::kF32, ExpertWire::kBf16, ExpertWire::kFp8}) {
+    const std::string name = expert_wire_name(wire);
+    Scratch plain_s(*cpu), twin_s(twins), none_s(twins);
+    ExpertDispatch plain(ep.get(), E, H), with_twin(ep.get(), E, H), none(ep.get(), E, H);
+    plain.dispatch(plain_s, x.data(), routing, wire, INT64_MAX);  // the CPU wants no twin
+    with_twin.dispatch(twin_s, x.data(), routing, wire, INT64_MAX);
+    const int64_t rows = plain.rows();
+    none.dispatch(none_s, x.data(), routing, wire, rows - 1);  // fewer rows than this rank's
+    EXPECT_EQ(plain.input().bf16, nullptr) << name;
+    EXPECT_EQ(none.input().bf16, nullptr) << name;
+    ASSERT_EQ(with_twin.rows(), rows);
+    ASSERT_NE(with_twin.input().bf16, nullptr) << name;
+    const float* want = plain.input().f32;
+    EXPECT_TRUE(rows == 0 || std::memcmp(with_twin.input().f32, want, static_cast<size_t>(rows * H) * 4) == 0)
+        << "rank " << r << " " << name << ": the rows differ with a twin";
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < rows * H; ++i) wrong += with_twin.input().bf16[i] != bf16_bits::from_f32(want[i]);
+    EXPECT_EQ(wrong, 0) << "rank " << r << " " << name << ": twin words that are not the rows' rounding";
+  }
+}
 
 }  // namespace

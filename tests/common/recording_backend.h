@@ -255,7 +255,7 @@ class RecordingBackend final : public ComputeBackend {
                   float* dst) override {
     op([=, this] { cpu_.unpack_fp8(src, blocks, block_len, round_len, row_len, dst); });
   }
-  void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override {
+  void gather_rows(const float* src, int64_t H, const int32_t* rows, int64_t n, ActivationsOut dst) override {
     op([=, this] { cpu_.gather_rows(src, H, rows, n, dst); });
   }
   void combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows, const float* weights,
@@ -265,13 +265,13 @@ class RecordingBackend final : public ComputeBackend {
   void pack_rows_bf16(const float* src, int64_t H, const int32_t* rows, int64_t n, uint16_t* dst) override {
     op([=, this] { cpu_.pack_rows_bf16(src, H, rows, n, dst); });
   }
-  void unpack_rows_bf16(const uint16_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override {
+  void unpack_rows_bf16(const uint16_t* src, int64_t H, const int32_t* rows, int64_t n, ActivationsOut dst) override {
     op([=, this] { cpu_.unpack_rows_bf16(src, H, rows, n, dst); });
   }
   void pack_rows_fp8(const float* src, int64_t H, const int32_t* rows, int64_t n, uint8_t* dst) override {
     op([=, this] { cpu_.pack_rows_fp8(src, H, rows, n, dst); });
   }
-  void unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, float* dst) override {
+  void unpack_rows_fp8(const uint8_t* src, int64_t H, const int32_t* rows, int64_t n, ActivationsOut dst) override {
     op([=, this] { cpu_.unpack_rows_fp8(src, H, rows, n, dst); });
   }
   void combine_rows_bf16(const uint16_t* y, int64_t H, const int32_t* token_start, const int32_t* rows,

@@ -474,16 +474,30 @@ TEST_F(CudaBackendOps, ExpertDispatchMatchesCpu) {
   ExpertDispatch dc(nullptr, E, H);
   dc.dispatch(sc, x.data(), r);
   ASSERT_EQ(dc.rows(), T * k);
-  const std::vector<float> in_c(dc.input(), dc.input() + T * k * H);
+  const std::vector<float> in_c(dc.input().f32, dc.input().f32 + T * k * H);
+  EXPECT_EQ(dc.input().bf16, nullptr);  // the CPU wants no twins
   std::copy(y.begin(), y.end(), dc.output());
   std::vector<float> out_c(static_cast<size_t>(out_rows * H), 3.0f);
   dc.combine(sc, out_c.data(), out_rows, first);
 
   Scratch sg(*gpu_);
   ExpertDispatch dg(nullptr, E, H);
-  dg.dispatch(sg, up(*gpu_, x), r);
+  // No twin where the backend wants none (no bf16 or fp8 weight loaded yet), however many rows.
+  dg.dispatch(sg, up(*gpu_, x), r, ExpertWire::kF32, T * k);
+  EXPECT_EQ(dg.input().bf16, nullptr);
+  const uint16_t one = f32_to_bf16(1.0f);
+  gpu_->load_matrix(view("w", DType::BF16, {1, 1}, &one, 2));
+  ASSERT_TRUE(gpu_->wants_bf16_twins());
+  dg.dispatch(sg, up(*gpu_, x), r, ExpertWire::kF32, T * k - 1);  // more rows than asked a twin for
+  EXPECT_EQ(dg.input().bf16, nullptr);
+  dg.dispatch(sg, up(*gpu_, x), r, ExpertWire::kF32, T * k);
   ASSERT_EQ(dg.offsets(), dc.offsets());
-  EXPECT_EQ(down(*gpu_, dg.input(), in_c.size()), in_c);
+  EXPECT_EQ(down(*gpu_, dg.input().f32, in_c.size()), in_c);
+  ASSERT_NE(dg.input().bf16, nullptr);
+  const std::vector<uint16_t> twin = down(*gpu_, dg.input().bf16, in_c.size());
+  size_t twin_differ = 0;
+  for (size_t i = 0; i < in_c.size(); ++i) twin_differ += twin[i] != f32_to_bf16(in_c[i]);
+  EXPECT_EQ(twin_differ, 0u);
   gpu_->copy_to_device(dg.output(), y.data(), y.size() * sizeof(float));
   float* out_g = up(*gpu_, std::vector<float>(out_c.size(), 3.0f));
   dg.combine(sg, out_g, out_rows, first);

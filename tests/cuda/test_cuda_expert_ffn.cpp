@@ -7,6 +7,7 @@
 //   * run_experts (prefill's grouped_linear): fp8's grouped kernels bit for bit, cuBLAS's bf16 and
 //     fp32 GEMMs to summation order (a wider product may take another algorithm);
 //   * a captured step of the routed experts takes fewer nodes;
+//   * run_experts reads its rows' twin (and on bf16 experts the activation's) instead of casting;
 //   * silu_mul_stacked against silu_mul, twin included;
 //   * a device without room to move all experts at once stacks them expert by expert.
 // Skips without a GPU.
@@ -25,6 +26,7 @@
 #include "arch/scratch.h"
 #include "backend_ops_fixture.h"
 #include "common/backend_data.h"
+#include "compute/cuda_backend.h"
 #include "core/dtype.h"
 #include "model/checkpoint.h"
 
@@ -195,6 +197,59 @@ TEST_F(CudaExpertFfn, StackedEagerExpertsMatchApart) {
         ASSERT_NEAR(got[i], want[i], 1e-4 * std::fabs(want[i]) + 1e-5) << dtype_name(dt) << " element " << i;
     }
     for (float* p : {xg, ya, ys}) gpu_->free(p);
+  }
+}
+
+// run_experts on rows with a twin (an eager step's gathered or exchanged rows) reads it instead of
+// casting them: one cast fewer per input projection, the same bits, in one chunk or several. On
+// bf16 experts the down projection reads the activation's twin too, so no row is cast at all.
+TEST_F(CudaExpertFfn, EagerExpertsReadTheRowsTwin) {
+  // fp8: groups of up to 16 rows read bf16 (the 5 and the 13), the others quantise the fp32 rows.
+  const std::vector<int64_t> offsets = {0, 5, 5, 120, 133};
+  const int64_t R = offsets.back();
+  const std::vector<float> x = randn(static_cast<size_t>(R * kH), 95, 1.0f);
+  std::vector<uint16_t> twin(x.size());
+  for (size_t i = 0; i < x.size(); ++i) twin[i] = f32_to_bf16(x[i]);
+  for (const DType dt : {DType::BF16, DType::F8_E4M3}) {
+    LocalExperts apart, stacked;
+    load_experts(dt, &apart, &stacked);
+    EXPECT_EQ(experts_read_twins(*gpu_, apart), dt == DType::BF16);
+    EXPECT_FALSE(experts_read_twins(cpu_, apart));
+    float* xg = up(*gpu_, x);
+    uint16_t* tg = up(*gpu_, twin);
+    float* y_plain = up(*gpu_, std::vector<float>(x.size(), kUnwritten));
+    float* y_twin = up(*gpu_, std::vector<float>(x.size(), kUnwritten));
+    Scratch scratch(*gpu_);
+    for (const LocalExperts* ex : {&apart, &stacked}) {
+      for (const int64_t chunk : {int64_t{-1}, int64_t{50}}) {
+        const std::string what = std::string(dtype_name(dt)) + (ex->stacked() ? " stacked" : " apart") +
+                                 ", chunks of " + std::to_string(chunk) + " rows";
+        CudaBackend& cuda = *dynamic_cast<CudaBackend*>(gpu_.get());
+        // Once first: a shape's first GEMM may settle its path (a cuBLAS refusal, the W8A8 probe).
+        run_experts(scratch, *ex, kH, xg, offsets, y_plain, chunk);
+        int64_t casts = cuda.activation_casts();
+        run_experts(scratch, *ex, kH, xg, offsets, y_plain, chunk);
+        const int64_t casts_plain = cuda.activation_casts() - casts;
+        casts = cuda.activation_casts();
+        run_experts(scratch, *ex, kH, Activations{xg, tg}, offsets, y_twin, chunk);
+        const int64_t casts_twin = cuda.activation_casts() - casts;
+        const std::vector<float> want = down(*gpu_, static_cast<const float*>(y_plain), x.size());
+        const std::vector<float> got = down(*gpu_, static_cast<const float*>(y_twin), x.size());
+        EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0) << what;
+        // One grouped call per projection and chunk; the input's are 1 (stacked) or 2 a chunk. In
+        // chunks of 50 (at least the largest expert's 115 rows): experts 0-1, 2 and 3; on fp8 the
+        // chunk of expert 2 alone quantises its fp32 rows (W8A8) and casts nothing either way.
+        const int64_t chunks = chunk < 0 ? 1 : dt == DType::F8_E4M3 ? 2 : 3;
+        const int64_t in_calls = (ex->stacked() ? 1 : 2) * chunks;
+        EXPECT_EQ(casts_plain - casts_twin, in_calls)
+            << what << ": " << casts_plain << " casts, " << casts_twin << " with the twin";
+        if (dt == DType::BF16) {
+          EXPECT_EQ(casts_twin, 0) << what;
+        }
+      }
+    }
+    for (float* p : {xg, y_plain, y_twin}) gpu_->free(p);
+    gpu_->free(tg);
   }
 }
 

@@ -3,6 +3,7 @@
 // straight onto the wire and off it (with the combines that read bf16 rows). Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -12,6 +13,7 @@
 #include "backend_ops_fixture.h"
 #include "common/backend_data.h"
 #include "compute/backend.h"
+#include "core/dtype.h"
 #include "cpu/wire_bf16.h"
 #include "cpu/wire_fp8.h"
 
@@ -22,11 +24,23 @@ using test::down;
 using test::randn;
 using test::up;
 
+// Twin words that are not the rounding of their fp32 value (NaNs round alike on both backends, but
+// a NaN's payload may differ between them, so any NaN twin of a NaN value counts as right).
+size_t wrong_twins(const std::vector<uint16_t>& twin, const std::vector<float>& f32) {
+  size_t wrong = 0;
+  for (size_t i = 0; i < twin.size(); ++i) {
+    const bool nan = std::isnan(f32[i]) && (twin[i] & 0x7fffu) > 0x7f80u;
+    wrong += twin[i] != f32_to_bf16(f32[i]) && !nan;
+  }
+  return wrong;
+}
+
 // Expert-parallel row movement: gather_rows and combine_rows give the CPU backend's bits (the
 // combine's products and sums are separately rounded on both), with repeated and unordered row
 // indices, zero rows (-1) and kept rows (cpu::kKeepRow), H below, at and above one block's
 // threads, tokens with empty ranges, more tokens than one grid pass would cover only with the
-// stride loop, and zero sizes.
+// stride loop, and zero sizes. A gather with a twin writes each row's twin as it moves it, and a
+// kept row keeps its twin too.
 TEST_F(CudaBackendOps, ExpertRowOpsMatchCpu) {
   std::mt19937 g(21);
   using Case = std::tuple<int64_t, int64_t, int64_t>;  // source rows, H, tokens
@@ -42,6 +56,25 @@ TEST_F(CudaBackendOps, ExpertRowOpsMatchCpu) {
       float* dst_g = up(*gpu_, std::vector<float>(dst_c.size(), -1.0f));
       gpu_->gather_rows(src_g, H, rows_g, n, dst_g);
       EXPECT_EQ(down(*gpu_, dst_g, dst_c.size()), dst_c) << "gather R " << R << " H " << H << " n " << n;
+      // With a twin, over rows already written: a kept row keeps both.
+      std::vector<uint16_t> twin_c(dst_c.size(), 0xbeef);
+      cpu_.gather_rows(src.data(), H, rows.data(), n, {dst_c.data(), twin_c.data()});
+      uint16_t* twin_g = up(*gpu_, std::vector<uint16_t>(twin_c.size(), 0xbeef));
+      gpu_->gather_rows(src_g, H, rows_g, n, {dst_g, twin_g});
+      const auto tg = down(*gpu_, twin_g, twin_c.size());
+      EXPECT_EQ(down(*gpu_, dst_g, dst_c.size()), dst_c) << "gather with a twin R " << R << " H " << H;
+      EXPECT_EQ(tg, twin_c) << "twin R " << R << " H " << H << " n " << n;
+      size_t kept = 0, wrong = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const std::vector<uint16_t> t(tg.begin() + i * H, tg.begin() + (i + 1) * H);
+        if (rows[i] == cpu::kKeepRow) {
+          kept += t == std::vector<uint16_t>(static_cast<size_t>(H), 0xbeef);
+          continue;
+        }
+        wrong += wrong_twins(t, std::vector<float>(dst_c.begin() + i * H, dst_c.begin() + (i + 1) * H));
+      }
+      EXPECT_EQ(wrong, 0u) << "R " << R << " H " << H << " n " << n;
+      EXPECT_EQ(kept, static_cast<size_t>(std::count(rows.begin(), rows.end(), cpu::kKeepRow)));
     }
     // Ranges of 0..5 entries per token (a third of the tokens empty or nearly so).
     std::vector<int32_t> start(static_cast<size_t>(T + 1), 0);
@@ -169,6 +202,19 @@ TEST_F(CudaBackendOps, WireRowsMatchCpu) {
     float* b16_g = up(*gpu_, std::vector<float>(b16_c.size(), -3.0f));
     gpu_->unpack_rows_bf16(p16_g, H, back_g, n, b16_g);
     EXPECT_EQ(same_floats(down(*gpu_, b16_g, b16_c.size()), b16_c), 0u) << "bf16 back " << R << " x " << H;
+    // With the twin, in the same pass: the wire's own words (zeros for -1 rows), NaNs aside.
+    uint16_t* t16_g = up(*gpu_, std::vector<uint16_t>(b16_c.size(), 0xbeef));
+    gpu_->unpack_rows_bf16(p16_g, H, back_g, n, {b16_g, t16_g});
+    const auto t16 = down(*gpu_, t16_g, b16_c.size());
+    EXPECT_EQ(same_floats(down(*gpu_, b16_g, b16_c.size()), b16_c), 0u) << "bf16 back, twin " << R << " x " << H;
+    EXPECT_EQ(wrong_twins(t16, b16_c), 0u) << "bf16 twin " << R << " x " << H;
+    size_t off_wire = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t c = 0; c < H; ++c) {
+        const uint16_t want = back[i] < 0 ? uint16_t{0} : p16_c[back[i] * H + c];
+        off_wire += t16[i * H + c] != want && !std::isnan(b16_c[i * H + c]);
+      }
+    EXPECT_EQ(off_wire, 0u) << "bf16 twin " << R << " x " << H << ": not the wire's words";
     // fp8 likewise.
     const int64_t row_bytes = cpu::wire_fp8_row_bytes(H), groups = cpu::wire_fp8_groups(H);
     std::vector<uint8_t> p8_c(static_cast<size_t>(n * row_bytes));
@@ -189,6 +235,10 @@ TEST_F(CudaBackendOps, WireRowsMatchCpu) {
     float* b8_g = up(*gpu_, std::vector<float>(b8_c.size(), -3.0f));
     gpu_->unpack_rows_fp8(p8_g, H, back_g, n, b8_g);
     EXPECT_EQ(same_floats(down(*gpu_, b8_g, b8_c.size()), b8_c), 0u) << "fp8 back " << R << " x " << H;
+    uint16_t* t8_g = up(*gpu_, std::vector<uint16_t>(b8_c.size(), 0xbeef));
+    gpu_->unpack_rows_fp8(p8_g, H, back_g, n, {b8_g, t8_g});
+    EXPECT_EQ(same_floats(down(*gpu_, b8_g, b8_c.size()), b8_c), 0u) << "fp8 back, twin " << R << " x " << H;
+    EXPECT_EQ(wrong_twins(down(*gpu_, t8_g, b8_c.size()), b8_c), 0u) << "fp8 twin " << R << " x " << H;
     // The combine read off the bf16 rows: tokens of 0..5 of them.
     const int64_t T = n / 3 + 1;
     std::vector<int32_t> start(static_cast<size_t>(T + 1), 0);

@@ -167,7 +167,7 @@ TEST(CpuMoeOps, PermuteGatherCombineMatchTheHostDispatch) {
     }
 
     b->expert_gather(dx.get(), H, k, row_pair.get(), offsets.get() + E, P, xp.get());
-    const std::vector<float> want_xp(d.input(), d.input() + P * H);
+    const std::vector<float> want_xp(d.input().f32, d.input().f32 + P * H);
     EXPECT_TRUE(same_bits(xp.host(), want_xp)) << "T " << T << ": " << count_differing(xp.host(), want_xp)
                                                << " gathered values differ";
 
