@@ -211,6 +211,25 @@ TEST(MoeMpi, TensorTimesDataParallel) {
   check_tp_dp(MoeCase::Kind::kDeepseek, 3, 8, {0, 6}, "deepseek-tp2");
 }
 
+// This rank's tokens for an exchange: T rows of H normal values (T by rank, cycling through
+// t_by_rank) and their top-k softmax routing over E experts.
+struct RankTokens {
+  int64_t T = 0;
+  std::vector<float> x;
+  Routing routing;
+};
+RankTokens rank_tokens(const std::vector<int64_t>& t_by_rank, int64_t E, int64_t k, int64_t H, std::mt19937& g) {
+  RankTokens t;
+  t.T = t_by_rank[static_cast<size_t>(world_rank()) % t_by_rank.size()];
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> logits(static_cast<size_t>(t.T * E));
+  t.x.resize(static_cast<size_t>(t.T * H));
+  for (auto& v : logits) v = nd(g);
+  for (auto& v : t.x) v = nd(g);
+  route_softmax_topk(logits.data(), t.T, E, k, true, 1.0, &t.routing);
+  return t;
+}
+
 // ExpertDispatch over a bf16 or fp8 wire (arch/expert_wire.h) against the same dispatch over fp32,
 // ep = world, uneven tokens (a rank with none), bit for bit:
 //  - the experts' rows are the fp32 rows as the wire carries them, in the same order: rounded to
@@ -225,14 +244,12 @@ void check_wire(ExpertWire wire) {
   auto ep = comm_of(all_ranks(), "ep");
   auto cpu = make_backend("cpu");
   const int64_t L = 3, E = L * n, k = 2, H = 24, slots = std::min(k, L);
-  const int64_t T = std::vector<int64_t>{7, 0, 12, 3}[static_cast<size_t>(r) % 4];
   std::mt19937 g(40 + static_cast<uint32_t>(r));
   std::normal_distribution<float> nd(0.0f, 2.0f);
-  std::vector<float> logits(static_cast<size_t>(T * E)), x(static_cast<size_t>(T * H));
-  for (auto& v : logits) v = nd(g);
-  for (auto& v : x) v = nd(g);
-  Routing routing;
-  route_softmax_topk(logits.data(), T, E, k, true, 1.0, &routing);
+  const RankTokens tokens = rank_tokens({7, 0, 12, 3}, E, k, H, g);
+  const int64_t T = tokens.T;
+  const std::vector<float>& x = tokens.x;
+  const Routing& routing = tokens.routing;
   const auto rounded = [](std::vector<float> v) {
     for (auto& f : v) f = bf16_bits::to_f32(bf16_bits::from_f32(f));
     return v;
@@ -300,14 +317,10 @@ TEST(MoeMpi, ExchangedRowsComeWithTheirTwinWhereAsked) {
   const int n = world_size(), r = world_rank();
   auto ep = comm_of(all_ranks(), "ep");
   const int64_t L = 2, E = L * n, k = 2, H = 200;  // H past one 128-value fp8 group
-  const int64_t T = std::vector<int64_t>{9, 4, 0, 13}[static_cast<size_t>(r) % 4];
   std::mt19937 g(70 + static_cast<uint32_t>(r));
-  std::normal_distribution<float> nd(0.0f, 2.0f);
-  std::vector<float> logits(static_cast<size_t>(T * E)), x(static_cast<size_t>(T * H));
-  for (auto& v : logits) v = nd(g);
-  for (auto& v : x) v = nd(g);
-  Routing routing;
-  route_softmax_topk(logits.data(), T, E, k, true, 1.0, &routing);
+  const RankTokens tokens = rank_tokens({9, 4, 0, 13}, E, k, H, g);
+  const std::vector<float>& x = tokens.x;
+  const Routing& routing = tokens.routing;
   auto cpu = make_backend("cpu");
   TwinWantingCpu twins;
   for (const ExpertWire wire : {ExpertWire::kF32, ExpertWire::kBf16, ExpertWire::kFp8}) {
