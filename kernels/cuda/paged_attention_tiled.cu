@@ -58,7 +58,8 @@ struct TokenState {
 template <int MaxHeadDim>
 __device__ __forceinline__ void attend_run(int64_t t0, int n, int64_t h, bool active, const float* q, int64_t n_heads,
                                            const Cache& c, const int32_t* bt, const int32_t* pos, int64_t window,
-                                           float scale, float* out, float* sk, float* sv, float* sacc, float* sml) {
+                                           float scale, float* out, uint16_t* twin, float* sk, float* sv, float* sacc,
+                                           float* sml) {
   constexpr int D = MaxHeadDim / 32;
   const int lane = threadIdx.x & 31;
   const int hd = c.head_dim;
@@ -122,8 +123,9 @@ __device__ __forceinline__ void attend_run(int64_t t0, int n, int64_t h, bool ac
         if (k < w.k0 || k > w.k1) continue;
         TokenState<D> st;
         st.load(sacc + i * MaxHeadDim, sml + i * 4, lane);
-        detail::warp_finish_partition(k, w, nullptr, out + ((t0 + i) * n_heads + h) * hd, hd, st.m, st.l, st.acc, st.M,
-                                      st.L);
+        const int64_t row = ((t0 + i) * n_heads + h) * hd;
+        detail::warp_finish_partition(k, w, nullptr, out + row, hd, st.m, st.l, st.acc, st.M, st.L,
+                                      twin ? twin + row : nullptr);
         st.store(sacc + i * MaxHeadDim, sml + i * 4, lane);
       }
     }
@@ -143,7 +145,7 @@ __global__ void __launch_bounds__(kMaxThreads, MaxHeadDim <= 128 ? 3 : 2)
     paged_attention_tiled_kernel(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int head_dim,
                                  const void* k_cache, const void* v_cache, KvFormat fmt, int64_t block_size,
                                  const int32_t* blocks, const int32_t* table_start, const int32_t* pos, int64_t window,
-                                 float scale, float* out, int heads_per_block, int blocks_per_kv) {
+                                 float scale, float* out, uint16_t* twin, int heads_per_block, int blocks_per_kv) {
   extern __shared__ float smem[];
   float* sk = smem;
   float* sv = sk + kTile * MaxHeadDim;
@@ -161,7 +163,8 @@ __global__ void __launch_bounds__(kMaxThreads, MaxHeadDim <= 128 ? 3 : 2)
     int n = 1;
     if (pos[t0] < 0) {  // padding token: a zero output
       if (active) {
-        for (int d = lane; d < head_dim; d += 32) out[(t0 * n_heads + h) * head_dim + d] = 0.0f;
+        const int64_t row = (t0 * n_heads + h) * head_dim;
+        for (int d = lane; d < head_dim; d += 32) detail::put_output(out + row, twin ? twin + row : nullptr, d, 0.0f);
       }
       t0 += 1;
       continue;
@@ -169,8 +172,8 @@ __global__ void __launch_bounds__(kMaxThreads, MaxHeadDim <= 128 ? 3 : 2)
     if (window <= 0) {
       while (t0 + n < end && n < Q && table_start[t0 + n] == table_start[t0] && pos[t0 + n] >= 0) ++n;
     }
-    attend_run<MaxHeadDim>(t0, n, h, active, q, n_heads, c, blocks + table_start[t0], pos, window, scale, out, sk, sv,
-                           sacc, sml);
+    attend_run<MaxHeadDim>(t0, n, h, active, q, n_heads, c, blocks + table_start[t0], pos, window, scale, out, twin, sk,
+                           sv, sacc, sml);
     t0 += n;
   }
 }
@@ -178,7 +181,7 @@ __global__ void __launch_bounds__(kMaxThreads, MaxHeadDim <= 128 ? 3 : 2)
 template <int MaxHeadDim, int Q>
 void launch(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const void* k_cache,
             const void* v_cache, KvFormat fmt, int64_t block_size, const int32_t* blocks, const int32_t* table_start,
-            const int32_t* pos, int64_t window, float scale, float* out, cudaStream_t stream) {
+            const int32_t* pos, int64_t window, float scale, float* out, uint16_t* twin, cudaStream_t stream) {
   const int64_t group = n_heads / n_kv_heads;
   const int heads_per_block = static_cast<int>(group < detail::kAttnHeadsPerBlock ? group : detail::kAttnHeadsPerBlock);
   const int blocks_per_kv = static_cast<int>((group + heads_per_block - 1) / heads_per_block);
@@ -193,7 +196,7 @@ void launch(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int6
   paged_attention_tiled_kernel<MaxHeadDim, Q>
       <<<static_cast<unsigned>(tiles * n_kv_heads * blocks_per_kv), heads_per_block * 32, bytes, stream>>>(
           q, T, n_heads, n_kv_heads, static_cast<int>(head_dim), k_cache, v_cache, fmt, block_size, blocks, table_start,
-          pos, window, scale, out, heads_per_block, blocks_per_kv);
+          pos, window, scale, out, twin, heads_per_block, blocks_per_kv);
 }
 
 }  // namespace
@@ -203,14 +206,14 @@ int paged_attention_tile_tokens(int64_t head_dim) { return head_dim <= 128 ? 4 :
 void paged_attention_tiled(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                            const void* k_cache, const void* v_cache, KvFormat cache_fmt, int64_t block_size,
                            const int32_t* blocks, const int32_t* table_start, const int32_t* pos, int64_t window,
-                           float scale, float* out, cudaStream_t stream) {
+                           float scale, float* out, uint16_t* twin, cudaStream_t stream) {
   if (T <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || n_heads < n_kv_heads) return;
   if (head_dim <= 128) {
     launch<128, 4>(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, cache_fmt, block_size, blocks, table_start,
-                   pos, window, scale, out, stream);
+                   pos, window, scale, out, twin, stream);
   } else {
     launch<256, 2>(q, T, n_heads, n_kv_heads, head_dim, k_cache, v_cache, cache_fmt, block_size, blocks, table_start,
-                   pos, window, scale, out, stream);
+                   pos, window, scale, out, twin, stream);
   }
 }
 

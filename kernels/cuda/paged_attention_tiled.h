@@ -26,10 +26,11 @@ namespace shardlm::cuda {
 // Tokens per tile: 4 for head_dim <= 128, 2 above (the registers of a warp's tokens).
 int paged_attention_tile_tokens(int64_t head_dim);
 
-// As paged_attention (paged_attention.h) unsplit; head_dim <= 256.
+// As paged_attention (paged_attention.h) unsplit; head_dim <= 256. twin (null: none): out's bf16
+// twin, written with it.
 void paged_attention_tiled(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                            const void* k_cache, const void* v_cache, KvFormat cache_fmt, int64_t block_size,
                            const int32_t* blocks, const int32_t* table_start, const int32_t* pos, int64_t window,
-                           float scale, float* out, cudaStream_t stream);
+                           float scale, float* out, uint16_t* twin, cudaStream_t stream);
 
 }  // namespace shardlm::cuda

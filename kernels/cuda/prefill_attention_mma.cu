@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     prefill_attention_mma_kernel(const float* q, int64_t n_heads, int64_t n_kv_heads, int head_dim, const void* k_cache,
                                  const void* v_cache, KvFormat fmt, int64_t block_size, const int32_t* blocks,
                                  const int32_t* table_start, const int32_t* pos, int64_t window, float scale,
-                                 const int32_t* tiles, int nh, bool vec, float* out) {
+                                 const int32_t* tiles, int nh, bool vec, float* out, uint16_t* twin) {
   using L = Layout<HDP, BN>;
   extern __shared__ __align__(16) uint16_t smem_bf16[];
   uint16_t* sq = smem_bf16;
@@ -181,13 +181,13 @@ __global__ void __launch_bounds__(kWarps * 32)
     const float f = detail::mma_output_factor(l[i], v_scale);
     const int r = warp * 16 + g + 8 * i;
     if (r >= rows) continue;
-    float* dst = out + ((t0 + r / nh) * n_heads + h + r % nh) * hd;
+    const int64_t row = ((t0 + r / nh) * n_heads + h + r % nh) * hd;
 #pragma unroll
     for (int dt = 0; dt < HDP / 8; ++dt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int d = dt * 8 + 2 * c + e;
-        if (d < hd) dst[d] = o[dt][2 * i + e] * f;
+        if (d < hd) detail::put_output(out + row, twin ? twin + row : nullptr, d, o[dt][2 * i + e] * f);
       }
     }
   }
@@ -197,7 +197,7 @@ template <int HDP, int BN>
 void launch(const float* q, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const void* k_cache,
             const void* v_cache, KvFormat fmt, int64_t block_size, const int32_t* blocks, const int32_t* table_start,
             const int32_t* pos, int64_t window, float scale, const int32_t* tiles, int64_t n_tiles, int nh, float* out,
-            cudaStream_t stream) {
+            uint16_t* twin, cudaStream_t stream) {
   constexpr size_t bytes = Layout<HDP, BN>::kBytes;
   const bool vec = head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(v_cache) % 16 == 0;
@@ -209,7 +209,7 @@ void launch(const float* q, int64_t n_heads, int64_t n_kv_heads, int64_t head_di
   prefill_attention_mma_kernel<HDP, BN>
       <<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(n_heads / nh)), kWarps * 32, bytes, stream>>>(
           q, n_heads, n_kv_heads, static_cast<int>(head_dim), k_cache, v_cache, fmt, block_size, blocks, table_start,
-          pos, window, scale, tiles, nh, vec, out);
+          pos, window, scale, tiles, nh, vec, out, twin);
 }
 
 }  // namespace
@@ -241,7 +241,8 @@ PrefillMmaTiles prefill_attention_mma_tiles(const int32_t* table_start, int64_t 
 void prefill_attention_mma(const float* q, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const void* k_cache,
                            const void* v_cache, KvFormat cache_fmt, int64_t block_size, const int32_t* blocks,
                            const int32_t* table_start, const int32_t* pos, int64_t window, float scale,
-                           const int32_t* tiles, int64_t n_tiles, int heads_per_tile, float* out, cudaStream_t stream) {
+                           const int32_t* tiles, int64_t n_tiles, int heads_per_tile, float* out, uint16_t* twin,
+                           cudaStream_t stream) {
   if (n_tiles <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || n_heads < n_kv_heads || heads_per_tile < 1 ||
       (n_heads / n_kv_heads) % heads_per_tile != 0)
     return;
@@ -252,7 +253,7 @@ void prefill_attention_mma(const float* q, int64_t n_heads, int64_t n_kv_heads, 
              : head_dim <= 128 ? &launch<128, 64>
                                : &launch<256, 32>;
   go(q, n_heads, n_kv_heads, head_dim, k_cache, v_cache, cache_fmt, block_size, blocks, table_start, pos, window, scale,
-     tiles, n_tiles, heads_per_tile, out, stream);
+     tiles, n_tiles, heads_per_tile, out, twin, stream);
 }
 
 }  // namespace shardlm::cuda

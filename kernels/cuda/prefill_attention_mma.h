@@ -62,9 +62,11 @@ PrefillMmaTiles prefill_attention_mma_tiles(const int32_t* table_start, int64_t 
 // As paged_attention (paged_attention.h) unsplit, for the tokens of n_tiles tiles (on the device:
 // tiles, (first token, tokens) pairs, tokens x heads_per_tile <= kPrefillMmaRows) and all query
 // heads, heads_per_tile of them a tile (a divisor of n_heads / n_kv_heads); head_dim <= 256.
+// twin (null: none): out's bf16 twin, written with it.
 void prefill_attention_mma(const float* q, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const void* k_cache,
                            const void* v_cache, KvFormat cache_fmt, int64_t block_size, const int32_t* blocks,
                            const int32_t* table_start, const int32_t* pos, int64_t window, float scale,
-                           const int32_t* tiles, int64_t n_tiles, int heads_per_tile, float* out, cudaStream_t stream);
+                           const int32_t* tiles, int64_t n_tiles, int heads_per_tile, float* out, uint16_t* twin,
+                           cudaStream_t stream);
 
 }  // namespace shardlm::cuda

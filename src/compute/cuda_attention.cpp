@@ -90,14 +90,11 @@ void CudaBackend::attention(const float* q, int64_t T, int64_t n_heads, int64_t 
           pos, tables, T,
           [&](const int32_t* single_pos) {
             attention_fp32(q, T, n_heads, n_kv_heads, head_dim, cache, block_size, tables, single_pos, window, scale,
-                           /*chunk_step=*/false, out.f32);
+                           /*chunk_step=*/false, out);
           },
           [&] {
-            attention_bf16(plan, q, n_heads, n_kv_heads, head_dim, cache, block_size, tables, pos, window, scale,
-                           out.f32);
+            attention_bf16(plan, q, n_heads, n_kv_heads, head_dim, cache, block_size, tables, pos, window, scale, out);
           });
-      // Eager prefill: the twin of all rows at once, after both launches wrote theirs.
-      write_twin(out, T * n_heads * head_dim);
       return;
     }
   }
@@ -122,9 +119,8 @@ void CudaBackend::attention_fp32(const float* q, int64_t T, int64_t n_heads, int
   last_attention_tiled_ = chunks && split.parts <= 1;
   if (last_attention_tiled_) {
     cuda::paged_attention_tiled(q, T, n_heads, n_kv_heads, head_dim, cache.k, cache.v, cache_format(cache), block_size,
-                                tables.blocks, tables.start, pos, window, scale, out.f32, stream_of(stream_));
+                                tables.blocks, tables.start, pos, window, scale, out.f32, out.bf16, stream_of(stream_));
     check_launch("paged_attention_tiled");
-    write_twin(out, T * n_heads * head_dim);
     return;
   }
   cuda::paged_attention(q, T, n_heads, n_kv_heads, head_dim, cache.k, cache.v, cache_format(cache), block_size,
@@ -181,19 +177,19 @@ const int32_t* CudaBackend::upload_attention_tiles(const std::vector<int32_t>& t
 void CudaBackend::attention_bf16(const cuda::PrefillMmaTiles& plan, const float* q, int64_t n_heads, int64_t n_kv_heads,
                                  int64_t head_dim, const KvCacheRef& cache, int64_t block_size,
                                  const BlockTables& tables, const int32_t* pos, int64_t window, float scale,
-                                 float* out) {
+                                 ActivationsOut out) {
   const int32_t* d_tiles = upload_attention_tiles(plan.tiles);
   last_attention_packed_tiles_ = plan.packed;
   if (plan.one_head > 0) {
     cuda::prefill_attention_mma(q, n_heads, n_kv_heads, head_dim, cache.k, cache.v, cache_format(cache), block_size,
-                                tables.blocks, tables.start, pos, window, scale, d_tiles, plan.one_head, 1, out,
-                                stream_of(stream_));
+                                tables.blocks, tables.start, pos, window, scale, d_tiles, plan.one_head, 1, out.f32,
+                                out.bf16, stream_of(stream_));
     check_launch("prefill_attention_mma");
   }
   if (plan.packed > 0) {
     cuda::prefill_attention_mma(q, n_heads, n_kv_heads, head_dim, cache.k, cache.v, cache_format(cache), block_size,
                                 tables.blocks, tables.start, pos, window, scale, d_tiles + 2 * plan.one_head,
-                                plan.packed, plan.packed_heads, out, stream_of(stream_));
+                                plan.packed, plan.packed_heads, out.f32, out.bf16, stream_of(stream_));
     check_launch("prefill_attention_mma (packed heads)");
   }
 }

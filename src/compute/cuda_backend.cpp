@@ -452,13 +452,6 @@ const uint16_t* CudaBackend::cast_bf16(Activations x, int64_t n) {
   return xb;
 }
 
-void CudaBackend::write_twin(ActivationsOut out, int64_t n) {
-  if (!out.bf16 || n <= 0) return;
-  cuda::f32_to_bf16(out.f32, out.bf16, n, stream_of(stream_));
-  check_launch("f32_to_bf16");
-  ++activation_casts_;
-}
-
 void CudaBackend::gemm_bf16_cast(const uint16_t* xb, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y) {
   const float alpha = 1.0f, beta = 0.0f;
   SHARDLM_CUBLAS_CHECK(cublasGemmEx(cublas_of(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),

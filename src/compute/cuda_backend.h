@@ -222,8 +222,6 @@ class CudaBackend final : public ComputeBackend {
   // Its two halves: x's bf16 form (its twin, else x cast into the bf16 workspace), and the GEMM
   // on that.
   const uint16_t* cast_bf16(Activations x, int64_t n);
-  // out's twin from its n fp32 values, where it has one: after a kernel that writes none.
-  void write_twin(ActivationsOut out, int64_t n);
   void gemm_bf16_cast(const uint16_t* xb, int64_t M, const uint16_t* w, int64_t N, int64_t K, float* y);
   // Rows up to which an fp8 weight is read directly (cuda_fp8_linear.cpp): two passes of the direct
   // kernel, 2 bytes a weight, against the 5 of dequantising it first; past them W8A8. On an H200
@@ -387,14 +385,13 @@ class CudaBackend final : public ComputeBackend {
   // for MLA with set_decode_attention_bf16 on tensor cores), the runs of prefill chunks on tensor
   // cores (set_prefill_attention_bf16) from their tile lists, and a step split between them
   // (split_step), with the positions that mask the runs for the decode launch.
-  // The per-token kernel writes out's twin itself; after the tiled one (eager prefill chunks)
-  // the twin is cast.
+  // Every one of these kernels writes out's twin with out, so no launch casts it after.
   void attention_fp32(const float* q, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                       const KvCacheRef& cache, int64_t block_size, const BlockTables& tables, const int32_t* pos,
                       int64_t window, float scale, bool chunk_step, ActivationsOut out);
   void attention_bf16(const cuda::PrefillMmaTiles& plan, const float* q, int64_t n_heads, int64_t n_kv_heads,
                       int64_t head_dim, const KvCacheRef& cache, int64_t block_size, const BlockTables& tables,
-                      const int32_t* pos, int64_t window, float scale, float* out);
+                      const int32_t* pos, int64_t window, float scale, ActivationsOut out);
   void latent_attention_decode(const float* q_latent, const float* q_rope, int64_t T, int64_t n_heads, int64_t kv_lora,
                                int64_t rope_dim, const KvCacheRef& cache, int64_t block_size, const BlockTables& tables,
                                const int32_t* pos, float scale, float* out);

@@ -181,6 +181,13 @@ void expect_mma_variant(const std::vector<float>& got, const std::vector<float>&
   EXPECT_TRUE(all_close(got, want, kMmaRel, kMmaAbs)) << what << ", largest difference " << worst;
 }
 
+// Twin elements that are not their output's bf16 rounding; -1 if none (else the first's index).
+int64_t first_wrong_twin(const std::vector<float>& out, const std::vector<uint16_t>& twin) {
+  for (size_t i = 0; i < out.size(); ++i)
+    if (twin[i] != bf16_bits::from_f32(out[i])) return static_cast<int64_t>(i);
+  return -1;
+}
+
 template <class E>
 void check_prefill_mma(const std::vector<float>& want, const std::vector<float>& q, const Step& st, const GqaCase& c,
                        KvFormat fmt, const std::vector<E>& k_rows, const std::vector<E>& v_rows,
@@ -221,15 +228,18 @@ void check_prefill_mma(const std::vector<float>& want, const std::vector<float>&
     const bool off = variant[0] == 'u';
     DeviceBuffer<int32_t> d_tiles(tiles.tiles);
     DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
+    DeviceBuffer<uint16_t> d_twin(std::vector<uint16_t>(want.size(), 0xdead));
     for (const auto& [n_tiles, heads, at] :
          {std::tuple<int64_t, int, int64_t>{tiles.one_head, 1, 0}, {tiles.packed, tiles.packed_heads, tiles.one_head}})
       cuda::prefill_attention_mma(d_q.get(), c.n_heads, c.n_kv, c.head_dim, off ? d_koff.get() + 1 : d_kc.get(),
                                   off ? d_voff.get() + 1 : d_vc.get(), fmt, block_size, d_blocks, d_start.get(),
                                   d_pos.get(), c.window, scale, d_tiles.get() + 2 * at, n_tiles, heads, d_out.get(),
-                                  nullptr);
+                                  d_twin.get(), nullptr);
     cuda_sync("prefill_attention_mma");
     const std::vector<float> got = d_out.download();
     expect_mma_variant(got, want, first, std::string("tensor-core prefill, ") + variant);
+    // Every token is in a tile: every element's twin is written with it.
+    EXPECT_EQ(first_wrong_twin(got, d_twin.download()), -1) << "tensor-core prefill's twin, " << variant;
   }
   // The step's short runs (its decode tokens, seq 0's only token, the padding token, seq 1's
   // 15-token chunk where 15 x the group fits a tile) pack their KV head's query heads.
@@ -309,10 +319,7 @@ void check_paged_attention(const GqaCase& c, DevicePool& p) {
       const std::vector<float> out = d_out.download();
       const std::vector<uint16_t> twin = d_twin.download();
       EXPECT_TRUE(all_bits_equal(out, got));
-      size_t wrong = 0, first = 0;
-      for (size_t i = 0; i < out.size(); ++i)
-        if (twin[i] != bf16_bits::from_f32(out[i]) && wrong++ == 0) first = i;
-      EXPECT_EQ(wrong, 0u) << "twin elements not their output's rounding, the first " << first;
+      EXPECT_EQ(first_wrong_twin(out, twin), -1) << "twin elements not their output's rounding";
     }
     if constexpr (kNarrow<E>) {
       DeviceBuffer<float> d_fp32(std::vector<float>(want.size(), nan));
@@ -323,13 +330,20 @@ void check_paged_attention(const GqaCase& c, DevicePool& p) {
       EXPECT_TRUE(all_bits_equal(got, d_fp32.download())) << "narrow cache against fp32 of its values";
     }
     // The prefill kernel that shares rounds across a sequence's tokens (tiles of 4, or 2 at
-    // head_dim 256; see mixed_step for the runs): the per-token kernel's bits.
-    DeviceBuffer<float> d_tiled(std::vector<float>(want.size(), nan));
-    cuda::paged_attention_tiled(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(), fmt,
-                                pool.block_size, p.d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale,
-                                d_tiled.get(), nullptr);
-    cuda_sync("paged_attention_tiled");
-    EXPECT_TRUE(all_bits_equal(d_tiled.download(), got)) << "tiled";
+    // head_dim 256; see mixed_step for the runs): the per-token kernel's bits, without a twin and
+    // with one (padding tokens' zeros included).
+    for (const bool with_twin : {false, true}) {
+      DeviceBuffer<float> d_tiled(std::vector<float>(want.size(), nan));
+      DeviceBuffer<uint16_t> d_twin(std::vector<uint16_t>(want.size(), 0xdead));
+      cuda::paged_attention_tiled(d_q.get(), T, c.n_heads, c.n_kv, c.head_dim, d_kc.get(), d_vc.get(), fmt,
+                                  pool.block_size, p.d_blocks.get(), d_start.get(), d_pos.get(), c.window, scale,
+                                  d_tiled.get(), with_twin ? d_twin.get() : nullptr, nullptr);
+      cuda_sync("paged_attention_tiled");
+      EXPECT_TRUE(all_bits_equal(d_tiled.download(), got)) << "tiled, with a twin " << with_twin;
+      if (with_twin) {
+        EXPECT_EQ(first_wrong_twin(got, d_twin.download()), -1) << "tiled kernel's twin";
+      }
+    }
     check_prefill_mma(want, q, st, c, fmt, k_rows, v_rows, p.d_blocks.get(), pool.block_size, scale);
   }
 }

@@ -96,7 +96,8 @@ void expect_twin_of(const std::vector<float>& out, const std::vector<uint16_t>& 
 // CudaBackend::attention picks the tiled prefill kernel for a step of prefill chunks when it
 // has the host copy of the table starts (an eager step) and the layer has no sliding window, the
 // per-token kernel otherwise; the bits are the same. With set_prefill_attention_bf16, such a step
-// (any window) runs on tensor cores instead. Every way, an output twin asked for is written.
+// (any window) runs on tensor cores instead. Every way, an output twin asked for is written by
+// the kernel itself (no cast after it).
 TEST(CudaAttention, BackendTilesPrefillChunks) {
   SHARDLM_REQUIRE_GPU();
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -139,8 +140,10 @@ TEST(CudaAttention, BackendTilesPrefillChunks) {
                                host ? st.table_start.data() : nullptr, 1099};
       DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
       DeviceBuffer<uint16_t> d_twin(std::vector<uint16_t>(want.size(), 0xdead));
+      const int64_t casts = gpu->activation_casts();
       gpu->attention(d_q.get(), T, nh, nkv, hd, KvCacheRef{d_kc.get(), d_vc.get(), DType::F32}, pool.block_size, tables,
                      d_pos.get(), window, 0.088f, ActivationsOut{d_out.get(), d_twin.get()});
+      EXPECT_EQ(gpu->activation_casts(), casts) << "the twin cast after the kernel, host tables " << host;
       EXPECT_EQ(gpu->last_attention_tiled(), host && window <= 0) << "host tables " << host;
       EXPECT_EQ(gpu->last_attention_parts(), 1);
       cuda_sync("backend attention");
@@ -160,8 +163,10 @@ TEST(CudaAttention, BackendTilesPrefillChunks) {
                                host ? st.table_start.data() : nullptr, 1099};
       DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
       DeviceBuffer<uint16_t> d_twin(std::vector<uint16_t>(want.size(), 0xdead));
+      const int64_t casts = gpu->activation_casts();
       gpu->attention(d_q.get(), T, nh, nkv, hd, KvCacheRef{d_kc.get(), d_vc.get(), DType::F32}, pool.block_size, tables,
                      d_pos.get(), window, 0.088f, ActivationsOut{d_out.get(), d_twin.get()});
+      EXPECT_EQ(gpu->activation_casts(), casts) << "the twin cast after the kernel, bf16, host tables " << host;
       EXPECT_EQ(gpu->last_attention_bf16(), host) << "host tables " << host;
       EXPECT_EQ(gpu->last_attention_tiled(), host) << "host tables " << host;
       cuda_sync("backend attention, bf16");
@@ -249,6 +254,19 @@ TEST(CudaAttention, BackendRunsGqaChunksOnTensorCoresBesideDecode) {
                                                         tables, d_pos.get(), 0, 0.125f, out);
                                        });
     EXPECT_EQ(gpu->last_attention_packed_tiles(), packed);
+    // With an output twin: both launches (the single tokens' fp32 one, the runs' tensor-core one)
+    // write theirs with the output, so nothing is cast after them.
+    const BlockTables tables{d_blocks.get(), d_start.get(), pool.blocks.data(), st.table_start.data(),
+                             *std::max_element(st.pos.begin(), st.pos.end())};
+    DeviceBuffer<float> d_out(std::vector<float>(want.size(), nan));
+    DeviceBuffer<uint16_t> d_twin(std::vector<uint16_t>(want.size(), 0xdead));
+    const int64_t casts = gpu->activation_casts();
+    gpu->attention(d_q.get(), T, nh, nkv, hd, KvCacheRef{d_kc.get(), d_vc.get(), DType::F32}, pool.block_size, tables,
+                   d_pos.get(), 0, 0.125f, ActivationsOut{d_out.get(), d_twin.get()});
+    EXPECT_EQ(gpu->last_attention_singles(), singles);
+    EXPECT_EQ(gpu->activation_casts(), casts) << "a cast after the attention launches";
+    cuda_sync("backend attention with a twin");
+    expect_twin_of(d_out.download(), d_twin.download());
   }
 }
 
