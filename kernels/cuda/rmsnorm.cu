@@ -23,14 +23,14 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t dim, floa
 __global__ void add_rmsnorm_kernel(float* residual, const float* x, const float* w, int64_t dim, float eps, float* out,
                                    uint16_t* twin) {
   const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-    const float v = residual[base + i] + x[base + i];
-    residual[base + i] = v;
-    ss += v * v;
-  }
-  const float r = inv_rms(block_sum(ss), dim, eps);
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) put(out, twin, base + i, w[i] * (residual[base + i] * r));
+  float* res = residual + base;
+  block_rmsnorm(
+      [&](int64_t i) {
+        const float v = res[i] + x[base + i];
+        res[i] = v;
+        return v;
+      },
+      [&](int64_t i) { return res[i]; }, w, dim, eps, [&](int64_t i, float v) { put(out, twin, base + i, v); });
 }
 
 }  // namespace

@@ -21,18 +21,28 @@ __device__ inline float inv_rms(float sumsq, int64_t dim, float eps) {
   return 1.0f / sqrtf(var + eps);
 }
 
-// out[i] = w[i] * (x[i] * r) of one dim-wide row, by a kRmsnormThreads block, each thread writing
-// only the elements it read (out may be x); put(i, value) stores element i. rmsnorm.cu's kernels
-// and latent_rope_cache_write.cu both norm rows with it.
-template <class Put>
-__device__ inline void block_rmsnorm_row(const float* x, const float* w, int64_t dim, float eps, const Put& put) {
+// out[i] = w[i] * (v[i] * r) of one dim-wide row v, by a kRmsnormThreads block, each thread
+// touching only the elements it reads: first(i) gives v[i] for the sum of squares (and may store it,
+// as add_rmsnorm's residual), again(i) gives it once more for the output, and put(i, value) stores
+// output element i. Each thread sees its own elements only, so out may be the input.
+template <class First, class Again, class Put>
+__device__ inline void block_rmsnorm(const First& first, const Again& again, const float* w, int64_t dim, float eps,
+                                     const Put& put) {
   float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-    const float v = x[i];
+    const float v = first(i);
     ss += v * v;
   }
   const float r = inv_rms(block_sum(ss), dim, eps);
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) put(i, w[i] * (x[i] * r));
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) put(i, w[i] * (again(i) * r));
+}
+
+// block_rmsnorm of the row x[0, dim) as it is: rmsnorm.cu's kernel and
+// latent_rope_cache_write.cu norm rows with it.
+template <class Put>
+__device__ inline void block_rmsnorm_row(const float* x, const float* w, int64_t dim, float eps, const Put& put) {
+  const auto load = [&](int64_t i) { return x[i]; };
+  block_rmsnorm(load, load, w, dim, eps, put);
 }
 
 // The sum of squares of x[0, dim) that block_sum gives in a kRmsnormThreads block, where thread i
