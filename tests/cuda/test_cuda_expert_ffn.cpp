@@ -3,7 +3,8 @@
 // grouped call for both) against the same experts loaded apart:
 //   * run_routed_experts, eager and replayed in a graph after the offsets changed: every routed
 //     row has the apart run's bits, on fp8 (the direct kernel, and the grouped W8A8 GEMM past 16
-//     rows an expert), bf16 (direct kernel, grouped bf16 GEMM) and fp32 weights;
+//     rows an expert), bf16 (direct kernel, grouped bf16 GEMM) and fp32 weights, and each replay
+//     gives the eager run's bits for its offsets;
 //   * run_experts (prefill's grouped_linear): fp8's grouped kernels bit for bit, cuBLAS's bf16 and
 //     fp32 GEMMs to summation order (a wider product may take another algorithm);
 //   * a captured step of the routed experts takes fewer nodes;
@@ -119,11 +120,12 @@ int64_t sum(const std::vector<int32_t>& sizes) {
   return n;
 }
 
-// The routed rows' bits equal; the rows past them unwritten in both.
+// The routed rows written and their bits equal; the rows past them unwritten in both.
 void expect_same_rows(const std::vector<float>& want, const std::vector<float>& got, int64_t rows,
                       const std::string& what) {
   ASSERT_EQ(want.size(), got.size());
   const size_t routed = static_cast<size_t>(rows * kH);
+  for (size_t i = 0; i < routed; ++i) ASSERT_NE(want[i], kUnwritten) << what << ": element " << i << " unwritten";
   ASSERT_EQ(std::memcmp(want.data(), got.data(), routed * sizeof(float)), 0) << what;
   for (size_t i = routed; i < got.size(); ++i) ASSERT_EQ(got[i], kUnwritten) << what << ": element " << i;
 }
@@ -167,6 +169,13 @@ TEST_F(CudaExpertFfn, StackedRoutedExpertsGiveTheApartBitsEagerAndReplayed) {
         gpu_->replay(ga);
         gpu_->replay(gs);
         expect_same_rows(a.result(), s.result(), sum(sizes), what + ", replayed (" + path + ")");
+        // And the eager run of these sizes: a replay that kept the captured offsets, or ran
+        // nothing, gives the stacked and apart graphs the same wrong rows.
+        Routed e(*gpu_, P, 91);
+        Scratch scratch_e(*gpu_);
+        e.set(sizes);
+        run(e, scratch_e, apart);
+        expect_same_rows(e.result(), a.result(), sum(sizes), what + ", replayed against eager (" + path + ")");
       }
       gpu_->drop_captures();
     }
@@ -189,6 +198,7 @@ TEST_F(CudaExpertFfn, StackedEagerExpertsMatchApart) {
     const std::string path = gpu_->grouped_linear_path();
     const std::vector<float> want = down(*gpu_, static_cast<const float*>(ya), x.size());
     const std::vector<float> got = down(*gpu_, static_cast<const float*>(ys), x.size());
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_NE(want[i], kUnwritten) << dtype_name(dt) << " element " << i;
     if (dt == DType::F8_E4M3) {
       // The grouped fp8 kernels compute each element alone: the same bits.
       EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0) << path;
