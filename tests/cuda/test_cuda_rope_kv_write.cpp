@@ -166,10 +166,21 @@ TEST_F(CudaRopeKvWrite, MatchesTheSeparateLaunchesBitForBit) {
         expect_same_bytes(bytes(a.k, a.kv_n() * 4), bytes(b.k, b.kv_n() * 4), "k", where);
         expect_same_bytes(bytes(a.cache.k, a.side_bytes()), bytes(b.cache.k, b.side_bytes()), "k cache", where);
         expect_same_bytes(bytes(a.cache.v, a.side_bytes()), bytes(b.cache.v, b.side_bytes()), "v cache", where);
-        // The written slots did change, and a padding token's slot range stayed as filled.
-        const auto kc = bytes(a.cache.k, a.side_bytes());
+        // The tokens' slots were written, and every other slot (padding tokens point at none)
+        // still holds the fill: blocks of one slot, so a slot's row of each side is contiguous.
         const size_t row = static_cast<size_t>(s.kv_heads * s.head_dim) * elem_bytes(cache);
-        EXPECT_NE(0, std::memcmp(kc.data() + row, std::vector<uint8_t>(row, 0x5a).data(), row)) << where;
+        std::vector<bool> written(static_cast<size_t>(a.slots_total));
+        for (int64_t t = 0; t < s.T; ++t)
+          if (t % 3 != 2) written[static_cast<size_t>((t * 5 + 1) % a.slots_total)] = true;  // step_slots' rule
+        const std::vector<uint8_t> fill(row, 0x5a);
+        for (const void* side : {a.cache.k, a.cache.v}) {
+          const auto c = bytes(side, a.side_bytes());
+          for (size_t slot = 0; slot < written.size(); ++slot) {
+            const bool same = std::memcmp(c.data() + slot * row, fill.data(), row) == 0;
+            EXPECT_NE(same, written[slot])
+                << "slot " << slot << (written[slot] ? " unwritten: " : " written: ") << where;
+          }
+        }
         a.release();
         b.release();
       }

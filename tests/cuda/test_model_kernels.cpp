@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <vector>
@@ -323,7 +324,13 @@ TEST(CudaModelKernels, Bf16CastsMatchHostBitForBit) {
   DeviceBuffer<uint16_t> d_y(x.size());
   cuda::f32_to_bf16(d_x.get(), d_y.get(), static_cast<int64_t>(x.size()), nullptr);
   cuda_sync("f32_to_bf16");
-  EXPECT_TRUE(all_bits_equal(d_y.download(), want));
+  const std::vector<uint16_t> got = d_y.download();
+  EXPECT_TRUE(all_bits_equal(got, want));
+  // The special values' results written out, not only the host's: nearest even, ties both ways,
+  // overflow to inf, NaNs quiet with sign and top payload (Bf16Cache pins the rule against torch).
+  const uint16_t pinned[] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x7fc0, 0xffff, 0x7fff, 0x0000,
+                             0x8080, 0x3f80, 0x3f82, 0x3f81, 0x3f81, 0x7f80, 0xff80, 0x7f80, 0x0000};
+  for (size_t i = 0; i < std::size(pinned); ++i) EXPECT_EQ(got[i], pinned[i]) << std::hex << "0x" << bits[i];
 
   // Every bf16 pattern back to fp32.
   std::vector<uint16_t> all(65536);

@@ -61,8 +61,10 @@ TEST(Fp8Cache, VectorReadBackIsTheScalarRule) {
     std::vector<float> row(77);
     cpu::detail::widen_row(codes + 100, 77, scale, row.data());  // 4 vectors and a tail
     for (int i = 0; i < 77; ++i) {
-      if (!std::isnan(row[i])) {
-        EXPECT_EQ(bits(row[i]), bits(fp8_bits::to_f32(codes[100 + i]) * scale)) << i;
+      const float want = kv_load(codes, 100 + i, KvElem::FP8, scale);
+      ASSERT_EQ(std::isnan(row[i]), std::isnan(want)) << "code " << int{codes[100 + i]} << ", element " << i;
+      if (!std::isnan(want)) {
+        EXPECT_EQ(bits(row[i]), bits(want)) << i;
       }
     }
   }

@@ -313,21 +313,36 @@ TEST(LatentAttention, GivesThePlainLoopsBits) {
 }
 
 TEST(LatentAttention, HeadsSeeOnlyTheirOwnQuery) {
-  // Heads with identical queries give identical bits, whichever head block they fall in.
+  // Each head's output is, bit for bit, a one-head call with that head's query alone, whichever
+  // head block it falls in; heads given one query then give one result.
   LatentSetup st;
   auto s = make_latent_seq(st, 9, {2, 0, 1}, 30);
   std::vector<float> cache(3 * st.bs * (st.L + st.dr), NAN);
   write_seq(st, s, cache);
-  auto one_l = rand_vec(st.L, 31), one_r = rand_vec(st.dr, 32);
-  std::vector<float> ql(st.nh * st.L), qr(st.nh * st.dr);
-  for (int64_t h = 0; h < st.nh; ++h) {
-    std::copy(one_l.begin(), one_l.end(), &ql[h * st.L]);
-    std::copy(one_r.begin(), one_r.end(), &qr[h * st.dr]);
-  }
   const int32_t p = 8;
   const int32_t* bt = s.table.data();
-  std::vector<float> out(st.nh * st.L);
-  cpu::latent_attention(ql.data(), qr.data(), 1, st.nh, st.L, st.dr, cache.data(), cpu::CacheElem::F32, st.bs, &bt, &p,
-                        st.scale, out.data());
-  for (int64_t h = 1; h < st.nh; ++h) ASSERT_EQ(0, std::memcmp(&out[0], &out[h * st.L], st.L * 4)) << "h=" << h;
+  for (bool shared : {false, true}) {
+    std::vector<float> ql(st.nh * st.L), qr(st.nh * st.dr);
+    for (int64_t h = 0; h < st.nh; ++h) {
+      const auto seed = static_cast<uint32_t>(shared ? 31 : 31 + 2 * h);
+      const auto l = rand_vec(st.L, seed), r = rand_vec(st.dr, seed + 1);
+      std::copy(l.begin(), l.end(), &ql[h * st.L]);
+      std::copy(r.begin(), r.end(), &qr[h * st.dr]);
+    }
+    std::vector<float> out(st.nh * st.L);
+    cpu::latent_attention(ql.data(), qr.data(), 1, st.nh, st.L, st.dr, cache.data(), cpu::CacheElem::F32, st.bs, &bt,
+                          &p, st.scale, out.data());
+    for (int64_t h = 0; h < st.nh; ++h) {
+      std::vector<float> alone(st.L);
+      cpu::latent_attention(&ql[h * st.L], &qr[h * st.dr], 1, 1, st.L, st.dr, cache.data(), cpu::CacheElem::F32, st.bs,
+                            &bt, &p, st.scale, alone.data());
+      ASSERT_EQ(0, std::memcmp(alone.data(), &out[h * st.L], st.L * 4)) << "h=" << h << (shared ? ", one query" : "");
+      if (shared) {
+        ASSERT_EQ(0, std::memcmp(&out[0], &out[h * st.L], st.L * 4)) << "h=" << h;
+      }
+    }
+    if (!shared) {
+      EXPECT_NE(0, std::memcmp(&out[0], &out[st.L], st.L * 4)) << "two queries, one result";
+    }
+  }
 }
