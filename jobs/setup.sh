@@ -3,7 +3,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config git python3
       libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools libboost-program-options-dev
-      libgtest-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev libfabric-dev)
+      libgtest-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev libfabric-dev
+      python3-h5py python3-matplotlib)  # shardlm report --plots, and the tests that read results with h5py
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

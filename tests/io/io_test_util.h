@@ -62,13 +62,27 @@ inline std::vector<ParsedRequest> read_all(const std::string& path, PromptFormat
   return out;
 }
 
-// VmRSS of this process in KiB, from /proc/self/status (-1 when unavailable).
-inline long rss_kib() {
+// A field of /proc/self/status in KiB (-1 when unavailable).
+inline long status_kib(const char* field) {
   std::ifstream in("/proc/self/status");
   std::string line;
+  const size_t n = std::char_traits<char>::length(field);
   while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+    if (line.rfind(field, 0) == 0) return std::stol(line.substr(n));
   return -1;
 }
+
+// VmRSS of this process in KiB (-1 when unavailable).
+inline long rss_kib() { return status_kib("VmRSS:"); }
+
+// The peak resident set (VmHWM), restarted from the current one by reset_peak_rss (false where
+// /proc/self/clear_refs does not take it): a buffer allocated, filled and freed between the two
+// shows in the peak, where the RSS read afterwards would not see it.
+inline bool reset_peak_rss() {
+  std::ofstream c("/proc/self/clear_refs");
+  c << "5" << std::flush;
+  return static_cast<bool>(c);
+}
+inline long peak_rss_kib() { return status_kib("VmHWM:"); }
 
 }  // namespace shardlm::test

@@ -116,7 +116,7 @@ TEST(RequestReaderErrors, ErrorRowsKeepTheIdWhenItCouldBeRead) {
   EXPECT_EQ(rs[3].id, "4");  // unreadable line: the line number
 }
 
-TEST(RequestReaderErrors, OverlongLineIsSkippedWithoutBuffering) {
+TEST(RequestReaderErrors, OverlongLineIsSkippedAndReadingGoesOn) {
   ScratchDir dir;
   const std::string path = dir.file("long.jsonl");
   const std::string head = R"({"id": "edge", "prompt": ")", tail = R"("})";
@@ -141,25 +141,57 @@ TEST(RequestReaderErrors, OverlongLineIsSkippedWithoutBuffering) {
   EXPECT_EQ(rs[4].error, "line 5: line too long (over 1000 bytes); skipped");
 }
 
+// How much the peak RSS grows reading `path` to its end with a line limit of max_line_bytes (0:
+// the default), and the requests read; -1 where the peak cannot be restarted.
+long peak_growth_kib(const std::string& path, int64_t max_line_bytes, std::vector<ParsedRequest>* rs) {
+  if (!test::reset_peak_rss()) return -1;
+  const long peak0 = test::peak_rss_kib();
+  {
+    RequestReader reader(path, PromptFormat::kText);
+    if (max_line_bytes > 0) reader.set_max_line_bytes(max_line_bytes);
+    while (auto r = reader.next()) rs->push_back(*r);
+  }
+  return test::peak_rss_kib() - peak0;
+}
+
+// A line four times the limit: a reader that buffered whole lines would hold 64 MiB at its peak,
+// one that stops at the limit at most 16 MiB (32 with the string's doubling).
 TEST(RequestReaderErrors, SixteenMibLimitByDefault) {
   ScratchDir dir;
   const std::string path = dir.file("huge.txt");
-  std::string huge(RequestReader::kMaxLineBytes + 100, 'z');
-  write_file(path, huge + "\nnext prompt\n");
-  huge.clear();
-  huge.shrink_to_fit();
-  const long rss0 = test::rss_kib();
-  RequestReader reader(path, PromptFormat::kText);
-  auto r1 = reader.next();
-  ASSERT_TRUE(r1.has_value());
-  EXPECT_EQ(r1->error, "line 1: line too long (over 16777216 bytes); skipped");
-  auto r2 = reader.next();
-  ASSERT_TRUE(r2.has_value());
-  EXPECT_EQ(*r2->prompt, "next prompt");
-  EXPECT_EQ(r2->id, "2");
-  const long grown_kib = test::rss_kib() - rss0;
-  if (!SHARDLM_IO_ASAN) {  // the line is buffered up to the 16 MiB limit, never beyond
-    EXPECT_LT(grown_kib, 40 * 1024) << "reading one overlong line grew RSS by " << grown_kib << " KiB";
+  {
+    std::string huge(4 * RequestReader::kMaxLineBytes, 'z');
+    write_file(path, huge + "\nnext prompt\n");
+  }
+  std::vector<ParsedRequest> rs;
+  const long grown_kib = peak_growth_kib(path, 0, &rs);
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(rs[0].error, "line 1: line too long (over 16777216 bytes); skipped");
+  EXPECT_EQ(*rs[1].prompt, "next prompt");
+  EXPECT_EQ(rs[1].id, "2");
+  if (grown_kib < 0) GTEST_SKIP() << "the peak RSS cannot be restarted here (/proc/self/clear_refs)";
+  if (!SHARDLM_IO_ASAN) {
+    EXPECT_LT(grown_kib, 40 * 1024) << "reading a 64 MiB line grew the peak RSS by " << grown_kib << " KiB";
+  }
+}
+
+// Below the default limit: a 32 MiB line under a 1 MiB limit is skipped with at most a few MiB
+// held, not buffered and dropped.
+TEST(RequestReaderErrors, OverlongLineIsDroppedAsItIsRead) {
+  ScratchDir dir;
+  const std::string path = dir.file("long.txt");
+  {
+    std::string line(32 << 20, 'w');
+    write_file(path, "first\n" + line + "\nlast\n");
+  }
+  std::vector<ParsedRequest> rs;
+  const long grown_kib = peak_growth_kib(path, 1 << 20, &rs);
+  ASSERT_EQ(rs.size(), 3u);
+  EXPECT_EQ(rs[1].error, "line 2: line too long (over 1048576 bytes); skipped");
+  EXPECT_EQ(*rs[2].prompt, "last");
+  if (grown_kib < 0) GTEST_SKIP() << "the peak RSS cannot be restarted here (/proc/self/clear_refs)";
+  if (!SHARDLM_IO_ASAN) {
+    EXPECT_LT(grown_kib, 8 * 1024) << "reading a 32 MiB line grew the peak RSS by " << grown_kib << " KiB";
   }
 }
 
