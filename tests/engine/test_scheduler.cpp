@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "engine/scheduler.h"
 
@@ -18,12 +21,30 @@ std::unique_ptr<Sequence> seq(const std::string& id, int64_t prompt_len, int64_t
 }
 
 // Drives the scheduler as the engine does: a chunk that samples appends one token; sequences
-// finish after `out` tokens. Returns the number of steps.
-int drive(Scheduler& sch, int64_t out, std::map<std::string, int64_t>* finished_len, int max_steps = 10000) {
+// finish after `out` tokens. Returns the number of steps. With `preempted` (a budget that
+// schedules every running sequence each step), it gets each finished sequence's preemption count,
+// and each step checks that the sequences it dropped arrived after every one it kept.
+int drive(Scheduler& sch, int64_t out, std::map<std::string, int64_t>* finished_len, int max_steps = 10000,
+          std::map<std::string, int64_t>* preempted = nullptr) {
   int steps = 0;
+  std::set<Sequence*> before;  // scheduled in the last step and not finished
   while (!sch.idle() && steps < max_steps) {
     auto chunks = sch.schedule();
     EXPECT_FALSE(chunks.empty());
+    if (preempted) {
+      std::set<Sequence*> now;
+      for (auto& c : chunks) now.insert(c.seq);
+      int64_t kept_newest = -1, dropped_oldest = INT64_MAX;
+      for (Sequence* q : before) {
+        if (now.count(q)) {
+          kept_newest = std::max(kept_newest, q->arrival);
+        } else {
+          dropped_oldest = std::min(dropped_oldest, q->arrival);
+        }
+      }
+      EXPECT_LT(kept_newest, dropped_oldest) << "step " << steps << " preempted an older sequence than it kept";
+      before = std::move(now);
+    }
     int64_t tokens = 0;
     std::vector<Sequence*> done;
     for (auto& c : chunks) {
@@ -42,6 +63,10 @@ int drive(Scheduler& sch, int64_t out, std::map<std::string, int64_t>* finished_
     for (Sequence* s : done) {
       auto owned = sch.finish(s);
       (*finished_len)[owned->result.id] = owned->len();
+      if (preempted) {
+        (*preempted)[owned->result.id] = owned->preemptions;
+        before.erase(s);
+      }
     }
     ++steps;
   }
@@ -104,12 +129,18 @@ TEST(Scheduler, PreemptsNewestWhenCacheRunsOutAndEveryoneFinishes) {
   cfg.block_size = 4;
   Scheduler sch(cfg, blocks);
   for (int i = 0; i < 6; ++i) sch.add(seq(std::string("s").append(std::to_string(i)), 5, i));
-  std::map<std::string, int64_t> fin;
-  drive(sch, /*out=*/12, &fin);
+  std::map<std::string, int64_t> fin, preempted;
+  drive(sch, /*out=*/12, &fin, 10000, &preempted);
   EXPECT_TRUE(sch.idle());
   ASSERT_EQ(fin.size(), 6u);
   for (auto& [id, len] : fin) EXPECT_EQ(len, 17) << id;
   EXPECT_GT(sch.preemptions(), 0);
+  // The newest give way: the oldest is never preempted, and every preemption is a later arrival's.
+  int64_t total = 0;
+  for (auto& [id, n] : preempted) total += n;
+  EXPECT_EQ(total, sch.preemptions());
+  EXPECT_EQ(preempted["s0"], 0);
+  EXPECT_GT(preempted["s3"] + preempted["s4"] + preempted["s5"], 0);
   EXPECT_EQ(blocks.num_free(), 10);
 }
 
