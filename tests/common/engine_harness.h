@@ -39,6 +39,7 @@ class CollectSink final : public ResultSink {
   }
   std::vector<RequestResult> results;
   std::vector<StepRecord> steps;
+  RunStats stats;  // what Engine::run returned
 };
 
 struct LoadedModel {
@@ -55,7 +56,7 @@ struct LoadedModel {
     Engine engine(*model, *tok, cfg);
     VectorSource src(std::move(reqs));
     CollectSink sink;
-    engine.run(src, sink);
+    sink.stats = engine.run(src, sink);
     return sink;
   }
 

@@ -83,7 +83,11 @@ TEST(Stories260K, BatchInvariance) {
     EXPECT_EQ(r.output_tokens, c.output_tokens) << r.id;
     EXPECT_EQ(r.token_logprobs, c.token_logprobs) << r.id;
     EXPECT_EQ(r.output_tokens, p.output_tokens) << r.id;
+    EXPECT_EQ(r.token_logprobs, p.token_logprobs) << r.id;
   }
+  // The tight cache did preempt (and recompute) sequences; the others had room.
+  EXPECT_GT(preempted.stats.preemptions, 0);
+  EXPECT_EQ(all.stats.preemptions, 0);
   // The batched run really batched: some step ran more than 32 sequences.
   int max_batch = 0;
   for (const auto& s : all.steps) max_batch = std::max(max_batch, s.batch_size);
