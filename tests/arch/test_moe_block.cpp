@@ -14,6 +14,7 @@
 #include "arch/weight_loader.h"
 #include "arch/moe_test_util.h"
 #include "common/cli_runner.h"
+#include "common/expect_error.h"
 #include "compute/backend.h"
 #include "core/error.h"
 #include "model/checkpoint.h"
@@ -120,14 +121,17 @@ TEST(MoeBlock, NamingErrors) {
   WeightLoader w(*ck, *b);
   ModelSpec s = c.spec;
   s.moe.shared_intermediate = 8;  // Mixtral has no shared expert
-  EXPECT_THROW(make_moe_block(s, ShardPlan::make(s), c.layer, w, ShardComms{}, nullptr), Error);
+  test::expect_error([&] { make_moe_block(s, ShardPlan::make(s), c.layer, w, ShardComms{}, nullptr); },
+                     {"layer 1: the Mixtral naming has no shared expert"});
   s = c.spec;
   s.moe.naming = MoeSpec::Naming::kQwen;  // the tensors are not there under this naming
-  EXPECT_THROW(make_moe_block(s, ShardPlan::make(s), c.layer, w, ShardComms{}, nullptr), Error);
+  test::expect_error([&] { make_moe_block(s, ShardPlan::make(s), c.layer, w, ShardComms{}, nullptr); },
+                     {dir.string(), "has no tensor 'model.layers.1.mlp."});
   // Expert parallelism needs its communicator.
   ShardPlan p = ShardPlan::make(c.spec);
   p.set_expert_parallel(c.spec, 0, 2);
-  EXPECT_THROW(make_moe_block(c.spec, p, c.layer, w, ShardComms{}, nullptr), Error);
+  test::expect_error([&] { make_moe_block(c.spec, p, c.layer, w, ShardComms{}, nullptr); },
+                     {"layer 1: expert parallelism over 2 ranks needs the ep communicator of that size"});
   std::filesystem::remove_all(dir);
 }
 

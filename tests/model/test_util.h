@@ -1,6 +1,7 @@
 // Helpers shared by the model tests: scratch directories and whole-file I/O.
 #pragma once
 
+#include "common/expect_error.h"
 #include "common/test_files.h"
 #include "core/error.h"
 
@@ -37,17 +38,5 @@ class ScratchDir {
   std::filesystem::path path_;
 };
 
-
-// Runs fn, which must throw shardlm::Error whose message contains every needle.
-template <typename Fn>
-void expect_error(Fn fn, std::initializer_list<std::string> needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "no Error thrown";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
-  }
-}
 
 }  // namespace shardlm::test
