@@ -4,7 +4,9 @@
 // bf16 KV cache: there a key or value whose fp32 result differs in its last bit can round to the
 // neighbouring bf16 (2^-8 apart). Measured: up to 2.8e-4 on the random tiny models, 5.4e-3 on one
 // request of stories260K at tp 2; the tokens stayed the same. kFp8CacheLogprobTol for an fp8 cache,
-// whose neighbouring codes are 2^-4 apart (measured: 3.3e-4 on stories260K at tp 2).
+// whose neighbouring codes are 2^-4 apart, so one flip moves a value 16 times as far as in bf16
+// (measured: 3.3e-4 on stories260K at tp 2, 4.5e-6 on the Kimi-K2-shaped model at dp 2 tp 2 ep 4):
+// twice the bf16 tolerance.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -22,7 +24,7 @@ namespace shardlm::test {
 
 constexpr float kLogprobTol = 1e-4f;
 constexpr float kBf16CacheLogprobTol = 1e-2f;
-constexpr float kFp8CacheLogprobTol = 0.1f;
+constexpr float kFp8CacheLogprobTol = 2e-2f;
 
 // The tolerance for two runs, from the narrower of their caches.
 inline float logprob_tol(const RunOutput& a, const RunOutput& b) {
