@@ -42,7 +42,7 @@ const std::vector<std::string>& multilingual_samples() {
   return s;
 }
 
-TEST(TokenizerKimi, LoadsQuicklyWithExpectedVocab) {
+TEST(TokenizerKimi, LoadsWithExpectedVocabPrintingTheTime) {
   SHARDLM_REQUIRE_SHARED(dir, kKimiDir);
   double ms = 0;
   auto tok = load_kimi(dir, &ms);
@@ -214,7 +214,7 @@ TEST(TokenizerKimi, LongInputsAreCutLikeKimi) {
   EXPECT_EQ(tok->encode(half + "<|im_end|>" + half), concat(concat(half_ids, {kImEnd}), half_ids));
 }
 
-TEST(TokenizerKimi, LargeMultilingualTextEncodesFastAndRoundTrips) {
+TEST(TokenizerKimi, LargeMultilingualTextRoundTripsPrintingTheRate) {
   SHARDLM_REQUIRE_SHARED(dir, kKimiDir);
   auto tok = load_kimi(dir);
   // ~4 MB of varied text: samples cut at random word boundaries, mixed with random numbers.

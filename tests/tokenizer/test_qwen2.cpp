@@ -37,7 +37,7 @@ void read_cases(const std::string& dir, std::vector<std::string>& inputs, std::v
   }
 }
 
-TEST(TokenizerQwen2, LoadsQuicklyWithExpectedVocab) {
+TEST(TokenizerQwen2, LoadsWithExpectedVocabPrintingTheTime) {
   SHARDLM_REQUIRE_SHARED(path, "tokenizers/qwen2/tokenizer.json");
   auto t0 = std::chrono::steady_clock::now();
   auto tok = load_qwen2(path);
@@ -112,7 +112,7 @@ TEST(TokenizerQwen2, NfcNormalisation) {
   EXPECT_EQ(tok->encode("caf\x65\xCC\x81"), tok->encode("caf\xC3\xA9"));
 }
 
-TEST(TokenizerQwen2, LargeTextEncodesFastAndRoundTrips) {
+TEST(TokenizerQwen2, LargeTextRoundTripsPrintingTheRate) {
   SHARDLM_REQUIRE_SHARED(path, "tokenizers/qwen2/tokenizer.json");
   SHARDLM_REQUIRE_SHARED(dir, "tokenizers/qwen2/peer-tests");
   auto tok = load_qwen2(path);
