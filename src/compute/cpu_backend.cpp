@@ -78,7 +78,7 @@ void convert_to_f32(const TensorView& t, int64_t n, float* out) {
       return;
     }
     default:
-      SHARDLM_FAIL("cpu backend: tensor '" << t.name << "' has dtype " << dtype_name(t.dtype)
+      SHARDLM_FAIL("cpu backend: tensor '" << t.name << "' in " << t.file << " has dtype " << dtype_name(t.dtype)
                                            << "; expected F32, BF16 or F16");
   }
 }
@@ -98,9 +98,9 @@ float* CpuBackend::alloc_floats(size_t n) {
 }
 
 Matrix CpuBackend::load_matrix(const TensorView& t) {
-  SHARDLM_CHECK(t.shape.size() == 2, "cpu backend: tensor '" << t.name << "' has " << t.shape.size()
+  SHARDLM_CHECK(t.shape.size() == 2, "cpu backend: tensor '" << t.name << "' in " << t.file << " has " << t.shape.size()
                                                              << " dimensions; a matrix needs 2");
-  SHARDLM_CHECK(t.data != nullptr || t.numel() == 0, "cpu backend: tensor '" << t.name << "' has no data");
+  SHARDLM_CHECK(t.data != nullptr || t.numel() == 0, "cpu backend: tensor '" << t.name << "' in " << t.file << " has no data");
   Matrix m;
   m.rows = t.shape[0];
   m.cols = t.shape[1];
@@ -118,13 +118,13 @@ Matrix CpuBackend::load_matrix(const TensorView& t) {
       return m;
     }
     default:
-      SHARDLM_FAIL("cpu backend: matrix '" << t.name << "' has dtype " << dtype_name(t.dtype)
+      SHARDLM_FAIL("cpu backend: matrix '" << t.name << "' in " << t.file << " has dtype " << dtype_name(t.dtype)
                                            << "; expected F32, BF16 or F16");
   }
 }
 
 Vector CpuBackend::load_vector(const TensorView& t) {
-  SHARDLM_CHECK(t.shape.size() == 1, "cpu backend: tensor '" << t.name << "' has " << t.shape.size()
+  SHARDLM_CHECK(t.shape.size() == 1, "cpu backend: tensor '" << t.name << "' in " << t.file << " has " << t.shape.size()
                                                              << " dimensions; a vector needs 1");
   Vector v;
   v.n = t.shape[0];

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "compute/backend.h"
+#include "common/expect_error.h"
 #include "compute/cpu_backend.h"
 #include "core/error.h"
 #include "model/checkpoint.h"
@@ -109,6 +110,25 @@ TEST(CpuBackend, LoadMatrixF32InPlace) {
   Vector v = be->load_vector(view("v", DType::F32, {K}, w.data(), K * 4));
   EXPECT_NE(static_cast<const void*>(v.data), static_cast<const void*>(w.data()));
   for (int64_t k = 0; k < K; ++k) EXPECT_EQ(v.data[k], w[k]);
+}
+
+// A weight the backend cannot take fails at load naming the tensor and its file.
+TEST(CpuBackend, LoadErrorsNameTheTensorAndFile) {
+  auto be = make_backend("cpu");
+  std::vector<int32_t> w(12);
+  auto in_file = [&](TensorView t) {
+    t.file = "/ckpt/model-00002-of-00009.safetensors";
+    return t;
+  };
+  const std::string file = "in /ckpt/model-00002-of-00009.safetensors";
+  test::expect_error([&] { be->load_matrix(in_file(view("m.weight", DType::I32, {3, 4}, w.data(), 48))); },
+                     {"'m.weight'", file, "I32"});
+  test::expect_error([&] { be->load_matrix(in_file(view("m.weight", DType::F32, {12}, w.data(), 48))); },
+                     {"'m.weight'", file, "a matrix needs 2"});
+  test::expect_error([&] { be->load_vector(in_file(view("n.weight", DType::F32, {3, 4}, w.data(), 48))); },
+                     {"'n.weight'", file, "a vector needs 1"});
+  test::expect_error([&] { be->load_vector(in_file(view("n.weight", DType::I32, {12}, w.data(), 48))); },
+                     {"'n.weight'", file, "I32"});
 }
 
 // linear_parts: the parts of one input, each what linear() gives it bit for bit (bf16 with a
