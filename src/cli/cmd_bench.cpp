@@ -85,6 +85,15 @@ Scenario run_scenario(Model& model, const Tokenizer& tok, EngineConfig ec, int64
   return s;
 }
 
+// "12.3% of NAME" where the peak is known; an unknown device (no datasheet entry, the emulated
+// runtime) has none, and a made-up one would only print a meaningless share.
+std::string share_of(double gflops, double peak_gflops, const std::string& peak_name) {
+  if (peak_gflops <= 0) return "no " + peak_name + " known for this device";
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%.1f%% of %s", 100.0 * gflops / peak_gflops, peak_name.c_str());
+  return buf;
+}
+
 // The GPU's ceilings: the datasheet's (src/plan/gpu_specs.h) when the device is a known one, the
 // measured device bandwidth otherwise; cuBLAS GEMMs at the model's projection shapes (and a square
 // one of peak_gemm a side, when not 0) are printed beside them so that a slow model step can be
@@ -100,11 +109,10 @@ void gpu_ceilings(ComputeBackend& b, const DeviceCeilings& c, const ModelSpec& s
   if (peak_gemm > 0) shapes.push_back({peak_gemm, peak_gemm, peak_gemm});
   for (const auto& s : shapes) {
     const GemmFigure f = b.time_linear_gemm(s[0], s[1], s[2], /*bf16=*/true);
-    std::printf("  cuBLAS bf16 GEMM %lld x %lld x %lld: %.4g TFLOP/s (%.1f%% of peak)\n", static_cast<long long>(f.m),
+    std::printf("  cuBLAS bf16 GEMM %lld x %lld x %lld: %.4g TFLOP/s (%s)\n", static_cast<long long>(f.m),
                 static_cast<long long>(f.n), static_cast<long long>(f.k), f.tflops,
-                *peak_gflops > 0 ? 100.0 * f.tflops * 1e3 / *peak_gflops : 0.0);
+                share_of(f.tflops * 1e3, *peak_gflops, "bf16 tensor peak").c_str());
   }
-  if (*peak_gflops == 0) *peak_gflops = 1;  // unknown device: percentages are meaningless but finite
   // Linears on weights kept fp8 against the same linear on bf16 weights (activation casts
   // included), at decode's row counts (1 and 16: the fp8 codes read directly) and past them (64:
   // dequantised into a workspace for cuBLAS), on the gate/up shape and the square one. A decode
@@ -133,12 +141,16 @@ void gpu_ceilings(ComputeBackend& b, const DeviceCeilings& c, const ModelSpec& s
     b.set_fp8_w8a8(false);
     const GemmFigure d = b.time_linear(m, s[0], s[1], DType::F8_E4M3);
     const double fp8_peak = c.fp8_gflops > 0 ? c.fp8_gflops : 2 * *peak_gflops;
+    char fp8_name[64], bf16_name[64];
+    std::snprintf(fp8_name, sizeof fp8_name, "%.0f dense fp8", fp8_peak / 1e3);
+    std::snprintf(bf16_name, sizeof bf16_name, "%.0f dense bf16", *peak_gflops / 1e3);
     std::printf(
-        "  linear %lld x %lld x %lld, fp8 weights as %s: %.4g TFLOP/s (%.1f%% of %.0f dense fp8); dequantised to "
-        "bf16: %.4g TFLOP/s (%.1f%% of %.0f dense bf16); %.2fx\n",
+        "  linear %lld x %lld x %lld, fp8 weights as %s: %.4g TFLOP/s (%s); dequantised to bf16: %.4g TFLOP/s "
+        "(%s); %.2fx\n",
         static_cast<long long>(m), static_cast<long long>(s[0]), static_cast<long long>(s[1]), q.dtype.c_str(),
-        q.tflops, 100.0 * q.tflops * 1e3 / fp8_peak, fp8_peak / 1e3, d.tflops, 100.0 * d.tflops * 1e3 / *peak_gflops,
-        *peak_gflops / 1e3, d.seconds / q.seconds);
+        q.tflops, share_of(q.tflops * 1e3, fp8_peak, fp8_peak > 0 ? fp8_name : "fp8 tensor peak").c_str(),
+        d.tflops, share_of(d.tflops * 1e3, *peak_gflops, *peak_gflops > 0 ? bf16_name : "bf16 tensor peak").c_str(),
+        d.seconds / q.seconds);
   }
   b.set_fp8_w8a8(w8a8);
 }
@@ -302,10 +314,13 @@ int cmd_bench(int argc, char** argv) {
         "token\n",
         static_cast<long long>(spec.moe.experts_per_token), static_cast<long long>(spec.moe.num_experts),
         decode_bytes / 1e6, flop_per_token / 2e6);
-  std::printf(
-      "ceilings for this model: decode (batch 1, weights streamed once per token) %.1f tok/s; "
-      "compute-bound tokens (prefill, batched decode) %.1f tok/s\n\n",
-      bw * 1e9 / decode_bytes, peak * 1e9 / flop_per_token);
+  std::printf("ceilings for this model: decode (batch 1, weights streamed once per token) %.1f tok/s; ",
+              bw * 1e9 / decode_bytes);
+  if (peak > 0) {
+    std::printf("compute-bound tokens (prefill, batched decode) %.1f tok/s\n\n", peak * 1e9 / flop_per_token);
+  } else {
+    std::printf("compute-bound tokens: no %s known for this device\n\n", peak_name);
+  }
 
   // Sized once, after loading: each scenario's engine frees the last one's cache before making its own.
   EngineConfig ec;
@@ -326,9 +341,9 @@ int cmd_bench(int argc, char** argv) {
   // 1. Prefill: one prompt in one step; the time to its first token is the prefill time.
   Scenario pre = run_scenario(*model, *tok, ec, 1, prompt_len, 1);
   const double prefill_tps = prompt_len / (pre.results[0].t_first_token - pre.results[0].t_queued);
-  std::printf("prefill  %5lld-token prompt:          %8.1f tok/s  (%.1f GFLOP/s, %.1f%% of %s%s)\n",
+  std::printf("prefill  %5lld-token prompt:          %8.1f tok/s  (%.1f GFLOP/s, %s%s)\n",
               static_cast<long long>(prompt_len), prefill_tps, prefill_tps * flop_per_token / 1e9,
-              100.0 * prefill_tps * flop_per_token / 1e9 / peak, peak_name,
+              share_of(prefill_tps * flop_per_token / 1e9, peak, peak_name).c_str(),
               gpu ? "" : "; llama.cpp BF16 2 threads: 181");
 
   // 2. Decode at batch 1: tokens after the first, over the time after the first.
@@ -343,10 +358,10 @@ int cmd_bench(int argc, char** argv) {
   ec.scheduler.max_batch_tokens = 2048;
   Scenario bat = run_scenario(*model, *tok, ec, batch, batch_in, batch_out);
   const double total_tps = bat.stats.total_tokens_per_s();
-  std::printf("batched  %lld x (%lld in + %lld out):   %8.1f tok/s total, %.1f output tok/s, %.1f s  (%.1f GFLOP/s, %.1f%% of %s%s)\n",
+  std::printf("batched  %lld x (%lld in + %lld out):   %8.1f tok/s total, %.1f output tok/s, %.1f s  (%.1f GFLOP/s, %s%s)\n",
               static_cast<long long>(batch), static_cast<long long>(batch_in), static_cast<long long>(batch_out),
               total_tps, bat.stats.output_tokens_per_s(), bat.stats.wall_s, total_tps * flop_per_token / 1e9,
-              100.0 * total_tps * flop_per_token / 1e9 / peak, peak_name, gpu ? "" : "; llama.cpp: 47 total");
+              share_of(total_tps * flop_per_token / 1e9, peak, peak_name).c_str(), gpu ? "" : "; llama.cpp: 47 total");
 
   // 3a. Where the scenarios' steps' time goes, eager (before any graph is enabled).
   if (op_profile) {

@@ -582,6 +582,10 @@ TEST(CudaBackend, BenchReportsEveryPart) {
                        "device-to-device copy "),
             std::string::npos)
       << r.out;
+  // A device without a datasheet peak gets no share of one (a made-up peak would print nonsense).
+  EXPECT_NE(r.out.find("compute-bound tokens: no bf16 tensor peak known for this device"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("prefill +32-token prompt: .*no bf16 tensor peak known"))) << r.out;
+  EXPECT_EQ(r.out.find("% of bf16 tensor peak"), std::string::npos) << r.out;
 #endif
 }
 
