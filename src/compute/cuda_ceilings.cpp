@@ -88,14 +88,11 @@ GemmFigure time_gemm(int64_t m, int64_t n, int64_t k, const char* dtype, double 
   return f;
 }
 
-// The spec name of src/plan/gpu_specs.h that the device's marketing name contains ("h200",
-// "h100"), or "" when none does.
+// The spec name of src/plan/gpu_specs.h whose datasheet is the device's ("h200", "h100"), or ""
+// when none is.
 std::string spec_name(int dev) {
-  std::string name = cuda::device_name(dev);
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (const plan::GpuSpec& s : plan::gpu_specs())
-    if (name.find(s.name) != std::string::npos) return s.name;
-  return "";
+  const plan::GpuSpec* s = plan::datasheet_spec(cuda::device_name(dev));
+  return s ? s->name : "";
 }
 
 }  // namespace

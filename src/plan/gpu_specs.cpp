@@ -38,4 +38,24 @@ const GpuSpec& gpu_spec(const std::string& name) {
   SHARDLM_FAIL("unknown --gpu '" << name << "' (known: " << known << ")");
 }
 
+const GpuSpec* datasheet_spec(const std::string& device_name) {
+  std::string lower = device_name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::vector<std::string> words;
+  std::string w;
+  for (const char c : lower + " ") {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      w += c;
+    } else if (!w.empty()) {
+      words.push_back(w);
+      w.clear();
+    }
+  }
+  for (const char* other_form : {"pcie", "nvl"})
+    if (std::find(words.begin(), words.end(), other_form) != words.end()) return nullptr;
+  for (const auto& s : gpu_specs())
+    if (std::find(words.begin(), words.end(), s.name) != words.end()) return &s;
+  return nullptr;
+}
+
 }  // namespace shardlm::plan

@@ -24,4 +24,11 @@ struct GpuSpec {
 const GpuSpec& gpu_spec(const std::string& name);
 const std::vector<GpuSpec>& gpu_specs();
 
+// The spec whose datasheet describes the device the CUDA runtime names `device_name` ("NVIDIA
+// H200", "NVIDIA H100 80GB HBM3"), or null. The model must be a whole word of the name, and the
+// form factors the table does not hold are not taken for it: an H100 PCIe or NVL (2.0 / 3.9 TB/s
+// and lower clocks), an H200 NVL, or a GH200 (whose name contains "h200") would get the SXM
+// part's ceilings.
+const GpuSpec* datasheet_spec(const std::string& device_name);
+
 }  // namespace shardlm::plan

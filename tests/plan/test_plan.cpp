@@ -35,6 +35,24 @@ void expect_within(double got, double want, double rel) {
 }
 
 // Public: DeepSeek-V3 has 671B parameters, 685B with the MTP module (the HF checkpoint).
+// The CUDA runtime's device names to the datasheets: the SXM parts the table holds, and nothing
+// for the form factors (or the emulated device) whose ceilings are not those.
+TEST(PlanGpuSpecs, DeviceNamesMatchOnlyTheirDatasheet) {
+  auto spec = [](const char* device) {
+    const plan::GpuSpec* s = plan::datasheet_spec(device);
+    return s ? s->name : std::string("none");
+  };
+  EXPECT_EQ(spec("NVIDIA H200"), "h200");
+  EXPECT_EQ(spec("NVIDIA H100 80GB HBM3"), "h100");
+  EXPECT_EQ(spec("nvidia h100"), "h100");
+  EXPECT_EQ(spec("NVIDIA H100 PCIe"), "none");
+  EXPECT_EQ(spec("NVIDIA H100 NVL"), "none");
+  EXPECT_EQ(spec("NVIDIA H200 NVL"), "none");
+  EXPECT_EQ(spec("NVIDIA GH200 480GB"), "none");
+  EXPECT_EQ(spec("NVIDIA A100-SXM4-80GB"), "none");
+  EXPECT_EQ(spec("host emulation of an sm_90 device"), "none");
+}
+
 TEST(PlanFootprint, DeepSeekV3ParamsMatchPublicFigures) {
   ModelFootprint m = deepseek();
   EXPECT_TRUE(m.mla);
