@@ -175,17 +175,9 @@ void write_rows(const std::string& path, std::vector<Input>& inputs) {
 RunStats merged_stats(const report::RunData& merged, const std::vector<Input>& inputs, double wall_s) {
   RunStats st;
   const report::RequestRows& r = merged.requests;
-  for (size_t i = 0; i < r.size(); ++i) {
-    ++st.requests;
-    st.prompt_tokens += r.prompt_len[i];
-    st.output_tokens += r.output_len[i];
-    if (!r.error[i].empty()) {
-      ++st.errors;
-    } else if (r.output_len[i] > 0) {
-      st.ttft_s.push_back(r.t_first_token[i] - r.t_queued[i]);
-      if (r.output_len[i] > 1) st.tpot_s.push_back((r.t_finished[i] - r.t_first_token[i]) / double(r.output_len[i] - 1));
-    }
-  }
+  for (size_t i = 0; i < r.size(); ++i)
+    st.add_row(r.prompt_len[i], r.output_len[i], !r.error[i].empty(), r.t_queued[i], r.t_first_token[i],
+               r.t_finished[i]);
   st.steps = static_cast<int64_t>(merged.steps.size());
   for (const Input& in : inputs) st.preemptions += static_cast<int64_t>(attr_number(in.data, "preemptions"));
   st.wall_s = wall_s;

@@ -14,6 +14,7 @@
 #include "cli/kv_calibration.h"
 #include "cli/run_info.h"
 #include "cli/run_options.h"
+#include "cli/run_sessions.h"
 #include "cli/run_sinks.h"
 #include "compute/backend.h"
 #include "compute/op_profile.h"
@@ -196,8 +197,7 @@ EngineConfig engine_config(const RunOptions& opt, const ModelSpec& spec, const T
 }
 
 void write_attributes(ResultWriter& w, const RunOptions& opt, const ModelSpec& spec, const Topology& topo,
-                      const ComputeBackend& backend, const std::string& transport, const std::string& started, int argc,
-                      char** argv) {
+                      const ComputeBackend& backend, const std::string& transport, int argc, char** argv) {
   w.set_attr("version", std::string(SHARDLM_VERSION));
   w.set_attr("git_commit", std::string(SHARDLM_GIT_COMMIT));
   w.set_attr("command_line", command_line(argc + 1, argv - 1));
@@ -225,7 +225,6 @@ void write_attributes(ResultWriter& w, const RunOptions& opt, const ModelSpec& s
   w.set_attr("comm", opt.comm);
   if (!transport.empty()) w.set_attr("comm_transport", transport);
   w.set_attr("seed", static_cast<int64_t>(opt.seed));
-  w.set_attr("start_time", started);
   for (const auto& [lib, ver] : library_versions()) w.set_attr("version_" + lib, ver);
 }
 
@@ -310,8 +309,10 @@ int cmd_run(int argc, char** argv) {
   // resumed file says which requests are done.
   std::unique_ptr<ResultWriter> writer;
   std::vector<std::string> finished;
+  EarlierSessions earlier;  // what a resumed file's earlier sessions hold (rank 0)
   if (rank == 0) {
     const bool resume = opt.resume && std::filesystem::exists(opt.out);
+    if (resume) earlier = read_earlier_sessions(opt.out);
     writer = std::make_unique<ResultWriter>(opt.out, opt.flush_every, resume, opt.flush_seconds);
     if (resume) finished = writer->finished_ids();
   }
@@ -415,7 +416,8 @@ int cmd_run(int argc, char** argv) {
     return local.interrupted_by ? 128 + local.interrupted_by : 0;
   }
 
-  write_attributes(*writer, opt, spec, topo, *backend, comm_transport(groups), started, argc, argv);
+  write_attributes(*writer, opt, spec, topo, *backend, comm_transport(groups), argc, argv);
+  write_session_start(*writer, earlier, started);
   write_fabric_attributes(*writer, fabric);
   writer->set_attr("kv_cache_blocks", static_cast<int64_t>(engine.kv_blocks()));  // rank 0's
   writer->set_attr("kv_cache_budget_bytes", kv_budget.bytes);
@@ -426,7 +428,7 @@ int cmd_run(int argc, char** argv) {
   if (!done.empty()) writer->set_attr("resumed_with_requests", static_cast<int64_t>(done.size()));
   // How the replicas shared the prompt file: claimed as they went, or in turn (LineQueue).
   if (queue) writer->set_attr("prompt_line_windows", std::string(queue->on_demand() ? "on-demand" : "round-robin"));
-  RunStats stats;  // every replica's requests
+  RunStats stats = earlier.stats;  // every replica's requests, every session's
   WriterSink writer_sink(*writer, stats, finished);
   Metrics metrics;
   MetricsSink sink(writer_sink, metrics, opt.metrics_file, 5.0);
@@ -445,9 +447,9 @@ int cmd_run(int argc, char** argv) {
   if (broadcasting) broadcasting->finish();
   collector.drain();
   sink.finish();
-  stats.wall_s = seconds(t_run);
-  stats.steps = local.steps + collector.totals().steps;
-  stats.preemptions = local.preemptions + collector.totals().preemptions;
+  stats.wall_s = earlier.stats.wall_s + seconds(t_run);
+  stats.steps = earlier.stats.steps + local.steps + collector.totals().steps;
+  stats.preemptions = earlier.stats.preemptions + local.preemptions + collector.totals().preemptions;
 
   finish_kv_calibration(opt, groups.world.get(), *model, rank);
   if (op_profile) {
@@ -475,7 +477,11 @@ int cmd_run(int argc, char** argv) {
                  sig, stats.summary().c_str(), opt.out.c_str());
     return 128 + sig;
   }
-  std::fprintf(stderr, "[shardlm] done: %s -> %s\n", stats.summary().c_str(), opt.out.c_str());
+  std::fprintf(stderr, "[shardlm] done: %s -> %s", stats.summary().c_str(), opt.out.c_str());
+  if (earlier.sessions > 0)
+    std::fprintf(stderr, " (over %lld sessions; %lld requests from the earlier ones)",
+                 static_cast<long long>(earlier.sessions + 1), static_cast<long long>(earlier.rows));
+  std::fprintf(stderr, "\n");
   return 0;
 }
 

@@ -15,16 +15,22 @@ double percentile(std::vector<double> v, double q) {
 }
 
 void RunStats::add_result(const RequestResult& r) {
+  add_row(static_cast<int64_t>(r.prompt_tokens.size()), static_cast<int64_t>(r.output_tokens.size()), !r.error.empty(),
+          r.t_queued, r.t_first_token, r.t_finished);
+}
+
+void RunStats::add_row(int64_t prompt_len, int64_t output_len, bool error, double t_queued, double t_first_token,
+                       double t_finished) {
   ++requests;
-  if (!r.error.empty()) ++errors;
-  prompt_tokens += static_cast<int64_t>(r.prompt_tokens.size());
-  output_tokens += static_cast<int64_t>(r.output_tokens.size());
-  if (r.error.empty() && !r.output_tokens.empty()) {
-    ttft_s.push_back(r.t_first_token - r.t_queued);
-    if (r.output_tokens.size() > 1) {
-      tpot_s.push_back((r.t_finished - r.t_first_token) / static_cast<double>(r.output_tokens.size() - 1));
-    }
+  output_tokens += output_len;
+  if (error) {
+    ++errors;
+    return;
   }
+  if (output_len == 0) return;  // max_tokens 0: nothing ran
+  prompt_tokens += prompt_len;
+  ttft_s.push_back(t_first_token - t_queued);
+  if (output_len > 1) tpot_s.push_back((t_finished - t_first_token) / static_cast<double>(output_len - 1));
 }
 
 std::string RunStats::summary() const {

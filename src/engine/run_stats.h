@@ -18,8 +18,14 @@ struct RunStats {
   std::vector<double> ttft_s;  // per request, time to first token (from queueing)
   std::vector<double> tpot_s;  // per request with >1 token: mean time per output token after the first
 
-  // Counts one finished request (tokens, errors, latencies).
+  // Counts one finished request (tokens, errors, latencies). Prompt tokens count where the model
+  // ran them: not an error row's (a prompt too long, a duplicate id), nor a max_tokens 0 request's,
+  // which completes without a step; so total tok/s is what the steps computed.
   void add_result(const RequestResult& r);
+  // The same from a result file's row: its prompt and output lengths, whether it holds an error,
+  // and its times.
+  void add_row(int64_t prompt_len, int64_t output_len, bool error, double t_queued, double t_first_token,
+               double t_finished);
   double output_tokens_per_s() const { return wall_s > 0 ? output_tokens / wall_s : 0; }
   double total_tokens_per_s() const { return wall_s > 0 ? (prompt_tokens + output_tokens) / wall_s : 0; }
   double requests_per_s() const { return wall_s > 0 ? requests / wall_s : 0; }

@@ -428,6 +428,13 @@ void ResultWriter::set_attr(const std::string& name, int64_t value) {
   h5::write_attr(impl_->file, name, value, impl_->ctx);
 }
 
+void ResultWriter::remove_attr(const std::string& name) {
+  SHARDLM_CHECK(impl_->open, impl_->ctx << ": remove_attr after close");
+  const htri_t there = H5Aexists(impl_->file, name.c_str());
+  h5::check(there, "looking for attribute " + name, impl_->ctx);
+  if (there > 0) h5::check(H5Adelete(impl_->file, name.c_str()), "removing attribute " + name, impl_->ctx);
+}
+
 void ResultWriter::flush() {
   Impl& m = *impl_;
   SHARDLM_CHECK(m.open, m.ctx << ": flush after close");

@@ -91,6 +91,9 @@ class ResultWriter {
   void set_attr(const std::string& name, const std::string& value);
   void set_attr(const std::string& name, double value);
   void set_attr(const std::string& name, int64_t value);
+  // Removes a root attribute where there is one (a resumed file's end-of-run figures, until the
+  // run ends again).
+  void remove_attr(const std::string& name);
   void flush();
   void close();  // idempotent; also done by the destructor
   int64_t rows() const;

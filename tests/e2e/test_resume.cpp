@@ -89,6 +89,23 @@ class Resume : public ::testing::Test {
     EXPECT_EQ(got.tokens, reference_.tokens);
   }
 
+  // The summary attributes count every session's rows: requests and output tokens are the file's,
+  // and its tok/s is over the sessions' running time added up.
+  void expect_summary_of_every_session(const std::string& out, int64_t sessions) {
+    test::H5Reader h(dir_ / out);
+    EXPECT_EQ(h.scalar_attr<int64_t>("sessions", H5T_NATIVE_INT64), sessions);
+    EXPECT_EQ(h.scalar_attr<int64_t>("requests", H5T_NATIVE_INT64), 160);
+    int64_t output = 0;
+    for (const auto& [id, toks] : test::read_run((dir_ / out).string()).tokens) output += toks.size();
+    EXPECT_EQ(h.scalar_attr<int64_t>("output_tokens", H5T_NATIVE_INT64), output);
+    const double wall = h.scalar_attr<double>("wall_seconds", H5T_NATIVE_DOUBLE);
+    const double before = h.scalar_attr<double>("wall_seconds_before", H5T_NATIVE_DOUBLE);
+    EXPECT_GT(before, 0) << "the earlier sessions' running time";
+    EXPECT_GT(wall, before);
+    EXPECT_NEAR(h.scalar_attr<double>("output_tokens_per_s", H5T_NATIVE_DOUBLE), output / wall, 1e-6 * output / wall);
+    EXPECT_EQ(h.scalar_attr<int64_t>("interrupted_by_signal", H5T_NATIVE_INT64), 0);
+  }
+
   std::string model_;
   fs::path dir_;
   test::RunOutput reference_;
@@ -102,12 +119,16 @@ TEST_F(Resume, SigtermClosesAValidFileAndResumeFinishes) {
   const std::string log = test::read_file((dir_ / "term.h5.log").string());
   EXPECT_NE(log.find("stopped by signal 15"), std::string::npos) << log;
   size_t before;
+  std::string first_start;
+  double first_wall = 0;
   {
     test::H5Reader h(dir_ / "term.h5");
     ASSERT_TRUE(h.ok());
     before = h.rows("/requests/id");
     EXPECT_EQ(h.scalar_attr<int64_t>("interrupted_by_signal", H5T_NATIVE_INT64), SIGTERM);
     EXPECT_GT(h.rows("/op_profile/section"), 0u);
+    first_start = h.string_attr("start_time");
+    first_wall = h.scalar_attr<double>("wall_seconds", H5T_NATIVE_DOUBLE);
   }
   EXPECT_GT(before, 0u);
   EXPECT_LT(before, 160u) << "the run finished before the signal: make it longer";
@@ -115,9 +136,15 @@ TEST_F(Resume, SigtermClosesAValidFileAndResumeFinishes) {
   Proc p = sh(test::shardlm_bin() + " " + join(a));
   ASSERT_EQ(p.code, 0) << p.out;
   expect_complete("term.h5");
+  expect_summary_of_every_session("term.h5", 2);
   test::H5Reader h(dir_ / "term.h5");
   EXPECT_EQ(h.rows("/op_profile/section"), 0u) << "the stopped run's /op_profile outlived the resume";
   EXPECT_GT(h.rows("/ranks/rank"), 0u);
+  EXPECT_EQ(h.string_attr("start_time"), first_start) << "the first session's start";
+  EXPECT_DOUBLE_EQ(h.scalar_attr<double>("wall_seconds_before", H5T_NATIVE_DOUBLE), first_wall);
+  EXPECT_NE(p.out.find("(over 2 sessions; " + std::to_string(before) + " requests from the earlier ones)"),
+            std::string::npos)
+      << p.out;
 }
 
 TEST_F(Resume, SigkillLosesAtMostWhatWasInFlight) {
@@ -133,6 +160,8 @@ TEST_F(Resume, SigkillLosesAtMostWhatWasInFlight) {
   Proc p = sh(test::shardlm_bin() + " " + join(args("kill.h5", true)));
   ASSERT_EQ(p.code, 0) << p.out;
   expect_complete("kill.h5");
+  // The killed session wrote no wall_seconds: its running time is taken from its rows.
+  expect_summary_of_every_session("kill.h5", 2);
 }
 
 TEST_F(Resume, ResumeOfACompleteFileRunsNothing) {
@@ -143,6 +172,7 @@ TEST_F(Resume, ResumeOfACompleteFileRunsNothing) {
   EXPECT_EQ(h.rows("/requests/id"), 160u);
   EXPECT_EQ(h.scalar_attr<int64_t>("resumed_with_requests", H5T_NATIVE_INT64), 160);
   expect_complete("again.h5");
+  expect_summary_of_every_session("again.h5", 2);
 }
 
 }  // namespace

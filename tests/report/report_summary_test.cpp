@@ -59,7 +59,8 @@ TEST_F(ReportTest, SummaryNumbers) {
   EXPECT_EQ(s.errors, 2);
   EXPECT_EQ(s.error_kinds, (std::map<std::string, int64_t>{{"empty prompt", 1}, {"prompt of", 1}}));
   EXPECT_EQ(s.finish_reasons, (std::map<std::string, int64_t>{{"error", 2}, {"length", 1}, {"stop", 3}}));
-  EXPECT_EQ(s.prompt_tokens, 20);
+  // The prompts the model ran: not r5's 10 tokens, rejected as too long.
+  EXPECT_EQ(s.prompt_tokens, 10);
   EXPECT_EQ(s.output_tokens, 11);
   ASSERT_EQ(s.replicas.size(), 2u);
   EXPECT_EQ(s.replicas.at(0).requests, 3);
@@ -67,11 +68,11 @@ TEST_F(ReportTest, SummaryNumbers) {
   EXPECT_EQ(s.replicas.at(1).output_tokens, 5);
   EXPECT_EQ(s.replicas.at(1).steps, 2);
 
-  // Over wall_seconds = 2.5: 11 output tokens, 31 tokens, 6 requests.
+  // Over wall_seconds = 2.5: 11 output tokens, 21 tokens, 6 requests.
   EXPECT_DOUBLE_EQ(s.wall_s, 2.5);
   EXPECT_EQ(s.wall_source, "wall_seconds");
   EXPECT_NEAR(s.output_tokens_per_s, 4.4, kTol);
-  EXPECT_NEAR(s.total_tokens_per_s, 12.4, kTol);
+  EXPECT_NEAR(s.total_tokens_per_s, 8.4, kTol);
   EXPECT_NEAR(s.requests_per_s, 2.4, kTol);
 
   // TTFT {0.1, 0.2, 0.3, 0.5}: p50 at 1.5 -> 0.25, p90 at 2.7 -> 0.44, p99 at 2.97 -> 0.494.

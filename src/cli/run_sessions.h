@@ -1,0 +1,40 @@
+// A result file written by more than one session (`shardlm run --resume` after a requeue, a time
+// limit or a crash): its summary is the whole file's, not the last session's.
+//
+// Root attributes a session writes at its start: start_time (the first session's, kept),
+// session_start_time (this one's), sessions (this one included), session_rows_before (the rows kept
+// from earlier sessions) and wall_seconds_before (their running time); and it removes the
+// end-of-run attributes until it writes them again, so that a file being resumed does not read as
+// finished. At the end, requests, tokens, latency percentiles, steps and preemptions count every
+// session's rows, and wall_seconds is the sessions' running time added up (the time between them,
+// queued or requeued, is not in it), so that tok/s is what the rows took to compute.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/run_stats.h"
+#include "io/result_writer.h"
+
+namespace shardlm {
+
+struct EarlierSessions {
+  RunStats stats;          // their kept rows, running time, steps and preemptions
+  std::string start_time;  // the first session's ("" for a new file)
+  int64_t sessions = 0;    // how many there were
+  int64_t rows = 0;        // the rows kept from them
+};
+
+// Reads the file a resumed run continues, before its writer opens it: rows past the last commit
+// are not counted (the writer drops them). A session that did not end (killed) counts up to its
+// last finished row.
+EarlierSessions read_earlier_sessions(const std::string& path);
+
+// The root attributes written by write_summary at the end of a run.
+const std::vector<std::string>& end_of_run_attributes();
+
+// This session's start attributes (above), and the end-of-run ones removed.
+void write_session_start(ResultWriter& w, const EarlierSessions& earlier, const std::string& started);
+
+}  // namespace shardlm
