@@ -196,6 +196,30 @@ EngineConfig engine_config(const RunOptions& opt, const ModelSpec& spec, const T
   return ec;
 }
 
+// How the backend ran what the model does: written at the start, and again at the end, since the
+// first large GEMM's self-checks can turn W8A8, the grouped fp8 kernel or wgmma off during the run.
+void write_compute_paths(ResultWriter& w, const ModelSpec& spec, const ComputeBackend& backend) {
+  // What an fp8 checkpoint's linear weights are in memory: fp8 only where the backend keeps them.
+  if (spec.quant.fp8_block) w.set_attr("fp8_weights", std::string(backend.keeps_fp8_weights() ? "fp8" : "bf16"));
+  // How their prefill linears ran: W8A8 only where the weights stayed fp8.
+  if (spec.quant.fp8_block && backend.keeps_fp8_weights())
+    w.set_attr("fp8_prefill", std::string(backend.fp8_w8a8() ? "w8a8" : "bf16"));
+  // How W8A8 ran the routed experts: in one grouped launch, or one GEMM per expert (none without
+  // W8A8, which the end of the run may find off).
+  if (spec.quant.fp8_block && backend.keeps_fp8_weights() && backend.fp8_w8a8() && spec.moe.num_experts > 0) {
+    w.set_attr("fp8_expert_gemm", std::string(backend.fp8_grouped_gemm() ? "grouped" : "per-expert"));
+  } else {
+    w.remove_attr("fp8_expert_gemm");
+  }
+  // The products the grouped expert GEMMs ran on (a GPU backend's): wgmma or mma.sync.
+  if (spec.moe.num_experts > 0 && !backend.grouped_gemm_core().empty())
+    w.set_attr("grouped_gemm_core", backend.grouped_gemm_core());
+  // How prefill chunks attended: on bf16 tensor cores or in fp32 (--prefill-attention).
+  w.set_attr("prefill_attention", std::string(backend.prefill_attention_bf16() ? "bf16" : "fp32"));
+  // How decode tokens attended: bf16 tensor cores for an MLA model with --decode-attention bf16.
+  w.set_attr("decode_attention", std::string(mla_decode_bf16(spec, backend) ? "bf16" : "fp32"));
+}
+
 void write_attributes(ResultWriter& w, const RunOptions& opt, const ModelSpec& spec, const Topology& topo,
                       const ComputeBackend& backend, const std::string& transport, int argc, char** argv) {
   w.set_attr("version", std::string(SHARDLM_VERSION));
@@ -206,22 +230,7 @@ void write_attributes(ResultWriter& w, const RunOptions& opt, const ModelSpec& s
   w.set_attr("model_config_hash", spec.config_hash);
   w.set_attr("layout", "world=" + std::to_string(topo.layout().world()) + " " + topo.layout().str());
   w.set_attr("backend", opt.backend);
-  w.set_attr("cuda_graphs", static_cast<int64_t>(opt.cuda_graphs));
-  // What an fp8 checkpoint's linear weights are in memory: fp8 only where the backend keeps them.
-  if (spec.quant.fp8_block) w.set_attr("fp8_weights", std::string(backend.keeps_fp8_weights() ? "fp8" : "bf16"));
-  // How their prefill linears ran: W8A8 only where the weights stayed fp8.
-  if (spec.quant.fp8_block && backend.keeps_fp8_weights())
-    w.set_attr("fp8_prefill", std::string(backend.fp8_w8a8() ? "w8a8" : "bf16"));
-  // How W8A8 ran the routed experts: in one grouped launch, or one GEMM per expert.
-  if (spec.quant.fp8_block && backend.keeps_fp8_weights() && backend.fp8_w8a8() && spec.moe.num_experts > 0)
-    w.set_attr("fp8_expert_gemm", std::string(backend.fp8_grouped_gemm() ? "grouped" : "per-expert"));
-  // The products the grouped expert GEMMs ran on (a GPU backend's): wgmma or mma.sync.
-  if (spec.moe.num_experts > 0 && !backend.grouped_gemm_core().empty())
-    w.set_attr("grouped_gemm_core", backend.grouped_gemm_core());
-  // How prefill chunks attended: on bf16 tensor cores or in fp32 (--prefill-attention).
-  w.set_attr("prefill_attention", std::string(backend.prefill_attention_bf16() ? "bf16" : "fp32"));
-  // How decode tokens attended: bf16 tensor cores for an MLA model with --decode-attention bf16.
-  w.set_attr("decode_attention", std::string(mla_decode_bf16(spec, backend) ? "bf16" : "fp32"));
+  write_compute_paths(w, spec, backend);
   w.set_attr("comm", opt.comm);
   if (!transport.empty()) w.set_attr("comm_transport", transport);
   w.set_attr("seed", static_cast<int64_t>(opt.seed));
@@ -358,10 +367,11 @@ int cmd_run(int argc, char** argv) {
   if (!opt.kv_calibrate_out.empty()) model->record_kv_magnitudes();
   // --cuda-graphs is a request: a layout or model that cannot replay graphs runs eagerly, and says
   // why once.
+  std::string graphs_not_used;
   if (opt.cuda_graphs) {
-    const std::string why = model->enable_step_graphs(opt.ep_graph_capacity);
-    if (!why.empty() && rank == 0)
-      std::fprintf(stderr, "[shardlm] --cuda-graphs: every step runs eagerly: %s\n", why.c_str());
+    graphs_not_used = model->enable_step_graphs(opt.ep_graph_capacity);
+    if (!graphs_not_used.empty() && rank == 0)
+      std::fprintf(stderr, "[shardlm] --cuda-graphs: every step runs eagerly: %s\n", graphs_not_used.c_str());
   }
   const int sharing = opt.backend == "cuda" ? ranks_sharing_gpu(groups.world.get(), node, gpu) : 1;
   const KvBudget kv_budget = kv_cache_budget(opt.kv_cache_gb, opt.kv_cache_free_fraction, *backend, sharing, profile);
@@ -418,6 +428,13 @@ int cmd_run(int argc, char** argv) {
 
   write_attributes(*writer, opt, spec, topo, *backend, comm_transport(groups), argc, argv);
   write_session_start(*writer, earlier, started);
+  // Whether decode steps replayed graphs: what --cuda-graphs got, and why not where it asked.
+  writer->set_attr("cuda_graphs", static_cast<int64_t>(opt.cuda_graphs && graphs_not_used.empty()));
+  if (!graphs_not_used.empty()) {
+    writer->set_attr("cuda_graphs_not_used", graphs_not_used);
+  } else {
+    writer->remove_attr("cuda_graphs_not_used");
+  }
   write_fabric_attributes(*writer, fabric);
   writer->set_attr("kv_cache_blocks", static_cast<int64_t>(engine.kv_blocks()));  // rank 0's
   writer->set_attr("kv_cache_budget_bytes", kv_budget.bytes);
@@ -466,6 +483,7 @@ int cmd_run(int argc, char** argv) {
   writer->set_attr("load_bytes", load_bytes);
   writer->set_attr("load_seconds", model->load_seconds());
   writer->write_ranks(ranks);
+  write_compute_paths(*writer, spec, *backend);  // as the self-checks left them
   write_summary(*writer, stats);
   const int sig = local.interrupted_by;
   writer->set_attr("interrupted_by_signal", static_cast<int64_t>(sig));

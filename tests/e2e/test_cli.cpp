@@ -52,6 +52,9 @@ TEST(Cli, RunWritesEveryRequestAndPerLineErrors) {
   EXPECT_EQ(outs[row["bos"]], test::read_ids(model + "/expected_greedy_from_bos.ids"));
   EXPECT_TRUE(errors[row["bos"]].empty());
   EXPECT_EQ(prompts[row["text"]], (std::vector<int32_t>{1, 403, 407, 261, 378}));
+  // The summary's prompt tokens are those the model ran: "bos" and "text", not the error rows'.
+  EXPECT_EQ(h.scalar_attr<int64_t>("prompt_tokens", H5T_NATIVE_INT64), 6);
+  EXPECT_EQ(h.scalar_attr<int64_t>("request_errors", H5T_NATIVE_INT64), 3);
   EXPECT_EQ(outs[row["text"]].size(), 8u);
   EXPECT_FALSE(errors[row["typed"]].empty());
   EXPECT_NE(errors[row["typed"]].find("temperature"), std::string::npos) << errors[row["typed"]];

@@ -129,6 +129,11 @@ TEST(CudaBackend, CudaGraphsWithTpOverNcclMatchEager) {
                         "cuda graphs tp 2 over nccl");
   for (int64_t n : graph_steps((d / "graphs.h5").string())) EXPECT_GT(n, 0);
   for (int64_t n : graph_steps((d / "eager.h5").string())) EXPECT_EQ(n, 0);
+  {
+    test::H5Reader h(d / "graphs.h5");
+    EXPECT_EQ(h.scalar_attr<int64_t>("cuda_graphs", H5T_NATIVE_INT64), 1);
+    EXPECT_FALSE(h.has_attr("cuda_graphs_not_used"));
+  }
   // DeepSeek-V3 with its experts kept fp8, as one node runs it (tp over NCCL): each tp rank routes
   // every token to its slices of the experts on the device, inside the graph.
   // (Four short prompts finishing at different steps, for CI's time.)
@@ -151,6 +156,11 @@ TEST(CudaBackend, CudaGraphsWithTpOverNcclMatchEager) {
          (d / "mpi.h5").string());
   ASSERT_EQ(mpi.code, 0) << mpi.out;
   EXPECT_NE(mpi.out.find("every step runs eagerly: graphs with tp need --comm nccl"), std::string::npos) << mpi.out;
+  // The file records what ran, not what was asked.
+  test::H5Reader h(d / "mpi.h5");
+  EXPECT_EQ(h.scalar_attr<int64_t>("cuda_graphs", H5T_NATIVE_INT64), 0);
+  EXPECT_EQ(h.string_attr("cuda_graphs_not_used").rfind("graphs with tp need --comm nccl", 0), 0u)
+      << h.string_attr("cuda_graphs_not_used");
 }
 
 // Steps each rank replayed and then redid eagerly (/ranks/graph_reruns).
