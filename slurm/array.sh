@@ -45,7 +45,14 @@ name=$(basename "$job" .ini)
 array=$(SHARDLM_SHARDS="$shard_dir" sbatch --parsable --job-name="$name" --array="0-$((n - 1))${parallel:+%$parallel}" \
           --output="$logs/%x-%A_%a.log" "${sbatch_args[@]}" slurm/run.sbatch "$job" "$@")
 array=${array%%;*}
+# The merge gets the user's --sbatch options too (a partition, an account the cluster requires).
+merge_args=()
+# shellcheck disable=SC2206
+[ -n "$more" ] && merge_args+=($more)
 merge=$(sbatch --parsable --job-name="$name-merge" --output="$logs/%x-%j.log" --dependency="afterok:$array" \
-          slurm/merge.sbatch "${SHARDLM_OUT_ROOT:-out}/$array" "$n")
+          ${merge_args[@]+"${merge_args[@]}"} slurm/merge.sbatch "${SHARDLM_OUT_ROOT:-out}/$array" "$n") || {
+  echo "[array] array job $array is queued, but its merge job could not be submitted" >&2
+  exit 1
+}
 echo "[array] $n shard(s) of $prompts in $shard_dir; array job $array, merge job $merge -> ${SHARDLM_OUT_ROOT:-out}/$array/merged.h5" >&2
 echo "$array $merge"

@@ -10,7 +10,7 @@ ini_get() {
 }
 
 # profile_sbatch_args JOB.ini [NODES]: fills the array sbatch_args. Without NODES the node count
-# comes from the job file's layout: tp x pp x replicas ranks over the profile's ranks per node.
+# comes from the job file's layout: tp x pp x dp x replicas ranks over the profile's ranks per node.
 profile_sbatch_args() {
   local job=$1 nodes=${2:-} per_node
   case "$SHARDLM_PROFILE" in
@@ -24,15 +24,16 @@ profile_sbatch_args() {
       echo "unknown profile '$SHARDLM_PROFILE' (p5en | local)" >&2; return 2 ;;
   esac
   [ -f "$job" ] || { echo "no job file $job" >&2; return 2; }
-  local tp pp replicas world
-  tp=$(ini_get tp "$job"); pp=$(ini_get pp "$job"); replicas=$(ini_get replicas "$job")
-  world=$(( ${tp:-1} * ${pp:-1} * ${replicas:-0} ))
+  local tp pp dp replicas world
+  tp=$(ini_get tp "$job"); pp=$(ini_get pp "$job"); dp=$(ini_get dp "$job"); replicas=$(ini_get replicas "$job")
+  # The binary's rank count: replicas x pp x dp x tp (replicas 0 or absent: whatever the nodes hold).
+  world=$(( ${tp:-1} * ${pp:-1} * ${dp:-1} * ${replicas:-0} ))
   if [ -z "$nodes" ]; then
     nodes=1
     [ "$world" -gt 0 ] && nodes=$(( (world + per_node - 1) / per_node ))
   fi
   if [ "$world" -gt 0 ] && [ "$world" -ne $(( nodes * per_node )) ]; then
-    echo "warning: $job asks for tp ${tp:-1} x pp ${pp:-1} x replicas $replicas = $world ranks, but $nodes node(s) x $per_node = $(( nodes * per_node ))" >&2
+    echo "warning: $job asks for tp ${tp:-1} x pp ${pp:-1} x dp ${dp:-1} x replicas $replicas = $world ranks, but $nodes node(s) x $per_node = $(( nodes * per_node ))" >&2
   fi
   sbatch_args+=(--nodes="$nodes")
   echo "[$SHARDLM_PROFILE] $job: $nodes node(s) x $per_node rank(s)" >&2

@@ -44,7 +44,7 @@ def main(argv):
     if lines == 0:
         sys.exit(f"split_prompts: {src} is empty")
     shards = min(want, lines)
-    text = not src.endswith((".jsonl", ".json"))
+    text = not src.lower().endswith((".jsonl", ".json"))  # as the reader decides, case aside
     os.makedirs(outdir, exist_ok=True)
     # Shard k takes lines [bounds[k], bounds[k+1]) (1-based): balanced, consecutive.
     bounds = [1 + k * lines // shards for k in range(shards + 1)]

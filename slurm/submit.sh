@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Submits one shardlm run (slurm/run.sbatch) sized for a node type. From the repository root:
-#   slurm/submit.sh jobs/deepseek-v3-p5en-1node.ini          # 1 node: nodes = tp x pp x replicas / 8
-#   slurm/submit.sh jobs/kimi-k2-p5en-4node.ini --time 12:00:00
+#   slurm/submit.sh jobs/deepseek-v3-p5en-1node.ini          # 1 node: nodes = tp x pp x dp x replicas / 8
+#   slurm/submit.sh --time 12:00:00 jobs/kimi-k2-p5en-4node.ini
 #   slurm/submit.sh --profile local --nodes 1 jobs/tiny.ini  # the CPU test (2 ranks on one node)
 #   SHARDLM_LAUNCHER=mpirun slurm/submit.sh jobs/deepseek-v3-p5en-2node.ini
 # Options before the job file: --profile p5en|local (default p5en), --nodes N (default: from the job
-# file's tp, pp and replicas; else 1), --time T, --sbatch "ARGS" (more sbatch options). After the
+# file's tp, pp, dp and replicas; else 1), --time T, --sbatch "ARGS" (more sbatch options). After the
 # job file: `shardlm run` options. Prints the job id (sbatch --parsable). The log goes to
 # $SHARDLM_LOG_DIR/<job name>-<job id>.log (default out/logs); results as slurm/run.sbatch says.
 set -euo pipefail

@@ -19,8 +19,15 @@ EFA_HOME=/opt/amazon/efa
 OMPI_HOME=/opt/amazon/openmpi
 OFI_NCCL_HOME=/opt/amazon/ofi-nccl
 
-# The EFA libfabric and the plugin first, so NCCL and Open MPI load these and not a distro copy.
-export LD_LIBRARY_PATH="$OFI_NCCL_HOME/lib:$EFA_HOME/lib:$OMPI_HOME/lib:${LD_LIBRARY_PATH:-}"
+# The plugin's directory: lib, or lib64 (the EFA installer on Amazon Linux and from 1.44 on), or
+# the Debian-style multiarch one.
+OFI_NCCL_LIB=$OFI_NCCL_HOME/lib
+for d in "$OFI_NCCL_HOME/lib" "$OFI_NCCL_HOME/lib64" "$OFI_NCCL_HOME/lib/x86_64-linux-gnu"; do
+  if ls "$d"/libnccl-net*.so >/dev/null 2>&1; then OFI_NCCL_LIB=$d; break; fi
+done
+# The EFA libfabric and the plugin first, so NCCL and Open MPI load these and not a distro copy
+# (lib64 too: where the installer puts them on Amazon Linux).
+export LD_LIBRARY_PATH="$OFI_NCCL_LIB:$EFA_HOME/lib:$EFA_HOME/lib64:$OMPI_HOME/lib:$OMPI_HOME/lib64:${LD_LIBRARY_PATH:-}"
 # Amazon's mpirun and the EFA tools (fi_info) ahead of any other MPI on the PATH.
 export PATH="$OMPI_HOME/bin:$EFA_HOME/bin:$PATH"
 
@@ -31,12 +38,15 @@ export FI_EFA_USE_DEVICE_RDMA=1
 
 # Load aws-ofi-nccl: NCCL dlopens libnccl-net-<NCCL_NET_PLUGIN>.so from LD_LIBRARY_PATH (the
 # library's name changed across plugin releases, so take the one installed).
-if [ -f "$OFI_NCCL_HOME/lib/libnccl-net-ofi.so" ]; then
+# A plain libnccl-net.so is the one NCCL loads when NCCL_NET_PLUGIN is unset.
+if [ -f "$OFI_NCCL_LIB/libnccl-net-ofi.so" ]; then
   export NCCL_NET_PLUGIN=ofi
-elif [ -f "$OFI_NCCL_HOME/lib/libnccl-net-aws-ofi.so" ]; then
+elif [ -f "$OFI_NCCL_LIB/libnccl-net-aws-ofi.so" ]; then
   export NCCL_NET_PLUGIN=aws-ofi
+elif [ -f "$OFI_NCCL_LIB/libnccl-net.so" ]; then
+  unset NCCL_NET_PLUGIN
 else
-  echo "[p5en.sh] warning: no aws-ofi-nccl plugin in $OFI_NCCL_HOME/lib: NCCL will fall back to sockets" >&2
+  echo "[p5en.sh] warning: no aws-ofi-nccl plugin under $OFI_NCCL_HOME (lib, lib64): NCCL will fall back to sockets" >&2
 fi
 # NCCL's bootstrap and socket fall-back on the ENA interface: never loopback or a docker bridge.
 export NCCL_SOCKET_IFNAME="^lo,docker"
