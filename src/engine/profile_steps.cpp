@@ -102,10 +102,17 @@ ProfileResult run_profile_steps(Model& model, ComputeBackend& backend, bool lead
     }
   } catch (const Error& e) {
     const size_t seqs = std::max(steps.peak.logit_rows.size(), steps.decode.logit_rows.size());
+    const std::string what = e.what();
+    // Only a failed allocation is a step too large for the memory left; anything else (a comm
+    // timeout, a kernel's limit) is passed on as it is, without that advice.
+    if (what.find("out of memory") == std::string::npos) {
+      SHARDLM_FAIL("the profile steps, the largest a step can be (" << steps.peak.num_tokens() << " tokens, " << seqs
+                                                                     << " sequences), failed: " << what);
+    }
     SHARDLM_FAIL("the profile steps, the largest a step can be ("
                  << steps.peak.num_tokens() << " tokens by --max-batch-tokens, " << seqs
                  << " sequences by --max-seqs), do not fit beside the weights: lower those or use more ranks. "
-                 << e.what());
+                 << what);
   }
   model.release_kv_cache();
   ProfileResult r;

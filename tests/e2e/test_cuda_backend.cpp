@@ -278,6 +278,28 @@ TEST(CudaBackend, CudaGraphsWithPpMatchEager) {
 #endif
 }
 
+// Profile steps larger than the memory left beside the weights fail at start, naming the limits
+// that size them and the allocation that failed. Needs a device small enough to fill: the emulated
+// runtime's (skips on a GPU).
+TEST(CudaBackend, ProfileStepsTooLargeFailNamingTheLimits) {
+  SHARDLM_REQUIRE_GPU();
+#ifndef SHARDLM_EMULATED_BINARY
+  GTEST_SKIP() << "needs the emulated runtime's small device (SHARDLM_EMULATED_GPU_MEMORY_MIB)";
+#else
+  const fs::path d = test::fresh_dir("cuda-profile-oom");
+  test::write_file(d / "p.jsonl", "{\"id\": \"a\", \"prompt_token_ids\": [1, 2], \"max_tokens\": 2}\n");
+  Proc p = sh("SHARDLM_EMULATED_GPU_MEMORY_MIB=16 " + shardlm_bin() + " run --model " + make_model("tiny-llama", "fp32") +
+              " --prompts " + (d / "p.jsonl").string() + " --backend cuda --max-batch-tokens 200000 --max-seqs 4" +
+              " --out " + (d / "o.h5").string());
+  EXPECT_NE(p.code, 0) << p.out;
+  EXPECT_NE(p.out.find("the profile steps, the largest a step can be (4096 tokens by --max-batch-tokens, 4 sequences "
+                       "by --max-seqs), do not fit beside the weights"),
+            std::string::npos)
+      << p.out;
+  EXPECT_NE(p.out.find("cudaMalloc of "), std::string::npos) << p.out;
+#endif
+}
+
 // --kv-cache-gb auto on a GPU: every rank first runs the profile steps (the largest step
 // --max-batch-tokens and --max-seqs allow), then the budget is --kv-cache-free-fraction of the
 // device memory free, and the cache holds as many blocks as fit in it (up to the context cap); the
