@@ -85,7 +85,7 @@ nlohmann::json dist_json(const Distribution& d) {
 }
 
 // The MoE figures of the steps (see MoeSummary); ep_bytes_sent is filled in from the ranks.
-MoeSummary summarize_moe(const StepRows& st, int64_t output_tokens, double steps_wall_s) {
+MoeSummary summarize_moe(const StepRows& st, int64_t output_tokens) {
   MoeSummary m;
   for (size_t i = 0; i < st.size(); ++i) {
     const std::vector<int64_t>& row = st.expert_tokens[i];
@@ -97,11 +97,18 @@ MoeSummary summarize_moe(const StepRows& st, int64_t output_tokens, double steps
   m.present = m.steps > 0;
   if (!m.present) return m;
   m.experts = static_cast<int64_t>(m.expert_tokens.size());
+  double steps_wall_s = 0;  // of the steps that timed their all-to-alls (or had none)
   for (size_t i = 0; i < st.size(); ++i) {
     m.dispatch_s += st.moe_dispatch_s[i];
     m.combine_s += st.moe_combine_s[i];
     m.dispatch_bytes += st.moe_dispatch_bytes[i];
     m.combine_bytes += st.moe_combine_bytes[i];
+    const bool sent = st.moe_dispatch_bytes[i] > 0 || st.moe_combine_bytes[i] > 0;
+    if (sent && st.moe_dispatch_s[i] == 0 && st.moe_combine_s[i] == 0) {
+      ++m.unmeasured_steps;
+    } else {
+      steps_wall_s += st.wall_s[i];
+    }
   }
   if (steps_wall_s > 0) {
     m.dispatch_share = m.dispatch_s / steps_wall_s;
@@ -326,7 +333,7 @@ ReportSummary summarize(const RunData& d) {
   const int64_t step_tokens = s.step_prefill_tokens + s.step_decode_tokens;
   s.prefill_share = share(s.step_prefill_tokens, step_tokens);
   s.decode_share = share(s.step_decode_tokens, step_tokens);
-  s.moe = summarize_moe(st, s.output_tokens, wall_sum);
+  s.moe = summarize_moe(st, s.output_tokens);
   if (const std::string wire = config_value(d, "ep-wire"); !wire.empty()) s.moe.ep_wire = wire;
 
   // Ranks.
@@ -439,7 +446,10 @@ std::string format_report(const ReportSummary& s) {
     row("all-to-all", fmt("dispatch %.3f ms", 1e3 * m.dispatch_s) + fmt(" + combine %.3f ms", 1e3 * m.combine_s) +
                           fmt(" = %.1f%%", 100 * m.all_to_all_share) + " of the steps' wall time" +
                           fmt(" (dispatch %.1f%%", 100 * m.dispatch_share) +
-                          fmt(", combine %.1f%%)", 100 * m.combine_share));
+                          fmt(", combine %.1f%%)", 100 * m.combine_share) +
+                          (m.unmeasured_steps > 0 ? "; left out: " + std::to_string(m.unmeasured_steps) +
+                                                        " step(s) replayed from graphs, not timed apart"
+                                                  : std::string()));
     row("dispatch", bytes(m.dispatch_bytes_per_token) + " per output token (" +
                         bytes(static_cast<double>(m.dispatch_bytes)) + " in all, sent by the step leaders; rows in " +
                         m.ep_wire + ")");
@@ -568,6 +578,7 @@ nlohmann::json report_json(const ReportSummary& s) {
                 {"dispatch_wall_share", m.dispatch_share},
                 {"combine_wall_share", m.combine_share},
                 {"all_to_all_wall_share", m.all_to_all_share},
+                {"unmeasured_steps", m.unmeasured_steps},
                 {"dispatch_bytes", m.dispatch_bytes},
                 {"combine_bytes", m.combine_bytes},
                 {"dispatch_bytes_per_output_token", m.dispatch_bytes_per_token},

@@ -39,9 +39,12 @@ struct MoeSummary {
   bool present = false;  // some step has a non-empty expert_tokens row (else the rest is 0)
   int64_t experts = 0;   // the longest expert_tokens row
   int64_t steps = 0;     // steps with a non-empty expert_tokens row
-  // All-to-all seconds summed over the steps, and their share of the steps' summed wall_s.
+  // All-to-all seconds summed over the steps, and their share of the summed wall_s of the steps
+  // that measured them: a step replayed from a CUDA graph sends its rows (bytes) without timing
+  // the all-to-all apart (0 s), so it is left out of the share and counted here.
   double dispatch_s = 0, combine_s = 0;
   double dispatch_share = 0, combine_share = 0, all_to_all_share = 0;
+  int64_t unmeasured_steps = 0;
   // Bytes the leaders sent, in all and per output token of the requests.
   int64_t dispatch_bytes = 0, combine_bytes = 0;
   double dispatch_bytes_per_token = 0, combine_bytes_per_token = 0;

@@ -233,6 +233,36 @@ TEST_F(ReportTest, OpProfileByHand) {
   EXPECT_FALSE(report_json(summarize(load_run(file_))).contains("op_profile"));
 }
 
+// A step replayed from a CUDA graph sends its rows without timing the all-to-all apart: the share
+// is over the steps that timed it (0.04 s of step 0's 0.2 s), not diluted by the replayed one.
+TEST_F(ReportTest, MoeShareLeavesOutReplayedSteps) {
+  const std::string f = (dir_ / "moe-graphs.h5").string();
+  {
+    ResultWriter w(f);
+    w.append(request("r1", 3, 10, FinishReason::kLength, 0.0, 0.1, 1.0, 0));
+    auto moe_step = [](int64_t n, double wall, double seconds, int64_t bytes) {
+      StepRecord st = step(n, 0, 1, 1, 0, 1, 0.1 * static_cast<double>(n), wall);
+      st.moe_dispatch_s = st.moe_combine_s = seconds;
+      st.moe_dispatch_bytes = st.moe_combine_bytes = bytes;
+      st.expert_tokens = {1, 1};
+      return st;
+    };
+    w.append_step(moe_step(0, 0.2, 0.02, 100));
+    w.append_step(moe_step(1, 0.8, 0.0, 100));  // replayed
+    w.set_attr("wall_seconds", 1.0);
+    w.close();
+  }
+  const ReportSummary s = summarize(load_run(f));
+  EXPECT_EQ(s.moe.unmeasured_steps, 1);
+  EXPECT_NEAR(s.moe.all_to_all_share, 0.2, kTol);
+  EXPECT_EQ(s.moe.dispatch_bytes, 200);
+  const std::string text = format_report(s);
+  EXPECT_NE(text.find("= 20.0% of the steps' wall time (dispatch 10.0%, combine 10.0%); left out: 1 step(s) "
+                      "replayed from graphs, not timed apart"),
+            std::string::npos)
+      << text;
+}
+
 // Known MoE rows: the figures by hand.
 //   step 0: wall 0.2, dispatch 0.01 s / 100 B, combine 0.03 s / 300 B, experts [4, 0, 2, 6]
 //   step 1: wall 0.3, dispatch 0.02 s / 200 B, combine 0.04 s / 400 B, experts [2, 0, 0, 6, 4]
