@@ -188,9 +188,10 @@ EngineConfig engine_config(const RunOptions& opt, const ModelSpec& spec, const T
   SHARDLM_CHECK(ec.defaults.validate().empty(), "run defaults: " << ec.defaults.validate());
   ec.kv_dtype = resolve_kv_dtype(opt.kv_dtype, spec.torch_dtype);
   ec.progress_interval_s = opt.quiet ? 0 : opt.progress_interval;
-  // With several replicas the share of each is not known in advance: the progress line shows the
-  // file's total.
+  // The progress line's total: the file's lines (a resumed run takes off those it holds, below);
+  // with several replicas each counts against an even share of them.
   ec.total_requests = count_lines(prompts);
+  ec.replicas = topo.layout().engine_groups();
   ec.replica = topo.engine_group();
   if (topo.layout().engine_groups() > 1) ec.lookahead = opt.max_seqs;
   return ec;
@@ -357,6 +358,7 @@ int cmd_run(int argc, char** argv) {
         "[shardlm] --ep-wire %s: no expert-parallel exchange in this layout (ep 1): nothing is rounded or quantised\n",
         expert_wire_name(wire));
   EngineConfig ec = engine_config(opt, spec, topo, opt.prompts);
+  if (ec.total_requests >= 0) ec.total_requests = std::max<int64_t>(0, ec.total_requests - std::ssize(done));
   ec.lockstep = groups.dp_leaders.get();
   // Before any graph is captured: the profile steps run eagerly, as the largest steps do.
   ProfileResult profile;

@@ -294,17 +294,20 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
 
     if (cfg_.progress_interval_s > 0 && now - last_progress >= cfg_.progress_interval_s) {
       last_progress = now;
-      // The ETA assumes the rest goes at the rate so far (of this replica, against the file's total).
-      std::string eta = "?";
-      if (cfg_.total_requests >= 0 && stats.requests > 0) {
-        const double left = static_cast<double>(std::max<int64_t>(0, cfg_.total_requests - stats.requests));
+      // Against this replica's share of what the file has left (replicas claim windows as they go,
+      // so the share is an even split); the ETA assumes the rest goes at the rate so far.
+      const int64_t replicas = std::max<int32_t>(cfg_.replicas, 1);
+      const int64_t share = cfg_.total_requests >= 0 ? (cfg_.total_requests + replicas - 1) / replicas : -1;
+      std::string eta = "?", of = "?";
+      if (share >= 0) of = (replicas > 1 ? "~" : "") + std::to_string(share);
+      if (share >= 0 && stats.requests > 0) {
+        const double left = static_cast<double>(std::max<int64_t>(0, share - stats.requests));
         eta = std::to_string(static_cast<int64_t>(left * now / static_cast<double>(stats.requests))) + " s";
       }
       std::fprintf(stderr,
                    "[shardlm] replica %d: %lld/%s requests, %zu running, %zu waiting, %.1f output tok/s, ETA %s, "
                    "KV %d/%d blocks (%.0f%%)\n",
-                   cfg_.replica, static_cast<long long>(stats.requests),
-                   cfg_.total_requests >= 0 ? std::to_string(cfg_.total_requests).c_str() : "?",
+                   cfg_.replica, static_cast<long long>(stats.requests), of.c_str(),
                    count(&Scheduler::num_running), count(&Scheduler::num_waiting),
                    stats.output_tokens / std::max(now, 1e-9), eta.c_str(), blocks_.num_used(), blocks_.num_blocks(),
                    100.0 * blocks_.num_used() / std::max(1, blocks_.num_blocks()));

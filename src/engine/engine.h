@@ -41,7 +41,8 @@ struct EngineConfig {
   int64_t kv_cache_bytes = 4LL << 30;
   DType kv_dtype = DType::F32;    // the KV cache's elements: F32 or BF16
   double progress_interval_s = 2.0;  // <= 0: no progress lines
-  int64_t total_requests = -1;       // for the progress line; -1 when unknown
+  int64_t total_requests = -1;       // for the progress line: left to run in the file; -1 when unknown
+  int32_t replicas = 1;              // engines sharing them: the line counts against its share
   int32_t replica = 0;               // recorded with every result and step
   // Requests read ahead of the scheduler; 0 = 2 x max_seqs + 8. Replicas that share a prompt
   // file keep it to max_seqs, so that one does not claim work another idle one could do.

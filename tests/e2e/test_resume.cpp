@@ -133,8 +133,12 @@ TEST_F(Resume, SigtermClosesAValidFileAndResumeFinishes) {
   EXPECT_GT(before, 0u);
   EXPECT_LT(before, 160u) << "the run finished before the signal: make it longer";
   std::vector<std::string> a = args("term.h5", true);
+  a.insert(a.end(), {"--progress-interval", "0.01"});
   Proc p = sh(test::shardlm_bin() + " " + join(a));
   ASSERT_EQ(p.code, 0) << p.out;
+  // The progress line counts against what the file had left, not its every line.
+  EXPECT_TRUE(std::regex_search(p.out, std::regex("replica 0: [0-9]+/" + std::to_string(160 - before) + " requests")))
+      << p.out;
   expect_complete("term.h5");
   expect_summary_of_every_session("term.h5", 2);
   test::H5Reader h(dir_ / "term.h5");
