@@ -1,5 +1,5 @@
-// shardlm make-model: a random-weight Hugging Face model directory from a config (the embedded
-// default used by the demo job, the tests and the benchmark).
+// shardlm make-model: a random-weight Hugging Face model directory from a config of
+// inputs/models/ (tiny-llama: the demo job's default model; the tests' and benchmarks' others).
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>

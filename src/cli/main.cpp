@@ -22,13 +22,16 @@ struct Command {
 const Command kCommands[] = {
     {"run", &shardlm::cmd_run, true, "generate for every prompt of a file and write HDF5"},
     {"tokenize", &shardlm::cmd_tokenize, false, "encode text to ids (or --decode ids to text)"},
-    {"make-model", &shardlm::cmd_make_model, false, "write a random-weight model from a config (the embedded default)"},
+    {"make-model", &shardlm::cmd_make_model, false,
+     "write a random-weight model from a config (inputs/models/; the demo's is tiny-llama)"},
     {"score", &shardlm::cmd_score, true, "write the logits at every position of a token sequence (.npy)"},
     {"bench", &shardlm::cmd_bench, false, "measure prefill and decode tokens/s against the machine's ceilings"},
     {"bench-comm", &shardlm::cmd_bench_comm, true, "measure collective bandwidth and check results (like nccl-tests)"},
-    {"bench-moe", &shardlm::cmd_bench_moe, true, "time one MoE layer's route, dispatch, expert GEMMs and combine over EP ranks"},
+    {"bench-moe", &shardlm::cmd_bench_moe, true,
+     "time one MoE layer's route, dispatch, expert GEMMs and combine over EP ranks"},
     {"plan", &shardlm::cmd_plan, false, "capacity planning: weights, KV cache and throughput ceilings per layout"},
-    {"report", &shardlm::cmd_report, false, "summarise a result file: throughput, latency percentiles, ranks (--plots, --json)"},
+    {"report", &shardlm::cmd_report, false,
+     "summarise a result file: throughput, latency percentiles, ranks (--plots, --json)"},
     {"merge", &shardlm::cmd_merge, false, "merge result files of disjoint prompt shards (a job array) into one"},
 };
 

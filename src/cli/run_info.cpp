@@ -23,7 +23,10 @@ std::vector<std::pair<std::string, std::string>> library_versions() {
   v.emplace_back("hdf5", std::to_string(maj) + "." + std::to_string(min) + "." + std::to_string(rel));
   v.emplace_back("boost", std::to_string(BOOST_VERSION / 100000) + "." + std::to_string(BOOST_VERSION / 100 % 1000) +
                               "." + std::to_string(BOOST_VERSION % 100));
-  v.emplace_back("pcre2", std::to_string(PCRE2_MAJOR) + "." + std::to_string(PCRE2_MINOR));
+  // The library loaded at run time, not the headers built against (a node's may differ).
+  char pcre2[64] = "";
+  pcre2_config(PCRE2_CONFIG_VERSION, pcre2);
+  v.emplace_back("pcre2", std::string(pcre2));
   v.emplace_back("utf8proc", utf8proc_version());
   v.emplace_back("nlohmann_json", std::to_string(NLOHMANN_JSON_VERSION_MAJOR) + "." +
                                       std::to_string(NLOHMANN_JSON_VERSION_MINOR) + "." +
