@@ -148,8 +148,8 @@ void gpu_ceilings(ComputeBackend& b, const DeviceCeilings& c, const ModelSpec& s
         "  linear %lld x %lld x %lld, fp8 weights as %s: %.4g TFLOP/s (%s); dequantised to bf16: %.4g TFLOP/s "
         "(%s); %.2fx\n",
         static_cast<long long>(m), static_cast<long long>(s[0]), static_cast<long long>(s[1]), q.dtype.c_str(),
-        q.tflops, share_of(q.tflops * 1e3, fp8_peak, fp8_peak > 0 ? fp8_name : "fp8 tensor peak").c_str(),
-        d.tflops, share_of(d.tflops * 1e3, *peak_gflops, *peak_gflops > 0 ? bf16_name : "bf16 tensor peak").c_str(),
+        q.tflops, share_of(q.tflops * 1e3, fp8_peak, fp8_peak > 0 ? fp8_name : "fp8 tensor peak").c_str(), d.tflops,
+        share_of(d.tflops * 1e3, *peak_gflops, *peak_gflops > 0 ? bf16_name : "bf16 tensor peak").c_str(),
         d.seconds / q.seconds);
   }
   b.set_fp8_w8a8(w8a8);
@@ -358,10 +358,11 @@ int cmd_bench(int argc, char** argv) {
   ec.scheduler.max_batch_tokens = 2048;
   Scenario bat = run_scenario(*model, *tok, ec, batch, batch_in, batch_out);
   const double total_tps = bat.stats.total_tokens_per_s();
-  std::printf("batched  %lld x (%lld in + %lld out):   %8.1f tok/s total, %.1f output tok/s, %.1f s  (%.1f GFLOP/s, %s%s)\n",
-              static_cast<long long>(batch), static_cast<long long>(batch_in), static_cast<long long>(batch_out),
-              total_tps, bat.stats.output_tokens_per_s(), bat.stats.wall_s, total_tps * flop_per_token / 1e9,
-              share_of(total_tps * flop_per_token / 1e9, peak, peak_name).c_str(), gpu ? "" : "; llama.cpp: 47 total");
+  std::printf(
+      "batched  %lld x (%lld in + %lld out):   %8.1f tok/s total, %.1f output tok/s, %.1f s  (%.1f GFLOP/s, %s%s)\n",
+      static_cast<long long>(batch), static_cast<long long>(batch_in), static_cast<long long>(batch_out), total_tps,
+      bat.stats.output_tokens_per_s(), bat.stats.wall_s, total_tps * flop_per_token / 1e9,
+      share_of(total_tps * flop_per_token / 1e9, peak, peak_name).c_str(), gpu ? "" : "; llama.cpp: 47 total");
 
   // 3a. Where the scenarios' steps' time goes, eager (before any graph is enabled).
   if (op_profile) {

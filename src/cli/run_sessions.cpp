@@ -49,10 +49,10 @@ EarlierSessions read_earlier_sessions(const std::string& path) {
 
 const std::vector<std::string>& end_of_run_attributes() {
   static const std::vector<std::string> names = {
-      "end_time",      "summary",   "requests",    "request_errors",      "prompt_tokens",      "output_tokens",
-      "wall_seconds",  "steps",     "preemptions", "output_tokens_per_s", "total_tokens_per_s", "requests_per_s",
-      "ttft_p50_s",    "ttft_p90_s", "ttft_p99_s", "tpot_p50_s",          "tpot_p90_s",         "tpot_p99_s",
-      "interrupted_by_signal"};
+      "end_time",           "summary",        "requests",   "request_errors",       "prompt_tokens",
+      "output_tokens",      "wall_seconds",   "steps",      "preemptions",          "output_tokens_per_s",
+      "total_tokens_per_s", "requests_per_s", "ttft_p50_s", "ttft_p90_s",           "ttft_p99_s",
+      "tpot_p50_s",         "tpot_p90_s",     "tpot_p99_s", "interrupted_by_signal"};
   return names;
 }
 

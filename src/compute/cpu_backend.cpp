@@ -100,7 +100,8 @@ float* CpuBackend::alloc_floats(size_t n) {
 Matrix CpuBackend::load_matrix(const TensorView& t) {
   SHARDLM_CHECK(t.shape.size() == 2, "cpu backend: tensor '" << t.name << "' in " << t.file << " has " << t.shape.size()
                                                              << " dimensions; a matrix needs 2");
-  SHARDLM_CHECK(t.data != nullptr || t.numel() == 0, "cpu backend: tensor '" << t.name << "' in " << t.file << " has no data");
+  SHARDLM_CHECK(t.data != nullptr || t.numel() == 0,
+                "cpu backend: tensor '" << t.name << "' in " << t.file << " has no data");
   Matrix m;
   m.rows = t.shape[0];
   m.cols = t.shape[1];

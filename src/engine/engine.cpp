@@ -307,9 +307,9 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
       std::fprintf(stderr,
                    "[shardlm] replica %d: %lld/%s requests, %zu running, %zu waiting, %.1f output tok/s, ETA %s, "
                    "KV %d/%d blocks (%.0f%%)\n",
-                   cfg_.replica, static_cast<long long>(stats.requests), of.c_str(),
-                   count(&Scheduler::num_running), count(&Scheduler::num_waiting),
-                   stats.output_tokens / std::max(now, 1e-9), eta.c_str(), blocks_.num_used(), blocks_.num_blocks(),
+                   cfg_.replica, static_cast<long long>(stats.requests), of.c_str(), count(&Scheduler::num_running),
+                   count(&Scheduler::num_waiting), stats.output_tokens / std::max(now, 1e-9), eta.c_str(),
+                   blocks_.num_used(), blocks_.num_blocks(),
                    100.0 * blocks_.num_used() / std::max(1, blocks_.num_blocks()));
     }
   }

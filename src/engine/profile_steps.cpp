@@ -107,7 +107,7 @@ ProfileResult run_profile_steps(Model& model, ComputeBackend& backend, bool lead
     // timeout, a kernel's limit) is passed on as it is, without that advice.
     if (what.find("out of memory") == std::string::npos) {
       SHARDLM_FAIL("the profile steps, the largest a step can be (" << steps.peak.num_tokens() << " tokens, " << seqs
-                                                                     << " sequences), failed: " << what);
+                                                                    << " sequences), failed: " << what);
     }
     SHARDLM_FAIL("the profile steps, the largest a step can be ("
                  << steps.peak.num_tokens() << " tokens by --max-batch-tokens, " << seqs

@@ -233,10 +233,14 @@ EnvMap fabric_env_from_process() {
 }
 
 const std::vector<std::string>& nccl_plugin_dirs() {
-  static const std::vector<std::string> dirs = {"/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib64",
+  static const std::vector<std::string> dirs = {"/opt/amazon/ofi-nccl/lib",
+                                                "/opt/amazon/ofi-nccl/lib64",
                                                 "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu",
-                                                "/opt/aws-ofi-nccl/lib", "/usr/local/lib",
-                                                "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"};
+                                                "/opt/aws-ofi-nccl/lib",
+                                                "/usr/local/lib",
+                                                "/usr/lib/x86_64-linux-gnu",
+                                                "/usr/lib64",
+                                                "/usr/lib"};
   return dirs;
 }
 

@@ -288,9 +288,9 @@ TEST(CudaBackend, ProfileStepsTooLargeFailNamingTheLimits) {
 #else
   const fs::path d = test::fresh_dir("cuda-profile-oom");
   test::write_file(d / "p.jsonl", "{\"id\": \"a\", \"prompt_token_ids\": [1, 2], \"max_tokens\": 2}\n");
-  Proc p = sh("SHARDLM_EMULATED_GPU_MEMORY_MIB=16 " + shardlm_bin() + " run --model " + make_model("tiny-llama", "fp32") +
-              " --prompts " + (d / "p.jsonl").string() + " --backend cuda --max-batch-tokens 200000 --max-seqs 4" +
-              " --out " + (d / "o.h5").string());
+  Proc p = sh("SHARDLM_EMULATED_GPU_MEMORY_MIB=16 " + shardlm_bin() + " run --model " +
+              make_model("tiny-llama", "fp32") + " --prompts " + (d / "p.jsonl").string() +
+              " --backend cuda --max-batch-tokens 200000 --max-seqs 4" + " --out " + (d / "o.h5").string());
   EXPECT_NE(p.code, 0) << p.out;
   EXPECT_NE(p.out.find("the profile steps, the largest a step can be (4096 tokens by --max-batch-tokens, 4 sequences "
                        "by --max-seqs), do not fit beside the weights"),

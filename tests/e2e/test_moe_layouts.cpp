@@ -307,9 +307,10 @@ void check_wire_layouts(const std::string& wire, float tol, bool greedy_kept) {
       worst = std::max(worst, std::fabs(la[i] - lb[i]));
     }
   }
-  std::printf("--ep-wire %s against the single rank: largest logprob change %.4g (tolerance %g), %d greedy "
-              "requests parted\n",
-              wire.c_str(), worst, tol, greedy_parted);
+  std::printf(
+      "--ep-wire %s against the single rank: largest logprob change %.4g (tolerance %g), %d greedy "
+      "requests parted\n",
+      wire.c_str(), worst, tol, greedy_parted);
   EXPECT_TRUE(any_differs) << "the " << wire << " wire changed no logprob: were the rows rounded?";
   // Without ep there is no exchange: the run says so and gives the plain single-rank bits.
   Proc alone = sh(shardlm_bin() + common + (d / "alone.h5").string() + " --ep-wire " + wire);

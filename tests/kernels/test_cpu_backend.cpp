@@ -121,12 +121,18 @@ TEST(CpuBackend, LoadErrorsNameTheTensorAndFile) {
     return t;
   };
   const std::string file = "in /ckpt/model-00002-of-00009.safetensors";
-  test::expect_error([&] { be->load_matrix(in_file(view("m.weight", DType::I32, {3, 4}, w.data(), 48))); },
-                     {"'m.weight'", file, "I32"});
+  test::expect_error(
+      [&] {
+        be->load_matrix(in_file(view("m.weight", DType::I32, {3, 4}, w.data(), 48)));
+      },
+      {"'m.weight'", file, "I32"});
   test::expect_error([&] { be->load_matrix(in_file(view("m.weight", DType::F32, {12}, w.data(), 48))); },
                      {"'m.weight'", file, "a matrix needs 2"});
-  test::expect_error([&] { be->load_vector(in_file(view("n.weight", DType::F32, {3, 4}, w.data(), 48))); },
-                     {"'n.weight'", file, "a vector needs 1"});
+  test::expect_error(
+      [&] {
+        be->load_vector(in_file(view("n.weight", DType::F32, {3, 4}, w.data(), 48)));
+      },
+      {"'n.weight'", file, "a vector needs 1"});
   test::expect_error([&] { be->load_vector(in_file(view("n.weight", DType::I32, {12}, w.data(), 48))); },
                      {"'n.weight'", file, "I32"});
 }

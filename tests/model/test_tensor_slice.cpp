@@ -47,8 +47,8 @@ TEST(TensorSlice, OutOfRangeNamesTheTensor) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("model.layers.0.self_attn.q_proj.weight"), std::string::npos) << e.what();
   }
-  test::expect_error([&] { slice_rows(w, 0, w.shape[0] + 1); },
-                     {w.file, "'model.layers.0.self_attn.q_proj.weight'", "rows [0, " + std::to_string(w.shape[0] + 1)});
+  test::expect_error([&] { slice_rows(w, 0, w.shape[0] + 1); }, {w.file, "'model.layers.0.self_attn.q_proj.weight'",
+                                                                 "rows [0, " + std::to_string(w.shape[0] + 1)});
 }
 
 }  // namespace

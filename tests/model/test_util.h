@@ -38,5 +38,4 @@ class ScratchDir {
   std::filesystem::path path_;
 };
 
-
 }  // namespace shardlm::test

@@ -17,14 +17,26 @@ namespace {
 TEST_F(ReportTest, CommandPrintsTheSummary) {
   const auto p = sh(report(file_));
   ASSERT_EQ(p.code, 0) << p.out;
-  for (const char* want :
-       {"shardlm report: ", "0.1.0 (commit abc123def456)", "world=2 tp=1 pp=1 replicas=2",
-        "shardlm run --model m --prompts p.jsonl --out r.h5", "completed (not interrupted)",
-        "6 (4 ok, 2 errors)", "empty prompt: 1", "prompt of: 1", "stop: 3, error: 2, length: 1",
-        "10 prompt + 11 output", "over 2.500 s wall", "4.4 tok/s", "8.4 tok/s", "2.40 req/s",
-        "250.000    440.000    494.000    500.000",  // TTFT p50 p90 p99 max, ms
-        "prefill 71.4% (10), decode 28.6% (4)", "mean 2.00", "max 5 used", "node-b",
-        "100 B (1.07 KiB in all)"}) {
+  for (const char* want : {"shardlm report: ",
+                           "0.1.0 (commit abc123def456)",
+                           "world=2 tp=1 pp=1 replicas=2",
+                           "shardlm run --model m --prompts p.jsonl --out r.h5",
+                           "completed (not interrupted)",
+                           "6 (4 ok, 2 errors)",
+                           "empty prompt: 1",
+                           "prompt of: 1",
+                           "stop: 3, error: 2, length: 1",
+                           "10 prompt + 11 output",
+                           "over 2.500 s wall",
+                           "4.4 tok/s",
+                           "8.4 tok/s",
+                           "2.40 req/s",
+                           "250.000    440.000    494.000    500.000",  // TTFT p50 p90 p99 max, ms
+                           "prefill 71.4% (10), decode 28.6% (4)",
+                           "mean 2.00",
+                           "max 5 used",
+                           "node-b",
+                           "100 B (1.07 KiB in all)"}) {
     EXPECT_NE(p.out.find(want), std::string::npos) << "missing '" << want << "' in:\n" << p.out;
   }
   // The TTFT p50 comes from the rows (0.25 s), not the bogus attribute (99 s).
