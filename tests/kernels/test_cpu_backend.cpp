@@ -116,25 +116,29 @@ TEST(CpuBackend, LoadMatrixF32InPlace) {
 TEST(CpuBackend, LoadErrorsNameTheTensorAndFile) {
   auto be = make_backend("cpu");
   std::vector<int32_t> w(12);
-  auto in_file = [&](TensorView t) {
-    t.file = "/ckpt/model-00002-of-00009.safetensors";
-    return t;
+  struct Case {
+    bool matrix;
+    DType dtype;
+    std::vector<int64_t> shape;
+    const char* why;
   };
-  const std::string file = "in /ckpt/model-00002-of-00009.safetensors";
-  test::expect_error(
-      [&] {
-        be->load_matrix(in_file(view("m.weight", DType::I32, {3, 4}, w.data(), 48)));
-      },
-      {"'m.weight'", file, "I32"});
-  test::expect_error([&] { be->load_matrix(in_file(view("m.weight", DType::F32, {12}, w.data(), 48))); },
-                     {"'m.weight'", file, "a matrix needs 2"});
-  test::expect_error(
-      [&] {
-        be->load_vector(in_file(view("n.weight", DType::F32, {3, 4}, w.data(), 48)));
-      },
-      {"'n.weight'", file, "a vector needs 1"});
-  test::expect_error([&] { be->load_vector(in_file(view("n.weight", DType::I32, {12}, w.data(), 48))); },
-                     {"'n.weight'", file, "I32"});
+  const Case cases[] = {{true, DType::I32, {3, 4}, "I32"},
+                        {true, DType::F32, {12}, "a matrix needs 2"},
+                        {false, DType::F32, {3, 4}, "a vector needs 1"},
+                        {false, DType::I32, {12}, "I32"}};
+  for (const Case& c : cases) {
+    TensorView t = view(c.matrix ? "m.weight" : "n.weight", c.dtype, c.shape, w.data(), 48);
+    t.file = "/ckpt/model-00002-of-00009.safetensors";
+    test::expect_error(
+        [&] {
+          if (c.matrix) {
+            be->load_matrix(t);
+          } else {
+            be->load_vector(t);
+          }
+        },
+        {"'" + t.name + "'", "in " + t.file, c.why});
+  }
 }
 
 // linear_parts: the parts of one input, each what linear() gives it bit for bit (bf16 with a
