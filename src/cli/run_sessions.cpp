@@ -21,9 +21,8 @@ EarlierSessions read_earlier_sessions(const std::string& path) {
   if (start != d.attrs.end() && start->second.is_string()) e.start_time = start->second.get<std::string>();
   // A file from before sessions were counted holds one.
   e.sessions = static_cast<int64_t>(number_or(d, "sessions", 1));
-  const report::RequestRows& r = d.requests;
-  const auto committed = static_cast<size_t>(number_or(d, "rows_committed", static_cast<double>(r.size())));
-  const size_t n = std::min(r.size(), committed);
+  const report::RequestRows& r = d.requests;  // the committed rows only
+  const size_t n = r.size();
   e.rows = static_cast<int64_t>(n);
   for (size_t i = 0; i < n; ++i)
     e.stats.add_row(r.prompt_len[i], r.output_len[i], !r.error[i].empty(), r.t_queued[i], r.t_first_token[i],
@@ -41,9 +40,7 @@ EarlierSessions read_earlier_sessions(const std::string& path) {
     e.stats.wall_s = number_or(d, "wall_seconds_before", 0) + last;
     e.stats.preemptions = static_cast<int64_t>(number_or(d, "preemptions_before", 0));
   }
-  const auto steps_committed =
-      static_cast<size_t>(number_or(d, "steps_committed", static_cast<double>(d.steps.size())));
-  e.stats.steps = static_cast<int64_t>(std::min(d.steps.size(), steps_committed));
+  e.stats.steps = static_cast<int64_t>(d.steps.size());
   return e;
 }
 

@@ -132,7 +132,10 @@ hsize_t GroupAppender::rows_in(hid_t in_file, const std::string& name, const std
     Id d = open_dataset(g.get(), col, where + "/" + col);
     n = std::min(n, dataset_rows(d.get(), where + "/" + col));
   }
-  return n == std::numeric_limits<hsize_t>::max() ? 0 : n;
+  if (n == std::numeric_limits<hsize_t>::max()) return 0;
+  // Not the rows a killed run extended its columns by without committing them.
+  if (const int64_t c = committed_rows(in_file, name); c >= 0) n = std::min(n, static_cast<hsize_t>(c));
+  return n;
 }
 
 hsize_t GroupAppender::append_from(hid_t in_file, const std::string& in_context) {

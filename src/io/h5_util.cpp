@@ -80,4 +80,13 @@ void write_attr(hid_t obj, const std::string& name, int64_t value, const std::st
   write_scalar_attr(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value, context);
 }
 
+int64_t committed_rows(hid_t file, const std::string& group) {
+  const char* name = group == "requests" ? "rows_committed" : group == "steps" ? "steps_committed" : nullptr;
+  if (!name || H5Aexists(file, name) <= 0) return -1;
+  Id a(H5Aopen(file, name, H5P_DEFAULT));
+  int64_t v = -1;
+  if (a.get() < 0 || H5Aread(a.get(), H5T_NATIVE_INT64, &v) < 0) return -1;
+  return v;
+}
+
 }  // namespace shardlm::h5

@@ -19,6 +19,11 @@ std::string last_error_message();
 // Throws Error "<context>: <what> failed: <HDF5 message>" when status is negative; else returns it.
 int64_t check(int64_t status, const std::string& what, const std::string& context);
 
+// The rows of a result file's group that its last flush committed: the root attribute
+// rows_committed (/requests) or steps_committed (/steps); -1 where none is recorded (a file from
+// before they were, another group). Rows past it may hold anything after a crash mid-flush.
+int64_t committed_rows(hid_t file, const std::string& group);
+
 // Owns one HDF5 id (dataset, group, type, space, property list, attribute) and drops it with
 // H5Idec_ref. Files are closed explicitly by their owner so that a failed close is reported.
 class Id {

@@ -99,15 +99,6 @@ struct StringBatch {
 
 }  // namespace
 
-// The rows a flush committed (attribute `name` on the file), or -1 when no flush recorded them.
-int64_t committed_rows(hid_t file, const char* name) {
-  if (H5Aexists(file, name) <= 0) return -1;
-  h5::Id a(H5Aopen(file, name, H5P_DEFAULT));
-  int64_t v = -1;
-  if (a.get() < 0 || H5Aread(a.get(), H5T_NATIVE_INT64, &v) < 0) return -1;
-  return v;
-}
-
 struct ResultWriter::Impl {
   std::string path;
   std::string ctx;  // "HDF5 output '<path>'", the prefix of every error
@@ -263,15 +254,15 @@ ResultWriter::ResultWriter(const std::string& path, int flush_every, bool resume
       // A crash between flushes can leave some columns a batch longer than others: keep the rows
       // every column has.
       // Rows past the last commit may hold anything (ResultWriter::Impl::commit).
-      auto even_out = [&](std::vector<Column*> cols, const char* committed) {
+      auto even_out = [&](std::vector<Column*> cols, const char* group) {
         hsize_t n = cols.front()->size();
         for (Column* c : cols) n = std::min(n, c->size());
-        if (const int64_t c = committed_rows(m.file, committed); c >= 0) n = std::min(n, static_cast<hsize_t>(c));
+        if (const int64_t c = h5::committed_rows(m.file, group); c >= 0) n = std::min(n, static_cast<hsize_t>(c));
         for (Column* c : cols) c->truncate(n);
         return n;
       };
-      m.rows_written = static_cast<int64_t>(even_out(m.req->all(), "rows_committed"));
-      even_out(m.steps->all(), "steps_committed");
+      m.rows_written = static_cast<int64_t>(even_out(m.req->all(), "requests"));
+      even_out(m.steps->all(), "steps");
       // /ranks describes the run that writes it: the resumed run writes it anew.
       for (const char* g : {"ranks", "op_profile"}) {
         if (H5Lexists(m.file, g, H5P_DEFAULT) > 0)

@@ -37,6 +37,9 @@ class FileReader {
   FileReader(const FileReader&) = delete;
   FileReader& operator=(const FileReader&) = delete;
 
+  // The rows of a group ("requests", "steps") the writer's last flush committed; -1: not recorded.
+  int64_t committed(const std::string& group) const { return h5::committed_rows(file_, group); }
+
   // Whether the object at an absolute path ("/requests/id") exists, checking each link on the way.
   bool exists(const std::string& path) const {
     std::string prefix;
@@ -246,8 +249,11 @@ class GroupColumns {
     }
     fits_.push_back([dst](size_t n) { dst->resize(n); });
   }
-  void finish() {
-    const size_t n = n_ == SIZE_MAX ? 0 : n_;
+  // committed: the rows the file's last flush committed (-1: not recorded); a crash mid-flush can
+  // leave every column longer than that, the rows past it holding anything.
+  void finish(int64_t committed = -1) {
+    size_t n = n_ == SIZE_MAX ? 0 : n_;
+    if (committed >= 0) n = std::min(n, static_cast<size_t>(committed));
     for (auto& f : fits_) f(n);
   }
 
@@ -276,7 +282,7 @@ RunData load_run(const std::string& path) {
   rq.add(f.doubles("/requests/t_first_token"), &r.t_first_token);
   rq.add(f.doubles("/requests/t_finished"), &r.t_finished);
   rq.add(f.ints("/requests/replica"), &r.replica);
-  rq.finish();
+  rq.finish(f.committed("requests"));
 
   d.has_steps = f.exists("/steps");
   StepRows& s = d.steps;
@@ -294,7 +300,7 @@ RunData load_run(const std::string& path) {
   st.add(f.ints("/steps/moe_dispatch_bytes"), &s.moe_dispatch_bytes);
   st.add(f.ints("/steps/moe_combine_bytes"), &s.moe_combine_bytes);
   st.add(f.int_lists("/steps/expert_tokens"), &s.expert_tokens);
-  st.finish();
+  st.finish(f.committed("steps"));
 
   d.has_ranks = f.exists("/ranks");
   RankRows& k = d.ranks;

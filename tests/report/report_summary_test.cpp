@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "compute/op_profile.h"
+#include "io/h5_group_copy.h"
+#include "io/h5_util.h"
 #include "report/report_summary.h"
 #include "report/result_file.h"
 #include "report_sample.h"
@@ -25,6 +27,31 @@ TEST(ErrorKind, FirstWordsWithoutLinePrefix) {
   EXPECT_EQ(error_kind("line 2: \"max_tokens\" must be >= 0 (got -1)"), "\"max_tokens\" must be");
   EXPECT_EQ(error_kind("empty prompt: \"prompt_token_ids\" is an empty list"), "empty prompt");
   EXPECT_EQ(error_kind(""), "other");
+}
+
+// A run killed mid-flush can leave every column longer than its last commit, the rows past it
+// holding anything: the report and merge read up to rows_committed / steps_committed, as a
+// resumed writer keeps.
+TEST_F(ReportTest, ReadsOnlyTheCommittedRows) {
+  {
+    hid_t f = H5Fopen(file_.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    h5::write_attr(f, "rows_committed", int64_t{4}, "test");
+    h5::write_attr(f, "steps_committed", int64_t{2}, "test");
+    H5Fclose(f);
+  }
+  const RunData d = load_run(file_);
+  ASSERT_EQ(d.requests.size(), 4u);
+  EXPECT_EQ(d.requests.id[3], "r4");
+  EXPECT_EQ(d.requests.t_finished.size(), 4u);
+  EXPECT_EQ(d.steps.size(), 2u);
+  EXPECT_EQ(d.steps.expert_tokens.size(), 2u);
+  hid_t f = H5Fopen(file_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  EXPECT_EQ(h5::GroupAppender::rows_in(f, "requests", "test"), 4u);  // what merge copies
+  EXPECT_EQ(h5::GroupAppender::rows_in(f, "steps", "test"), 2u);
+  EXPECT_EQ(h5::GroupAppender::rows_in(f, "ranks", "test"), 2u);  // no commit attribute: every row
+  H5Fclose(f);
 }
 
 TEST_F(ReportTest, ReadsTheColumnsBack) {
