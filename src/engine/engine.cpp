@@ -59,18 +59,21 @@ std::unique_ptr<Sequence> Engine::prepare(const ParsedRequest& req, double now, 
   std::vector<int32_t> ids;
   if (req.prompt_token_ids) {
     ids = *req.prompt_token_ids;
-    const int64_t vocab = model_.spec().vocab_size;
-    for (int32_t id : ids) {
-      if (id < 0 || id >= vocab) {
-        err->error = "line " + std::to_string(req.line) + ": token id " + std::to_string(id) +
-                     " is outside the vocabulary [0, " + std::to_string(vocab) + ")";
-        return nullptr;
-      }
-    }
   } else if (req.prompt && !req.prompt->empty()) {
     if (auto bos = tok_.bos_to_prepend()) ids.push_back(*bos);
     std::vector<int32_t> body = tok_.encode(*req.prompt);
     ids.insert(ids.end(), body.begin(), body.end());
+  }
+  // Given ids, and a tokenizer's too: one whose added tokens lie past the model's embedding rows
+  // would otherwise have the step read outside them.
+  const int64_t vocab = model_.spec().vocab_size;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab) {
+      err->error = "line " + std::to_string(req.line) + ": token id " + std::to_string(id) +
+                   (req.prompt_token_ids ? "" : " (from the tokenizer)") + " is outside the vocabulary [0, " +
+                   std::to_string(vocab) + ")";
+      return nullptr;
+    }
   }
   if (ids.empty()) {
     err->error = "line " + std::to_string(req.line) + ": empty prompt";

@@ -166,6 +166,43 @@ TEST(Cli, DuplicateIdsBecomeErrorRows) {
   EXPECT_EQ(duplicates, 1);
 }
 
+// A tokenizer whose added token lies past the model's embedding rows (id 512 of a 512-row
+// stories260K): a prompt that uses it becomes an error row naming the id; the others complete.
+TEST(Cli, TokenizerIdsPastTheVocabularyBecomeErrorRows) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  fs::path d = tmpdir("vocab");
+  const fs::path m = d / "model";
+  fs::create_directories(m);
+  for (const auto& e : fs::directory_iterator(model)) fs::copy(e.path(), m / e.path().filename());
+  std::string tok = test::read_file((m / "tokenizer.json").string());
+  const std::string key = "\"added_tokens\": [";
+  const size_t at = tok.find(key);
+  ASSERT_NE(at, std::string::npos);
+  tok.insert(at + key.size(),
+             "{\"id\": 512, \"content\": \"<pad>\", \"single_word\": false, \"lstrip\": false, "
+             "\"rstrip\": false, \"normalized\": false, \"special\": true}, ");
+  test::write_file(m / "tokenizer.json", tok);
+  test::write_file(d / "p.jsonl",
+                   "{\"id\": \"pad\", \"prompt\": \"Once upon a time<pad>\", \"max_tokens\": 3}\n"
+                   "{\"id\": \"ok\", \"prompt\": \"Once upon a time\", \"max_tokens\": 3}\n");
+  Proc p = sh(bin() + " run --model " + m.string() + " --prompts " + (d / "p.jsonl").string() + " --out " +
+              (d / "o.h5").string() + " -q");
+  ASSERT_EQ(p.code, 0) << p.out;
+  test::H5Reader h(d / "o.h5");
+  auto ids = h.strings("/requests/id");
+  auto errors = h.strings("/requests/error");
+  auto outs = h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32);
+  ASSERT_EQ(ids.size(), 2u);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] == "pad") {
+      EXPECT_EQ(errors[i], "line 1: token id 512 (from the tokenizer) is outside the vocabulary [0, 512)");
+    } else {
+      EXPECT_EQ(errors[i], "");
+      EXPECT_EQ(outs[i].size(), 3u);
+    }
+  }
+}
+
 TEST(Cli, UnwritableOutputFailsBeforeLoading) {
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
   fs::path d = tmpdir("unwritable");
