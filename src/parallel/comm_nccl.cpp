@@ -65,6 +65,13 @@ NcclCommunicator::NcclCommunicator(const std::vector<int>& members, std::string 
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  // Unwound by an error on this rank (a bad tensor, a failed step): the peers are not finalizing
+  // with it, and finalize would wait for them up to the timeout before the job's abort names the
+  // cause. Abort at once, as the other collective owners do while unwinding.
+  if (comm_ != nullptr && !aborted_ && std::uncaught_exceptions() > 0) {
+    ncclCommAbort(comm_);
+    aborted_ = true;
+  }
   if (comm_ != nullptr && !aborted_) {
     // Finalize flushes what is queued; bounded, then abort, since a destructor must not hang.
     bool ok = ok_or_pending(ncclCommFinalize(comm_));
