@@ -312,7 +312,18 @@ void FabricCommunicator::wait(Batch& b, const char* op) {
   int sleep_us = 50;
   const int world = members_[static_cast<size_t>(rank())];
   for (;;) {
-    const int seen = ep_->progress();
+    int seen = 0;
+    try {
+      seen = ep_->progress();
+    } catch (const Error& e) {
+      // A completion-queue error belongs to no single operation: name the call, the group and
+      // the peers it was waiting for.
+      std::string peers;
+      for (const FabricOp* o : b.ops_)
+        if (!o->done) peers += (peers.empty() ? "" : ", ") + peer_text(o->peer);
+      SHARDLM_FAIL(op << " on group " << name() << " failed on world rank " << world << " (host " << MpiEnv::host()
+                      << "), waiting on " << (peers.empty() ? std::string("no peer") : peers) << ": " << e.what());
+    }
     bool all_done = true;
     for (const FabricOp* o : b.ops_) {
       if (!o->done) {
