@@ -233,6 +233,13 @@ ParsedRequest parse_jsonl_request(const std::string& line, int64_t line_no, bool
     const char* id_key = openai ? "custom_id" : "id";
     if (const json* id = get_opt(doc, id_key)) r.id = parse_id(*id, id_key);
     if (repaired && has_replacement(r.id)) bad(quoted(id_key) + " is not valid UTF-8");
+    // The result file's strings end at a NUL: such an id would be stored cut short, and could
+    // then collide with another on --resume.
+    if (r.id.find('\0') != std::string::npos) {
+      const std::string id = r.id;
+      r.id = id.substr(0, id.find('\0'));
+      bad(quoted(id_key) + " contains a NUL character (\\u0000)");
+    }
     const json* body = &doc;
     std::string prefix;
     if (openai) {

@@ -87,12 +87,17 @@ struct StepColumns {
 };
 
 // Holds the C strings handed to HDF5 for one batch; text that is not UTF-8 is repaired into
-// `fixed` (a deque, so earlier pointers stay valid).
+// `fixed` (a deque, so earlier pointers stay valid). HDF5's strings end at a NUL, so a NUL byte (a
+// byte-fallback <0x00> token's text) is written as U+FFFD instead of cutting the rest off; the
+// row's token ids keep the exact output.
 struct StringBatch {
   std::deque<std::string> fixed;
   const char* add(const std::string& s) {
-    if (is_valid_utf8(s)) return s.c_str();
-    fixed.push_back(repair_utf8(s));
+    const bool nul = s.find('\0') != std::string::npos;
+    if (!nul && is_valid_utf8(s)) return s.c_str();
+    std::string t = repair_utf8(s);
+    for (size_t at = t.find('\0'); at != std::string::npos; at = t.find('\0', at + 3)) t.replace(at, 1, "\xEF\xBF\xBD");
+    fixed.push_back(std::move(t));
     return fixed.back().c_str();
   }
 };

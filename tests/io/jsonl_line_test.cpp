@@ -61,6 +61,11 @@ TEST(JsonlLine, IdsAndEdgeValues) {
   EXPECT_EQ(r.overrides.ignore_eos, false);
   // An integral float is taken as an integer (some writers emit every number as a float).
   EXPECT_EQ(parse_jsonl_line(R"({"prompt": "a", "max_tokens": 16.0})", 1).overrides.max_tokens, 16);
+  // An id with a NUL would be stored cut short (the file's strings end at one): an error row.
+  const ParsedRequest nul = parse_jsonl_line(R"({"id": "x\u0000y", "prompt": "a"})", 3);
+  EXPECT_EQ(nul.error, "line 3: field 'id' contains a NUL character (\\u0000)");
+  EXPECT_EQ(nul.id, "x");
+  EXPECT_FALSE(nul.prompt.has_value());
 }
 
 TEST(JsonlLine, TokenIdPrompt) {

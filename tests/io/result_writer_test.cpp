@@ -341,6 +341,24 @@ TEST(ResultWriter, DestructorWritesBufferedRows) {
   EXPECT_EQ(f.strings("/requests/id"), (std::vector<std::string>{"req-1", "req-2"}));
 }
 
+// HDF5's strings end at a NUL: a NUL byte in the output text (a byte-fallback <0x00> token) is
+// written as U+FFFD, and the text after it is kept.
+TEST(ResultWriter, NulInTheTextDoesNotCutItShort) {
+  ScratchDir dir;
+  const std::string path = dir.file("nul.h5");
+  {
+    ResultWriter w(path);
+    RequestResult r = make_row(1);
+    r.output_text = std::string("a\0b\0", 4) + "c";
+    w.append(r);
+  }
+  H5Reader f(path);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f.strings("/requests/output_text"), (std::vector<std::string>{"a\xEF\xBF\xBD"
+                                                                          "b\xEF\xBF\xBD"
+                                                                          "c"}));
+}
+
 TEST(ResultWriter, UnwritablePathNamesThePath) {
   ScratchDir dir;
   for (const std::string& bad : {dir.file("no/such/dir/out.h5"), dir.path()}) {
