@@ -181,6 +181,13 @@ int64_t StepGraphs::nodes(int64_t bucket) const {
 bool StepGraphs::replay(const Captured& step, const StepContext& ctx) {
   if (ctx.ep_overflow) b_.copy_to_device(ctx.ep_overflow, &kNoOverflow, sizeof(int32_t));
   b_.replay(step.handle);
+  // The graph's collectives under the communicators' deadlines and error checks, before anything
+  // is read back (the overflow flag here, the expert counts after): a plain stream synchronize
+  // would block for ever on a failed peer. The ep exchange first, the likelier to stall.
+  for (Communicator* c : {comms_.ep, comms_.tp}) {
+    const bool used = c == comms_.ep ? step.ep_moved.calls > 0 : step.tp_moved.calls > 0;
+    if (c && used) c->wait_stream(b_.current_stream(), "replayed step");
+  }
   if (ctx.ep_overflow) {
     int32_t overflowed = 0;
     b_.copy_to_host(&overflowed, ctx.ep_overflow, sizeof(int32_t));

@@ -146,13 +146,14 @@ void NcclCommunicator::wait_enqueued(const char* op, const std::string& peers) {
       [&]() { abort_comm(); });
 }
 
-void NcclCommunicator::wait_done(const char* op, const std::string& peers) {
+void NcclCommunicator::wait_done(const char* op, const std::string& peers, cudaStream_t stream) {
+  const cudaStream_t s = stream ? stream : stream_;
   wait_with_deadline(
       context(op, peers),
       [&]() -> PollResult {
         // The stream first, then the async error: an error raised while the stream drained (the
         // operation's own) is seen before the wait reports success.
-        const cudaError_t e = cudaStreamQuery(stream_);
+        const cudaError_t e = cudaStreamQuery(s);
         ncclResult_t state = ncclSuccess;
         const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
         if (r != ncclSuccess) return {PollState::kFailed, "ncclCommGetAsyncError: " + nccl_text(r)};
@@ -235,6 +236,11 @@ void NcclCommunicator::all_reduce(void* buf, size_t count, CommDType t, ReduceOp
   StatScope st(stats_, size() > 1 ? count * comm_dtype_size(t) : 0);
   check_enqueue(ncclAllReduce(buf, buf, count, nccl_dtype(t), nccl_op(op), comm_, stream_), "all_reduce");
   wait_done("all_reduce", all_peers());
+}
+
+void NcclCommunicator::wait_stream(void* stream, const char* op) {
+  check_usable(op);
+  wait_done(op, all_peers(), static_cast<cudaStream_t>(stream));
 }
 
 void NcclCommunicator::enqueue_all_reduce(void* buf, size_t count, CommDType t, ReduceOp op, void* stream) {

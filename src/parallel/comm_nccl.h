@@ -76,6 +76,7 @@ class NcclCommunicator final : public Communicator {
   bool can_enqueue() const override { return true; }
   void enqueue_all_reduce(void* buf, size_t count, CommDType t, ReduceOp op, void* stream) override;
   void enqueue_all_to_all(const void* send, void* recv, size_t count, CommDType t, void* stream) override;
+  void wait_stream(void* stream, const char* op) override;
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
@@ -95,8 +96,8 @@ class NcclCommunicator final : public Communicator {
   void check_enqueue(ncclResult_t r, const char* op);
   // Until the communicator has taken the calls made so far (async state no longer in progress).
   void wait_enqueued(const char* op, const std::string& peers);
-  // Until the stream has finished everything queued on it.
-  void wait_done(const char* op, const std::string& peers);
+  // Until `stream` (default: the communicator's own) has finished everything queued on it.
+  void wait_done(const char* op, const std::string& peers, cudaStream_t stream = nullptr);
   WaitContext context(const char* op, const std::string& peers) const;
   std::string nccl_text(ncclResult_t r) const;
   void abort_comm();

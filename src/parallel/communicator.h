@@ -90,6 +90,13 @@ class Communicator {
   // The same for all_to_all (blocks of count elements, device memory): a captured expert-parallel
   // MoE layer's fixed-capacity exchange (arch/expert_exchange.h).
   virtual void enqueue_all_to_all(const void* send, void* recv, size_t count, CommDType t, void* stream);
+  // Until `stream` (a cudaStream_t) has run what is queued on it, a replayed graph's collectives
+  // among them: under this communicator's deadline, its asynchronous errors polled, the
+  // communicator aborted and an Error naming the group and peers thrown on either. A replayed
+  // step waits here before reading anything back, so a failed peer or link ends the job instead
+  // of blocking it in a plain stream synchronize. Communicators that queue nothing on streams wait
+  // for nothing.
+  virtual void wait_stream(void* stream, const char* op) {}
   // Counts what a replayed graph moved (its calls and bytes, as they were at capture) in stats().
   void count_replayed(const CommStats& per_replay) {
     stats_.calls += per_replay.calls;
