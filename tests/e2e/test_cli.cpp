@@ -139,20 +139,28 @@ TEST(Cli, ReplicasTakeWindowsInTurnWithoutOneSidedMpi) {
   for (int i = 0; i < 160; ++i) EXPECT_EQ(replica.at("r" + std::to_string(i)), (i / 16) % 3) << "line " << i + 1;
 }
 
-TEST(Cli, DuplicateIdsBecomeErrorRows) {
-  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
-  fs::path d = tmpdir("dup");
-  test::write_file(d / "p.jsonl",
-                   "{\"id\": \"a\", \"prompt\": \"Once\", \"max_tokens\": 3}\n"
-                   "{\"id\": \"b\", \"prompt\": \"Once\", \"max_tokens\": 3}\n"
-                   "{\"id\": \"a\", \"prompt\": \"The dog\", \"max_tokens\": 3}\n");
+// Runs `prompts` (JSONL) through the model quietly; the rows' ids, errors and output tokens.
+struct Rows {
+  std::vector<std::string> ids, errors;
+  std::vector<std::vector<int32_t>> outs;
+};
+Rows run_rows(const std::string& model, const fs::path& d, const std::string& prompts) {
+  test::write_file(d / "p.jsonl", prompts);
   Proc p = sh(bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --out " +
               (d / "o.h5").string() + " -q");
-  ASSERT_EQ(p.code, 0) << p.out;
+  EXPECT_EQ(p.code, 0) << p.out;
+  if (p.code != 0) return {};
   test::H5Reader h(d / "o.h5");
-  auto ids = h.strings("/requests/id");
-  auto errors = h.strings("/requests/error");
-  auto outs = h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32);
+  return {h.strings("/requests/id"), h.strings("/requests/error"),
+          h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32)};
+}
+
+TEST(Cli, DuplicateIdsBecomeErrorRows) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  const auto [ids, errors, outs] = run_rows(model, tmpdir("dup"),
+                                            "{\"id\": \"a\", \"prompt\": \"Once\", \"max_tokens\": 3}\n"
+                                            "{\"id\": \"b\", \"prompt\": \"Once\", \"max_tokens\": 3}\n"
+                                            "{\"id\": \"a\", \"prompt\": \"The dog\", \"max_tokens\": 3}\n");
   ASSERT_EQ(ids.size(), 3u);
   int with_output = 0, duplicates = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -182,16 +190,10 @@ TEST(Cli, TokenizerIdsPastTheVocabularyBecomeErrorRows) {
              "{\"id\": 512, \"content\": \"<pad>\", \"single_word\": false, \"lstrip\": false, "
              "\"rstrip\": false, \"normalized\": false, \"special\": true}, ");
   test::write_file(m / "tokenizer.json", tok);
-  test::write_file(d / "p.jsonl",
-                   "{\"id\": \"pad\", \"prompt\": \"Once upon a time<pad>\", \"max_tokens\": 3}\n"
-                   "{\"id\": \"ok\", \"prompt\": \"Once upon a time\", \"max_tokens\": 3}\n");
-  Proc p = sh(bin() + " run --model " + m.string() + " --prompts " + (d / "p.jsonl").string() + " --out " +
-              (d / "o.h5").string() + " -q");
-  ASSERT_EQ(p.code, 0) << p.out;
-  test::H5Reader h(d / "o.h5");
-  auto ids = h.strings("/requests/id");
-  auto errors = h.strings("/requests/error");
-  auto outs = h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32);
+  const auto [ids, errors, outs] =
+      run_rows(m.string(), d,
+               "{\"id\": \"pad\", \"prompt\": \"Once upon a time<pad>\", \"max_tokens\": 3}\n"
+               "{\"id\": \"ok\", \"prompt\": \"Once upon a time\", \"max_tokens\": 3}\n");
   ASSERT_EQ(ids.size(), 2u);
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] == "pad") {
