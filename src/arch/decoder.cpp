@@ -331,12 +331,20 @@ class Decoder final : public Model {
     if (R > 0) std::memcpy(logprobs->data(), in.data() + R, static_cast<size_t>(R) * sizeof(float));
   }
 
+  // The step's graph bucket (StepGraphs::step_bucket); 0: it runs eagerly.
+  int64_t graph_bucket_of(const ForwardBatch& batch) {
+    if (!cache_) return 0;  // forward before allocate_kv_cache: run_stage names the mistake
+    return graphs_.step_bucket(batch, *cache_, [&](int64_t rows) {
+      if (!plan_.first_stage()) scratch_.get(kStageInput, rows * spec_.hidden_size);
+    });
+  }
+
   // Runs the whole step (graph or eager) and returns its logits in backend memory, or null when no
   // row samples. Only with logits_end_here().
   const float* step_to_device(const ForwardBatch& batch) {
     const int64_t T = batch.num_tokens();
     if (T == 0 && !runs_empty_steps()) return nullptr;
-    if (const int64_t bucket = graphs_.step_bucket(batch); bucket > 0) return graph_step(batch, bucket);
+    if (const int64_t bucket = graph_bucket_of(batch); bucket > 0) return graph_step(batch, bucket);
     run_stage(batch);
     return logits_to_device(batch);
   }
@@ -346,7 +354,7 @@ class Decoder final : public Model {
   // last stage a graph also computes the logits; they are returned (in backend memory, [T, vocab]
   // first, gathered over tp), null otherwise (head() computes them).
   const float* stage_to_device(const ForwardBatch& batch) {
-    if (const int64_t bucket = graphs_.step_bucket(batch); bucket > 0) return graph_step(batch, bucket);
+    if (const int64_t bucket = graph_bucket_of(batch); bucket > 0) return graph_step(batch, bucket);
     run_stage(batch);
     return nullptr;
   }

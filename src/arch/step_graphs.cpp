@@ -65,9 +65,26 @@ void StepGraphs::drop() {
   generation_ = scratch_.generation();
 }
 
-int64_t StepGraphs::step_bucket(const ForwardBatch& batch) {
+void StepGraphs::reserve_inputs(const ForwardBatch& batch, const KvCache& cache,
+                                const std::function<void(int64_t rows)>& reserve_stage) {
+  constexpr int64_t kRows = kGraphBuckets[std::size(kGraphBuckets) - 1];
+  if (block_capacity_ < static_cast<size_t>(cache.num_blocks())) block_capacity_ = cache.num_blocks();
+  if (batch.blocks.size() > block_capacity_) block_capacity_ = std::max(batch.blocks.size(), 2 * block_capacity_);
+  scratch_.get_as<int32_t>(3, kRows);
+  scratch_.get_as<int32_t>(4, kRows);
+  scratch_.get_as<int64_t>(5, kRows);
+  scratch_.get_as<int32_t>(6, std::max<size_t>(block_capacity_, 1));
+  scratch_.get_as<int32_t>(7, kRows);
+  if (reserve_stage) reserve_stage(kRows);
+}
+
+int64_t StepGraphs::step_bucket(const ForwardBatch& batch, const KvCache& cache,
+                                const std::function<void(int64_t rows)>& reserve_stage) {
   if (!on_) return 0;
   if (!comms_.ep) return graph_bucket(batch);
+  // Whatever this step's inputs need grows here, before the ranks compare their generations:
+  // nothing may reallocate between this agreement and the replay (see ready()).
+  reserve_inputs(batch, cache, reserve_stage);
   // {a rank cannot replay, the largest bucket, a rank's graphs are stale}; a rank with no tokens
   // joins any bucket.
   int64_t v[3] = {0, 0, scratch_.generation() != generation_ ? 1 : 0};
@@ -94,8 +111,7 @@ StepContext StepGraphs::upload_inputs(const ForwardBatch& batch, int64_t B, cons
     slots_[t] = batch.slots[t];
     start_[t] = batch.seq_block_start[t];
   }
-  if (block_capacity_ < static_cast<size_t>(cache.num_blocks())) block_capacity_ = cache.num_blocks();
-  if (batch.blocks.size() > block_capacity_) block_capacity_ = std::max(batch.blocks.size(), 2 * block_capacity_);
+  reserve_inputs(batch, cache, nullptr);  // done already with ep (step_bucket)
   StepContext ctx;
   ctx.batch = nullptr;  // a captured step must not read the batch: another one is there at replay
   ctx.T = B;
@@ -135,15 +151,29 @@ const StepGraphs::Captured& StepGraphs::ready(const StepContext& ctx, const std:
       comms_.ep->enqueue_all_reduce(ctx.ep_overflow, 1, CommDType::kI32, ReduceOp::kMax, b_.current_stream());
     }
   };
-  if (scratch_.generation() != generation_) drop();
+  if (scratch_.generation() != generation_) {
+    // Over tp alone every rank runs the same shapes, so each drops at the same step. With ep the
+    // group agreed on its graphs in step_bucket, after the step's inputs were sized: a rank that
+    // dropped alone here would warm up (exchanges included) while its peers replay.
+    SHARDLM_CHECK(!comms_.ep, "graph step on " << comms_.ep->name()
+                                               << ": the scratch was reallocated after the ep group agreed on its "
+                                                  "graphs (an input slot not sized by step_bucket)");
+    drop();
+  }
   if (auto it = graphs_.find(B); it != graphs_.end()) {
     if (comms_.tp) comms_.tp->count_replayed(it->second.tp_moved);
     if (comms_.ep) comms_.ep->count_replayed(it->second.ep_moved);
     return it->second;
   }
+  // Every rank of the ep group has the same buckets captured (they capture and drop together),
+  // so all of them are here for this bucket.
   captured_work();  // the warm-up run (see the file comment)
   after_warm_up();
-  if (scratch_.generation() != generation_) drop();
+  // The warm-up grows each rank's scratch by its own shapes (a rank whose dp group ran only
+  // small steps grows most); the group drops its other graphs together.
+  int64_t grew = scratch_.generation() != generation_ ? 1 : 0;
+  if (comms_.ep) comms_.ep->all_reduce(&grew, 1, CommDType::kI64, ReduceOp::kMax);
+  if (grew != 0) drop();
   const CommStats tp_before = comms_.tp ? comms_.tp->stats() : CommStats{};
   const CommStats ep_before = comms_.ep ? comms_.ep->stats() : CommStats{};
   const int64_t dispatch_before = moe ? moe->dispatch_bytes : 0, combine_before = moe ? moe->combine_bytes : 0;

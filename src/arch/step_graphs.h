@@ -43,6 +43,10 @@
 //    are written again with the eager values. The ranks also recapture together: an eager step
 //    grows a rank's scratch by its own rows, and a rank that dropped its graphs alone would run
 //    a warm-up step's exchanges that its peers, replaying, do not (step_bucket agrees on that too).
+//    So every rank of the group holds the same buckets at every step: the inputs a step writes
+//    before its replay are sized before that agreement (for the largest bucket), and after a
+//    warm-up the group agrees whether any rank's scratch grew (a rank whose dp group ran only
+//    small steps grows where its peers do not) and drops its other graphs together.
 #pragma once
 
 #include <cstdint>
@@ -90,7 +94,11 @@ class StepGraphs {
   bool capturing() const { return capturing_; }
 
   // The bucket the step runs at, agreed over the ep group (see the file comment); 0: eagerly.
-  int64_t step_bucket(const ForwardBatch& batch);
+  // reserve_stage(rows) sizes the caller's slots that a graph step of up to `rows` rows writes
+  // before its replay (a later stage's received hidden states): with ep every slot a replay
+  // reads is sized before the ranks agree on their graphs.
+  int64_t step_bucket(const ForwardBatch& batch, const KvCache& cache,
+                      const std::function<void(int64_t rows)>& reserve_stage);
 
   // Writes a graph step's padded inputs into the decoder's slots 3 (ids), 4 (positions), 5 (KV
   // slots), 6 (block ids) and 7 (block-list starts) and returns its context (T = B).
@@ -121,6 +129,9 @@ class StepGraphs {
 
  private:
   static CommStats moved_since(const Communicator& c, const CommStats& before);
+  // Sizes the input slots (upload_inputs) for the largest bucket and the batch's block list.
+  void reserve_inputs(const ForwardBatch& batch, const KvCache& cache,
+                      const std::function<void(int64_t rows)>& reserve_stage);
   int32_t* overflow_flag();
 
   ComputeBackend& b_;

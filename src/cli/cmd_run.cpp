@@ -253,26 +253,6 @@ void write_fabric_attributes(ResultWriter& w, const FabricReport& f) {
   w.set_attr("gpus_per_node", f.gpus_per_node());
 }
 
-void write_summary(ResultWriter& w, const RunStats& stats) {
-  w.set_attr("end_time", iso_time_now());
-  w.set_attr("summary", stats.summary());
-  w.set_attr("requests", stats.requests);
-  w.set_attr("request_errors", stats.errors);
-  w.set_attr("prompt_tokens", stats.prompt_tokens);
-  w.set_attr("output_tokens", stats.output_tokens);
-  w.set_attr("wall_seconds", stats.wall_s);
-  w.set_attr("output_tokens_per_s", stats.output_tokens_per_s());
-  w.set_attr("total_tokens_per_s", stats.total_tokens_per_s());
-  w.set_attr("requests_per_s", stats.requests_per_s());
-  w.set_attr("steps", stats.steps);
-  w.set_attr("preemptions", stats.preemptions);
-  for (double q : {50.0, 90.0, 99.0}) {
-    const std::string p = std::to_string(static_cast<int>(q));
-    w.set_attr("ttft_p" + p + "_s", percentile(stats.ttft_s, q));
-    w.set_attr("tpot_p" + p + "_s", percentile(stats.tpot_s, q));
-  }
-}
-
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
@@ -486,9 +466,8 @@ int cmd_run(int argc, char** argv) {
   writer->set_attr("load_seconds", model->load_seconds());
   writer->write_ranks(ranks);
   write_compute_paths(*writer, spec, *backend);  // as the self-checks left them
-  write_summary(*writer, stats);
   const int sig = local.interrupted_by;
-  writer->set_attr("interrupted_by_signal", static_cast<int64_t>(sig));
+  write_summary(*writer, stats, sig);
   writer->close();
   if (sig) {
     std::fprintf(stderr,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cli/run_info.h"
 #include "report/result_file.h"
 
 namespace shardlm {
@@ -44,17 +45,36 @@ EarlierSessions read_earlier_sessions(const std::string& path) {
   return e;
 }
 
-const std::vector<std::string>& end_of_run_attributes() {
-  static const std::vector<std::string> names = {
-      "end_time",           "summary",        "requests",   "request_errors",       "prompt_tokens",
-      "output_tokens",      "wall_seconds",   "steps",      "preemptions",          "output_tokens_per_s",
-      "total_tokens_per_s", "requests_per_s", "ttft_p50_s", "ttft_p90_s",           "ttft_p99_s",
-      "tpot_p50_s",         "tpot_p90_s",     "tpot_p99_s", "interrupted_by_signal"};
-  return names;
+std::vector<SummaryAttribute> end_of_run_attributes(const RunStats& stats, int interrupted_by_signal) {
+  std::vector<SummaryAttribute> a = {
+      {"end_time", iso_time_now()},
+      {"summary", stats.summary()},
+      {"requests", stats.requests},
+      {"request_errors", stats.errors},
+      {"prompt_tokens", stats.prompt_tokens},
+      {"output_tokens", stats.output_tokens},
+      {"wall_seconds", stats.wall_s},
+      {"output_tokens_per_s", stats.output_tokens_per_s()},
+      {"total_tokens_per_s", stats.total_tokens_per_s()},
+      {"requests_per_s", stats.requests_per_s()},
+      {"steps", stats.steps},
+      {"preemptions", stats.preemptions},
+  };
+  for (const int q : {50, 90, 99}) {
+    a.push_back({"ttft_p" + std::to_string(q) + "_s", percentile(stats.ttft_s, q)});
+    a.push_back({"tpot_p" + std::to_string(q) + "_s", percentile(stats.tpot_s, q)});
+  }
+  a.push_back({"interrupted_by_signal", static_cast<int64_t>(interrupted_by_signal)});
+  return a;
+}
+
+void write_summary(ResultWriter& w, const RunStats& stats, int interrupted_by_signal) {
+  for (const SummaryAttribute& a : end_of_run_attributes(stats, interrupted_by_signal))
+    std::visit([&](const auto& v) { w.set_attr(a.name, v); }, a.value);
 }
 
 void write_session_start(ResultWriter& w, const EarlierSessions& earlier, const std::string& started) {
-  for (const std::string& name : end_of_run_attributes()) w.remove_attr(name);
+  for (const SummaryAttribute& a : end_of_run_attributes(RunStats{}, 0)) w.remove_attr(a.name);
   w.set_attr("start_time", earlier.start_time.empty() ? started : earlier.start_time);
   w.set_attr("session_start_time", started);
   w.set_attr("sessions", earlier.sessions + 1);

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "engine/run_stats.h"
@@ -31,8 +32,15 @@ struct EarlierSessions {
 // last finished row.
 EarlierSessions read_earlier_sessions(const std::string& path);
 
-// The root attributes written by write_summary at the end of a run.
-const std::vector<std::string>& end_of_run_attributes();
+// The root attributes a run writes when it ends, in order: end_time, the summary of every session's
+// rows (requests, tokens, wall_seconds, rates, steps, preemptions, TTFT and TPOT percentiles) and
+// interrupted_by_signal (0: it ran to the end). write_session_start removes the same names.
+struct SummaryAttribute {
+  std::string name;
+  std::variant<int64_t, double, std::string> value;
+};
+std::vector<SummaryAttribute> end_of_run_attributes(const RunStats& stats, int interrupted_by_signal);
+void write_summary(ResultWriter& w, const RunStats& stats, int interrupted_by_signal);
 
 // This session's start attributes (above), and the end-of-run ones removed.
 void write_session_start(ResultWriter& w, const EarlierSessions& earlier, const std::string& started);

@@ -37,6 +37,8 @@ class RecordingBackend final : public ComputeBackend {
   int64_t drops() const { return drops_; }        // drop_captures calls that dropped something
   int64_t live_graphs() const { return static_cast<int64_t>(graphs_.size()); }
   bool recording() const { return recording_; }
+  // Runs f now, or records it into the graph being captured (a communicator's queued collective).
+  void record_or_run(std::function<void()> f) { op(std::move(f)); }
   // Linears that ran with a twin, and those whose twin was not their rows' rounding (set_twins).
   int64_t twin_linears() const { return twin_linears_; }
   int64_t stale_twins() const { return stale_twins_; }
