@@ -21,8 +21,14 @@ constexpr float kMax = 448.0f;
 
 // The scale of a block of activations quantised to e4m3 (W8A8 GEMMs, kernels/cpu/fp8_act_quant.h):
 // its largest magnitude maps to 448, as DeepSeek-V3's reference act_quant does; an all-zero block
-// takes 1 so that its codes are zeros rather than 0/0.
-SHARDLM_HD inline float act_scale(float amax) { return amax > 0.0f ? amax / kMax : 1.0f; }
+// takes 1 so that its codes are zeros rather than 0/0. Below 448 x the smallest subnormal the
+// quotient underflows to 0: the smallest subnormal (2^-149) then still maps the block into
+// [-448, 448], and its zeros stay zeros (not 0/0), as the weights' quantiser does (fp8_block.cpp).
+SHARDLM_HD inline float act_scale(float amax) {
+  if (!(amax > 0.0f)) return 1.0f;
+  const float s = amax / kMax;
+  return s > 0.0f ? s : 1.40129846e-45f;
+}
 
 // A running maximum of magnitudes that skips NaNs, quiet or signalling, as the GPU's fmaxf does
 // (glibc's fmax returns NaN for a signalling one, which would lose the values before it).

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <type_traits>
 #include <vector>
 
@@ -454,13 +456,25 @@ void CpuBackend::sample(const float* logits, int64_t R, int64_t V, const SampleR
   // scratch) per thread. A row's choice does not depend on the thread that makes it.
   const int threads = std::max(1, std::min<int>(cpu::num_threads(), static_cast<int>(R)));
   if (static_cast<int>(samplers_.size()) < threads) samplers_.resize(static_cast<size_t>(threads));
+  // An exception may not leave an OpenMP region (std::terminate, no message, no job abort): the
+  // first one is kept and thrown after it.
+  std::exception_ptr failed;
+  std::atomic<bool> any_failed{false};
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1)
   for (int64_t r = 0; r < R; ++r) {
+    if (any_failed.load(std::memory_order_relaxed)) continue;
     const int me = threads > 1 ? omp_get_thread_num() : 0;
-    const Sample s = samplers_[static_cast<size_t>(me)].sample(logits + r * V, V, rows[r]);
-    tokens[r] = s.token;
-    logprobs[r] = s.logprob;
+    try {
+      const Sample s = samplers_[static_cast<size_t>(me)].sample(logits + r * V, V, rows[r]);
+      tokens[r] = s.token;
+      logprobs[r] = s.logprob;
+    } catch (...) {
+#pragma omp critical(shardlm_sample_failed)
+      if (!failed) failed = std::current_exception();
+      any_failed = true;
+    }
   }
+  if (failed) std::rethrow_exception(failed);
 }
 
 std::unique_ptr<ComputeBackend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }

@@ -33,20 +33,22 @@ struct ArchDefaults {
   int64_t sliding_window_default;  // when the key is absent
   enum class Ffn { kDense, kMixtral, kQwenMoe, kDeepseek } ffn = Ffn::kDense;
   bool mla = false;                // Multi-head Latent Attention instead of GQA
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
 };
 
 const ArchDefaults kArchs[] = {
     {"LlamaForCausalLM", "llama", 2048, 0, false, true, true, true, false, ArchDefaults::Sliding::kNone, 0},
-    {"MistralForCausalLM", "mistral", 4096 * 32, 0, false, false, false, false, false,
-     ArchDefaults::Sliding::kAlways, 4096},
+    {"MistralForCausalLM", "mistral", 4096 * 32, 0, false, false, false, false, false, ArchDefaults::Sliding::kAlways,
+     4096},
     {"Qwen2ForCausalLM", "qwen2", 32768, 0, true, false, false, false, false, ArchDefaults::Sliding::kQwen, 4096},
     {"Qwen3ForCausalLM", "qwen3", 32768, 128, false, true, true, false, true, ArchDefaults::Sliding::kQwen, 4096},
-    {"MixtralForCausalLM", "mixtral", 4096 * 32, 0, false, false, false, false, false,
-     ArchDefaults::Sliding::kAlways, 0, ArchDefaults::Ffn::kMixtral},
-    {"Qwen2MoeForCausalLM", "qwen2_moe", 32768, 0, true, false, false, false, false, ArchDefaults::Sliding::kQwen,
-     4096, ArchDefaults::Ffn::kQwenMoe},
-    {"Qwen3MoeForCausalLM", "qwen3_moe", 32768, 128, false, true, true, false, true, ArchDefaults::Sliding::kQwen,
-     4096, ArchDefaults::Ffn::kQwenMoe},
+    {"MixtralForCausalLM", "mixtral", 4096 * 32, 0, false, false, false, false, false, ArchDefaults::Sliding::kAlways,
+     0, ArchDefaults::Ffn::kMixtral, false, 1e-5, 1e6},
+    {"Qwen2MoeForCausalLM", "qwen2_moe", 32768, 0, true, false, false, false, false, ArchDefaults::Sliding::kQwen, 4096,
+     ArchDefaults::Ffn::kQwenMoe},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", 32768, 128, false, true, true, false, true, ArchDefaults::Sliding::kQwen, 4096,
+     ArchDefaults::Ffn::kQwenMoe},
     {"DeepseekV3ForCausalLM", "deepseek_v3", 4096, 0, false, false, false, false, false, ArchDefaults::Sliding::kNone,
      0, ArchDefaults::Ffn::kDeepseek, true},
 };
@@ -152,7 +154,8 @@ RopeScaling parse_rope(const json& r, const std::string& origin, const std::stri
   SHARDLM_CHECK(r.is_object(), origin << ": field '" << field << "' must be an object or null, got " << r.dump());
   std::string type_key = r.contains("rope_type") ? "rope_type" : "type";
   SHARDLM_CHECK(r.contains(type_key) && r[type_key].is_string(),
-                origin << ": field '" << field << ".rope_type' is missing (expected \"linear\" or \"llama3\")");
+                origin << ": field '" << field << ".rope_type' (or '" << field
+                       << ".type') is missing (supported: \"default\", \"linear\", \"llama3\", \"yarn\")");
   const std::string type = r[type_key].get<std::string>();
   const std::string sub_origin = origin;
   auto num = [&](const char* k) -> double {
@@ -211,14 +214,19 @@ void parse_moe(const json& j, const Fields& f, const ArchDefaults& arch, const s
   using Ffn = ArchDefaults::Ffn;
   if (arch.ffn == Ffn::kDense) return;
   m.experts_per_token = f.integer("num_experts_per_tok", std::nullopt);
+  const char* experts_key = "";
+  const char* intermediate_key = "moe_intermediate_size";
   if (arch.ffn == Ffn::kMixtral) {
     m.naming = MoeSpec::Naming::kMixtral;
     m.num_experts = f.integer("num_local_experts", std::nullopt);
+    experts_key = "num_local_experts";
     m.expert_intermediate = s->intermediate_size;
+    intermediate_key = "intermediate_size";
     m.norm_topk_prob = true;  // Mixtral always renormalises the chosen experts' weights
   } else if (arch.ffn == Ffn::kQwenMoe) {
     m.naming = MoeSpec::Naming::kQwen;
     m.num_experts = f.integer("num_experts", std::nullopt);
+    experts_key = "num_experts";
     m.expert_intermediate = f.integer("moe_intermediate_size", std::nullopt);
     m.norm_topk_prob = f.boolean("norm_topk_prob", false);
     m.sparse_step = f.integer("decoder_sparse_step", 1);
@@ -237,16 +245,22 @@ void parse_moe(const json& j, const Fields& f, const ArchDefaults& arch, const s
   } else {
     m.naming = MoeSpec::Naming::kDeepseek;
     m.num_experts = f.integer("n_routed_experts", std::nullopt);
+    experts_key = "n_routed_experts";
     m.expert_intermediate = f.integer("moe_intermediate_size", std::nullopt);
     m.norm_topk_prob = f.boolean("norm_topk_prob", true);
+    // DeepSeek-V3's router, as transformers' DeepseekV3TopkRouter and DeepSeek's own modeling
+    // code run it: sigmoid scores, the e_score_correction_bias added for the choice, the top
+    // topk_group groups by the sum of their two best scores. Other values (DeepSeek-V2's softmax,
+    // greedy or max-per-group routing) are refused rather than routed another way.
     const std::string scoring = f.string("scoring_func", "sigmoid");
-    SHARDLM_CHECK(scoring == "sigmoid" || scoring == "softmax",
-                  origin << ": field 'scoring_func' has unsupported value '" << scoring << "' (supported: sigmoid, softmax)");
-    m.scoring = scoring == "sigmoid" ? MoeSpec::Scoring::kSigmoid : MoeSpec::Scoring::kSoftmax;
+    SHARDLM_CHECK(scoring == "sigmoid", origin << ": field 'scoring_func' has unsupported value '" << scoring << "' ("
+                                               << s->architecture << " routes by sigmoid scores; supported: sigmoid)");
+    m.scoring = MoeSpec::Scoring::kSigmoid;
     const std::string method = f.string("topk_method", "noaux_tc");
-    SHARDLM_CHECK(method == "noaux_tc" || method == "greedy" || method == "group_limited_greedy",
-                  origin << ": field 'topk_method' has unsupported value '" << method << "'");
-    m.score_correction_bias = method == "noaux_tc";
+    SHARDLM_CHECK(method == "noaux_tc", origin << ": field 'topk_method' has unsupported value '" << method << "' ("
+                                               << s->architecture
+                                               << " routes with the score correction bias; supported: noaux_tc)");
+    m.score_correction_bias = true;
     m.n_group = f.integer("n_group", 1);
     m.topk_group = f.integer("topk_group", 1);
     m.routed_scaling_factor = f.number("routed_scaling_factor", 1.0);
@@ -256,9 +270,9 @@ void parse_moe(const json& j, const Fields& f, const ArchDefaults& arch, const s
   auto positive = [&](int64_t v, const char* field) {
     SHARDLM_CHECK(v > 0, origin << ": field '" << field << "' must be positive, got " << v);
   };
-  positive(m.num_experts, "number of experts");
+  positive(m.num_experts, experts_key);
   positive(m.experts_per_token, "num_experts_per_tok");
-  positive(m.expert_intermediate, "moe_intermediate_size");
+  positive(m.expert_intermediate, intermediate_key);
   positive(m.sparse_step, "decoder_sparse_step");
   SHARDLM_CHECK(m.experts_per_token <= m.num_experts,
                 origin << ": field 'num_experts_per_tok' (" << m.experts_per_token << ") exceeds the "
@@ -360,7 +374,7 @@ ModelSpec parse_impl(const std::string& config_json, const std::string& gen_json
   s.head_dim = f.integer("head_dim", arch->head_dim ? arch->head_dim : s.hidden_size / s.num_heads);
   s.vocab_size = f.integer("vocab_size", std::nullopt);
   s.max_position_embeddings = f.integer("max_position_embeddings", arch->max_position_embeddings);
-  s.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
+  s.rms_norm_eps = f.number("rms_norm_eps", arch->rms_norm_eps);
   s.hidden_act = f.string("hidden_act", "silu");
   s.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
 
@@ -402,13 +416,16 @@ ModelSpec parse_impl(const std::string& config_json, const std::string& gen_json
   const json* rope_params = (j.contains("rope_parameters") && j["rope_parameters"].is_object())
                                 ? &j["rope_parameters"] : nullptr;
   if (f.present("rope_theta")) {
-    s.rope_theta = f.number("rope_theta", 10000.0);
+    s.rope_theta = f.number("rope_theta", arch->rope_theta);
   } else if (rope_params && rope_params->contains("rope_theta")) {
     SHARDLM_CHECK((*rope_params)["rope_theta"].is_number(),
                   origin << ": field 'rope_parameters.rope_theta' must be a number");
     s.rope_theta = (*rope_params)["rope_theta"].get<double>();
+  } else {
+    s.rope_theta = arch->rope_theta;
   }
-  if (j.contains("rope_scaling")) {
+  // A null rope_scaling (a 4.x config carried forward) does not hide v5's rope_parameters.
+  if (f.present("rope_scaling")) {
     s.rope_scaling = parse_rope(j["rope_scaling"], origin, "rope_scaling");
   } else if (rope_params) {
     s.rope_scaling = parse_rope(*rope_params, origin, "rope_parameters");
@@ -501,7 +518,7 @@ void ModelSpec::validate(const std::string& origin) const {
   SHARDLM_CHECK(sliding_window >= 0, origin << ": field 'sliding_window' must be non-negative, got "
                                             << sliding_window);
   SHARDLM_CHECK(hidden_act == "silu" || hidden_act == "swish",
-                origin << ": field 'hidden_act' has unsupported value '" << hidden_act << "' (supported: silu)");
+                origin << ": field 'hidden_act' has unsupported value '" << hidden_act << "' (supported: silu, swish)");
   if (rope_scaling.kind == RopeScaling::Kind::kLlama3) {
     SHARDLM_CHECK(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor && rope_scaling.low_freq_factor > 0,
                   origin << ": field 'rope_scaling': llama3 needs 0 < low_freq_factor < high_freq_factor");

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "compute/backend.h"
 #include "engine/rng.h"
 #include "engine/sampler.h"
 #include "sample_rules.h"
@@ -241,6 +243,25 @@ TEST(Sampler, RefusesVocabulariesPastTheWeightBound) {
   }
   p.temperature = 0.0;  // greedy sums nothing
   EXPECT_EQ(s.sample(l.data(), static_cast<int64_t>(l.size()), p, 0).token, 0);
+}
+
+// The CPU backend samples its rows in an OpenMP region, which an exception may not leave
+// (std::terminate, with no message and no job abort): the error reaches the caller.
+TEST(Sampler, BackendRowsErrorReachesTheCaller) {
+  const std::unique_ptr<ComputeBackend> cpu = make_backend("cpu");
+  const int64_t V = sampling::kMaxVocab + 1, R = 4;
+  std::vector<float> l(static_cast<size_t>(V * R), 0.0f);
+  std::vector<SampleRow> rows(static_cast<size_t>(R));
+  for (SampleRow& r : rows) r.temperature = 1.0;
+  rows[0].temperature = 0.0;  // a greedy row does not fail
+  std::vector<int32_t> tokens(static_cast<size_t>(R), -1);
+  std::vector<float> logprobs(static_cast<size_t>(R));
+  try {
+    cpu->sample(l.data(), R, V, rows.data(), tokens.data(), logprobs.data());
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("vocabulary of 4194305"), std::string::npos) << e.what();
+  }
 }
 
 TEST(SamplingParams, ValidateAndResolve) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -61,6 +62,30 @@ TEST(Fp8ActQuant, BlocksScaleToTheirLargestMagnitude) {
     }
   for (int64_t b = 0; b < L; ++b)
     for (int64_t m = M; m < ld; ++m) EXPECT_EQ(s[b * ld + m], -1.0f) << "stride padding written";
+}
+
+// A block whose largest magnitude is below 448 x the smallest subnormal: amax / 448 underflows to
+// 0, and the scale must not (0 / 0 would make its zeros NaN codes). It takes the smallest
+// subnormal: the zeros stay zeros and the value keeps its sign and size.
+TEST(Fp8ActQuant, AScaleThatWouldUnderflowTakesTheSmallestSubnormal) {
+  const float tiny = std::ldexp(1.0f, -147);  // 4 x the smallest subnormal
+  ASSERT_GT(tiny, 0.0f);
+  ASSERT_EQ(tiny / 448.0f, 0.0f);
+  EXPECT_EQ(fp8_bits::act_scale(tiny), std::numeric_limits<float>::denorm_min());
+  EXPECT_EQ(fp8_bits::act_scale(0.0f), 1.0f);
+  EXPECT_EQ(fp8_bits::act_scale(448.0f), 1.0f);
+  std::vector<float> x(128, 0.0f);
+  x[5] = -tiny;
+  std::vector<uint8_t> q(128, 0xaa);
+  float scale = -1;
+  cpu::fp8_act_quant(x.data(), 1, 128, q.data(), &scale, 1);
+  EXPECT_EQ(scale, std::numeric_limits<float>::denorm_min());
+  for (int k = 0; k < 128; ++k) {
+    if (k == 5) continue;
+    EXPECT_EQ(q[k] & 0x7f, 0) << "k " << k;
+  }
+  EXPECT_EQ(fp8_bits::to_f32(q[5]), -4.0f);
+  EXPECT_EQ(fp8_bits::to_f32(q[5]) * scale, -tiny);
 }
 
 }  // namespace

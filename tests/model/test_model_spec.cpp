@@ -82,6 +82,14 @@ TEST(ModelSpec, TransformersDefaults) {
   std::string mi = kMinimalLlama;
   mi.replace(mi.find("LlamaForCausalLM"), 16, "MistralForCausalLM");
   EXPECT_EQ(ModelSpec::parse(mi, "", "m/config.json").sliding_window, 4096);
+  // MixtralConfig's own defaults differ from the others': rms_norm_eps 1e-5, rope_theta 1e6.
+  std::string mx = kMinimalLlama;
+  mx.replace(mx.find("LlamaForCausalLM"), 16, "MixtralForCausalLM");
+  mx.insert(mx.size() - 1, R"(, "num_local_experts": 4, "num_experts_per_tok": 2)");
+  const ModelSpec mixtral = ModelSpec::parse(mx, "", "m/config.json");
+  EXPECT_DOUBLE_EQ(mixtral.rms_norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(mixtral.rope_theta, 1e6);
+  EXPECT_DOUBLE_EQ(ModelSpec::parse(mi, "", "m/config.json").rope_theta, 10000.0);
 }
 
 TEST(ModelSpec, TinyLlama) {
@@ -195,6 +203,20 @@ TEST(ModelSpec, RopeScalingVariants) {
   EXPECT_EQ(v5.rope_scaling.kind, RopeScaling::Kind::kLlama3);
   EXPECT_DOUBLE_EQ(v5.rope_scaling.factor, 32.0);
   EXPECT_DOUBLE_EQ(v5.rope_theta, 500000.0);
+  // A null rope_scaling left beside v5's rope_parameters does not hide them.
+  ModelSpec both = ModelSpec::parse(
+      with(R"("rope_scaling": null, "rope_parameters": {"rope_type": "linear", "rope_theta": 20000.0, "factor": 4.0})"),
+      "", "m/config.json");
+  EXPECT_EQ(both.rope_scaling.kind, RopeScaling::Kind::kLinear);
+  EXPECT_DOUBLE_EQ(both.rope_scaling.factor, 4.0);
+  EXPECT_DOUBLE_EQ(both.rope_theta, 20000.0);
+  // A rope_scaling object takes precedence.
+  ModelSpec old = ModelSpec::parse(with(R"("rope_scaling": {"type": "linear", "factor": 2.0},
+      "rope_parameters": {"rope_type": "linear", "factor": 4.0})"),
+                                   "", "m/config.json");
+  EXPECT_DOUBLE_EQ(old.rope_scaling.factor, 2.0);
+  expect_error([&] { ModelSpec::parse(with(R"("rope_scaling": {"factor": 4.0})"), "", "m/config.json"); },
+               {"rope_scaling.rope_type", "rope_scaling.type", "yarn"});
   expect_error([&] { ModelSpec::parse(with(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})"), "", "m/config.json"); },
                {"m/config.json", "rope_scaling", "yarn"});
   expect_error([&] { ModelSpec::parse(with(R"("rope_scaling": {"rope_type": "llama3", "factor": 4.0})"), "", "m/config.json"); },

@@ -118,6 +118,20 @@ TEST(MoeSpec, ErrorsNameTheField) {
                      {"num_experts_per_tok"});
   test::expect_error([&] { ModelSpec::parse(with("\"scoring_func\": \"sigmoid\"", "\"scoring_func\": \"relu\""), "", "c.json"); },
                      {"scoring_func", "relu"});
+  // DeepSeek-V3 routes by sigmoid scores with the correction bias only: DeepSeek-V2's routing
+  // modes are refused, not run as something else.
+  test::expect_error(
+      [&] { ModelSpec::parse(with("\"scoring_func\": \"sigmoid\"", "\"scoring_func\": \"softmax\""), "", "c.json"); },
+      {"c.json", "scoring_func", "softmax", "supported: sigmoid"});
+  test::expect_error(
+      [&] {
+        ModelSpec::parse(with("\"topk_method\": \"noaux_tc\"", "\"topk_method\": \"group_limited_greedy\""), "",
+                         "c.json");
+      },
+      {"c.json", "topk_method", "group_limited_greedy", "supported: noaux_tc"});
+  test::expect_error(
+      [&] { ModelSpec::parse(with("\"n_routed_experts\": 16", "\"n_routed_experts\": 0"), "", "c.json"); },
+      {"c.json", "'n_routed_experts'", "positive"});
   test::expect_error([&] { ModelSpec::parse(with("\"kv_lora_rank\": 64,", ""), "", "c.json"); }, {"kv_lora_rank"});
   test::expect_error(
       [&] { ModelSpec::parse(with("\"attention_bias\": false", "\"attention_bias\": true"), "", "c.json"); },
