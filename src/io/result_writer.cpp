@@ -280,6 +280,10 @@ ResultWriter::ResultWriter(const std::string& path, int flush_every, bool resume
       h5::check(m.steps_group.get(), "creating group /steps", m.ctx);
       m.req.emplace(m.requests_group.get(), m.ctx + " /requests", kChunkRows);
       m.steps.emplace(m.steps_group.get(), m.ctx + " /steps", kChunkRows);
+      // Nothing is whole yet: a kill before the first commit (after a step batch was written
+      // early, or inside that commit) must not leave rows a resumed run would keep.
+      h5::write_attr(m.file, "rows_committed", int64_t{0}, m.ctx);
+      h5::write_attr(m.file, "steps_committed", int64_t{0}, m.ctx);
     }
     h5::check(H5Fflush(m.file, H5F_SCOPE_GLOBAL), "H5Fflush", m.ctx);
   } catch (...) {

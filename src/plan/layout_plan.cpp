@@ -15,7 +15,10 @@ int divisor_of(Split s, const Layout& l, const ModelFootprint& m) {
     case Split::Tp: return l.tp;
     case Split::TpKv: return static_cast<int>(std::min<int64_t>(l.tp, m.kv_heads));
     case Split::Replicated: return 1;
-    case Split::Ep: return l.ep;
+    // Expert-parallel: each rank holds its share of the experts whole; with ep 1 every expert is
+    // split over tp instead (parallel/topology.cpp).
+    case Split::Ep:
+      return l.ep > 1 ? l.ep : l.tp;
   }
   return 1;
 }
@@ -39,6 +42,8 @@ void validate(const ModelFootprint& m, Layout& l) {
                              << " ranks does not divide the world of " << l.world() << " ranks (" << l.nodes
                              << " nodes x " << l.gpus_per_node << " GPUs)");
   SHARDLM_CHECK(m.heads % l.tp == 0, "tp " << l.tp << " does not divide num_attention_heads " << m.heads);
+  SHARDLM_CHECK(m.vocab % l.tp == 0, "tp " << l.tp << " does not divide vocab_size " << m.vocab
+                                           << " (the embedding and LM head are split by vocabulary)");
   if (!m.mla)
     SHARDLM_CHECK(m.kv_heads % l.tp == 0 || l.tp % m.kv_heads == 0,
                   "tp " << l.tp << " and num_key_value_heads " << m.kv_heads << ": neither divides the other");
@@ -49,11 +54,17 @@ void validate(const ModelFootprint& m, Layout& l) {
                   "tp " << l.tp << " does not divide the shared experts' intermediate size " << m.shared_intermediate);
   SHARDLM_CHECK(l.pp <= m.layers, "pp " << l.pp << " exceeds num_hidden_layers " << m.layers);
   if (m.moe()) {
+    // As shardlm run takes it (parallel/topology.cpp): the experts over every rank of a stage
+    // (ep = dp x tp), or each expert split over tp (ep 1).
     if (l.ep == 0) l.ep = l.dp * l.tp;
-    SHARDLM_CHECK((l.dp * l.tp) % l.ep == 0,
-                  "ep " << l.ep << " does not divide dp x tp = " << l.dp << " x " << l.tp << " = " << l.dp * l.tp);
+    SHARDLM_CHECK(l.ep == 1 || l.ep == l.dp * l.tp,
+                  "ep " << l.ep << " must be 1 or dp x tp = " << l.dp << " x " << l.tp << " = " << l.dp * l.tp);
     SHARDLM_CHECK(m.n_routed_experts % l.ep == 0,
                   "ep " << l.ep << " does not divide n_routed_experts " << m.n_routed_experts);
+    if (l.ep == 1)
+      SHARDLM_CHECK(m.moe_intermediate % l.tp == 0, "tp " << l.tp << " does not divide the experts' intermediate size "
+                                                          << m.moe_intermediate
+                                                          << " (with ep 1 every expert is split over tp)");
   } else {
     if (l.ep == 0) l.ep = 1;
     SHARDLM_CHECK(l.ep == 1, "ep " << l.ep << " given but " << m.name << " has no routed experts");
@@ -83,10 +94,11 @@ LayoutPlan plan_layout(const ModelFootprint& m, const GpuSpec& gpu, Layout l, co
   const int gpn = l.gpus_per_node;
   const int64_t L = m.layers;
 
-  // ---- layers per stage: L / pp each, the remainder one more on the last stages ----
+  // ---- layers per stage: L / pp each, the remainder one more on the first stages (as
+  // parallel/topology.cpp splits them) ----
   std::vector<int> stage_of(L + 2);
   p.stage_layer_counts.assign(l.pp, L / l.pp);
-  for (int64_t s = l.pp - L % l.pp; s < l.pp; ++s) p.stage_layer_counts[s]++;
+  for (int64_t s = 0; s < L % l.pp; ++s) p.stage_layer_counts[s]++;
   for (int64_t s = 0, i = 0; s < l.pp; ++s)
     for (int64_t k = 0; k < p.stage_layer_counts[s]; ++k) stage_of[i++] = static_cast<int>(s);
 
@@ -98,6 +110,10 @@ LayoutPlan plan_layout(const ModelFootprint& m, const GpuSpec& gpu, Layout l, co
     const double b = piece.bytes(opt.dtype) / divisor_of(piece.split, l, m);
     p.stage_weight_bytes[s] += b;
     if (piece.component == Component::RoutedExperts) stage_expert[s] += b;
+    // Tied embeddings: the last stage loads its LM head as its own copy of the embedding
+    // (arch/decoder.cpp), even where that stage holds the embedding as well.
+    if (m.tied_embeddings && piece.component == Component::Embedding && piece.layer < 0)
+      p.stage_weight_bytes[l.pp - 1] += b;
   }
 
   // ---- KV cache ----
@@ -244,7 +260,7 @@ Layout default_layout(const ModelFootprint& m, const GpuSpec& gpu, Layout l, con
     l.tp = 1;
     for (int t : {8, 4, 2}) {
       const bool ok = t <= l.gpus_per_node && l.gpus_per_node % t == 0 && world % t == 0 && m.heads % t == 0 &&
-                      gqa_tp_ok(m, t) && (m.moe_layers == m.layers || m.intermediate % t == 0) &&
+                      gqa_tp_ok(m, t) && m.vocab % t == 0 && (m.moe_layers == m.layers || m.intermediate % t == 0) &&
                       m.shared_intermediate % t == 0;
       if (ok) {
         l.tp = t;

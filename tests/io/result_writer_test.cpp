@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 
@@ -326,6 +329,65 @@ TEST(ResultWriter, ResumeKeepsOnlyCommittedRows) {
   EXPECT_EQ(f.rows("/requests/id"), 7u);
   EXPECT_EQ(f.strings("/requests/id").back(), "req-6");
   EXPECT_EQ(f.scalar_attr<int64_t>("rows_committed", H5T_NATIVE_INT64), 7);
+}
+
+// Grows every dataset of `group` by `more` rows, as a kill can leave a dataset whose new extent
+// reached the disk before its rows did.
+void extend_datasets(const std::string& path, const char* group, hsize_t more) {
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  const hid_t g = H5Gopen2(f, group, H5P_DEFAULT);
+  H5G_info_t info;
+  ASSERT_GE(H5Gget_info(g, &info), 0);
+  ASSERT_GT(info.nlinks, 0u) << group;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    char name[256];
+    ASSERT_GT(H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT), 0);
+    const hid_t d = H5Dopen2(g, name, H5P_DEFAULT);
+    const hid_t space = H5Dget_space(d);
+    hsize_t n = 0;
+    H5Sget_simple_extent_dims(space, &n, nullptr);
+    n += more;
+    EXPECT_GE(H5Dset_extent(d, &n), 0) << name;
+    H5Sclose(space);
+    H5Dclose(d);
+  }
+  H5Gclose(g);
+  H5Fclose(f);
+}
+
+// A run killed before its first commit (while a full step batch was being written early, or
+// inside that commit): a new file says from its creation that no row is whole yet, so a resumed
+// run keeps none of the rows a torn write left.
+TEST(ResultWriter, AFileKilledBeforeItsFirstCommitKeepsNothing) {
+  ScratchDir dir;
+  const std::string path = dir.file("early.h5");
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ResultWriter w(path, 100);
+    for (int i = 0; i < 3; ++i) w.append(make_row(i));  // buffered: fewer than flush_every
+    _exit(0);                                           // no destructor, no commit: as a kill leaves it
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  extend_datasets(path, "steps", 5);
+  extend_datasets(path, "requests", 2);
+  {
+    H5Reader f(path);
+    EXPECT_EQ(f.scalar_attr<int64_t>("rows_committed", H5T_NATIVE_INT64), 0);
+    EXPECT_EQ(f.scalar_attr<int64_t>("steps_committed", H5T_NATIVE_INT64), 0);
+    EXPECT_EQ(f.rows("/steps/step"), 5u);
+    EXPECT_EQ(f.rows("/requests/id"), 2u);
+  }
+  ResultWriter w(path, 100, /*resume=*/true);
+  EXPECT_EQ(w.rows(), 0);
+  EXPECT_TRUE(w.finished_ids().empty());
+  w.close();
+  H5Reader f(path);
+  EXPECT_EQ(f.rows("/steps/step"), 0u);
+  EXPECT_EQ(f.rows("/requests/id"), 0u);
 }
 
 TEST(ResultWriter, DestructorWritesBufferedRows) {

@@ -227,7 +227,9 @@ TEST(PlanLayout, BadLayoutsNameTheNumbers) {
   EXPECT_EQ(error_of(ds, {1, 8, 3, 1, 1, 0}),
             "layout tp 3 x pp 1 x dp 1 = 3 ranks does not divide the world of 8 ranks (1 nodes x 8 GPUs)");
   EXPECT_EQ(error_of(ds, {1, 6, 3, 1, 2, 0}), "tp 3 does not divide num_attention_heads 128");
-  EXPECT_EQ(error_of(ds, {1, 8, 8, 1, 1, 3}), "ep 3 does not divide dp x tp = 1 x 8 = 8");
+  EXPECT_EQ(error_of(ds, {1, 8, 8, 1, 1, 3}), "ep 3 must be 1 or dp x tp = 1 x 8 = 8");
+  // shardlm run takes ep = dp x tp or 1, nothing between.
+  EXPECT_EQ(error_of(ds, {1, 8, 2, 1, 4, 4}), "ep 4 must be 1 or dp x tp = 4 x 2 = 8");
   EXPECT_EQ(error_of(ds, {16, 8, 1, 128, 1, 0}), "pp 128 exceeds num_hidden_layers 61");
   nlohmann::json mixtral = {{"hidden_size", 4096}, {"intermediate_size", 14336}, {"num_hidden_layers", 32},
                             {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"vocab_size", 32000},
@@ -236,6 +238,41 @@ TEST(PlanLayout, BadLayoutsNameTheNumbers) {
             "ep 16 does not divide n_routed_experts 8");
   ModelFootprint dense = ModelFootprint::load(cfg("bench-1024.json"));
   EXPECT_EQ(error_of(dense, {1, 8, 1, 1, 1, 8}), "ep 8 given but bench-1024 has no routed experts");
+  nlohmann::json odd = mixtral;
+  odd["vocab_size"] = 32001;
+  EXPECT_EQ(error_of(ModelFootprint::from_config(odd, "odd"), {1, 8, 2, 1, 1, 1}),
+            "tp 2 does not divide vocab_size 32001 (the embedding and LM head are split by vocabulary)");
+}
+
+// The planner lays a model out as shardlm run does (parallel/topology.cpp, arch/decoder.cpp).
+TEST(PlanLayout, StagesAndShardsAsTheRunTakesThem) {
+  // The remainder of the layers goes to the first stages: DeepSeek-V3's 61 over pp 2 is 31 + 30.
+  const LayoutPlan ds = plan_layout(deepseek(), h200(), {2, 8, 8, 2, 1, 0}, opts(WeightDtype::Fp8));
+  EXPECT_EQ(ds.stage_layer_counts, (std::vector<int64_t>{31, 30}));
+  // With ep 1 each expert is split over tp: tp 8 holds an eighth of every expert, as ep 8 holds
+  // every eighth expert whole.
+  nlohmann::json mixtral = {{"hidden_size", 4096},       {"intermediate_size", 14336}, {"num_hidden_layers", 32},
+                            {"num_attention_heads", 32}, {"num_key_value_heads", 8},   {"vocab_size", 32000},
+                            {"num_local_experts", 8},    {"num_experts_per_tok", 2}};
+  const ModelFootprint mx = ModelFootprint::from_config(mixtral, "mixtral");
+  const LayoutPlan ep1 = plan_layout(mx, h200(), {1, 8, 8, 1, 1, 1}, opts(WeightDtype::Bf16));
+  const LayoutPlan ep8 = plan_layout(mx, h200(), {1, 8, 8, 1, 1, 8}, opts(WeightDtype::Bf16));
+  EXPECT_DOUBLE_EQ(ep1.expert_weight_bytes, ep8.expert_weight_bytes);
+  EXPECT_NEAR(ep1.expert_weight_bytes, 8 * 3 * 4096.0 * 14336 * 2 * 32 / 8, 1e6);  // 11.3 GB a rank
+  EXPECT_TRUE(ep1.fits);
+  // A tied model's last stage loads its LM head as its own copy of the embedding: over pp 2 the
+  // last stage holds it, over pp 1 the one stage holds both.
+  nlohmann::json tied = mixtral;
+  tied.erase("num_local_experts");
+  tied.erase("num_experts_per_tok");
+  nlohmann::json untied = tied;
+  tied["tie_word_embeddings"] = true;
+  const ModelFootprint t = ModelFootprint::from_config(tied, "tied"), u = ModelFootprint::from_config(untied, "untied");
+  for (int pp : {1, 2}) {
+    const LayoutPlan a = plan_layout(t, h200(), {1, 8, 1, pp, 1, 1}, opts(WeightDtype::Bf16));
+    const LayoutPlan b = plan_layout(u, h200(), {1, 8, 1, pp, 1, 1}, opts(WeightDtype::Bf16));
+    for (int s = 0; s < pp; ++s) EXPECT_DOUBLE_EQ(a.stage_weight_bytes[s], b.stage_weight_bytes[s]) << "pp " << pp;
+  }
 }
 
 TEST(PlanCli, JsonOutputParsesAndHasTheFields) {
