@@ -117,9 +117,15 @@ class Decoder final : public Model {
     shape.k_width = layers_.empty() ? 0 : layers_[0].attn->k_width();
     shape.v_width = layers_.empty() ? 0 : layers_[0].attn->v_width();
     shape.block_size = block_size;
-    int64_t blocks = std::min<int64_t>(budget_bytes / shape.bytes_per_block(), max_blocks);
+    const int64_t own = std::min<int64_t>(budget_bytes / shape.bytes_per_block(), max_blocks);
+    int64_t blocks = own;
     // Every rank of the replica takes the same block ids: agree on the smallest count.
     if (comms_.replica) comms_.replica->all_reduce(&blocks, 1, CommDType::kI64, ReduceOp::kMin);
+    SHARDLM_CHECK(blocks >= 1, "KV cache: " << (own < 1 ? "this rank's" : "another rank of the replica has a")
+                                            << " budget "
+                                            << (own < 1 ? "of " + std::to_string(budget_bytes) + " bytes " : "that ")
+                                            << "holds no block of " << shape.bytes_per_block() << " bytes ("
+                                            << block_size << " tokens); raise --kv-cache-gb");
     // Captured steps hold the old cache's layer pointers: they go with it.
     graphs_.drop();
     cache_.reset();  // a budget sized by the free memory counts on the old cache's being gone

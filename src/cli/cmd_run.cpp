@@ -428,9 +428,9 @@ int cmd_run(int argc, char** argv) {
   // How the replicas shared the prompt file: claimed as they went, or in turn (LineQueue).
   if (queue) writer->set_attr("prompt_line_windows", std::string(queue->on_demand() ? "on-demand" : "round-robin"));
   RunStats stats = earlier.stats;  // every replica's requests, every session's
-  WriterSink writer_sink(*writer, stats, finished);
   Metrics metrics;
-  MetricsSink sink(writer_sink, metrics, opt.metrics_file, 5.0);
+  MetricsSink metrics_sink(metrics, opt.metrics_file, 5.0);
+  WriterSink sink(*writer, stats, finished, metrics_sink);
   std::unique_ptr<MetricsServer> metrics_server;
   if (opt.metrics_port >= 0) {
     metrics_server = std::make_unique<MetricsServer>(metrics, opt.metrics_bind, opt.metrics_port);
@@ -445,7 +445,7 @@ int cmd_run(int argc, char** argv) {
   RunStats local = engine.run(source, polling);
   if (broadcasting) broadcasting->finish();
   collector.drain();
-  sink.finish();
+  metrics_sink.finish();
   stats.wall_s = earlier.stats.wall_s + seconds(t_run);
   stats.steps = earlier.stats.steps + local.steps + collector.totals().steps;
   stats.preemptions = earlier.stats.preemptions + local.preemptions + collector.totals().preemptions;

@@ -62,10 +62,12 @@ class SkipFinishedSource final : public RequestSource {
 
 // On the writer rank: every result (its own and other replicas') goes to the file and the totals.
 // An id seen before (a duplicate in the prompt file, or one a resumed file holds) is written as an
-// error row without output, so the file holds each id's output once.
+// error row without output, so the file holds each id's output once. Each row, once written, and
+// each step go on to `then` (the metrics), which so sees what the file holds.
 class WriterSink final : public ResultSink {
  public:
-  WriterSink(ResultWriter& w, RunStats& stats, const std::vector<std::string>& ids_in_file) : w_(w), stats_(stats) {
+  WriterSink(ResultWriter& w, RunStats& stats, const std::vector<std::string>& ids_in_file, ResultSink& then)
+      : w_(w), stats_(stats), then_(then) {
     for (const std::string& id : ids_in_file) seen_.insert(hash_id(id));
   }
   void on_result(const RequestResult& r) override {
@@ -81,12 +83,17 @@ class WriterSink final : public ResultSink {
       dup.t_first_token = dup.t_finished = r.t_finished;
       w_.append(dup);
       stats_.add_result(dup);
+      then_.on_result(dup);
       return;
     }
     w_.append(r);
     stats_.add_result(r);
+    then_.on_result(r);
   }
-  void on_step(const StepRecord& s) override { w_.append_step(s); }
+  void on_step(const StepRecord& s) override {
+    w_.append_step(s);
+    then_.on_step(s);
+  }
 
  private:
   // 64-bit hashes, not the ids: 8 bytes a request however long the ids are.
@@ -94,6 +101,7 @@ class WriterSink final : public ResultSink {
 
   ResultWriter& w_;
   RunStats& stats_;
+  ResultSink& then_;
   std::unordered_set<uint64_t> seen_;
 };
 

@@ -32,10 +32,14 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
       blocks_(model.allocate_kv_cache(cfg.kv_cache_bytes, cfg.scheduler.block_size,
                                       kv_block_cap(model.spec(), cfg.scheduler), cfg.kv_dtype)) {
   const int64_t m = std::max(1, model.max_steps_in_flight());
-  // Each micro-batch takes its share of the sequence cap; the token budget is per step.
-  SchedulerConfig per = cfg.scheduler;
-  per.max_seqs = std::max<int64_t>(1, (cfg.scheduler.max_seqs + m - 1) / m);
-  for (int64_t i = 0; i < m; ++i) schedulers_.push_back(std::make_unique<Scheduler>(per, blocks_));
+  // Each micro-batch takes its share of the sequence cap (the first ones one more where it does
+  // not divide, so that together they hold --max-seqs, which the KV block cap is sized for); the
+  // token budget is per step.
+  for (int64_t i = 0; i < m; ++i) {
+    SchedulerConfig per = cfg.scheduler;
+    per.max_seqs = std::max<int64_t>(1, cfg.scheduler.max_seqs / m + (i < cfg.scheduler.max_seqs % m ? 1 : 0));
+    schedulers_.push_back(std::make_unique<Scheduler>(per, blocks_));
+  }
   for (int32_t id : model.spec().eos_token_ids) eos_.insert(id);
   for (int32_t id : tokenizer.eos_ids()) eos_.insert(id);
   max_model_len_ = std::min<int64_t>(model.spec().max_position_embeddings, schedulers_[0]->capacity_tokens());
@@ -84,6 +88,12 @@ std::unique_ptr<Sequence> Engine::prepare(const ParsedRequest& req, double now, 
     err->error = "line " + std::to_string(req.line) + ": prompt of " + std::to_string(ids.size()) +
                  " tokens leaves no room to generate within the context of " + std::to_string(max_model_len_) +
                  " tokens";
+    const int64_t model_len = model_.spec().max_position_embeddings;
+    if (max_model_len_ < model_len) {
+      // The KV cache is the limit, not the model: say which, and what raises it.
+      err->error += " (what this rank's KV cache holds; the model's context is " + std::to_string(model_len) +
+                    " tokens: a larger --kv-cache-gb raises it)";
+    }
     return nullptr;
   }
   if (s->params.max_tokens == 0) {

@@ -23,11 +23,8 @@ void RunStats::add_row(int64_t prompt_len, int64_t output_len, bool error, doubl
                        double t_finished) {
   ++requests;
   output_tokens += output_len;
-  if (error) {
-    ++errors;
-    return;
-  }
-  if (output_len == 0) return;  // max_tokens 0: nothing ran
+  if (error) ++errors;
+  if (!prompt_ran(error, output_len)) return;
   prompt_tokens += prompt_len;
   ttft_s.push_back(t_first_token - t_queued);
   if (output_len > 1) tpot_s.push_back((t_finished - t_first_token) / static_cast<double>(output_len - 1));

@@ -33,6 +33,11 @@ struct RunStats {
   std::string summary() const;
 };
 
+// Whether a finished request's prompt went through the model: not an error row's (a prompt too
+// long, a duplicate id), nor a max_tokens 0 request's, which completes without a step. Prompt-token
+// totals (RunStats, shardlm report, the metrics) and the latencies count these requests only.
+inline bool prompt_ran(bool error, int64_t output_len) { return !error && output_len > 0; }
+
 // q-th percentile (0..100), linear interpolation; 0 for an empty set.
 double percentile(std::vector<double> v, double q);
 

@@ -277,7 +277,7 @@ ReportSummary summarize(const RunData& d) {
     ++s.finish_reasons[reason.empty() ? "none" : reason];
     // Prompt tokens where the model ran them (RunStats::add_row): not an error row's, nor a
     // max_tokens 0 request's.
-    if (r.error[i].empty() && r.output_len[i] > 0) s.prompt_tokens += r.prompt_len[i];
+    if (prompt_ran(!r.error[i].empty(), r.output_len[i])) s.prompt_tokens += r.prompt_len[i];
     s.output_tokens += r.output_len[i];
     ReplicaSummary& rep = s.replicas[r.replica[i]];
     ++rep.requests;

@@ -1,5 +1,6 @@
 // Feeds the run metrics from every finished request and step that reaches the writer rank (its own
-// replica's and the others'), then passes them on.
+// replica's and the others'), as the result file holds them: the writer's sink passes each row on
+// once written (cli/run_sinks.h), so a duplicate id counts as the error row it becomes.
 #pragma once
 
 #include <chrono>
@@ -13,14 +14,13 @@ namespace shardlm {
 class MetricsSink final : public ResultSink {
  public:
   // file: when not empty, the metrics are written there every file_interval_s seconds.
-  MetricsSink(ResultSink& inner, Metrics& m, std::string file, double file_interval_s);
+  MetricsSink(Metrics& m, std::string file, double file_interval_s);
   void on_result(const RequestResult& r) override;
   void on_step(const StepRecord& s) override;
   // Writes the file a last time (when one is configured).
   void finish();
 
  private:
-  ResultSink& inner_;
   Metrics& m_;
   std::string file_;
   double interval_;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <csignal>
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iterator>
@@ -73,6 +74,26 @@ TEST(Layouts, Fp8KvCacheMatchesOneRank) {
 TEST(Layouts, StageLayersByHand) {
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
   check_layouts(model, {{1, 2, 1}, {2, 2, 1}}, false, "pp-layers", " --pp-layers 1,4");
+}
+
+// With pp the leader runs a micro-batch per stage, each with its share of --max-seqs: together
+// they hold at most --max-seqs sequences (3 over 2 micro-batches is 2 + 1, not 2 + 2), which the
+// KV block cap is sized for.
+TEST(Layouts, MicroBatchesShareMaxSeqs) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  const fs::path d = test::fresh_dir("micro-batch-seqs");
+  std::string lines;
+  for (int i = 0; i < 8; ++i)
+    lines += "{\"id\": \"s" + std::to_string(i) + "\", \"prompt_token_ids\": [1, " + std::to_string(400 + i) +
+             "], \"max_tokens\": 24, \"ignore_eos\": true}\n";
+  test::write_file(d / "p.jsonl", lines);
+  const std::string out = (d / "o.h5").string();
+  Proc p = sh(mpirun(2) + shardlm_bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
+              " --pp 2 --max-seqs 3 --threads 1 -q --out " + out);
+  ASSERT_EQ(p.code, 0) << p.out;
+  const std::vector<int32_t> running = test::H5Reader(out).scalars<int32_t>("/steps/running", H5T_NATIVE_INT32);
+  ASSERT_FALSE(running.empty());
+  EXPECT_EQ(*std::max_element(running.begin(), running.end()), 3);
 }
 
 TEST(Layouts, RandomModelsOfEachArchitecture) {

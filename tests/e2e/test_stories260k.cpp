@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/engine_harness.h"
+#include "common/expect_error.h"
 #include "common/shared_data.h"
 #include "common/test_files.h"
 
@@ -121,7 +122,23 @@ TEST(Stories260K, StopStringsEosAndErrors) {
   EXPECT_NE(out.by_id("bad").error.find("outside the vocabulary"), std::string::npos);
   EXPECT_NE(out.by_id("empty").error.find("empty prompt"), std::string::npos);
   EXPECT_EQ(out.by_id("7").error, "line 7: not JSON");
-  EXPECT_NE(out.by_id("long").error.find("no room to generate"), std::string::npos);
+  EXPECT_NE(out.by_id("long").error.find("no room to generate within the context of 512 tokens"), std::string::npos)
+      << out.by_id("long").error;
+  EXPECT_EQ(out.by_id("long").error.find("kv-cache-gb"), std::string::npos) << out.by_id("long").error;
+  // With a KV cache smaller than the model's context, the error names the cache as the limit.
+  EngineConfig small;
+  small.kv_cache_bytes = 256 << 10;
+  ParsedRequest over_cache = test::ids_request("over", std::vector<int32_t>(400, 5), 5);
+  auto capped = m.run({over_cache}, small);
+  ASSERT_EQ(capped.results.size(), 1u);
+  const std::string& e = capped.by_id("over").error;
+  EXPECT_NE(e.find("prompt of 400 tokens leaves no room"), std::string::npos) << e;
+  EXPECT_NE(e.find("the model's context is 512 tokens: a larger --kv-cache-gb raises it"), std::string::npos) << e;
+  // A budget that holds no block fails at once, naming it.
+  EngineConfig no_block;
+  no_block.kv_cache_bytes = 100;
+  test::expect_error([&] { m.run({over_cache}, no_block); },
+                     {"KV cache: this rank's budget of 100 bytes holds no block of", "raise --kv-cache-gb"});
   const auto& g = out.by_id("good");
   EXPECT_TRUE(g.error.empty());
   EXPECT_EQ(g.output_tokens.size(), 10u);

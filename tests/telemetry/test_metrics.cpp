@@ -78,7 +78,8 @@ TEST(Metrics, ServerAnswersGetMetricsAnd404) {
   EXPECT_THROW(MetricsServer(m, "not-an-address", 0), std::exception);
 }
 
-// A run serves its metrics while it runs and leaves the textfile at the end.
+// A run serves its metrics while it runs and leaves the textfile at the end. The metrics count
+// the rows as the file holds them: a duplicate id is a failed request without output.
 TEST(Metrics, RunServesAndWritesMetrics) {
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
   fs::path d = test::fresh_dir("metrics");
@@ -86,6 +87,7 @@ TEST(Metrics, RunServesAndWritesMetrics) {
   for (int i = 0; i < 60; ++i) {
     lines += "{\"id\": \"m" + std::to_string(i) + "\", \"prompt\": \"Once upon a time\", \"max_tokens\": 150, \"ignore_eos\": true}\n";
   }
+  lines += "{\"id\": \"m7\", \"prompt\": \"Once upon a time\", \"max_tokens\": 150, \"ignore_eos\": true}\n";
   test::write_file(d / "p.jsonl", lines);
   const std::string log = (d / "log").string();
   const pid_t pid = fork();
@@ -118,9 +120,11 @@ TEST(Metrics, RunServesAndWritesMetrics) {
   waitpid(pid, &st, 0);
   ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << test::read_file(log);
   const std::string file = test::read_file((d / "metrics.prom").string());
-  EXPECT_NE(file.find("shardlm_requests_finished_total 60\n"), std::string::npos) << file;
+  EXPECT_NE(file.find("shardlm_requests_finished_total 61\n"), std::string::npos) << file;
+  EXPECT_NE(file.find("shardlm_requests_failed_total 1\n"), std::string::npos) << file;
   EXPECT_NE(file.find("shardlm_output_tokens_total 9000\n"), std::string::npos) << file;
-  EXPECT_NE(file.find("shardlm_inter_token_latency_seconds_count 60\n"), std::string::npos) << file;
+  EXPECT_NE(file.find("shardlm_request_time_per_output_token_seconds_count 60\n"), std::string::npos) << file;
+  EXPECT_NE(file.find("shardlm_time_to_first_token_seconds_count 60\n"), std::string::npos) << file;
 }
 
 }  // namespace
