@@ -10,5 +10,6 @@ if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null && [ -x /usr/local/cuda
 fi
 extra=()
 [ "${SHARDLM_REQUIRE_CUDA:-0}" = 1 ] && extra+=(-DSHARDLM_REQUIRE_CUDA=ON)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${extra[@]}" "$@" >/dev/null
+# (${a[@]+"${a[@]}"}: an empty array under set -u, for the bash 4.2 of Amazon Linux 2.)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${extra[@]+"${extra[@]}"} "$@" >/dev/null
 cmake --build build -j"$(nproc)"

@@ -32,9 +32,24 @@ done
 [ $# -ge 2 ] || { echo "usage: slurm/array.sh [--profile P] [--shards N] [--nodes N] [--max-parallel M] [--time T] JOB.ini PROMPTS [shardlm run options]" >&2; exit 2; }
 job=$1 prompts=$2
 shift 2
+# The prompt format: the run options' --format, else the job file's, else auto (by the name). The
+# split reads the file in it; the shards are JSONL and run as such (SHARDLM_SHARD_FORMAT, which
+# run.sbatch passes), so a --format given here does not go on to the tasks.
+format=$(ini_get format "$job")
+format=${format:-auto}
+run_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --format) format=$2; shift 2 ;;
+    --format=*) format=${1#--format=}; shift ;;
+    *) run_args+=("$1"); shift ;;
+  esac
+done
+shard_format=jsonl
+[ "$format" = openai ] && shard_format=openai
 
 shard_dir="${SHARDLM_OUT_ROOT:-out}/shards/$(date +%Y%m%d-%H%M%S)-$$"
-n=$(python3 slurm/split_prompts.py "$prompts" "$shard_dir" "$shards")
+n=$(python3 slurm/split_prompts.py "$prompts" "$shard_dir" "$shards" "$format")
 profile_sbatch_args "$job" "$nodes"
 [ -n "$time_limit" ] && sbatch_args+=(--time="$time_limit")
 # shellcheck disable=SC2206
@@ -42,8 +57,9 @@ profile_sbatch_args "$job" "$nodes"
 logs=${SHARDLM_LOG_DIR:-out/logs}
 mkdir -p "$logs"
 name=$(basename "$job" .ini)
-array=$(SHARDLM_SHARDS="$shard_dir" sbatch --parsable --job-name="$name" --array="0-$((n - 1))${parallel:+%$parallel}" \
-          --output="$logs/%x-%A_%a.log" "${sbatch_args[@]}" slurm/run.sbatch "$job" "$@")
+array=$(SHARDLM_SHARDS="$shard_dir" SHARDLM_SHARD_FORMAT="$shard_format" sbatch --parsable --job-name="$name" \
+          --array="0-$((n - 1))${parallel:+%$parallel}" --output="$logs/%x-%A_%a.log" "${sbatch_args[@]}" \
+          slurm/run.sbatch "$job" ${run_args[@]+"${run_args[@]}"})
 array=${array%%;*}
 # The merge gets the user's --sbatch options too (a partition, an account the cluster requires).
 merge_args=()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Splits a prompt file into N shards of consecutive lines for a Slurm job array (slurm/array.sh).
 
-    python3 slurm/split_prompts.py PROMPTS OUTDIR N      # writes OUTDIR/shard-000.jsonl ... and prints N
+    python3 slurm/split_prompts.py PROMPTS OUTDIR N [FORMAT]   # writes OUTDIR/shard-000.jsonl ... and prints N
 
 Line numbers stay those of the whole file. shardlm records each request's line number
 (/requests/line), and a line without an "id" (every line of a plain-text file) gets its line number
@@ -11,9 +11,11 @@ the JSONL reader skips but counts (about one byte per skipped line), and the fil
 range. Each shard then gives exactly the ids, lines and tokens that a run over the whole file gives
 for those lines, and `shardlm merge` of the shards' outputs equals one run over the whole file.
 
-JSONL and OpenAI batch JSONL lines are copied byte for byte. A plain-text prompt file (any other
-extension) is converted: line n becomes {"id": "n", "prompt": <the line>}, the id and prompt the
-text reader would give it. Shards never outnumber the file's lines; the count written is printed
+JSONL and OpenAI batch JSONL lines are copied byte for byte. A plain-text prompt file is converted:
+line n becomes {"id": "n", "prompt": <the line>}, the id and prompt the text reader would give it.
+FORMAT is the run's --format: jsonl or openai (copied), text (converted), or auto (the default:
+text unless the name ends in .jsonl or .json, as shardlm decides). The shards are JSONL either way:
+run them with --format jsonl (openai for OpenAI batch lines). Shards never outnumber the file's lines; the count written is printed
 on stdout (the array size to submit). Memory stays flat whatever the file size.
 """
 import json
@@ -34,17 +36,23 @@ def count_lines(path):
 
 
 def main(argv):
-    if len(argv) != 4:
+    if len(argv) not in (4, 5):
         sys.stderr.write(__doc__)
         return 2
     src, outdir, want = argv[1], argv[2], int(argv[3])
+    fmt = argv[4] if len(argv) == 5 else "auto"
+    if fmt not in ("auto", "jsonl", "text", "openai"):
+        sys.exit(f"split_prompts: FORMAT must be auto, jsonl, text or openai (got {fmt!r})")
     if want < 1:
         sys.exit(f"split_prompts: N must be >= 1 (got {want})")
     lines = count_lines(src)
     if lines == 0:
         sys.exit(f"split_prompts: {src} is empty")
     shards = min(want, lines)
-    text = not src.lower().endswith((".jsonl", ".json"))  # as the reader decides, case aside
+    if fmt == "auto":
+        text = not src.lower().endswith((".jsonl", ".json"))  # as the reader decides, case aside
+    else:
+        text = fmt == "text"
     os.makedirs(outdir, exist_ok=True)
     # Shard k takes lines [bounds[k], bounds[k+1]) (1-based): balanced, consecutive.
     bounds = [1 + k * lines // shards for k in range(shards + 1)]

@@ -86,6 +86,8 @@ enum cudaFuncAttribute {
 
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
+// The legacy default stream by name: the emulation's default stream is null.
+#define cudaStreamLegacy (static_cast<cudaStream_t>(nullptr))
 struct CUevent_st;
 using cudaEvent_t = CUevent_st*;
 struct CUgraph_st;

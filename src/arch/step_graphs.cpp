@@ -169,6 +169,10 @@ const StepGraphs::Captured& StepGraphs::ready(const StepContext& ctx, const std:
   // so all of them are here for this bucket.
   captured_work();  // the warm-up run (see the file comment)
   after_warm_up();
+  // Its queued collectives under the communicators' deadlines, as a replay's (replay()).
+  for (Communicator* c : {comms_.ep, comms_.tp}) {
+    if (c && c->can_enqueue()) c->wait_stream(b_.current_stream(), "graph warm-up");
+  }
   // The warm-up grows each rank's scratch by its own shapes (a rank whose dp group ran only
   // small steps grows most); the group drops its other graphs together.
   int64_t grew = scratch_.generation() != generation_ ? 1 : 0;

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/run_identity.h"
 #include "cli/run_info.h"
 #include "cli/subcommand.h"
 #include "core/error.h"
@@ -132,13 +133,21 @@ void check_unique_ids(const std::vector<Input>& inputs) {
   }
 }
 
-void check_same_model(const std::vector<Input>& inputs) {
-  const std::string hash0 = attr_text(inputs[0].data, "model_config_hash");
-  for (const Input& in : inputs) {
-    const std::string h = attr_text(in.data, "model_config_hash");
-    SHARDLM_CHECK(h.empty() || hash0.empty() || h == hash0,
-                  "shardlm merge: " << inputs[0].path << " was made with model config hash " << hash0 << " but "
-                                    << in.path << " with " << h << ": merge the shards of one model's runs");
+// The inputs are shards of one run: the same model and the same output-deciding options
+// (cli/run_identity.h) as the first input that recorded them.
+void check_same_run(const std::vector<Input>& inputs) {
+  size_t r = 0;
+  while (r + 1 < inputs.size() && attr_text(inputs[r].data, "config").empty()) ++r;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const std::vector<std::string> diff =
+        output_differences(attr_text(inputs[r].data, "config"), attr_text(inputs[r].data, "model_config_hash"),
+                           attr_text(inputs[k].data, "config"), attr_text(inputs[k].data, "model_config_hash"));
+    if (diff.empty()) continue;
+    std::string list;
+    for (const std::string& d : diff) list += "\n  " + d;
+    SHARDLM_FAIL("shardlm merge: " << inputs[r].path << " and " << inputs[k].path
+                                   << " were made with other settings (the first's vs the second's):" << list
+                                   << "\nmerge the shards of one model's run with one set of sampling options");
   }
 }
 
@@ -331,7 +340,7 @@ int cmd_merge(int argc, char** argv) {
     }
     inputs.push_back(std::move(in));
   }
-  check_same_model(inputs);
+  check_same_run(inputs);
   check_unique_ids(inputs);
 
   const std::string tmp = out + ".merging." + std::to_string(::getpid());

@@ -14,6 +14,7 @@
 #include "cli/kv_calibration.h"
 #include "cli/run_info.h"
 #include "cli/run_options.h"
+#include "cli/run_identity.h"
 #include "cli/run_sessions.h"
 #include "cli/run_sinks.h"
 #include "compute/backend.h"
@@ -177,15 +178,7 @@ EngineConfig engine_config(const RunOptions& opt, const ModelSpec& spec, const T
   ec.scheduler.max_batch_tokens = opt.max_batch_tokens;
   ec.scheduler.max_seqs = opt.max_seqs;
   ec.scheduler.block_size = opt.block_size;
-  ec.defaults.max_tokens = opt.max_new_tokens;
-  ec.defaults.temperature = opt.temperature;
-  ec.defaults.top_p = opt.top_p;
-  ec.defaults.top_k = opt.top_k;
-  ec.defaults.min_p = opt.min_p;
-  ec.defaults.seed = opt.seed;
-  ec.defaults.stop = opt.stop;
-  ec.defaults.ignore_eos = opt.ignore_eos;
-  SHARDLM_CHECK(ec.defaults.validate().empty(), "run defaults: " << ec.defaults.validate());
+  ec.defaults = sampling_defaults(opt);  // checked by parse_run_options
   ec.kv_dtype = resolve_kv_dtype(opt.kv_dtype, spec.torch_dtype);
   ec.progress_interval_s = opt.quiet ? 0 : opt.progress_interval;
   // The progress line's total: the file's lines (a resumed run takes off those it holds, below);
@@ -302,7 +295,17 @@ int cmd_run(int argc, char** argv) {
   EarlierSessions earlier;  // what a resumed file's earlier sessions hold (rank 0)
   if (rank == 0) {
     const bool resume = opt.resume && std::filesystem::exists(opt.out);
-    if (resume) earlier = read_earlier_sessions(opt.out);
+    if (resume) {
+      earlier = read_earlier_sessions(opt.out);
+      const std::vector<std::string> diff =
+          output_differences(earlier.config, earlier.model_config_hash, to_ini(opt), spec.config_hash);
+      if (!diff.empty()) {
+        std::string list;
+        for (const std::string& d : diff) list += "\n  " + d + " (the file's vs this run's)";
+        SHARDLM_FAIL("--resume " << opt.out << ": the file holds the outputs of a run with other settings:" << list
+                                 << "\nresume with the same model and sampling options, or write to a new --out");
+      }
+    }
     writer = std::make_unique<ResultWriter>(opt.out, opt.flush_every, resume, opt.flush_seconds);
     if (resume) finished = writer->finished_ids();
   }
@@ -398,7 +401,7 @@ int cmd_run(int argc, char** argv) {
   SkipFinishedSource source(queue ? static_cast<RequestSource&>(*claiming) : whole_file, done);
 
   if (rank != 0) {
-    RemoteSink sink(0);
+    RemoteSink sink(0, opt.comm_timeout);
     RunStats local = engine.run(source, sink);
     if (broadcasting) broadcasting->finish();
     sink.finish({local.steps, local.preemptions});

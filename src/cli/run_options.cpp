@@ -10,6 +10,7 @@
 #include "cli/kv_budget.h"
 #include "core/error.h"
 #include "engine/kv_cache.h"
+#include "io/request_reader.h"
 
 namespace po = boost::program_options;
 
@@ -105,6 +106,11 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
   SHARDLM_CHECK(!o.prompts.empty(), "shardlm run: --prompts is required");
   SHARDLM_CHECK(!o.out.empty(), "shardlm run: --out is required");
   SHARDLM_CHECK(o.max_new_tokens >= 1, "--max-new-tokens must be >= 1");
+  // What would otherwise fail only once every rank has loaded its weights.
+  const std::string bad_sampling = sampling_defaults(o).validate();
+  SHARDLM_CHECK(bad_sampling.empty(), "shardlm run: the sampling options: " << bad_sampling);
+  prompt_format_from_name(o.format);  // throws on an unknown name
+  SHARDLM_CHECK(std::ifstream(o.prompts).is_open(), "shardlm run: cannot open --prompts '" << o.prompts << "'");
   parse_kv_cache_gib(o.kv_cache_gb);  // throws on anything but auto or a positive number
   SHARDLM_CHECK(o.kv_cache_free_fraction > 0 && o.kv_cache_free_fraction <= 1,
                 "--kv-cache-free-fraction must be in (0, 1], not " << o.kv_cache_free_fraction);
@@ -137,6 +143,19 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
                 "--tp, --pp and --dp must be >= 1, --replicas and --ep >= 0");
   *out = o;
   return true;
+}
+
+SamplingParams sampling_defaults(const RunOptions& o) {
+  SamplingParams d;
+  d.max_tokens = o.max_new_tokens;
+  d.temperature = o.temperature;
+  d.top_p = o.top_p;
+  d.top_k = o.top_k;
+  d.min_p = o.min_p;
+  d.seed = o.seed;
+  d.stop = o.stop;
+  d.ignore_eos = o.ignore_eos;
+  return d;
 }
 
 std::string to_ini(const RunOptions& o) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "engine/sampling_params.h"
 
 namespace shardlm {
 
@@ -70,6 +71,8 @@ struct RunOptions {
 bool parse_run_options(int argc, char** argv, RunOptions* out);
 // The resolved options as INI text (one "key = value" per line): a job file that reproduces the run.
 std::string to_ini(const RunOptions& o);
+// The run-wide sampling defaults the options give (request fields override them).
+SamplingParams sampling_defaults(const RunOptions& o);
 
 // --prefill-attention: whether prefill chunks attend on bf16 tensor cores. auto: where the
 // checkpoint's own linears run bf16 on the GPU (a bfloat16 or fp8 block-quantised checkpoint), so

@@ -20,6 +20,10 @@ EarlierSessions read_earlier_sessions(const std::string& path) {
   EarlierSessions e;
   const auto start = d.attrs.find("start_time");
   if (start != d.attrs.end() && start->second.is_string()) e.start_time = start->second.get<std::string>();
+  for (auto [name, to] : {std::pair{"config", &e.config}, std::pair{"model_config_hash", &e.model_config_hash}}) {
+    const auto it = d.attrs.find(name);
+    if (it != d.attrs.end() && it->second.is_string()) *to = it->second.get<std::string>();
+  }
   // A file from before sessions were counted holds one.
   e.sessions = static_cast<int64_t>(number_or(d, "sessions", 1));
   const report::RequestRows& r = d.requests;  // the committed rows only

@@ -25,6 +25,8 @@ struct EarlierSessions {
   std::string start_time;  // the first session's ("" for a new file)
   int64_t sessions = 0;    // how many there were
   int64_t rows = 0;        // the rows kept from them
+  std::string config;      // the options the last of them recorded (to_ini), "" if none
+  std::string model_config_hash;
 };
 
 // Reads the file a resumed run continues, before its writer opens it: rows past the last commit

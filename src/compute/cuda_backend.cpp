@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <vector>
 
 #include "compute/cuda_check.h"
@@ -97,6 +98,11 @@ CudaBackend::CudaBackend() {
 }
 
 CudaBackend::~CudaBackend() {
+  // While an error unwinds the rank (a peer timed out, say), work queued on the device may be a
+  // collective waiting on that peer: a device synchronize (or a cudaFree, which waits too) would
+  // block for ever before the job's abort could name the cause. The process is about to end and
+  // the driver takes the memory back.
+  if (std::uncaught_exceptions() > 0) return;
   // Errors are ignored here: a destructor may run while an earlier CUDA error unwinds the stack
   // (a capture left open by an exception is ended first: synchronising inside it would fail).
   if (capturing_) {

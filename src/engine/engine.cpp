@@ -117,7 +117,9 @@ bool Engine::append_token(Sequence& s, const Sample& smp, double now) {
   r.output_tokens.push_back(smp.token);
   r.token_logprobs.push_back(smp.logprob);
   s.tokens.push_back(smp.token);
-  if (!s.params.ignore_eos && eos_.count(smp.token)) {
+  if ((!s.params.ignore_eos && eos_.count(smp.token)) ||
+      std::find(s.params.stop_token_ids.begin(), s.params.stop_token_ids.end(), smp.token) !=
+          s.params.stop_token_ids.end()) {
     r.finish_reason = FinishReason::kStop;
     return true;
   }

@@ -14,6 +14,7 @@ SamplingParams SamplingParams::resolved(const SamplingOverrides& o, const std::s
   if (o.top_k) p.top_k = *o.top_k;
   if (o.min_p) p.min_p = *o.min_p;
   if (o.stop) p.stop = *o.stop;
+  if (o.stop_token_ids) p.stop_token_ids = *o.stop_token_ids;
   if (o.ignore_eos) p.ignore_eos = *o.ignore_eos;
   p.seed = o.seed ? *o.seed : hash_string64(request_id.data(), request_id.size(), seed);
   return p;

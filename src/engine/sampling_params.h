@@ -17,6 +17,9 @@ struct SamplingParams {
   double min_p = 0.0;        // 0: off
   uint64_t seed = 0;
   std::vector<std::string> stop;
+  // Generating one of these ends the request (finish reason stop), as vLLM's stop_token_ids do:
+  // the token is kept in the output, and ignore_eos does not apply to them.
+  std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
 
   // Applies a request's overrides on top of these defaults. A request without its own seed gets

@@ -3,7 +3,9 @@
 // OpenAI batch lines (recognised by "custom_id" and "body"):
 //   {"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {"prompt": "...", ...}}
 // Every problem becomes ParsedRequest::error ("line N: ..."), never an exception. Unknown fields
-// are ignored; a sampling field set to null counts as absent (OpenAI clients write nulls).
+// are ignored, but vLLM / OpenAI sampling fields this engine does not apply are refused when they
+// ask for something (n 4, a repetition penalty): the request would otherwise run as if they were
+// not there. A sampling field set to null counts as absent (OpenAI clients write nulls).
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -57,6 +59,44 @@ double get_number(const json& v, const std::string& field) {
 
 std::string num_str(double d) { return json(d).dump(); }
 
+// vLLM / OpenAI request fields that this engine does not apply: each may take its neutral value
+// (n 1, a penalty of 0, an empty logit_bias) and is otherwise an error naming it.
+void refuse_unapplied(const json& o, const std::string& p) {
+  struct Rule {
+    const char* key;
+    bool (*neutral)(const json&);
+    const char* why;
+  };
+  static const Rule rules[] = {
+      {"n", [](const json& v) { return v.is_number() && v.get<double>() == 1; },
+       "one completion is generated per request (give each sample its own line, id and seed)"},
+      {"best_of", [](const json& v) { return v.is_number() && v.get<double>() == 1; },
+       "one completion is generated per request"},
+      {"min_tokens", [](const json& v) { return v.is_number() && v.get<double>() == 0; }, "is not applied"},
+      {"repetition_penalty", [](const json& v) { return v.is_number() && v.get<double>() == 1; },
+       "penalties are not applied"},
+      {"presence_penalty", [](const json& v) { return v.is_number() && v.get<double>() == 0; },
+       "penalties are not applied"},
+      {"frequency_penalty", [](const json& v) { return v.is_number() && v.get<double>() == 0; },
+       "penalties are not applied"},
+      {"logit_bias", [](const json& v) { return v.is_object() && v.empty(); }, "is not applied"},
+      {"logprobs",
+       [](const json& v) { return v.is_boolean() || (v.is_number() && v.get<double>() >= 0 && v.get<double>() <= 1); },
+       "only the chosen token's logprob is written (every row has it)"},
+      {"prompt_logprobs", [](const json& v) { return v.is_number() && v.get<double>() == 0; },
+       "prompt logprobs are not written"},
+      {"echo", [](const json& v) { return v.is_boolean() && !v.get<bool>(); },
+       "the prompt is not repeated in the output"},
+      {"include_stop_str_in_output", [](const json& v) { return v.is_boolean() && !v.get<bool>(); },
+       "the output ends before the stop string"},
+      {"suffix", [](const json& v) { return v.is_string() && v.get<std::string>().empty(); }, "is not applied"},
+  };
+  for (const Rule& r : rules) {
+    const json* v = get_opt(o, r.key);
+    if (v && !r.neutral(*v)) bad(quoted(p + r.key) + " = " + v->dump() + " is not supported: " + r.why);
+  }
+}
+
 void parse_overrides(const json& o, const std::string& p, SamplingOverrides& s) {
   if (const json* v = get_opt(o, "max_tokens")) {
     const int64_t x = get_int(*v, p + "max_tokens");
@@ -109,10 +149,24 @@ void parse_overrides(const json& o, const std::string& p, SamplingOverrides& s) 
       if (x.empty()) bad(f + " must not contain an empty string");
     s.stop = std::move(stop);
   }
+  if (const json* v = get_opt(o, "stop_token_ids")) {
+    const std::string f = p + "stop_token_ids";
+    if (!v->is_array()) bad(quoted(f) + " must be a list of token ids");
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < v->size(); ++i) {
+      const std::string fi = f + "[" + std::to_string(i) + "]";
+      const int64_t x = get_int((*v)[i], fi);
+      if (x < 0 || x > std::numeric_limits<int32_t>::max())
+        bad(quoted(fi) + " is not a token id (" + std::to_string(x) + ")");
+      ids.push_back(static_cast<int32_t>(x));
+    }
+    s.stop_token_ids = std::move(ids);
+  }
   if (const json* v = get_opt(o, "ignore_eos")) {
     if (!v->is_boolean()) bad(quoted(p + "ignore_eos") + " must be true or false");
     s.ignore_eos = v->get<bool>();
   }
+  refuse_unapplied(o, p);
 }
 
 std::vector<int32_t> parse_token_ids(const json& v, const std::string& field) {
@@ -247,7 +301,15 @@ ParsedRequest parse_jsonl_request(const std::string& line, int64_t line_no, bool
       if (!body->is_object()) bad(quoted("body") + " must be an object");
       prefix = "body.";
     }
-    parse_prompt(*body, prefix, openai, r);
+    parse_prompt(*body, prefix, openai, r);  // first: a chat line's error names the missing template
+    if (openai) {
+      // The completions endpoint is the one this engine serves.
+      if (const json* url = get_opt(doc, "url")) {
+        if (!url->is_string() || url->get<std::string>() != "/v1/completions")
+          bad(quoted("url") + " = " + url->dump() +
+              " is not supported (the completions endpoint, /v1/completions, is)");
+      }
+    }
     parse_overrides(*body, prefix, r.overrides);
     if (repaired) check_repaired_fields(r, openai);
   } catch (const BadRequest& e) {

@@ -17,6 +17,7 @@ struct SamplingOverrides {
   std::optional<double> min_p;
   std::optional<uint64_t> seed;
   std::optional<std::vector<std::string>> stop;
+  std::optional<std::vector<int32_t>> stop_token_ids;
   std::optional<bool> ignore_eos;
 };
 

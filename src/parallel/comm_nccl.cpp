@@ -240,7 +240,9 @@ void NcclCommunicator::all_reduce(void* buf, size_t count, CommDType t, ReduceOp
 
 void NcclCommunicator::wait_stream(void* stream, const char* op) {
   check_usable(op);
-  wait_done(op, all_peers(), static_cast<cudaStream_t>(stream));
+  // A null stream is the legacy default stream the caller queued on (a graph launched there),
+  // not this communicator's own, which wait_done takes null for.
+  wait_done(op, all_peers(), stream ? static_cast<cudaStream_t>(stream) : cudaStreamLegacy);
 }
 
 void NcclCommunicator::enqueue_all_reduce(void* buf, size_t count, CommDType t, ReduceOp op, void* stream) {

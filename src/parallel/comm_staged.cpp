@@ -92,7 +92,9 @@ StagedCommunicator::~StagedCommunicator() {
 }
 
 StagedCommunicator::Staging StagedCommunicator::acquire(size_t bytes) {
-  // The smallest free buffer that fits; else a new one of exactly this size.
+  // The smallest free buffer that fits; else a new one of the next power of two, so that sizes
+  // that vary from step to step (a tp all-reduce of T x H) reuse a few buffers instead of pinning
+  // one more for every new largest size.
   auto best = free_.end();
   for (auto it = free_.begin(); it != free_.end(); ++it)
     if (it->bytes >= bytes && (best == free_.end() || it->bytes < best->bytes)) best = it;
@@ -101,7 +103,9 @@ StagedCommunicator::Staging StagedCommunicator::acquire(size_t bytes) {
     free_.erase(best);
     return s;
   }
-  return Staging{memory_->alloc_host_staging(bytes), bytes};
+  size_t rounded = 4096;
+  while (rounded < bytes) rounded *= 2;
+  return Staging{memory_->alloc_host_staging(rounded), rounded};
 }
 
 void StagedCommunicator::release(Staging s) {

@@ -13,15 +13,17 @@ LayoutGroups make_layout_groups(const Topology& topo, const std::string& backend
   const std::string host_backend = "mpi";
   const Coords& c = topo.coords();
   const std::string where = "replica " + std::to_string(c.replica);
+  // tp and pp groups are per dp group: their names say which when there are several.
+  const std::string dp_part = topo.layout().dp > 1 ? ", dp " + std::to_string(c.dp) : "";
   std::vector<int> all(static_cast<size_t>(topo.layout().world()));
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
   if (all.size() > 1) g.world = make_communicator(host_backend, all, "world", timeout_s);
   if (topo.layout().tp > 1) {
-    g.tp = make_communicator(backend, topo.tp_group(), "tp(" + where + ", stage " + std::to_string(c.pp) + ")",
-                             timeout_s);
+    g.tp = make_communicator(backend, topo.tp_group(),
+                             "tp(" + where + dp_part + ", stage " + std::to_string(c.pp) + ")", timeout_s);
   }
   if (topo.layout().pp > 1) {
-    g.pp = make_communicator(backend, topo.pp_group(), "pp(" + where + ", tp " + std::to_string(c.tp) + ")",
+    g.pp = make_communicator(backend, topo.pp_group(), "pp(" + where + dp_part + ", tp " + std::to_string(c.tp) + ")",
                              timeout_s);
   }
   const std::string group_name = topo.layout().dp > 1 ? where + " dp " + std::to_string(c.dp) : where;

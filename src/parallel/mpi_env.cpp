@@ -5,12 +5,23 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 namespace shardlm {
+namespace {
+
+int g_thread_level = MPI_THREAD_SINGLE;  // what MPI granted
+std::thread::id g_main_thread;
+int g_rank = 0;  // kept for abort_job, which may run where MPI calls are not allowed
+
+}  // namespace
 
 MpiEnv::MpiEnv(int* argc, char*** argv) {
-  int provided = 0;
-  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+  g_thread_level = provided;
+  g_main_thread = std::this_thread::get_id();
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   // Errors come back as codes that our checks turn into messages, not as silent aborts.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 }
@@ -52,9 +63,14 @@ std::string MpiEnv::host() {
 }
 
 void MpiEnv::abort_job(const std::string& message, int code) {
-  std::fprintf(stderr, "[shardlm] rank %d on %s: %s\n", rank(), host().c_str(), message.c_str());
+  const bool main_thread = std::this_thread::get_id() == g_main_thread;
+  const bool may_call_mpi = main_thread || g_thread_level >= MPI_THREAD_SERIALIZED;
+  std::fprintf(stderr, "[shardlm] rank %d on %s: %s\n", may_call_mpi ? rank() : g_rank, host().c_str(),
+               message.c_str());
   std::fflush(stderr);
+  if (!may_call_mpi) _exit(code);
   if (initialized() && size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  if (!main_thread) _exit(code);  // exit()'s destructors would race the main thread
   std::exit(code);
 }
 

@@ -8,7 +8,9 @@ namespace shardlm {
 
 class MpiEnv {
  public:
-  MpiEnv(int* argc, char*** argv);  // MPI_Init_thread(FUNNELED)
+  // MPI_Init_thread(SERIALIZED): the communicators' watchdog thread may end the job while the
+  // main thread waits in libfabric, not in MPI.
+  MpiEnv(int* argc, char*** argv);
   ~MpiEnv();                        // MPI_Finalize
   MpiEnv(const MpiEnv&) = delete;
   MpiEnv& operator=(const MpiEnv&) = delete;
@@ -18,7 +20,9 @@ class MpiEnv {
   static std::string host();
   static bool initialized();
   // Prints "[shardlm] rank R on HOST: message" to stderr and ends the whole job (MPI_Abort when
-  // MPI is up and the world has more than one rank, else exit).
+  // MPI is up and the world has more than one rank, else exit). From a thread other than the
+  // main one, where MPI did not grant the thread level for that, it exits instead (the launcher
+  // ends the other ranks: srun --kill-on-bad-exit, mpirun on a nonzero exit).
   [[noreturn]] static void abort_job(const std::string& message, int code = 1);
   // MPI library version string (first line).
   static std::string library_version();

@@ -23,7 +23,7 @@ struct RemoteSink::Pending {
   MPI_Request request = MPI_REQUEST_NULL;
 };
 
-RemoteSink::RemoteSink(int writer_rank) : writer_(writer_rank) {}
+RemoteSink::RemoteSink(int writer_rank, double timeout_s) : writer_(writer_rank), timeout_s_(timeout_s) {}
 
 // Unsent messages at destruction mean the run failed: the job is being aborted, and waiting here
 // could hang. The buffers are kept alive (leaked) since MPI may still read them.
@@ -57,9 +57,23 @@ void RemoteSink::on_result(const RequestResult& r) { post(pack_result(r), kResul
 void RemoteSink::on_step(const StepRecord& s) { post(pack_step(s), kStep); }
 void RemoteSink::finish(const ReplicaTotals& t) {
   post(std::string(reinterpret_cast<const char*>(&t), sizeof t), kDone);
-  // The writer drains until every replica's completion message: these waits end.
-  for (auto& p : pending_) MPI_Wait(&p->request, MPI_STATUS_IGNORE);
-  pending_.clear();
+  // The writer drains until every replica's completion message: these waits end, unless the
+  // writer is stuck, which the deadline turns into an error instead of a silent hang.
+  auto last = std::chrono::steady_clock::now();
+  while (!pending_.empty()) {
+    const size_t before = pending_.size();
+    reap();
+    if (pending_.size() < before) {
+      last = std::chrono::steady_clock::now();
+      continue;
+    }
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - last).count() > timeout_s_) {
+      SHARDLM_FAIL("the writer rank " << writer_ << " took none of this replica's last " << pending_.size()
+                                      << " result message(s) for " << timeout_s_
+                                      << " s (raise --comm-timeout for very long runs)");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
 }
 
 ReplicaCollector::ReplicaCollector(ResultSink& sink, std::vector<int> senders, double timeout_s)

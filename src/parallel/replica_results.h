@@ -23,12 +23,13 @@ struct ReplicaTotals {
 // On a replica that is not the writer: forwards everything to the writer rank.
 class RemoteSink final : public ResultSink {
  public:
-  explicit RemoteSink(int writer_rank);
+  // timeout_s: how long finish() waits for the writer to take the last messages.
+  RemoteSink(int writer_rank, double timeout_s);
   ~RemoteSink() override;
   void on_result(const RequestResult& r) override;
   void on_step(const StepRecord& s) override;
   // Tells the writer this replica is done (its totals ride along) and waits until every message
-  // has been delivered.
+  // has been delivered; throws naming the writer when it takes none for timeout_s.
   void finish(const ReplicaTotals& totals);
 
  private:
@@ -37,6 +38,7 @@ class RemoteSink final : public ResultSink {
   void reap();  // forgets the messages already delivered
 
   int writer_;
+  double timeout_s_;
   std::deque<std::unique_ptr<Pending>> pending_;
 };
 

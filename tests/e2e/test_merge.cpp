@@ -16,6 +16,7 @@
 #include "common/cli_runner.h"
 #include "common/h5_read.h"
 #include "common/test_files.h"
+#include "io/result_writer.h"
 
 namespace fs = std::filesystem;
 
@@ -179,6 +180,28 @@ TEST_F(Merge, RefusesAnIdFoundInTwoInputsAndLeavesNoFile) {
   EXPECT_NE(merge(at("dup.h5") + " " + at("a.h5") + " " + at("a.h5")).code, 0);
 }
 
+// Shards of runs with other output-deciding settings (b's seed changed here) are not one run:
+// merge refuses, naming the setting and both files.
+TEST_F(Merge, RefusesShardsOfOtherSettings) {
+  fs::copy_file(at("b.h5"), at("b-seed.h5"), fs::copy_options::overwrite_existing);
+  std::string config = test::H5Reader(at("b.h5")).string_attr("config");
+  const size_t at_seed = config.find("\nseed = ");
+  ASSERT_NE(at_seed, std::string::npos) << config;
+  const size_t end = config.find('\n', at_seed + 1);
+  config.replace(at_seed, end - at_seed, "\nseed = 99");
+  {
+    ResultWriter w(at("b-seed.h5"), 64, /*resume=*/true);
+    w.set_attr("config", config);
+  }
+  Proc p = merge(at("mixed.h5") + " " + at("a.h5") + " " + at("b-seed.h5"));
+  EXPECT_NE(p.code, 0);
+  EXPECT_NE(p.out.find(at("a.h5") + " and " + at("b-seed.h5") + " were made with other settings"), std::string::npos)
+      << p.out;
+  EXPECT_NE(p.out.find("seed = "), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find(" vs 99"), std::string::npos) << p.out;
+  EXPECT_FALSE(fs::exists(at("mixed.h5")));
+}
+
 TEST_F(Merge, RefusesToWriteOverAnInput) {
   fs::copy_file(at("a.h5"), at("self.h5"), fs::copy_options::overwrite_existing);
   Proc p = merge(at("self.h5") + " " + at("self.h5") + " " + at("b.h5"));
@@ -217,6 +240,25 @@ TEST_F(Merge, SplitScriptShardsMergedEqualOneRun) {
     ASSERT_EQ(merge(at(stem + "-merged.h5") + ins).code, 0);
     EXPECT_EQ(read_rows(at(stem + "-merged.h5")), read_rows(at(stem + "-whole.h5")));
   }
+  // A JSONL file whose name does not say so: split as the run's --format says (array.sh passes
+  // it), not as the name would suggest; the shards run as JSONL and merge into the whole run.
+  fs::copy_file(src("inputs/prompts.jsonl"), *dir_ / "eval.ndjson", fs::copy_options::overwrite_existing);
+  const fs::path shards = *dir_ / "shards-ndjson";
+  Proc split =
+      sh("python3 " + src("slurm/split_prompts.py") + " " + at("eval.ndjson") + " " + shards.string() + " 2 jsonl");
+  ASSERT_EQ(split.code, 0) << split.out;
+  std::string ins;
+  for (int k = 0; k < 2; ++k) {
+    const std::string out = "ndjson-shard" + std::to_string(k) + ".h5";
+    run((shards / ("shard-00" + std::to_string(k) + ".jsonl")).string(), out, 1, "--format jsonl");
+    ins.append(" ").append(at(out));
+  }
+  run(at("eval.ndjson"), "ndjson-whole.h5", 1, "--format jsonl");
+  ASSERT_EQ(merge(at("ndjson-merged.h5") + ins).code, 0);
+  EXPECT_EQ(read_rows(at("ndjson-merged.h5")), read_rows(at("ndjson-whole.h5")));
+  EXPECT_NE(
+      sh("python3 " + src("slurm/split_prompts.py") + " " + at("eval.ndjson") + " " + shards.string() + " 2 yaml").code,
+      0);
 }
 
 }  // namespace

@@ -168,6 +168,23 @@ TEST_F(Resume, SigkillLosesAtMostWhatWasInFlight) {
   expect_summary_of_every_session("kill.h5", 2);
 }
 
+// A file resumed by a run with other output-deciding settings (another seed here) would hold two
+// runs' outputs under one config: the run refuses, naming the setting, and leaves the file as it was.
+TEST_F(Resume, ResumeWithOtherSettingsIsRefused) {
+  fs::copy_file(dir_ / "full.h5", dir_ / "other.h5");
+  std::vector<std::string> a = args("other.h5", true);
+  const auto seed = std::find(a.begin(), a.end(), "--seed");
+  ASSERT_NE(seed, a.end());
+  *(seed + 1) = "5";
+  Proc p = sh(test::shardlm_bin() + " " + join(a));
+  EXPECT_NE(p.code, 0);
+  EXPECT_NE(p.out.find("the file holds the outputs of a run with other settings"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("seed = 4 vs 5 (the file's vs this run's)"), std::string::npos) << p.out;
+  test::H5Reader h(dir_ / "other.h5");
+  EXPECT_EQ(h.rows("/requests/id"), 160u);
+  EXPECT_EQ(h.scalar_attr<int64_t>("sessions", H5T_NATIVE_INT64), 1);
+}
+
 TEST_F(Resume, ResumeOfACompleteFileRunsNothing) {
   fs::copy_file(dir_ / "full.h5", dir_ / "again.h5");
   Proc p = sh(test::shardlm_bin() + " " + join(args("again.h5", true)));

@@ -1,6 +1,7 @@
 // End to end on a real trained model: stories260K against llama2.c's own greedy output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -95,6 +96,26 @@ TEST(Stories260K, BatchInvariance) {
   EXPECT_GT(max_batch, 32);
   // Requests with different seeds and prompts produce different texts.
   EXPECT_NE(all.by_id("r0").output_tokens, all.by_id("r5").output_tokens);
+}
+
+// vLLM's stop_token_ids: the first of them generated ends the request with finish reason stop
+// and stays in the output; ignore_eos does not switch them off.
+TEST(Stories260K, StopTokenIdsEndTheRequest) {
+  SHARDLM_REQUIRE_SHARED(dir, "models/stories260K");
+  test::LoadedModel m(dir);
+  ParsedRequest free_run = test::ids_request("free", {1}, 12);
+  free_run.overrides.ignore_eos = true;
+  const std::vector<int32_t> want = m.run({free_run}).by_id("free").output_tokens;
+  ASSERT_EQ(want.size(), 12u);
+  const int32_t stop_id = want[4];
+  const size_t first = static_cast<size_t>(std::find(want.begin(), want.end(), stop_id) - want.begin());
+  ParsedRequest stopped = free_run;
+  stopped.id = "stopped";
+  stopped.overrides.stop_token_ids = std::vector<int32_t>{999999, stop_id};
+  const auto out = m.run({stopped});
+  const auto& got = out.by_id("stopped");
+  EXPECT_EQ(got.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(got.output_tokens, std::vector<int32_t>(want.begin(), want.begin() + first + 1));
 }
 
 TEST(Stories260K, StopStringsEosAndErrors) {

@@ -111,6 +111,47 @@ TEST(JsonlLine, ChatMessagesAreAPerRequestError) {
   EXPECT_FALSE(r.prompt.has_value());
 }
 
+// vLLM's stop_token_ids are applied; the sampling fields this engine does not apply are refused
+// when they ask for something, and pass at their neutral values.
+TEST(JsonlLine, StopTokenIdsAndUnappliedFields) {
+  const ParsedRequest ok = parse_jsonl_line(
+      R"({"id": "a", "prompt": "x", "stop_token_ids": [7, 0], "n": 1, "best_of": null, "repetition_penalty": 1.0,)"
+      R"( "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "logprobs": 1, "echo": false,)"
+      R"( "min_tokens": 0, "include_stop_str_in_output": false, "prompt_logprobs": 0, "suffix": ""})",
+      1);
+  EXPECT_EQ(ok.error, "");
+  ASSERT_TRUE(ok.overrides.stop_token_ids.has_value());
+  EXPECT_EQ(*ok.overrides.stop_token_ids, (std::vector<int32_t>{7, 0}));
+  const std::pair<const char*, const char*> refused[] = {
+      {R"("n": 4)", "line 2: field 'n' = 4 is not supported: one completion is generated per request"},
+      {R"("best_of": 2)", "field 'best_of' = 2 is not supported"},
+      {R"("repetition_penalty": 1.2)", "field 'repetition_penalty' = 1.2 is not supported: penalties are not applied"},
+      {R"("presence_penalty": 0.5)", "field 'presence_penalty' = 0.5 is not supported"},
+      {R"("frequency_penalty": -1)", "field 'frequency_penalty' = -1 is not supported"},
+      {R"("logit_bias": {"5": 100})", "field 'logit_bias'"},
+      {R"("logprobs": 5)", "field 'logprobs' = 5 is not supported: only the chosen token's logprob is written"},
+      {R"("min_tokens": 3)", "field 'min_tokens' = 3 is not supported"},
+      {R"("echo": true)", "field 'echo' = true is not supported"},
+      {R"("include_stop_str_in_output": true)", "field 'include_stop_str_in_output' = true"},
+      {R"("stop_token_ids": [-1])", "field 'stop_token_ids[0]' is not a token id (-1)"},
+      {R"("stop_token_ids": 7)", "field 'stop_token_ids' must be a list of token ids"},
+  };
+  for (const auto& [field, want] : refused) {
+    const ParsedRequest r = parse_jsonl_line(std::string(R"({"id": "b", "prompt": "x", )") + field + "}", 2);
+    EXPECT_NE(r.error.find(want), std::string::npos) << field << ": " << r.error;
+    EXPECT_FALSE(r.prompt.has_value()) << field;
+  }
+  // In an OpenAI batch line, under body; and the endpoint must be the completions one.
+  const ParsedRequest body =
+      parse_jsonl_line(R"({"custom_id": "c", "url": "/v1/completions", "body": {"prompt": "x", "n": 2}})", 3);
+  EXPECT_NE(body.error.find("field 'body.n' = 2 is not supported"), std::string::npos) << body.error;
+  const ParsedRequest url =
+      parse_jsonl_line(R"({"custom_id": "d", "url": "/v1/embeddings", "body": {"prompt": "x"}})", 4);
+  EXPECT_EQ(
+      url.error,
+      "line 4: field 'url' = \"/v1/embeddings\" is not supported (the completions endpoint, /v1/completions, is)");
+}
+
 TEST(JsonlLine, BadUtf8InAnIgnoredFieldIsTolerated) {
   const ParsedRequest r = parse_jsonl_line("{\"id\": \"k\", \"note\": \"\xFF\", \"prompt\": \"fine\"}", 1);
   EXPECT_EQ(r.error, "");

@@ -1,0 +1,53 @@
+#include "cli/run_identity.h"
+
+#include <map>
+#include <sstream>
+
+namespace shardlm {
+namespace {
+
+// The options of to_ini that decide which tokens a prompt gets.
+constexpr const char* kOutputKeys[] = {"format", "max-new-tokens", "temperature", "top-p",     "top-k",
+                                       "min-p",  "seed",           "stop",        "ignore-eos"};
+
+// key -> its values in order ("stop" repeats), from "key = value" lines.
+std::map<std::string, std::vector<std::string>> ini_values(const std::string& text) {
+  std::map<std::string, std::vector<std::string>> v;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t eq = line.find(" = ");
+    if (eq == std::string::npos) continue;
+    v[line.substr(0, eq)].push_back(line.substr(eq + 3));
+  }
+  return v;
+}
+
+std::string joined(const std::vector<std::string>& values) {
+  if (values.empty()) return "(none)";
+  std::string s;
+  for (const std::string& x : values) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> output_differences(const std::string& config_a, const std::string& hash_a,
+                                            const std::string& config_b, const std::string& hash_b) {
+  std::vector<std::string> diff;
+  if (!hash_a.empty() && !hash_b.empty() && hash_a != hash_b)
+    diff.push_back("model_config_hash = " + hash_a + " vs " + hash_b);
+  const auto a = ini_values(config_a), b = ini_values(config_b);
+  // Known only where both runs recorded their options (stop, which may be absent, with them).
+  if (a.count("temperature") == 0 || b.count("temperature") == 0) return diff;
+  for (const char* key : kOutputKeys) {
+    const auto ia = a.find(key), ib = b.find(key);
+    const std::vector<std::string> none;
+    const std::vector<std::string>& va = ia == a.end() ? none : ia->second;
+    const std::vector<std::string>& vb = ib == b.end() ? none : ib->second;
+    if (va != vb) diff.push_back(std::string(key) + " = " + joined(va) + " vs " + joined(vb));
+  }
+  return diff;
+}
+
+}  // namespace shardlm
