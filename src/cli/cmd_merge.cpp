@@ -30,6 +30,7 @@
 
 #include "cli/commands.h"
 #include "cli/run_identity.h"
+#include "io/duplicate_id.h"
 #include "cli/run_info.h"
 #include "cli/subcommand.h"
 #include "core/error.h"
@@ -116,14 +117,17 @@ std::vector<std::string> normalise_args(int argc, char** argv) {
   return out;
 }
 
-// Every id once over all inputs (only the rows that are copied: a crash can leave columns uneven).
+// Every id once over all inputs (only the rows that are copied: a crash can leave columns uneven),
+// but for the error rows a run writes for an id repeated in its own prompts (io/duplicate_id.h).
 void check_unique_ids(const std::vector<Input>& inputs) {
   std::unordered_map<std::string, std::pair<size_t, size_t>> seen;  // id -> (input, row)
   for (size_t k = 0; k < inputs.size(); ++k) {
-    const auto& ids = inputs[k].data.requests.id;
+    const report::RequestRows& r = inputs[k].data.requests;
+    const auto& ids = r.id;
     const size_t n = std::min<size_t>(ids.size(), inputs[k].rows.at("requests"));
     for (size_t i = 0; i < n; ++i) {
       auto [it, fresh] = seen.emplace(ids[i], std::make_pair(k, i));
+      if (!fresh && it->second.first == k && is_duplicate_id_error(r.error[i], ids[i])) continue;
       SHARDLM_CHECK(fresh, "shardlm merge: request id '" << ids[i] << "' is in " << inputs[it->second.first].path
                                                          << " (row " << it->second.second << ") and in "
                                                          << inputs[k].path << " (row " << i

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "io/duplicate_id.h"
 #include "io/request_reader.h"
 #include "io/result_writer.h"
 #include "parallel/line_queue.h"
@@ -78,7 +79,7 @@ class WriterSink final : public ResultSink {
       dup.replica = r.replica;
       dup.prompt_tokens = r.prompt_tokens;
       dup.finish_reason = FinishReason::kError;
-      dup.error = "line " + std::to_string(r.line) + ": duplicate id '" + r.id + "' (an earlier request has it)";
+      dup.error = duplicate_id_error(r.line, r.id);
       dup.t_queued = r.t_queued;
       dup.t_first_token = dup.t_finished = r.t_finished;
       w_.append(dup);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -200,6 +201,25 @@ TEST_F(Merge, RefusesShardsOfOtherSettings) {
   EXPECT_NE(p.out.find("seed = "), std::string::npos) << p.out;
   EXPECT_NE(p.out.find(" vs 99"), std::string::npos) << p.out;
   EXPECT_FALSE(fs::exists(at("mixed.h5")));
+}
+
+// A shard whose prompts repeat an id holds the run's duplicate-id error row beside the first: merge
+// copies both as the run wrote them, and still refuses the id in another input.
+TEST_F(Merge, KeepsARunsDuplicateIdRowsAndRefusesTheIdElsewhere) {
+  test::write_file(*dir_ / "rep.jsonl",
+                   "{\"id\": \"r1\", \"prompt\": \"Once\", \"max_tokens\": 3}\n"
+                   "{\"id\": \"r2\", \"prompt\": \"Twice\", \"max_tokens\": 3}\n"
+                   "{\"id\": \"r1\", \"prompt\": \"Again\", \"max_tokens\": 3}\n");
+  test::write_file(*dir_ / "other.jsonl", "\n\n\n{\"id\": \"r3\", \"prompt\": \"Four\", \"max_tokens\": 3}\n");
+  run(at("rep.jsonl"), "rep.h5");
+  run(at("other.jsonl"), "other.h5");
+  Proc p = merge(at("rep-merged.h5") + " " + at("rep.h5") + " " + at("other.h5"));
+  ASSERT_EQ(p.code, 0) << p.out;
+  test::H5Reader h(at("rep-merged.h5"));
+  EXPECT_EQ(h.strings("/requests/id").size(), 4u);
+  const std::vector<std::string> errors = h.strings("/requests/error");
+  EXPECT_EQ(std::count(errors.begin(), errors.end(), "line 3: duplicate id 'r1' (an earlier request has it)"), 1);
+  EXPECT_NE(merge(at("rep-twice.h5") + " " + at("rep.h5") + " " + at("rep.h5")).code, 0);
 }
 
 TEST_F(Merge, RefusesToWriteOverAnInput) {
