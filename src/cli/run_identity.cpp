@@ -3,6 +3,8 @@
 #include <map>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 namespace shardlm {
 namespace {
 
@@ -10,7 +12,8 @@ namespace {
 constexpr const char* kOutputKeys[] = {"format", "max-new-tokens", "temperature", "top-p",     "top-k",
                                        "min-p",  "seed",           "stop",        "ignore-eos"};
 
-// key -> its values in order ("stop" repeats), from "key = value" lines.
+// key -> its values in order ("stop" repeats), from "key = value" lines; a JSON-quoted value (a
+// stop string, as to_ini writes it now) decoded, so that older files' plain ones compare equal.
 std::map<std::string, std::vector<std::string>> ini_values(const std::string& text) {
   std::map<std::string, std::vector<std::string>> v;
   std::istringstream in(text);
@@ -18,7 +21,14 @@ std::map<std::string, std::vector<std::string>> ini_values(const std::string& te
   while (std::getline(in, line)) {
     const size_t eq = line.find(" = ");
     if (eq == std::string::npos) continue;
-    v[line.substr(0, eq)].push_back(line.substr(eq + 3));
+    std::string value = line.substr(eq + 3);
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
+      try {
+        value = nlohmann::json::parse(value).get<std::string>();
+      } catch (const nlohmann::json::exception&) {
+      }
+    }
+    v[line.substr(0, eq)].push_back(std::move(value));
   }
   return v;
 }

@@ -1,6 +1,10 @@
 #include "cli/run_options.h"
 
 #include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cstdlib>
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -17,6 +21,34 @@ namespace po = boost::program_options;
 namespace shardlm {
 
 namespace {
+
+uint64_t parse_seed(const std::string& v) {
+  const bool digits = !v.empty() && v.size() <= 20 && v.find_first_not_of("0123456789") == std::string::npos;
+  errno = 0;
+  const unsigned long long x = digits ? std::strtoull(v.c_str(), nullptr, 10) : 0;
+  SHARDLM_CHECK(digits && errno == 0, "--seed must be an integer from 0 to 2^64-1, not '" << v << "'");
+  return static_cast<uint64_t>(x);
+}
+
+// A stop string as a job file keeps it: JSON-quoted, '#' (which starts a comment there) escaped.
+std::string ini_quoted(const std::string& stop) {
+  std::string q = nlohmann::json(stop).dump();
+  std::string out;
+  for (const char c : q) out += c == '#' ? std::string("\\u0023") : std::string(1, c);
+  return out;
+}
+
+// The stop strings given as JSON string literals, decoded.
+void decode_stops(std::vector<std::string>* stops) {
+  for (std::string& s : *stops) {
+    if (s.size() < 2 || s.front() != '"' || s.back() != '"') continue;
+    try {
+      s = nlohmann::json::parse(s).get<std::string>();
+    } catch (const nlohmann::json::exception&) {
+      SHARDLM_FAIL("--stop " << s << ": not a valid JSON string");
+    }
+  }
+}
 
 po::options_description describe(RunOptions& o) {
   po::options_description d("shardlm run options (also readable from an INI job file; the command line wins)");
@@ -37,8 +69,11 @@ po::options_description describe(RunOptions& o) {
     ("top-p", po::value(&o.top_p)->default_value(o.top_p), "nucleus sampling mass (1 = off)")
     ("top-k", po::value(&o.top_k)->default_value(o.top_k), "keep the k most likely tokens (0 = off)")
     ("min-p", po::value(&o.min_p)->default_value(o.min_p), "drop tokens below min-p times the most likely (0 = off)")
-    ("seed", po::value(&o.seed)->default_value(o.seed), "run seed; a request without its own seed derives one from this and its id")
-    ("stop", po::value(&o.stop)->composing(), "default stop string (repeatable)")
+    // As text: the number conversion would take "-1" as 2^64 - 1.
+    ("seed", po::value<std::string>()->default_value(std::to_string(o.seed))->notifier([&o](const std::string& v) { o.seed = parse_seed(v); }), "run seed, 0 to 2^64-1; a request without its own seed derives one from this and its id")
+    // Not composing: stop strings given on the command line replace the job file's. A value that is
+    // a JSON string ("\" Answer:\"") is decoded, so that spaces and '#' (a job file's comment) survive.
+    ("stop", po::value(&o.stop), "default stop string (repeatable; a JSON string literal is decoded)")
     ("ignore-eos", po::bool_switch(&o.ignore_eos), "keep generating past EOS")
     ("max-batch-tokens", po::value(&o.max_batch_tokens)->default_value(o.max_batch_tokens), "tokens per scheduler step (prefill chunks included)")
     ("max-seqs", po::value(&o.max_seqs)->default_value(o.max_seqs), "sequences running at once")
@@ -99,6 +134,7 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
       po::store(po::parse_config_file(f, d, /*allow_unregistered=*/false), vm);
     }
     po::notify(vm);
+    decode_stops(&o.stop);
   } catch (const po::error& e) {
     SHARDLM_FAIL("shardlm run: " << e.what() << " (see shardlm run --help)");
   }
@@ -165,7 +201,7 @@ std::string to_ini(const RunOptions& o) {
     << "\nop-profile = " << (o.op_profile ? "true" : "false") << "\nep-graph-capacity = " << o.ep_graph_capacity
     << "\nep-wire = " << o.ep_wire << "\nmax-new-tokens = " << o.max_new_tokens << "\ntemperature = " << o.temperature
     << "\ntop-p = " << o.top_p << "\ntop-k = " << o.top_k << "\nmin-p = " << o.min_p << "\nseed = " << o.seed;
-  for (const auto& st : o.stop) s << "\nstop = " << st;
+  for (const auto& st : o.stop) s << "\nstop = " << ini_quoted(st);
   s << "\nignore-eos = " << (o.ignore_eos ? "true" : "false") << "\nmax-batch-tokens = " << o.max_batch_tokens
     << "\nmax-seqs = " << o.max_seqs << "\nkv-cache-gb = " << o.kv_cache_gb
     << "\nkv-cache-free-fraction = " << o.kv_cache_free_fraction << "\nkv-dtype = " << o.kv_dtype;

@@ -265,6 +265,41 @@ TEST(Cli, JobFileWithCommandLineOverride) {
   EXPECT_EQ(h.strings("/requests/id"), (std::vector<std::string>{"1", "2"}));
 }
 
+// The recorded config reproduces the run as a job file: stop strings are kept JSON-quoted (a
+// leading space and '#', a job file's comment, survive), a job file's stop strings are replaced by
+// the command line's, not added to, and a seed that is not a 64-bit count is refused.
+TEST(Cli, RecordedConfigKeepsStopStringsAndTheCommandLineReplacesThem) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  fs::path d = tmpdir("stop-ini");
+  test::write_file(d / "p.txt", "Once upon a time\n");
+  const std::string common =
+      bin() + " run --model " + model + " --prompts " + (d / "p.txt").string() + " --max-new-tokens 4 -q --out ";
+  Proc first = sh(common + (d / "a.h5").string() + " --stop ' the' --stop '#x'");
+  ASSERT_EQ(first.code, 0) << first.out;
+  const std::string config = test::H5Reader(d / "a.h5").string_attr("config");
+  EXPECT_NE(config.find("\nstop = \" the\"\n"), std::string::npos) << config;
+  EXPECT_NE(config.find("\nstop = \"\\u0023x\"\n"), std::string::npos) << config;
+  // The recorded config as a job file (another --out) gives the same options.
+  std::string job = config;
+  const size_t out_at = job.find("\nout = ");
+  job.replace(out_at, job.find('\n', out_at + 1) - out_at, "\nout = " + (d / "b.h5").string());
+  test::write_file(d / "job.ini", job);
+  Proc again = sh(bin() + " run --config " + (d / "job.ini").string());
+  ASSERT_EQ(again.code, 0) << again.out;
+  std::string want = config;
+  want.replace(out_at, want.find('\n', out_at + 1) - out_at, "\nout = " + (d / "b.h5").string());
+  EXPECT_EQ(test::H5Reader(d / "b.h5").string_attr("config"), want);
+  Proc replaced = sh(bin() + " run --config " + (d / "job.ini").string() + " --stop Z --out " + (d / "c.h5").string());
+  ASSERT_EQ(replaced.code, 0) << replaced.out;
+  const std::string c = test::H5Reader(d / "c.h5").string_attr("config");
+  EXPECT_NE(c.find("\nstop = \"Z\"\n"), std::string::npos) << c;
+  EXPECT_EQ(c.find(" the"), std::string::npos) << c;
+  Proc bad_seed = sh(common + (d / "d.h5").string() + " --seed -1");
+  EXPECT_NE(bad_seed.code, 0);
+  EXPECT_NE(bad_seed.out.find("--seed must be an integer from 0 to 2^64-1, not '-1'"), std::string::npos)
+      << bad_seed.out;
+}
+
 // --kv-dtype: auto resolves from the checkpoint (stories260K is float32) and the resolved dtype is
 // recorded; a bf16 cache changes the stored keys and values (every log-probability moves a
 // little), yet greedy decoding from BOS still gives the reference's 200 tokens; a bad name fails.
