@@ -13,6 +13,7 @@ namespace {
 int g_thread_level = MPI_THREAD_SINGLE;  // what MPI granted
 std::thread::id g_main_thread;
 int g_rank = 0;  // kept for abort_job, which may run where MPI calls are not allowed
+MPI_Comm g_control = MPI_COMM_NULL;
 
 }  // namespace
 
@@ -24,10 +25,16 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   // Errors come back as codes that our checks turn into messages, not as silent aborts.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_dup(MPI_COMM_WORLD, &g_control);  // every rank is here: MPI_Init_thread just returned
+  MPI_Comm_set_errhandler(g_control, MPI_ERRORS_RETURN);
 }
 
+MPI_Comm MpiEnv::control_comm() { return initialized() ? g_control : MPI_COMM_NULL; }
+
 MpiEnv::~MpiEnv() {
-  if (initialized()) MPI_Finalize();
+  if (!initialized()) return;
+  if (g_control != MPI_COMM_NULL) MPI_Comm_free(&g_control);
+  MPI_Finalize();
 }
 
 bool MpiEnv::initialized() {

@@ -2,6 +2,8 @@
 // every fatal error so that no other rank is left waiting in a collective.
 #pragma once
 
+#include <mpi.h>
+
 #include <string>
 
 namespace shardlm {
@@ -24,6 +26,9 @@ class MpiEnv {
   // main one, where MPI did not grant the thread level for that, it exits instead (the launcher
   // ends the other ranks: srun --kill-on-bad-exit, mpirun on a nonzero exit).
   [[noreturn]] static void abort_job(const std::string& message, int code = 1);
+  // A duplicate of MPI_COMM_WORLD for the handshakes that come before a communicator exists
+  // (comm_mpi.cpp), apart from the world's own messages; MPI_COMM_NULL without an MpiEnv.
+  static MPI_Comm control_comm();
   // MPI library version string (first line).
   static std::string library_version();
   // What MPI says an error code means ("MPI_ERR_WIN: invalid window (MPI error 53)").

@@ -1,6 +1,7 @@
 // test_comm_timeout OP TIMEOUT_S [BACKEND], under mpiexec -np 2: ranks 0 and 1 make the group
 // "pair(0,1)" on BACKEND (mpi, the default, or fabric); rank 0 starts OP (all_reduce, recv or
-// send_recv) and rank 1 never takes part. Rank 0 must throw
+// send_recv) and rank 1 never takes part. OP "create": rank 1 never comes to make the group, and
+// rank 0's creation times out. Rank 0 must throw
 // Error within [TIMEOUT_S, TIMEOUT_S + 3 s]; it prints "TIMEOUT_TEST_OK elapsed=X s: <message>"
 // (or TIMEOUT_TEST_BAD) and then aborts the job the way shardlm's top level does, which also
 // ends rank 1. Expected outcome: non-zero exit and the OK line (checked by run_expect.cmake).
@@ -28,6 +29,25 @@ int main(int argc, char** argv) {
   }
   const std::string op = argv[1];
   const double timeout = std::atof(argv[2]);
+  if (op == "create") {
+    if (MpiEnv::rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(timeout + 20));
+      std::printf("TIMEOUT_TEST_BAD: rank 1 was not aborted\n");
+      std::fflush(stdout);
+      return 1;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      make_communicator(argc == 4 ? argv[3] : "mpi", {0, 1}, "pair(0,1)", timeout);
+      std::printf("TIMEOUT_TEST_BAD: the group was made without rank 1\n");
+    } catch (const Error& e) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const bool ok = elapsed >= timeout && elapsed <= timeout + 3;
+      std::printf("%s elapsed=%.2f s: %s\n", ok ? "TIMEOUT_TEST_OK" : "TIMEOUT_TEST_BAD", elapsed, e.what());
+    }
+    std::fflush(stdout);
+    MpiEnv::abort_job("timeout test done", 3);
+  }
   auto comm = make_communicator(argc == 4 ? argv[3] : "mpi", {0, 1}, "pair(0,1)", timeout);
   comm->barrier();  // both members are up
   if (MpiEnv::rank() == 1) {
