@@ -257,7 +257,7 @@ struct Rank {
   int64_t graph_steps = 0;
 };
 
-// Runs each rank's steps in its own thread; returns the ranks for the checks.
+// Runs each rank's steps in its own thread and checks that the ranks met alike and replayed.
 void run_group(const std::vector<StepRows> (&steps)[kRanks], const std::string& name) {
   Meeting meeting;
   std::vector<std::unique_ptr<Rank>> ranks;
