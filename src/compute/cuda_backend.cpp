@@ -98,10 +98,8 @@ CudaBackend::CudaBackend() {
 }
 
 CudaBackend::~CudaBackend() {
-  // While an error unwinds the rank (a peer timed out, say), work queued on the device may be a
-  // collective waiting on that peer: a device synchronize (or a cudaFree, which waits too) would
-  // block for ever before the job's abort could name the cause. The process is about to end and
-  // the driver takes the memory back.
+  // Unwinding an error (a peer timed out): a sync or cudaFree could wait for ever on a collective
+  // queued for that peer, before the job's abort names the cause. The process is about to end.
   if (std::uncaught_exceptions() > 0) return;
   // Errors are ignored here: a destructor may run while an earlier CUDA error unwinds the stack
   // (a capture left open by an exception is ended first: synchronising inside it would fail).

@@ -21,50 +21,24 @@
 
 using namespace shardlm;
 
-int main(int argc, char** argv) {
-  MpiEnv mpi(&argc, &argv);
-  if (argc < 3 || argc > 4 || MpiEnv::size() != 2) {
-    std::fprintf(stderr, "usage: mpiexec -np 2 test_comm_timeout all_reduce|recv|send_recv TIMEOUT_S [mpi|fabric]\n");
-    return 2;
-  }
-  const std::string op = argv[1];
-  const double timeout = std::atof(argv[2]);
-  if (op == "create") {
-    if (MpiEnv::rank() == 1) {
-      std::this_thread::sleep_for(std::chrono::duration<double>(timeout + 20));
-      std::printf("TIMEOUT_TEST_BAD: rank 1 was not aborted\n");
-      std::fflush(stdout);
-      return 1;
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
-      make_communicator(argc == 4 ? argv[3] : "mpi", {0, 1}, "pair(0,1)", timeout);
-      std::printf("TIMEOUT_TEST_BAD: the group was made without rank 1\n");
-    } catch (const Error& e) {
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const bool ok = elapsed >= timeout && elapsed <= timeout + 3;
-      std::printf("%s elapsed=%.2f s: %s\n", ok ? "TIMEOUT_TEST_OK" : "TIMEOUT_TEST_BAD", elapsed, e.what());
-    }
-    std::fflush(stdout);
-    MpiEnv::abort_job("timeout test done", 3);
-  }
-  auto comm = make_communicator(argc == 4 ? argv[3] : "mpi", {0, 1}, "pair(0,1)", timeout);
-  comm->barrier();  // both members are up
-  if (MpiEnv::rank() == 1) {
-    // Never joins; the abort from rank 0 ends this process. Fail loudly if it does not.
-    std::this_thread::sleep_for(std::chrono::duration<double>(timeout + 20));
-    std::printf("TIMEOUT_TEST_BAD: rank 1 was not aborted\n");
-    std::fflush(stdout);
-    return 1;
-  }
-  std::vector<float> buf(1000, 1.f), other(1000, 0.f);
+namespace {
+
+// Rank 1's part: it never joins, and the abort from rank 0 ends this process. Fails loudly if not.
+int never_join(double timeout) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(timeout + 20));
+  std::printf("TIMEOUT_TEST_BAD: rank 1 was not aborted\n");
+  std::fflush(stdout);
+  return 1;
+}
+
+// Rank 0's part: `call` must throw Error within [timeout, timeout + 3 s]; prints the verdict and
+// aborts the job as shardlm's top level does. `returned`: what it means if the call returns.
+template <typename Call>
+[[noreturn]] void expect_timeout(double timeout, Call call, const std::string& returned) {
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    if (op == "all_reduce") comm->all_reduce(buf.data(), buf.size(), CommDType::kF32, ReduceOp::kSum);
-    else if (op == "recv") comm->recv(buf.data(), buf.size(), CommDType::kF32, 1, 3);
-    else if (op == "send_recv") comm->send_recv(buf.data(), buf.size(), 1, other.data(), other.size(), 1, CommDType::kF32, 3);
-    else MpiEnv::abort_job("unknown op " + op);
-    std::printf("TIMEOUT_TEST_BAD: %s returned\n", op.c_str());
+    call();
+    std::printf("TIMEOUT_TEST_BAD: %s\n", returned.c_str());
   } catch (const Error& e) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const bool ok = elapsed >= timeout && elapsed <= timeout + 3;
@@ -72,4 +46,44 @@ int main(int argc, char** argv) {
   }
   std::fflush(stdout);
   MpiEnv::abort_job("timeout test done", 3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MpiEnv mpi(&argc, &argv);
+  if (argc < 3 || argc > 4 || MpiEnv::size() != 2) {
+    std::fprintf(stderr,
+                 "usage: mpiexec -np 2 test_comm_timeout all_reduce|recv|send_recv|create TIMEOUT_S [mpi|fabric]\n");
+    return 2;
+  }
+  const std::string op = argv[1];
+  const double timeout = std::atof(argv[2]);
+  const std::string backend = argc == 4 ? argv[3] : "mpi";
+  if (op == "create") {
+    if (MpiEnv::rank() == 1) return never_join(timeout);
+    expect_timeout(
+        timeout,
+        [&] {
+          make_communicator(backend, {0, 1}, "pair(0,1)", timeout);
+        },
+        "the group was made without rank 1");
+  }
+  auto comm = make_communicator(backend, {0, 1}, "pair(0,1)", timeout);
+  comm->barrier();  // both members are up
+  if (MpiEnv::rank() == 1) return never_join(timeout);
+  std::vector<float> buf(1000, 1.f), other(1000, 0.f);
+  expect_timeout(
+      timeout,
+      [&] {
+        if (op == "all_reduce")
+          comm->all_reduce(buf.data(), buf.size(), CommDType::kF32, ReduceOp::kSum);
+        else if (op == "recv")
+          comm->recv(buf.data(), buf.size(), CommDType::kF32, 1, 3);
+        else if (op == "send_recv")
+          comm->send_recv(buf.data(), buf.size(), 1, other.data(), other.size(), 1, CommDType::kF32, 3);
+        else
+          MpiEnv::abort_job("unknown op " + op);
+      },
+      op + " returned");
 }
