@@ -50,8 +50,14 @@ void decode_stops(std::vector<std::string>* stops) {
   }
 }
 
+// A switch: --name alone sets it; --name=false turns off one a job file sets (a bool_switch could not).
+po::typed_value<bool>* flag(bool* v) {
+  return po::value(v)->default_value(false, "false")->implicit_value(true, "true")->value_name("BOOL");
+}
+
 po::options_description describe(RunOptions& o) {
-  po::options_description d("shardlm run options (also readable from an INI job file; the command line wins)");
+  po::options_description d(
+      "shardlm run options (also readable from an INI job file; the command line wins, --switch=false included)");
   // clang-format off
   d.add_options()
     ("model", po::value(&o.model), "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)")
@@ -60,8 +66,8 @@ po::options_description describe(RunOptions& o) {
     ("format", po::value(&o.format)->default_value(o.format), "prompt file format: auto|jsonl|text|openai")
     ("config", po::value(&o.config), "INI job file with any of these options")
     ("backend", po::value(&o.backend)->default_value(o.backend), "compute backend")
-    ("cuda-graphs", po::bool_switch(&o.cuda_graphs), "capture decode steps (one token per sequence, padded to 1, 2, 4 .. 256 rows) as CUDA graphs and replay them; --backend cuda, dense and MoE models, tp and ep only over --comm nccl (other steps run eagerly)")
-    ("op-profile", po::bool_switch(&o.op_profile), "time each rank's part of every step by op group (attention, MLP, MoE, norms, all-reduces, LM head, sampling; on CUDA device time between events on the stream, which costs an event per group boundary): rank 0's tables on stderr at the end, every rank's in /op_profile; a step replayed from a CUDA graph is one group")
+    ("cuda-graphs", flag(&o.cuda_graphs), "capture decode steps (one token per sequence, padded to 1, 2, 4 .. 256 rows) as CUDA graphs and replay them; --backend cuda, dense and MoE models, tp and ep only over --comm nccl (other steps run eagerly)")
+    ("op-profile", flag(&o.op_profile), "time each rank's part of every step by op group (attention, MLP, MoE, norms, all-reduces, LM head, sampling; on CUDA device time between events on the stream, which costs an event per group boundary): rank 0's tables on stderr at the end, every rank's in /op_profile; a step replayed from a CUDA graph is one group")
     ("ep-graph-capacity", po::value(&o.ep_graph_capacity)->default_value(o.ep_graph_capacity), "with --cuda-graphs and ep: the rows a captured MoE exchange reserves per peer, as a multiple of the mean load (tokens x top-k / ep) plus one token's; a step that overflows them is redone eagerly (/ranks/graph_reruns); 0: the worst case, never redone")
     ("ep-wire", po::value(&o.ep_wire)->default_value(o.ep_wire), "expert-parallel MoE rows between ranks (dispatch rows and combine results): fp32 (every layout gives the single-rank bits), bf16 (half the bytes; each row rounded to bf16 once: the ep layouts give the same bits as each other, tp ones within tolerance, and differ from a layout without ep by that rounding) or fp8 (DeepEP's format: dispatch rows quantised once to e4m3 with a scale per 128 values, about a quarter of their bytes, and combine results in bf16; the ep layouts give each other's bits as with bf16)")
     ("max-new-tokens", po::value(&o.max_new_tokens)->default_value(o.max_new_tokens), "default max tokens generated per request")
@@ -74,7 +80,7 @@ po::options_description describe(RunOptions& o) {
     // Not composing: stop strings given on the command line replace the job file's. A value that is
     // a JSON string ("\" Answer:\"") is decoded, so that spaces and '#' (a job file's comment) survive.
     ("stop", po::value(&o.stop), "default stop string (repeatable; a JSON string literal is decoded)")
-    ("ignore-eos", po::bool_switch(&o.ignore_eos), "keep generating past EOS")
+    ("ignore-eos", flag(&o.ignore_eos), "keep generating past EOS")
     ("max-batch-tokens", po::value(&o.max_batch_tokens)->default_value(o.max_batch_tokens), "tokens per scheduler step (prefill chunks included)")
     ("max-seqs", po::value(&o.max_seqs)->default_value(o.max_seqs), "sequences running at once")
     ("kv-cache-gb", po::value(&o.kv_cache_gb)->default_value(o.kv_cache_gb), "KV cache memory budget per rank, GiB, or auto: on a GPU --kv-cache-free-fraction of the device memory free once the weights are loaded and the profile steps (the largest a step can be: --max-batch-tokens over --max-seqs sequences) have run, on the CPU 4")
@@ -92,7 +98,7 @@ po::options_description describe(RunOptions& o) {
     ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads per rank (0 = all cores)")
     ("flush-every", po::value(&o.flush_every)->default_value(o.flush_every), "flush the HDF5 file every N finished requests")
     ("flush-seconds", po::value(&o.flush_seconds)->default_value(o.flush_seconds), "... and at least every S seconds (0 = off)")
-    ("resume", po::bool_switch(&o.resume), "append to an existing --out, skipping the request ids it already holds (a fresh run when it does not exist)")
+    ("resume", flag(&o.resume), "append to an existing --out, skipping the request ids it already holds (a fresh run when it does not exist)")
     ("progress-interval", po::value(&o.progress_interval)->default_value(o.progress_interval), "seconds between progress lines (0 = none)")
     ("tp", po::value(&o.tp)->default_value(o.tp), "tensor-parallel ranks per pipeline stage")
     ("pp", po::value(&o.pp)->default_value(o.pp), "pipeline stages per replica")
@@ -105,9 +111,9 @@ po::options_description describe(RunOptions& o) {
     ("metrics-port", po::value(&o.metrics_port)->default_value(o.metrics_port), "serve Prometheus metrics at http://BIND:PORT/metrics on the writer rank (-1 = off, 0 = any free port)")
     ("metrics-bind", po::value(&o.metrics_bind)->default_value(o.metrics_bind), "address the metrics endpoint listens on")
     ("metrics-file", po::value(&o.metrics_file), "write the metrics to this file every few seconds (node_exporter textfile collector)")
-    ("require-efa", po::bool_switch(&o.require_efa), "fail at start, on every rank, unless every node's libfabric lists the efa provider (the report names the nodes and what they have instead)")
+    ("require-efa", flag(&o.require_efa), "fail at start, on every rank, unless every node's libfabric lists the efa provider (the report names the nodes and what they have instead)")
     ("fabric-report", po::value(&o.fabric_report)->default_value(o.fabric_report), "network preflight report: auto (one line per kind of node and the warnings with several ranks, one line alone) | on | line | off")
-    ("quiet,q", po::bool_switch(&o.quiet), "no progress lines");
+    ("quiet,q", flag(&o.quiet), "no progress lines");
   // clang-format on
   return d;
 }

@@ -254,8 +254,9 @@ TEST(Cli, JobFileWithCommandLineOverride) {
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
   fs::path d = tmpdir("ini");
   test::write_file(d / "p.txt", "Once upon a time\nThe dog\n");
-  test::write_file(d / "job.ini", "model = " + model + "\nprompts = " + (d / "p.txt").string() + "\nout = " +
-                           (d / "o.h5").string() + "\nmax-new-tokens = 3\nquiet = true\n");
+  test::write_file(d / "job.ini", "model = " + model + "\nprompts = " + (d / "p.txt").string() +
+                                      "\nout = " + (d / "o.h5").string() +
+                                      "\nmax-new-tokens = 3\nquiet = true\nignore-eos = true\n");
   Proc p = sh(bin() + " run --config " + (d / "job.ini").string() + " --max-new-tokens 5");
   ASSERT_EQ(p.code, 0) << p.out;
   test::H5Reader h(d / "o.h5");
@@ -263,6 +264,17 @@ TEST(Cli, JobFileWithCommandLineOverride) {
   ASSERT_EQ(outs.size(), 2u);
   EXPECT_EQ(outs[0].size(), 5u);
   EXPECT_EQ(h.strings("/requests/id"), (std::vector<std::string>{"1", "2"}));
+  EXPECT_NE(h.string_attr("config").find("\nignore-eos = true\n"), std::string::npos) << h.string_attr("config");
+  // A switch the job file turns on, the command line turns off.
+  Proc off = sh(bin() + " run --config " + (d / "job.ini").string() + " --ignore-eos=false --quiet false --out " +
+                (d / "off.h5").string());
+  ASSERT_EQ(off.code, 0) << off.out;
+  EXPECT_NE(test::H5Reader(d / "off.h5").string_attr("config").find("\nignore-eos = false\n"), std::string::npos);
+  EXPECT_NE(off.out.find("KV cache on rank 0"), std::string::npos) << "--quiet false: the start report expected\n"
+                                                                   << off.out;
+  Proc bad = sh(bin() + " run --config " + (d / "job.ini").string() + " --ignore-eos=maybe");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("ignore-eos"), std::string::npos) << bad.out;
 }
 
 // The recorded config reproduces the run as a job file: stop strings are kept JSON-quoted (a
