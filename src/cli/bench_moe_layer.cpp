@@ -95,7 +95,7 @@ void open_ep_group(const Options& o, Layer* layer) {
   std::vector<int> members(static_cast<size_t>(MpiEnv::size()));
   for (size_t i = 0; i < members.size(); ++i) members[i] = static_cast<int>(i);
   // One GPU per rank before the communicator: NCCL and staged MPI buffers live on it.
-  if (o.backend_name == "cuda" || o.comm_name == "nccl") bind_local_gpu(node_local());
+  if (o.backend_name == "cuda" || o.comm_name == "nccl") bind_local_gpu(node_local(o.timeout));
   layer->comm = make_communicator(o.comm_name, members, "ep", o.timeout);
   const int n = layer->comm->size();
   layer->n = n;

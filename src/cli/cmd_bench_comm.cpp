@@ -407,7 +407,7 @@ int cmd_bench_comm(int argc, char** argv) {
 
   std::vector<int> members(static_cast<size_t>(MpiEnv::size()));
   for (size_t i = 0; i < members.size(); ++i) members[i] = static_cast<int>(i);
-  const int gpu = bind_local_gpu(node_local());  // collective: every rank calls it
+  const int gpu = bind_local_gpu(node_local(timeout));  // collective: every rank calls it
   std::unique_ptr<Communicator> comm = make_communicator(backend, members, group, timeout);
   const std::shared_ptr<MemorySpace> device_memory = device_buffers ? comm->device_memory() : nullptr;
   // Every rank checks the same thing (the same build, a GPU on each or on none), so all fail alike.

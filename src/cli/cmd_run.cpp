@@ -284,7 +284,7 @@ int cmd_run(int argc, char** argv) {
   int gpu = -1;
   NodeLocal node;
   if (opt.backend == "cuda" || opt.comm == "nccl") {
-    node = node_local();
+    node = node_local(opt.comm_timeout);
     gpu = bind_local_gpu(node);
   }
   LayoutGroups groups = make_layout_groups(topo, opt.comm, opt.comm_timeout);
@@ -314,7 +314,7 @@ int cmd_run(int argc, char** argv) {
   // Replicas claim windows of prompt lines from one queue; every rank takes part in its creation.
   std::unique_ptr<LineQueue> queue;
   if (layout.engine_groups() > 1) {
-    queue = std::make_unique<LineQueue>(kLinesPerClaim, topo.engine_group(), layout.engine_groups());
+    queue = std::make_unique<LineQueue>(kLinesPerClaim, topo.engine_group(), layout.engine_groups(), opt.comm_timeout);
   }
   const Coords& c = topo.coords();
   const auto [first_layer, last_layer] = topo.stage_layers(c.pp);

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "parallel/meet_members.h"
 #include "parallel/mpi_env.h"
 
 namespace shardlm {
@@ -66,70 +67,6 @@ struct Types {
 
 }  // namespace
 
-namespace {
-
-// Every member is here before a call that would wait for a missing one for ever
-// (MPI_Comm_create_group): member 0 hears from each, then lets each go, under the deadline. A
-// member stuck before it (in a device's setup, say) then ends the others' wait with an error that
-// names it instead of a silent hang. On the control communicator (MpiEnv::control_comm), whose
-// messages nothing else receives; a rank creates its groups one after another, in the same order
-// as its peers, so the messages of two groups never cross.
-void meet_members(const std::vector<int>& members, int rank, const std::string& name, double timeout_s) {
-  const MPI_Comm ctl = MpiEnv::control_comm();
-  if (ctl == MPI_COMM_NULL || timeout_s <= 0) return;
-  constexpr int kTag = 7;
-  const size_t n = members.size();
-  int token = 1;
-  std::vector<int> got(n, 0);
-  std::vector<MPI_Request> reqs;
-  // Waits for reqs, polling; on the deadline names the members whose request has not completed.
-  auto wait = [&](const std::vector<int>& peers, const char* what) {
-    const auto t0 = Clock::now();
-    std::vector<int> done(reqs.size(), 0);
-    for (;;) {
-      bool all = true;
-      for (size_t i = 0; i < reqs.size(); ++i) {
-        if (!done[i]) MPI_Test(&reqs[i], &done[i], MPI_STATUS_IGNORE);
-        all = all && done[i];
-      }
-      if (all) return;
-      if (std::chrono::duration<double>(Clock::now() - t0).count() > timeout_s) {
-        std::string missing;
-        for (size_t i = 0; i < reqs.size(); ++i)
-          if (!done[i]) missing += " " + std::to_string(peers[i]);
-        SHARDLM_FAIL("creating communicator " << name << ": " << what << " world rank(s)" << missing << " for "
-                                              << timeout_s
-                                              << " s (stuck or not started before it; raise --comm-timeout if they "
-                                                 "were only slow)");
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-  };
-  std::vector<int> peers;
-  if (rank == 0) {
-    for (size_t i = 1; i < n; ++i) {
-      reqs.emplace_back();
-      peers.push_back(members[i]);
-      MPI_Irecv(&got[i], 1, MPI_INT, members[i], kTag, ctl, &reqs.back());
-    }
-    wait(peers, "no word from");
-    reqs.clear();
-    for (size_t i = 1; i < n; ++i) {
-      reqs.emplace_back();
-      MPI_Isend(&token, 1, MPI_INT, members[i], kTag, ctl, &reqs.back());
-    }
-    wait(peers, "no answer from");
-  } else {
-    peers = {members[0], members[0]};
-    reqs.resize(2);
-    MPI_Isend(&token, 1, MPI_INT, members[0], kTag, ctl, &reqs[0]);
-    MPI_Irecv(&got[0], 1, MPI_INT, members[0], kTag, ctl, &reqs[1]);
-    wait(peers, "no word from the group's first member,");
-  }
-}
-
-}  // namespace
-
 int MpiCommunicator::group_tag(const std::vector<int>& members, int tag_ub) {
   std::vector<int> sorted = members;
   std::sort(sorted.begin(), sorted.end());
@@ -166,7 +103,7 @@ MpiCommunicator::MpiCommunicator(const std::vector<int>& members, std::string na
   int flag = 0;
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &attr, &flag);
   const int tag_ub = flag ? *static_cast<int*>(attr) : 32767;
-  meet_members(members_, rank_, name_, timeout_s_);
+  meet_members(members_, rank_, "creating communicator " + name_, timeout_s_);
   MPI_Group world_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
   check_mpi(MPI_Comm_group(MPI_COMM_WORLD, &world_group), "MPI_Comm_group");
   check_mpi(MPI_Group_incl(world_group, size(), members_.data(), &group), "MPI_Group_incl");

@@ -253,7 +253,7 @@ std::string require_efa_verdict(const std::vector<FabricFacts>& nodes) {
 }
 
 FabricReport fabric_preflight(Communicator* world, bool require_efa, FabricReportMode mode) {
-  const NodeLocal nl = node_local();
+  const NodeLocal nl = node_local(0);  // the world communicator's creation has just met every rank
   const int rank = world ? world->rank() : 0;
   if (world) {
     // Node leaders are named by world rank: the communicator must be the world in rank order.

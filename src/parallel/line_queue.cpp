@@ -4,15 +4,17 @@
 #include <exception>
 
 #include "core/error.h"
+#include "parallel/meet_members.h"
 #include "parallel/mpi_env.h"
 
 namespace shardlm {
 
-LineQueue::LineQueue(int64_t lines_per_claim, int group, int groups)
+LineQueue::LineQueue(int64_t lines_per_claim, int group, int groups, double timeout_s)
     : chunk_(lines_per_claim), group_(group), groups_(groups) {
   SHARDLM_CHECK(chunk_ >= 1, "lines per claim must be >= 1");
   SHARDLM_CHECK(groups_ >= 1 && group_ >= 0 && group_ < groups_,
                 "engine group " << group_ << " is not one of " << groups_);
+  meet_world("creating the prompt-line queue", timeout_s);
   const bool holder = MpiEnv::rank() == 0;
   const int rc = MPI_Win_create(holder ? &counter_ : nullptr, holder ? sizeof counter_ : 0, sizeof counter_,
                                 MPI_INFO_NULL, MPI_COMM_WORLD, &win_);

@@ -16,9 +16,10 @@ namespace shardlm {
 
 class LineQueue {
  public:
-  // Collective over MPI_COMM_WORLD: every rank constructs it, and destroys it, at matching points.
-  // `group` is this rank's engine group of `groups`.
-  LineQueue(int64_t lines_per_claim, int group, int groups);
+  // Collective over MPI_COMM_WORLD: every rank constructs it, and destroys it, at matching points;
+  // one that does not come to the construction within timeout_s is named in an Error (<= 0: no
+  // deadline). `group` is this rank's engine group of `groups`.
+  LineQueue(int64_t lines_per_claim, int group, int groups, double timeout_s);
   ~LineQueue();
   LineQueue(const LineQueue&) = delete;
   LineQueue& operator=(const LineQueue&) = delete;

@@ -5,13 +5,15 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "parallel/meet_members.h"
 #include "parallel/mpi_env.h"
 
 namespace shardlm {
 
-NodeLocal node_local() {
+NodeLocal node_local(double timeout_s) {
   NodeLocal n;
   if (!MpiEnv::initialized()) return n;
+  meet_world("finding the ranks of each node", timeout_s);
   const int world_rank = MpiEnv::rank(), world_size = MpiEnv::size();
   MPI_Comm shared = MPI_COMM_NULL;
   SHARDLM_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &shared) ==

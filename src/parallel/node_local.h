@@ -15,8 +15,9 @@ struct NodeLocal {
   std::vector<int> node_leaders;  // world rank of each node's local rank 0, by node index
 };
 
-// Collective over MPI_COMM_WORLD (every rank calls it). Without MPI (not initialised) it returns
-// the single-process answer.
-NodeLocal node_local();
+// Collective over MPI_COMM_WORLD (every rank calls it). The ranks meet first (meet_members.h): one
+// that does not come within timeout_s is named in an Error (<= 0: no deadline). Without MPI (not
+// initialised) it returns the single-process answer.
+NodeLocal node_local(double timeout_s);
 
 }  // namespace shardlm

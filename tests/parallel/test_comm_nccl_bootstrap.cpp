@@ -223,7 +223,7 @@ bool every_rank_has_own_gpu(const NodeLocal& nl) {
 
 TEST(NcclGpu, EveryOpOnDeviceBuffers) {
   SHARDLM_REQUIRE_GPU();
-  const NodeLocal nl = node_local();
+  const NodeLocal nl = node_local(60);
   const bool shared = !every_rank_has_own_gpu(nl);
   ASSERT_GE(bind_local_gpu(nl), 0);
   const std::vector<int> members = shared ? std::vector<int>{MpiEnv::rank()} : world_members();
@@ -336,7 +336,7 @@ TEST(NcclGpu, EveryOpOnDeviceBuffers) {
 
 TEST(NcclGpu, TwoRanksOnOneGpuFailClearly) {
   SHARDLM_REQUIRE_GPU();
-  const NodeLocal nl = node_local();
+  const NodeLocal nl = node_local(60);
   int one_gpu = (nl.nodes == 1 && cuda::device_count() == 1 && MpiEnv::size() >= 2) ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &one_gpu, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (!one_gpu) GTEST_SKIP() << "needs two or more ranks sharing a single GPU";
@@ -357,7 +357,7 @@ TEST(NcclGpu, TwoRanksOnOneGpuFailClearly) {
 // device calls. Emulated only: NCCL leaves mismatched counts undefined.
 TEST(NcclGpu, AsyncErrorAbortsTheCommunicatorClearly) {
   SHARDLM_REQUIRE_GPU();
-  const NodeLocal nl = node_local();
+  const NodeLocal nl = node_local(60);
   if (MpiEnv::size() < 2 || !every_rank_has_own_gpu(nl)) GTEST_SKIP() << "needs two ranks with a GPU each";
   ASSERT_GE(bind_local_gpu(nl), 0);
   if (MpiEnv::rank() < 2) {

@@ -1,7 +1,8 @@
 // test_comm_timeout OP TIMEOUT_S [BACKEND], under mpiexec -np 2: ranks 0 and 1 make the group
 // "pair(0,1)" on BACKEND (mpi, the default, or fabric); rank 0 starts OP (all_reduce, recv or
 // send_recv) and rank 1 never takes part. OP "create": rank 1 never comes to make the group, and
-// rank 0's creation times out. Rank 0 must throw
+// rank 0's creation times out; OP "node_local" / "line_queue": rank 1 never comes to the world
+// collective of node_local() / LineQueue's construction. Rank 0 must throw
 // Error within [TIMEOUT_S, TIMEOUT_S + 3 s]; it prints "TIMEOUT_TEST_OK elapsed=X s: <message>"
 // (or TIMEOUT_TEST_BAD) and then aborts the job the way shardlm's top level does, which also
 // ends rank 1. Expected outcome: non-zero exit and the OK line (checked by run_expect.cmake).
@@ -17,6 +18,8 @@
 
 #include "core/error.h"
 #include "parallel/communicator.h"
+#include "parallel/line_queue.h"
+#include "parallel/node_local.h"
 #include "parallel/mpi_env.h"
 
 using namespace shardlm;
@@ -54,7 +57,8 @@ int main(int argc, char** argv) {
   MpiEnv mpi(&argc, &argv);
   if (argc < 3 || argc > 4 || MpiEnv::size() != 2) {
     std::fprintf(stderr,
-                 "usage: mpiexec -np 2 test_comm_timeout all_reduce|recv|send_recv|create TIMEOUT_S [mpi|fabric]\n");
+                 "usage: mpiexec -np 2 test_comm_timeout all_reduce|recv|send_recv|create|node_local|line_queue "
+                 "TIMEOUT_S [mpi|fabric]\n");
     return 2;
   }
   const std::string op = argv[1];
@@ -68,6 +72,18 @@ int main(int argc, char** argv) {
           make_communicator(backend, {0, 1}, "pair(0,1)", timeout);
         },
         "the group was made without rank 1");
+  }
+  if (op == "node_local" || op == "line_queue") {
+    if (MpiEnv::rank() == 1) return never_join(timeout);
+    expect_timeout(
+        timeout,
+        [&] {
+          if (op == "node_local")
+            node_local(timeout);
+          else
+            LineQueue(16, 0, 2, timeout);
+        },
+        op + " finished without rank 1");
   }
   auto comm = make_communicator(backend, {0, 1}, "pair(0,1)", timeout);
   comm->barrier();  // both members are up
