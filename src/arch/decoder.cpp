@@ -32,8 +32,9 @@ struct Layer {
 };
 
 // Pipeline messages between stages: the residual stream, then the step's logits back to the
-// leader, or, for a step with sample rows, the choices (R tokens, then R logprobs' bits).
-constexpr int kTagHidden = 11, kTagLogits = 12;
+// leader, or, for a step with sample rows, the choices (R tokens, then R logprobs' bits); for MoE
+// models the MoE figures of the stages after the first, summed along the way (see stage_moe_on).
+constexpr int kTagHidden = 11, kTagLogits = 12, kTagMoe = 13;
 // The scratch slot where a later stage's graph step receives the previous stage's hidden states.
 constexpr int kStageInput = 17;
 // The bf16 twins (compute/backend.h Activations) of the normed hidden state (slot 1) and of the
@@ -172,6 +173,7 @@ class Decoder final : public Model {
         f.logits.resize(static_cast<size_t>(f.rows * spec_.vocab_size));
         f.recv = comms_.pp->irecv(f.logits.data(), f.logits.size(), CommDType::kF32, plan_.stages - 1, kTagLogits);
       }
+      f.moe_recv = receive_later_stages_moe(&f.later_moe);
       comms_.pp->send(scratch_.get(0, std::max<int64_t>(T, 1) * spec_.hidden_size), T * spec_.hidden_size,
                       CommDType::kF32, 1, kTagHidden);
       end_profiled_step();
@@ -258,18 +260,70 @@ class Decoder final : public Model {
     float* residual = scratch_.get(0, std::max<int64_t>(T, 1) * H);
     if (!plan_.last_stage()) {
       // The leader gets the logits back from the last stage; post that receive before sending on.
-      std::unique_ptr<CommRequest> back;
+      std::unique_ptr<CommRequest> back, moe_back;
       if (plan_.first_stage() && plan_.tp_rank == 0 && !batch.logit_rows.empty()) {
         SHARDLM_CHECK(!batch.sampled(), "a sampled step through pipeline stages is run with begin_step and "
                                         "end_step_sampled (the last stage returns choices, not logits)");
         back = comms_.pp->irecv(logits, batch.logit_rows.size() * spec_.vocab_size, CommDType::kF32,
                                 plan_.stages - 1, kTagLogits);
       }
+      if (leads_pipeline()) moe_back = receive_later_stages_moe(&moe_wire_);
       comms_.pp->send(residual, T * H, CommDType::kF32, plan_.stage + 1, kTagHidden);
+      stage_moe_on();
       if (back) back->wait();
+      if (moe_back) {
+        moe_back->wait();
+        last_moe_ = moe_stats_;
+        add_moe_wire(moe_wire_, &last_moe_);
+      } else if (leads_pipeline() && spec_.moe.enabled()) {
+        last_moe_ = moe_stats_;
+      }
       return;
     }
     head(batch, graph_logits);
+    stage_moe_on();
+  }
+
+  // ---- The MoE figures of a step over its pipeline stages ----
+  // The step rows and the report count every stage's MoE layers: each later stage's tp rank 0
+  // adds its figures to those of the stages before it (after the first) and sends the sum on, the
+  // last stage to the leader, which adds them to its own when the step ends. Small: E + 4 int64.
+
+  // The leader's receive of the sum from the last stage; null without MoE.
+  std::unique_ptr<CommRequest> receive_later_stages_moe(std::vector<int64_t>* wire) {
+    if (!spec_.moe.enabled()) return nullptr;
+    wire->assign(static_cast<size_t>(spec_.moe.num_experts) + 4, 0);
+    return comms_.pp->irecv(wire->data(), wire->size(), CommDType::kI64, plan_.stages - 1, kTagMoe);
+  }
+  // A later stage, after its part of the step: the sum so far, with this stage's figures, sent on.
+  void stage_moe_on() {
+    if (!spec_.moe.enabled() || plan_.first_stage() || plan_.tp_rank != 0) return;
+    const size_t E = static_cast<size_t>(spec_.moe.num_experts);
+    moe_wire_.assign(E + 4, 0);
+    if (plan_.stage >= 2)
+      comms_.pp->recv(moe_wire_.data(), moe_wire_.size(), CommDType::kI64, plan_.stage - 1, kTagMoe);
+    MoeStepStats sum = moe_stats_;
+    add_moe_wire(moe_wire_, &sum);
+    for (size_t e = 0; e < E; ++e) moe_wire_[e] = sum.expert_tokens[e];
+    moe_wire_[E] = sum.dispatch_bytes;
+    moe_wire_[E + 1] = sum.combine_bytes;
+    std::memcpy(&moe_wire_[E + 2], &sum.dispatch_s, sizeof(double));  // the seconds' bits, exact
+    std::memcpy(&moe_wire_[E + 3], &sum.combine_s, sizeof(double));
+    comms_.pp->send(moe_wire_.data(), moe_wire_.size(), CommDType::kI64,
+                    plan_.last_stage() ? 0 : plan_.stage + 1, kTagMoe);
+  }
+  // Adds figures in their wire form (stage_moe_on) to s.
+  static void add_moe_wire(const std::vector<int64_t>& wire, MoeStepStats* s) {
+    const size_t E = s->expert_tokens.size();
+    SHARDLM_CHECK(wire.size() == E + 4, "MoE figures of " << wire.size() << " values for " << E << " experts");
+    for (size_t e = 0; e < E; ++e) s->expert_tokens[e] += wire[e];
+    s->dispatch_bytes += wire[E];
+    s->combine_bytes += wire[E + 1];
+    double d = 0, c = 0;
+    std::memcpy(&d, &wire[E + 2], sizeof(double));
+    std::memcpy(&c, &wire[E + 3], sizeof(double));
+    s->dispatch_s += d;
+    s->combine_s += c;
   }
 
   bool leads_pipeline() const { return plan_.stages > 1 && plan_.first_stage() && plan_.tp_rank == 0; }
@@ -311,6 +365,10 @@ class Decoder final : public Model {
     InFlight f = std::move(inflight_.front());
     inflight_.pop_front();
     if (f.recv) f.recv->wait();
+    if (f.moe_recv) {
+      f.moe_recv->wait();
+      add_moe_wire(f.later_moe, &f.moe);
+    }
     if (spec_.moe.enabled()) last_moe_ = std::move(f.moe);
     check_end(sampled, f.sampled, f.rows);
     return f;
@@ -610,7 +668,9 @@ class Decoder final : public Model {
     bool sampled = false;
     std::unique_ptr<CommRequest> recv;
     int64_t rows = 0;
-    MoeStepStats moe;  // of this step's stage-0 MoE layers
+    MoeStepStats moe;  // of this step's stage-0 MoE layers, then of every stage's
+    std::vector<int64_t> later_moe;  // the later stages' figures (stage_moe_on), as received
+    std::unique_ptr<CommRequest> moe_recv;
   };
 
   // The step's expert loads, for MoE layers (with ep: in a captured step): counted where the
@@ -650,6 +710,7 @@ class Decoder final : public Model {
   ModelSpec spec_;
   ShardPlan plan_;
   MoeStepStats moe_stats_, last_moe_;  // the step being run; the step last ended (pipelined leader)
+  std::vector<int64_t> moe_wire_;      // MoE figures on their way between stages (stage_moe_on)
   ShardComms comms_;
   ComputeBackend& b_;
   Scratch scratch_;
