@@ -146,7 +146,8 @@ int cmd_report(int argc, char** argv) {
     if (!plots_dir.empty()) {
       j["plots"] = {{"dir", plots_dir}, {"written", plots.written}, {"problem", plots.problem}};
     }
-    std::cout << j.dump(2) << "\n";
+    // Strings from the file (the command line, paths) need not be UTF-8: bad bytes become U+FFFD.
+    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::cout << report::format_report(summary);
     if (!plots_dir.empty()) {

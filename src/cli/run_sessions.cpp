@@ -32,19 +32,10 @@ EarlierSessions read_earlier_sessions(const std::string& path) {
   for (size_t i = 0; i < n; ++i)
     e.stats.add_row(r.prompt_len[i], r.output_len[i], !r.error[i].empty(), r.t_queued[i], r.t_first_token[i],
                     r.t_finished[i]);
-  const double ended = number_or(d, "wall_seconds", -1);
-  if (ended >= 0) {
-    e.stats.wall_s = ended;  // every session up to the last, which ended
-    e.stats.preemptions = static_cast<int64_t>(number_or(d, "preemptions", 0));
-  } else {
-    // The last session was killed: its running time is at least its last finished row's time
-    // (row times count from their session's start).
-    const auto first = static_cast<size_t>(std::clamp<double>(number_or(d, "session_rows_before", 0), 0, n));
-    double last = 0;
-    for (size_t i = first; i < n; ++i) last = std::max(last, r.t_finished[i]);
-    e.stats.wall_s = number_or(d, "wall_seconds_before", 0) + last;
-    e.stats.preemptions = static_cast<int64_t>(number_or(d, "preemptions_before", 0));
-  }
+  // A killed last session ran at least until its last finished row.
+  const report::RunningTime ran = report::running_time(d);
+  e.stats.wall_s = ran.seconds;
+  e.stats.preemptions = static_cast<int64_t>(number_or(d, ran.ended ? "preemptions" : "preemptions_before", 0));
   e.stats.steps = static_cast<int64_t>(d.steps.size());
   return e;
 }

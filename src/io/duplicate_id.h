@@ -19,4 +19,11 @@ inline bool is_duplicate_id_error(const std::string& error, const std::string& i
          error.compare(error.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+// Whether `error` is such a row's, for any id.
+inline bool is_duplicate_id_error(const std::string& error) {
+  const std::string tail = "' (an earlier request has it)";
+  return error.rfind("line ", 0) == 0 && error.find(": duplicate id '") != std::string::npos &&
+         error.size() > tail.size() && error.compare(error.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 }  // namespace shardlm

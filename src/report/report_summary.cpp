@@ -14,6 +14,7 @@
 #include "arch/expert_wire.h"
 #include "core/error.h"
 #include "engine/run_stats.h"
+#include "io/duplicate_id.h"
 
 namespace shardlm::report {
 
@@ -229,6 +230,7 @@ Distribution distribution(const std::vector<double>& v) {
 }
 
 std::string error_kind(const std::string& message) {
+  if (is_duplicate_id_error(message)) return "duplicate id";  // not one kind per id
   std::string m = message;
   // Drop the "line N: " prefix the reader and engine put on per-request errors.
   if (m.rfind("line ", 0) == 0) {
@@ -263,14 +265,16 @@ ReportSummary summarize(const RunData& d) {
   s.start_time = attr_string(d, "start_time");
   s.end_time = attr_string(d, "end_time");
   // wall_seconds is written with the other end-of-run attributes: without it the run never ended.
-  const std::optional<double> wall_attr = attr_number(d, "wall_seconds");
-  s.finished = wall_attr.has_value();
+  const RunningTime ran = running_time(d);
+  s.finished = ran.ended;
   s.interrupted_by_signal = static_cast<int64_t>(attr_number(d, "interrupted_by_signal").value_or(0));
 
   // Requests.
   const RequestRows& r = d.requests;
   std::vector<double> ttft, tpot, e2e;
-  double last_finished = 0;
+  // Rows of the last session: the /ranks figures (rewritten by each session) are theirs.
+  const auto session_first = static_cast<size_t>(
+      std::clamp<double>(attr_number(d, "session_rows_before").value_or(0), 0, static_cast<double>(r.size())));
   for (size_t i = 0; i < r.size(); ++i) {
     ++s.requests;
     const std::string& reason = r.finish_reason[i];
@@ -282,7 +286,7 @@ ReportSummary summarize(const RunData& d) {
     ReplicaSummary& rep = s.replicas[r.replica[i]];
     ++rep.requests;
     rep.output_tokens += r.output_len[i];
-    last_finished = std::max(last_finished, r.t_finished[i]);
+    if (i >= session_first) s.session_output_tokens += r.output_len[i];
     if (!r.error[i].empty()) {
       ++s.errors;
       ++s.error_kinds[error_kind(r.error[i])];
@@ -300,13 +304,11 @@ ReportSummary summarize(const RunData& d) {
   s.e2e = distribution(e2e);
 
   // Throughput.
-  if (wall_attr && *wall_attr > 0) {
-    s.wall_s = *wall_attr;
-    s.wall_source = "wall_seconds";
-  } else {
-    s.wall_s = last_finished;
-    s.wall_source = "last t_finished";
-  }
+  s.wall_s = ran.seconds;
+  s.wall_source = ran.ended     ? "wall_seconds"
+                  : ran.earlier ? "the earlier sessions' wall_seconds_before + the last session's last t_finished"
+                                : "last t_finished";
+  s.sessions = static_cast<int64_t>(attr_number(d, "sessions").value_or(1));
   if (s.wall_s > 0) {
     s.output_tokens_per_s = static_cast<double>(s.output_tokens) / s.wall_s;
     s.total_tokens_per_s = static_cast<double>(s.prompt_tokens + s.output_tokens) / s.wall_s;
@@ -364,8 +366,8 @@ ReportSummary summarize(const RunData& d) {
     s.ranks.push_back(std::move(rs));
   }
   std::sort(s.ranks.begin(), s.ranks.end(), [](const RankSummary& a, const RankSummary& b) { return a.rank < b.rank; });
-  if (s.output_tokens > 0) {
-    const double n = static_cast<double>(s.output_tokens);
+  if (s.session_output_tokens > 0) {
+    const double n = static_cast<double>(s.session_output_tokens);
     s.tp_bytes_per_token = static_cast<double>(s.tp_bytes_sent) / n;
     s.pp_bytes_per_token = static_cast<double>(s.pp_bytes_sent) / n;
     s.replica_bytes_per_token = static_cast<double>(s.replica_bytes_sent) / n;
@@ -378,10 +380,11 @@ ReportSummary summarize(const RunData& d) {
 
 std::string format_report(const ReportSummary& s) {
   std::ostringstream o;
-  char line[512];
+  char line[512];  // the fixed-width table rows
   auto row = [&](const char* label, const std::string& value) {
-    std::snprintf(line, sizeof line, "  %-13s %s\n", label, value.c_str());
-    o << line;
+    std::string l = label;
+    l.resize(std::max<size_t>(l.size(), 13), ' ');
+    o << "  " << l << ' ' << value << '\n';  // a value of any length (a long command line)
   };
   o << "shardlm report: " << s.path << "\n";
 
@@ -515,7 +518,7 @@ std::string format_report(const ReportSummary& s) {
       o << line;
     }
   }
-  o << "comm (bytes sent per output token)\n";
+  o << "comm (bytes sent per output token" << (s.sessions > 1 ? ", of the last session" : "") << ")\n";
   if (s.ranks.empty()) {
     o << "  (unknown: no /ranks in the file)\n";
     return o.str();
@@ -549,7 +552,8 @@ nlohmann::json report_json(const ReportSummary& s) {
                    {"prompt_tokens", s.prompt_tokens},
                    {"output_tokens", s.output_tokens},
                    {"per_replica", per_replica}};
-  j["throughput"] = {{"wall_s", s.wall_s},
+  j["throughput"] = {{"sessions", s.sessions},
+                     {"wall_s", s.wall_s},
                      {"wall_source", s.wall_source},
                      {"output_tokens_per_s", s.output_tokens_per_s},
                      {"total_tokens_per_s", s.total_tokens_per_s},
@@ -636,7 +640,9 @@ nlohmann::json report_json(const ReportSummary& s) {
         {{"kind", k.kind}, {"ranks", k.ranks}, {"steps", k.steps}, {"step_us", k.step_us}, {"sections", sections}});
   }
   if (!ops.empty()) j["op_profile"] = ops;
-  j["comm"] = {{"tp_bytes_sent", s.tp_bytes_sent},
+  j["comm"] = {{"sessions", s.sessions},
+               {"session_output_tokens", s.session_output_tokens},
+               {"tp_bytes_sent", s.tp_bytes_sent},
                {"pp_bytes_sent", s.pp_bytes_sent},
                {"replica_bytes_sent", s.replica_bytes_sent},
                {"tp_bytes_per_output_token", s.tp_bytes_per_token},

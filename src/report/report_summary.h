@@ -99,10 +99,11 @@ struct ReportSummary {
   int64_t prompt_tokens = 0, output_tokens = 0;
   std::map<int64_t, ReplicaSummary> replicas;
 
-  // Throughput over the run's wall time: the wall_seconds attribute, or (a file without it) the
-  // last t_finished.
+  // Throughput over the sessions' running time (report::running_time): the wall_seconds attribute,
+  // or (a file without it) the last t_finished, after the earlier sessions' time if any.
   double wall_s = 0;
-  std::string wall_source;  // "wall_seconds" or "last t_finished"
+  std::string wall_source;  // "wall_seconds", "last t_finished" or the two sums of a resumed file
+  int64_t sessions = 1;     // the sessions that wrote the file (--resume)
   double output_tokens_per_s = 0, total_tokens_per_s = 0, requests_per_s = 0;
 
   // Latencies of the requests without error that produced tokens: TTFT = t_first_token - t_queued,
@@ -118,8 +119,11 @@ struct ReportSummary {
   double mean_step_wall_s = 0;
   int64_t kv_blocks_used_max = 0;
 
-  // Ranks and communication: bytes each group's ranks sent, in all and per output token.
+  // Ranks and communication: bytes each group's ranks sent, in all and per output token. Each
+  // session rewrites /ranks, so with sessions > 1 they are the last session's, per its output
+  // tokens (the rows from session_rows_before on).
   std::vector<RankSummary> ranks;
+  int64_t session_output_tokens = 0;
   int64_t tp_bytes_sent = 0, pp_bytes_sent = 0, replica_bytes_sent = 0;
   double tp_bytes_per_token = 0, pp_bytes_per_token = 0, replica_bytes_per_token = 0;
   int64_t peak_rss_max = 0;

@@ -18,6 +18,8 @@ namespace {
 
 using h5::Id;
 
+constexpr hsize_t kVlenRowsPerRead = 1 << 16;
+
 // Read access to one open result file; every failure throws Error prefixed with ctx.
 class FileReader {
  public:
@@ -226,10 +228,24 @@ class FileReader {
     h5::check(native.get(), "H5Tget_native_type", where);
     Id mem(H5Tvlen_create(native.get()));
     h5::check(mem.get(), "H5Tvlen_create", where);
-    std::vector<hvl_t> raw(n);
-    h5::check(H5Dread(c.d.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), "reading", where);
-    for (const hvl_t& row : raw) out.push_back(row_fn(row));
-    H5Dvlen_reclaim(mem.get(), c.space.get(), H5P_DEFAULT, raw.data());
+    // A slice of rows at a time: a whole token column of a large run (a million 4k-token prompts:
+    // 16 GB of ids) is never in memory at once, only the rows' lengths or values kept.
+    const hsize_t slice = std::min<hsize_t>(n, kVlenRowsPerRead);
+    std::vector<hvl_t> raw(slice);
+    Id mem_space(H5Screate_simple(1, &slice, nullptr));
+    h5::check(mem_space.get(), "H5Screate_simple", where);
+    for (hsize_t first = 0; first < n; first += slice) {
+      hsize_t count = std::min(slice, n - first);
+      h5::check(H5Sselect_hyperslab(c.space.get(), H5S_SELECT_SET, &first, nullptr, &count, nullptr),
+                "H5Sselect_hyperslab", where);
+      const hsize_t zero = 0;
+      h5::check(H5Sselect_hyperslab(mem_space.get(), H5S_SELECT_SET, &zero, nullptr, &count, nullptr),
+                "H5Sselect_hyperslab", where);
+      h5::check(H5Dread(c.d.get(), mem.get(), mem_space.get(), c.space.get(), H5P_DEFAULT, raw.data()), "reading",
+                where);
+      for (hsize_t i = 0; i < count; ++i) out.push_back(row_fn(raw[i]));
+      H5Dvlen_reclaim(mem.get(), mem_space.get(), H5P_DEFAULT, raw.data());
+    }
     return out;
   }
 
@@ -335,6 +351,29 @@ RunData load_run(const std::string& path) {
   op.add(f.ints("/op_profile/bytes"), &o.bytes);
   op.finish();
   return d;
+}
+
+RunningTime running_time(const RunData& d) {
+  auto number = [&](const char* name) -> std::optional<double> {
+    const auto it = d.attrs.find(name);
+    if (it == d.attrs.end() || !it->second.is_number()) return std::nullopt;
+    return it->second.get<double>();
+  };
+  RunningTime t;
+  if (const std::optional<double> wall = number("wall_seconds"); wall && *wall >= 0) {
+    t.seconds = *wall;
+    t.ended = true;
+    return t;
+  }
+  const RequestRows& r = d.requests;
+  const double before = number("wall_seconds_before").value_or(0);
+  const auto first = static_cast<size_t>(
+      std::clamp<double>(number("session_rows_before").value_or(0), 0, static_cast<double>(r.size())));
+  double last = 0;
+  for (size_t i = first; i < r.size(); ++i) last = std::max(last, r.t_finished[i]);
+  t.seconds = before + last;
+  t.earlier = first > 0 || before > 0;
+  return t;
 }
 
 }  // namespace shardlm::report

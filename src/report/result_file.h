@@ -66,4 +66,14 @@ struct RunData {
 // Reads the whole file. Throws Error naming the path when it is missing, not HDF5, or lacks /requests.
 RunData load_run(const std::string& path);
 
+// The running time of the sessions that wrote the file (cli/run_sessions.h): wall_seconds once the
+// last session ended; else the earlier sessions' (wall_seconds_before) plus the last one's up to
+// its last finished row, since row times count from their own session's start.
+struct RunningTime {
+  double seconds = 0;
+  bool ended = false;    // from wall_seconds
+  bool earlier = false;  // an unfinished session after others: their time is added
+};
+RunningTime running_time(const RunData& d);
+
 }  // namespace shardlm::report

@@ -77,6 +77,21 @@ TEST_F(ReportTest, JsonHasTheFields) {
   EXPECT_FALSE(j.contains("plots"));
 }
 
+// A command line that is not UTF-8 (a Latin-1 path) is JSON still: its bad bytes become U+FFFD.
+TEST_F(ReportTest, JsonOfANonUtf8CommandLine) {
+  const std::string f = (dir_ / "latin1.h5").string();
+  write_sample(f);
+  {
+    ResultWriter w(f, 1, /*resume=*/true);
+    w.set_attr("command_line", std::string("shardlm run --prompts caf\xe9.txt"));
+    w.close();
+  }
+  const auto p = sh(std::string("(") + report(f + " --json") + " 2>/dev/null)");
+  ASSERT_EQ(p.code, 0) << p.out;
+  const nlohmann::json j = nlohmann::json::parse(p.out);
+  EXPECT_EQ(j["run"]["command_line"], "shardlm run --prompts caf\xef\xbf\xbd.txt");
+}
+
 TEST_F(ReportTest, MissingFileIsNamed) {
   const std::string missing = (dir_ / "nope.h5").string();
   const auto p = sh(report(missing));

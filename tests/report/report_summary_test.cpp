@@ -11,6 +11,7 @@
 
 #include "compute/op_profile.h"
 #include "io/h5_group_copy.h"
+#include "io/duplicate_id.h"
 #include "io/h5_util.h"
 #include "report/report_summary.h"
 #include "report/result_file.h"
@@ -27,6 +28,9 @@ TEST(ErrorKind, FirstWordsWithoutLinePrefix) {
   EXPECT_EQ(error_kind("line 2: \"max_tokens\" must be >= 0 (got -1)"), "\"max_tokens\" must be");
   EXPECT_EQ(error_kind("empty prompt: \"prompt_token_ids\" is an empty list"), "empty prompt");
   EXPECT_EQ(error_kind(""), "other");
+  // One kind for every duplicate id, not one per id.
+  EXPECT_EQ(error_kind(duplicate_id_error(7, "alpha")), "duplicate id");
+  EXPECT_EQ(error_kind(duplicate_id_error(9, "beta gamma")), "duplicate id");
 }
 
 // A run killed mid-flush can leave every column longer than its last commit, the rows past it
@@ -390,6 +394,60 @@ TEST_F(ReportTest, UnfinishedRunUsesTheLastFinishTime) {
   EXPECT_NEAR(s.output_tokens_per_s, 5.5, kTol);
   EXPECT_TRUE(s.ranks.empty());
   EXPECT_NE(format_report(s).find("incomplete"), std::string::npos) << format_report(s);
+}
+
+// Root attributes a resumed session writes at its start (cli/run_sessions.h).
+void mark_resumed(const std::string& path, int64_t rows_before, double wall_before) {
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  h5::write_attr(f, "sessions", int64_t{2}, "test");
+  h5::write_attr(f, "session_rows_before", rows_before, "test");
+  h5::write_attr(f, "wall_seconds_before", wall_before, "test");
+  H5Fclose(f);
+}
+
+// A resumed run whose last session did not end: its rows' times count from that session's start,
+// so the running time is the earlier sessions' (10 s) plus the last one's last finish (r6: 2.0 s),
+// not the largest t_finished of the file (2.0 s).
+TEST_F(ReportTest, UnfinishedResumedRunAddsTheEarlierSessions) {
+  const std::string f = (dir_ / "resumed-crashed.h5").string();
+  write_sample(f, /*finished=*/false);
+  mark_resumed(f, 3, 10.0);
+  const ReportSummary s = summarize(load_run(f));
+  EXPECT_FALSE(s.finished);
+  EXPECT_DOUBLE_EQ(s.wall_s, 12.0);
+  EXPECT_NE(s.wall_source.find("wall_seconds_before"), std::string::npos) << s.wall_source;
+  EXPECT_NEAR(s.output_tokens_per_s, 11.0 / 12.0, kTol);
+  const RunningTime t = running_time(load_run(f));
+  EXPECT_FALSE(t.ended);
+  EXPECT_TRUE(t.earlier);
+  EXPECT_DOUBLE_EQ(t.seconds, 12.0);
+}
+
+// /ranks holds the last session's bytes (each session rewrites it): per output token of that
+// session's rows (r4..r6: 2 tokens), not of the whole file's 11.
+TEST_F(ReportTest, CommPerTokenOfAResumedRunIsTheLastSessions) {
+  const std::string f = (dir_ / "resumed.h5").string();
+  write_sample(f);
+  mark_resumed(f, 3, 10.0);
+  const ReportSummary s = summarize(load_run(f));
+  EXPECT_TRUE(s.finished);
+  EXPECT_DOUBLE_EQ(s.wall_s, 2.5);  // the ended run's wall_seconds: every session's
+  EXPECT_EQ(s.sessions, 2);
+  EXPECT_EQ(s.session_output_tokens, 2);
+  EXPECT_NEAR(s.tp_bytes_per_token, 1100.0 / 2, kTol);
+  EXPECT_NEAR(s.pp_bytes_per_token, 440.0 / 2, kTol);
+  EXPECT_NE(format_report(s).find("comm (bytes sent per output token, of the last session)"), std::string::npos)
+      << format_report(s);
+  EXPECT_EQ(report_json(s)["comm"]["session_output_tokens"], 2);
+}
+
+// A value longer than any fixed buffer (a long command line) is printed whole, on its own line.
+TEST_F(ReportTest, LongValuesArePrintedWhole) {
+  ReportSummary s = summarize(load_run(file_));
+  s.command_line = "shardlm run" + std::string(2000, 'x') + " --end";
+  const std::string text = format_report(s);
+  EXPECT_NE(text.find("  command       " + s.command_line + "\n"), std::string::npos) << text;
 }
 
 }  // namespace
