@@ -32,6 +32,63 @@ ThreadMatchState& thread_state() {
   return st;
 }
 
+// \s and \S as Unicode's White_Space, which the peers' engines use (Rust regex for HF tokenizers
+// and tiktoken, Oniguruma): PCRE2's \s with UCP also matches U+180E (Mongolian vowel separator),
+// which Unicode 6.3 took out of White_Space, and "\u180e's" then split differently. \P{White_Space}
+// (inside a class, where a negated list cannot go) is PCRE2 10.40's; escapes other than \s and \S
+// are copied as they are, \Q..\E quoted text and POSIX classes too.
+std::string white_space_as_unicode(const std::string& pattern) {
+#if PCRE2_MAJOR > 10 || (PCRE2_MAJOR == 10 && PCRE2_MINOR >= 40)
+  // White_Space's code points, listed: a class of ranges matches faster than the property.
+  const std::string ws = R"(\t-\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+  std::string out;
+  out.reserve(pattern.size() + 64);
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '\\' || i + 1 == pattern.size()) {
+      // A ']' right after '[' or '[^' is a literal, not the class's end.
+      if (!in_class && pattern[i] == '[') {
+        in_class = true;
+        out += '[';
+        if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+        if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
+        continue;
+      }
+      if (in_class && pattern.compare(i, 2, "[:") == 0) {  // a POSIX class, [:alpha:]
+        const size_t end = pattern.find(":]", i + 2);
+        if (end != std::string::npos) {
+          out.append(pattern, i, end + 2 - i);
+          i = end + 1;
+          continue;
+        }
+      }
+      if (in_class && pattern[i] == ']') in_class = false;
+      out += pattern[i];
+      continue;
+    }
+    const char next = pattern[i + 1];
+    if (next == 's') {
+      out += in_class ? ws : "[" + ws + "]";
+    } else if (next == 'S') {
+      out += in_class ? std::string("\\P{White_Space}") : "[^" + ws + "]";
+    } else if (next == 'Q') {
+      const size_t end = pattern.find("\\E", i + 2);
+      const size_t stop = end == std::string::npos ? pattern.size() : end + 2;
+      out.append(pattern, i, stop - i);
+      i = stop - 1;
+      continue;
+    } else {
+      out += '\\';
+      out += next;
+    }
+    ++i;
+  }
+  return out;
+#else
+  return pattern;
+#endif
+}
+
 std::string pcre2_message(int code) {
   PCRE2_UCHAR buf[256];
   pcre2_get_error_message(code, buf, sizeof(buf));
@@ -46,8 +103,8 @@ Regex::Regex(const std::string& pattern, bool literal, const std::string& file) 
   uint32_t opts = PCRE2_UTF | PCRE2_NO_UTF_CHECK;
   opts |= literal ? PCRE2_LITERAL : PCRE2_UCP;  // PCRE2 rejects UCP together with LITERAL
   SHARDLM_CHECK(is_valid_utf8(pattern), file << ": regex pattern is not valid UTF-8");
-  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), opts, &err, &off,
-                        nullptr);
+  const std::string compiled = literal ? pattern : white_space_as_unicode(pattern);
+  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(), opts, &err, &off, nullptr);
   SHARDLM_CHECK(code_ != nullptr, file << ": unsupported regex pattern '" << pattern << "' (PCRE2: "
                                       << pcre2_message(err) << " at offset " << off << ")");
   // JIT is an optimisation; the interpreter is used when it is unavailable.

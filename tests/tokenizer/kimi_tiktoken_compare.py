@@ -78,6 +78,8 @@ FIXED_CASES = [
     "URL https://example.com/path?q=1&r=2#frag email a.b@c.de",
     "nbsp\u00a0here, ideographic\u3000space, thin\u2009space, zwsp\u200bhere, mvs\u180ehere",
     "nel\u0085line ls\u2028ps\u2029end \u000bvt \u000cff",
+    # U+180E is not White_Space (PCRE2's \s with UCP has it).
+    "\u180e_b", " \u180e\u1821", "x \u180e!", "\u180e's", "a \u180e\u180e  b",
     "special in the mid<|im_end|>dle of a word and [BOS][EOS] and <|reserved_token_163700|>",
     "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{}<|tool_call_end|>",
     "almost <|im_end| special <|im_end|x <|reserved_token_1|>",

@@ -105,6 +105,17 @@ TEST(TokenizerQwen2, InvalidUtf8IsReplacedNotFatal) {
   EXPECT_EQ(tok->decode(ids), "a\xEF\xBF\xBD b\xEF\xBF\xBD");
 }
 
+// \s is Unicode's White_Space, as in HF's regex engine: U+180E (Mongolian vowel separator) is not
+// in it. Ids from tokenizers 0.23 on the same tokenizer.json.
+TEST(TokenizerQwen2, MongolianVowelSeparatorIsNotWhiteSpace) {
+  SHARDLM_REQUIRE_SHARED(path, "tokenizers/qwen2/tokenizer.json");
+  auto tok = load_qwen2(path);
+  EXPECT_EQ(tok->encode("\u180e's"), (std::vector<int32_t>{123970, 236, 6, 82}));
+  EXPECT_EQ(tok->encode("x \u180e!"), (std::vector<int32_t>{87, 86089, 254, 236, 0}));
+  EXPECT_EQ(tok->encode("a\u180e\u180e b"), (std::vector<int32_t>{64, 123970, 236, 123970, 236, 293}));
+  EXPECT_EQ(tok->encode("\u3000\u180e x"), (std::vector<int32_t>{22441, 123970, 236, 856}));
+}
+
 TEST(TokenizerQwen2, NfcNormalisation) {
   SHARDLM_REQUIRE_SHARED(path, "tokenizers/qwen2/tokenizer.json");
   auto tok = load_qwen2(path);
