@@ -309,8 +309,8 @@ class Decoder final : public Model {
     moe_wire_[E + 1] = sum.combine_bytes;
     std::memcpy(&moe_wire_[E + 2], &sum.dispatch_s, sizeof(double));  // the seconds' bits, exact
     std::memcpy(&moe_wire_[E + 3], &sum.combine_s, sizeof(double));
-    comms_.pp->send(moe_wire_.data(), moe_wire_.size(), CommDType::kI64,
-                    plan_.last_stage() ? 0 : plan_.stage + 1, kTagMoe);
+    comms_.pp->send(moe_wire_.data(), moe_wire_.size(), CommDType::kI64, plan_.last_stage() ? 0 : plan_.stage + 1,
+                    kTagMoe);
   }
   // Adds figures in their wire form (stage_moe_on) to s.
   static void add_moe_wire(const std::vector<int64_t>& wire, MoeStepStats* s) {
@@ -668,7 +668,7 @@ class Decoder final : public Model {
     bool sampled = false;
     std::unique_ptr<CommRequest> recv;
     int64_t rows = 0;
-    MoeStepStats moe;  // of this step's stage-0 MoE layers, then of every stage's
+    MoeStepStats moe;                // of this step's stage-0 MoE layers, then of every stage's
     std::vector<int64_t> later_moe;  // the later stages' figures (stage_moe_on), as received
     std::unique_ptr<CommRequest> moe_recv;
   };
