@@ -58,6 +58,17 @@ bool is_valid_utf8(std::string_view s) {
   return true;
 }
 
+bool ends_in_truncated_character(std::string_view s) {
+  // A sequence is at most 4 bytes: its lead is among the last 3.
+  for (size_t i = s.size() >= 3 ? s.size() - 3 : 0; i < s.size(); ++i) {
+    const auto c = static_cast<uint8_t>(s[i]);
+    if (c < 0xC2 || c > 0xF4) continue;  // not a lead
+    size_t bad = 0;
+    return sequence_length(s, i, &bad) == 0 && i + bad == s.size();
+  }
+  return false;
+}
+
 std::string repair_utf8(std::string_view s) {
   if (is_valid_utf8(s)) return std::string(s);
   std::string out;

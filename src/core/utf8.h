@@ -14,4 +14,8 @@ bool is_valid_utf8(std::string_view s);
 // subpart, as the Unicode standard recommends); valid input comes back unchanged.
 std::string repair_utf8(std::string_view s);
 
+// True when s ends inside a character: its last bytes begin a well-formed sequence that more bytes
+// could complete ("\xE4\xBD"), as opposed to ending in bytes no continuation can mend.
+bool ends_in_truncated_character(std::string_view s);
+
 }  // namespace shardlm

@@ -74,8 +74,9 @@ std::unique_ptr<BpeModel> BpeModel::build(const json& m, VocabList* vocab, Merge
       merged.append(b, strip ? prefix.size() : 0, std::string::npos);
       auto im = bpe->token_to_id(merged);
       SHARDLM_CHECK(im.has_value(), file << ": merge #" << rank << " result \"" << merged << "\" is not in the vocab");
-      // The first (lowest-rank) occurrence of a duplicated pair wins.
-      bpe->merges_.try_emplace(pair_key(*ia, *ib), Merge{rank, *im});
+      // The last occurrence of a duplicated pair wins, with its rank: Hugging Face collects the list
+      // into a map, where a later entry replaces an earlier one.
+      bpe->merges_.insert_or_assign(pair_key(*ia, *ib), Merge{rank, *im});
       ++rank;
     }
     merges->clear();

@@ -88,22 +88,21 @@ void Decoder::compile(const json& j, const std::string& file, bool& fused) {
     }
   } else if (type == "Metaspace") {
     std::string repl = j.value("replacement", std::string("\xE2\x96\x81"));
-    steps_.push_back({Step::Replace, repl, " "});
     bool prepend = true;
     if (j.contains("prepend_scheme") && j["prepend_scheme"].is_string())
       prepend = j["prepend_scheme"].get<std::string>() != "never";
     else if (j.contains("add_prefix_space") && j["add_prefix_space"].is_boolean())
       prepend = j["add_prefix_space"].get<bool>();
-    if (prepend) {
-      strip_content_ = " ";
-      strip_start_ = 1;
-    }
+    Step s{Step::Replace, repl, " "};
+    s.drop_in_first = prepend;
+    first_differs_ = first_differs_ || prepend;
+    steps_.push_back(s);
   } else {
     SHARDLM_FAIL(file << ": unsupported decoder type \"" << type << "\"");
   }
 }
 
-std::string Decoder::piece(std::string_view token) const {
+std::string Decoder::piece(std::string_view token, bool first) const {
   std::string s(token);
   for (const auto& st : steps_) {
     switch (st.kind) {
@@ -111,7 +110,7 @@ std::string Decoder::piece(std::string_view token) const {
         s = byte_level_to_bytes(s);
         break;
       case Step::Replace:
-        if (s.find(st.from) != std::string::npos) s = replace_all(s, st.from, st.to);
+        if (s.find(st.from) != std::string::npos) s = replace_all(s, st.from, first && st.drop_in_first ? "" : st.to);
         break;
       case Step::ByteFallback:
         if (s.size() == 6 && s.compare(0, 3, "<0x") == 0 && s[5] == '>' && hex_digit(s[3]) >= 0 &&

@@ -11,15 +11,19 @@ HfTokenizer::HfTokenizer(HfTokenizerParts parts) : p_(std::move(parts)) {
   has_token_.assign(n, 0);
   special_.assign(n, 0);
   pieces_.resize(n);
+  const bool first_differs = p_.decoder->first_piece_differs();
+  if (first_differs) first_pieces_.resize(n);
   for (size_t i = 0; i < vocab.size(); ++i) {
     if (!vocab[i].empty()) {
       pieces_[i] = p_.decoder->piece(vocab[i]);
+      if (first_differs) first_pieces_[i] = p_.decoder->piece(vocab[i], true);
       has_token_[i] = 1;
     }
   }
   // Added tokens override the vocab entry of the same id.
   for (const auto& a : p_.added) {
     pieces_[a.id] = p_.decoder->piece(a.content);
+    if (first_differs) first_pieces_[a.id] = p_.decoder->piece(a.content, true);
     has_token_[a.id] = 1;
     special_[a.id] = a.special;
     if (a.normalized && p_.normalizer) {
@@ -83,7 +87,7 @@ std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_speci
     if (id < 0 || static_cast<size_t>(id) >= pieces_.size() || !has_token_[id]) continue;
     if (skip_special && special_[id]) continue;
     if (!first) bytes += p_.decoder->separator();
-    bytes += pieces_[id];
+    bytes += first && !first_pieces_.empty() ? first_pieces_[id] : pieces_[id];
     first = false;
   }
   return p_.decoder->finish(std::move(bytes));

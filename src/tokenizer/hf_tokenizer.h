@@ -56,6 +56,7 @@ class HfTokenizer final : public Tokenizer {
   AddedTokenMatcher raw_matcher_;   // added tokens with normalized=false, matched on raw text
   AddedTokenMatcher norm_matcher_;  // normalized=true, matched on normalised text
   std::vector<std::string> pieces_;  // decoder piece per id
+  std::vector<std::string> first_pieces_;  // as the first token, where that differs (Metaspace); else empty
   std::vector<uint8_t> has_token_;
   std::vector<uint8_t> special_;
   std::optional<int32_t> bos_;

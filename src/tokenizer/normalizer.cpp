@@ -48,6 +48,12 @@ class LowercaseNormalizer final : public Normalizer {
     size_t i = 0;
     while (i < s.size()) {
       char32_t cp = next_codepoint(s, i);
+      // Hugging Face lowercases by Rust's char::to_lowercase, the full mapping: its one code point
+      // that lowercases to two (SpecialCasing, no condition) is U+0130 -> i + U+0307.
+      if (cp == 0x130) {
+        out += "i\xCC\x87";
+        continue;
+      }
       append_utf8(out, static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))));
     }
     return out;

@@ -1,5 +1,8 @@
 // StreamDecoder: incremental detokenisation by decoding a short suffix window of ids.
 #include <string_view>
+#include <vector>
+
+#include "core/utf8.h"
 
 #include "tokenizer/tokenizer.h"
 
@@ -10,6 +13,19 @@ constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
 
 bool ends_with_replacement(const std::string& s) {
   return s.size() >= kReplacement.size() && s.compare(s.size() - kReplacement.size(), kReplacement.size(), kReplacement) == 0;
+}
+
+// Whether the bytes of ids[from, end) end inside a character that a later token may complete. A
+// window text ending in U+FFFD is held only then: a U+FFFD the model wrote (Qwen2 has it as a
+// token) or bytes nothing can mend would otherwise hold the window for ever, each push decoding
+// a longer one, and stop strings unseen until the run of them ends.
+bool ends_mid_character(const Tokenizer& tok, const std::vector<int32_t>& ids, size_t from, bool skip_special) {
+  std::string tail;
+  for (size_t k = ids.size(); k > from && tail.size() < 4; --k) {
+    if (skip_special && tok.is_special(ids[k - 1])) continue;
+    tail.insert(0, tok.token_bytes(ids[k - 1]));
+  }
+  return ends_in_truncated_character(tail);
 }
 
 }  // namespace
@@ -26,7 +42,8 @@ std::string StreamDecoder::push(int32_t id) {
                                 skip_special_);
   // Hold back while the window ends in an incomplete (or invalid) character: more bytes may
   // complete it. decode() is prefix-stable at complete characters, so cur extends prev.
-  if (cur.size() <= prev.size() || ends_with_replacement(cur) || cur.compare(0, prev.size(), prev) != 0) return {};
+  if (cur.size() <= prev.size() || cur.compare(0, prev.size(), prev) != 0) return {};
+  if (ends_with_replacement(cur) && ends_mid_character(tok_, ids_, read_off_, skip_special_)) return {};
   std::string out = cur.substr(prev.size());
   prefix_off_ = read_off_;
   read_off_ = ids_.size();

@@ -2,6 +2,8 @@
 // added-token options, BOS from a TemplateProcessing post-processor, EOS from generation_config.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -58,6 +60,47 @@ TEST(TokenizerBpe, LowestRankMergesFirst) {
   t = load_json(root_with(m), "rank2");
   EXPECT_EQ(t->encode("abc"), (std::vector<int32_t>{0, 4}));
   EXPECT_EQ(t->encode("ab"), std::vector<int32_t>{3});
+}
+
+// A pair listed twice takes the rank of its last listing, as in Hugging Face (which collects the
+// list into a map): "a b" ranks after "b c" here, so "abc" is a + bc (tokenizers 0.23: ['a', 'bc']).
+TEST(TokenizerBpe, DuplicateMergeTakesItsLastRank) {
+  auto m = base_model();
+  m["merges"] = {"a b", "b c", "a b"};
+  auto t = load_json(root_with(m), "dup");
+  EXPECT_EQ(t->encode("abc"), (std::vector<int32_t>{0, 4}));
+  m["merges"] = {"a b", "b c"};
+  t = load_json(root_with(m), "nodup");
+  EXPECT_EQ(t->encode("abc"), (std::vector<int32_t>{3, 2}));
+}
+
+// Lowercase is the full mapping (Rust's char::to_lowercase): U+0130 becomes "i" + U+0307
+// (tokenizers 0.23 normalises "\u0130aI" to "i\u0307ai").
+TEST(TokenizerBpe, LowercaseOfDottedCapitalIIsTwoCharacters) {
+  json m = {{"type", "BPE"}, {"vocab", {{"i", 0}, {"\u0307", 1}, {"a", 2}}}, {"merges", json::array()}};
+  json root = root_with(m);
+  root["normalizer"] = {{"type", "Lowercase"}};
+  auto t = load_json(root, "lower");
+  EXPECT_EQ(t->encode("\u0130aI"), (std::vector<int32_t>{0, 1, 2, 0}));
+}
+
+// 20000 added tokens sharing their first byte load in a moment (measured: 0.03 s; 1.3 s when each
+// add sorted the bucket again, growing as the square) and still match longest first.
+TEST(TokenizerBpe, ManyAddedTokensLoadAndMatchLongestFirst) {
+  auto m = base_model();
+  m["merges"] = {"a b"};
+  json root = root_with(m);
+  root["added_tokens"] = json::array();
+  constexpr int kAdded = 20000;
+  for (int i = 0; i < kAdded; ++i)
+    root["added_tokens"].push_back({{"id", 7 + i}, {"content", "<t" + std::to_string(i) + ">"}, {"special", true}});
+  root["added_tokens"].push_back({{"id", 7 + kAdded}, {"content", "<t1"}, {"special", true}});
+  const auto t0 = std::chrono::steady_clock::now();
+  auto t = load_json(root, "many-added");
+  std::printf("[ added tokens ] %d loaded in %.3f s\n", kAdded + 1,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  EXPECT_EQ(t->encode("ab<t19999>c<t1x<t12>"), (std::vector<int32_t>{3, 7 + 19999, 2, 7 + kAdded, 6, 7 + 12}));
+  EXPECT_EQ(t->encode("<t1>"), (std::vector<int32_t>{7 + 1}));
 }
 
 TEST(TokenizerBpe, IgnoreMergesEmitsWholeVocabWord) {
@@ -133,8 +176,8 @@ TEST(TokenizerBpe, ByteLevelWithGpt2Regex) {
 
 TEST(TokenizerBpe, MetaspacePreTokenizerAndDecoder) {
   auto root = json::parse(R"({
-    "model": {"type": "BPE", "vocab": {"\u2581": 0, "a": 1, "b": 2, "\u2581a": 3, "\u2581b": 4},
-              "merges": [["\u2581", "a"], ["\u2581", "b"]]},
+    "model": {"type": "BPE", "vocab": {"\u2581": 0, "a": 1, "b": 2, "\u2581a": 3, "\u2581b": 4, "\u2581\u2581a": 5},
+              "merges": [["\u2581", "a"], ["\u2581", "b"], ["\u2581", "\u2581a"]]},
     "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": true},
     "decoder": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": true}})");
   auto t = load_json(root, "metaspace");
@@ -142,6 +185,23 @@ TEST(TokenizerBpe, MetaspacePreTokenizerAndDecoder) {
   EXPECT_EQ(t->encode("ab"), (std::vector<int32_t>{3, 2}));
   EXPECT_EQ(t->decode({3, 4}), "a b");
   EXPECT_EQ(t->token_bytes(4), " b");
+  // Every replacement character of the first token goes, the later tokens' become spaces. Values
+  // from tokenizers 0.23's Metaspace decoder on this tokenizer.json.
+  EXPECT_EQ(t->decode({5, 4}), "a b");  // "\u2581\u2581a" first: both go
+  EXPECT_EQ(t->decode({5, 5}), "a  a");
+  EXPECT_EQ(t->decode({0, 3, 4}), " a b");
+  EXPECT_EQ(t->decode({1, 0, 4}), "a  b");
+  EXPECT_EQ(t->decode({4, 0, 0}), "b  ");
+}
+
+// prepend_scheme "never": nothing is dropped from the first token.
+TEST(TokenizerBpe, MetaspaceDecoderWithoutPrependKeepsTheFirstSpace) {
+  auto root = json::parse(R"({
+    "model": {"type": "BPE", "vocab": {"\u2581": 0, "a": 1, "\u2581a": 2, "\u2581\u2581a": 3}, "merges": [["\u2581", "a"], ["\u2581", "\u2581a"]]},
+    "decoder": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "never", "split": true}})");
+  auto t = load_json(root, "metaspace-never");
+  EXPECT_EQ(t->decode({2, 0, 1}), " a a");
+  EXPECT_EQ(t->decode({3, 2}), "  a a");
 }
 
 }  // namespace

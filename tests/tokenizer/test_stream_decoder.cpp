@@ -62,6 +62,32 @@ TEST(StreamDecoder, ByteFallbackCharacterSplitAcrossTokens) {
   EXPECT_EQ(tok->decode({410, 3 + 0xE4, 3 + 0xBD, 3 + 0xA0, 407, 3 + 0xE5}), "\xE4\xBD\xA0 upon\xEF\xBF\xBD");
 }
 
+// A U+FFFD that no later byte can change goes out at once: one the model writes as a character
+// (Qwen2's token 5691 is "\uFFFD") and a byte that cannot begin a character (a lone continuation
+// byte, 0x80). Held until the run ended before, each push decoding a longer window.
+TEST(StreamDecoder, FinalReplacementCharactersAreNotHeld) {
+  SHARDLM_REQUIRE_SHARED(path, "tokenizers/qwen2/tokenizer.json");
+  auto qwen = Tokenizer::load(std::filesystem::path(path).parent_path().string());
+  ASSERT_EQ(qwen->decode({5691}), "\xEF\xBF\xBD");
+  StreamDecoder sd(*qwen);
+  EXPECT_EQ(sd.push(64), "a");
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(sd.push(5691), "\xEF\xBF\xBD") << "push " << i;
+  EXPECT_EQ(sd.push(293), " b");
+  EXPECT_EQ(sd.flush(), "");
+  SHARDLM_REQUIRE_SHARED(dir, "models/stories260K");
+  auto stories = Tokenizer::load(dir);
+  StreamDecoder bytes(*stories);
+  EXPECT_EQ(bytes.push(3 + 0xE4), "");  // may begin a character: held
+  EXPECT_EQ(bytes.push(3 + 0x41),
+            "\xEF\xBF\xBD"
+            "A");                                   // "A" ends it: both out
+  EXPECT_EQ(bytes.push(3 + 0x80), "\xEF\xBF\xBD");  // begins nothing: out at once
+  EXPECT_EQ(bytes.push(3 + 0xF0), "");              // may begin one
+  EXPECT_EQ(bytes.push(3 + 0x9F), "");              // still may
+  EXPECT_EQ(bytes.push(3 + 0x98), "");
+  EXPECT_EQ(bytes.push(3 + 0x80), "\xF0\x9F\x98\x80");  // U+1F600
+}
+
 TEST(StreamDecoder, StoriesGreedyOutputStreams) {
   SHARDLM_REQUIRE_SHARED(dir, "models/stories260K");
   auto tok = Tokenizer::load(dir);
