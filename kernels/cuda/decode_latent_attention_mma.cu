@@ -127,12 +127,13 @@ void decode_latent_attention_mma(const float* q_latent, const float* q_rope, int
   if (T <= 0 || n_heads <= 0 || kv_lora <= 0 || kv_lora > kMaxLora || rope_dim < 0 || rope_dim > kMaxRope) return;
   const Geometry geo(static_cast<int>(kv_lora), static_cast<int>(rope_dim));
   const size_t bytes = geo.bytes();
-  if (bytes > 48 * 1024) {  // opt in to the largest geometry once (a failure shows at launch)
-    static const cudaError_t opted =
-        cudaFuncSetAttribute(decode_latent_attention_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(Geometry(kMaxLora, kMaxRope).bytes()));
-    (void)opted;
-  }
+  // Opted in to the largest geometry once, whatever this one's size: the default limit is 48 KiB
+  // less the kernel's static shared memory (its slots), so a geometry of exactly 48 KiB (a latent
+  // and rope width padded to 480) would fail every launch. A failure shows at launch.
+  static const cudaError_t opted =
+      cudaFuncSetAttribute(decode_latent_attention_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(Geometry(kMaxLora, kMaxRope).bytes()));
+  (void)opted;
   const int64_t tiles = (n_heads + kRows - 1) / kRows;
   const int64_t parts = split.parts > 1 ? split.parts : 1;
   const dim3 grid(static_cast<unsigned>(T * tiles), static_cast<unsigned>(parts));

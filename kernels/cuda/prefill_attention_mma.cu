@@ -201,7 +201,9 @@ void launch(const float* q, int64_t n_heads, int64_t n_kv_heads, int64_t head_di
   constexpr size_t bytes = Layout<HDP, BN>::kBytes;
   const bool vec = head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(v_cache) % 16 == 0;
-  if (bytes > 48 * 1024) {  // above the default the kernel must opt in, once (a failure shows at launch)
+  // Above the default (48 KiB less the kernel's static slots) the kernel must opt in, once (a
+  // failure shows at launch).
+  if (bytes + BN * sizeof(int64_t) > 48 * 1024) {
     static const cudaError_t opted = cudaFuncSetAttribute(
         prefill_attention_mma_kernel<HDP, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
     (void)opted;

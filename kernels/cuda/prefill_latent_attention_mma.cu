@@ -97,12 +97,13 @@ void prefill_latent_attention_mma(const float* q_latent, const float* q_rope, in
   const Geometry geo(static_cast<int>(kv_lora), static_cast<int>(rope_dim));
   const size_t bytes = geo.bytes();
   const bool vec = staged_by_vectors(kv_lora, rope_dim, cache);
-  if (bytes > 48 * 1024) {  // opt in to the largest geometry once (a failure shows at launch)
-    static const cudaError_t opted =
-        cudaFuncSetAttribute(prefill_latent_attention_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(Geometry(kMaxLora, kMaxRope).bytes()));
-    (void)opted;
-  }
+  // Opted in to the largest geometry once, whatever this one's size: the default limit is 48 KiB
+  // less the kernel's static shared memory (its slots), so a geometry of exactly 48 KiB (a latent
+  // and rope width padded to 480) would fail every launch. A failure shows at launch.
+  static const cudaError_t opted =
+      cudaFuncSetAttribute(prefill_latent_attention_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(Geometry(kMaxLora, kMaxRope).bytes()));
+  (void)opted;
   prefill_latent_attention_mma_kernel<<<static_cast<unsigned>(n_tiles), kWarps * 32, bytes, stream>>>(
       q_latent, q_rope, static_cast<int>(n_heads), static_cast<int>(kv_lora), static_cast<int>(rope_dim), cache,
       cache_fmt, block_size, blocks, table_start, pos, scale, tiles, vec, out);
