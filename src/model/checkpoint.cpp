@@ -70,8 +70,8 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir) {
 
   for (const auto& path : files) ck->map_file(path, index_path, index_map, false);
   for (const auto& [name, path] : index_map) {
-    SHARDLM_CHECK(ck->tensors_.count(name), index_path << ": tensor '" << name << "' is listed in weight_map for "
-                                                       << path << " but that file does not hold it");
+    SHARDLM_CHECK(ck->has(name), index_path << ": tensor '" << name << "' is listed in weight_map for " << path
+                                            << " but that file does not hold it");
   }
   return ck;
 }
@@ -81,6 +81,12 @@ void Checkpoint::map_file(const std::string& path, const std::string& index_path
   auto mf = std::make_unique<MappedFile>(path);
   SafetensorsHeader h = parse_safetensors_header(mf->data(), mf->size(), mf->size(), path);
   for (const auto& e : h.entries) {
+    if (!e.unread.empty()) {
+      // Kept to name it if the model asks for it (Checkpoint::get).
+      unread_[e.name] = path + ": tensor '" + e.name + "' has dtype " + e.unread +
+                        ", which shardlm does not read (it reads F32, BF16, F16, F8_E4M3, I32, I64, U8)";
+      continue;
+    }
     TensorView tv;
     tv.name = e.name;
     tv.file = path;
@@ -110,10 +116,14 @@ void Checkpoint::add_file(const std::string& path) {
   map_file(path, "", {}, true);
 }
 
-bool Checkpoint::has(const std::string& name) const { return tensors_.count(name) != 0; }
+bool Checkpoint::has(const std::string& name) const { return tensors_.count(name) != 0 || unread_.count(name) != 0; }
 
 const TensorView& Checkpoint::get(const std::string& name) const {
   auto it = tensors_.find(name);
+  if (it == tensors_.end()) {
+    const auto unread = unread_.find(name);
+    SHARDLM_CHECK(unread == unread_.end(), unread->second);
+  }
   SHARDLM_CHECK(it != tensors_.end(), "checkpoint " << dir_ << " has no tensor '" << name << "'");
   return it->second;
 }

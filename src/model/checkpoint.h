@@ -39,13 +39,15 @@ class Checkpoint {
   static std::unique_ptr<Checkpoint> open(const std::string& dir);
   ~Checkpoint();
 
+  // Whether the checkpoint holds the tensor, in a dtype it reads or not.
   bool has(const std::string& name) const;
-  // Throws Error naming the tensor and the directory when absent.
+  // Throws Error naming the tensor and the directory when absent, or the file, the tensor and its
+  // dtype when it is of a dtype shardlm does not read.
   const TensorView& get(const std::string& name) const;
   // Like get() but also checks dtype family and shape; the message names file, tensor, expected
   // and found shape.
   const TensorView& get(const std::string& name, const std::vector<int64_t>& shape) const;
-  std::vector<std::string> names() const;
+  std::vector<std::string> names() const;  // the tensors it can read
   const std::string& dir() const { return dir_; }
   // Total bytes of tensor data across all files.
   size_t total_bytes() const;
@@ -62,6 +64,7 @@ class Checkpoint {
   std::string dir_;
   std::vector<std::unique_ptr<MappedFile>> files_;
   std::map<std::string, TensorView> tensors_;
+  std::map<std::string, std::string> unread_;  // tensors of a dtype shardlm does not read: why, by name
 };
 
 }  // namespace shardlm

@@ -11,10 +11,14 @@ namespace shardlm {
 
 struct SafetensorsEntry {
   std::string name;
-  DType dtype = DType::F32;
+  DType dtype = DType::F32;  // unused when `unread` is set
   std::vector<int64_t> shape;
   uint64_t begin = 0;  // offset into the data section (after the 8-byte length and the header)
   uint64_t end = 0;
+  // A dtype of the safetensors format that shardlm does not read (F64, BOOL, I8, F8_E5M2, ...):
+  // the tensor's bytes are checked like any other's, and only reading it is an error (a buffer or
+  // quantiser metadata the model never reads must not reject the checkpoint).
+  std::string unread;
 };
 
 struct SafetensorsHeader {
@@ -24,7 +28,8 @@ struct SafetensorsHeader {
 
 // Parses and validates the header of a safetensors file of file_size bytes whose first bytes are
 // `prefix` (at least 8 bytes; the whole header must be inside it). `file` only names the file in
-// errors. Checks: header length within the file and below 100 MB, valid JSON object, known dtypes,
+// errors. Checks: header length within the file and below 100 MB, valid JSON object, dtypes of the
+// format (those shardlm does not read are kept as `unread`),
 // non-negative shapes, end - begin == numel * dtype size, offsets within the data section,
 // no two tensors overlapping. Throws Error naming the file and tensor.
 SafetensorsHeader parse_safetensors_header(const uint8_t* prefix, size_t prefix_len, uint64_t file_size,

@@ -88,6 +88,28 @@ TEST(Safetensors, SizeMismatchWithShape) {
                {"t/model.safetensors", "'w'", "shape"});
 }
 
+// A dtype of the format that shardlm does not read (here F64 and BOOL) does not reject the file:
+// its bytes are checked like any other's, the checkpoint lists it, and reading it names the file,
+// the tensor and the dtype. A name the format does not have stays an error (UnknownDtype).
+TEST(Safetensors, UnreadDtypesLoadUntilRead) {
+  test::ScratchDir dir;
+  const std::string path = dir.file("model.safetensors");
+  test::write_file(path, raw_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                                      "buf": {"dtype": "F64", "shape": [1], "data_offsets": [8, 16]},
+                                      "mask": {"dtype": "BOOL", "shape": [0], "data_offsets": [16, 16]}})",
+                                  k16));
+  auto ck = Checkpoint::open(dir.str());
+  EXPECT_EQ(ck->get("w", {2}).dtype, DType::F32);
+  EXPECT_TRUE(ck->has("buf"));
+  EXPECT_TRUE(ck->has("mask"));
+  EXPECT_EQ(ck->names(), std::vector<std::string>({"w"}));
+  expect_error([&] { ck->get("buf"); }, {path, "'buf'", "dtype F64", "does not read"});
+  expect_error([&] { ck->get("mask", {0}); }, {path, "'mask'", "dtype BOOL"});
+  // Its size is still checked against its shape.
+  expect_error([] { parse(raw_file(R"({"d": {"dtype": "F64", "shape": [3], "data_offsets": [0, 16]}})", k16)); },
+               {"'d'", "needs 24"});
+}
+
 TEST(Safetensors, TruncatedFileThroughCheckpoint) {
   test::ScratchDir dir;
   std::vector<float> a(8, 1.0f), b(1000, 2.0f);
