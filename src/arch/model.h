@@ -92,8 +92,9 @@ class Model {
   // pair their all-to-alls step by step.
   virtual bool runs_empty_steps() const { return false; }
   // MoE figures of the step last ended (end_step or forward); null for dense models. On the
-  // replica leader they cover its stage's MoE layers; tokens per expert count the step's tokens
-  // (this engine group's batch) routed to each expert.
+  // replica leader they cover every pipeline stage's MoE layers (each stage's tp rank 0 figures,
+  // summed along the pipeline); tokens per expert count the step's tokens (this engine group's
+  // batch) routed to each expert.
   virtual const MoeStepStats* last_step_moe() const { return nullptr; }
   // Opt-in CUDA graphs for decode steps (--cuda-graphs): returns "" when this model will capture
   // and replay the steps that allow it (the others run eagerly), else why every step runs eagerly.

@@ -103,6 +103,8 @@ RankRecord my_record(const Topology& topo, const Model& model, const ComputeBack
   r.load_s = model.load_seconds();
   r.peak_rss_bytes = peak_rss_bytes();
   r.device_weight_bytes = static_cast<int64_t>(backend.device_weight_bytes());
+  if (size_t free_b = 0, total_b = 0; backend.device_memory(&free_b, &total_b))
+    r.device_used_bytes = static_cast<int64_t>(total_b - free_b);
   if (g.tp) r.tp_bytes_sent = static_cast<int64_t>(g.tp->stats().bytes_sent);
   if (g.pp) r.pp_bytes_sent = static_cast<int64_t>(g.pp->stats().bytes_sent);
   if (g.replica) r.replica_bytes_sent = static_cast<int64_t>(g.replica->stats().bytes_sent);

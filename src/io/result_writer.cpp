@@ -391,6 +391,7 @@ void ResultWriter::write_ranks(const std::vector<RankRecord>& ranks) {
   i64("graph_steps", [](const RankRecord& r) { return r.graph_steps; });
   i64("graph_reruns", [](const RankRecord& r) { return r.graph_reruns; });
   i64("device_weight_bytes", [](const RankRecord& r) { return r.device_weight_bytes; });
+  i64("device_used_bytes", [](const RankRecord& r) { return r.device_used_bytes; });
   std::vector<double> load_s(n);
   std::vector<const char*> hosts(n);
   StringBatch strings;

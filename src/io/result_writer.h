@@ -8,8 +8,9 @@
 //   /steps/<column>      a row per scheduler step of each replica: step (int64), replica,
 //                        batch_size, prefill_tokens, decode_tokens, kv_blocks_used, running, waiting (int32),
 //                        wall_s, t_start (float64)
-//   /ranks/<column>      a row per rank: rank, replica, pp, tp, local_rank (int32), host (string), load_bytes,
-//                        peak_rss_bytes, tp/pp/replica_bytes_sent (int64), load_s (float64)
+//   /ranks/<column>      a row per rank: rank, replica, pp, tp, dp, local_rank (int32), host (string),
+//                        load_bytes, peak_rss_bytes, tp/pp/replica/ep_bytes_sent, graph_steps,
+//                        graph_reruns, device_weight_bytes, device_used_bytes (int64), load_s (float64)
 //   / attributes         strings and numbers set with set_attr()
 //
 // Rows are appended as requests finish and the file is flushed every `flush_every` rows, every
@@ -41,15 +42,15 @@ struct StepFields {
   int32_t waiting = 0;         // sequences read and not yet admitted
   double t_start = 0;          // seconds since run start
   double wall_s = 0;
-  // MoE models: expert-parallel all-to-all time and bytes sent by the leader over its stage's
-  // MoE layers (zero without expert parallelism).
+  // MoE models: expert-parallel all-to-all time and bytes sent by each stage's first tp rank over
+  // its MoE layers, summed over the stages (zero without expert parallelism).
   double moe_dispatch_s = 0, moe_combine_s = 0;
   int64_t moe_dispatch_bytes = 0, moe_combine_bytes = 0;
 };
 
 struct StepRecord : StepFields {
-  // MoE models: tokens of the step routed to each expert, summed over the leader's stage's MoE
-  // layers (load balance); empty for dense models. Each engine group records its own steps, so
+  // MoE models: tokens of the step routed to each expert, summed over every stage's MoE layers
+  // (load balance); empty for dense models. Each engine group records its own steps, so
   // the sum over rows counts every token once.
   std::vector<int32_t> expert_tokens;
 };
@@ -66,6 +67,9 @@ struct RankRecord {
   int64_t graph_steps = 0;  // steps this rank ran by replaying a captured CUDA graph (--cuda-graphs)
   int64_t graph_reruns = 0;         // replayed steps redone eagerly: an ep exchange overflowed (--ep-graph-capacity)
   int64_t device_weight_bytes = 0;  // device memory its weights take (0 without a device)
+  // Device memory in use when the run ended, the device's total less its free: weights, KV cache,
+  // activations, libraries' buffers (and other processes' on it). 0 without a device.
+  int64_t device_used_bytes = 0;
 };
 
 struct OpProfileRow;  // compute/op_profile.h

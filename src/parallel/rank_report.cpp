@@ -17,7 +17,7 @@ struct Packed {
   int64_t load_bytes;
   double load_s;
   int64_t peak_rss_bytes, tp_bytes_sent, pp_bytes_sent, replica_bytes_sent, ep_bytes_sent, graph_steps;
-  int64_t device_weight_bytes, graph_reruns;
+  int64_t device_weight_bytes, graph_reruns, device_used_bytes;
 };
 
 }  // namespace
@@ -59,6 +59,7 @@ std::vector<RankRecord> gather_rank_records(Communicator* world, const RankRecor
   p.graph_steps = mine.graph_steps;
   p.graph_reruns = mine.graph_reruns;
   p.device_weight_bytes = mine.device_weight_bytes;
+  p.device_used_bytes = mine.device_used_bytes;
   std::vector<Packed> all(static_cast<size_t>(world->size()));
   world->all_gather(&p, all.data(), sizeof p, CommDType::kU8);
   std::vector<RankRecord> out;
@@ -80,6 +81,7 @@ std::vector<RankRecord> gather_rank_records(Communicator* world, const RankRecor
     r.graph_steps = q.graph_steps;
     r.graph_reruns = q.graph_reruns;
     r.device_weight_bytes = q.device_weight_bytes;
+    r.device_used_bytes = q.device_used_bytes;
     out.push_back(r);
   }
   assign_local_ranks(&out);

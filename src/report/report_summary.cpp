@@ -357,6 +357,8 @@ ReportSummary summarize(const RunData& d) {
     rs.pp_bytes_sent = k.pp_bytes_sent[i];
     rs.replica_bytes_sent = k.replica_bytes_sent[i];
     rs.ep_bytes_sent = k.ep_bytes_sent[i];
+    rs.device_used_bytes = k.device_used_bytes[i];
+    s.ranks_show_device = s.ranks_show_device || rs.device_used_bytes > 0;
     s.moe.ep_bytes_sent += rs.ep_bytes_sent;
     if (rs.dp != 0 || rs.ep_bytes_sent != 0) s.ranks_show_dp_ep = true;
     s.tp_bytes_sent += rs.tp_bytes_sent;
@@ -478,22 +480,23 @@ std::string format_report(const ReportSummary& s) {
     o << "  (no /ranks in the file)\n";
   } else {
     // The dp and ep-sent columns only where they say something (MoE or data-parallel runs).
-    const bool dpe = s.ranks_show_dp_ep;
-    std::snprintf(line, sizeof line, "  %4s %7s %3s %3s%s %-16s %5s %11s %8s %11s %11s %11s %11s%s\n", "rank", "replica",
-                  "pp", "tp", dpe ? "  dp" : "", "host", "local", "load", "GB/s", "peak RSS", "tp sent", "pp sent",
-                  "repl sent", dpe ? "     ep sent" : "");
+    const bool dpe = s.ranks_show_dp_ep, dev = s.ranks_show_device;
+    std::snprintf(line, sizeof line, "  %4s %7s %3s %3s%s %-16s %5s %11s %8s %11s%s %11s %11s %11s%s\n", "rank",
+                  "replica", "pp", "tp", dpe ? "  dp" : "", "host", "local", "load", "GB/s", "peak RSS",
+                  dev ? "    dev used" : "", "tp sent", "pp sent", "repl sent", dpe ? "     ep sent" : "");
     o << line;
     for (const RankSummary& r : s.ranks) {
-      char dp[32] = "", ep[32] = "";
+      char dp[32] = "", ep[32] = "", used[32] = "";
       if (dpe) {
         std::snprintf(dp, sizeof dp, " %3lld", static_cast<long long>(r.dp));
         std::snprintf(ep, sizeof ep, " %11s", bytes(static_cast<double>(r.ep_bytes_sent)).c_str());
       }
-      std::snprintf(line, sizeof line, "  %4lld %7lld %3lld %3lld%s %-16s %5lld %11s %8.2f %11s %11s %11s %11s%s\n",
+      if (dev) std::snprintf(used, sizeof used, " %11s", bytes(static_cast<double>(r.device_used_bytes)).c_str());
+      std::snprintf(line, sizeof line, "  %4lld %7lld %3lld %3lld%s %-16s %5lld %11s %8.2f %11s%s %11s %11s %11s%s\n",
                     static_cast<long long>(r.rank), static_cast<long long>(r.replica), static_cast<long long>(r.pp),
-                    static_cast<long long>(r.tp), dp, r.host.substr(0, 16).c_str(), static_cast<long long>(r.local_rank),
-                    bytes(static_cast<double>(r.load_bytes)).c_str(), r.load_gb_per_s,
-                    bytes(static_cast<double>(r.peak_rss_bytes)).c_str(),
+                    static_cast<long long>(r.tp), dp, r.host.substr(0, 16).c_str(),
+                    static_cast<long long>(r.local_rank), bytes(static_cast<double>(r.load_bytes)).c_str(),
+                    r.load_gb_per_s, bytes(static_cast<double>(r.peak_rss_bytes)).c_str(), used,
                     bytes(static_cast<double>(r.tp_bytes_sent)).c_str(),
                     bytes(static_cast<double>(r.pp_bytes_sent)).c_str(),
                     bytes(static_cast<double>(r.replica_bytes_sent)).c_str(), ep);
@@ -615,6 +618,7 @@ nlohmann::json report_json(const ReportSummary& s) {
                      {"load_s", r.load_s},
                      {"load_gb_per_s", r.load_gb_per_s},
                      {"peak_rss_bytes", r.peak_rss_bytes},
+                     {"device_used_bytes", r.device_used_bytes},
                      {"tp_bytes_sent", r.tp_bytes_sent},
                      {"pp_bytes_sent", r.pp_bytes_sent},
                      {"replica_bytes_sent", r.replica_bytes_sent}});

@@ -30,11 +30,13 @@ struct RankSummary {
   double load_gb_per_s = 0;  // load_bytes / load_s / 1e9; 0 when load_s is 0
   int64_t peak_rss_bytes = 0;
   int64_t tp_bytes_sent = 0, pp_bytes_sent = 0, replica_bytes_sent = 0, ep_bytes_sent = 0;
+  int64_t device_used_bytes = 0;  // in use on its device at the end; 0 without one
 };
 
 // Mixture-of-experts figures, from the steps whose expert_tokens row is not empty. The step rows
-// are the engine-group leaders': all-to-all time and bytes are the leader's over its pipeline
-// stage's MoE layers, and each row's expert_tokens counts its whole expert-parallel group.
+// are the engine groups': all-to-all time and bytes are each stage's first tp rank's over its MoE
+// layers, summed over the stages, and each row's expert_tokens counts its whole expert-parallel
+// group over every stage.
 struct MoeSummary {
   bool present = false;  // some step has a non-empty expert_tokens row (else the rest is 0)
   int64_t experts = 0;   // the longest expert_tokens row
@@ -130,6 +132,7 @@ struct ReportSummary {
   // Whether the rank table shows the dp and ep-sent columns: MoE runs, or a rank with dp or
   // ep_bytes_sent non-zero.
   bool ranks_show_dp_ep = false;
+  bool ranks_show_device = false;  // some rank had a device (device_used_bytes > 0)
 
   MoeSummary moe;
 

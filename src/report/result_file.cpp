@@ -337,6 +337,7 @@ RunData load_run(const std::string& path) {
   rk.add(f.ints("/ranks/replica_bytes_sent"), &k.replica_bytes_sent);
   k.has_ep_bytes_sent = f.exists("/ranks/ep_bytes_sent");
   rk.add(f.ints("/ranks/ep_bytes_sent"), &k.ep_bytes_sent);
+  rk.add(f.ints("/ranks/device_used_bytes"), &k.device_used_bytes);
   rk.finish();
 
   OpProfileRows& o = d.op_profile;

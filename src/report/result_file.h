@@ -27,8 +27,9 @@ struct StepRows {
   std::vector<int64_t> step, replica, batch_size, prefill_tokens, decode_tokens, kv_blocks_used;
   std::vector<double> t_start, wall_s;
   // Mixture-of-experts runs (zero / empty rows in files written before these columns existed):
-  // all-to-all seconds and bytes of the engine-group leader over its stage's MoE layers, and the
-  // tokens routed to each expert over the expert-parallel group (an empty row for dense models).
+  // all-to-all seconds and bytes of each pipeline stage's first tp rank over its MoE layers, summed
+  // over the stages, and the tokens routed to each expert over the expert-parallel group (an empty
+  // row for dense models).
   std::vector<double> moe_dispatch_s, moe_combine_s;
   std::vector<int64_t> moe_dispatch_bytes, moe_combine_bytes;
   std::vector<std::vector<int64_t>> expert_tokens;
@@ -39,6 +40,7 @@ struct RankRows {
   std::vector<int64_t> rank, replica, pp, tp, dp, local_rank;
   std::vector<std::string> host;
   std::vector<int64_t> load_bytes, peak_rss_bytes, tp_bytes_sent, pp_bytes_sent, replica_bytes_sent, ep_bytes_sent;
+  std::vector<int64_t> device_used_bytes;  // 0 without a device, or in files from before the column
   std::vector<double> load_s;
   bool has_dp = false, has_ep_bytes_sent = false;  // whether the file has /ranks/dp, /ranks/ep_bytes_sent
   size_t size() const { return rank.size(); }

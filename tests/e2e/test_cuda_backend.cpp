@@ -56,6 +56,34 @@ TEST(CudaBackend, Stories260kMatchesCpu) {
   check_runs(model, runs, true, "cuda-stories260k");
 }
 
+// /ranks says how much device memory each rank had in use at the end (the device's total less its
+// free): at least its weights and KV cache, at most the device; the CPU backend has none, and the
+// report shows the column only where a rank had a device.
+TEST(CudaBackend, RanksRecordTheDeviceMemoryInUse) {
+  SHARDLM_REQUIRE_GPU();
+  const fs::path d = test::fresh_dir("cuda-device-used");
+  test::write_file(d / "p.jsonl", "{\"id\": \"a\", \"prompt_token_ids\": [1, 2, 3], \"max_tokens\": 4}\n");
+  const std::string common = " run --model " + make_model("tiny-llama", "fp32") + " --prompts " +
+                             (d / "p.jsonl").string() + " -q --kv-cache-gb 0.01 --out ";
+  Proc gpu = sh(shardlm_bin() + common + (d / "gpu.h5").string() + " --backend cuda");
+  Proc cpu = sh(shardlm_bin() + common + (d / "cpu.h5").string());
+  ASSERT_EQ(gpu.code, 0) << gpu.out;
+  ASSERT_EQ(cpu.code, 0) << cpu.out;
+  test::H5Reader hg(d / "gpu.h5"), hc(d / "cpu.h5");
+  const auto used = hg.scalars<int64_t>("/ranks/device_used_bytes", H5T_NATIVE_INT64);
+  const auto weights = hg.scalars<int64_t>("/ranks/device_weight_bytes", H5T_NATIVE_INT64);
+  ASSERT_EQ(used.size(), 1u);
+  ASSERT_EQ(weights.size(), 1u);
+  EXPECT_GT(weights[0], 0);
+  EXPECT_GE(used[0], weights[0] + int64_t{10} * 1000 * 1000) << "weights and the 0.01 GB KV cache at least";
+  EXPECT_EQ(hc.scalars<int64_t>("/ranks/device_used_bytes", H5T_NATIVE_INT64), std::vector<int64_t>{0});
+  Proc report = sh(shardlm_bin() + " report " + (d / "gpu.h5").string());
+  ASSERT_EQ(report.code, 0) << report.out;
+  EXPECT_NE(report.out.find("dev used"), std::string::npos) << report.out;
+  Proc cpu_report = sh(shardlm_bin() + " report " + (d / "cpu.h5").string());
+  EXPECT_EQ(cpu_report.out.find("dev used"), std::string::npos) << cpu_report.out;
+}
+
 TEST(CudaBackend, DenseArchitecturesMatchCpu) {
   SHARDLM_REQUIRE_GPU();
   for (const char* config : {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral"}) {
