@@ -142,11 +142,21 @@ size_t smem_bytes(int E, int k, int n_group) {
   return static_cast<size_t>(3 * E + k + 2 * n_group) * 4;
 }
 
+// Beyond about 4000 experts the arrays pass the default 48 KiB (less the block reductions' static
+// shared memory): the kernel opts in to what the launch takes (a failure shows at launch).
+template <bool kSigmoid>
+void allow_shared(size_t bytes) {
+  if (bytes + 1024 > 48 * 1024)
+    cudaFuncSetAttribute(moe_topk_kernel<kSigmoid>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(bytes));
+}
+
 }  // namespace
 
 void launch_moe_topk_softmax(const float* logits, int64_t T, int E, int k, bool renormalise, double scale,
                              int32_t* ids, float* weights, cudaStream_t stream) {
   if (T <= 0 || E <= 0 || k <= 0) return;
+  allow_shared<false>(smem_bytes(E, k, 0));
   moe_topk_kernel<false><<<grid_for(T), kThreads, smem_bytes(E, k, 0), stream>>>(
       logits, T, E, k, nullptr, 1, 1, renormalise, static_cast<float>(scale), ids, weights);
 }
@@ -155,6 +165,7 @@ void launch_moe_topk_sigmoid(const float* logits, int64_t T, int E, int k, const
                              int topk_group, bool norm_topk_prob, double routed_scaling_factor, int32_t* ids,
                              float* weights, cudaStream_t stream) {
   if (T <= 0 || E <= 0 || k <= 0) return;
+  allow_shared<true>(smem_bytes(E, k, n_group));
   moe_topk_kernel<true><<<grid_for(T), kThreads, smem_bytes(E, k, n_group), stream>>>(
       logits, T, E, k, bias, n_group, topk_group, norm_topk_prob, static_cast<float>(routed_scaling_factor), ids,
       weights);

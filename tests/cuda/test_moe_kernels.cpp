@@ -98,6 +98,7 @@ TEST(CudaMoeTopk, SoftmaxMatchesHostRouter) {
   check_softmax(100, 60, 4, true, 2.5, 0, 4);
   check_softmax(100, 384, 8, true, 1.0, 0, 5);
   check_softmax(1, 1, 1, true, 1.0, 0, 6);
+  check_softmax(9, 6000, 8, true, 1.0, 0, 9);  // 72 KB of shared arrays: past the default 48 KiB
 #endif
 }
 
@@ -118,6 +119,7 @@ TEST(CudaMoeTopk, SigmoidGroupedMatchesHostRouter) {
   check_sigmoid(100, 64, 6, true, 8, 3, false, 1.0, 0, 14);       // no normalisation
   check_sigmoid(100, 16, 2, true, 16, 4, true, 1.0, 0, 15);       // one expert per group
   check_sigmoid(100, 64, 4, true, 4, 4, true, 1.0, 0, 16);        // every group kept
+  check_sigmoid(9, 6000, 8, true, 8, 4, true, 2.5, 0, 17);        // past the default 48 KiB
 #endif
 }
 
