@@ -59,7 +59,12 @@ void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out) 
         size_t j = end;
         if (is_word_char(next_codepoint(text, j))) ok = false;
       }
-      if (!ok) hit = nullptr;
+      if (!ok) {
+        // Hugging Face's matcher goes on after the refused match (its matches never overlap): a
+        // shorter token inside it is not looked for.
+        pos += hit->pattern.size();
+        continue;
+      }
     }
     if (!hit) {
       ++pos;

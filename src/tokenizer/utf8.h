@@ -22,7 +22,9 @@ inline size_t utf8_len(unsigned char c) {
 
 // Unicode White_Space (as Rust's char::is_whitespace).
 bool is_unicode_space(char32_t cp);
-// Letter, number or '_' (word character for single_word added tokens).
+// A word character as Rust regex's \w, which Hugging Face's single_word added tokens test:
+// Alphabetic (letters, letter numbers, the circled / squared letters), marks, decimal digits,
+// connector punctuation ('_'), Join_Control.
 bool is_word_char(char32_t cp);
 
 inline constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";

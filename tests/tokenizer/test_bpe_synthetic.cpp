@@ -142,6 +142,34 @@ TEST(TokenizerBpe, AddedTokensLongestFirstAndStrip) {
   EXPECT_EQ(t->vocab_size(), 10);
 }
 
+// single_word added tokens as Hugging Face matches them: a word character is Rust regex's \w
+// (letters and letter numbers, marks, decimal digits, '_' and '\u203f', ZWJ, circled letters; not
+// '\u00b2' or '\u00bd'), and after a refused match the search goes on past it, so "b" inside a
+// refused "ab" is not an added token. Every expectation is tokenizers 0.23's on this tokenizer.json.
+TEST(TokenizerBpe, SingleWordAddedTokensAsHuggingFace) {
+  json m = {{"type", "BPE"},
+            {"vocab", {{"?", 0}, {"x", 1}, {"a", 2}, {"c", 3}}},
+            {"merges", json::array()},
+            {"unk_token", "?"},
+            {"fuse_unk", false}};
+  json root = root_with(m);
+  root["added_tokens"] = {
+      {{"id", 4}, {"content", "ab"}, {"special", true}, {"normalized", false}, {"single_word", true}},
+      {{"id", 5}, {"content", "b"}, {"special", true}, {"normalized", false}},
+      {{"id", 6}, {"content", "<w>"}, {"special", true}, {"normalized", false}, {"single_word", true}}};
+  auto t = load_json(root, "single-word");
+  const std::vector<std::pair<std::string, std::vector<int32_t>>> cases = {
+      {"xab", {1, 2, 0}},          {"ab", {4}},
+      {"x ab", {1, 0, 4}},         {"abx", {2, 0, 1}},
+      {"xabb", {1, 2, 0, 5}},      {"c<w>", {3, 0, 0, 0}},
+      {"\u00b2<w>", {0, 6}},       {"a\u0301<w>", {2, 0, 0, 0, 0}},
+      {"\u203f<w>", {0, 0, 0, 0}}, {"<w>\u2160", {0, 0, 0, 0}},
+      {"\u200d<w>", {0, 0, 0, 0}}, {"<w>_", {0, 0, 0, 0}},
+      {"\u0663<w>", {0, 0, 0, 0}}, {"\u24b6<w>", {0, 0, 0, 0}},
+      {"\u00bd<w>", {0, 6}},       {" <w> ", {0, 6, 0}}};
+  for (const auto& [text, ids] : cases) EXPECT_EQ(t->encode(text), ids) << text;
+}
+
 TEST(TokenizerBpe, BosFromTemplateAndEosFromGenerationConfig) {
   auto m = base_model();
   m["merges"] = json::array();
