@@ -120,6 +120,10 @@ bool Engine::append_token(Sequence& s, const Sample& smp, double now) {
   if ((!s.params.ignore_eos && eos_.count(smp.token)) ||
       std::find(s.params.stop_token_ids.begin(), s.params.stop_token_ids.end(), smp.token) !=
           s.params.stop_token_ids.end()) {
+    // As vLLM: the stop token's id stays in output_tokens, its text stays out of output_text (an
+    // EOS that is a special token has none anyway).
+    r.output_text = tok_.decode(std::vector<int32_t>(r.output_tokens.begin(), r.output_tokens.end() - 1));
+    s.text_final = true;
     r.finish_reason = FinishReason::kStop;
     return true;
   }

@@ -22,7 +22,7 @@ struct Sequence {
   int32_t preemptions = 0;
   std::unique_ptr<StreamDecoder> decoder;  // detokenises the output incrementally
   std::string text;                        // output text so far (for stop strings)
-  bool text_final = false;                 // text was cut at a stop string: it is the output
+  bool text_final = false;                 // output_text is set: cut at a stop string or before a stop token
 
   int64_t prompt_len() const { return static_cast<int64_t>(result.prompt_tokens.size()); }
   int64_t len() const { return static_cast<int64_t>(tokens.size()); }

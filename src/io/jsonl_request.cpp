@@ -60,7 +60,8 @@ double get_number(const json& v, const std::string& field) {
 std::string num_str(double d) { return json(d).dump(); }
 
 // vLLM / OpenAI request fields that this engine does not apply: each may take its neutral value
-// (n 1, a penalty of 0, an empty logit_bias) and is otherwise an error naming it.
+// (n 1, a penalty of 0, an empty logit_bias, null) and is otherwise an error naming it, so that a
+// constrained, penalised or truncated request never runs as a plain one.
 void refuse_unapplied(const json& o, const std::string& p) {
   struct Rule {
     const char* key;
@@ -90,6 +91,23 @@ void refuse_unapplied(const json& o, const std::string& p) {
       {"include_stop_str_in_output", [](const json& v) { return v.is_boolean() && !v.get<bool>(); },
        "the output ends before the stop string"},
       {"suffix", [](const json& v) { return v.is_string() && v.get<std::string>().empty(); }, "is not applied"},
+      {"use_beam_search", [](const json& v) { return v.is_boolean() && !v.get<bool>(); }, "beam search is not run"},
+      {"length_penalty", [](const json& v) { return v.is_number() && v.get<double>() == 1; }, "beam search is not run"},
+      {"add_special_tokens", [](const json& v) { return v.is_boolean() && v.get<bool>(); },
+       "BOS is prepended as the tokenizer config asks (give prompt_token_ids for other ids)"},
+      {"skip_special_tokens", [](const json& v) { return v.is_boolean() && v.get<bool>(); },
+       "output_text leaves special tokens out (output_tokens holds every id)"},
+      {"truncate_prompt_tokens", [](const json&) { return false; }, "prompts are not truncated"},
+      {"allowed_token_ids", [](const json& v) { return v.is_array() && v.empty(); }, "is not applied"},
+      {"bad_words", [](const json& v) { return v.is_array() && v.empty(); }, "is not applied"},
+      {"logits_processors", [](const json& v) { return v.is_array() && v.empty(); }, "is not applied"},
+      {"guided_json", [](const json&) { return false; }, "guided decoding is not applied"},
+      {"guided_regex", [](const json&) { return false; }, "guided decoding is not applied"},
+      {"guided_choice", [](const json&) { return false; }, "guided decoding is not applied"},
+      {"guided_grammar", [](const json&) { return false; }, "guided decoding is not applied"},
+      {"structured_outputs", [](const json&) { return false; }, "guided decoding is not applied"},
+      {"response_format", [](const json& v) { return v.is_object() && v.value("type", json()) == "text"; },
+       "only plain text is generated"},
   };
   for (const Rule& r : rules) {
     const json* v = get_opt(o, r.key);

@@ -99,7 +99,7 @@ TEST(Stories260K, BatchInvariance) {
 }
 
 // vLLM's stop_token_ids: the first of them generated ends the request with finish reason stop
-// and stays in the output; ignore_eos does not switch them off.
+// and stays in output_tokens, its text out of output_text; ignore_eos does not switch them off.
 TEST(Stories260K, StopTokenIdsEndTheRequest) {
   SHARDLM_REQUIRE_SHARED(dir, "models/stories260K");
   test::LoadedModel m(dir);
@@ -116,6 +116,8 @@ TEST(Stories260K, StopTokenIdsEndTheRequest) {
   const auto& got = out.by_id("stopped");
   EXPECT_EQ(got.finish_reason, FinishReason::kStop);
   EXPECT_EQ(got.output_tokens, std::vector<int32_t>(want.begin(), want.begin() + first + 1));
+  EXPECT_EQ(got.output_text, m.tok->decode(std::vector<int32_t>(want.begin(), want.begin() + first)));
+  EXPECT_NE(got.output_text, m.tok->decode(got.output_tokens));  // the stop token's text is not empty
 }
 
 TEST(Stories260K, StopStringsEosAndErrors) {

@@ -117,7 +117,9 @@ TEST(JsonlLine, StopTokenIdsAndUnappliedFields) {
   const ParsedRequest ok = parse_jsonl_line(
       R"({"id": "a", "prompt": "x", "stop_token_ids": [7, 0], "n": 1, "best_of": null, "repetition_penalty": 1.0,)"
       R"( "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "logprobs": 1, "echo": false,)"
-      R"( "min_tokens": 0, "include_stop_str_in_output": false, "prompt_logprobs": 0, "suffix": ""})",
+      R"( "min_tokens": 0, "include_stop_str_in_output": false, "prompt_logprobs": 0, "suffix": "",)"
+      R"( "use_beam_search": false, "add_special_tokens": true, "skip_special_tokens": true, "bad_words": [],)"
+      R"( "guided_json": null, "response_format": {"type": "text"}, "truncate_prompt_tokens": null})",
       1);
   EXPECT_EQ(ok.error, "");
   ASSERT_TRUE(ok.overrides.stop_token_ids.has_value());
@@ -133,6 +135,16 @@ TEST(JsonlLine, StopTokenIdsAndUnappliedFields) {
       {R"("min_tokens": 3)", "field 'min_tokens' = 3 is not supported"},
       {R"("echo": true)", "field 'echo' = true is not supported"},
       {R"("include_stop_str_in_output": true)", "field 'include_stop_str_in_output' = true"},
+      {R"("use_beam_search": true)", "field 'use_beam_search' = true is not supported: beam search is not run"},
+      {R"("add_special_tokens": false)", "field 'add_special_tokens' = false is not supported: BOS is prepended"},
+      {R"("skip_special_tokens": false)", "field 'skip_special_tokens' = false is not supported"},
+      {R"("truncate_prompt_tokens": 100)", "field 'truncate_prompt_tokens' = 100 is not supported"},
+      {R"("allowed_token_ids": [1, 2])", "field 'allowed_token_ids'"},
+      {R"("bad_words": ["x"])", "field 'bad_words'"},
+      {R"("guided_json": {"type": "object"})", "field 'guided_json' = {\"type\":\"object\"} is not supported"},
+      {R"("guided_choice": ["a", "b"])", "guided decoding is not applied"},
+      {R"("response_format": {"type": "json_object"})", "field 'response_format'"},
+      {R"("structured_outputs": {"regex": "a+"})", "field 'structured_outputs'"},
       {R"("stop_token_ids": [-1])", "field 'stop_token_ids[0]' is not a token id (-1)"},
       {R"("stop_token_ids": 7)", "field 'stop_token_ids' must be a list of token ids"},
   };
