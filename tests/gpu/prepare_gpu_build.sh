@@ -8,14 +8,17 @@
 #   .device-pack/gpu.tar.gz   both of them, gzipped (binaries and libraries shrink to about 40%).
 # Then, on the GPU host, in a copy of this tree holding .device-pack:
 #   tar -xzf .device-pack/gpu.tar.gz && source .device/env.sh &&
-#     tests/gpu/run_gpu_checks.sh build-gpu "$LOGDIR" .device/shared
+#     SHARDLM_GPU_CHECKS_SECONDS=480 SHARDLM_GPU_BENCH_SECONDS=60 SHARDLM_GPU_LOG_ARCHIVE="$OUT/gpu-logs.tgz" \
+#     tests/gpu/run_gpu_checks.sh build-gpu /tmp/gpulogs .device/shared
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 shared=${1:-../shared}
 targets=(shardlm test_cuda_model_kernels test_cuda_attention test_cuda_attention_backend test_moe_kernels test_sampling_kernels test_rows_matmul
          test_bf16_grouped_gemm
          test_cuda_backend_ops test_cuda_linear_parts test_cuda_activation_twins test_cuda_rope_kv_write test_cuda_expert_ffn test_cuda_wire_ops test_grouped_linear test_comm_staged test_comm_nccl_bootstrap test_cuda_backend)
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSHARDLM_REQUIRE_CUDA=ON >/dev/null
+# Not -march=native: the GPU host's CPU may lack this one's instructions (AVX-512, AMX), and the CPU
+# references and backend run there too (their bits do not depend on it: -ffp-contract=off).
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSHARDLM_REQUIRE_CUDA=ON -DSHARDLM_NATIVE=OFF >/dev/null
 cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}"
 # Only binaries, CMakeCache.txt and the CTest files are needed there: a pruned copy is packed, and
 # build-gpu itself is kept whole, so that the next preparation rebuilds only what changed.
@@ -42,3 +45,10 @@ mkdir -p .device-pack
 tar -czf .device-pack/gpu.tar.gz -C "$pack" build-gpu -C "$PWD" .device
 echo "build-gpu $(du -sh "$pack/build-gpu" | cut -f1), .device $(du -sh .device | cut -f1);" \
   "packed: .device-pack/gpu.tar.gz $(du -sh .device-pack/gpu.tar.gz | cut -f1)"
+# The device machine takes at most 64 MiB of carried files in all.
+size=$(stat -c %s .device-pack/gpu.tar.gz)
+if [ "$size" -gt $((60 * 1024 * 1024)) ]; then
+  echo "prepare_gpu_build.sh: .device-pack/gpu.tar.gz is $((size / 1024 / 1024)) MiB, over the 60 MiB a device" \
+    "run can carry: leave SHARDLM_GPU_EXTRA_BINS out or prune build-gpu" >&2
+  exit 1
+fi

@@ -18,6 +18,9 @@
 # N seconds, so that one slow part leaves time for the rest. SHARDLM_GPU_SKIP='bench-mla|bench-comm.*'
 # (an extended regex of part names) leaves those parts out, for a second run that finishes a cut
 # first one. SHARDLM_GPU_CTEST_JOBS (default 4) kernel test processes share the GPU at once.
+# SHARDLM_GPU_LOG_ARCHIVE=PATH packs the logs there after every part. On a leased machine (600 s a
+# command): SHARDLM_GPU_CHECKS_SECONDS=480 SHARDLM_GPU_BENCH_SECONDS=60
+# SHARDLM_GPU_LOG_ARCHIVE=$OUT/gpu-logs.tgz, LOG_DIR outside $OUT (only a few files come back).
 #
 # BUILD_DIR is a CUDA build (cmake -DSHARDLM_CUDA=ON, the default where nvcc is found). The tests
 # carry the absolute paths of the tree they were built in; when this copy of the tree lives
@@ -76,7 +79,7 @@ run() {  # name, command...
   [ "$left" -gt 0 ] && limit=(timeout -k 5 "$left")
   step "$name"
   local rc=0
-  "${limit[@]}" "$@" >"$logs/$name.log" 2>&1 || rc=$?
+  ${limit[@]+"${limit[@]}"} "$@" >"$logs/$name.log" 2>&1 || rc=$?
   if [ "$rc" = 0 ]; then
     echo "   ok ($((SECONDS - started)) s in)" | tee -a "$logs/summary.log"
   elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
@@ -85,7 +88,22 @@ run() {  # name, command...
     echo "   FAILED (exit $rc), see $name.log" | tee -a "$logs/summary.log"; status=1
   fi
   grep -E "PASSED|FAILED|SKIPPED|Skipped|tests passed|tok/s|TFLOP/s|GB/s|GFLOP/s|us/row|ran as" "$logs/$name.log" | tail -25 >>"$logs/summary.log"
+  archive
 }
+# SHARDLM_GPU_LOG_ARCHIVE=PATH (e.g. $OUT/gpu-logs.tgz): every log packed there after each part,
+# so a run cut from outside still brings back what it did.
+archive() {
+  [ -n "${SHARDLM_GPU_LOG_ARCHIVE:-}" ] && tar -czf "$SHARDLM_GPU_LOG_ARCHIVE" -C "$logs" . 2>/dev/null
+  return 0
+}
+
+# No GPU visible (a driver or library path problem): every GPU test would skip and read as passed.
+gpus=$(nvidia-smi -L 2>/dev/null) || true
+if [[ $gpus != GPU* ]]; then
+  echo "== no GPU visible (nvidia-smi -L lists none): nothing here can be checked" | tee -a "$logs/summary.log"
+  archive
+  exit 1
+fi
 
 # 1. Kernels against CPU references; NCCL and staged-MPI communicators on device buffers. (Not the
 #    Emulated.* copies, nor the bench-comm logic whose names say NCCL: they run on the CPU,
@@ -93,7 +111,7 @@ run() {  # name, command...
 run kernels ctest --test-dir "$build" -j "$jobs" --output-on-failure --timeout 300 -R "${SHARDLM_GPU_TESTS:-Cuda|Nccl|nccl|Staged|staged}" -E "CudaBackend\.|^Emulated\.|^BenchComm"
 # 2. --backend cuda against the CPU backend, 1 and 2 ranks on the GPU; one test at a time, since each
 #    run's KV cache takes a share of the memory free when it starts.
-run e2e ctest --test-dir "$build" --output-on-failure --timeout 600 -R "^CudaBackend\."
+run e2e ctest --test-dir "$build" --output-on-failure --timeout 300 -R "^CudaBackend\."
 # 3. Benchmarks: bench-1024 (254M parameters, bf16) on the GPU.
 cap=${SHARDLM_GPU_BENCH_SECONDS:-0}
 model="${TMPDIR:-/tmp}/shardlm-bench-model"

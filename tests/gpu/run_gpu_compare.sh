@@ -21,7 +21,8 @@
 # in fp32), linear and tok/s lines. SHARDLM_COMPARE_BACKEND (default cuda), SHARDLM_COMPARE_ARGS,
 # SHARDLM_COMPARE_GQA128_ARGS and SHARDLM_COMPARE_FP8_ARGS (the bench arguments after --model) and
 # SHARDLM_COMPARE_MOE_ARGS (bench-moe's layer and token counts) let the script be tried on a CPU
-# build with small sizes; SHARDLM_COMPARE_SECONDS (default 60) cuts each benchmark.
+# build with small sizes; SHARDLM_COMPARE_SECONDS (default 60) cuts each benchmark, and
+# SHARDLM_COMPARE_TOTAL_SECONDS (default: none) bounds them all.
 set -uo pipefail
 build=${1:?usage: run_gpu_compare.sh BUILD_DIR LOG_DIR}
 logs=${2:?usage: run_gpu_compare.sh BUILD_DIR LOG_DIR}
@@ -39,7 +40,7 @@ declare -A dtypes=([gqa]=bf16 [gqa128]=bf16 [mla]=bf16 [fp8]=fp8)
 status=0
 for c in gqa gqa128 mla fp8; do
   model="$tmp/shardlm-compare-$c"
-  [ -d "$model" ] || "$build/shardlm" make-model --config "$root/inputs/models/${configs[$c]}.json" --out "$model" \
+  [ -d "$model" ] || timeout -k 5 300 "$build/shardlm" make-model --config "$root/inputs/models/${configs[$c]}.json" --out "$model" \
     --dtype "${dtypes[$c]}" --seed 1 >/dev/null || { echo "make-model ${configs[$c]} failed" | tee -a "$logs/compare.log"; exit 1; }
 done
 bins=("$build/shardlm")
@@ -52,17 +53,41 @@ bench() {
   [ "$c" = fp8 ] && base=("${fp8_args[@]}")
   [ "$c" = gqa128 ] && base=("${gqa128_args[@]}")
   echo "== $c: $(basename "$bin") $* ($(date +%T))" | tee -a "$logs/compare.log"
-  timeout -k 5 "$cap" "$bin" bench --model "$tmp/shardlm-compare-$c" --backend "$backend" "${base[@]}" "$@" \
+  local cap_now=$cap
+  time_left || return 0
+  timeout -k 5 "$cap_now" "$bin" bench --model "$tmp/shardlm-compare-$c" --backend "$backend" "${base[@]}" "$@" \
     >"$log" 2>&1 || rc=$?
   [ "$rc" = 0 ] || { echo "   exit $rc, see $(basename "$log")" | tee -a "$logs/compare.log"; status=1; }
   grep -E "^attention|positions|^prefill|^decode|fp8 weights:" "$log" >>"$logs/compare.log"
+}
+# Whether binary $1's subcommand $2 has option $3 (not `--help | grep -q`: under pipefail grep's
+# early exit can kill the writer with SIGPIPE and read as "no").
+has_option() {
+  local help
+  help=$("$1" "$2" --help 2>/dev/null) || true
+  [[ $help == *"$3"* ]]
+}
+# The budget left of SHARDLM_COMPARE_TOTAL_SECONDS (0: none): a benchmark that would start with
+# less than 15 s of it is listed as not run instead.
+total=${SHARDLM_COMPARE_TOTAL_SECONDS:-0}
+started=$SECONDS
+time_left() {
+  [ "$total" -gt 0 ] || return 0
+  local left=$((total - (SECONDS - started)))
+  if [ "$left" -lt 15 ]; then
+    echo "   not run: the ${total} s budget is spent" | tee -a "$logs/compare.log"; status=1; return 1
+  fi
+  [ "$left" -lt "$cap" ] && cap_now=$left
+  return 0
 }
 # One MoE layer benchmark: binary $1, log name $2, then extra bench-moe arguments.
 bench_moe() {
   local bin=$1 log="$logs/compare-$2.log" rc=0
   shift 2
   echo "== moe: $(basename "$bin") $* ($(date +%T))" | tee -a "$logs/compare.log"
-  timeout -k 5 "$cap" "$bin" bench-moe --backend "$backend" "${moe_args[@]}" "$@" >"$log" 2>&1 || rc=$?
+  local cap_now=$cap
+  time_left || return 0
+  timeout -k 5 "$cap_now" "$bin" bench-moe --backend "$backend" "${moe_args[@]}" "$@" >"$log" 2>&1 || rc=$?
   [ "$rc" = 0 ] || { echo "   exit $rc, see $(basename "$log")" | tee -a "$logs/compare.log"; status=1; }
   grep -E "GEMMs|^# ceilings" "$log" >>"$logs/compare.log"
 }
@@ -71,7 +96,7 @@ for c in gqa gqa128 mla fp8; do
     name="$(basename "$bin")"
     bench "$c" "$bin" "$c-$name"
     # MLA decode on tensor cores too, where the binary has it (each line then times both kernels).
-    if [ "$c" = mla ] && "$bin" bench --help 2>/dev/null | grep -q -- --decode-attention; then
+    if [ "$c" = mla ] && has_option "$bin" bench --decode-attention; then
       bench "$c" "$bin" "$c-$name-decode-bf16" --decode-attention bf16
     fi
   done
@@ -81,12 +106,12 @@ for bin in "${bins[@]}"; do
   bench_moe "$bin" "moe-fp8-$name" --dtype fp8 --fp8-prefill w8a8
   bench_moe "$bin" "moe-bf16-$name"
   # The same grouped GEMMs on mma.sync, where the binary runs them on wgmma by default.
-  if "$bin" bench-moe --help 2>/dev/null | grep -q -- --grouped-gemm-core; then
+  if has_option "$bin" bench-moe --grouped-gemm-core; then
     bench_moe "$bin" "moe-fp8-$name-mma-sync" --dtype fp8 --fp8-prefill w8a8 --grouped-gemm-core mma-sync
     bench_moe "$bin" "moe-bf16-$name-mma-sync" --grouped-gemm-core mma-sync
   fi
   # Each expert's gate and up apart (two routed calls), where the binary stacks them by default.
-  if "$bin" bench-moe --help 2>/dev/null | grep -q -- --gate-up; then
+  if has_option "$bin" bench-moe --gate-up; then
     bench_moe "$bin" "moe-fp8-$name-gate-up-apart" --dtype fp8 --fp8-prefill w8a8 --gate-up apart
     bench_moe "$bin" "moe-bf16-$name-gate-up-apart" --gate-up apart
   fi
