@@ -59,10 +59,13 @@ bool is_valid_utf8(std::string_view s) {
 }
 
 bool ends_in_truncated_character(std::string_view s) {
-  // A sequence is at most 4 bytes: its lead is among the last 3.
-  for (size_t i = s.size() >= 3 ? s.size() - 3 : 0; i < s.size(); ++i) {
+  // From the end, over continuation bytes, to the last lead: a truncated sequence is at most 3
+  // bytes, so its lead is among the last 3 (an earlier lead's sequence ended before it).
+  for (size_t k = 1; k <= 3 && k <= s.size(); ++k) {
+    const size_t i = s.size() - k;
     const auto c = static_cast<uint8_t>(s[i]);
-    if (c < 0xC2 || c > 0xF4) continue;  // not a lead
+    if (c >= 0x80 && c <= 0xBF) continue;
+    if (c < 0xC2 || c > 0xF4) return false;  // ASCII or a byte that begins nothing
     size_t bad = 0;
     return sequence_length(s, i, &bad) == 0 && i + bad == s.size();
   }

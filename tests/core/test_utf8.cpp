@@ -32,5 +32,24 @@ TEST(Utf8, RepairReplacesMaximalBadSubparts) {
   EXPECT_TRUE(is_valid_utf8(repair_utf8("\xC0\x80\xF5\xBF zz \xF0\x9F\x99")));
 }
 
+// Whether more bytes could complete the end: a well-formed beginning of a sequence, at its last
+// lead, not an earlier one's.
+TEST(Utf8, EndsInTruncatedCharacter) {
+  EXPECT_TRUE(ends_in_truncated_character("\xE4"));
+  EXPECT_TRUE(ends_in_truncated_character("x\xE4\xBD"));
+  EXPECT_TRUE(ends_in_truncated_character("\xF0\x9F\x98"));
+  EXPECT_TRUE(ends_in_truncated_character("\xD5\xE4"));      // D5 is done (bad); E4 may go on
+  EXPECT_TRUE(ends_in_truncated_character("\xC3\xA9\xE4"));  // after a whole character
+  EXPECT_FALSE(ends_in_truncated_character(""));
+  EXPECT_FALSE(ends_in_truncated_character("abc"));
+  EXPECT_FALSE(ends_in_truncated_character("\xE4\xBD\xA0"));  // complete
+  EXPECT_FALSE(ends_in_truncated_character("\x80"));          // begins nothing
+  EXPECT_FALSE(ends_in_truncated_character("\xE4\x41"));      // ended by 'A'
+  EXPECT_FALSE(ends_in_truncated_character("\xE0\x80"));      // overlong: no byte can mend it
+  EXPECT_FALSE(ends_in_truncated_character("\xED\xA0"));      // a surrogate's beginning
+  EXPECT_FALSE(ends_in_truncated_character("\xF5"));
+  EXPECT_FALSE(ends_in_truncated_character("\xF0\x9F\x98\x80\x80"));
+}
+
 }  // namespace
 }  // namespace shardlm

@@ -218,7 +218,9 @@ TEST_F(Merge, KeepsARunsDuplicateIdRowsAndRefusesTheIdElsewhere) {
   test::H5Reader h(at("rep-merged.h5"));
   EXPECT_EQ(h.strings("/requests/id").size(), 4u);
   const std::vector<std::string> errors = h.strings("/requests/error");
-  EXPECT_EQ(std::count(errors.begin(), errors.end(), "line 3: duplicate id 'r1' (an earlier request has it)"), 1);
+  EXPECT_EQ(std::count(errors.begin(), errors.end(),
+                       "line 3: duplicate id 'r1' (another request of the file has it; the first to finish is kept)"),
+            1);
   EXPECT_NE(merge(at("rep-twice.h5") + " " + at("rep.h5") + " " + at("rep.h5")).code, 0);
 }
 

@@ -31,6 +31,7 @@ TEST(ErrorKind, FirstWordsWithoutLinePrefix) {
   // One kind for every duplicate id, not one per id.
   EXPECT_EQ(error_kind(duplicate_id_error(7, "alpha")), "duplicate id");
   EXPECT_EQ(error_kind(duplicate_id_error(9, "beta gamma")), "duplicate id");
+  EXPECT_EQ(error_kind("line 4: duplicate id 'x' (an earlier request has it)"), "duplicate id");  // older files
 }
 
 // A run killed mid-flush can leave every column longer than its last commit, the rows past it

@@ -86,6 +86,14 @@ TEST(StreamDecoder, FinalReplacementCharactersAreNotHeld) {
   EXPECT_EQ(bytes.push(3 + 0x9F), "");              // still may
   EXPECT_EQ(bytes.push(3 + 0x98), "");
   EXPECT_EQ(bytes.push(3 + 0x80), "\xF0\x9F\x98\x80");  // U+1F600
+  // A bad lead, then the lead of a character the next bytes complete (found by fuzz_tokenizer):
+  // the stream is decode()'s text, U+FFFD, U+4861 and seven U+FFFD.
+  const std::vector<int32_t> ids = {3 + 0xD5, -1,       3 + 0xE4, 3 + 0xA1, 3 + 0xA1, 3 + 0xA1,
+                                    3 + 0xA1, 3 + 0xA1, 3 + 0xA1, 3 + 0xA1, 3 + 0xC1, 3 + 0xDA};
+  std::string want = "\xEF\xBF\xBD\xE4\xA1\xA1";
+  for (int i = 0; i < 7; ++i) want += "\xEF\xBF\xBD";
+  EXPECT_EQ(stories->decode(ids), want);
+  EXPECT_EQ(stream_all(*stories, ids, true, nullptr), want);
 }
 
 TEST(StreamDecoder, StoriesGreedyOutputStreams) {
