@@ -23,8 +23,9 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
+
+import shardlm_tokenize
 
 try:
     from tokenizers import Tokenizer
@@ -33,7 +34,6 @@ except ImportError as e:  # pragma: no cover
     sys.exit(77)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MAX_ARG_BYTES = 100_000  # one argv string must stay under Linux's 128 KiB limit
 
 FIXED_CASES = [
     "Hello world", " Hello world", "  two leading", "trailing  ", "\n\n\nlines\r\n\r\nCRLF\r\n",
@@ -102,44 +102,6 @@ def random_id_lists(count, rng, vocab_size, specials):
     return lists
 
 
-def run(binary, tok_dir, *args):
-    res = subprocess.run([binary, "tokenize", "--model", tok_dir, *args], check=True, capture_output=True)
-    return res.stdout.decode("utf-8")
-
-
-def shardlm_encode_many(binary, tok_dir, texts, sep_text, sep_id):
-    """Encodes every text with as few shardlm calls as the argv limit allows."""
-    out, batch = [], []
-
-    def flush():
-        if not batch:
-            return
-        ids = [int(x) for x in run(binary, tok_dir, "--text=" + sep_text.join(batch)).split()]
-        per, cur = [], []
-        for i in ids:
-            if i == sep_id:
-                per.append(cur)
-                cur = []
-            else:
-                cur.append(i)
-        per.append(cur)
-        if len(per) != len(batch):
-            raise RuntimeError(f"expected {len(batch)} cases back, got {len(per)}")
-        out.extend(per)
-        batch.clear()
-
-    size = 0
-    for t in texts:
-        n = len(t.encode()) + len(sep_text.encode())
-        if size + n > MAX_ARG_BYTES:
-            flush()
-            size = 0
-        batch.append(t)
-        size += n
-    flush()
-    return out
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardlm", default=os.path.join(ROOT, "build", "shardlm"))
@@ -167,7 +129,7 @@ def main():
 
     bad = 0
     ref = [hf.encode(c, add_special_tokens=False).ids for c in cases]
-    ours = shardlm_encode_many(args.shardlm, args.tokenizer, cases, sep_text, sep_id)
+    ours = shardlm_tokenize.encode_many(args.shardlm, args.tokenizer, cases, sep_text, sep_id)
     for text, r, o in zip(cases, ref, ours):
         if r != o:
             bad += 1
@@ -189,7 +151,7 @@ def main():
     decoded_bad = 0
     for ids in lists:
         want = hf.decode(ids, skip_special_tokens=True)
-        got = run(args.shardlm, args.tokenizer, "--decode", " ".join(map(str, ids)))
+        got = shardlm_tokenize.run(args.shardlm, args.tokenizer, "--decode", " ".join(map(str, ids)))
         got = got[:-1] if got.endswith("\n") else got
         if want != got:
             decoded_bad += 1

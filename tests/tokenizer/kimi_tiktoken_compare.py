@@ -25,8 +25,9 @@ import json
 import os
 import random
 import re
-import subprocess
 import sys
+
+import shardlm_tokenize
 
 try:
     import tiktoken
@@ -37,7 +38,6 @@ except ImportError as e:  # pragma: no cover
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 N_RESERVED = 256
 SEPARATOR_ID_OFFSET = 200  # a reserved (unnamed) special joins the cases
-MAX_ARG_BYTES = 100_000    # one argv string must stay under Linux's 128 KiB limit
 MAX_CHUNK_CHARS = 400_000  # TikTokenTokenizer's TIKTOKEN_MAX_ENCODE_CHARS
 MAX_RUN_CHARS = 25_000     # TikTokenTokenizer's MAX_NO_WHITESPACES_CHARS
 
@@ -173,41 +173,6 @@ def load_reference(tok_dir):
     return Reference(enc, specials), nb
 
 
-def shardlm_encode_many(binary, tok_dir, texts, sep_text, sep_id):
-    """Encodes every text with as few shardlm calls as the argv limit allows."""
-    out, batch, size = [], [], 0
-
-    def flush():
-        if not batch:
-            return
-        joined = sep_text.join(batch)
-        res = subprocess.run([binary, "tokenize", "--model", tok_dir, "--text=" + joined], check=True,
-                             capture_output=True, text=True)
-        ids = [int(x) for x in res.stdout.split()]
-        per, cur = [], []
-        for i in ids:
-            if i == sep_id:
-                per.append(cur)
-                cur = []
-            else:
-                cur.append(i)
-        per.append(cur)
-        if len(per) != len(batch):
-            raise RuntimeError(f"expected {len(batch)} cases back, got {len(per)}")
-        out.extend(per)
-        batch.clear()
-
-    for t in texts:
-        n = len(t.encode()) + len(sep_text)
-        if size + n > MAX_ARG_BYTES:
-            flush()
-            size = 0
-        batch.append(t)
-        size += n
-    flush()
-    return out
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardlm", default=os.path.join(ROOT, "build", "shardlm"))
@@ -227,7 +192,7 @@ def main():
     # NUL cannot travel in argv; the separator must not occur inside a case.
     cases = [c.replace("\0", " ") for c in cases if sep_text not in c]
     ref = [ref_tok.encode(c) for c in cases]
-    ours = shardlm_encode_many(args.shardlm, tok_dir, cases, sep_text, sep_id)
+    ours = shardlm_tokenize.encode_many(args.shardlm, tok_dir, cases, sep_text, sep_id)
     bad = 0
     for text, r, o in zip(cases, ref, ours):
         if r != o:
