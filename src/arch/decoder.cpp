@@ -9,6 +9,7 @@
 #include <string>
 
 #include "arch/layer_blocks.h"
+#include "arch/moe_stage_sum.h"
 #include "arch/rope_freqs.h"
 #include "arch/scratch.h"
 #include "arch/step_graphs.h"
@@ -33,8 +34,8 @@ struct Layer {
 
 // Pipeline messages between stages: the residual stream, then the step's logits back to the
 // leader, or, for a step with sample rows, the choices (R tokens, then R logprobs' bits); for MoE
-// models the MoE figures of the stages after the first, summed along the way (see stage_moe_on).
-constexpr int kTagHidden = 11, kTagLogits = 12, kTagMoe = 13;
+// models the MoE figures of the stages after the first (arch/moe_stage_sum.h, tag 13).
+constexpr int kTagHidden = 11, kTagLogits = 12;
 // The scratch slot where a later stage's graph step receives the previous stage's hidden states.
 constexpr int kStageInput = 17;
 // The bf16 twins (compute/backend.h Activations) of the normed hidden state (slot 1) and of the
@@ -284,46 +285,15 @@ class Decoder final : public Model {
     stage_moe_on();
   }
 
-  // ---- The MoE figures of a step over its pipeline stages ----
-  // The step rows and the report count every stage's MoE layers: each later stage's tp rank 0
-  // adds its figures to those of the stages before it (after the first) and sends the sum on, the
-  // last stage to the leader, which adds them to its own when the step ends. Small: E + 4 int64.
-
-  // The leader's receive of the sum from the last stage; null without MoE.
+  // The leader's receive of the later stages' MoE sum (arch/moe_stage_sum.h); null without MoE.
   std::unique_ptr<CommRequest> receive_later_stages_moe(std::vector<int64_t>* wire) {
     if (!spec_.moe.enabled()) return nullptr;
-    wire->assign(static_cast<size_t>(spec_.moe.num_experts) + 4, 0);
-    return comms_.pp->irecv(wire->data(), wire->size(), CommDType::kI64, plan_.stages - 1, kTagMoe);
+    return shardlm::receive_later_stages_moe(*comms_.pp, plan_.stages - 1, spec_.moe.num_experts, wire);
   }
-  // A later stage, after its part of the step: the sum so far, with this stage's figures, sent on.
+  // A later stage's tp rank 0, after its part of the step: the MoE sum passed on.
   void stage_moe_on() {
     if (!spec_.moe.enabled() || plan_.first_stage() || plan_.tp_rank != 0) return;
-    const size_t E = static_cast<size_t>(spec_.moe.num_experts);
-    moe_wire_.assign(E + 4, 0);
-    if (plan_.stage >= 2)
-      comms_.pp->recv(moe_wire_.data(), moe_wire_.size(), CommDType::kI64, plan_.stage - 1, kTagMoe);
-    MoeStepStats sum = moe_stats_;
-    add_moe_wire(moe_wire_, &sum);
-    for (size_t e = 0; e < E; ++e) moe_wire_[e] = sum.expert_tokens[e];
-    moe_wire_[E] = sum.dispatch_bytes;
-    moe_wire_[E + 1] = sum.combine_bytes;
-    std::memcpy(&moe_wire_[E + 2], &sum.dispatch_s, sizeof(double));  // the seconds' bits, exact
-    std::memcpy(&moe_wire_[E + 3], &sum.combine_s, sizeof(double));
-    comms_.pp->send(moe_wire_.data(), moe_wire_.size(), CommDType::kI64, plan_.last_stage() ? 0 : plan_.stage + 1,
-                    kTagMoe);
-  }
-  // Adds figures in their wire form (stage_moe_on) to s.
-  static void add_moe_wire(const std::vector<int64_t>& wire, MoeStepStats* s) {
-    const size_t E = s->expert_tokens.size();
-    SHARDLM_CHECK(wire.size() == E + 4, "MoE figures of " << wire.size() << " values for " << E << " experts");
-    for (size_t e = 0; e < E; ++e) s->expert_tokens[e] += wire[e];
-    s->dispatch_bytes += wire[E];
-    s->combine_bytes += wire[E + 1];
-    double d = 0, c = 0;
-    std::memcpy(&d, &wire[E + 2], sizeof(double));
-    std::memcpy(&c, &wire[E + 3], sizeof(double));
-    s->dispatch_s += d;
-    s->combine_s += c;
+    pass_moe_sum_on(*comms_.pp, plan_.stage, plan_.stages, moe_stats_, &moe_wire_);
   }
 
   bool leads_pipeline() const { return plan_.stages > 1 && plan_.first_stage() && plan_.tp_rank == 0; }
