@@ -51,14 +51,42 @@ namespace {
 const char* const kUsage = "shardlm merge OUT.h5 IN1.h5 IN2.h5 ...  (or --out OUT.h5 --in IN1.h5 --in IN2.h5 ...)";
 const char* const kGroups[] = {"requests", "steps", "ranks", "op_profile"};
 
-// Attributes the merge writes itself: never copied from the inputs.
+// Attributes the merge writes itself, or that describe one input's sessions (cli/run_sessions.h:
+// its rows from session_rows_before on, its earlier running time), not the merged rows: never
+// copied from the inputs, even where every input has the same value.
 bool recomputed(const std::string& name) {
-  static const char* const names[] = {
-      "command_line", "start_time", "end_time", "summary", "requests", "request_errors", "prompt_tokens",
-      "output_tokens", "wall_seconds", "output_tokens_per_s", "total_tokens_per_s", "requests_per_s", "steps",
-      "preemptions", "load_bytes", "load_seconds", "interrupted_by_signal", "resumed_with_requests", "layout",
-      "merged_from", "merge_inputs", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s",
-      "tpot_p99_s"};
+  static const char* const names[] = {"sessions",
+                                      "session_start_time",
+                                      "session_rows_before",
+                                      "wall_seconds_before",
+                                      "preemptions_before",
+                                      "command_line",
+                                      "start_time",
+                                      "end_time",
+                                      "summary",
+                                      "requests",
+                                      "request_errors",
+                                      "prompt_tokens",
+                                      "output_tokens",
+                                      "wall_seconds",
+                                      "output_tokens_per_s",
+                                      "total_tokens_per_s",
+                                      "requests_per_s",
+                                      "steps",
+                                      "preemptions",
+                                      "load_bytes",
+                                      "load_seconds",
+                                      "interrupted_by_signal",
+                                      "resumed_with_requests",
+                                      "layout",
+                                      "merged_from",
+                                      "merge_inputs",
+                                      "ttft_p50_s",
+                                      "ttft_p90_s",
+                                      "ttft_p99_s",
+                                      "tpot_p50_s",
+                                      "tpot_p90_s",
+                                      "tpot_p99_s"};
   return std::find(std::begin(names), std::end(names), name) != std::end(names);
 }
 

@@ -145,6 +145,12 @@ TEST_F(Merge, ReportReadsTheMergedFileAndItsSummaryIsRecomputed) {
   EXPECT_EQ(r.scalar_attr<int64_t>("merged_from", H5T_NATIVE_INT64), 2);
   EXPECT_GT(r.scalar_attr<double>("wall_seconds", H5T_NATIVE_DOUBLE), 0);
   EXPECT_EQ(r.string_attr("model_config_hash"), full.string_attr("model_config_hash"));
+  // An input's session attributes say nothing of the merged rows (the report would read them).
+  for (const char* name : {"sessions", "session_rows_before", "wall_seconds_before", "session_start_time"}) {
+    EXPECT_TRUE(test::H5Reader(at("a.h5")).has_attr(name)) << name;
+    EXPECT_FALSE(r.has_attr(name)) << name;
+  }
+  EXPECT_EQ(j["comm"]["session_output_tokens"], j["requests"]["output_tokens"]);
   EXPECT_NE(r.string_attr("command_line").find(" merge "), std::string::npos);
   const auto inputs = nlohmann::json::parse(r.string_attr("merge_inputs"));
   ASSERT_EQ(inputs.size(), 2u);
