@@ -8,8 +8,12 @@
 #include <optional>
 #include <string>
 
+#include "arch/expert_counter.h"
+#include "arch/kv_magnitudes.h"
 #include "arch/layer_blocks.h"
-#include "arch/moe_stage_sum.h"
+#include "arch/pipeline_choices.h"
+#include "arch/stage_clock.h"
+#include "arch/stage_figures.h"
 #include "arch/rope_freqs.h"
 #include "arch/scratch.h"
 #include "arch/step_graphs.h"
@@ -33,8 +37,8 @@ struct Layer {
 };
 
 // Pipeline messages between stages: the residual stream, then the step's logits back to the
-// leader, or, for a step with sample rows, the choices (R tokens, then R logprobs' bits); for MoE
-// models the MoE figures of the stages after the first (arch/moe_stage_sum.h, tag 13).
+// leader, or, for a step with sample rows, the choices (R tokens, then R logprobs' bits); the
+// figures of the stages after the first (arch/stage_figures.h, tag 13).
 constexpr int kTagHidden = 11, kTagLogits = 12;
 // The scratch slot where a later stage's graph step receives the previous stage's hidden states.
 constexpr int kStageInput = 17;
@@ -49,10 +53,13 @@ class Decoder final : public Model {
       : spec_(spec),
         plan_(plan),
         comms_(comms),
+        clock_(comms),
         b_(backend),
         scratch_(backend),
         graphs_(backend, scratch_, spec_, plan_, comms_),
-        inv_freq_(rope_inv_freq(spec)) {
+        expert_counter_(backend, spec.moe.enabled() ? spec.moe.num_experts : 0),
+        inv_freq_(rope_inv_freq(spec)),
+        kv_amax_(backend) {
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t H = spec.hidden_size;
     inv_freq_dev_ = static_cast<float*>(b_.alloc(inv_freq_.size() * sizeof(float)));
@@ -85,27 +92,13 @@ class Decoder final : public Model {
     load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
-  ~Decoder() override {
-    b_.free(inv_freq_dev_);
-    b_.free(kv_amax_);
-    b_.free(expert_tokens_dev_);
-  }
+  ~Decoder() override { b_.free(inv_freq_dev_); }
 
   void record_kv_magnitudes() override {
-    if (kv_amax_) return;
-    const std::vector<float> zeros(2 * layers_.size(), 0.0f);
-    kv_amax_ = static_cast<float*>(b_.alloc(std::max<size_t>(zeros.size(), 1) * sizeof(float)));
-    b_.copy_to_device(kv_amax_, zeros.data(), zeros.size() * sizeof(float));
+    kv_amax_.start(layers_.size());
     graphs_.disable();
   }
-  std::vector<float> kv_magnitudes() const override {
-    if (!kv_amax_) return {};
-    std::vector<float> mine(2 * layers_.size());
-    b_.copy_to_host(mine.data(), kv_amax_, mine.size() * sizeof(float));
-    std::vector<float> all(2 * static_cast<size_t>(spec_.num_layers), 0.0f);
-    std::copy(mine.begin(), mine.end(), all.begin() + 2 * plan_.first_layer);
-    return all;
-  }
+  std::vector<float> kv_magnitudes() const override { return kv_amax_.read(plan_.first_layer, spec_.num_layers); }
 
   const ModelSpec& spec() const override { return spec_; }
   const ShardPlan& shard() const override { return plan_; }
@@ -153,6 +146,7 @@ class Decoder final : public Model {
     const bool sampled = batch.sampled();
     if (logits_end_here()) {
       SHARDLM_CHECK(!device_step_, "begin_step before the previous step was ended");
+      StageClock::Part part(clock_);
       begin_profiled_step(batch);
       device_step_ = DeviceStep{step_to_device(batch), static_cast<int64_t>(batch.logit_rows.size()),
                                 batch.sample_rows};
@@ -165,6 +159,7 @@ class Decoder final : public Model {
     const int64_t T = batch.num_tokens();
     if (T > 0 || runs_empty_steps()) {
       // The leader's part of the step: its stage and the send on.
+      clock_.start();
       begin_profiled_step(batch);
       stage_to_device(batch);
       if (f.rows > 0 && sampled) {
@@ -174,10 +169,11 @@ class Decoder final : public Model {
         f.logits.resize(static_cast<size_t>(f.rows * spec_.vocab_size));
         f.recv = comms_.pp->irecv(f.logits.data(), f.logits.size(), CommDType::kF32, plan_.stages - 1, kTagLogits);
       }
-      f.moe_recv = receive_later_stages_moe(&f.later_moe);
+      f.figures_recv = receive_later_stages(&f.later);
       comms_.pp->send(scratch_.get(0, std::max<int64_t>(T, 1) * spec_.hidden_size), T * spec_.hidden_size,
                       CommDType::kF32, 1, kTagHidden);
       end_profiled_step();
+      f.own = clock_.take();
     }
     if (spec_.moe.enabled()) f.moe = moe_stats_;
     inflight_.push_back(std::move(f));
@@ -185,9 +181,13 @@ class Decoder final : public Model {
 
   void end_step(float* logits) override {
     if (logits_end_here()) {
-      const DeviceStep step = take_device_step(false);
-      if (step.rows > 0) b_.copy_to_host(logits, step.logits, step.rows * spec_.vocab_size * sizeof(float));
-      end_profiled_step();
+      {
+        StageClock::Part part(clock_);
+        const DeviceStep step = take_device_step(false);
+        if (step.rows > 0) b_.copy_to_host(logits, step.logits, step.rows * spec_.vocab_size * sizeof(float));
+        end_profiled_step();
+      }
+      last_stages_.assign(1, clock_.take());
       return;
     }
     if (!leads_pipeline()) return Model::end_step(logits);
@@ -200,15 +200,19 @@ class Decoder final : public Model {
   // back only the tokens and logprobs (2R values instead of R x vocab logits).
   void end_step_sampled(std::vector<int32_t>* tokens, std::vector<float>* logprobs) override {
     if (logits_end_here()) {
-      const DeviceStep step = take_device_step(true);
-      tokens->resize(static_cast<size_t>(step.rows));
-      logprobs->resize(static_cast<size_t>(step.rows));
-      if (step.rows > 0) {
-        OpSection s(b_, "sampling");
-        b_.sample(step.logits, step.rows, spec_.vocab_size, step.sample_rows.data(), tokens->data(),
-                  logprobs->data());
+      {
+        StageClock::Part part(clock_);
+        const DeviceStep step = take_device_step(true);
+        tokens->resize(static_cast<size_t>(step.rows));
+        logprobs->resize(static_cast<size_t>(step.rows));
+        if (step.rows > 0) {
+          OpSection s(b_, "sampling");
+          b_.sample(step.logits, step.rows, spec_.vocab_size, step.sample_rows.data(), tokens->data(),
+                    logprobs->data());
+        }
+        end_profiled_step();
       }
-      end_profiled_step();
+      last_stages_.assign(1, clock_.take());
       return;
     }
     if (!leads_pipeline()) return Model::end_step_sampled(tokens, logprobs);
@@ -219,7 +223,7 @@ class Decoder final : public Model {
   bool runs_empty_steps() const override { return comms_.ep != nullptr; }
 
   std::string enable_step_graphs(double ep_capacity) override {
-    return graphs_.enable(ep_capacity, kv_amax_ != nullptr);
+    return graphs_.enable(ep_capacity, kv_amax_.recording());
   }
   void set_expert_wire(ExpertWire wire) override {
     if (wire != ep_wire_) graphs_.drop();  // captured steps hold the exchanges of the old wire
@@ -231,6 +235,7 @@ class Decoder final : public Model {
   const MoeStepStats* last_step_moe() const override {
     return spec_.moe.enabled() ? (leads_pipeline() ? &last_moe_ : &moe_stats_) : nullptr;
   }
+  const std::vector<StageSeconds>* last_step_stages() const override { return &last_stages_; }
 
   void forward(const ForwardBatch& batch, float* logits) override {
     const int64_t T = batch.num_tokens();
@@ -239,10 +244,14 @@ class Decoder final : public Model {
       // The same device step as begin_step (graph or eager), then its logits to the host (the
       // other tp ranks pass no buffer).
       const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
-      begin_profiled_step(batch);
-      if (const float* dev = step_to_device(batch); dev && R > 0 && logits)
-        b_.copy_to_host(logits, dev, R * spec_.vocab_size * sizeof(float));
-      end_profiled_step();
+      {
+        StageClock::Part part(clock_);
+        begin_profiled_step(batch);
+        if (const float* dev = step_to_device(batch); dev && R > 0 && logits)
+          b_.copy_to_host(logits, dev, R * spec_.vocab_size * sizeof(float));
+        end_profiled_step();
+      }
+      last_stages_.assign(1, clock_.take());
       return;
     }
     // A stage of several: this rank's part of the step, to its send on (the leader: with the wait
@@ -255,45 +264,53 @@ class Decoder final : public Model {
  private:
   // forward() on a stage of several.
   void forward_stage(const ForwardBatch& batch, float* logits) {
+    clock_.start();
     const int64_t T = batch.num_tokens();
     const float* graph_logits = stage_to_device(batch);
     const int64_t H = spec_.hidden_size;
     float* residual = scratch_.get(0, std::max<int64_t>(T, 1) * H);
     if (!plan_.last_stage()) {
       // The leader gets the logits back from the last stage; post that receive before sending on.
-      std::unique_ptr<CommRequest> back, moe_back;
+      std::unique_ptr<CommRequest> back, figures_back;
       if (plan_.first_stage() && plan_.tp_rank == 0 && !batch.logit_rows.empty()) {
         SHARDLM_CHECK(!batch.sampled(), "a sampled step through pipeline stages is run with begin_step and "
                                         "end_step_sampled (the last stage returns choices, not logits)");
         back = comms_.pp->irecv(logits, batch.logit_rows.size() * spec_.vocab_size, CommDType::kF32,
                                 plan_.stages - 1, kTagLogits);
       }
-      if (leads_pipeline()) moe_back = receive_later_stages_moe(&moe_wire_);
+      if (leads_pipeline()) figures_back = receive_later_stages(&figures_wire_);
       comms_.pp->send(residual, T * H, CommDType::kF32, plan_.stage + 1, kTagHidden);
-      stage_moe_on();
+      const StageSeconds own = clock_.take();
+      stage_figures_on(own);
       if (back) back->wait();
-      if (moe_back) {
-        moe_back->wait();
-        last_moe_ = moe_stats_;
-        add_moe_wire(moe_wire_, &last_moe_);
-      } else if (leads_pipeline() && spec_.moe.enabled()) {
-        last_moe_ = moe_stats_;
+      if (figures_back) {
+        figures_back->wait();
+        collect_stages(own, figures_wire_, moe_stats_);
       }
       return;
     }
     head(batch, graph_logits);
-    stage_moe_on();
+    stage_figures_on(clock_.take());
   }
 
-  // The leader's receive of the later stages' MoE sum (arch/moe_stage_sum.h); null without MoE.
-  std::unique_ptr<CommRequest> receive_later_stages_moe(std::vector<int64_t>* wire) {
-    if (!spec_.moe.enabled()) return nullptr;
-    return shardlm::receive_later_stages_moe(*comms_.pp, plan_.stages - 1, spec_.moe.num_experts, wire);
+  // The leader's receive of the later stages' figures (arch/stage_figures.h).
+  std::unique_ptr<CommRequest> receive_later_stages(std::vector<int64_t>* wire) {
+    return shardlm::receive_later_stages(*comms_.pp, plan_.stages, spec_.moe.enabled() ? spec_.moe.num_experts : 0,
+                                         wire);
   }
-  // A later stage's tp rank 0, after its part of the step: the MoE sum passed on.
-  void stage_moe_on() {
-    if (!spec_.moe.enabled() || plan_.first_stage() || plan_.tp_rank != 0) return;
-    pass_moe_sum_on(*comms_.pp, plan_.stage, plan_.stages, moe_stats_, &moe_wire_);
+  // A later stage's tp rank 0, after its part of the step: the figures passed on.
+  void stage_figures_on(StageSeconds own) {
+    if (plan_.first_stage() || plan_.tp_rank != 0) return;
+    pass_figures_on(*comms_.pp, plan_.stage, plan_.stages, spec_.moe.enabled() ? &moe_stats_ : nullptr, own,
+                    &figures_wire_);
+  }
+  // The leader, the later stages' figures received: the step's figures over every stage (own:
+  // stage 0's seconds, moe: its MoE figures).
+  void collect_stages(StageSeconds own, const std::vector<int64_t>& wire, const MoeStepStats& moe) {
+    if (spec_.moe.enabled()) last_moe_ = moe;
+    last_stages_.assign(static_cast<size_t>(plan_.stages), StageSeconds{});
+    last_stages_[0] = own;
+    read_later_stages(wire, plan_.stages, spec_.moe.enabled() ? &last_moe_ : nullptr, &last_stages_);
   }
 
   bool leads_pipeline() const { return plan_.stages > 1 && plan_.first_stage() && plan_.tp_rank == 0; }
@@ -335,11 +352,13 @@ class Decoder final : public Model {
     InFlight f = std::move(inflight_.front());
     inflight_.pop_front();
     if (f.recv) f.recv->wait();
-    if (f.moe_recv) {
-      f.moe_recv->wait();
-      add_moe_wire(f.later_moe, &f.moe);
+    if (f.figures_recv) {
+      f.figures_recv->wait();
+      collect_stages(f.own, f.later, f.moe);
+    } else {
+      if (spec_.moe.enabled()) last_moe_ = std::move(f.moe);
+      last_stages_.assign(static_cast<size_t>(plan_.stages), StageSeconds{});  // a step no stage ran
     }
-    if (spec_.moe.enabled()) last_moe_ = std::move(f.moe);
     check_end(sampled, f.sampled, f.rows);
     return f;
   }
@@ -349,20 +368,6 @@ class Decoder final : public Model {
     SHARDLM_CHECK(by_sampled == sampled,
                   (sampled ? "end_step on a step begun with sample rows (end it with end_step_sampled)"
                            : "end_step_sampled on a step begun without sample rows (end it with end_step)"));
-  }
-  // The last stage's message for a sampled step: R tokens, then the R logprobs' bits.
-  static void pack_choices(const std::vector<int32_t>& tokens, const std::vector<float>& logprobs,
-                           std::vector<int32_t>* out) {
-    const size_t R = tokens.size();
-    out->resize(2 * R);
-    std::copy(tokens.begin(), tokens.end(), out->begin());
-    if (R > 0) std::memcpy(out->data() + R, logprobs.data(), R * sizeof(float));
-  }
-  static void unpack_choices(const std::vector<int32_t>& in, int64_t R, std::vector<int32_t>* tokens,
-                             std::vector<float>* logprobs) {
-    tokens->assign(in.begin(), in.begin() + R);
-    logprobs->resize(static_cast<size_t>(R));
-    if (R > 0) std::memcpy(logprobs->data(), in.data() + R, static_cast<size_t>(R) * sizeof(float));
   }
 
   // The step's graph bucket (StepGraphs::step_bucket); 0: it runs eagerly.
@@ -418,8 +423,8 @@ class Decoder final : public Model {
       ctx.block_size = cache_->shape().block_size;
       ctx.ep_wire = ep_wire_;
       // An eager expert-parallel layer counts its loads on the host.
-      ctx.expert_tokens = comms_.ep ? nullptr : expert_counter();
-      if (ctx.expert_tokens) zero_expert_counts();
+      ctx.expert_tokens = comms_.ep ? nullptr : expert_counter_.device();
+      if (ctx.expert_tokens) expert_counter_.zero();
       b_.copy_to_device(const_cast<int32_t*>(ctx.pos), batch.positions.data(), T * sizeof(int32_t));
       b_.copy_to_device(const_cast<int64_t*>(ctx.slots), batch.slots.data(), T * sizeof(int64_t));
       table_start_.resize(T);
@@ -451,7 +456,7 @@ class Decoder final : public Model {
       comms_.pp->recv(residual, T * H, CommDType::kF32, plan_.stage - 1, kTagHidden);
     }
     run_layers(ctx, residual, h, proj);
-    if (ctx.expert_tokens) add_expert_counts();
+    if (ctx.expert_tokens) expert_counter_.add_to(&moe_stats_.expert_tokens);
     sum_expert_tokens_over_tp();
   }
 
@@ -484,7 +489,7 @@ class Decoder final : public Model {
           b_.add_rmsnorm(residual, proj, layer.input_norm, T, eps, h);
       }
       StepContext layer_ctx = ctx;
-      if (kv_amax_) layer_ctx.kv_amax = kv_amax_ + 2 * i;
+      layer_ctx.kv_amax = kv_amax_.layer(i);
       layer.attn->forward(h, layer_ctx, cache_->layer(static_cast<int64_t>(i)), scratch_, proj);
       tp_sum(proj, T * H);
       if (T > 0) {
@@ -530,7 +535,7 @@ class Decoder final : public Model {
   const float* graph_step(const ForwardBatch& batch, int64_t B) {
     SHARDLM_CHECK(cache_, "forward before allocate_kv_cache");
     if (spec_.moe.enabled()) moe_stats_.reset(spec_.moe.num_experts);
-    StepContext ctx = graphs_.upload_inputs(batch, B, *cache_, expert_counter());
+    StepContext ctx = graphs_.upload_inputs(batch, B, *cache_, expert_counter_.device());
     ctx.ep_wire = ep_wire_;
     if (!plan_.first_stage()) {
       // The previous stage's hidden states of the T real rows; the padding rows keep whatever
@@ -546,7 +551,7 @@ class Decoder final : public Model {
       return graphs_.ready(
           ctx, [&] { graph_device_work(ctx); }, gather, spec_.moe.enabled() ? &moe_stats_ : nullptr);
     }();
-    zero_expert_counts();  // the warm-up run counted its expert loads too: the step's are the replay's
+    expert_counter_.zero();  // the warm-up run counted its expert loads too: the step's are the replay's
     bool replayed = false;
     {
       OpSection s(b_, "graph replay");
@@ -557,7 +562,7 @@ class Decoder final : public Model {
       run_stage(batch, /*received=*/true);
       return plan_.last_stage() ? logits_to_device(batch) : nullptr;
     }
-    add_expert_counts();
+    expert_counter_.add_to(&moe_stats_.expert_tokens);
     sum_expert_tokens_over_tp();
     if (spec_.moe.enabled()) {
       moe_stats_.dispatch_bytes = step.dispatch_bytes;
@@ -638,33 +643,11 @@ class Decoder final : public Model {
     bool sampled = false;
     std::unique_ptr<CommRequest> recv;
     int64_t rows = 0;
-    MoeStepStats moe;                // of this step's stage-0 MoE layers, then of every stage's
-    std::vector<int64_t> later_moe;  // the later stages' figures (stage_moe_on), as received
-    std::unique_ptr<CommRequest> moe_recv;
+    MoeStepStats moe;            // of this step's stage-0 MoE layers
+    StageSeconds own;            // stage 0's part
+    std::vector<int64_t> later;  // the later stages' figures (stage_figures_on), as received
+    std::unique_ptr<CommRequest> figures_recv;
   };
-
-  // The step's expert loads, for MoE layers (with ep: in a captured step): counted where the
-  // routing is, into a device buffer of the decoder's own (not a scratch slot: it never moves, so
-  // no graph holds a stale pointer to it), zeroed before the step's layers run and read once after
-  // them, not once per layer. Null for dense models; an eager expert-parallel step counts on the
-  // host instead.
-  int64_t* expert_counter() {
-    if (!spec_.moe.enabled()) return nullptr;
-    if (!expert_tokens_dev_)
-      expert_tokens_dev_ =
-          static_cast<int64_t*>(b_.alloc(static_cast<size_t>(spec_.moe.num_experts) * sizeof(int64_t)));
-    return expert_tokens_dev_;
-  }
-  void zero_expert_counts() {
-    if (!expert_counter()) return;
-    expert_tokens_host_.assign(static_cast<size_t>(spec_.moe.num_experts), 0);
-    b_.copy_to_device(expert_tokens_dev_, expert_tokens_host_.data(), expert_tokens_host_.size() * sizeof(int64_t));
-  }
-  void add_expert_counts() {
-    if (!expert_counter()) return;
-    b_.copy_to_host(expert_tokens_host_.data(), expert_tokens_dev_, expert_tokens_host_.size() * sizeof(int64_t));
-    for (size_t e = 0; e < expert_tokens_host_.size(); ++e) moe_stats_.expert_tokens[e] += expert_tokens_host_[e];
-  }
 
   // Sums a row-parallel partial result over the tensor-parallel group; in a step being captured,
   // queued on the captured stream (see graph_step).
@@ -680,11 +663,14 @@ class Decoder final : public Model {
   ModelSpec spec_;
   ShardPlan plan_;
   MoeStepStats moe_stats_, last_moe_;  // the step being run; the step last ended (pipelined leader)
-  std::vector<int64_t> moe_wire_;      // MoE figures on their way between stages (stage_moe_on)
+  std::vector<int64_t> figures_wire_;  // figures on their way between stages (stage_figures_on)
   ShardComms comms_;
+  StageClock clock_;                       // this rank's part of each step
+  std::vector<StageSeconds> last_stages_;  // the step last ended, per stage (the leader's: every stage's)
   ComputeBackend& b_;
   Scratch scratch_;
   StepGraphs graphs_;  // after scratch_, which it uses
+  ExpertCounter expert_counter_;  // the step's expert loads (MoE models)
   std::vector<float> inv_freq_;
   float* inv_freq_dev_ = nullptr;
   std::unique_ptr<WeightLoader> weights_;
@@ -698,9 +684,7 @@ class Decoder final : public Model {
   std::vector<int32_t> vocab_order_, choices_;
   std::deque<InFlight> inflight_;  // the leader's begun pipeline steps, oldest first
   std::optional<DeviceStep> device_step_;  // the begun step, with logits_end_here()
-  float* kv_amax_ = nullptr;  // recording KV magnitudes: [layer][K side, V side], backend memory
-  int64_t* expert_tokens_dev_ = nullptr;  // the step's expert loads [num_experts], backend memory
-  std::vector<int64_t> expert_tokens_host_;
+  KvMagnitudes kv_amax_;                   // recording KV magnitudes (--kv-calibrate-out)
   ExpertWire ep_wire_ = ExpertWire::kF32;
   size_t load_bytes_ = 0;
   double load_seconds_ = 0;

@@ -56,6 +56,15 @@ struct MoeStepStats {
   }
 };
 
+// One pipeline stage's part of a step, as its tp rank 0 timed it (wall seconds): the time inside
+// communicator calls (tensor-parallel reductions, expert exchanges, the stage's receive of its
+// input and send of its output, each with its wait for the peers) and the rest, which is compute.
+// A blocking call on a device also waits for the kernels queued before it, and a replayed CUDA
+// graph's collectives run inside the replay: both count as communication and compute respectively.
+struct StageSeconds {
+  double compute_s = 0, comm_s = 0;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -96,6 +105,9 @@ class Model {
   // summed along the pipeline); tokens per expert count the step's tokens (this engine group's
   // batch) routed to each expert.
   virtual const MoeStepStats* last_step_moe() const { return nullptr; }
+  // On the replica leader: the seconds of each pipeline stage's part of the step last ended, one
+  // entry per stage; null where the model does not time its steps.
+  virtual const std::vector<StageSeconds>* last_step_stages() const { return nullptr; }
   // Opt-in CUDA graphs for decode steps (--cuda-graphs): returns "" when this model will capture
   // and replay the steps that allow it (the others run eagerly), else why every step runs eagerly.
   // ep_capacity: the capacity factor of a captured expert-parallel exchange

@@ -43,6 +43,7 @@ class BroadcastingModel final : public Model {
   }
   bool runs_empty_steps() const override { return inner_.runs_empty_steps(); }
   const MoeStepStats* last_step_moe() const override { return inner_.last_step_moe(); }
+  const std::vector<StageSeconds>* last_step_stages() const override { return inner_.last_step_stages(); }
   size_t load_bytes() const override { return inner_.load_bytes(); }
   double load_seconds() const override { return inner_.load_seconds(); }
 

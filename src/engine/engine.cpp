@@ -299,6 +299,14 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
       f.rec.moe_combine_bytes = moe->combine_bytes;
       f.rec.expert_tokens.assign(moe->expert_tokens.begin(), moe->expert_tokens.end());
     }
+    if (const std::vector<StageSeconds>* stages = model_.last_step_stages()) {
+      f.rec.stage_compute_s.clear();
+      f.rec.stage_comm_s.clear();
+      for (const StageSeconds& st : *stages) {
+        f.rec.stage_compute_s.push_back(st.compute_s);
+        f.rec.stage_comm_s.push_back(st.comm_s);
+      }
+    }
     for (Sequence* s : done) {
       std::unique_ptr<Sequence> owned = schedulers_[f.m]->finish(s);
       finalize(*owned, now);

@@ -12,6 +12,8 @@ std::pair<Id, Id> types_for(ColumnKind kind) {
     case ColumnKind::kString: return {make_utf8_string_type(), make_utf8_string_type()};
     case ColumnKind::kVlenInt32: return {Id(H5Tvlen_create(H5T_STD_I32LE)), Id(H5Tvlen_create(H5T_NATIVE_INT32))};
     case ColumnKind::kVlenFloat32: return {Id(H5Tvlen_create(H5T_IEEE_F32LE)), Id(H5Tvlen_create(H5T_NATIVE_FLOAT))};
+    case ColumnKind::kVlenFloat64:
+      return {Id(H5Tvlen_create(H5T_IEEE_F64LE)), Id(H5Tvlen_create(H5T_NATIVE_DOUBLE))};
   }
   return {};
 }

@@ -18,6 +18,7 @@ enum class ColumnKind {
   kString,       // const char* (UTF-8, variable length)
   kVlenInt32,    // hvl_t of int32_t
   kVlenFloat32,  // hvl_t of float
+  kVlenFloat64,  // hvl_t of double
 };
 
 class Column {

@@ -42,7 +42,8 @@ void append_rows(hid_t src, hsize_t n, ColumnKind kind, Column& dst, const std::
   Id mem_type(H5Tget_native_type(file_type.get(), H5T_DIR_ASCEND));
   check(mem_type.get(), "H5Tget_native_type", where);
   const size_t elem = H5Tget_size(mem_type.get());
-  const bool variable = kind == ColumnKind::kString || kind == ColumnKind::kVlenInt32 || kind == ColumnKind::kVlenFloat32;
+  const bool variable = kind == ColumnKind::kString || kind == ColumnKind::kVlenInt32 ||
+                        kind == ColumnKind::kVlenFloat32 || kind == ColumnKind::kVlenFloat64;
   std::vector<unsigned char> buf(static_cast<size_t>(std::min(n, kCopyRows)) * elem);
   for (hsize_t start = 0; start < n; start += kCopyRows) {
     const hsize_t count = std::min(kCopyRows, n - start);
@@ -90,12 +91,14 @@ ColumnKind column_kind(hid_t dset, const std::string& context) {
       const H5T_class_t base_class = H5Tget_class(base.get());
       if (base_class == H5T_INTEGER && base_size == 4) return ColumnKind::kVlenInt32;
       if (base_class == H5T_FLOAT && base_size == 4) return ColumnKind::kVlenFloat32;
+      if (base_class == H5T_FLOAT && base_size == 8) return ColumnKind::kVlenFloat64;
       break;
     }
     default:
       break;
   }
-  SHARDLM_FAIL(context << ": not a result-file column (int32, int64, float64, string, or a list of int32/float32)");
+  SHARDLM_FAIL(
+      context << ": not a result-file column (int32, int64, float64, string, or a list of int32/float32/float64)");
 }
 
 std::vector<std::string> dataset_names(hid_t group, const std::string& context) {

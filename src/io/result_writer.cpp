@@ -61,7 +61,8 @@ struct RequestColumns {
 // The /steps columns.
 struct StepColumns {
   Column step, replica, batch_size, prefill_tokens, decode_tokens, kv_blocks_used, running, waiting, t_start, wall_s,
-      moe_dispatch_s, moe_combine_s, moe_dispatch_bytes, moe_combine_bytes, expert_tokens;
+      moe_dispatch_s, moe_combine_s, moe_dispatch_bytes, moe_combine_bytes, expert_tokens, stage_compute_s,
+      stage_comm_s;
   template <typename... Mode>
   StepColumns(hid_t g, const std::string& ctx, Mode... m)
       : step(g, "step", ColumnKind::kInt64, m..., ctx),
@@ -78,11 +79,27 @@ struct StepColumns {
         moe_combine_s(g, "moe_combine_s", ColumnKind::kFloat64, m..., ctx),
         moe_dispatch_bytes(g, "moe_dispatch_bytes", ColumnKind::kInt64, m..., ctx),
         moe_combine_bytes(g, "moe_combine_bytes", ColumnKind::kInt64, m..., ctx),
-        expert_tokens(g, "expert_tokens", ColumnKind::kVlenInt32, m..., ctx) {}
+        expert_tokens(g, "expert_tokens", ColumnKind::kVlenInt32, m..., ctx),
+        stage_compute_s(g, "stage_compute_s", ColumnKind::kVlenFloat64, m..., ctx),
+        stage_comm_s(g, "stage_comm_s", ColumnKind::kVlenFloat64, m..., ctx) {}
   std::vector<Column*> all() {
-    return {&step,    &replica,        &batch_size,    &prefill_tokens,     &decode_tokens,
-            &kv_blocks_used, &running, &waiting,       &t_start,            &wall_s,
-            &moe_dispatch_s, &moe_combine_s, &moe_dispatch_bytes, &moe_combine_bytes, &expert_tokens};
+    return {&step,
+            &replica,
+            &batch_size,
+            &prefill_tokens,
+            &decode_tokens,
+            &kv_blocks_used,
+            &running,
+            &waiting,
+            &t_start,
+            &wall_s,
+            &moe_dispatch_s,
+            &moe_combine_s,
+            &moe_dispatch_bytes,
+            &moe_combine_bytes,
+            &expert_tokens,
+            &stage_compute_s,
+            &stage_comm_s};
   }
 };
 
@@ -101,6 +118,18 @@ struct StringBatch {
     return fixed.back().c_str();
   }
 };
+
+// A file written before /steps had the stage columns, resumed: they are added, an empty row
+// (no stage timed) for each step row already there, so every column has the same rows.
+void add_stage_columns(hid_t steps_group, const std::string& ctx) {
+  for (const char* name : {"stage_compute_s", "stage_comm_s"}) {
+    if (H5Lexists(steps_group, name, H5P_DEFAULT) > 0) continue;
+    const Column step(steps_group, "step", ColumnKind::kInt64, ctx);
+    Column added(steps_group, name, ColumnKind::kVlenFloat64, kChunkRows, ctx);
+    const std::vector<hvl_t> empty(static_cast<size_t>(step.size()), hvl_t{0, nullptr});
+    if (!empty.empty()) added.append(empty.data(), empty.size());
+  }
+}
 
 }  // namespace
 
@@ -189,7 +218,7 @@ void ResultWriter::Impl::write_steps() {
   std::vector<int32_t> replica(n), batch(n), prefill(n), decode(n), kv(n), running(n), waiting(n);
   std::vector<double> t_start(n), wall(n), dispatch_s(n), combine_s(n);
   std::vector<int64_t> dispatch_bytes(n), combine_bytes(n);
-  std::vector<hvl_t> experts(n);
+  std::vector<hvl_t> experts(n), stage_compute(n), stage_comm(n);
   for (size_t i = 0; i < n; ++i) {
     const StepRecord& s = pending_steps[i];
     dispatch_s[i] = s.moe_dispatch_s;
@@ -198,6 +227,8 @@ void ResultWriter::Impl::write_steps() {
     combine_bytes[i] = s.moe_combine_bytes;
     experts[i].len = s.expert_tokens.size();
     experts[i].p = const_cast<int32_t*>(s.expert_tokens.data());
+    stage_compute[i] = {s.stage_compute_s.size(), const_cast<double*>(s.stage_compute_s.data())};
+    stage_comm[i] = {s.stage_comm_s.size(), const_cast<double*>(s.stage_comm_s.data())};
     step[i] = s.step;
     replica[i] = s.replica;
     batch[i] = s.batch_size;
@@ -224,6 +255,8 @@ void ResultWriter::Impl::write_steps() {
   steps->moe_dispatch_bytes.append(dispatch_bytes.data(), n);
   steps->moe_combine_bytes.append(combine_bytes.data(), n);
   steps->expert_tokens.append(experts.data(), n);
+  steps->stage_compute_s.append(stage_compute.data(), n);
+  steps->stage_comm_s.append(stage_comm.data(), n);
   pending_steps.clear();
 }
 
@@ -255,6 +288,7 @@ ResultWriter::ResultWriter(const std::string& path, int flush_every, bool resume
       m.steps_group = h5::Id(H5Gopen2(m.file, "steps", H5P_DEFAULT));
       h5::check(m.steps_group.get(), "opening group /steps", m.ctx);
       m.req.emplace(m.requests_group.get(), m.ctx + " /requests");
+      add_stage_columns(m.steps_group.get(), m.ctx + " /steps");
       m.steps.emplace(m.steps_group.get(), m.ctx + " /steps");
       // A crash between flushes can leave some columns a batch longer than others: keep the rows
       // every column has.

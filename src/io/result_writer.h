@@ -7,7 +7,8 @@
 //                        replica (int32)
 //   /steps/<column>      a row per scheduler step of each replica: step (int64), replica,
 //                        batch_size, prefill_tokens, decode_tokens, kv_blocks_used, running, waiting (int32),
-//                        wall_s, t_start (float64)
+//                        wall_s, t_start (float64), stage_compute_s, stage_comm_s (vlen float64: each
+//                        pipeline stage's compute and communication seconds, arch/model.h StageSeconds)
 //   /ranks/<column>      a row per rank: rank, replica, pp, tp, dp, local_rank (int32), host (string),
 //                        load_bytes, peak_rss_bytes, tp/pp/replica/ep_bytes_sent, graph_steps,
 //                        graph_reruns, device_weight_bytes, device_used_bytes (int64), load_s (float64)
@@ -53,6 +54,9 @@ struct StepRecord : StepFields {
   // (load balance); empty for dense models. Each engine group records its own steps, so
   // the sum over rows counts every token once.
   std::vector<int32_t> expert_tokens;
+  // Each pipeline stage's part of the step (arch/model.h StageSeconds), stage 0 first; empty where
+  // the model does not time its steps.
+  std::vector<double> stage_compute_s, stage_comm_s;
 };
 
 // One rank of the job, for /ranks.

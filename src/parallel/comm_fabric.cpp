@@ -101,6 +101,7 @@ class FabricRequest final : public CommRequest {
  public:
   FabricRequest(FabricCommunicator& c, const char* op) : c_(c), op_(op), b_(c.ep_.get(), false, op) {}
   void wait() override {
+    comm_detail::WaitScope w(c_.stats_);
     c_.wait(b_, op_);
     b_.clear();
   }

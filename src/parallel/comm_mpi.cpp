@@ -396,7 +396,9 @@ class MpiRequest final : public CommRequest {
  public:
   MpiRequest(MpiCommunicator& c, const char* op, std::string peers) : c_(c), op_(op), peers_(std::move(peers)) {}
   void wait() override {
-    if (!reqs_.empty()) c_.wait_all(reqs_, op_, peers_);
+    if (reqs_.empty()) return;
+    comm_detail::WaitScope w(c_.stats_);
+    c_.wait_all(reqs_, op_, peers_);
     reqs_.clear();
   }
   std::vector<MPI_Request> reqs_;

@@ -365,6 +365,7 @@ class NcclRequest final : public CommRequest {
   NcclRequest(NcclCommunicator& c, const char* op, std::string peers) : c_(c), op_(op), peers_(std::move(peers)) {}
   void wait() override {
     if (done_) return;
+    comm_detail::WaitScope w(c_.stats_);
     c_.wait_done(op_, peers_);
     done_ = true;
   }
@@ -376,12 +377,27 @@ class NcclRequest final : public CommRequest {
   bool done_ = false;
 };
 
+// A send or receive of host memory, made by the MPI communicator: its wait counts here too.
+class NcclHostRequest final : public CommRequest {
+ public:
+  NcclHostRequest(NcclCommunicator& c, std::unique_ptr<CommRequest> inner) : c_(c), inner_(std::move(inner)) {}
+  void wait() override {
+    if (!inner_) return;
+    c_.on_host([&] { inner_->wait(); });
+    inner_.reset();
+  }
+
+ private:
+  NcclCommunicator& c_;
+  std::unique_ptr<CommRequest> inner_;
+};
+
 std::unique_ptr<CommRequest> NcclCommunicator::isend(const void* buf, size_t count, CommDType t, int peer, int tag) {
   check_peer(peer, "send");
   if (!device_call("send", {{"send", buf}})) {
     std::unique_ptr<CommRequest> r;
     on_host([&] { r = mpi_->isend(buf, count, t, peer, tag); });
-    return r;
+    return std::make_unique<NcclHostRequest>(*this, std::move(r));
   }
   check_usable("send");
   StatScope st(stats_, count * comm_dtype_size(t));
@@ -397,7 +413,7 @@ std::unique_ptr<CommRequest> NcclCommunicator::irecv(void* buf, size_t count, Co
   if (!device_call("recv", {{"receive", buf}})) {
     std::unique_ptr<CommRequest> r;
     on_host([&] { r = mpi_->irecv(buf, count, t, peer, tag); });
-    return r;
+    return std::make_unique<NcclHostRequest>(*this, std::move(r));
   }
   check_usable("recv");
   StatScope st(stats_, 0);

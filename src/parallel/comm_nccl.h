@@ -84,6 +84,7 @@ class NcclCommunicator final : public Communicator {
 
  private:
   friend class NcclRequest;
+  friend class NcclHostRequest;
   // True when the call's buffers are device memory (NCCL path), false for host (MPI path);
   // throws when they mix. Null pointers do not count.
   bool device_call(const char* op, std::initializer_list<std::pair<const char*, const void*>> bufs) const;

@@ -57,7 +57,8 @@ class Staged {
 };
 
 // A nonblocking send or receive through a staging buffer: wait() completes the inner request,
-// then (receive) copies the message to the device buffer and returns the staging buffer.
+// then (receive) copies the message to the device buffer and returns the staging buffer. A host
+// buffer's request has no staging buffer: only the wait's time is taken into the stats.
 class StagedRequest final : public CommRequest {
  public:
   StagedRequest(StagedCommunicator& c, std::unique_ptr<CommRequest> inner, StagedCommunicator::Staging s,
@@ -67,8 +68,9 @@ class StagedRequest final : public CommRequest {
     if (!inner_) return;
     inner_->wait();
     inner_.reset();
+    c_.sync_stats();
     if (device_dst_ != nullptr) c_.memory().to_device(device_dst_, s_.ptr, bytes_);
-    c_.release(s_);
+    if (s_.ptr != nullptr) c_.release(s_);
   }
 
  private:
@@ -197,7 +199,7 @@ std::unique_ptr<CommRequest> StagedCommunicator::isend(const void* buf, size_t c
   b.copy_in();
   std::unique_ptr<CommRequest> r = inner_->isend(b.host(), count, t, peer, tag);
   sync_stats();
-  if (!b.device()) return r;
+  if (!b.device()) return std::make_unique<StagedRequest>(*this, std::move(r), Staging{}, nullptr, 0);
   return std::make_unique<StagedRequest>(*this, std::move(r), b.take(), nullptr, 0);
 }
 
@@ -206,7 +208,7 @@ std::unique_ptr<CommRequest> StagedCommunicator::irecv(void* buf, size_t count, 
   Staged b(*this, buf, bytes);
   std::unique_ptr<CommRequest> r = inner_->irecv(b.host(), count, t, peer, tag);
   sync_stats();
-  if (!b.device()) return r;
+  if (!b.device()) return std::make_unique<StagedRequest>(*this, std::move(r), Staging{}, nullptr, 0);
   return std::make_unique<StagedRequest>(*this, std::move(r), b.take(), buf, bytes);
 }
 

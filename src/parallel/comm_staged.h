@@ -58,10 +58,10 @@ class StagedCommunicator final : public Communicator {
   };
   Staging acquire(size_t bytes);
   void release(Staging s);
-
- private:
+  // This communicator's figures are the inner one's (a request's wait adds its time there).
   void sync_stats() { stats_ = inner_->stats(); }
 
+ private:
   std::unique_ptr<Communicator> inner_;
   std::shared_ptr<MemorySpace> memory_;
   std::vector<Staging> free_;  // staging buffers not in use, reused by size

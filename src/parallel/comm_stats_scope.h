@@ -34,4 +34,22 @@ class StatScope {
   Clock::time_point t0_;
 };
 
+// The wait of a nonblocking send or receive (CommRequest::wait): its wall time is the call's too
+// (the posting counted the call and its bytes), so a blocking send or receive counts its wait.
+class WaitScope {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit WaitScope(CommStats& s) : s_(s), t0_(Clock::now()) {}
+  ~WaitScope() {
+    if (std::uncaught_exceptions() > 0) return;
+    s_.seconds += std::chrono::duration<double>(Clock::now() - t0_).count();
+  }
+  WaitScope(const WaitScope&) = delete;
+  WaitScope& operator=(const WaitScope&) = delete;
+
+ private:
+  CommStats& s_;
+  Clock::time_point t0_;
+};
+
 }  // namespace shardlm::comm_detail

@@ -110,6 +110,8 @@ std::string pack_step(const StepRecord& s) {
   Out o;
   o.pod(static_cast<const StepFields&>(s));
   o.vec(s.expert_tokens);
+  o.vec(s.stage_compute_s);
+  o.vec(s.stage_comm_s);
   return o.take();
 }
 
@@ -118,6 +120,8 @@ StepRecord unpack_step(const std::string& bytes) {
   StepRecord s;
   static_cast<StepFields&>(s) = in.pod<StepFields>();
   s.expert_tokens = in.vec<int32_t>();
+  s.stage_compute_s = in.vec<double>();
+  s.stage_comm_s = in.vec<double>();
   in.done();
   return s;
 }

@@ -335,6 +335,7 @@ ReportSummary summarize(const RunData& d) {
   const int64_t step_tokens = s.step_prefill_tokens + s.step_decode_tokens;
   s.prefill_share = share(s.step_prefill_tokens, step_tokens);
   s.decode_share = share(s.step_decode_tokens, step_tokens);
+  s.stages = summarize_stages(st);
   s.moe = summarize_moe(st, s.output_tokens);
   if (const std::string wire = config_value(d, "ep-wire"); !wire.empty()) s.moe.ep_wire = wire;
 
@@ -444,6 +445,7 @@ std::string format_report(const ReportSummary& s) {
     row("step wall", fmt("mean %.3f ms", 1e3 * s.mean_step_wall_s));
     row("KV blocks", "max " + std::to_string(s.kv_blocks_used_max) + " used");
   }
+  o << format_stages(s.stages);
 
   if (s.moe.present) {
     const MoeSummary& m = s.moe;
@@ -570,6 +572,7 @@ nlohmann::json report_json(const ReportSummary& s) {
                 {"decode_share", s.decode_share},
                 {"mean_wall_s", s.mean_step_wall_s},
                 {"kv_blocks_used_max", s.kv_blocks_used_max}};
+  if (s.stages.steps > 0) j["steps"]["stages"] = stages_json(s.stages);
   if (s.moe.present) {
     const MoeSummary& m = s.moe;
     nlohmann::json busiest = nlohmann::json::array();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "report/result_file.h"
+#include "report/stage_summary.h"
 
 namespace shardlm::report {
 
@@ -120,6 +121,7 @@ struct ReportSummary {
   double prefill_share = 0, decode_share = 0;  // of the tokens processed by the steps
   double mean_step_wall_s = 0;
   int64_t kv_blocks_used_max = 0;
+  StagesSummary stages;  // each pipeline stage's compute and communication time
 
   // Ranks and communication: bytes each group's ranks sent, in all and per output token. Each
   // session rewrites /ranks, so with sessions > 1 they are the last session's, per its output

@@ -122,6 +122,13 @@ class FileReader {
       return std::vector<int64_t>(p, p + row.len);
     });
   }
+  // Every row of a variable-length float column, its values converted to double.
+  std::optional<std::vector<std::vector<double>>> double_lists(const std::string& path) const {
+    return vlen_rows<std::vector<double>>(path, H5T_NATIVE_DOUBLE, [](const hvl_t& row) {
+      const auto* p = static_cast<const double*>(row.p);
+      return std::vector<double>(p, p + row.len);
+    });
+  }
 
   std::map<std::string, nlohmann::json> attributes() const {
     std::map<std::string, nlohmann::json> out;
@@ -316,6 +323,8 @@ RunData load_run(const std::string& path) {
   st.add(f.ints("/steps/moe_dispatch_bytes"), &s.moe_dispatch_bytes);
   st.add(f.ints("/steps/moe_combine_bytes"), &s.moe_combine_bytes);
   st.add(f.int_lists("/steps/expert_tokens"), &s.expert_tokens);
+  st.add(f.double_lists("/steps/stage_compute_s"), &s.stage_compute_s);
+  st.add(f.double_lists("/steps/stage_comm_s"), &s.stage_comm_s);
   st.finish(f.committed("steps"));
 
   d.has_ranks = f.exists("/ranks");

@@ -33,6 +33,9 @@ struct StepRows {
   std::vector<double> moe_dispatch_s, moe_combine_s;
   std::vector<int64_t> moe_dispatch_bytes, moe_combine_bytes;
   std::vector<std::vector<int64_t>> expert_tokens;
+  // Each pipeline stage's compute and communication seconds in the step, stage 0 first (empty
+  // rows in files written before these columns existed).
+  std::vector<std::vector<double>> stage_compute_s, stage_comm_s;
   size_t size() const { return step.size(); }
 };
 

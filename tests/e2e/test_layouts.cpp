@@ -353,9 +353,13 @@ TEST(Layouts, LastStageSendsChoicesNotLogits) {
     const auto tp = h.scalars<int32_t>("/ranks/tp", H5T_NATIVE_INT32);
     const auto sent = h.scalars<int64_t>("/ranks/pp_bytes_sent", H5T_NATIVE_INT64);
     ASSERT_EQ(sent.size(), static_cast<size_t>(l.tp * l.pp)) << name(l);
+    // Besides the choices, each step the stages' figures (arch/stage_figures.h; a dense model: 4
+    // MoE slots and 2 per stage, int64) go to the leader.
+    const int64_t steps = static_cast<int64_t>(h.rows("/steps/step"));
+    const int64_t figures = 8 * (4 + 2 * l.pp);
     for (size_t r = 0; r < sent.size(); ++r) {
       if (stage[r] != l.pp - 1) continue;
-      EXPECT_EQ(sent[r], tp[r] == 0 ? 8 * generated : 0) << name(l) << " rank " << r;
+      EXPECT_EQ(sent[r], tp[r] == 0 ? 8 * generated + figures * steps : 0) << name(l) << " rank " << r;
     }
   }
 }

@@ -122,6 +122,10 @@ TEST(ResultWriter, RoundTripsEveryColumnAndAttribute) {
       st.kv_blocks_used = 40 + s;
       st.t_start = 0.01 * s;
       st.wall_s = 0.005 + s;
+      for (int k = 0; k < s; ++k) {  // s stages: 0, 1, 2
+        st.stage_compute_s.push_back(0.25 * (k + 1) + s);
+        st.stage_comm_s.push_back(1.0 / 3.0 + k);
+      }
       w.append_step(st);
     }
     w.set_attr("model", std::string("stories260K \xE2\x80\x94 tiny"));
@@ -166,6 +170,10 @@ TEST(ResultWriter, RoundTripsEveryColumnAndAttribute) {
   EXPECT_EQ(f.scalars<int32_t>("/steps/kv_blocks_used", H5T_NATIVE_INT32), (std::vector<int32_t>{40, 41, 42}));
   EXPECT_EQ(f.scalars<double>("/steps/t_start", H5T_NATIVE_DOUBLE), (std::vector<double>{0.0, 0.01, 0.02}));
   EXPECT_EQ(f.scalars<double>("/steps/wall_s", H5T_NATIVE_DOUBLE), (std::vector<double>{0.005, 1.005, 2.005}));
+  EXPECT_EQ(f.lists<double>("/steps/stage_compute_s", H5T_NATIVE_DOUBLE),
+            (std::vector<std::vector<double>>{{}, {1.25}, {2.25, 2.5}}));
+  EXPECT_EQ(f.lists<double>("/steps/stage_comm_s", H5T_NATIVE_DOUBLE),
+            (std::vector<std::vector<double>>{{}, {1.0 / 3.0}, {1.0 / 3.0, 4.0 / 3.0}}));
 
   EXPECT_EQ(f.string_attr("model"), "stories260K \xE2\x80\x94 tiny");
   EXPECT_EQ(f.string_attr("command_line"), "shardlm --prompts inputs/prompts.jsonl");
@@ -334,6 +342,42 @@ TEST(ResultWriter, ResumeKeepsOnlyCommittedRows) {
   EXPECT_EQ(f.rows("/requests/id"), 7u);
   EXPECT_EQ(f.strings("/requests/id").back(), "req-6");
   EXPECT_EQ(f.scalar_attr<int64_t>("rows_committed", H5T_NATIVE_INT64), 7);
+}
+
+// A file written before /steps had the stage columns is resumed: the columns are added with an
+// empty row for each step already there, and the new steps' rows follow.
+TEST(ResultWriter, ResumeAddsTheStageColumnsToAnOlderFile) {
+  ScratchDir dir;
+  const std::string path = dir.file("older.h5");
+  StepRecord st;
+  st.stage_compute_s = {0.5, 0.75};
+  st.stage_comm_s = {0.125, 0.25};
+  {
+    ResultWriter w(path, 100);
+    w.append(make_row(0));
+    for (int s = 0; s < 2; ++s) {
+      st.step = s;
+      w.append_step(st);
+    }
+  }
+  {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    EXPECT_GE(H5Ldelete(f, "/steps/stage_compute_s", H5P_DEFAULT), 0);
+    EXPECT_GE(H5Ldelete(f, "/steps/stage_comm_s", H5P_DEFAULT), 0);
+    H5Fclose(f);
+  }
+  {
+    ResultWriter w(path, 100, /*resume=*/true);
+    st.step = 2;
+    w.append_step(st);
+  }
+  H5Reader f(path);
+  EXPECT_EQ(f.rows("/steps/step"), 3u);
+  EXPECT_EQ(f.lists<double>("/steps/stage_compute_s", H5T_NATIVE_DOUBLE),
+            (std::vector<std::vector<double>>{{}, {}, {0.5, 0.75}}));
+  EXPECT_EQ(f.lists<double>("/steps/stage_comm_s", H5T_NATIVE_DOUBLE),
+            (std::vector<std::vector<double>>{{}, {}, {0.125, 0.25}}));
 }
 
 // A run killed before its first commit (while a full step batch was being written early, or

@@ -10,8 +10,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "parallel/communicator.h"
@@ -288,6 +290,32 @@ inline void check_two_groups_per_rank(const std::string& backend) {
   EXPECT_EQ(y, r % 2 == 0 ? 4 : 6);
   check_everything<float>(*a, {9});
   check_everything<int32_t>(*b, {9});
+}
+
+// A receive's wait for its sender is time inside the call: rank 0 sends 0.3 s late to rank 1,
+// once by send/recv and once by isend/irecv with the wait later, and rank 1's seconds count both
+// waits (the step rows' communication time relies on it, arch/stage_clock.h).
+inline void check_waits_are_counted(Communicator& c) {
+  if (c.size() < 2) return;
+  constexpr double kLate = 0.3;
+  int32_t x = 7;
+  const double before = c.stats().seconds;
+  if (c.rank() == 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kLate));
+    c.send(&x, 1, CommDType::kI32, 1, 5);
+    std::this_thread::sleep_for(std::chrono::duration<double>(kLate));
+    c.isend(&x, 1, CommDType::kI32, 1, 6)->wait();
+  } else if (c.rank() == 1) {
+    int32_t got = 0;
+    c.recv(&got, 1, CommDType::kI32, 0, 5);
+    EXPECT_EQ(got, 7);
+    got = 0;
+    auto r = c.irecv(&got, 1, CommDType::kI32, 0, 6);
+    r->wait();
+    EXPECT_EQ(got, 7);
+    EXPECT_GE(c.stats().seconds - before, 2 * kLate * 0.8) << "a receive's wait was not counted";
+  }
+  c.barrier();
 }
 
 }  // namespace shardlm::comm_checks

@@ -231,6 +231,11 @@ TEST(CommFabric, StatsCountBytesCallsAndTime) {
   EXPECT_GT(c->stats().seconds, 0.0);
 }
 
+TEST(CommFabric, StatsCountTheWaitOfAReceive) {
+  auto c = make_fabric(everyone(), "waits");
+  check_waits_are_counted(*c);
+}
+
 TEST(CommFabric, ArgumentErrorsThrowWithoutCommunicating) {
   auto c = make_fabric(everyone(), "world");
   int32_t x = 0;

@@ -70,6 +70,11 @@ TEST(CommMpi, StatsCountBytesCallsAndTime) {
   EXPECT_GT(c->stats().seconds, 0.0);
 }
 
+TEST(CommMpi, StatsCountTheWaitOfAReceive) {
+  auto c = make_communicator("mpi", ranks_where([](int) { return true; }), "waits", kTimeout);
+  check_waits_are_counted(*c);
+}
+
 TEST(CommMpi, ArgumentErrorsThrowWithoutCommunicating) {
   auto c = make_communicator("mpi", ranks_where([](int) { return true; }), "world", kTimeout);
   int32_t x = 0;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "comm_checks.h"
 #include "fake_device_memory.h"
 #include "parallel/comm_mpi.h"
 #include "parallel/comm_staged.h"
@@ -225,6 +226,24 @@ TEST_F(Staged, NonblockingCopiesOutOnWait) {
     EXPECT_EQ(host(dr, count), pattern<int32_t>(prev, count, 2)) << where("irecv after wait", count);
     rq->wait();  // a second wait is a no-op
   }
+}
+
+// The wait of a request counts in the staged communicator's seconds, for host buffers (passed
+// through) and for device buffers (staged), as in the inner communicator's.
+TEST_F(Staged, WaitsAreCounted) {
+  comm_checks::check_waits_are_counted(st_);
+  if (n() < 2) return;
+  int32_t* d = dev(std::vector<int32_t>{r() == 0 ? 9 : 0});
+  const double before = st_.stats().seconds;
+  if (r() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    st_.isend(d, 1, CommDType::kI32, 1, 7)->wait();
+  } else if (r() == 1) {
+    st_.irecv(d, 1, CommDType::kI32, 0, 7)->wait();
+    EXPECT_EQ(host(d, 1)[0], 9);
+    EXPECT_GE(st_.stats().seconds - before, 0.24);
+  }
+  st_.barrier();
 }
 
 TEST_F(Staged, HostBuffersPassThroughAndStagingIsReused) {

@@ -295,6 +295,53 @@ TEST_F(ReportTest, MoeShareLeavesOutReplayedSteps) {
       << text;
 }
 
+// Known stage times: the figures by hand.
+//   step 0: wall 0.2, compute [0.1, 0.05], comm [0.02, 0.1]
+//   step 1: wall 0.3, compute [0.2, 0.1], comm [0.04, 0.15]
+//   step 2: wall 0.5, no stage figures (a row from before the columns): left out
+// 2 steps of 0.5 s: stage 0 computes 0.3 s (150 ms a step, 60%) and communicates 0.06 s (30 ms,
+// 12%); stage 1 0.15 s (75 ms, 30%) and 0.25 s (125 ms, 50%).
+TEST_F(ReportTest, StageTimesByHand) {
+  const std::string f = (dir_ / "stages.h5").string();
+  {
+    ResultWriter w(f);
+    w.append(request("r1", 3, 10, FinishReason::kLength, 0.0, 0.1, 1.0, 0));
+    StepRecord a = step(0, 0, 1, 3, 0, 1, 0.0, 0.2), b = step(1, 0, 1, 0, 1, 1, 0.2, 0.3),
+               c = step(2, 0, 1, 0, 1, 1, 0.5, 0.5);
+    a.stage_compute_s = {0.1, 0.05};
+    a.stage_comm_s = {0.02, 0.1};
+    b.stage_compute_s = {0.2, 0.1};
+    b.stage_comm_s = {0.04, 0.15};
+    for (const StepRecord& st : {a, b, c}) w.append_step(st);
+    w.close();
+  }
+  const ReportSummary s = summarize(load_run(f));
+  ASSERT_EQ(s.stages.steps, 2);
+  EXPECT_NEAR(s.stages.wall_s, 0.5, kTol);
+  ASSERT_EQ(s.stages.stages.size(), 2u);
+  const StageTimeSummary& s0 = s.stages.stages[0];
+  const StageTimeSummary& s1 = s.stages.stages[1];
+  EXPECT_NEAR(s0.compute_ms, 150.0, 1e-9);
+  EXPECT_NEAR(s0.comm_ms, 30.0, 1e-9);
+  EXPECT_NEAR(s0.compute_share, 0.6, 1e-12);
+  EXPECT_NEAR(s0.comm_share, 0.12, 1e-12);
+  EXPECT_NEAR(s1.compute_ms, 75.0, 1e-9);
+  EXPECT_NEAR(s1.comm_ms, 125.0, 1e-9);
+  EXPECT_NEAR(s1.compute_share, 0.3, 1e-12);
+  EXPECT_NEAR(s1.comm_share, 0.5, 1e-12);
+  const std::string text = format_report(s);
+  EXPECT_NE(text.find("step time by pipeline stage (its tp rank 0, 2 steps, 250.000 ms of step wall each)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("      0          150.000         30.000          60.0%          12.0%"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("      1           75.000        125.000          30.0%          50.0%"), std::string::npos)
+      << text;
+  const nlohmann::json j = report_json(s)["steps"]["stages"];
+  EXPECT_EQ(j["steps"], 2);
+  EXPECT_NEAR(j["stages"][1]["comm_share"].get<double>(), 0.5, 1e-12);
+}
+
 // Known MoE rows: the figures by hand.
 //   step 0: wall 0.2, dispatch 0.01 s / 100 B, combine 0.03 s / 300 B, experts [4, 0, 2, 6]
 //   step 1: wall 0.3, dispatch 0.02 s / 200 B, combine 0.04 s / 400 B, experts [2, 0, 0, 6, 4]
