@@ -9,6 +9,8 @@ Writes into OUTDIR (created if needed):
   steps.png         batch size and KV blocks used per scheduler step over time (by replica)
   replicas.png      requests in flight (queued..finished) and decoding (first token..finished) per
                     replica over time
+  stages.png        each pipeline stage's compute and communication time per step (mean over the steps
+                    with stage figures; files from before /steps/stage_* have none and get no plot)
   experts.png       mixture-of-experts runs only (a non-empty /steps/expert_tokens row): a heatmap of
                     the tokens routed to each expert per step (steps binned when there are many) and
                     a bar chart of the tokens per expert over the run
@@ -60,8 +62,9 @@ def load(path, np, h5py):
         steps = None
         if "steps" in f and "t_start" in f["steps"]:
             sg = f["steps"]
-            # expert_tokens is variable-length (a list of counts per step): read it as a list.
-            steps = {c: (list(sg[c][()]) if c == "expert_tokens" else np.asarray(sg[c][()])) for c in sg.keys()}
+            # The variable-length columns (a list per step) are read as lists.
+            lists = ("expert_tokens", "stage_compute_s", "stage_comm_s")
+            steps = {c: (list(sg[c][()]) if c in lists else np.asarray(sg[c][()])) for c in sg.keys()}
             m = min(len(v) for v in steps.values())
             steps = {k: v[:m] for k, v in steps.items()}
     return meta, req, steps
@@ -249,6 +252,34 @@ def main(argv):
     axes[0].set_title(f"Requests in flight per replica: {title}", fontsize=10)
     fig.tight_layout()
     save(fig, "replicas.png")
+
+    # ---- pipeline stages: compute and communication per step ----
+    if steps is not None and "stage_compute_s" in steps and "stage_comm_s" in steps:
+        timed = [i for i, row in enumerate(steps["stage_compute_s"]) if len(row)]
+        if timed:
+            n_st = max(len(steps["stage_compute_s"][i]) for i in timed)
+            compute, comm = np.zeros(n_st), np.zeros(n_st)
+            for i in timed:
+                c, m = steps["stage_compute_s"][i], steps["stage_comm_s"][i]
+                compute[:len(c)] += c
+                comm[:len(m)] += m
+            scale = 1e3 / len(timed)
+            wall = float(np.sum(steps["wall_s"][timed])) * scale
+            fig, ax = plt.subplots(figsize=(9, max(2.5, 1.2 + 0.5 * n_st)))
+            y = np.arange(n_st)
+            ax.barh(y, compute * scale, color="tab:blue", height=0.6, label="compute")
+            ax.barh(y, comm * scale, left=compute * scale, color="tab:orange", height=0.6,
+                    label="communication (waits included)")
+            ax.axvline(wall, color="black", linestyle="--", linewidth=1, label=f"step wall {wall:.3f} ms")
+            ax.set_yticks(y)
+            ax.set_yticklabels([f"stage {k}" for k in y])
+            ax.invert_yaxis()
+            ax.set_xlabel(f"ms per step (mean over {len(timed)} steps; each stage's tp rank 0)")
+            ax.set_title(f"Step time by pipeline stage: {title}", fontsize=10)
+            ax.legend(fontsize=8, loc="lower right")
+            ax.grid(axis="x", alpha=0.3)
+            fig.tight_layout()
+            save(fig, "stages.png")
 
     # ---- mixture of experts: tokens per expert over the steps, and over the run ----
     experts = expert_matrix(np, steps)

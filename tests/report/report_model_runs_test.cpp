@@ -234,7 +234,8 @@ TEST_F(ReportOfModelRuns, DenseRunHasNoMoeSection) {
   EXPECT_FALSE(nlohmann::json::parse(js.out).contains("moe")) << js.out;
 }
 
-// jobs/plot_report.py draws experts.png for the MoE run and not for the dense one.
+// jobs/plot_report.py draws experts.png for the MoE run and not for the dense one; both have stage
+// figures (stages.png).
 TEST_F(ReportOfModelRuns, PlotsExpertsForMoeOnly) {
   if (sh("python3 -c 'import h5py, matplotlib'").code != 0) {
     GTEST_SKIP() << "python3 with h5py and matplotlib is not importable: --plots not checked";
@@ -242,10 +243,12 @@ TEST_F(ReportOfModelRuns, PlotsExpertsForMoeOnly) {
   const fs::path moe_plots = *dir_ / "moe-plots", dense_plots = *dir_ / "dense-plots";
   const auto p = sh(report(*moe_ + " --plots " + moe_plots.string()));
   ASSERT_EQ(p.code, 0) << p.out;
-  expect_pngs(moe_plots, {"throughput.png", "latency_hist.png", "steps.png", "replicas.png", "experts.png"}, p.out);
+  expect_pngs(moe_plots,
+              {"throughput.png", "latency_hist.png", "steps.png", "replicas.png", "stages.png", "experts.png"}, p.out);
   const auto q = sh(report(*dense_ + " --plots " + dense_plots.string()));
   ASSERT_EQ(q.code, 0) << q.out;
   EXPECT_TRUE(fs::exists(dense_plots / "steps.png")) << q.out;
+  EXPECT_TRUE(fs::exists(dense_plots / "stages.png")) << q.out;
   EXPECT_FALSE(fs::exists(dense_plots / "experts.png")) << q.out;
 }
 
