@@ -12,7 +12,9 @@
 //               percentiles, steps, tokens/s); start_time / end_time the earliest start and latest
 //               end, wall_seconds the time between them (only when every input finished);
 //               merged_from (the input count) and merge_inputs (JSON: per input its path, where its
-//               rows start in each group, and every attribute of it not kept as is).
+//               rows start in each group, and every attribute of it not kept as is);
+//               ranks_output_tokens, the output tokens of the sessions whose /ranks were kept
+//               (each input's last), which the report divides the bytes sent by.
 // Per-row times (t_queued, t_first_token, t_finished, t_start) stay relative to each input's start.
 // The output is written beside OUT under a temporary name and renamed over OUT at the end.
 #include <hdf5.h>
@@ -80,6 +82,7 @@ bool recomputed(const std::string& name) {
                                       "resumed_with_requests",
                                       "layout",
                                       "merged_from",
+                                      "ranks_output_tokens",
                                       "merge_inputs",
                                       "ttft_p50_s",
                                       "ttft_p90_s",
@@ -287,6 +290,12 @@ RunStats write_attributes(const std::string& path, const std::vector<Input>& inp
     }
     h5::write_attr(f, "command_line", command, ctx);
     h5::write_attr(f, "merged_from", static_cast<int64_t>(inputs.size()), ctx);
+    // Each input's /ranks are its last session's: the report divides their bytes by those
+    // sessions' output tokens, not by every row's.
+    int64_t ranks_tokens = 0;
+    for (const Input& in : inputs)
+      if (in.rows.at("ranks") > 0) ranks_tokens += in.summary.session_output_tokens;
+    h5::write_attr(f, "ranks_output_tokens", ranks_tokens, ctx);
     h5::write_attr(f, "merge_inputs", list.dump(), ctx);
     if (!layouts.empty()) h5::write_attr(f, "layout", layouts, ctx);
     if (!start.empty()) h5::write_attr(f, "start_time", start, ctx);

@@ -309,6 +309,11 @@ ReportSummary summarize(const RunData& d) {
                   : ran.earlier ? "the earlier sessions' wall_seconds_before + the last session's last t_finished"
                                 : "last t_finished";
   s.sessions = static_cast<int64_t>(attr_number(d, "sessions").value_or(1));
+  // A merged file: each input's /ranks are its last session's (cli/cmd_merge.cpp).
+  if (const auto merged = attr_number(d, "ranks_output_tokens")) {
+    s.session_output_tokens = static_cast<int64_t>(*merged);
+    s.ranks_of_input_sessions = s.session_output_tokens != s.output_tokens;
+  }
   if (s.wall_s > 0) {
     s.output_tokens_per_s = static_cast<double>(s.output_tokens) / s.wall_s;
     s.total_tokens_per_s = static_cast<double>(s.prompt_tokens + s.output_tokens) / s.wall_s;
@@ -523,7 +528,11 @@ std::string format_report(const ReportSummary& s) {
       o << line;
     }
   }
-  o << "comm (bytes sent per output token" << (s.sessions > 1 ? ", of the last session" : "") << ")\n";
+  o << "comm (bytes sent per output token"
+    << (s.sessions > 1              ? ", of the last session"
+        : s.ranks_of_input_sessions ? ", of each input's last session"
+                                    : "")
+    << ")\n";
   if (s.ranks.empty()) {
     o << "  (unknown: no /ranks in the file)\n";
     return o.str();

@@ -128,6 +128,9 @@ struct ReportSummary {
   // tokens (the rows from session_rows_before on).
   std::vector<RankSummary> ranks;
   int64_t session_output_tokens = 0;
+  // A merged file whose inputs' /ranks cover fewer rows than it has (an input was resumed): its
+  // ranks_output_tokens, the output tokens of each input's last session, is the divisor.
+  bool ranks_of_input_sessions = false;
   int64_t tp_bytes_sent = 0, pp_bytes_sent = 0, replica_bytes_sent = 0;
   double tp_bytes_per_token = 0, pp_bytes_per_token = 0, replica_bytes_per_token = 0;
   int64_t peak_rss_max = 0;

@@ -17,6 +17,7 @@
 #include "common/cli_runner.h"
 #include "common/h5_read.h"
 #include "common/test_files.h"
+#include "io/h5_util.h"
 #include "io/result_writer.h"
 
 namespace fs = std::filesystem;
@@ -173,6 +174,40 @@ TEST_F(Merge, ReportReadsTheMergedFileAndItsSummaryIsRecomputed) {
   EXPECT_LE(j["op_profile"][0]["ranks"].get<int64_t>(), 2);
   EXPECT_TRUE(inputs[1]["finished"].get<bool>());
   EXPECT_NE(inputs[1]["attributes"]["config"].get<std::string>().find("prompts = " + at("b.jsonl")), std::string::npos);
+}
+
+// An input that was resumed keeps the /ranks of its last session only: the merged file's bytes per
+// output token divide by those sessions' tokens (here a's rows from the third on, and all of
+// b's), not by every row's. (a's session attributes are set by hand: a resumed run writes them.)
+TEST_F(Merge, CommPerTokenOfAResumedInputIsItsLastSessions) {
+  fs::copy_file(at("a.h5"), at("a-resumed.h5"), fs::copy_options::overwrite_existing);
+  {
+    const hid_t f = H5Fopen(at("a-resumed.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    h5::write_attr(f, "sessions", int64_t{2}, "a-resumed.h5");
+    h5::write_attr(f, "session_rows_before", int64_t{2}, "a-resumed.h5");
+    H5Fclose(f);
+  }
+  ASSERT_EQ(merge(at("rm.h5") + " " + at("a-resumed.h5") + " " + at("b.h5")).code, 0);
+  int64_t want = 0, all = 0;
+  for (const char* f : {"a-resumed.h5", "b.h5"}) {
+    const auto out = test::H5Reader(at(f)).lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32);
+    ASSERT_GT(out.size(), 2u);
+    for (size_t i = 0; i < out.size(); ++i) {
+      all += static_cast<int64_t>(out[i].size());
+      if (std::string(f) == "b.h5" || i >= 2) want += static_cast<int64_t>(out[i].size());
+    }
+  }
+  ASSERT_LT(want, all);
+  EXPECT_EQ(test::H5Reader(at("rm.h5")).scalar_attr<int64_t>("ranks_output_tokens", H5T_NATIVE_INT64), want);
+  Proc p = sh(bin() + " report " + at("rm.h5") + " --json");
+  ASSERT_EQ(p.code, 0) << p.out;
+  const auto j = nlohmann::json::parse(p.out.substr(p.out.find('{')));
+  EXPECT_EQ(j["requests"]["output_tokens"].get<int64_t>(), all);
+  EXPECT_EQ(j["comm"]["session_output_tokens"].get<int64_t>(), want);
+  Proc text = sh(bin() + " report " + at("rm.h5"));
+  EXPECT_NE(text.out.find("comm (bytes sent per output token, of each input's last session)"), std::string::npos)
+      << text.out;
 }
 
 TEST_F(Merge, RefusesAnIdFoundInTwoInputsAndLeavesNoFile) {
