@@ -36,9 +36,8 @@ struct Layer {
   std::unique_ptr<FeedForwardBlock> ffn;
 };
 
-// Pipeline messages between stages: the residual stream, then the step's logits back to the
-// leader, or, for a step with sample rows, the choices (R tokens, then R logprobs' bits); the
-// figures of the stages after the first (arch/stage_figures.h, tag 13).
+// Pipeline messages: the residual stream, the step's logits (or a sampled step's choices,
+// arch/pipeline_choices.h) back to the leader, the later stages' figures (arch/stage_figures.h).
 constexpr int kTagHidden = 11, kTagLogits = 12;
 // The scratch slot where a later stage's graph step receives the previous stage's hidden states.
 constexpr int kStageInput = 17;
@@ -620,7 +619,8 @@ class Decoder final : public Model {
   // step computed (its first rows are the step's: every row samples), else null.
   void head(const ForwardBatch& batch, const float* graph_logits) {
     const float* dev = graph_logits ? graph_logits : logits_to_device(batch);
-    if (!dev || plan_.tp_rank != 0) return;
+    // No row, no receive posted by the leader (an empty step an ep group replays has logits).
+    if (!dev || plan_.tp_rank != 0 || batch.logit_rows.empty()) return;
     const int64_t R = static_cast<int64_t>(batch.logit_rows.size()), V = spec_.vocab_size;
     if (batch.sampled()) {
       std::vector<int32_t> tokens(static_cast<size_t>(R));

@@ -65,17 +65,22 @@ std::vector<float> rope_inv_freq(const ModelSpec& spec, int64_t rotary_dim) {
     for (auto& f : inv) f = static_cast<float>(f / rs.factor);
   } else if (rs.kind == RopeScaling::Kind::kLlama3) {
     // Wavelengths longer than old_ctx/low_freq_factor are divided by factor, shorter than
-    // old_ctx/high_freq_factor kept, and the band between is interpolated smoothly.
+    // old_ctx/high_freq_factor kept, and the band between is interpolated smoothly. Each step in
+    // fp32, as transformers' tensor ops with Python scalars round it (bit-identical for Llama 3.1's
+    // settings; in double, 4 of 64 frequencies were 1 ulp off).
     const double old_ctx = static_cast<double>(rs.original_max_position_embeddings);
-    const double low_wavelen = old_ctx / rs.low_freq_factor;
-    const double high_wavelen = old_ctx / rs.high_freq_factor;
+    const float low_wavelen = static_cast<float>(old_ctx / rs.low_freq_factor);
+    const float high_wavelen = static_cast<float>(old_ctx / rs.high_freq_factor);
+    const float two_pi = static_cast<float>(2.0 * M_PI), factor = static_cast<float>(rs.factor);
+    const float old_f = static_cast<float>(old_ctx), low_f = static_cast<float>(rs.low_freq_factor);
+    const float span = static_cast<float>(rs.high_freq_factor - rs.low_freq_factor);
     for (auto& f : inv) {
-      const double wavelen = 2.0 * M_PI / f;
+      const float wavelen = two_pi / f;
       if (wavelen > low_wavelen) {
-        f = static_cast<float>(f / rs.factor);
-      } else if (wavelen >= high_wavelen) {
-        const double smooth = (old_ctx / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
-        f = static_cast<float>((1.0 - smooth) * f / rs.factor + smooth * f);
+        f = f / factor;
+      } else if (!(wavelen < high_wavelen)) {
+        const float smooth = (old_f / wavelen - low_f) / span;
+        f = (1.0f - smooth) * f / factor + smooth * f;
       }
     }
   } else if (rs.kind == RopeScaling::Kind::kYarn) {

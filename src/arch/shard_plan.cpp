@@ -32,7 +32,9 @@ ShardPlan ShardPlan::make(const ModelSpec& spec, int tp_rank, int tp_size, int s
   p.inter0 = tp_rank * p.inter;
   p.vocab = spec.vocab_size / tp_size;
   p.vocab0 = tp_rank * p.vocab;
-  p.set_expert_parallel(spec, 0, 1);
+  // Experts split over tp (ep 1) where tp divides them; else set_expert_parallel with ep > 1, which
+  // keeps experts whole, must follow (cmd_run), or with ep 1 says why it cannot.
+  if (!spec.moe.enabled() || spec.moe.expert_intermediate % tp_size == 0) p.set_expert_parallel(spec, 0, 1);
   return p;
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <vector>
 
 #include "arch/model.h"
@@ -20,7 +21,7 @@ class StageClock {
       if (c && std::find(comms_.begin(), comms_.end(), c) == comms_.end()) comms_.push_back(c);
     }
   }
-  // A part begins; one begun and not stopped (a part that threw) is dropped.
+  // A part begins (the time of one begun and never stopped, a part that threw, is dropped).
   void start() {
     t0_ = Clock::now();
     c0_ = comm_seconds();
@@ -42,13 +43,16 @@ class StageClock {
   // Times a scope as one part.
   class Part {
    public:
-    explicit Part(StageClock& c) : c_(c) { c_.start(); }
-    ~Part() { c_.stop(); }
+    explicit Part(StageClock& c) : c_(c), exceptions_(std::uncaught_exceptions()) { c_.start(); }
+    ~Part() {
+      if (std::uncaught_exceptions() == exceptions_) c_.stop();  // else the part threw: dropped
+    }
     Part(const Part&) = delete;
     Part& operator=(const Part&) = delete;
 
    private:
     StageClock& c_;
+    int exceptions_;
   };
 
  private:

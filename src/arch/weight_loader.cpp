@@ -72,6 +72,7 @@ TensorView WeightLoader::host_rows(const std::string& name, int64_t R, int64_t C
   v.dtype = DType::F32;
   v.data = f;
   v.nbytes = owned_.back().size();
+  v.file_backed = false;
   return v;
 }
 
@@ -107,6 +108,7 @@ TensorView WeightLoader::fp8_host_slice(const TensorView& w, int64_t r0, int64_t
   v.shape = {nr, nc};
   v.data = buf.data();
   v.nbytes = buf.size();
+  v.file_backed = false;
   return v;
 }
 

@@ -184,32 +184,40 @@ EngineConfig engine_config(const RunOptions& opt, const ModelSpec& spec, const T
   ec.kv_dtype = resolve_kv_dtype(opt.kv_dtype, spec.torch_dtype);
   ec.progress_interval_s = opt.quiet ? 0 : opt.progress_interval;
   // The progress line's total: the file's lines (a resumed run takes off those it holds, below);
-  // with several replicas each counts against an even share of them.
-  ec.total_requests = count_lines(prompts);
+  // with several replicas each counts against an even share of them. Read only where a progress
+  // line is printed: not by every rank of a large job, each reading the whole file.
+  ec.total_requests = ec.progress_interval_s > 0 && topo.is_replica_leader() ? count_lines(prompts) : -1;
   ec.replicas = topo.layout().engine_groups();
   ec.replica = topo.engine_group();
   if (topo.layout().engine_groups() > 1) ec.lookahead = opt.max_seqs;
   return ec;
 }
 
+// An attribute that describes this session where it applies, and is removed where it does not (a
+// resumed file may hold one from an earlier session's other model path or layout).
+void set_where(ResultWriter& w, const char* name, bool applies, const std::string& value) {
+  if (applies)
+    w.set_attr(name, value);
+  else
+    w.remove_attr(name);
+}
+
 // How the backend ran what the model does: written at the start, and again at the end, since the
 // first large GEMM's self-checks can turn W8A8, the grouped fp8 kernel or wgmma off during the run.
 void write_compute_paths(ResultWriter& w, const ModelSpec& spec, const ComputeBackend& backend) {
   // What an fp8 checkpoint's linear weights are in memory: fp8 only where the backend keeps them.
-  if (spec.quant.fp8_block) w.set_attr("fp8_weights", std::string(backend.keeps_fp8_weights() ? "fp8" : "bf16"));
+  set_where(w, "fp8_weights", spec.quant.fp8_block, backend.keeps_fp8_weights() ? "fp8" : "bf16");
   // How their prefill linears ran: W8A8 only where the weights stayed fp8.
-  if (spec.quant.fp8_block && backend.keeps_fp8_weights())
-    w.set_attr("fp8_prefill", std::string(backend.fp8_w8a8() ? "w8a8" : "bf16"));
+  set_where(w, "fp8_prefill", spec.quant.fp8_block && backend.keeps_fp8_weights(),
+            backend.fp8_w8a8() ? "w8a8" : "bf16");
   // How W8A8 ran the routed experts: in one grouped launch, or one GEMM per expert (none without
   // W8A8, which the end of the run may find off).
-  if (spec.quant.fp8_block && backend.keeps_fp8_weights() && backend.fp8_w8a8() && spec.moe.num_experts > 0) {
-    w.set_attr("fp8_expert_gemm", std::string(backend.fp8_grouped_gemm() ? "grouped" : "per-expert"));
-  } else {
-    w.remove_attr("fp8_expert_gemm");
-  }
+  set_where(w, "fp8_expert_gemm",
+            spec.quant.fp8_block && backend.keeps_fp8_weights() && backend.fp8_w8a8() && spec.moe.num_experts > 0,
+            backend.fp8_grouped_gemm() ? "grouped" : "per-expert");
   // The products the grouped expert GEMMs ran on (a GPU backend's): wgmma or mma.sync.
-  if (spec.moe.num_experts > 0 && !backend.grouped_gemm_core().empty())
-    w.set_attr("grouped_gemm_core", backend.grouped_gemm_core());
+  set_where(w, "grouped_gemm_core", spec.moe.num_experts > 0 && !backend.grouped_gemm_core().empty(),
+            backend.grouped_gemm_core());
   // How prefill chunks attended: on bf16 tensor cores or in fp32 (--prefill-attention).
   w.set_attr("prefill_attention", std::string(backend.prefill_attention_bf16() ? "bf16" : "fp32"));
   // How decode tokens attended: bf16 tensor cores for an MLA model with --decode-attention bf16.
@@ -228,7 +236,7 @@ void write_attributes(ResultWriter& w, const RunOptions& opt, const ModelSpec& s
   w.set_attr("backend", opt.backend);
   write_compute_paths(w, spec, backend);
   w.set_attr("comm", opt.comm);
-  if (!transport.empty()) w.set_attr("comm_transport", transport);
+  set_where(w, "comm_transport", !transport.empty(), transport);
   w.set_attr("seed", static_cast<int64_t>(opt.seed));
   for (const auto& [lib, ver] : library_versions()) w.set_attr("version_" + lib, ver);
 }
@@ -428,10 +436,14 @@ int cmd_run(int argc, char** argv) {
   if (kv_budget.profile.tokens > 0) {
     writer->set_attr("kv_cache_profile_tokens", kv_budget.profile.tokens);
     writer->set_attr("kv_cache_profile_bytes", kv_budget.profile.grew_bytes);
+  } else {
+    writer->remove_attr("kv_cache_profile_tokens");
+    writer->remove_attr("kv_cache_profile_bytes");
   }
   if (!done.empty()) writer->set_attr("resumed_with_requests", static_cast<int64_t>(done.size()));
   // How the replicas shared the prompt file: claimed as they went, or in turn (LineQueue).
-  if (queue) writer->set_attr("prompt_line_windows", std::string(queue->on_demand() ? "on-demand" : "round-robin"));
+  set_where(*writer, "prompt_line_windows", queue != nullptr,
+            queue && queue->on_demand() ? "on-demand" : "round-robin");
   RunStats stats = earlier.stats;  // every replica's requests, every session's
   Metrics metrics;
   MetricsSink metrics_sink(metrics, opt.metrics_file, 5.0);

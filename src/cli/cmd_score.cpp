@@ -86,7 +86,8 @@ int cmd_score(int argc, char** argv) {
   const Topology topo(Layout{tp, pp, 1}, MpiEnv::rank(), MpiEnv::size(), spec);
   const LayoutGroups groups = make_layout_groups(topo, comm, comm_timeout);
   const auto [first_layer, last_layer] = topo.stage_layers(topo.coords().pp);
-  const ShardPlan plan = ShardPlan::make(spec, topo.coords().tp, tp, topo.coords().pp, pp, first_layer, last_layer);
+  ShardPlan plan = ShardPlan::make(spec, topo.coords().tp, tp, topo.coords().pp, pp, first_layer, last_layer);
+  plan.set_expert_parallel(spec, 0, 1);  // experts split over tp
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(model_dir);
   if (!kv_scales.empty()) ckpt->add_file(kv_scales);
   std::unique_ptr<ComputeBackend> backend = make_backend("cpu");

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cmath>
 #include <fstream>
@@ -148,6 +149,11 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
   SHARDLM_CHECK(!o.prompts.empty(), "shardlm run: --prompts is required");
   SHARDLM_CHECK(!o.out.empty(), "shardlm run: --out is required");
   SHARDLM_CHECK(o.max_new_tokens >= 1, "--max-new-tokens must be >= 1");
+  SHARDLM_CHECK(o.max_seqs >= 1, "--max-seqs must be >= 1, not " << o.max_seqs);
+  SHARDLM_CHECK(o.max_batch_tokens >= 1, "--max-batch-tokens must be >= 1, not " << o.max_batch_tokens);
+  // Each pipeline micro-batch runs at least one sequence, and the KV cache is sized for --max-seqs.
+  SHARDLM_CHECK(o.max_seqs >= o.pp, "--max-seqs " << o.max_seqs << " is below --pp " << o.pp << ": each of the " << o.pp
+                                                  << " pipeline micro-batches runs at least one sequence");
   // What would otherwise fail only once every rank has loaded its weights.
   const std::string bad_sampling = sampling_defaults(o).validate();
   SHARDLM_CHECK(bad_sampling.empty(), "shardlm run: the sampling options: " << bad_sampling);
@@ -202,25 +208,34 @@ SamplingParams sampling_defaults(const RunOptions& o) {
 
 std::string to_ini(const RunOptions& o) {
   std::ostringstream s;
+  // Numbers as the shortest text that reads back as the same double: the recorded config is compared
+  // on --resume and read back as a job file.
+  const auto num = [](double v) {
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
+  };
   s << "model = " << o.model << "\nprompts = " << o.prompts << "\nout = " << o.out << "\nformat = " << o.format
     << "\nbackend = " << o.backend << "\ncuda-graphs = " << (o.cuda_graphs ? "true" : "false")
-    << "\nop-profile = " << (o.op_profile ? "true" : "false") << "\nep-graph-capacity = " << o.ep_graph_capacity
-    << "\nep-wire = " << o.ep_wire << "\nmax-new-tokens = " << o.max_new_tokens << "\ntemperature = " << o.temperature
-    << "\ntop-p = " << o.top_p << "\ntop-k = " << o.top_k << "\nmin-p = " << o.min_p << "\nseed = " << o.seed;
+    << "\nop-profile = " << (o.op_profile ? "true" : "false") << "\nep-graph-capacity = " << num(o.ep_graph_capacity)
+    << "\nep-wire = " << o.ep_wire << "\nmax-new-tokens = " << o.max_new_tokens
+    << "\ntemperature = " << num(o.temperature) << "\ntop-p = " << num(o.top_p) << "\ntop-k = " << o.top_k
+    << "\nmin-p = " << num(o.min_p) << "\nseed = " << o.seed;
   for (const auto& st : o.stop) s << "\nstop = " << ini_quoted(st);
   s << "\nignore-eos = " << (o.ignore_eos ? "true" : "false") << "\nmax-batch-tokens = " << o.max_batch_tokens
     << "\nmax-seqs = " << o.max_seqs << "\nkv-cache-gb = " << o.kv_cache_gb
-    << "\nkv-cache-free-fraction = " << o.kv_cache_free_fraction << "\nkv-dtype = " << o.kv_dtype;
+    << "\nkv-cache-free-fraction = " << num(o.kv_cache_free_fraction) << "\nkv-dtype = " << o.kv_dtype;
   if (!o.kv_scales.empty()) s << "\nkv-scales = " << o.kv_scales;
   if (!o.kv_calibrate_out.empty()) s << "\nkv-calibrate-out = " << o.kv_calibrate_out;
   s << "\nfp8-weights = " << o.fp8_weights << "\nfp8-prefill = " << o.fp8_prefill
     << "\nfp8-expert-gemm = " << o.fp8_expert_gemm << "\ngrouped-gemm-core = " << o.grouped_gemm_core
     << "\nprefill-attention = " << o.prefill_attention << "\ndecode-attention = " << o.decode_attention
     << "\nblock-size = " << o.block_size << "\nthreads = " << o.threads << "\nflush-every = " << o.flush_every
-    << "\nflush-seconds = " << o.flush_seconds << "\nresume = " << (o.resume ? "true" : "false") << "\ntp = " << o.tp
-    << "\npp = " << o.pp << "\nreplicas = " << o.replicas << "\ndp = " << o.dp << "\nep = " << o.ep;
+    << "\nflush-seconds = " << num(o.flush_seconds) << "\nresume = " << (o.resume ? "true" : "false")
+    << "\ntp = " << o.tp << "\npp = " << o.pp << "\nreplicas = " << o.replicas << "\ndp = " << o.dp
+    << "\nep = " << o.ep;
   if (!o.pp_layers.empty()) s << "\npp-layers = " << o.pp_layers;
-  s << "\ncomm = " << o.comm << "\ncomm-timeout = " << o.comm_timeout
+  s << "\ncomm = " << o.comm << "\ncomm-timeout = " << num(o.comm_timeout)
     << "\nrequire-efa = " << (o.require_efa ? "true" : "false") << "\nfabric-report = " << o.fabric_report << "\n";
   return s.str();
 }

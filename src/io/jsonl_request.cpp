@@ -116,10 +116,14 @@ void refuse_unapplied(const json& o, const std::string& p) {
 }
 
 void parse_overrides(const json& o, const std::string& p, SamplingOverrides& s) {
-  if (const json* v = get_opt(o, "max_tokens")) {
-    const int64_t x = get_int(*v, p + "max_tokens");
-    if (x < 0) bad(quoted(p + "max_tokens") + " must be >= 0 (got " + std::to_string(x) + ")");
-    s.max_tokens = x;
+  // OpenAI's chat field max_completion_tokens replaces max_tokens; where both are given it wins, as
+  // in vLLM's chat requests.
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    if (const json* v = get_opt(o, key)) {
+      const int64_t x = get_int(*v, p + key);
+      if (x < 0) bad(quoted(p + key) + " must be >= 0 (got " + std::to_string(x) + ")");
+      s.max_tokens = x;
+    }
   }
   if (const json* v = get_opt(o, "temperature")) {
     const double x = get_number(*v, p + "temperature");

@@ -57,14 +57,21 @@ std::vector<std::string> gpt2_pretokenize(const std::string& text) {
                                  PCRE2_UTF | PCRE2_UCP, &err, &erroff, nullptr);
   SHARDLM_CHECK(re, "internal: GPT-2 split regex does not compile (error " << err << " at " << erroff << ")");
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(re, nullptr);
+  // Freed once, on every way out (a throw included).
+  struct Free {
+    pcre2_code* re;
+    pcre2_match_data* md;
+    ~Free() {
+      pcre2_match_data_free(md);
+      pcre2_code_free(re);
+    }
+  } free_at_exit{re, md};
   std::vector<std::string> out;
   PCRE2_SIZE pos = 0;
   uint32_t opts = 0;
   while (pos < text.size()) {
     int rc = pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), pos, opts, md, nullptr);
     if (rc < 0) {
-      pcre2_match_data_free(md);
-      pcre2_code_free(re);
       SHARDLM_CHECK(rc == PCRE2_ERROR_NOMATCH, "BPE trainer: corpus is not valid UTF-8 near byte " << pos);
       break;
     }
@@ -77,8 +84,6 @@ std::vector<std::string> gpt2_pretokenize(const std::string& text) {
     pos = ov[1];
     opts = PCRE2_NO_UTF_CHECK;  // checked once on the first match
   }
-  pcre2_match_data_free(md);
-  pcre2_code_free(re);
   return out;
 }
 

@@ -23,6 +23,9 @@ struct TensorView {
   const void* data = nullptr;  // points into the mapped file
   size_t nbytes = 0;
   uint64_t file_offset = 0;    // where `data` starts in `file`
+  // False for a view of bytes made in memory (a dequantised or converted slice): its bytes are not
+  // those at file_offset, and a column slice copies them from `data` instead of reading the file.
+  bool file_backed = true;
 
   int64_t numel() const {
     int64_t n = 1;

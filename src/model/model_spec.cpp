@@ -47,7 +47,8 @@ const ArchDefaults kArchs[] = {
      0, ArchDefaults::Ffn::kMixtral, false, 1e-5, 1e6},
     {"Qwen2MoeForCausalLM", "qwen2_moe", 32768, 0, true, false, false, false, false, ArchDefaults::Sliding::kQwen, 4096,
      ArchDefaults::Ffn::kQwenMoe},
-    {"Qwen3MoeForCausalLM", "qwen3_moe", 32768, 128, false, true, true, false, true, ArchDefaults::Sliding::kQwen, 4096,
+    // Qwen3-MoE's config has no head_dim default (transformers takes hidden / heads), dense Qwen3's is 128.
+    {"Qwen3MoeForCausalLM", "qwen3_moe", 32768, 0, false, true, true, false, true, ArchDefaults::Sliding::kQwen, 4096,
      ArchDefaults::Ffn::kQwenMoe},
     {"DeepseekV3ForCausalLM", "deepseek_v3", 4096, 0, false, false, false, false, false, ArchDefaults::Sliding::kNone,
      0, ArchDefaults::Ffn::kDeepseek, true},
@@ -261,11 +262,13 @@ void parse_moe(const json& j, const Fields& f, const ArchDefaults& arch, const s
                                                << s->architecture
                                                << " routes with the score correction bias; supported: noaux_tc)");
     m.score_correction_bias = true;
-    m.n_group = f.integer("n_group", 1);
-    m.topk_group = f.integer("topk_group", 1);
-    m.routed_scaling_factor = f.number("routed_scaling_factor", 1.0);
-    m.shared_intermediate = f.integer("n_shared_experts", 0) * m.expert_intermediate;
-    m.first_dense_layers = f.integer("first_k_dense_replace", 0);
+    // Defaults where the config leaves a field out: transformers' DeepseekV3Config's (DeepSeek-V3's
+    // own values), so that a trimmed config routes as transformers routes it.
+    m.n_group = f.integer("n_group", 8);
+    m.topk_group = f.integer("topk_group", 4);
+    m.routed_scaling_factor = f.number("routed_scaling_factor", 2.5);
+    m.shared_intermediate = f.integer("n_shared_experts", 1) * m.expert_intermediate;
+    m.first_dense_layers = f.integer("first_k_dense_replace", 3);
   }
   auto positive = [&](int64_t v, const char* field) {
     SHARDLM_CHECK(v > 0, origin << ": field '" << field << "' must be positive, got " << v);
@@ -415,12 +418,14 @@ ModelSpec parse_impl(const std::string& config_json, const std::string& gen_json
   // RoPE: transformers <= 4.x writes rope_theta + rope_scaling; v5 writes rope_parameters.
   const json* rope_params = (j.contains("rope_parameters") && j["rope_parameters"].is_object())
                                 ? &j["rope_parameters"] : nullptr;
-  if (f.present("rope_theta")) {
-    s.rope_theta = f.number("rope_theta", arch->rope_theta);
-  } else if (rope_params && rope_params->contains("rope_theta")) {
+  // Where both are given, rope_parameters' wins: transformers v5 reads the top-level value only as
+  // a default for it (standardize_rope_params).
+  if (rope_params && rope_params->contains("rope_theta") && !(*rope_params)["rope_theta"].is_null()) {
     SHARDLM_CHECK((*rope_params)["rope_theta"].is_number(),
                   origin << ": field 'rope_parameters.rope_theta' must be a number");
     s.rope_theta = (*rope_params)["rope_theta"].get<double>();
+  } else if (f.present("rope_theta")) {
+    s.rope_theta = f.number("rope_theta", arch->rope_theta);
   } else {
     s.rope_theta = arch->rope_theta;
   }

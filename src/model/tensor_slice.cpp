@@ -19,6 +19,7 @@ TensorView slice_rows(const TensorView& t, int64_t r0, int64_t n) {
   v.shape[0] = n;
   v.data = static_cast<const uint8_t*>(t.data) + static_cast<size_t>(r0) * row_bytes;
   v.nbytes = static_cast<size_t>(n) * row_bytes;
+  v.file_offset = t.file_offset + static_cast<uint64_t>(r0) * row_bytes;
   return v;
 }
 
@@ -29,11 +30,22 @@ TensorView slice_cols(const TensorView& t, int64_t c0, int64_t n, std::vector<ui
   const size_t es = dtype_size(t.dtype);
   const int64_t rows = t.shape[0], cols = t.shape[1];
   storage->resize(static_cast<size_t>(rows * n) * es);
+  const size_t row_bytes = static_cast<size_t>(n) * es;
+  TensorView v = t;
+  v.shape[1] = n;
+  v.data = storage->data();
+  v.nbytes = storage->size();
+  v.file_backed = false;
+  if (!t.file_backed) {
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(storage->data() + static_cast<size_t>(r) * row_bytes,
+                  static_cast<const uint8_t*>(t.data) + static_cast<size_t>(r * cols + c0) * es, row_bytes);
+    return v;
+  }
   // pread, not the mapping: a column slice holds part of every row, and copying it from the
   // mapping would map (and count as this rank's memory) every page of the whole tensor.
   const int fd = ::open(t.file.c_str(), O_RDONLY | O_CLOEXEC);
   SHARDLM_CHECK(fd >= 0, t.file << ": cannot open to read tensor '" << t.name << "': " << std::strerror(errno));
-  const size_t row_bytes = static_cast<size_t>(n) * es;
   for (int64_t r = 0; r < rows; ++r) {
     const uint64_t off = t.file_offset + static_cast<uint64_t>(r * cols + c0) * es;
     uint8_t* dst = storage->data() + static_cast<size_t>(r) * row_bytes;
@@ -50,10 +62,6 @@ TensorView slice_cols(const TensorView& t, int64_t c0, int64_t n, std::vector<ui
     }
   }
   ::close(fd);
-  TensorView v = t;
-  v.shape[1] = n;
-  v.data = storage->data();
-  v.nbytes = storage->size();
   return v;
 }
 

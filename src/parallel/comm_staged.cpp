@@ -1,6 +1,7 @@
 #include "parallel/comm_staged.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <utility>
@@ -35,10 +36,14 @@ class Staged {
   void* host() const { return device_ ? s_.ptr : user_; }
   // Device -> staging, `bytes` from byte offset `off` (the whole buffer by default).
   void copy_in(size_t off = 0, size_t bytes = SIZE_MAX) {
-    if (device_) c_.memory().to_host(static_cast<char*>(s_.ptr) + off, static_cast<char*>(user_) + off, len(off, bytes));
+    if (!device_) return;
+    StagedCommunicator::CopyTime t(c_);
+    c_.memory().to_host(static_cast<char*>(s_.ptr) + off, static_cast<char*>(user_) + off, len(off, bytes));
   }
   void copy_out(size_t off = 0, size_t bytes = SIZE_MAX) {
-    if (device_) c_.memory().to_device(static_cast<char*>(user_) + off, static_cast<char*>(s_.ptr) + off, len(off, bytes));
+    if (!device_) return;
+    StagedCommunicator::CopyTime t(c_);
+    c_.memory().to_device(static_cast<char*>(user_) + off, static_cast<char*>(s_.ptr) + off, len(off, bytes));
   }
   // Hands the staging buffer over to a request (which releases it after wait()).
   StagedCommunicator::Staging take() {
@@ -69,7 +74,10 @@ class StagedRequest final : public CommRequest {
     inner_->wait();
     inner_.reset();
     c_.sync_stats();
-    if (device_dst_ != nullptr) c_.memory().to_device(device_dst_, s_.ptr, bytes_);
+    if (device_dst_ != nullptr) {
+      StagedCommunicator::CopyTime t(c_);
+      c_.memory().to_device(device_dst_, s_.ptr, bytes_);
+    }
     if (s_.ptr != nullptr) c_.release(s_);
   }
 

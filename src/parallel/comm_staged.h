@@ -9,6 +9,7 @@
 // keeps its staging memory (MPI may still write to it): the job is failing anyway.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <vector>
@@ -58,12 +59,30 @@ class StagedCommunicator final : public Communicator {
   };
   Staging acquire(size_t bytes);
   void release(Staging s);
-  // This communicator's figures are the inner one's (a request's wait adds its time there).
-  void sync_stats() { stats_ = inner_->stats(); }
+  // This communicator's figures are the inner one's (a request's wait adds its time there), and
+  // its seconds include the staging copies: a copy from the device also waits for the kernels
+  // queued before it, as a device communicator's call does.
+  void sync_stats() {
+    stats_ = inner_->stats();
+    stats_.seconds += copy_seconds_;
+  }
+  // Times one staging copy into copy_seconds_.
+  class CopyTime {
+   public:
+    explicit CopyTime(StagedCommunicator& c) : c_(c), t0_(std::chrono::steady_clock::now()) {}
+    ~CopyTime() { c_.copy_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+    CopyTime(const CopyTime&) = delete;
+    CopyTime& operator=(const CopyTime&) = delete;
+
+   private:
+    StagedCommunicator& c_;
+    std::chrono::steady_clock::time_point t0_;
+  };
 
  private:
   std::unique_ptr<Communicator> inner_;
   std::shared_ptr<MemorySpace> memory_;
+  double copy_seconds_ = 0;    // the staging copies' wall time, all calls
   std::vector<Staging> free_;  // staging buffers not in use, reused by size
 };
 

@@ -18,9 +18,10 @@ inline char* at(void* p, size_t elems, size_t es) { return static_cast<char*>(p)
 class StatScope {
  public:
   using Clock = std::chrono::steady_clock;
-  StatScope(CommStats& s, uint64_t bytes) : s_(s), bytes_(bytes), t0_(Clock::now()) {}
+  StatScope(CommStats& s, uint64_t bytes)
+      : s_(s), bytes_(bytes), t0_(Clock::now()), exceptions_(std::uncaught_exceptions()) {}
   ~StatScope() {
-    if (std::uncaught_exceptions() > 0) return;
+    if (std::uncaught_exceptions() > exceptions_) return;  // this call threw
     s_.calls += 1;
     s_.bytes_sent += bytes_;
     s_.seconds += std::chrono::duration<double>(Clock::now() - t0_).count();
@@ -32,6 +33,7 @@ class StatScope {
   CommStats& s_;
   uint64_t bytes_;
   Clock::time_point t0_;
+  int exceptions_;
 };
 
 // The wait of a nonblocking send or receive (CommRequest::wait): its wall time is the call's too
@@ -39,9 +41,9 @@ class StatScope {
 class WaitScope {
  public:
   using Clock = std::chrono::steady_clock;
-  explicit WaitScope(CommStats& s) : s_(s), t0_(Clock::now()) {}
+  explicit WaitScope(CommStats& s) : s_(s), t0_(Clock::now()), exceptions_(std::uncaught_exceptions()) {}
   ~WaitScope() {
-    if (std::uncaught_exceptions() > 0) return;
+    if (std::uncaught_exceptions() > exceptions_) return;  // the wait threw
     s_.seconds += std::chrono::duration<double>(Clock::now() - t0_).count();
   }
   WaitScope(const WaitScope&) = delete;
@@ -50,6 +52,7 @@ class WaitScope {
  private:
   CommStats& s_;
   Clock::time_point t0_;
+  int exceptions_;
 };
 
 }  // namespace shardlm::comm_detail

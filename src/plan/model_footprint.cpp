@@ -22,6 +22,20 @@ int64_t need_int(const nlohmann::json& c, const char* key) {
   return v;
 }
 
+// A boolean or string field; missing or null: dflt.
+bool get_bool(const nlohmann::json& c, const char* key, bool dflt) {
+  auto it = c.find(key);
+  if (it == c.end() || it->is_null()) return dflt;
+  SHARDLM_CHECK(it->is_boolean(), "config.json: " << key << " must be true or false, got " << it->dump());
+  return it->get<bool>();
+}
+std::string get_string(const nlohmann::json& c, const char* key) {
+  auto it = c.find(key);
+  if (it == c.end() || it->is_null()) return "";
+  SHARDLM_CHECK(it->is_string(), "config.json: " << key << " must be a string, got " << it->dump());
+  return it->get<std::string>();
+}
+
 int64_t blocks(int64_t n, int64_t b) { return (n + b - 1) / b; }
 
 struct Builder {
@@ -99,22 +113,29 @@ ModelFootprint ModelFootprint::from_config(const nlohmann::json& c, const std::s
   m.name = name;
   if (c.contains("architectures") && c["architectures"].is_array() && !c["architectures"].empty())
     m.architecture = c["architectures"][0].get<std::string>();
-  m.model_type = c.value("model_type", std::string());
+  m.model_type = get_string(c, "model_type");
   m.hidden = need_int(c, "hidden_size");
   m.layers = need_int(c, "num_hidden_layers");
   m.heads = need_int(c, "num_attention_heads");
   m.kv_heads = get_int(c, "num_key_value_heads", m.heads);
-  m.head_dim = get_int(c, "head_dim", m.hidden / m.heads);
+  SHARDLM_CHECK(m.kv_heads > 0, "config.json: num_key_value_heads must be positive, got " << m.kv_heads);
+  // Qwen3's config defaults head_dim to 128 (the loader's ModelSpec too); the others use hidden / heads.
+  m.head_dim = get_int(c, "head_dim", m.architecture == "Qwen3ForCausalLM" ? 128 : m.hidden / m.heads);
+  SHARDLM_CHECK(m.head_dim > 0, "config.json: head_dim must be positive, got " << m.head_dim);
   m.vocab = need_int(c, "vocab_size");
   m.intermediate = get_int(c, "intermediate_size", 0);
-  m.tied_embeddings = c.value("tie_word_embeddings", false);
+  m.tied_embeddings = get_bool(c, "tie_word_embeddings", false);
 
   if (c.contains("quantization_config") && c["quantization_config"].is_object()) {
     const auto& q = c["quantization_config"];
-    m.native_fp8 = q.value("quant_method", std::string()) == "fp8";
+    m.native_fp8 = get_string(q, "quant_method") == "fp8";
     if (q.contains("weight_block_size") && q["weight_block_size"].is_array() && q["weight_block_size"].size() == 2) {
-      m.block_rows = q["weight_block_size"][0].get<int64_t>();
-      m.block_cols = q["weight_block_size"][1].get<int64_t>();
+      const auto& b = q["weight_block_size"];
+      SHARDLM_CHECK(
+          b[0].is_number_integer() && b[1].is_number_integer() && b[0].get<int64_t>() > 0 && b[1].get<int64_t>() > 0,
+          "config.json: quantization_config.weight_block_size must be two positive integers, got " << b.dump());
+      m.block_rows = b[0].get<int64_t>();
+      m.block_cols = b[1].get<int64_t>();
     }
   }
 
@@ -139,9 +160,12 @@ ModelFootprint ModelFootprint::from_config(const nlohmann::json& c, const std::s
     m.moe_intermediate = get_int(c, "moe_intermediate_size", m.intermediate);  // Mixtral: intermediate_size
     SHARDLM_CHECK(m.moe_intermediate > 0, "config.json: MoE model without moe_intermediate_size/intermediate_size");
     if (deepseek_moe) {
-      const int64_t first_dense = get_int(c, "first_k_dense_replace", 0), freq = get_int(c, "moe_layer_freq", 1);
+      // DeepSeek-V3's defaults where its config leaves them out (transformers' DeepseekV3Config).
+      const bool v3 = m.architecture == "DeepseekV3ForCausalLM";
+      const int64_t first_dense = get_int(c, "first_k_dense_replace", v3 ? 3 : 0),
+                    freq = get_int(c, "moe_layer_freq", 1);
       for (int64_t i = 0; i < m.layers; ++i) m.layer_is_moe[i] = i >= first_dense && i % freq == 0;
-      m.shared_intermediate = get_int(c, "n_shared_experts", 0) * m.moe_intermediate;
+      m.shared_intermediate = get_int(c, "n_shared_experts", v3 ? 1 : 0) * m.moe_intermediate;
       m.mtp_layers = get_int(c, "num_nextn_predict_layers", 0);
     } else {
       std::vector<int64_t> mlp_only;
@@ -161,9 +185,9 @@ ModelFootprint ModelFootprint::from_config(const nlohmann::json& c, const std::s
   if (m.moe_layers < m.layers)
     SHARDLM_CHECK(m.intermediate > 0, "config.json: intermediate_size is missing (needed by the dense MLP layers)");
 
-  const bool qkv_bias = c.value("attention_bias", false) || m.model_type == "qwen2" || m.model_type == "qwen2_moe";
+  const bool qkv_bias = get_bool(c, "attention_bias", false) || m.model_type == "qwen2" || m.model_type == "qwen2_moe";
   const bool qk_norm = m.model_type == "qwen3" || m.model_type == "qwen3_moe";
-  const bool router_bias = c.value("topk_method", std::string()) == "noaux_tc";
+  const bool router_bias = get_string(c, "topk_method") == "noaux_tc";
   const int64_t H = m.hidden;
 
   auto decoder_layer = [&](Builder& b, bool moe) {

@@ -112,6 +112,30 @@ TEST(MoeBlock, LoadsOnlyItsExperts) {
   std::filesystem::remove_all(dir);
 }
 
+// tp 4 over an expert intermediate size of 6: the experts cannot be split over tp, but with expert
+// parallelism each rank keeps its experts whole, so the layout is made; with ep 1 it is refused,
+// naming the sizes.
+TEST(MoeBlock, ExpertParallelismTakesSizesTpDoesNotDivide) {
+  ModelSpec s;
+  s.architecture = "MixtralForCausalLM";
+  s.hidden_size = 16;
+  s.intermediate_size = 8;
+  s.num_layers = 1;
+  s.num_heads = s.num_kv_heads = 4;
+  s.head_dim = 4;
+  s.vocab_size = 32;
+  s.moe.num_experts = 8;
+  s.moe.experts_per_token = 2;
+  s.moe.expert_intermediate = 6;
+  ShardPlan p = ShardPlan::make(s, 1, 4);
+  p.set_expert_parallel(s, 3, 4);
+  EXPECT_EQ(p.experts, 2);
+  EXPECT_EQ(p.expert0, 6);
+  EXPECT_EQ(p.expert_inter, 6);
+  ShardPlan q = ShardPlan::make(s, 1, 4);
+  test::expect_error([&] { q.set_expert_parallel(s, 0, 1); }, {"tp 4 does not divide the expert intermediate size 6"});
+}
+
 TEST(MoeBlock, NamingErrors) {
   MoeCase c(MoeCase::Kind::kMixtral, 16, 4, 8, 2);
   const auto dir = fresh_dir("moe-block-errors");

@@ -99,6 +99,40 @@ TEST(RopeFreqs, YarnAttentionFactorVariants) {
   expect_close(rope_inv_freq(b, 8), yarn_formula(10000, 4, 64, 32, 1, 8), 2e-6);
 }
 
+// Llama 3.1's settings (theta 5e5, factor 8, low/high frequency factors 1 and 4, 8192 original
+// positions, 128 dims), printed by transformers 5.25's _compute_llama3_parameters: bit-identical.
+TEST(RopeFreqs, Llama3MatchesTransformersBitForBit) {
+  const std::vector<float> want = {
+      0x1.0000000000000p+0f,  0x1.a115820000000p-1f,  0x1.53c38c0000000p-1f,  0x1.14c7080000000p-1f,
+      0x1.c2ef780000000p-2f,  0x1.6f56fa0000000p-2f,  0x1.2b3dc60000000p-2f,  0x1.e788c20000000p-3f,
+      0x1.8d27600000000p-3f,  0x1.4387400000000p-3f,  0x1.078d400000000p-3f,  0x1.ad63380000000p-4f,
+      0x1.5dc95a0000000p-4f,  0x1.1cf1300000000p-4f,  0x1.d03cce0000000p-5f,  0x1.7a2d080000000p-5f,
+      0x1.3411900000000p-5f,  0x1.f5ea7e0000000p-6f,  0x1.98de920000000p-6f,  0x1.4d12720000000p-6f,
+      0x1.0f53860000000p-6f,  0x1.ba0dd80000000p-7f,  0x1.681ada0000000p-7f,  0x1.2558fe0000000p-7f,
+      0x1.ddee9e0000000p-8f,  0x1.8554ec0000000p-8f,  0x1.3d28040000000p-8f,  0x1.025c6a0000000p-8f,
+      0x1.a4ee400000000p-9f,  0x1.1bfa0c0000000p-9f,  0x1.67a23a0000000p-10f, 0x1.c12f3c0000000p-11f,
+      0x1.132ba40000000p-11f, 0x1.47e2100000000p-12f, 0x1.765ba40000000p-13f, 0x1.90d10c0000000p-14f,
+      0x1.46831a0000000p-14f, 0x1.09fb7e0000000p-14f, 0x1.b159020000000p-15f, 0x1.6103320000000p-15f,
+      0x1.1f91f00000000p-15f, 0x1.d484de0000000p-16f, 0x1.7da9e80000000p-16f, 0x1.36e8ea0000000p-16f,
+      0x1.fa8b860000000p-17f, 0x1.9ca3ea0000000p-17f, 0x1.5024d60000000p-17f, 0x1.11d41e0000000p-17f,
+      0x1.be21880000000p-18f, 0x1.6b6d0e0000000p-18f, 0x1.280d960000000p-18f, 0x1.e257000000000p-19f,
+      0x1.88ec200000000p-19f, 0x1.4014d20000000p-19f, 0x1.04be680000000p-19f, 0x1.a8d0100000000p-20f,
+      0x1.5a0f4e0000000p-20f, 0x1.19e8000000000p-20f, 0x1.cb4a9a0000000p-21f, 0x1.76258e0000000p-21f,
+      0x1.30c94e0000000p-21f, 0x1.f091840000000p-22f, 0x1.9483600000000p-22f, 0x1.4985fe0000000p-22f,
+  };
+  ModelSpec s;
+  s.head_dim = 128;
+  s.rope_theta = 500000.0;
+  s.rope_scaling.kind = RopeScaling::Kind::kLlama3;
+  s.rope_scaling.factor = 8.0;
+  s.rope_scaling.low_freq_factor = 1.0;
+  s.rope_scaling.high_freq_factor = 4.0;
+  s.rope_scaling.original_max_position_embeddings = 8192;
+  const std::vector<float> got = rope_inv_freq(s);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "i=" << i;
+}
+
 // Printed by transformers 5.24 (DeepseekV3Config with these rope_parameters, _compute_yarn_parameters
 // and DeepseekV3Attention.scaling with qk_head_dim 192 / 136).
 TEST(RopeFreqs, YarnMatchesTransformersGolden) {

@@ -216,6 +216,24 @@ TEST(Cli, UnwritableOutputFailsBeforeLoading) {
   EXPECT_EQ(p.out.find("[shardlm] model "), std::string::npos) << "failed only after loading: " << p.out;
 }
 
+// Sequence and token limits that cannot run fail while the options are read, before any rank loads
+// weights: no sequence, no token, or fewer sequences than pipeline micro-batches.
+TEST(Cli, SequenceLimitsThatCannotRunAreRefused) {
+  fs::path d = tmpdir("limits");
+  test::write_file(d / "p.txt", "hello\n");
+  const std::string common = bin() + " run --model " + (d / "no-model").string() + " --prompts " +
+                             (d / "p.txt").string() + " --out " + (d / "o.h5").string();
+  for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--max-seqs 0", "--max-seqs must be >= 1, not 0"},
+           {"--max-seqs -3", "--max-seqs must be >= 1, not -3"},
+           {"--max-batch-tokens 0", "--max-batch-tokens must be >= 1, not 0"},
+           {"--pp 2 --max-seqs 1", "--max-seqs 1 is below --pp 2"}}) {
+    Proc p = sh(common + " " + flags);
+    EXPECT_NE(p.code, 0) << flags;
+    EXPECT_NE(p.out.find(message), std::string::npos) << flags << "\n" << p.out;
+  }
+}
+
 TEST(Cli, MissingWeightsFailAtLoadNamingTheDirectory) {
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
   fs::path d = tmpdir("missing");
@@ -306,6 +324,12 @@ TEST(Cli, RecordedConfigKeepsStopStringsAndTheCommandLineReplacesThem) {
   const std::string c = test::H5Reader(d / "c.h5").string_attr("config");
   EXPECT_NE(c.find("\nstop = \"Z\"\n"), std::string::npos) << c;
   EXPECT_EQ(c.find(" the"), std::string::npos) << c;
+  // Numbers are recorded as they read back (a job file and --resume compare them), not to 6 digits.
+  Proc precise = sh(common + (d / "e.h5").string() + " --temperature 0.123456789 --top-p 0.99999999");
+  ASSERT_EQ(precise.code, 0) << precise.out;
+  const std::string e = test::H5Reader(d / "e.h5").string_attr("config");
+  EXPECT_NE(e.find("\ntemperature = 0.123456789\n"), std::string::npos) << e;
+  EXPECT_NE(e.find("\ntop-p = 0.99999999\n"), std::string::npos) << e;
   Proc bad_seed = sh(common + (d / "d.h5").string() + " --seed -1");
   EXPECT_NE(bad_seed.code, 0);
   EXPECT_NE(bad_seed.out.find("--seed must be an integer from 0 to 2^64-1, not '-1'"), std::string::npos)

@@ -41,6 +41,19 @@ TEST(JsonlLine, UnsetOverridesStayUnset) {
                r.overrides.min_p || r.overrides.seed || r.overrides.stop || r.overrides.ignore_eos);
 }
 
+// OpenAI chat's max_completion_tokens sets the output length as max_tokens does, and wins where
+// both are given (vLLM's chat requests); a negative one is a per-request error.
+TEST(JsonlLine, MaxCompletionTokensIsMaxTokens) {
+  EXPECT_EQ(parse_jsonl_line(R"({"prompt": "a", "max_completion_tokens": 3})", 1).overrides.max_tokens, 3);
+  EXPECT_EQ(parse_jsonl_line(R"({"prompt": "a", "max_tokens": 9, "max_completion_tokens": 3})", 1).overrides.max_tokens,
+            3);
+  EXPECT_EQ(
+      parse_jsonl_line(R"({"prompt": "a", "max_tokens": 9, "max_completion_tokens": null})", 1).overrides.max_tokens,
+      9);
+  const ParsedRequest bad = parse_jsonl_line(R"({"prompt": "a", "max_completion_tokens": -1})", 4);
+  EXPECT_NE(bad.error.find("field 'max_completion_tokens' must be >= 0 (got -1)"), std::string::npos) << bad.error;
+}
+
 TEST(JsonlLine, IdsAndEdgeValues) {
   EXPECT_EQ(parse_jsonl_line(R"({"id": 42, "prompt": "a"})", 1).id, "42");
   EXPECT_EQ(parse_jsonl_line(R"({"id": -5, "prompt": "a"})", 1).id, "-5");

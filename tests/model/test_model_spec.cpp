@@ -210,6 +210,16 @@ TEST(ModelSpec, RopeScalingVariants) {
   EXPECT_EQ(both.rope_scaling.kind, RopeScaling::Kind::kLinear);
   EXPECT_DOUBLE_EQ(both.rope_scaling.factor, 4.0);
   EXPECT_DOUBLE_EQ(both.rope_theta, 20000.0);
+  // Both a top-level rope_theta and rope_parameters' own: rope_parameters' wins, as in transformers v5
+  // (the top-level value is only its default).
+  ModelSpec theta = ModelSpec::parse(
+      with(R"("rope_theta": 10000.0, "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0})"), "",
+      "m/config.json");
+  EXPECT_DOUBLE_EQ(theta.rope_theta, 500000.0);
+  EXPECT_DOUBLE_EQ(ModelSpec::parse(with(R"("rope_theta": 10000.0, "rope_parameters": {"rope_type": "default"})"), "",
+                                    "m/config.json")
+                       .rope_theta,
+                   10000.0);
   // A rope_scaling object takes precedence.
   ModelSpec old = ModelSpec::parse(with(R"("rope_scaling": {"type": "linear", "factor": 2.0},
       "rope_parameters": {"rope_type": "linear", "factor": 4.0})"),

@@ -49,6 +49,11 @@ TEST(MoeSpec, QwenMoe) {
   EXPECT_TRUE(q3.moe.layer_is_moe(0));
   EXPECT_FALSE(q3.moe.layer_is_moe(1));  // mlp_only_layers [1]
   EXPECT_TRUE(q3.moe.layer_is_moe(2));
+  // Without head_dim, Qwen3-MoE takes hidden / heads (transformers' Qwen3MoeConfig has no default
+  // of its own), where dense Qwen3 takes 128.
+  std::string no_head_dim = test::read_file(inputs("tiny-qwen3-moe.json"));
+  no_head_dim.erase(no_head_dim.find("\"head_dim\": 32,"), 15);
+  EXPECT_EQ(ModelSpec::parse(no_head_dim, "", "q3moe.json").head_dim, 64 / 4);
   // decoder_sparse_step 2: layers 1, 3, ... are MoE.
   std::string text = test::read_file(inputs("tiny-qwen3-moe.json"));
   text.replace(text.find("\"decoder_sparse_step\": 1"), 24, "\"decoder_sparse_step\": 2");
@@ -84,6 +89,26 @@ TEST(MoeSpec, DeepseekV3AndKimiK2) {
   EXPECT_EQ(k.moe.n_group, 1);
   EXPECT_EQ(k.moe.experts_per_token, 8);
   EXPECT_EQ(k.model_type, "kimi_k2");
+}
+
+// A DeepSeek-V3 config without the routing fields takes transformers' DeepseekV3Config defaults
+// (n_group 8, topk_group 4, routed_scaling_factor 2.5, one shared expert, 3 dense layers first).
+TEST(MoeSpec, DeepseekV3DefaultsAreTransformers) {
+  std::string text = test::read_file(inputs("tiny-deepseek-v3.json"));
+  for (const char* field : {"\"n_group\": 4,", "\"topk_group\": 2,", "\"n_shared_experts\": 1,",
+                            "\"routed_scaling_factor\": 2.5,", "\"first_k_dense_replace\": 1,"}) {
+    const size_t at = text.find(field);
+    ASSERT_NE(at, std::string::npos) << field;
+    text.erase(at, std::string(field).size());
+  }
+  const std::string experts = "\"n_routed_experts\": 16";
+  text.replace(text.find(experts), experts.size(), "\"n_routed_experts\": 32");
+  const ModelSpec s = ModelSpec::parse(text, "", "trimmed.json");
+  EXPECT_EQ(s.moe.n_group, 8);
+  EXPECT_EQ(s.moe.topk_group, 4);
+  EXPECT_EQ(s.moe.routed_scaling_factor, 2.5);
+  EXPECT_EQ(s.moe.shared_intermediate, s.moe.expert_intermediate);
+  EXPECT_EQ(s.moe.first_dense_layers, 3);
 }
 
 TEST(MoeSpec, RealDeepseekV3CacheIs576PerToken) {

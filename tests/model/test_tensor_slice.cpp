@@ -35,6 +35,32 @@ TEST(TensorSlice, RowsAndColumnsEqualTheWholeTensor) {
   EXPECT_EQ(slice_cols(w, 0, 176, &storage).data, w.data);
 }
 
+// A column slice of a row slice reads the rows' columns (the row slice moves its file offset); a
+// column slice of bytes made in memory copies them from memory, not from the file.
+TEST(TensorSlice, ColumnsOfARowSliceAndOfMemoryBytes) {
+  test::ScratchDir dir;
+  make_model({std::string(SHARDLM_SOURCE_DIR) + "/inputs/models/tiny-llama.json", dir.str(), DType::F32, 5, ""});
+  auto ck = Checkpoint::open(dir.str());
+  const TensorView& w = ck->get("model.layers.1.mlp.down_proj.weight", {64, 176});
+  const auto* full = static_cast<const float*>(w.data);
+  std::vector<uint8_t> storage;
+  const TensorView part = slice_cols(slice_rows(w, 10, 5), 44, 44, &storage);
+  const auto* got = static_cast<const float*>(part.data);
+  for (int64_t r = 0; r < 5; ++r)
+    for (int64_t c = 0; c < 44; ++c) ASSERT_EQ(got[r * 44 + c], full[(10 + r) * 176 + 44 + c]) << r << "," << c;
+  EXPECT_FALSE(part.file_backed);
+
+  std::vector<float> doubled(static_cast<size_t>(w.numel()));
+  for (size_t i = 0; i < doubled.size(); ++i) doubled[i] = 2 * full[i];
+  TensorView mem = w;
+  mem.data = doubled.data();
+  mem.file_backed = false;
+  std::vector<uint8_t> storage2;
+  const auto* m = static_cast<const float*>(slice_cols(mem, 1, 3, &storage2).data);
+  for (int64_t r = 0; r < 64; ++r)
+    for (int64_t c = 0; c < 3; ++c) ASSERT_EQ(m[r * 3 + c], 2 * full[r * 176 + 1 + c]) << r << "," << c;
+}
+
 TEST(TensorSlice, OutOfRangeNamesTheTensor) {
   test::ScratchDir dir;
   make_model({std::string(SHARDLM_SOURCE_DIR) + "/inputs/models/tiny-llama.json", dir.str(), DType::BF16, 5, ""});

@@ -3,6 +3,8 @@
 // staging allocations are counted so that tests can see they are reused and returned.
 #pragma once
 
+#include <chrono>
+#include <thread>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -44,12 +46,14 @@ class FakeDeviceMemory final : public MemorySpace {
   }
   void to_host(void* dst, const void* src, size_t bytes) override {
     SHARDLM_CHECK(is_device(src) && !is_device(dst), "fake to_host: wrong direction");
+    delay();
     std::memcpy(dst, src, bytes);
     ++to_host_calls;
     bytes_to_host += bytes;
   }
   void to_device(void* dst, const void* src, size_t bytes) override {
     SHARDLM_CHECK(is_device(dst) && !is_device(src), "fake to_device: wrong direction");
+    delay();
     std::memcpy(dst, src, bytes);
     ++to_device_calls;
     bytes_to_device += bytes;
@@ -67,8 +71,13 @@ class FakeDeviceMemory final : public MemorySpace {
   size_t staging_live() const { return live_.size(); }
 
   uint64_t to_host_calls = 0, to_device_calls = 0, bytes_to_host = 0, bytes_to_device = 0, staging_allocs = 0;
+  // Seconds each copy takes, as a device copy waits for the kernels queued before it.
+  double copy_delay_s = 0;
 
  private:
+  void delay() const {
+    if (copy_delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(copy_delay_s));
+  }
   std::vector<uint8_t> arena_;
   size_t used_ = 0;
   std::set<void*> live_;

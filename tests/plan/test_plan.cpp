@@ -96,6 +96,45 @@ TEST(PlanFootprint, MixtralAndQwenMoe) {
   expect_within(double(q.params()), 14.3e9, 0.01);  // Qwen1.5-MoE-A2.7B: 14.3B total
 }
 
+// Malformed configs fail with the field named, not a division by zero or a JSON type error; a
+// JSON null reads as the field's default; head_dim defaults as the loader's ModelSpec does.
+TEST(PlanFootprint, MalformedFieldsAreNamedAndDefaultsFollowTheLoader) {
+  const nlohmann::json base = {{"architectures", {"LlamaForCausalLM"}},
+                               {"hidden_size", 256},
+                               {"intermediate_size", 512},
+                               {"num_hidden_layers", 2},
+                               {"num_attention_heads", 4},
+                               {"vocab_size", 1000}};
+  auto fails = [&](nlohmann::json c, const char* field) {
+    try {
+      (void)ModelFootprint::from_config(c, "m");
+      ADD_FAILURE() << "no error for " << c.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  };
+  nlohmann::json c = base;
+  c["num_key_value_heads"] = 0;
+  fails(c, "num_key_value_heads");
+  c = base;
+  c["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {0, 128}}};
+  fails(c, "weight_block_size");
+  c = base;
+  c["tie_word_embeddings"] = "yes";
+  fails(c, "tie_word_embeddings");
+  c = base;
+  c["tie_word_embeddings"] = nullptr;
+  c["model_type"] = nullptr;
+  c["attention_bias"] = nullptr;
+  EXPECT_FALSE(ModelFootprint::from_config(c, "m").tied_embeddings);
+  EXPECT_EQ(ModelFootprint::from_config(base, "m").head_dim, 64);  // hidden / heads
+  c = base;
+  c["architectures"] = {"Qwen3ForCausalLM"};
+  EXPECT_EQ(ModelFootprint::from_config(c, "m").head_dim, 128);  // Qwen3Config's default
+  c["architectures"] = {"Qwen3MoeForCausalLM"};
+  EXPECT_EQ(ModelFootprint::from_config(c, "m").head_dim, 64);  // Qwen3MoeConfig has none
+}
+
 TEST(PlanKv, DeepSeekV3MlaCacheIs70272BytesPerTokenInBf16) {
   ModelFootprint m = deepseek();
   EXPECT_EQ(m.kv_values_per_token_per_layer(), 576);  // kv_lora_rank 512 + qk_rope_head_dim 64
