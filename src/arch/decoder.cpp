@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -104,13 +105,21 @@ class Decoder final : public Model {
   size_t load_bytes() const override { return load_bytes_; }
   double load_seconds() const override { return load_seconds_; }
 
-  int32_t allocate_kv_cache(int64_t budget_bytes, int64_t block_size, int64_t max_blocks, DType dtype) override {
+  KvCacheShape kv_shape(int64_t block_size, DType dtype) const {
     KvCacheShape shape;
     shape.dtype = dtype;
     shape.num_layers = plan_.last_layer - plan_.first_layer;
     shape.k_width = layers_.empty() ? 0 : layers_[0].attn->k_width();
     shape.v_width = layers_.empty() ? 0 : layers_[0].attn->v_width();
     shape.block_size = block_size;
+    return shape;
+  }
+  int64_t kv_blocks_fitting(int64_t budget_bytes, int64_t block_size, DType dtype) const override {
+    const int64_t per_block = kv_shape(block_size, dtype).bytes_per_block();
+    return per_block > 0 ? budget_bytes / per_block : std::numeric_limits<int64_t>::max();
+  }
+  int32_t allocate_kv_cache(int64_t budget_bytes, int64_t block_size, int64_t max_blocks, DType dtype) override {
+    const KvCacheShape shape = kv_shape(block_size, dtype);
     const int64_t own = std::min<int64_t>(budget_bytes / shape.bytes_per_block(), max_blocks);
     int64_t blocks = own;
     // Every rank of the replica takes the same block ids: agree on the smallest count.

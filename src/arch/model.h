@@ -76,6 +76,10 @@ class Model {
   // forward, with the same dtype.
   virtual int32_t allocate_kv_cache(int64_t budget_bytes, int64_t block_size, int64_t max_blocks,
                                     DType dtype = DType::F32) = 0;
+  // The KV blocks of block_size tokens of `dtype` that budget_bytes hold on this rank, before
+  // allocate_kv_cache's cap and its agreement across the replica: what a run resolves its context
+  // limit from before any rank allocates.
+  virtual int64_t kv_blocks_fitting(int64_t budget_bytes, int64_t block_size, DType dtype) const = 0;
   // Frees the KV cache (the profile steps' throwaway one, before the free memory is read). The
   // next forward needs allocate_kv_cache again.
   virtual void release_kv_cache() = 0;

@@ -29,6 +29,9 @@ class BroadcastingModel final : public Model {
                             DType dtype = DType::F32) override {
     return inner_.allocate_kv_cache(budget_bytes, block_size, max_blocks, dtype);
   }
+  int64_t kv_blocks_fitting(int64_t budget_bytes, int64_t block_size, DType dtype) const override {
+    return inner_.kv_blocks_fitting(budget_bytes, block_size, dtype);
+  }
   void release_kv_cache() override { inner_.release_kv_cache(); }
   void record_kv_magnitudes() override { inner_.record_kv_magnitudes(); }
   std::vector<float> kv_magnitudes() const override { return inner_.kv_magnitudes(); }

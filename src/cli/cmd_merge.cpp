@@ -84,6 +84,8 @@ bool recomputed(const std::string& name) {
                                       "merged_from",
                                       "ranks_output_tokens",
                                       "merge_inputs",
+                                      "rows_committed",
+                                      "steps_committed",
                                       "ttft_p50_s",
                                       "ttft_p90_s",
                                       "ttft_p99_s",
@@ -297,6 +299,10 @@ RunStats write_attributes(const std::string& path, const std::vector<Input>& inp
       if (in.rows.at("ranks") > 0) ranks_tokens += in.summary.session_output_tokens;
     h5::write_attr(f, "ranks_output_tokens", ranks_tokens, ctx);
     h5::write_attr(f, "merge_inputs", list.dump(), ctx);
+    // Every merged row is committed. An input's count, copied where all inputs hold the same (equal
+    // shards), would have every reader (report, merge, --resume, which truncates to it) stop there.
+    h5::write_attr(f, "rows_committed", static_cast<int64_t>(merged.requests.size()), ctx);
+    h5::write_attr(f, "steps_committed", static_cast<int64_t>(merged.steps.size()), ctx);
     if (!layouts.empty()) h5::write_attr(f, "layout", layouts, ctx);
     if (!start.empty()) h5::write_attr(f, "start_time", start, ctx);
     if (!end.empty()) h5::write_attr(f, "end_time", end, ctx);

@@ -10,6 +10,8 @@
 #include "arch/model.h"
 #include "arch/replica_steps.h"
 #include "cli/commands.h"
+#include "cli/context_limit.h"
+#include "cli/unused_tensors.h"
 #include "cli/kv_budget.h"
 #include "cli/kv_calibration.h"
 #include "cli/run_info.h"
@@ -180,6 +182,7 @@ EngineConfig engine_config(const RunOptions& opt, const ModelSpec& spec, const T
   ec.scheduler.max_batch_tokens = opt.max_batch_tokens;
   ec.scheduler.max_seqs = opt.max_seqs;
   ec.scheduler.block_size = opt.block_size;
+  ec.scheduler.max_model_len = opt.max_model_len;  // what is asked for; resolved once the KV budget is known
   ec.defaults = sampling_defaults(opt);  // checked by parse_run_options
   ec.kv_dtype = resolve_kv_dtype(opt.kv_dtype, spec.torch_dtype);
   ec.progress_interval_s = opt.quiet ? 0 : opt.progress_interval;
@@ -280,6 +283,7 @@ int cmd_run(int argc, char** argv) {
   }
 
   const ModelSpec spec = ModelSpec::load(opt.model);
+  check_max_model_len(opt.max_model_len, spec.max_position_embeddings, opt.model);
   // The resolved cache dtype goes into the run's recorded options, so its job file reproduces it.
   opt.kv_dtype = kv_dtype_name(resolve_kv_dtype(opt.kv_dtype, spec.torch_dtype));
   Layout layout{opt.tp, opt.pp, opt.replicas > 0 ? opt.replicas : std::max(1, world / (opt.tp * opt.pp * opt.dp)),
@@ -307,19 +311,24 @@ int cmd_run(int argc, char** argv) {
     const bool resume = opt.resume && std::filesystem::exists(opt.out);
     if (resume) {
       earlier = read_earlier_sessions(opt.out);
+      // The file's rows were made under its context limit: the rest are too, unless one is asked for
+      // (and then it must be the same, below).
+      if (opt.max_model_len == 0) opt.max_model_len = earlier.max_model_len;
       const std::vector<std::string> diff =
           output_differences(earlier.config, earlier.model_config_hash, to_ini(opt), spec.config_hash);
       if (!diff.empty()) {
         std::string list;
         for (const std::string& d : diff) list += "\n  " + d + " (the file's vs this run's)";
-        SHARDLM_FAIL("--resume " << opt.out << ": the file holds the outputs of a run with other settings:" << list
-                                 << "\nresume with the same model and sampling options, or write to a new --out");
+        SHARDLM_FAIL("--resume "
+                     << opt.out << ": the file holds the outputs of a run with other settings:" << list
+                     << "\nresume with the same model, sampling options and --max-model-len, or write to a new --out");
       }
     }
     writer = std::make_unique<ResultWriter>(opt.out, opt.flush_every, resume, opt.flush_seconds);
     if (resume) finished = writer->finished_ids();
   }
   share_strings(groups.world.get(), &finished);
+  if (groups.world) groups.world->broadcast(&opt.max_model_len, 1, CommDType::kI64, 0);
   const std::unordered_set<std::string> done(finished.begin(), finished.end());
   // Replicas claim windows of prompt lines from one queue; every rank takes part in its creation.
   std::unique_ptr<LineQueue> queue;
@@ -342,6 +351,15 @@ int cmd_run(int argc, char** argv) {
   backend->set_prefill_attention_bf16(prefill_bf16);
   backend->set_decode_attention_bf16(decode_attention_bf16(opt.decode_attention, prefill_bf16));
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend, plan, groups.shard());
+  const UnusedTensors unused = find_unused_tensors(*ckpt, spec, groups.world.get());
+  if (unused.unexpected > 0 && rank == 0) {
+    std::fprintf(stderr,
+                 "[shardlm] warning: %lld tensors of %s (%s) are not part of the model its config.json describes, "
+                 "and no rank read them: %s. A config with fewer layers, experts or heads than the checkpoint "
+                 "runs a smaller model than the one on disk\n",
+                 static_cast<long long>(unused.unexpected), opt.model.c_str(),
+                 memory_text(static_cast<double>(unused.unexpected_bytes)).c_str(), unused.summary.c_str());
+  }
   const ExpertWire wire = parse_expert_wire(opt.ep_wire);
   model->set_expert_wire(wire);
   // A request with no exchange to apply to: said once, as --cuda-graphs' eager fallback is.
@@ -371,6 +389,25 @@ int cmd_run(int argc, char** argv) {
   const int sharing = opt.backend == "cuda" ? ranks_sharing_gpu(groups.world.get(), node, gpu) : 1;
   const KvBudget kv_budget = kv_cache_budget(opt.kv_cache_gb, opt.kv_cache_free_fraction, *backend, sharing, profile);
   ec.kv_cache_bytes = kv_budget.bytes;
+  const ContextLimit context =
+      resolve_context_limit(opt.max_model_len, spec.max_position_embeddings,
+                            std::min(model->kv_blocks_fitting(ec.kv_cache_bytes, ec.scheduler.block_size, ec.kv_dtype),
+                                     kv_block_cap(spec, ec.scheduler)),
+                            ec.scheduler.block_size, groups.world.get());
+  if (context.tokens > 0) {
+    // Every engine keeps the smallest cache's limit, and the recorded options hold it: the run's job
+    // file and a --resume of its output keep it, or fail at start where the cache is smaller.
+    ec.scheduler.max_model_len = context.tokens;
+    ec.context_limited_by_cache = context.by_cache;
+    opt.max_model_len = context.tokens;
+  }
+  if (context.by_cache && rank == 0) {
+    std::fprintf(stderr,
+                 "[shardlm] context limit: %lld tokens, what the smallest KV cache of the job holds (the model's "
+                 "context is %lld): a longer prompt is a per-request error and generation stops for length "
+                 "there; a larger --kv-cache-gb raises it\n",
+                 static_cast<long long>(context.tokens), static_cast<long long>(spec.max_position_embeddings));
+  }
   // After the profile steps of the KV budget, so only the run's own steps count.
   std::optional<OpProfile> op_profile;
   if (opt.op_profile) backend->set_op_profile(&op_profile.emplace(*backend));
@@ -400,9 +437,11 @@ int cmd_run(int argc, char** argv) {
   }
   Engine engine(*leader_model, *tok, ec);
   if (rank == 0 && !opt.quiet) {
-    std::fprintf(stderr, "[shardlm] KV cache on rank 0: %d blocks of %lld tokens (budget %s, %s)\n", engine.kv_blocks(),
-                 static_cast<long long>(ec.scheduler.block_size),
-                 memory_text(static_cast<double>(kv_budget.bytes)).c_str(), kv_budget.how.c_str());
+    std::fprintf(stderr,
+                 "[shardlm] KV cache on rank 0: %d blocks of %lld tokens (budget %s, %s); context limit %lld tokens\n",
+                 engine.kv_blocks(), static_cast<long long>(ec.scheduler.block_size),
+                 memory_text(static_cast<double>(kv_budget.bytes)).c_str(), kv_budget.how.c_str(),
+                 static_cast<long long>(engine.max_model_len()));
   }
   RequestReader reader(opt.prompts, prompt_format_from_name(opt.format));
   ReaderSource whole_file(reader);
@@ -433,6 +472,9 @@ int cmd_run(int argc, char** argv) {
   write_fabric_attributes(*writer, fabric);
   writer->set_attr("kv_cache_blocks", static_cast<int64_t>(engine.kv_blocks()));  // rank 0's
   writer->set_attr("kv_cache_budget_bytes", kv_budget.bytes);
+  writer->set_attr("max_model_len", engine.max_model_len());
+  writer->set_attr("checkpoint_tensors_not_read", unused.unexpected);
+  set_where(*writer, "checkpoint_tensors_not_read_names", unused.unexpected > 0, unused.summary);
   if (kv_budget.profile.tokens > 0) {
     writer->set_attr("kv_cache_profile_tokens", kv_budget.profile.tokens);
     writer->set_attr("kv_cache_profile_bytes", kv_budget.profile.grew_bytes);

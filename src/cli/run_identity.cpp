@@ -11,6 +11,8 @@ namespace {
 // The options of to_ini that decide which tokens a prompt gets.
 constexpr const char* kOutputKeys[] = {"format", "max-new-tokens", "temperature", "top-p",     "top-k",
                                        "min-p",  "seed",           "stop",        "ignore-eos"};
+// ... and those compared only where both runs recorded them (older files did not).
+constexpr const char* kOutputKeysWhereRecorded[] = {"max-model-len"};
 
 // key -> its values in order ("stop" repeats), from "key = value" lines; a JSON-quoted value (a
 // stop string, as to_ini writes it now) decoded, so that older files' plain ones compare equal.
@@ -56,6 +58,11 @@ std::vector<std::string> output_differences(const std::string& config_a, const s
     const std::vector<std::string>& va = ia == a.end() ? none : ia->second;
     const std::vector<std::string>& vb = ib == b.end() ? none : ib->second;
     if (va != vb) diff.push_back(std::string(key) + " = " + joined(va) + " vs " + joined(vb));
+  }
+  for (const char* key : kOutputKeysWhereRecorded) {
+    const auto ia = a.find(key), ib = b.find(key);
+    if (ia != a.end() && ib != b.end() && ia->second != ib->second)
+      diff.push_back(std::string(key) + " = " + joined(ia->second) + " vs " + joined(ib->second));
   }
   return diff;
 }

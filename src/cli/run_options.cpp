@@ -84,6 +84,7 @@ po::options_description describe(RunOptions& o) {
     ("ignore-eos", flag(&o.ignore_eos), "keep generating past EOS")
     ("max-batch-tokens", po::value(&o.max_batch_tokens)->default_value(o.max_batch_tokens), "tokens per scheduler step (prefill chunks included)")
     ("max-seqs", po::value(&o.max_seqs)->default_value(o.max_seqs), "sequences running at once")
+    ("max-model-len", po::value(&o.max_model_len)->default_value(o.max_model_len), "context limit in tokens, prompt and output of one request (as vLLM's): a longer prompt is a per-request error, generation stops for length at it. At most the model's max_position_embeddings; the run fails at start where the KV cache cannot hold one sequence of it. 0: the model's max_position_embeddings, or what the KV cache holds where that is less (said at start). The run records the limit it kept, and --resume keeps the file's")
     ("kv-cache-gb", po::value(&o.kv_cache_gb)->default_value(o.kv_cache_gb), "KV cache memory budget per rank, GiB, or auto: on a GPU --kv-cache-free-fraction of the device memory free once the weights are loaded and the profile steps (the largest a step can be: --max-batch-tokens over --max-seqs sequences) have run, on the CPU 4")
     ("kv-cache-free-fraction", po::value(&o.kv_cache_free_fraction)->default_value(o.kv_cache_free_fraction), "with --kv-cache-gb auto on a GPU: the share of the device memory free after the profile steps that the KV cache takes (the rest stays for CUDA graphs, NCCL and allocator slack)")
     ("kv-dtype", po::value(&o.kv_dtype)->default_value(o.kv_dtype), "KV cache elements: fp32, bf16 (half the memory and the bytes decode attention reads), fp8 (e4m3, a quarter; scaled by the checkpoint's k_scale / v_scale, else 1), or auto: bf16 for a bfloat16 checkpoint, else fp32")
@@ -151,6 +152,7 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
   SHARDLM_CHECK(o.max_new_tokens >= 1, "--max-new-tokens must be >= 1");
   SHARDLM_CHECK(o.max_seqs >= 1, "--max-seqs must be >= 1, not " << o.max_seqs);
   SHARDLM_CHECK(o.max_batch_tokens >= 1, "--max-batch-tokens must be >= 1, not " << o.max_batch_tokens);
+  SHARDLM_CHECK(o.max_model_len >= 0, "--max-model-len must be >= 0 (0: the model's context), not " << o.max_model_len);
   // Each pipeline micro-batch runs at least one sequence, and the KV cache is sized for --max-seqs.
   SHARDLM_CHECK(o.max_seqs >= o.pp, "--max-seqs " << o.max_seqs << " is below --pp " << o.pp << ": each of the " << o.pp
                                                   << " pipeline micro-batches runs at least one sequence");
@@ -223,7 +225,7 @@ std::string to_ini(const RunOptions& o) {
     << "\nmin-p = " << num(o.min_p) << "\nseed = " << o.seed;
   for (const auto& st : o.stop) s << "\nstop = " << ini_quoted(st);
   s << "\nignore-eos = " << (o.ignore_eos ? "true" : "false") << "\nmax-batch-tokens = " << o.max_batch_tokens
-    << "\nmax-seqs = " << o.max_seqs << "\nkv-cache-gb = " << o.kv_cache_gb
+    << "\nmax-seqs = " << o.max_seqs << "\nmax-model-len = " << o.max_model_len << "\nkv-cache-gb = " << o.kv_cache_gb
     << "\nkv-cache-free-fraction = " << num(o.kv_cache_free_fraction) << "\nkv-dtype = " << o.kv_dtype;
   if (!o.kv_scales.empty()) s << "\nkv-scales = " << o.kv_scales;
   if (!o.kv_calibrate_out.empty()) s << "\nkv-calibrate-out = " << o.kv_calibrate_out;

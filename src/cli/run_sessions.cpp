@@ -24,6 +24,7 @@ EarlierSessions read_earlier_sessions(const std::string& path) {
     const auto it = d.attrs.find(name);
     if (it != d.attrs.end() && it->second.is_string()) *to = it->second.get<std::string>();
   }
+  e.max_model_len = static_cast<int64_t>(number_or(d, "max_model_len", 0));
   // A file from before sessions were counted holds one.
   e.sessions = static_cast<int64_t>(number_or(d, "sessions", 1));
   const report::RequestRows& r = d.requests;  // the committed rows only

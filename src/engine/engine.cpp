@@ -20,8 +20,12 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 }  // namespace
 
+int64_t context_limit(const ModelSpec& s, const SchedulerConfig& c) {
+  return c.max_model_len > 0 ? c.max_model_len : s.max_position_embeddings;
+}
+
 int64_t kv_block_cap(const ModelSpec& s, const SchedulerConfig& c) {
-  const int64_t per_seq = (s.max_position_embeddings + c.block_size - 1) / c.block_size;
+  const int64_t per_seq = (context_limit(s, c) + c.block_size - 1) / c.block_size;
   return std::max<int64_t>(1, per_seq * c.max_seqs);
 }
 
@@ -42,7 +46,17 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
   }
   for (int32_t id : model.spec().eos_token_ids) eos_.insert(id);
   for (int32_t id : tokenizer.eos_ids()) eos_.insert(id);
-  max_model_len_ = std::min<int64_t>(model.spec().max_position_embeddings, schedulers_[0]->capacity_tokens());
+  const int64_t cache = schedulers_[0]->capacity_tokens();
+  if (cfg.scheduler.max_model_len > 0) {
+    // As vLLM: a limit that is asked for is kept, or the run does not start.
+    SHARDLM_CHECK(cfg.scheduler.max_model_len <= cache,
+                  "--max-model-len " << cfg.scheduler.max_model_len << ": the KV cache holds " << cache
+                                     << " tokens, less than one sequence of it: raise --kv-cache-gb or lower "
+                                        "--max-model-len");
+    max_model_len_ = cfg.scheduler.max_model_len;
+  } else {
+    max_model_len_ = std::min<int64_t>(model.spec().max_position_embeddings, cache);
+  }
 }
 
 std::unique_ptr<Sequence> Engine::prepare(const ParsedRequest& req, double now, RequestResult* err) const {
@@ -90,9 +104,11 @@ std::unique_ptr<Sequence> Engine::prepare(const ParsedRequest& req, double now, 
                  " tokens";
     const int64_t model_len = model_.spec().max_position_embeddings;
     if (max_model_len_ < model_len) {
-      // The KV cache is the limit, not the model: say which, and what raises it.
-      err->error += " (what this rank's KV cache holds; the model's context is " + std::to_string(model_len) +
-                    " tokens: a larger --kv-cache-gb raises it)";
+      // The model is not the limit: say what is, and what raises it.
+      const bool by_cache = cfg_.scheduler.max_model_len == 0 || cfg_.context_limited_by_cache;
+      err->error += by_cache ? " (what the KV cache holds; the model's context is " + std::to_string(model_len) +
+                                   " tokens: a larger --kv-cache-gb raises it)"
+                             : " (--max-model-len; the model's context is " + std::to_string(model_len) + " tokens)";
     }
     return nullptr;
   }

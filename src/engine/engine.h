@@ -51,7 +51,14 @@ struct EngineConfig {
   // pair all-to-alls step by step, so every step they agree whether any group has work or a stop
   // signal, and a group without work runs empty steps until all are done.
   Communicator* lockstep = nullptr;
+  // scheduler.max_model_len is what the job's smallest KV cache holds, not a limit asked for: a
+  // prompt past it is told that a larger cache raises it.
+  bool context_limited_by_cache = false;
 };
+
+// The longest sequence the configuration allows before the KV cache is sized: --max-model-len where
+// given, the model's max_position_embeddings otherwise.
+int64_t context_limit(const ModelSpec& spec, const SchedulerConfig& cfg);
 
 // KV blocks enough for max_seqs sequences of the full context: a larger cache would never be used.
 int64_t kv_block_cap(const ModelSpec& spec, const SchedulerConfig& cfg);
@@ -65,6 +72,9 @@ class Engine {
   // Runs every request of `source` to completion. Returns the run's statistics.
   RunStats run(RequestSource& source, ResultSink& sink);
 
+  // The context limit the engine keeps: cfg.scheduler.max_model_len where given (the constructor
+  // fails where the KV cache cannot hold one sequence of it), else the smaller of the model's
+  // context and the cache.
   int64_t max_model_len() const { return max_model_len_; }
   int32_t kv_blocks() const { return blocks_.num_blocks(); }
   size_t micro_batches() const { return schedulers_.size(); }

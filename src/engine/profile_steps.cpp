@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine/engine.h"
 
 namespace shardlm {
 
@@ -79,8 +80,7 @@ ProfileSteps make_profile_steps(const SchedulerConfig& cfg, int64_t max_len, int
 ProfileResult run_profile_steps(Model& model, ComputeBackend& backend, bool leader, const SchedulerConfig& cfg,
                                 DType kv_dtype) {
   const ModelSpec& spec = model.spec();
-  const ProfileSteps steps =
-      make_profile_steps(cfg, spec.max_position_embeddings, spec.vocab_size, model.shard().stages);
+  const ProfileSteps steps = make_profile_steps(cfg, context_limit(spec, cfg), spec.vocab_size, model.shard().stages);
   size_t free_before = 0, free_after = 0, total = 0;
   const bool measured = backend.device_memory(&free_before, &total);
   std::vector<int32_t> tokens;

@@ -26,8 +26,8 @@ struct ProfileSteps {
   ForwardBatch decode;
   int32_t blocks = 0;
 };
-// max_len: the context limit (max_position_embeddings); stages: pipeline stages, each of whose
-// micro-batches takes its share of the sequence cap (as Engine's schedulers do).
+// max_len: the context limit (context_limit: --max-model-len, or max_position_embeddings); stages:
+// pipeline stages, each of whose micro-batches takes its share of the sequence cap (as Engine's schedulers do).
 ProfileSteps make_profile_steps(const SchedulerConfig& cfg, int64_t max_len, int64_t vocab, int stages = 1);
 
 struct ProfileResult {

@@ -22,6 +22,9 @@ struct SchedulerConfig {
   int64_t max_batch_tokens = 2048;  // tokens per step, prefill chunks included
   int64_t max_seqs = 64;            // sequences running at once
   int64_t block_size = 16;          // tokens per KV block
+  // The context limit (prompt and output tokens of one sequence), --max-model-len; 0: the model's
+  // max_position_embeddings, or what the KV cache holds where that is less.
+  int64_t max_model_len = 0;
 };
 
 struct ScheduledChunk {

@@ -1,5 +1,6 @@
 #include "model/checkpoint.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -119,6 +120,10 @@ void Checkpoint::add_file(const std::string& path) {
 bool Checkpoint::has(const std::string& name) const { return tensors_.count(name) != 0 || unread_.count(name) != 0; }
 
 const TensorView& Checkpoint::get(const std::string& name) const {
+  {
+    std::lock_guard<std::mutex> lock(asked_mutex_);
+    asked_.insert(name);
+  }
   auto it = tensors_.find(name);
   if (it == tensors_.end()) {
     const auto unread = unread_.find(name);
@@ -140,6 +145,24 @@ std::vector<std::string> Checkpoint::names() const {
   out.reserve(tensors_.size());
   for (const auto& kv : tensors_) out.push_back(kv.first);
   return out;
+}
+
+std::vector<std::string> Checkpoint::all_names() const {
+  std::vector<std::string> out = names();
+  for (const auto& kv : unread_) out.push_back(kv.first);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());  // one add_file replaced
+  return out;
+}
+
+bool Checkpoint::was_read(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(asked_mutex_);
+  return asked_.count(name) != 0;
+}
+
+size_t Checkpoint::nbytes_of(const std::string& name) const {
+  const auto it = tensors_.find(name);
+  return it == tensors_.end() ? 0 : it->second.nbytes;
 }
 
 size_t Checkpoint::total_bytes() const {

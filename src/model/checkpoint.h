@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,12 @@ class Checkpoint {
   // and found shape.
   const TensorView& get(const std::string& name, const std::vector<int64_t>& shape) const;
   std::vector<std::string> names() const;  // the tensors it can read
+  // Every tensor the files hold, those of dtypes shardlm does not read too, in name order; and
+  // whether get() was asked for it (a model that never reads one loads something else than the
+  // checkpoint holds: cli/unused_tensors.h).
+  std::vector<std::string> all_names() const;
+  bool was_read(const std::string& name) const;
+  size_t nbytes_of(const std::string& name) const;  // 0 for one of a dtype it does not read
   const std::string& dir() const { return dir_; }
   // Total bytes of tensor data across all files.
   size_t total_bytes() const;
@@ -68,6 +76,8 @@ class Checkpoint {
   std::vector<std::unique_ptr<MappedFile>> files_;
   std::map<std::string, TensorView> tensors_;
   std::map<std::string, std::string> unread_;  // tensors of a dtype shardlm does not read: why, by name
+  mutable std::mutex asked_mutex_;
+  mutable std::set<std::string> asked_;  // names get() was called with
 };
 
 }  // namespace shardlm

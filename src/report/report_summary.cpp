@@ -275,10 +275,13 @@ ReportSummary summarize(const RunData& d) {
   // Rows of the last session: the /ranks figures (rewritten by each session) are theirs.
   const auto session_first = static_cast<size_t>(
       std::clamp<double>(attr_number(d, "session_rows_before").value_or(0), 0, static_cast<double>(r.size())));
+  s.max_model_len = static_cast<int64_t>(attr_number(d, "max_model_len").value_or(0));
   for (size_t i = 0; i < r.size(); ++i) {
     ++s.requests;
     const std::string& reason = r.finish_reason[i];
     ++s.finish_reasons[reason.empty() ? "none" : reason];
+    if (s.max_model_len > 0 && reason == "length" && r.prompt_len[i] + r.output_len[i] >= s.max_model_len)
+      ++s.stopped_at_context_limit;
     // Prompt tokens where the model ran them (RunStats::add_row): not an error row's, nor a
     // max_tokens 0 request's.
     if (prompt_ran(!r.error[i].empty(), r.output_len[i])) s.prompt_tokens += r.prompt_len[i];
@@ -416,6 +419,11 @@ std::string format_report(const ReportSummary& s) {
                    (s.errors == 1 ? " error)" : " errors)"));
   row("errors", counts(s.error_kinds));
   row("finish", counts(s.finish_reasons));
+  if (s.max_model_len > 0) {
+    row("context limit", std::to_string(s.max_model_len) + " tokens: " + std::to_string(s.stopped_at_context_limit) +
+                             (s.stopped_at_context_limit == 1 ? " request" : " requests") +
+                             " stopped for length there");
+  }
   row("tokens", std::to_string(s.prompt_tokens) + " prompt + " + std::to_string(s.output_tokens) + " output");
   if (s.replicas.size() > 1) {
     std::string v;
@@ -563,6 +571,8 @@ nlohmann::json report_json(const ReportSummary& s) {
                    {"errors", s.errors},
                    {"error_kinds", s.error_kinds},
                    {"finish_reasons", s.finish_reasons},
+                   {"max_model_len", s.max_model_len},
+                   {"stopped_at_context_limit", s.stopped_at_context_limit},
                    {"prompt_tokens", s.prompt_tokens},
                    {"output_tokens", s.output_tokens},
                    {"per_replica", per_replica}};

@@ -101,6 +101,9 @@ struct ReportSummary {
   std::map<std::string, int64_t> error_kinds, finish_reasons;
   int64_t prompt_tokens = 0, output_tokens = 0;
   std::map<int64_t, ReplicaSummary> replicas;
+  // The context limit the run kept (the max_model_len attribute; 0 in files from before it), and
+  // the requests that stopped for length there rather than at their max_tokens.
+  int64_t max_model_len = 0, stopped_at_context_limit = 0;
 
   // Throughput over the sessions' running time (report::running_time): the wall_seconds attribute,
   // or (a file without it) the last t_finished, after the earlier sessions' time if any.

@@ -42,6 +42,9 @@ class HostSampled final : public Model {
                             DType dtype = DType::F32) override {
     return inner_.allocate_kv_cache(budget_bytes, block_size, max_blocks, dtype);
   }
+  int64_t kv_blocks_fitting(int64_t budget_bytes, int64_t block_size, DType dtype) const override {
+    return inner_.kv_blocks_fitting(budget_bytes, block_size, dtype);
+  }
   void release_kv_cache() override { inner_.release_kv_cache(); }
   void forward(const ForwardBatch& batch, float* logits) override { inner_.forward(batch, logits); }
   size_t load_bytes() const override { return inner_.load_bytes(); }

@@ -13,6 +13,7 @@
 #include "common/h5_read.h"
 #include "common/shared_data.h"
 #include "common/test_files.h"
+#include "cli/unused_tensors.h"
 
 namespace fs = std::filesystem;
 
@@ -232,6 +233,166 @@ TEST(Cli, SequenceLimitsThatCannotRunAreRefused) {
     EXPECT_NE(p.code, 0) << flags;
     EXPECT_NE(p.out.find(message), std::string::npos) << flags << "\n" << p.out;
   }
+}
+
+// --max-model-len: kept and recorded; more than the model's context fails before any weight is
+// read; more than the KV cache holds fails at start. Without it the smallest cache of the job sets
+// the limit, said at start and recorded, and a --resume keeps the file's limit (or is refused where
+// another is asked for).
+TEST(Cli, MaxModelLenIsRecordedAndResumeKeepsIt) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  fs::path d = tmpdir("max-model-len");
+  std::string long_ids;
+  for (int i = 0; i < 100; ++i) long_ids += (i ? "," : "") + std::string("5");
+  const std::string story = "{\"prompt\": \"Once upon a time\", \"max_tokens\": 300, \"ignore_eos\": true";
+  test::write_file(d / "p.jsonl", "{\"id\": \"a\", " + story.substr(1) +
+                                      "}\n{\"id\": \"long\", \"prompt_token_ids\": [" + long_ids +
+                                      "], \"max_tokens\": 5}\n");
+  const std::string run = bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --out ";
+  auto config_has = [](const test::H5Reader& h, const std::string& line) {
+    return h.string_attr("config").find("\n" + line + "\n") != std::string::npos;
+  };
+  {
+    Proc p = sh(run + (d / "asked.h5").string() + " --max-model-len 64");
+    ASSERT_EQ(p.code, 0) << p.out;
+    EXPECT_NE(p.out.find("context limit 64 tokens"), std::string::npos) << p.out;
+    test::H5Reader h(d / "asked.h5");
+    EXPECT_EQ(h.scalar_attr<int64_t>("max_model_len", H5T_NATIVE_INT64), 64);
+    EXPECT_TRUE(config_has(h, "max-model-len = 64")) << h.string_attr("config");
+    const auto outs = h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32);
+    const auto ids = h.strings("/requests/id");
+    const auto errors = h.strings("/requests/error");
+    ASSERT_EQ(ids.size(), 2u);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] == "a") {
+        EXPECT_EQ(outs[i].size(), 64u - 5u);  // BOS and 4 prompt tokens
+      } else {
+        EXPECT_NE(errors[i].find("within the context of 64 tokens (--max-model-len"), std::string::npos) << errors[i];
+      }
+    }
+  }
+  {
+    Proc p = sh(run + (d / "over.h5").string() + " --max-model-len 1000");
+    EXPECT_NE(p.code, 0);
+    EXPECT_NE(
+        p.out.find("--max-model-len 1000 is more than the context of " + model + " (max_position_embeddings 512)"),
+        std::string::npos)
+        << p.out;
+    EXPECT_EQ(p.out.find("[shardlm] model "), std::string::npos) << "failed only after loading: " << p.out;
+  }
+  // 0.0001 GiB hold 5 blocks of 16 tokens of stories260K's cache.
+  const std::string tiny_cache = " --kv-cache-gb 0.0001";
+  {
+    Proc p = sh(run + (d / "cache.h5").string() + tiny_cache + " --max-model-len 300");
+    EXPECT_NE(p.code, 0);
+    EXPECT_NE(p.out.find("--max-model-len 300: the smallest KV cache of the job holds 80 tokens"), std::string::npos)
+        << p.out;
+  }
+  Proc p = sh(run + (d / "auto.h5").string() + tiny_cache);
+  ASSERT_EQ(p.code, 0) << p.out;
+  EXPECT_NE(p.out.find("context limit: 80 tokens, what the smallest KV cache of the job holds (the model's context is "
+                       "512)"),
+            std::string::npos)
+      << p.out;
+  {
+    test::H5Reader h(d / "auto.h5");
+    EXPECT_EQ(h.scalar_attr<int64_t>("max_model_len", H5T_NATIVE_INT64), 80);
+    EXPECT_TRUE(config_has(h, "max-model-len = 80")) << h.string_attr("config");
+  }
+  // Resumed with the default (larger) cache and one more request: that one stops at the file's 80.
+  fs::copy_file(d / "auto.h5", d / "refused.h5");
+  test::write_file(d / "p.jsonl",
+                   test::read_file((d / "p.jsonl").string()) + "{\"id\": \"b\", " + story.substr(1) + "}\n");
+  p = sh(run + (d / "auto.h5").string() + " --resume");
+  ASSERT_EQ(p.code, 0) << p.out;
+  {
+    test::H5Reader h(d / "auto.h5");
+    EXPECT_EQ(h.scalar_attr<int64_t>("max_model_len", H5T_NATIVE_INT64), 80);
+    const auto ids = h.strings("/requests/id");
+    const auto outs = h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32);
+    ASSERT_EQ(ids.size(), 3u);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] != "long") {
+        EXPECT_EQ(outs[i].size(), 80u - 5u) << ids[i];
+      }
+    }
+  }
+  p = sh(run + (d / "refused.h5").string() + " --resume --max-model-len 128");
+  EXPECT_NE(p.code, 0);
+  EXPECT_NE(p.out.find("max-model-len = 80 vs 128 (the file's vs this run's)"), std::string::npos) << p.out;
+}
+
+// Every rank of a job keeps the limit of the smallest cache: here pipeline stage 0, whose three of the
+// five layers leave fewer blocks in the same budget than stage 1's two.
+TEST(Cli, ContextLimitIsTheSmallestStagesCache) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  fs::path d = tmpdir("context-pp");
+  test::write_file(d / "p.jsonl",
+                   "{\"id\": \"a\", \"prompt\": \"Once upon a time\", \"max_tokens\": 300, "
+                   "\"ignore_eos\": true}\n");
+  Proc p = sh(test::mpirun(2) + bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --out " +
+              (d / "o.h5").string() + " --pp 2 --max-seqs 2 --kv-cache-gb 0.0001");
+  ASSERT_EQ(p.code, 0) << p.out;
+  test::H5Reader h(d / "o.h5");
+  // 0.0001 GiB over 3 layers x 16 tokens x 64 floats: 8 blocks (stage 1's 2 layers: 13).
+  EXPECT_EQ(h.scalar_attr<int64_t>("max_model_len", H5T_NATIVE_INT64), 128);
+  EXPECT_EQ(h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32).at(0).size(), 128u - 5u);
+}
+
+// Checkpoint tensors the config's model does not read are named at start and counted in the file:
+// here a config of 4 layers over stories260K's 5. Pipeline stages each read their own layers, and
+// the job counts what none of them read. Layers a config declares as multi-token prediction
+// (num_nextn_predict_layers, DeepSeek-V3) are left out by design, without a warning.
+TEST(Cli, CheckpointTensorsNoRankReadsAreNamed) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  fs::path d = tmpdir("unused-tensors");
+  test::write_file(d / "p.txt", "Once upon a time\n");
+  auto run = [&](const std::string& dir, const std::string& launch, const std::string& flags) {
+    Proc p = sh(launch + bin() + " run --model " + dir + " --prompts " + (d / "p.txt").string() + " --out " +
+                (d / "o.h5").string() + " -q " + flags);
+    EXPECT_EQ(p.code, 0) << p.out;
+    test::H5Reader h(d / "o.h5");
+    std::pair<Proc, int64_t> r{p, h.scalar_attr<int64_t>("checkpoint_tensors_not_read", H5T_NATIVE_INT64)};
+    fs::remove(d / "o.h5");
+    return r;
+  };
+  auto [whole, none] = run(model, test::mpirun(2), "--pp 2 --max-seqs 2");
+  EXPECT_EQ(none, 0);
+  EXPECT_EQ(whole.out.find("warning: "), std::string::npos) << whole.out;
+
+  const fs::path fewer = d / "model";
+  fs::create_directory(fewer);
+  for (const auto& e : fs::directory_iterator(model)) fs::copy_file(e.path(), fewer / e.path().filename());
+  const std::string config = test::read_file((fewer / "config.json").string());
+  const size_t at = config.find("\"num_hidden_layers\": 5");
+  ASSERT_NE(at, std::string::npos) << config;
+  std::string four = config;
+  four.replace(at, std::string("\"num_hidden_layers\": 5").size(), "\"num_hidden_layers\": 4");
+  fs::permissions(fewer / "config.json", fs::perms::owner_write, fs::perm_options::add);
+  test::write_file(fewer / "config.json", four);
+  auto [warned, count] = run(fewer.string(), "", "");
+  EXPECT_EQ(count, 9);  // layer 4's 2 norms, 4 attention and 3 MLP weights
+  EXPECT_NE(warned.out.find("warning: 9 tensors of " + fewer.string()), std::string::npos) << warned.out;
+  EXPECT_NE(warned.out.find(": model.layers.* (9 tensors, numbered 4, e.g. model.layers.4.input_layernorm.weight)"),
+            std::string::npos)
+      << warned.out;
+
+  four.replace(four.find('{'), 1, "{\"num_nextn_predict_layers\": 1, ");
+  test::write_file(fewer / "config.json", four);
+  auto [mtp, left_out] = run(fewer.string(), "", "");
+  EXPECT_EQ(left_out, 0);
+  EXPECT_EQ(mtp.out.find("warning: "), std::string::npos) << mtp.out;
+}
+
+// name_patterns: by the first three components, digits as '*', the largest group first, with the
+// range of their first numbers and an example.
+TEST(Cli, UnusedTensorNamesAreGroupedByPattern) {
+  EXPECT_EQ(name_patterns({"lm_head.weight", "model.layers.4.mlp.experts.64.up_proj.weight",
+                           "model.layers.12.mlp.experts.64.up_proj.weight", "model.layers.5.mlp.gate.weight"}),
+            "model.layers.* (3 tensors, numbered 4-12, e.g. model.layers.4.mlp.experts.64.up_proj.weight), "
+            "lm_head.weight");
+  EXPECT_EQ(name_patterns({"a.1", "b.1", "c.1"}, 2), "a.1, b.1, and 1 more groups");
+  EXPECT_EQ(name_patterns({}), "");
 }
 
 TEST(Cli, MissingWeightsFailAtLoadNamingTheDirectory) {

@@ -265,6 +265,37 @@ TEST_F(Merge, KeepsARunsDuplicateIdRowsAndRefusesTheIdElsewhere) {
   EXPECT_NE(merge(at("rep-twice.h5") + " " + at("rep.h5") + " " + at("rep.h5")).code, 0);
 }
 
+// Shards of equal size hold the same rows_committed: the merged file commits all of its rows, so
+// the report and a --resume read every one of them.
+TEST_F(Merge, EqualShardsAreReadWhole) {
+  std::string c, d = "\n\n\n";
+  for (int i = 0; i < 3; ++i) {
+    c += "{\"id\": \"c" + std::to_string(i) + "\", \"prompt\": \"Once\", \"max_tokens\": 3}\n";
+    d += "{\"id\": \"d" + std::to_string(i) + "\", \"prompt\": \"Twice\", \"max_tokens\": 3}\n";
+  }
+  test::write_file(*dir_ / "c.jsonl", c);
+  test::write_file(*dir_ / "d.jsonl", d);
+  run(at("c.jsonl"), "c.h5");
+  run(at("d.jsonl"), "d.h5");
+  ASSERT_EQ(test::H5Reader(at("c.h5")).scalar_attr<int64_t>("rows_committed", H5T_NATIVE_INT64),
+            test::H5Reader(at("d.h5")).scalar_attr<int64_t>("rows_committed", H5T_NATIVE_INT64));
+  Proc p = merge(at("cd.h5") + " " + at("c.h5") + " " + at("d.h5"));
+  ASSERT_EQ(p.code, 0) << p.out;
+  {
+    test::H5Reader h(at("cd.h5"));
+    EXPECT_EQ(h.scalar_attr<int64_t>("rows_committed", H5T_NATIVE_INT64), 6);
+    EXPECT_EQ(h.scalar_attr<int64_t>("steps_committed", H5T_NATIVE_INT64),
+              static_cast<int64_t>(h.rows("/steps/wall_s")));
+  }
+  Proc r = sh(bin() + " report " + at("cd.h5") + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out.substr(r.out.find('{')))["requests"]["total"].get<int64_t>(), 6);
+  // A resume of the merged file keeps its rows and runs nothing.
+  test::write_file(*dir_ / "cd.jsonl", c + d.substr(3));
+  run(at("cd.jsonl"), "cd.h5", 1, "--resume");
+  EXPECT_EQ(read_rows(at("cd.h5")).size(), 6u);
+}
+
 TEST_F(Merge, RefusesToWriteOverAnInput) {
   fs::copy_file(at("a.h5"), at("self.h5"), fs::copy_options::overwrite_existing);
   Proc p = merge(at("self.h5") + " " + at("self.h5") + " " + at("b.h5"));

@@ -167,5 +167,38 @@ TEST(Stories260K, StopStringsEosAndErrors) {
   EXPECT_EQ(g.output_tokens.size(), 10u);
 }
 
+// --max-model-len: a prompt that leaves no room is an error naming the option, generation stops for
+// length at the limit with the tokens of an unlimited run, the cache is capped at max_seqs sequences
+// of the limit, and a limit the cache cannot hold stops the engine before it starts.
+TEST(Stories260K, MaxModelLenIsKeptOrTheEngineDoesNotStart) {
+  SHARDLM_REQUIRE_SHARED(dir, "models/stories260K");
+  const auto expected = test::read_ids(dir + "/expected_greedy_from_bos.ids");
+  test::LoadedModel m(dir);
+  EngineConfig cfg;
+  cfg.scheduler.max_model_len = 64;
+  EXPECT_EQ(kv_block_cap(m.spec, cfg.scheduler), 64 / 16 * cfg.scheduler.max_seqs);
+  auto out = m.run({test::ids_request("bos", {1}, 200), test::ids_request("full", std::vector<int32_t>(64, 5), 5),
+                    test::ids_request("room", std::vector<int32_t>(63, 5), 5)},
+                   cfg);
+  const RequestResult& bos = out.by_id("bos");
+  EXPECT_EQ(bos.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(bos.output_tokens, std::vector<int32_t>(expected.begin(), expected.begin() + 63));
+  const std::string& e = out.by_id("full").error;
+  EXPECT_NE(e.find("prompt of 64 tokens leaves no room to generate within the context of 64 tokens "
+                   "(--max-model-len; the model's context is 512 tokens)"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(out.by_id("room").output_tokens.size(), 1u);
+  EXPECT_EQ(out.by_id("room").finish_reason, FinishReason::kLength);
+  // 256 KiB hold 12 blocks of 16 tokens: 5 layers x 16 tokens x 64 floats of key and value.
+  EngineConfig small = cfg;
+  small.kv_cache_bytes = 256 << 10;
+  small.scheduler.max_model_len = 300;
+  test::expect_error([&] { m.run({test::ids_request("bos", {1}, 5)}, small); },
+                     {"--max-model-len 300: the KV cache holds 192 tokens", "raise --kv-cache-gb"});
+  small.scheduler.max_model_len = 192;
+  EXPECT_EQ(m.run({test::ids_request("bos", {1}, 500)}, small).by_id("bos").output_tokens.size(), 191u);
+}
+
 }  // namespace
 }  // namespace shardlm

@@ -26,6 +26,7 @@ TEST_F(ReportTest, CommandPrintsTheSummary) {
                            "empty prompt: 1",
                            "prompt of: 1",
                            "stop: 3, error: 2, length: 1",
+                           "5 tokens: 1 request stopped for length there",
                            "10 prompt + 11 output",
                            "over 2.500 s wall",
                            "4.4 tok/s",
@@ -62,6 +63,8 @@ TEST_F(ReportTest, JsonHasTheFields) {
   EXPECT_EQ(j["requests"]["errors"], 2);
   EXPECT_EQ(j["requests"]["error_kinds"]["empty prompt"], 1);
   EXPECT_EQ(j["requests"]["finish_reasons"]["stop"], 3);
+  EXPECT_EQ(j["requests"]["max_model_len"], 5);
+  EXPECT_EQ(j["requests"]["stopped_at_context_limit"], 1);
   EXPECT_EQ(j["requests"]["output_tokens"], 11);
   EXPECT_NEAR(j["throughput"]["output_tokens_per_s"].get<double>(), 4.4, kTol);
   EXPECT_NEAR(j["throughput"]["requests_per_s"].get<double>(), 2.4, kTol);

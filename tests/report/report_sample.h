@@ -78,7 +78,8 @@ inline RankRecord rank(int r, int replica, const std::string& host, int64_t load
   return k;
 }
 
-// Six requests over two replicas, two of them errors:
+// Six requests over two replicas, two of them errors, under a context limit of 5 tokens
+// (max_model_len), at which r2 stopped for length:
 //   r1: 3 prompt, 5 out, stop,   queued 0.0, first 0.1, done 0.5  TTFT 0.1 TPOT 0.1 e2e 0.5
 //   r2: 2 prompt, 3 out, length, queued 0.0, first 0.3, done 0.7  TTFT 0.3 TPOT 0.2 e2e 0.7
 //   r3: 4 prompt, 1 out, stop,   queued 0.5, first 0.7, done 0.7  TTFT 0.2 (no TPOT) e2e 0.2
@@ -91,12 +92,13 @@ inline void write_sample(const std::string& path, bool finished = true, int64_t 
   w.set_attr("git_commit", std::string("abc123def456"));
   w.set_attr("layout", std::string("world=2 tp=1 pp=1 replicas=2"));
   w.set_attr("command_line", std::string("shardlm run --model m --prompts p.jsonl --out r.h5"));
+  w.set_attr("max_model_len", int64_t{5});
   w.append(request("r1", 3, 5, FinishReason::kStop, 0.0, 0.1, 0.5, 0));
   w.append(request("r2", 2, 3, FinishReason::kLength, 0.0, 0.3, 0.7, 1));
   w.append(request("r3", 4, 1, FinishReason::kStop, 0.5, 0.7, 0.7, 0));
   w.append(request("r4", 0, 0, FinishReason::kError, 0.2, 0.2, 0.2, 1, "line 4: empty prompt"));
   w.append(request("r5", 10, 0, FinishReason::kError, 0.3, 0.3, 0.3, 0,
-                   "line 5: prompt of 10 tokens leaves no room to generate within the context of 8 tokens"));
+                   "line 5: prompt of 10 tokens leaves no room to generate within the context of 5 tokens"));
   w.append(request("r6", 1, 2, FinishReason::kStop, 1.0, 1.5, 2.0, 1));
   w.append_step(step(0, 0, 2, 7, 0, 2, 0.0, 0.1));
   w.append_step(step(1, 0, 2, 0, 2, 3, 0.1, 0.05));

@@ -91,6 +91,8 @@ TEST_F(ReportTest, SummaryNumbers) {
   EXPECT_EQ(s.errors, 2);
   EXPECT_EQ(s.error_kinds, (std::map<std::string, int64_t>{{"empty prompt", 1}, {"prompt of", 1}}));
   EXPECT_EQ(s.finish_reasons, (std::map<std::string, int64_t>{{"error", 2}, {"length", 1}, {"stop", 3}}));
+  EXPECT_EQ(s.max_model_len, 5);
+  EXPECT_EQ(s.stopped_at_context_limit, 1);  // r2: 2 + 3 tokens
   // The prompts the model ran: not r5's 10 tokens, rejected as too long.
   EXPECT_EQ(s.prompt_tokens, 10);
   EXPECT_EQ(s.output_tokens, 11);

@@ -1,0 +1,38 @@
+#include "cli/context_limit.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "parallel/communicator.h"
+
+namespace shardlm {
+
+void check_max_model_len(int64_t requested, int64_t model_len, const std::string& model_dir) {
+  // As vLLM: positions past the model's trained context are not run on request.
+  SHARDLM_CHECK(requested <= model_len, "--max-model-len " << requested << " is more than the context of " << model_dir
+                                                           << " (max_position_embeddings " << model_len << ")");
+}
+
+ContextLimit resolve_context_limit(int64_t requested, int64_t model_len, int64_t own_blocks, int64_t block_size,
+                                   Communicator* world) {
+  SHARDLM_CHECK(block_size > 0 && model_len > 0,
+                "context limit: block size " << block_size << ", model context " << model_len);
+  int64_t blocks = std::max<int64_t>(own_blocks, 0);
+  if (world) world->all_reduce(&blocks, 1, CommDType::kI64, ReduceOp::kMin);
+  ContextLimit c;
+  // A rank's own count may be huge (a stage without layers): keep the product in range.
+  c.cache_tokens = blocks > INT64_MAX / block_size ? INT64_MAX : blocks * block_size;
+  if (requested > 0) {
+    SHARDLM_CHECK(requested <= c.cache_tokens,
+                  "--max-model-len " << requested << ": the smallest KV cache of the job holds " << c.cache_tokens
+                                     << " tokens, less than one sequence of it: raise --kv-cache-gb, use more ranks, "
+                                        "or lower --max-model-len");
+    c.tokens = requested;
+  } else {
+    c.tokens = std::min(model_len, c.cache_tokens);
+    c.by_cache = c.tokens < model_len;
+  }
+  return c;
+}
+
+}  // namespace shardlm
