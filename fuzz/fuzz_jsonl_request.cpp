@@ -1,7 +1,8 @@
 // libFuzzer target: parse_jsonl_line on arbitrary bytes (invalid UTF-8, embedded NULs, deep
 // nesting, huge numbers...). It must never throw: every problem comes back as ParsedRequest::error.
 // Also checks the result is consistent: an error carries no prompt, a success carries exactly one
-// of prompt / prompt_token_ids, a non-empty id, valid UTF-8 text and in-range sampling overrides.
+// of prompt / prompt_token_ids, a non-empty id, valid UTF-8 text and in-range sampling overrides;
+// an error row, an id (or none) that the file can store.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -18,6 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!r.error.empty()) {
     if (r.prompt || r.prompt_token_ids) std::abort();
     if (!shardlm::is_valid_utf8(r.error)) std::abort();  // messages go to UTF-8 outputs
+    // An error row's id (empty where it could not be read) is stored whole in a UTF-8 column.
+    if (!shardlm::is_valid_utf8(r.id) || r.id.find('\0') != std::string::npos) std::abort();
     return 0;
   }
   if (r.prompt.has_value() == r.prompt_token_ids.has_value()) std::abort();

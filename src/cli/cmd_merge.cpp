@@ -159,6 +159,7 @@ void check_unique_ids(const std::vector<Input>& inputs) {
     const auto& ids = r.id;
     const size_t n = std::min<size_t>(ids.size(), inputs[k].rows.at("requests"));
     for (size_t i = 0; i < n; ++i) {
+      if (ids[i].empty()) continue;  // a line whose id could not be read: an error row of its input
       auto [it, fresh] = seen.emplace(ids[i], std::make_pair(k, i));
       if (!fresh && it->second.first == k && is_duplicate_id_error(r.error[i], ids[i])) continue;
       SHARDLM_CHECK(fresh, "shardlm merge: request id '" << ids[i] << "' is in " << inputs[it->second.first].path

@@ -325,7 +325,7 @@ int cmd_run(int argc, char** argv) {
       }
     }
     writer = std::make_unique<ResultWriter>(opt.out, opt.flush_every, resume, opt.flush_seconds);
-    if (resume) finished = writer->finished_ids();
+    if (resume) finished = writer->finished_keys();
   }
   share_strings(groups.world.get(), &finished);
   if (groups.world) groups.world->broadcast(&opt.max_model_len, 1, CommDType::kI64, 0);

@@ -45,11 +45,12 @@ class ClaimingSource final : public RequestSource {
 // Drops requests whose ids a resumed output already holds.
 class SkipFinishedSource final : public RequestSource {
  public:
+  // done: the request_key of every row the file holds.
   SkipFinishedSource(RequestSource& inner, const std::unordered_set<std::string>& done) : inner_(inner), done_(done) {}
   std::optional<ParsedRequest> next() override {
     for (;;) {
       std::optional<ParsedRequest> r = inner_.next();
-      if (!r || !done_.count(r->id)) return r;
+      if (!r || !done_.count(request_key(r->id, r->line))) return r;
       ++skipped_;
     }
   }
@@ -67,12 +68,13 @@ class SkipFinishedSource final : public RequestSource {
 // each step go on to `then` (the metrics), which so sees what the file holds.
 class WriterSink final : public ResultSink {
  public:
-  WriterSink(ResultWriter& w, RunStats& stats, const std::vector<std::string>& ids_in_file, ResultSink& then)
+  // keys_in_file: the request_key of every row the file holds.
+  WriterSink(ResultWriter& w, RunStats& stats, const std::vector<std::string>& keys_in_file, ResultSink& then)
       : w_(w), stats_(stats), then_(then) {
-    for (const std::string& id : ids_in_file) seen_.insert(hash_id(id));
+    for (const std::string& key : keys_in_file) seen_.insert(hash_id(key));
   }
   void on_result(const RequestResult& r) override {
-    if (!seen_.insert(hash_id(r.id)).second) {
+    if (!seen_.insert(hash_id(request_key(r.id, r.line))).second) {
       RequestResult dup;
       dup.id = r.id;
       dup.line = r.line;

@@ -278,6 +278,14 @@ void CudaBackend::free(void* p) {
   auto it = allocs_.find(p);
   SHARDLM_CHECK(it != allocs_.end(), "cuda backend: free() of a pointer not from alloc()");
   allocs_.erase(it);
+  // Destructors free device memory, also while an earlier error unwinds. After a kernel fault
+  // every CUDA call returns the same sticky error, and a throw from a destructor then would end the
+  // process (std::terminate) before the first error reaches main and aborts the job with its
+  // message: while unwinding, the failed free is left to that error.
+  if (std::uncaught_exceptions() > 0) {
+    cudaFree(p);
+    return;
+  }
   SHARDLM_CUDA_CHECK(cudaFree(p));
 }
 

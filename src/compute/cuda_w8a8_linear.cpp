@@ -91,12 +91,13 @@ const CudaBackend::W8a8Plan& CudaBackend::w8a8_plan(int64_t N, int64_t M, int64_
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulAlgoGetHeuristic(lt_of(lt_), desc_of(lt_desc_), a, b, d, d, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  p.ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.workspaceSize <= kLtWorkspaceBytes;
-  if (p.ok) {
+  if (st == CUBLAS_STATUS_SUCCESS && found > 0 && result.workspaceSize <= kLtWorkspaceBytes) {
+    // The workspace first: a plan marked usable whose growth threw would run on a smaller one.
+    grown_workspace(lt_ws_, lt_ws_n_, result.workspaceSize, "cuBLASLt");
     static_assert(sizeof(result.algo) == sizeof(p.algo), "cublasLtMatmulAlgo_t is 64 bytes");
     std::memcpy(p.algo, &result.algo, sizeof(p.algo));
     p.workspace = result.workspaceSize;
-    grown_workspace(lt_ws_, lt_ws_n_, p.workspace, "cuBLASLt");
+    p.ok = true;
   } else if (++w8a8_declined_ <= kDeclinesShown) {
     // Prefill row counts vary step by step: the first few declined shapes say it, not every one.
     std::fprintf(stderr,

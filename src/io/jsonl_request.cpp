@@ -59,6 +59,29 @@ double get_number(const json& v, const std::string& field) {
 
 std::string num_str(double d) { return json(d).dump(); }
 
+// Capped at max_bytes, on a character boundary.
+std::string capped(std::string s, size_t max_bytes = 200) {
+  if (s.size() <= max_bytes) return s;
+  size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut) + "...";
+}
+
+// A field's value for an error message: its JSON, capped, or what it is where it is nested deep or
+// large. nlohmann's dump recurses, so a value of a million nested '[' (a 2 MB line, parsed without
+// recursion) would overflow the stack; the walk here keeps its own.
+std::string excerpt(const json& v) {
+  std::vector<std::pair<const json*, int>> todo{{&v, 0}};
+  for (size_t nodes = 0; !todo.empty(); ++nodes) {
+    const auto [x, depth] = todo.back();
+    todo.pop_back();
+    if (depth > 16 || nodes > 256) return std::string("a JSON ") + v.type_name() + " too deep or large to show";
+    if (x->is_structured())
+      for (const json& c : *x) todo.emplace_back(&c, depth + 1);
+  }
+  return capped(v.dump());
+}
+
 // vLLM / OpenAI request fields that this engine does not apply: each may take its neutral value
 // (n 1, a penalty of 0, an empty logit_bias, null) and is otherwise an error naming it, so that a
 // constrained, penalised or truncated request never runs as a plain one.
@@ -106,12 +129,17 @@ void refuse_unapplied(const json& o, const std::string& p) {
       {"guided_choice", [](const json&) { return false; }, "guided decoding is not applied"},
       {"guided_grammar", [](const json&) { return false; }, "guided decoding is not applied"},
       {"structured_outputs", [](const json&) { return false; }, "guided decoding is not applied"},
-      {"response_format", [](const json& v) { return v.is_object() && v.value("type", json()) == "text"; },
+      {"response_format",
+       [](const json& v) {
+         if (!v.is_object()) return false;
+         const auto type = v.find("type");  // compared in place: a copy of a nested value recurses
+         return type != v.end() && type->is_string() && type->get_ref<const std::string&>() == "text";
+       },
        "only plain text is generated"},
   };
   for (const Rule& r : rules) {
     const json* v = get_opt(o, r.key);
-    if (v && !r.neutral(*v)) bad(quoted(p + r.key) + " = " + v->dump() + " is not supported: " + r.why);
+    if (v && !r.neutral(*v)) bad(quoted(p + r.key) + " = " + excerpt(*v) + " is not supported: " + r.why);
   }
 }
 
@@ -149,9 +177,8 @@ void parse_overrides(const json& o, const std::string& p, SamplingOverrides& s) 
     if (v->is_number_unsigned()) {
       s.seed = v->get<uint64_t>();
     } else {
-      const int64_t x = get_int(*v, p + "seed");
-      if (x < 0) bad(quoted(p + "seed") + " must be >= 0 (got " + std::to_string(x) + ")");
-      s.seed = static_cast<uint64_t>(x);
+      // vLLM takes any signed 64-bit seed: a negative one is its 64-bit pattern (modulo 2^64).
+      s.seed = static_cast<uint64_t>(get_int(*v, p + "seed"));
     }
   }
   if (const json* v = get_opt(o, "stop")) {
@@ -207,7 +234,7 @@ std::vector<int32_t> parse_token_ids(const json& v, const std::string& field) {
 }
 
 // "prompt" / "prompt_token_ids" of a plain line, or body.prompt of an OpenAI line (a string, a list
-// holding one string, or a list of token ids as the completions API allows).
+// of token ids, or a list holding one of either, as the completions API allows).
 void parse_prompt(const json& o, const std::string& p, bool openai, ParsedRequest& r) {
   const json* prompt = get_opt(o, "prompt");
   const json* ids = openai ? nullptr : get_opt(o, "prompt_token_ids");
@@ -222,14 +249,20 @@ void parse_prompt(const json& o, const std::string& p, bool openai, ParsedReques
   if (openai && prompt->is_array()) {
     if (prompt->size() == 1 && (*prompt)[0].is_string()) {
       prompt = &(*prompt)[0];
+    } else if (prompt->size() == 1 && (*prompt)[0].is_array()) {
+      // A batch of one token list, as the completions API allows.
+      r.prompt_token_ids = parse_token_ids((*prompt)[0], f + "[0]");
+      return;
     } else if (!prompt->empty() && (*prompt)[0].is_number()) {
       r.prompt_token_ids = parse_token_ids(*prompt, f);
       return;
     } else {
-      bad(quoted(f) + " must be a string or a list with one string");
+      bad(quoted(f) + " must be a string, a list of token ids, or a list with one of either");
     }
   }
-  if (!prompt->is_string()) bad(quoted(f) + (openai ? " must be a string or a list with one string" : " must be a string"));
+  if (!prompt->is_string())
+    bad(quoted(f) +
+        (openai ? " must be a string, a list of token ids, or a list with one of either" : " must be a string"));
   std::string text = prompt->get<std::string>();
   if (text.empty()) bad("empty prompt: " + quoted(f) + " is \"\"");
   r.prompt = std::move(text);
@@ -255,11 +288,7 @@ std::string short_parse_error(const json::exception& e) {
   std::string m = repair_utf8(e.what());
   if (auto pos = m.find("] "); pos != std::string::npos) m = m.substr(pos + 2);
   if (m.rfind("parse error at line 1, ", 0) == 0) m = m.substr(23);
-  if (m.size() > 200) {
-    size_t cut = 200;
-    while (cut > 0 && (static_cast<unsigned char>(m[cut]) & 0xC0) == 0x80) --cut;  // keep whole characters
-    m = m.substr(0, cut) + "...";
-  }
+  m = capped(m);
   return m;
 }
 
@@ -278,8 +307,7 @@ void check_repaired_fields(const ParsedRequest& r, bool openai) {
 
 ParsedRequest parse_jsonl_request(const std::string& line, int64_t line_no, bool require_openai_batch) {
   ParsedRequest r;
-  r.line = line_no;
-  r.id = std::to_string(line_no);
+  r.line = line_no;  // the id stays empty until the line's is read (request_key)
   const std::string where = "line " + std::to_string(line_no) + ": ";
 
   json doc;
@@ -307,15 +335,13 @@ ParsedRequest parse_jsonl_request(const std::string& line, int64_t line_no, bool
     openai = doc.contains("custom_id") && doc.contains("body");
     if (require_openai_batch && !openai) bad("expected an OpenAI batch line with 'custom_id' and 'body'");
     const char* id_key = openai ? "custom_id" : "id";
-    if (const json* id = get_opt(doc, id_key)) r.id = parse_id(*id, id_key);
-    if (repaired && has_replacement(r.id)) bad(quoted(id_key) + " is not valid UTF-8");
+    const json* id = get_opt(doc, id_key);
+    const std::string read = id ? parse_id(*id, id_key) : std::to_string(line_no);
+    if (repaired && has_replacement(read)) bad(quoted(id_key) + " is not valid UTF-8");
     // The result file's strings end at a NUL: such an id would be stored cut short, and could
     // then collide with another on --resume.
-    if (r.id.find('\0') != std::string::npos) {
-      const std::string id = r.id;
-      r.id = id.substr(0, id.find('\0'));
-      bad(quoted(id_key) + " contains a NUL character (\\u0000)");
-    }
+    if (read.find('\0') != std::string::npos) bad(quoted(id_key) + " contains a NUL character (\\u0000)");
+    r.id = read;
     const json* body = &doc;
     std::string prefix;
     if (openai) {
@@ -328,7 +354,7 @@ ParsedRequest parse_jsonl_request(const std::string& line, int64_t line_no, bool
       // The completions endpoint is the one this engine serves.
       if (const json* url = get_opt(doc, "url")) {
         if (!url->is_string() || url->get<std::string>() != "/v1/completions")
-          bad(quoted("url") + " = " + url->dump() +
+          bad(quoted("url") + " = " + excerpt(*url) +
               " is not supported (the completions endpoint, /v1/completions, is)");
       }
     }

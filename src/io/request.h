@@ -24,13 +24,23 @@ struct SamplingOverrides {
 // One line of a prompt file, parsed but not tokenised. When `error` is non-empty the line could not
 // be used; the request still gets a row in the output carrying that error.
 struct ParsedRequest {
-  std::string id;       // JSONL "id", OpenAI "custom_id", plain text: the 1-based line number
+  // JSONL "id", OpenAI "custom_id", plain text and a JSONL line without the field: the 1-based
+  // line number; empty where the line's id could not be read (not JSON, too long, a bad id).
+  std::string id;
   int64_t line = 0;     // 1-based line number in the prompt file
   std::optional<std::string> prompt;                 // text prompt
   std::optional<std::vector<int32_t>> prompt_token_ids;
   SamplingOverrides overrides;
   std::string error;
 };
+
+// What a run and its output know a request by: its id, or for a line whose id could not be read
+// (empty), its line number in a form no id takes (ids with a NUL are refused). So such a line's
+// error row never takes the place of a request that has that id, and a resumed run still knows
+// the row is there.
+inline std::string request_key(const std::string& id, int64_t line) {
+  return id.empty() ? std::string(1, '\0') + "line " + std::to_string(line) : id;
+}
 
 enum class FinishReason { kNone, kStop, kLength, kError, kAbort };
 const char* finish_reason_name(FinishReason r);

@@ -103,7 +103,8 @@ std::optional<ParsedRequest> RequestReader::next() {
     if (st == LineStatus::kTooLong) {
       ParsedRequest r;
       r.line = line_;
-      r.id = std::to_string(line_);
+      // A JSONL line's id is unknown (request_key); a text line's is its number.
+      if (format_ == PromptFormat::kText) r.id = std::to_string(line_);
       r.error = "line " + std::to_string(line_) + ": line too long (over " + std::to_string(max_line_bytes_) +
                 " bytes); skipped";
       return r;

@@ -328,7 +328,7 @@ ResultWriter::ResultWriter(const std::string& path, int flush_every, bool resume
   }
 }
 
-std::vector<std::string> ResultWriter::finished_ids() const {
+std::vector<std::string> ResultWriter::finished_keys() const {
   const Impl& m = *impl_;
   const hsize_t n = static_cast<hsize_t>(m.rows_written);
   std::vector<std::string> out;
@@ -344,6 +344,15 @@ std::vector<std::string> ResultWriter::finished_ids() const {
   h5::check(H5Dread(dset.get(), type.get(), mem.get(), space.get(), H5P_DEFAULT, raw.data()), "reading /requests/id", m.ctx);
   for (char* p : raw) out.emplace_back(p ? p : "");
   H5Dvlen_reclaim(type.get(), mem.get(), H5P_DEFAULT, raw.data());
+  if (std::none_of(out.begin(), out.end(), [](const std::string& id) { return id.empty(); })) return out;
+  // A row without an id is known by its line.
+  h5::Id lines(H5Dopen2(m.requests_group.get(), "line", H5P_DEFAULT));
+  h5::check(lines.get(), "opening /requests/line", m.ctx);
+  std::vector<int64_t> line(n);
+  h5::check(H5Dread(lines.get(), H5T_NATIVE_INT64, mem.get(), space.get(), H5P_DEFAULT, line.data()),
+            "reading /requests/line", m.ctx);
+  for (size_t i = 0; i < out.size(); ++i)
+    if (out[i].empty()) out[i] = request_key(out[i], line[i]);
   return out;
 }
 

@@ -84,8 +84,9 @@ class ResultWriter {
   // Error naming the path when it cannot. Buffered rows are flushed every flush_every requests
   // and, when flush_seconds > 0, at the first row or step after flush_seconds.
   explicit ResultWriter(const std::string& path, int flush_every = 64, bool resume = false, double flush_seconds = 0);
-  // Ids of the requests already in the file (on resume: what not to run again).
-  std::vector<std::string> finished_ids() const;
+  // The request_key (io/request.h) of every request already in the file: its id, or the line of
+  // one whose id could not be read (on resume: what not to run again).
+  std::vector<std::string> finished_keys() const;
   ~ResultWriter();
   ResultWriter(const ResultWriter&) = delete;
   ResultWriter& operator=(const ResultWriter&) = delete;

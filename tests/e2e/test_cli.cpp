@@ -49,7 +49,8 @@ TEST(Cli, RunWritesEveryRequestAndPerLineErrors) {
   ASSERT_EQ(ids.size(), 5u);
   std::map<std::string, size_t> row;
   for (size_t i = 0; i < ids.size(); ++i) row[ids[i]] = i;
-  ASSERT_EQ(row.size(), 5u) << "ids: broken line keeps an id of its line number";
+  ASSERT_EQ(row.size(), 5u) << "ids: the broken line's row has none";
+  EXPECT_EQ(row.count(""), 1u);
   EXPECT_EQ(outs[row["bos"]], test::read_ids(model + "/expected_greedy_from_bos.ids"));
   EXPECT_TRUE(errors[row["bos"]].empty());
   EXPECT_EQ(prompts[row["text"]], (std::vector<int32_t>{1, 403, 407, 261, 378}));
@@ -393,6 +394,46 @@ TEST(Cli, UnusedTensorNamesAreGroupedByPattern) {
             "lm_head.weight");
   EXPECT_EQ(name_patterns({"a.1", "b.1", "c.1"}, 2), "a.1, b.1, and 1 more groups");
   EXPECT_EQ(name_patterns({}), "");
+}
+
+// A line whose id cannot be read has an error row without one (its line number in /requests/line):
+// numbered ids are common, and the row must not take the id of the next line, whose output would
+// then be dropped as a duplicate and never rerun by --resume.
+TEST(Cli, AnUnreadableLineTakesNoOtherRequestsId) {
+  SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
+  fs::path d = tmpdir("unreadable-id");
+  test::write_file(d / "p.jsonl",
+                   "{\"id\": 1, \"prompt\": \"Once\", \"max_tokens\": 4}\n"
+                   "{\"id\": 2, \"prompt\": \n"
+                   "{\"id\": 2, \"prompt\": \"Twice\", \"max_tokens\": 4}\n"
+                   "[3]\n");
+  const std::string run = bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() + " --out " +
+                          (d / "o.h5").string() + " -q";
+  auto check = [&] {
+    test::H5Reader h(d / "o.h5");
+    const auto ids = h.strings("/requests/id");
+    const auto lines = h.scalars<int64_t>("/requests/line", H5T_NATIVE_INT64);
+    const auto errors = h.strings("/requests/error");
+    const auto outs = h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32);
+    ASSERT_EQ(ids.size(), 4u);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (lines[i] == 2 || lines[i] == 4) {
+        EXPECT_EQ(ids[i], "") << lines[i];
+        EXPECT_NE(errors[i].find(lines[i] == 2 ? "not valid JSON" : "expected a JSON object"), std::string::npos)
+            << errors[i];
+      } else {
+        EXPECT_EQ(errors[i], "") << ids[i];
+        EXPECT_EQ(outs[i].size(), 4u) << ids[i];
+      }
+    }
+  };
+  Proc p = sh(run);
+  ASSERT_EQ(p.code, 0) << p.out;
+  check();
+  // Every line has its row: a resume runs nothing and adds none.
+  p = sh(run + " --resume");
+  ASSERT_EQ(p.code, 0) << p.out;
+  check();
 }
 
 TEST(Cli, MissingWeightsFailAtLoadNamingTheDirectory) {

@@ -77,7 +77,13 @@ TEST(JsonlLine, IdsAndEdgeValues) {
   // An id with a NUL would be stored cut short (the file's strings end at one): an error row.
   const ParsedRequest nul = parse_jsonl_line(R"({"id": "x\u0000y", "prompt": "a"})", 3);
   EXPECT_EQ(nul.error, "line 3: field 'id' contains a NUL character (\\u0000)");
-  EXPECT_EQ(nul.id, "x");
+  EXPECT_EQ(nul.id, "");  // not "x": that may be another request's
+  // A line without the field is known by its number; one whose id cannot be read, by none.
+  EXPECT_EQ(parse_jsonl_line(R"({"prompt": "a"})", 7).id, "7");
+  EXPECT_EQ(parse_jsonl_line(R"({"prompt": "a)", 7).id, "");
+  EXPECT_EQ(parse_jsonl_line(R"({"id": [1], "prompt": "a"})", 7).id, "");
+  // vLLM takes any signed 64-bit seed; a negative one is its 64-bit pattern.
+  EXPECT_EQ(parse_jsonl_line(R"({"prompt": "a", "seed": -1})", 1).overrides.seed, UINT64_MAX);
   EXPECT_FALSE(nul.prompt.has_value());
 }
 
@@ -111,6 +117,10 @@ TEST(JsonlLine, OpenAiBatchLine) {
   const ParsedRequest ids = parse_jsonl_line(R"({"custom_id": "req-3", "body": {"prompt": [5, 6, 7]}})", 6);
   ASSERT_EQ(ids.error, "");
   EXPECT_EQ(*ids.prompt_token_ids, (std::vector<int32_t>{5, 6, 7}));
+  // A batch of one token list, as the completions API takes it.
+  const ParsedRequest one = parse_jsonl_line(R"({"custom_id": "req-4", "body": {"prompt": [[5, 6]]}})", 7);
+  ASSERT_EQ(one.error, "");
+  EXPECT_EQ(*one.prompt_token_ids, (std::vector<int32_t>{5, 6}));
 }
 
 TEST(JsonlLine, ChatMessagesAreAPerRequestError) {

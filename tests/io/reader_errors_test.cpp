@@ -34,7 +34,6 @@ const std::vector<BadCase>& bad_cases() {
       {R"({"prompt": "x", "top_k": -2})", "field 'top_k' must be >= 1, or -1 or 0 for off (got -2)"},
       {R"({"prompt": "x", "top_k": 2.5})", "field 'top_k' must be an integer"},
       {R"({"prompt": "x", "min_p": 1.5})", "field 'min_p' must be in [0, 1]"},
-      {R"({"prompt": "x", "seed": -1})", "field 'seed' must be >= 0 (got -1)"},
       {R"({"prompt": "x", "seed": "abc"})", "field 'seed' must be an integer"},
       {R"({"prompt": "x", "max_tokens": -1})", "field 'max_tokens' must be >= 0 (got -1)"},
       {R"({"prompt": "x", "max_tokens": "16"})", "field 'max_tokens' must be an integer"},
@@ -62,7 +61,14 @@ const std::vector<BadCase>& bad_cases() {
        "chat messages need a chat template; not supported"},
       {R"({"custom_id": "c2", "body": "prompt"})", "field 'body' must be an object"},
       {R"({"custom_id": "c3", "body": {"prompt": ["a", "b"]}})",
-       "field 'body.prompt' must be a string or a list with one string"},
+       "field 'body.prompt' must be a string, a list of token ids, or a list with one of either"},
+      {R"({"custom_id": "c6", "body": {"prompt": [[1, 2], [3]]}})",
+       "field 'body.prompt' must be a string, a list of token ids, or a list with one of either"},
+      {R"({"prompt": "x", "n": )" + std::string(100000, '[') + std::string(100000, ']') + "}",
+       "field 'n' = a JSON array too deep or large to show is not supported"},
+      {R"({"prompt": "x", "n": )" + std::string(300000, '7') + "}", "not valid JSON"},
+      {R"({"prompt": "x", "response_format": {"type": [[["text"]]]}})",
+       R"(field 'response_format' = {"type":[[["text"]]]} is not supported)"},
       {R"({"custom_id": "c4", "body": {"prompt": "x", "temperature": "warm"}})",
        "field 'body.temperature' must be a number"},
       {R"({"custom_id": "c5", "body": {"max_tokens": 5}})", "missing field 'body.prompt'"},
@@ -113,7 +119,9 @@ TEST(RequestReaderErrors, ErrorRowsKeepTheIdWhenItCouldBeRead) {
   EXPECT_EQ(rs[1].id, "u8");
   EXPECT_EQ(rs[1].error, "line 2: prompt is not valid UTF-8");
   EXPECT_EQ(rs[2].id, "chat");
-  EXPECT_EQ(rs[3].id, "4");  // unreadable line: the line number
+  // Unreadable: no id, so that it cannot take one a readable line has (request_key).
+  EXPECT_EQ(rs[3].id, "");
+  EXPECT_EQ(rs[3].line, 4);
 }
 
 TEST(RequestReaderErrors, OverlongLineIsSkippedAndReadingGoesOn) {
@@ -133,7 +141,7 @@ TEST(RequestReaderErrors, OverlongLineIsSkippedAndReadingGoesOn) {
   ASSERT_EQ(rs.size(), 5u);
   EXPECT_EQ(rs[0].id, "before");
   EXPECT_EQ(rs[1].error, "line 2: line too long (over 1000 bytes); skipped");
-  EXPECT_EQ(rs[1].id, "2");
+  EXPECT_EQ(rs[1].id, "");  // a JSONL line's id is unknown when it is not read
   EXPECT_EQ(rs[2].id, "after");
   EXPECT_EQ(*rs[2].prompt, "b");
   EXPECT_EQ(rs[3].id, "edge");

@@ -333,7 +333,7 @@ TEST(ResultWriter, ResumeKeepsOnlyCommittedRows) {
   EXPECT_EQ(H5Reader(path).rows("/requests/id"), 8u);
   ResultWriter w(path, 100, /*resume=*/true);
   EXPECT_EQ(w.rows(), 6);
-  const std::vector<std::string> ids = w.finished_ids();
+  const std::vector<std::string> ids = w.finished_keys();
   ASSERT_EQ(ids.size(), 6u);
   EXPECT_EQ(ids.back(), "req-5");
   w.append(make_row(6));
@@ -407,7 +407,7 @@ TEST(ResultWriter, AFileKilledBeforeItsFirstCommitKeepsNothing) {
   }
   ResultWriter w(path, 100, /*resume=*/true);
   EXPECT_EQ(w.rows(), 0);
-  EXPECT_TRUE(w.finished_ids().empty());
+  EXPECT_TRUE(w.finished_keys().empty());
   w.close();
   H5Reader f(path);
   EXPECT_EQ(f.rows("/steps/step"), 0u);
