@@ -162,9 +162,10 @@ ModelFootprint ModelFootprint::from_config(const nlohmann::json& c, const std::s
     if (deepseek_moe) {
       // DeepSeek-V3's defaults where its config leaves them out (transformers' DeepseekV3Config).
       const bool v3 = m.architecture == "DeepseekV3ForCausalLM";
-      const int64_t first_dense = get_int(c, "first_k_dense_replace", v3 ? 3 : 0),
-                    freq = get_int(c, "moe_layer_freq", 1);
-      for (int64_t i = 0; i < m.layers; ++i) m.layer_is_moe[i] = i >= first_dense && i % freq == 0;
+      // Every layer from first_k_dense_replace on is MoE, as the loader and transformers'
+      // DeepseekV3 build it: moe_layer_freq (1 in the released configs) is not read by either.
+      const int64_t first_dense = get_int(c, "first_k_dense_replace", v3 ? 3 : 0);
+      for (int64_t i = 0; i < m.layers; ++i) m.layer_is_moe[i] = i >= first_dense;
       m.shared_intermediate = get_int(c, "n_shared_experts", v3 ? 1 : 0) * m.moe_intermediate;
       m.mtp_layers = get_int(c, "num_nextn_predict_layers", 0);
     } else {

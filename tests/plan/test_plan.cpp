@@ -133,6 +133,19 @@ TEST(PlanFootprint, MalformedFieldsAreNamedAndDefaultsFollowTheLoader) {
   EXPECT_EQ(ModelFootprint::from_config(c, "m").head_dim, 128);  // Qwen3Config's default
   c["architectures"] = {"Qwen3MoeForCausalLM"};
   EXPECT_EQ(ModelFootprint::from_config(c, "m").head_dim, 64);  // Qwen3MoeConfig has none
+  // DeepSeek-V3: every layer from first_k_dense_replace on is MoE, as the loader builds it;
+  // moe_layer_freq (0 here, which divided by zero) is read by neither.
+  c = base;
+  c["architectures"] = {"DeepseekV3ForCausalLM"};
+  c["num_hidden_layers"] = 6;
+  c["n_routed_experts"] = 8;
+  c["num_experts_per_tok"] = 2;
+  c["moe_intermediate_size"] = 64;
+  c["first_k_dense_replace"] = 1;
+  for (int freq : {0, 2}) {
+    c["moe_layer_freq"] = freq;
+    EXPECT_EQ(ModelFootprint::from_config(c, "m").moe_layers, 5) << "moe_layer_freq " << freq;
+  }
 }
 
 TEST(PlanKv, DeepSeekV3MlaCacheIs70272BytesPerTokenInBf16) {
