@@ -95,7 +95,11 @@ RequestResult unpack_result(const std::string& bytes) {
   r.prompt_tokens = in.vec<int32_t>();
   r.output_tokens = in.vec<int32_t>();
   r.output_text = in.str();
-  r.finish_reason = static_cast<FinishReason>(in.pod<int32_t>());
+  const int32_t reason = in.pod<int32_t>();
+  SHARDLM_CHECK(
+      reason >= static_cast<int32_t>(FinishReason::kNone) && reason <= static_cast<int32_t>(FinishReason::kAbort),
+      "malformed result message: finish reason " << reason);
+  r.finish_reason = static_cast<FinishReason>(reason);
   r.token_logprobs = in.vec<float>();
   r.error = in.str();
   r.replica = in.pod<int32_t>();

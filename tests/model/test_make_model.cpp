@@ -160,6 +160,12 @@ TEST(MakeModel, GeneratorIsFixed) {
   // Pinned values: the generator must not change silently (checkpoints are compared across runs).
   const double v0 = make_model_normal(0, "model.embed_tokens.weight", 0);
   const double v1 = make_model_normal(0, "model.embed_tokens.weight", 1);
+  // Worked out apart in Python (splitmix64, FNV-1a, four uniforms): a changed constant, hash or
+  // transform shows.
+  EXPECT_EQ(v0, -0.37469987766418927);
+  EXPECT_EQ(v1, -0.89151220919946605);
+  EXPECT_EQ(make_model_normal(7, "model.layers.0.mlp.up_proj.weight", 12345), 0.33004182646491309);
+  EXPECT_EQ(make_model_normal(uint64_t{1} << 63, "lm_head.weight", uint64_t{1} << 40), -1.7734403805643757);
   EXPECT_NE(v0, v1);
   EXPECT_EQ(v0, make_model_normal(0, "model.embed_tokens.weight", 0));
   EXPECT_NE(v0, make_model_normal(1, "model.embed_tokens.weight", 0));

@@ -217,8 +217,12 @@ TEST_F(Staged, NonblockingCopiesOutOnWait) {
     int32_t* ds = dev(send);
     int32_t* dr = dev(std::vector<int32_t>(count, -1));
     auto rq = st_.irecv(dr, count, CommDType::kI32, prev, 4);
+    const uint64_t staged_before = mem_->to_host_calls;
     auto sq = st_.isend(ds, count, CommDType::kI32, next, 4);
-    std::fill(send.begin(), send.end(), 0);  // the host copy is not what was staged
+    EXPECT_EQ(mem_->to_host_calls, staged_before + 1) << where("isend stages at the call", count);
+    // The device buffer may change once isend returns: what arrives is what it held at the call.
+    // (The fake device memory is host memory.)
+    std::fill(ds, ds + count, 0);
     sq->wait();
     ref_.barrier();  // every send has completed, so the message sits in the staging buffer
     EXPECT_EQ(host(dr, count), std::vector<int32_t>(count, -1)) << where("irecv before wait", count);

@@ -9,6 +9,50 @@
 namespace shardlm {
 namespace {
 
+// Each field its own value, so that two read in each other's place (the three times) show.
+TEST(ResultMessages, ResultRoundTripsEveryField) {
+  RequestResult r;
+  r.id = "req-\xC3\xA9-7";
+  r.line = 1234567890123;
+  r.prompt_tokens = {1, 403, 2147483647};
+  r.output_tokens = {0, 9, 8, 7};
+  r.output_text = std::string("text with a \0 inside", 21);
+  r.finish_reason = FinishReason::kLength;
+  r.token_logprobs = {-0.5f, -1.0f / 3.0f, 0.0f, -20.25f};
+  r.error = "line 3: an error";
+  r.replica = 5;
+  r.t_queued = 0.125;
+  r.t_first_token = 1.0 / 3.0;
+  r.t_finished = 2.0 / 7.0 + 1;
+  const RequestResult t = unpack_result(pack_result(r));
+  EXPECT_EQ(t.id, r.id);
+  EXPECT_EQ(t.line, r.line);
+  EXPECT_EQ(t.prompt_tokens, r.prompt_tokens);
+  EXPECT_EQ(t.output_tokens, r.output_tokens);
+  EXPECT_EQ(t.output_text, r.output_text);
+  EXPECT_EQ(t.finish_reason, r.finish_reason);
+  EXPECT_EQ(t.token_logprobs, r.token_logprobs);
+  EXPECT_EQ(t.error, r.error);
+  EXPECT_EQ(t.replica, r.replica);
+  EXPECT_EQ(t.t_queued, r.t_queued);
+  EXPECT_EQ(t.t_first_token, r.t_first_token);
+  EXPECT_EQ(t.t_finished, r.t_finished);
+  // An empty result (a line whose id could not be read) too.
+  const RequestResult e = unpack_result(pack_result(RequestResult{}));
+  EXPECT_EQ(e.id, "");
+  EXPECT_TRUE(e.output_tokens.empty());
+}
+
+TEST(ResultMessages, CutOrLongerResultIsRefused) {
+  RequestResult r;
+  r.id = "x";
+  r.output_tokens = {1, 2, 3};
+  const std::string bytes = pack_result(r);
+  for (size_t cut : {size_t{1}, size_t{8}, bytes.size() - 1})
+    EXPECT_THROW(unpack_result(bytes.substr(0, bytes.size() - cut)), Error) << cut;
+  EXPECT_THROW(unpack_result(bytes + "x"), Error);
+}
+
 TEST(ResultMessages, StepRoundTripsEveryField) {
   StepRecord s;
   s.step = 41;
