@@ -305,15 +305,14 @@ int cmd_run(int argc, char** argv) {
   // The writer opens its file before any weight is read: a bad output path fails at once, and a
   // resumed file says which requests are done.
   std::unique_ptr<ResultWriter> writer;
-  std::vector<std::string> finished;
+  std::vector<std::string> finished, legacy_keys;
   EarlierSessions earlier;  // what a resumed file's earlier sessions hold (rank 0)
   if (rank == 0) {
     const bool resume = opt.resume && std::filesystem::exists(opt.out);
     if (resume) {
       earlier = read_earlier_sessions(opt.out);
-      // The file's rows were made under its context limit: the rest are too, unless one is asked for
-      // (and then it must be the same, below).
-      if (opt.max_model_len == 0) opt.max_model_len = earlier.max_model_len;
+      // A context limit the file's run asked for is kept (another one asked for now is refused below).
+      if (opt.max_model_len == 0) opt.max_model_len = earlier.max_model_len_asked;
       const std::vector<std::string> diff =
           output_differences(earlier.config, earlier.model_config_hash, to_ini(opt), spec.config_hash);
       if (!diff.empty()) {
@@ -325,10 +324,15 @@ int cmd_run(int argc, char** argv) {
       }
     }
     writer = std::make_unique<ResultWriter>(opt.out, opt.flush_every, resume, opt.flush_seconds);
-    if (resume) finished = writer->finished_keys();
+    if (resume) finished = writer->finished_keys(&legacy_keys);
   }
+  // The rows kept, then the keys of rows an older version wrote for lines it could not read.
+  int64_t shared[2] = {opt.max_model_len, static_cast<int64_t>(finished.size())};
+  finished.insert(finished.end(), legacy_keys.begin(), legacy_keys.end());
   share_strings(groups.world.get(), &finished);
-  if (groups.world) groups.world->broadcast(&opt.max_model_len, 1, CommDType::kI64, 0);
+  if (groups.world) groups.world->broadcast(shared, 2, CommDType::kI64, 0);
+  opt.max_model_len = shared[0];
+  const int64_t kept_rows = shared[1];
   const std::unordered_set<std::string> done(finished.begin(), finished.end());
   // Replicas claim windows of prompt lines from one queue; every rank takes part in its creation.
   std::unique_ptr<LineQueue> queue;
@@ -351,7 +355,7 @@ int cmd_run(int argc, char** argv) {
   backend->set_prefill_attention_bf16(prefill_bf16);
   backend->set_decode_attention_bf16(decode_attention_bf16(opt.decode_attention, prefill_bf16));
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend, plan, groups.shard());
-  const UnusedTensors unused = find_unused_tensors(*ckpt, spec, groups.world.get());
+  const UnusedTensors unused = find_unused_tensors(*ckpt, groups.world.get());
   if (unused.unexpected > 0 && rank == 0) {
     std::fprintf(stderr,
                  "[shardlm] warning: %lld tensors of %s (%s) are not part of the model its config.json describes, "
@@ -369,7 +373,7 @@ int cmd_run(int argc, char** argv) {
         "[shardlm] --ep-wire %s: no expert-parallel exchange in this layout (ep 1): nothing is rounded or quantised\n",
         expert_wire_name(wire));
   EngineConfig ec = engine_config(opt, spec, topo, opt.prompts);
-  if (ec.total_requests >= 0) ec.total_requests = std::max<int64_t>(0, ec.total_requests - std::ssize(done));
+  if (ec.total_requests >= 0) ec.total_requests = std::max<int64_t>(0, ec.total_requests - kept_rows);
   ec.lockstep = groups.dp_leaders.get();
   // Before any graph is captured: the profile steps run eagerly, as the largest steps do.
   ProfileResult profile;
@@ -395,19 +399,11 @@ int cmd_run(int argc, char** argv) {
                                      kv_block_cap(spec, ec.scheduler)),
                             ec.scheduler.block_size, groups.world.get());
   if (context.tokens > 0) {
-    // Every engine keeps the smallest cache's limit, and the recorded options hold it: the run's job
-    // file and a --resume of its output keep it, or fail at start where the cache is smaller.
+    // Every engine keeps the same limit: the one asked for, or the smallest cache's.
     ec.scheduler.max_model_len = context.tokens;
     ec.context_limited_by_cache = context.by_cache;
-    opt.max_model_len = context.tokens;
   }
-  if (context.by_cache && rank == 0) {
-    std::fprintf(stderr,
-                 "[shardlm] context limit: %lld tokens, what the smallest KV cache of the job holds (the model's "
-                 "context is %lld): a longer prompt is a per-request error and generation stops for length "
-                 "there; a larger --kv-cache-gb raises it\n",
-                 static_cast<long long>(context.tokens), static_cast<long long>(spec.max_position_embeddings));
-  }
+  if (rank == 0) say_context_limit(context, spec.max_position_embeddings, earlier.max_model_len);
   // After the profile steps of the KV budget, so only the run's own steps count.
   std::optional<OpProfile> op_profile;
   if (opt.op_profile) backend->set_op_profile(&op_profile.emplace(*backend));
@@ -482,7 +478,7 @@ int cmd_run(int argc, char** argv) {
     writer->remove_attr("kv_cache_profile_tokens");
     writer->remove_attr("kv_cache_profile_bytes");
   }
-  if (!done.empty()) writer->set_attr("resumed_with_requests", static_cast<int64_t>(done.size()));
+  if (kept_rows > 0) writer->set_attr("resumed_with_requests", kept_rows);
   // How the replicas shared the prompt file: claimed as they went, or in turn (LineQueue).
   set_where(*writer, "prompt_line_windows", queue != nullptr,
             queue && queue->on_demand() ? "on-demand" : "round-robin");

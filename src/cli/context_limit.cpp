@@ -1,6 +1,7 @@
 #include "cli/context_limit.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/error.h"
 #include "parallel/communicator.h"
@@ -33,6 +34,23 @@ ContextLimit resolve_context_limit(int64_t requested, int64_t model_len, int64_t
     c.by_cache = c.tokens < model_len;
   }
   return c;
+}
+
+void say_context_limit(const ContextLimit& c, int64_t model_len, int64_t earlier) {
+  if (c.by_cache) {
+    std::fprintf(stderr,
+                 "[shardlm] context limit: %lld tokens, what the smallest KV cache of the job holds (the model's "
+                 "context is %lld): a longer prompt is a per-request error and generation stops for length there; "
+                 "a larger --kv-cache-gb raises it, --max-model-len fixes it\n",
+                 static_cast<long long>(c.tokens), static_cast<long long>(model_len));
+  }
+  if (earlier > 0 && c.tokens > 0 && earlier != c.tokens) {
+    std::fprintf(stderr,
+                 "[shardlm] warning: --resume: the file's earlier rows were made under a context limit of %lld "
+                 "tokens, this session's is %lld: a request that reaches either stops at another length than it "
+                 "would have; --max-model-len %lld keeps theirs\n",
+                 static_cast<long long>(earlier), static_cast<long long>(c.tokens), static_cast<long long>(earlier));
+  }
 }
 
 }  // namespace shardlm

@@ -27,4 +27,10 @@ void check_max_model_len(int64_t requested, int64_t model_len, const std::string
 ContextLimit resolve_context_limit(int64_t requested, int64_t model_len, int64_t own_blocks, int64_t block_size,
                                    Communicator* world);
 
+// On rank 0: says a limit the cache set, and where a resumed file's earlier sessions (earlier: the
+// limit they kept, 0 if unknown) had another one that was not asked for. Such a limit is not a
+// setting that --resume and merge compare: array tasks and requeued sessions on other nodes size
+// their caches by the memory they find free, a few blocks apart.
+void say_context_limit(const ContextLimit& c, int64_t model_len, int64_t earlier);
+
 }  // namespace shardlm

@@ -1,5 +1,6 @@
 #include "cli/run_identity.h"
 
+#include <algorithm>
 #include <map>
 #include <sstream>
 
@@ -11,8 +12,6 @@ namespace {
 // The options of to_ini that decide which tokens a prompt gets.
 constexpr const char* kOutputKeys[] = {"format", "max-new-tokens", "temperature", "top-p",     "top-k",
                                        "min-p",  "seed",           "stop",        "ignore-eos"};
-// ... and those compared only where both runs recorded them (older files did not).
-constexpr const char* kOutputKeysWhereRecorded[] = {"max-model-len"};
 
 // key -> its values in order ("stop" repeats), from "key = value" lines; a JSON-quoted value (a
 // stop string, as to_ini writes it now) decoded, so that older files' plain ones compare equal.
@@ -44,6 +43,17 @@ std::string joined(const std::vector<std::string>& values) {
 
 }  // namespace
 
+int64_t recorded_max_model_len(const std::string& config) {
+  const auto v = ini_values(config);
+  const auto it = v.find("max-model-len");
+  if (it == v.end() || it->second.size() != 1) return 0;
+  try {
+    return std::max<int64_t>(0, std::stoll(it->second[0]));
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
 std::vector<std::string> output_differences(const std::string& config_a, const std::string& hash_a,
                                             const std::string& config_b, const std::string& hash_b) {
   std::vector<std::string> diff;
@@ -59,11 +69,11 @@ std::vector<std::string> output_differences(const std::string& config_a, const s
     const std::vector<std::string>& vb = ib == b.end() ? none : ib->second;
     if (va != vb) diff.push_back(std::string(key) + " = " + joined(va) + " vs " + joined(vb));
   }
-  for (const char* key : kOutputKeysWhereRecorded) {
-    const auto ia = a.find(key), ib = b.find(key);
-    if (ia != a.end() && ib != b.end() && ia->second != ib->second)
-      diff.push_back(std::string(key) + " = " + joined(ia->second) + " vs " + joined(ib->second));
-  }
+  // A context limit, where both runs asked for one (0 and older files: none asked for; the limit
+  // their caches set is not a setting, cli/context_limit.h).
+  const int64_t la = recorded_max_model_len(config_a), lb = recorded_max_model_len(config_b);
+  if (la > 0 && lb > 0 && la != lb)
+    diff.push_back("max-model-len = " + std::to_string(la) + " vs " + std::to_string(lb));
   return diff;
 }
 

@@ -14,6 +14,9 @@ namespace shardlm {
 // "temperature = 0 vs 0.7". config_*: the runs' recorded options (to_ini's text; keys missing from
 // either, as in files from older versions, are not compared); hash_*: their model_config_hash
 // ("" when unknown).
+// The --max-model-len a recorded config asked for; 0 for none (or a config without the key).
+int64_t recorded_max_model_len(const std::string& config);
+
 std::vector<std::string> output_differences(const std::string& config_a, const std::string& hash_a,
                                             const std::string& config_b, const std::string& hash_b);
 

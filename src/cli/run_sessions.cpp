@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cli/run_identity.h"
 #include "cli/run_info.h"
 #include "report/result_file.h"
 
@@ -25,6 +26,7 @@ EarlierSessions read_earlier_sessions(const std::string& path) {
     if (it != d.attrs.end() && it->second.is_string()) *to = it->second.get<std::string>();
   }
   e.max_model_len = static_cast<int64_t>(number_or(d, "max_model_len", 0));
+  e.max_model_len_asked = recorded_max_model_len(e.config);
   // A file from before sessions were counted holds one.
   e.sessions = static_cast<int64_t>(number_or(d, "sessions", 1));
   const report::RequestRows& r = d.requests;  // the committed rows only

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <set>
 
 #include "model/checkpoint.h"
-#include "model/model_spec.h"
 #include "parallel/communicator.h"
 
 namespace shardlm {
@@ -24,18 +24,19 @@ std::string pattern_of(const std::string& name) {
   return p;
 }
 
-// "model.layers.N." with N at or past the model's layers and within its multi-token-prediction
-// ones; or a rotary buffer.
-bool left_out_by_design(const std::string& name, const ModelSpec& spec) {
-  if (name.size() >= 8 && name.compare(name.size() - 8, 8, "inv_freq") == 0) return true;
+// N of a "model.layers.N." name; -1 for any other.
+int64_t layer_of(const std::string& name) {
   static const std::string kLayers = "model.layers.";
-  if (spec.nextn_predict_layers <= 0 || name.compare(0, kLayers.size(), kLayers) != 0) return false;
+  if (name.compare(0, kLayers.size(), kLayers) != 0) return -1;
   size_t end = kLayers.size();
   int64_t layer = 0;
   while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end])) && layer < (int64_t{1} << 40))
     layer = layer * 10 + (name[end++] - '0');
-  return end > kLayers.size() && end < name.size() && name[end] == '.' && layer >= spec.num_layers &&
-         layer < spec.num_layers + spec.nextn_predict_layers;
+  return end > kLayers.size() && end < name.size() && name[end] == '.' ? layer : -1;
+}
+
+bool is_inv_freq(const std::string& name) {
+  return name.size() >= 8 && name.compare(name.size() - 8, 8, "inv_freq") == 0;
 }
 
 }  // namespace
@@ -81,18 +82,24 @@ std::string name_patterns(const std::vector<std::string>& names, size_t max_grou
   return s;
 }
 
-UnusedTensors find_unused_tensors(const Checkpoint& ckpt, const ModelSpec& spec, Communicator* world) {
+UnusedTensors find_unused_tensors(const Checkpoint& ckpt, Communicator* world) {
   // Every rank maps the same files, so the names line up; a rank marks those its shard read and
   // the job keeps the largest mark of each.
   const std::vector<std::string> names = ckpt.all_names();
   std::vector<int32_t> read(names.size());
   for (size_t i = 0; i < names.size(); ++i) read[i] = ckpt.was_read(names[i]) ? 1 : 0;
   if (world) world->all_reduce(read.data(), static_cast<int64_t>(read.size()), CommDType::kI32, ReduceOp::kMax);
+  // DeepSeek-V3's multi-token-prediction layers are those with its eh_proj (with enorm, hnorm and a
+  // shared head beside a decoder layer's tensors): found by their tensors, not by their number, so a
+  // config cut to fewer layers still names its own unread layers.
+  std::set<int64_t> mtp_layers;
+  for (const std::string& n : names)
+    if (n.find(".eh_proj.") != std::string::npos && layer_of(n) >= 0) mtp_layers.insert(layer_of(n));
   UnusedTensors u;
   std::vector<std::string> unexpected;
   for (size_t i = 0; i < names.size(); ++i) {
     if (read[i]) continue;
-    if (left_out_by_design(names[i], spec)) {
+    if (is_inv_freq(names[i]) || mtp_layers.count(layer_of(names[i]))) {
       ++u.by_design;
       continue;
     }

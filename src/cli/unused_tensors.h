@@ -2,9 +2,8 @@
 // heads than the checkpoint holds, or a checkpoint of another architecture that shares the names
 // the model reads, would otherwise load a model other than the one on disk without a word
 // (transformers warns of such weights at load). Tensors a run leaves out by design are counted
-// apart: the multi-token-prediction layers past num_hidden_layers (num_nextn_predict_layers,
-// DeepSeek-V3: for speculative decoding, as vLLM skips them without it) and rotary inv_freq buffers
-// (the run computes its own).
+// apart: DeepSeek-V3's multi-token-prediction layers (for speculative decoding, which vLLM also
+// skips without it) and rotary inv_freq buffers (the run computes its own).
 #pragma once
 
 #include <cstdint>
@@ -15,7 +14,6 @@ namespace shardlm {
 
 class Checkpoint;
 class Communicator;
-struct ModelSpec;
 
 struct UnusedTensors {
   int64_t unexpected = 0;  // tensors nobody read that the model should have
@@ -26,7 +24,7 @@ struct UnusedTensors {
 
 // Collective over world (null: a job of one rank): every rank passes its own checkpoint, after
 // its model has loaded its shard.
-UnusedTensors find_unused_tensors(const Checkpoint& ckpt, const ModelSpec& spec, Communicator* world);
+UnusedTensors find_unused_tensors(const Checkpoint& ckpt, Communicator* world);
 
 // Names grouped by their first three components, digits as '*' ("model.layers.*"), the largest
 // groups first, at most max_groups of them: "model.layers.* (18 tensors, numbered 3-4, e.g.

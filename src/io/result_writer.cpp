@@ -328,31 +328,43 @@ ResultWriter::ResultWriter(const std::string& path, int flush_every, bool resume
   }
 }
 
-std::vector<std::string> ResultWriter::finished_keys() const {
+std::vector<std::string> ResultWriter::finished_keys(std::vector<std::string>* legacy_keys) const {
   const Impl& m = *impl_;
   const hsize_t n = static_cast<hsize_t>(m.rows_written);
-  std::vector<std::string> out;
-  if (n == 0) return out;
-  h5::Id dset(H5Dopen2(m.requests_group.get(), "id", H5P_DEFAULT));
-  h5::check(dset.get(), "opening /requests/id", m.ctx);
-  h5::Id space(H5Dget_space(dset.get()));
+  if (n == 0) return {};
   const hsize_t start = 0;
-  h5::check(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, &start, nullptr, &n, nullptr), "H5Sselect_hyperslab", m.ctx);
   h5::Id mem(H5Screate_simple(1, &n, nullptr));
+  // The first n rows of a column, into `out` as `type`.
+  auto read = [&](const char* name, hid_t type, void* out) {
+    h5::Id dset(H5Dopen2(m.requests_group.get(), name, H5P_DEFAULT));
+    h5::check(dset.get(), std::string("opening /requests/") + name, m.ctx);
+    h5::Id space(H5Dget_space(dset.get()));
+    h5::check(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, &start, nullptr, &n, nullptr), "H5Sselect_hyperslab",
+              m.ctx);
+    h5::check(H5Dread(dset.get(), type, mem.get(), space.get(), H5P_DEFAULT, out),
+              std::string("reading /requests/") + name, m.ctx);
+  };
   h5::Id type = h5::make_utf8_string_type();
-  std::vector<char*> raw(n, nullptr);
-  h5::check(H5Dread(dset.get(), type.get(), mem.get(), space.get(), H5P_DEFAULT, raw.data()), "reading /requests/id", m.ctx);
-  for (char* p : raw) out.emplace_back(p ? p : "");
-  H5Dvlen_reclaim(type.get(), mem.get(), H5P_DEFAULT, raw.data());
-  if (std::none_of(out.begin(), out.end(), [](const std::string& id) { return id.empty(); })) return out;
-  // A row without an id is known by its line.
-  h5::Id lines(H5Dopen2(m.requests_group.get(), "line", H5P_DEFAULT));
-  h5::check(lines.get(), "opening /requests/line", m.ctx);
+  auto strings = [&](const char* name) {
+    std::vector<char*> raw(n, nullptr);
+    read(name, type.get(), raw.data());
+    std::vector<std::string> v;
+    v.reserve(n);
+    for (char* p : raw) v.emplace_back(p ? p : "");
+    H5Dvlen_reclaim(type.get(), mem.get(), H5P_DEFAULT, raw.data());
+    return v;
+  };
+  std::vector<std::string> out = strings("id");
   std::vector<int64_t> line(n);
-  h5::check(H5Dread(lines.get(), H5T_NATIVE_INT64, mem.get(), space.get(), H5P_DEFAULT, line.data()),
-            "reading /requests/line", m.ctx);
-  for (size_t i = 0; i < out.size(); ++i)
-    if (out[i].empty()) out[i] = request_key(out[i], line[i]);
+  read("line", H5T_NATIVE_INT64, line.data());
+  const std::vector<std::string> errors = legacy_keys ? strings("error") : std::vector<std::string>();
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i].empty()) {
+      out[i] = request_key(out[i], line[i]);  // a row without an id is known by its line
+    } else if (legacy_keys && !errors[i].empty() && out[i] == std::to_string(line[i])) {
+      legacy_keys->push_back(request_key("", line[i]));
+    }
+  }
   return out;
 }
 

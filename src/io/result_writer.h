@@ -84,9 +84,11 @@ class ResultWriter {
   // Error naming the path when it cannot. Buffered rows are flushed every flush_every requests
   // and, when flush_seconds > 0, at the first row or step after flush_seconds.
   explicit ResultWriter(const std::string& path, int flush_every = 64, bool resume = false, double flush_seconds = 0);
-  // The request_key (io/request.h) of every request already in the file: its id, or the line of
-  // one whose id could not be read (on resume: what not to run again).
-  std::vector<std::string> finished_keys() const;
+  // The request_key (io/request.h) of every request already in the file, one per row: its id, or
+  // the line of one whose id could not be read (on resume: what not to run again). legacy_keys, if
+  // given, gets the line key of each error row whose id is its line number: an older version gave
+  // a line it could not read that id, and such a line must not get a second row.
+  std::vector<std::string> finished_keys(std::vector<std::string>* legacy_keys = nullptr) const;
   ~ResultWriter();
   ResultWriter(const ResultWriter&) = delete;
   ResultWriter& operator=(const ResultWriter&) = delete;

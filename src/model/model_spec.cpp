@@ -380,7 +380,6 @@ ModelSpec parse_impl(const std::string& config_json, const std::string& gen_json
   s.rms_norm_eps = f.number("rms_norm_eps", arch->rms_norm_eps);
   s.hidden_act = f.string("hidden_act", "silu");
   s.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
-  s.nextn_predict_layers = f.integer("num_nextn_predict_layers", 0);
 
   // Biases and norms, as each architecture's modeling code builds them.
   const bool attention_bias = f.boolean("attention_bias", false);

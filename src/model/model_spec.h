@@ -87,9 +87,6 @@ struct ModelSpec {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
-  // num_nextn_predict_layers (DeepSeek-V3's multi-token prediction): that many layers past
-  // num_layers in the checkpoint, for speculative decoding, which a run does not use.
-  int64_t nextn_predict_layers = 0;
   bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2 always does)
   bool o_proj_bias = false;     // o_proj bias (Llama's attention_bias covers o_proj too)
   bool mlp_bias = false;

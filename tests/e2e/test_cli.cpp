@@ -14,6 +14,7 @@
 #include "common/shared_data.h"
 #include "common/test_files.h"
 #include "cli/unused_tensors.h"
+#include "model/safetensors.h"
 
 namespace fs = std::filesystem;
 
@@ -237,9 +238,9 @@ TEST(Cli, SequenceLimitsThatCannotRunAreRefused) {
 }
 
 // --max-model-len: kept and recorded; more than the model's context fails before any weight is
-// read; more than the KV cache holds fails at start. Without it the smallest cache of the job sets
-// the limit, said at start and recorded, and a --resume keeps the file's limit (or is refused where
-// another is asked for).
+// read; more than the KV cache holds fails at start; a --resume keeps it, or is refused where another
+// is asked for. Without it the smallest cache of the job sets the limit, said at start and recorded,
+// and a resume on another cache warns that its limit differs.
 TEST(Cli, MaxModelLenIsRecordedAndResumeKeepsIt) {
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
   fs::path d = tmpdir("max-model-len");
@@ -298,29 +299,38 @@ TEST(Cli, MaxModelLenIsRecordedAndResumeKeepsIt) {
   {
     test::H5Reader h(d / "auto.h5");
     EXPECT_EQ(h.scalar_attr<int64_t>("max_model_len", H5T_NATIVE_INT64), 80);
-    EXPECT_TRUE(config_has(h, "max-model-len = 80")) << h.string_attr("config");
+    EXPECT_TRUE(config_has(h, "max-model-len = 0")) << "not asked for: " << h.string_attr("config");
   }
-  // Resumed with the default (larger) cache and one more request: that one stops at the file's 80.
-  fs::copy_file(d / "auto.h5", d / "refused.h5");
   test::write_file(d / "p.jsonl",
                    test::read_file((d / "p.jsonl").string()) + "{\"id\": \"b\", " + story.substr(1) + "}\n");
-  p = sh(run + (d / "auto.h5").string() + " --resume");
-  ASSERT_EQ(p.code, 0) << p.out;
-  {
-    test::H5Reader h(d / "auto.h5");
-    EXPECT_EQ(h.scalar_attr<int64_t>("max_model_len", H5T_NATIVE_INT64), 80);
+  auto outputs = [](const fs::path& file) {
+    test::H5Reader h(file);
     const auto ids = h.strings("/requests/id");
     const auto outs = h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32);
-    ASSERT_EQ(ids.size(), 3u);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (ids[i] != "long") {
-        EXPECT_EQ(outs[i].size(), 80u - 5u) << ids[i];
-      }
-    }
-  }
+    std::map<std::string, size_t> n;
+    for (size_t i = 0; i < ids.size(); ++i) n[ids[i]] = outs[i].size();
+    return n;
+  };
+  // A limit asked for is kept by a resume that asks for none (b stops at 64 too), and refused
+  // against another one asked for.
+  fs::copy_file(d / "asked.h5", d / "refused.h5");
+  p = sh(run + (d / "asked.h5").string() + " --resume");
+  ASSERT_EQ(p.code, 0) << p.out;
+  EXPECT_EQ(outputs(d / "asked.h5"), (std::map<std::string, size_t>{{"a", 59}, {"long", 0}, {"b", 59}}));
+  EXPECT_EQ(test::H5Reader(d / "asked.h5").scalar_attr<int64_t>("max_model_len", H5T_NATIVE_INT64), 64);
   p = sh(run + (d / "refused.h5").string() + " --resume --max-model-len 128");
   EXPECT_NE(p.code, 0);
-  EXPECT_NE(p.out.find("max-model-len = 80 vs 128 (the file's vs this run's)"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("max-model-len = 64 vs 128 (the file's vs this run's)"), std::string::npos) << p.out;
+  // A limit the cache set is not a setting: a resume on a larger cache runs under its own, and says
+  // so (b is not cut at 80).
+  p = sh(run + (d / "auto.h5").string() + " --resume");
+  ASSERT_EQ(p.code, 0) << p.out;
+  EXPECT_NE(p.out.find("warning: --resume: the file's earlier rows were made under a context limit of 80 tokens, "
+                       "this session's is 512"),
+            std::string::npos)
+      << p.out;
+  EXPECT_EQ(outputs(d / "auto.h5"), (std::map<std::string, size_t>{{"a", 75}, {"long", 0}, {"b", 300}}));
+  EXPECT_EQ(test::H5Reader(d / "auto.h5").scalar_attr<int64_t>("max_model_len", H5T_NATIVE_INT64), 512);
 }
 
 // Every rank of a job keeps the limit of the smallest cache: here pipeline stage 0, whose three of the
@@ -378,11 +388,18 @@ TEST(Cli, CheckpointTensorsNoRankReadsAreNamed) {
             std::string::npos)
       << warned.out;
 
-  four.replace(four.find('{'), 1, "{\"num_nextn_predict_layers\": 1, ");
-  test::write_file(fewer / "config.json", four);
-  auto [mtp, left_out] = run(fewer.string(), "", "");
-  EXPECT_EQ(left_out, 0);
-  EXPECT_EQ(mtp.out.find("warning: "), std::string::npos) << mtp.out;
+  // A multi-token-prediction layer (its eh_proj and enorm, in a shard of their own: layer 7 here)
+  // is left out by design; the config's cut layer 4 is still named.
+  const std::vector<float> proj(64 * 128, 0.5f), norm(64, 1.0f);
+  write_safetensors((fewer / "mtp.safetensors").string(),
+                    {{"model.layers.7.eh_proj.weight", DType::F32, {64, 128}, proj.data()},
+                     {"model.layers.7.enorm.weight", DType::F32, {64}, norm.data()}});
+  test::write_file(fewer / "model.safetensors.index.json",
+                   R"({"weight_map": {"model.embed_tokens.weight": "model.safetensors",)"
+                   R"( "model.layers.7.eh_proj.weight": "mtp.safetensors"}})");
+  auto [mtp, with_mtp] = run(fewer.string(), "", "");
+  EXPECT_EQ(with_mtp, 9);
+  EXPECT_NE(mtp.out.find("(9 tensors, numbered 4, e.g."), std::string::npos) << mtp.out;
 }
 
 // name_patterns: by the first three components, digits as '*', the largest group first, with the

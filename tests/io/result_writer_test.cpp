@@ -322,6 +322,35 @@ void extend_datasets(const std::string& path, const char* group, hsize_t more) {
   H5Fclose(f);
 }
 
+// On resume every row is known by its request_key: a row without an id by its line. An error row
+// whose id is its line number (how an older version wrote a line it could not read) also gives the
+// line's key, so that the line does not get a second row.
+TEST(ResultWriter, FinishedKeysKnowRowsWithoutAnIdByTheirLine) {
+  ScratchDir dir;
+  const std::string path = dir.file("keys.h5");
+  {
+    ResultWriter w(path);
+    RequestResult ok = make_row(0), unread = make_row(1), old = make_row(2), line_id = make_row(3);
+    ok.id = "7";  // an id that is a number, on another line
+    ok.line = 1;
+    unread.id = "";
+    unread.line = 2;
+    unread.error = "line 2: not valid JSON (x)";
+    old.id = "3";
+    old.line = 3;
+    old.error = "line 3: not valid JSON (x)";
+    line_id.id = "4";  // a line without an id field that ran: its id is its number
+    line_id.line = 4;
+    line_id.error = "";
+    for (const RequestResult& r : {ok, unread, old, line_id}) w.append(r);
+  }
+  ResultWriter w(path, 64, /*resume=*/true);
+  std::vector<std::string> legacy;
+  EXPECT_EQ(w.finished_keys(&legacy), (std::vector<std::string>{"7", request_key("", 2), "3", "4"}));
+  EXPECT_EQ(legacy, std::vector<std::string>{request_key("", 3)});
+  EXPECT_NE(request_key("", 7), "7");
+}
+
 TEST(ResultWriter, ResumeKeepsOnlyCommittedRows) {
   ScratchDir dir;
   const std::string path = dir.file("torn.h5");
