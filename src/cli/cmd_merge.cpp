@@ -116,6 +116,8 @@ double attr_number(const report::RunData& d, const char* name) {
 void write_json_attr(hid_t file, const std::string& name, const json& v, const std::string& ctx) {
   if (v.is_string()) {
     h5::write_attr(file, name, v.get<std::string>(), ctx);
+  } else if (v.is_number_unsigned()) {
+    h5::write_attr(file, name, v.get<uint64_t>(), ctx);
   } else if (v.is_number_integer()) {
     h5::write_attr(file, name, v.get<int64_t>(), ctx);
   } else if (v.is_number()) {

@@ -240,7 +240,7 @@ void write_attributes(ResultWriter& w, const RunOptions& opt, const ModelSpec& s
   write_compute_paths(w, spec, backend);
   w.set_attr("comm", opt.comm);
   set_where(w, "comm_transport", !transport.empty(), transport);
-  w.set_attr("seed", static_cast<int64_t>(opt.seed));
+  w.set_attr("seed", opt.seed);  // unsigned: a seed past 2^63 reads as itself
   for (const auto& [lib, ver] : library_versions()) w.set_attr("version_" + lib, ver);
 }
 
@@ -356,14 +356,7 @@ int cmd_run(int argc, char** argv) {
   backend->set_decode_attention_bf16(decode_attention_bf16(opt.decode_attention, prefill_bf16));
   std::unique_ptr<Model> model = build_model(spec, *ckpt, *backend, plan, groups.shard());
   const UnusedTensors unused = find_unused_tensors(*ckpt, groups.world.get());
-  if (unused.unexpected > 0 && rank == 0) {
-    std::fprintf(stderr,
-                 "[shardlm] warning: %lld tensors of %s (%s) are not part of the model its config.json describes, "
-                 "and no rank read them: %s. A config with fewer layers, experts or heads than the checkpoint "
-                 "runs a smaller model than the one on disk\n",
-                 static_cast<long long>(unused.unexpected), opt.model.c_str(),
-                 memory_text(static_cast<double>(unused.unexpected_bytes)).c_str(), unused.summary.c_str());
-  }
+  if (rank == 0) say_unused_tensors(unused, opt.model);
   const ExpertWire wire = parse_expert_wire(opt.ep_wire);
   model->set_expert_wire(wire);
   // A request with no exchange to apply to: said once, as --cuda-graphs' eager fallback is.

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <map>
 #include <set>
 
+#include "cli/kv_budget.h"  // memory_text
 #include "model/checkpoint.h"
 #include "parallel/communicator.h"
 
@@ -109,6 +111,16 @@ UnusedTensors find_unused_tensors(const Checkpoint& ckpt, Communicator* world) {
   u.unexpected = static_cast<int64_t>(unexpected.size());
   u.summary = name_patterns(unexpected);
   return u;
+}
+
+void say_unused_tensors(const UnusedTensors& u, const std::string& model_dir) {
+  if (u.unexpected == 0) return;
+  std::fprintf(stderr,
+               "[shardlm] warning: %lld tensors of %s (%s) are not part of the model its config.json describes, and "
+               "no rank read them: %s. A config with fewer layers, experts or heads than the checkpoint runs a "
+               "smaller model than the one on disk\n",
+               static_cast<long long>(u.unexpected), model_dir.c_str(),
+               memory_text(static_cast<double>(u.unexpected_bytes)).c_str(), u.summary.c_str());
 }
 
 }  // namespace shardlm

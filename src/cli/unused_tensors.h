@@ -26,6 +26,9 @@ struct UnusedTensors {
 // its model has loaded its shard.
 UnusedTensors find_unused_tensors(const Checkpoint& ckpt, Communicator* world);
 
+// On rank 0: a warning naming the unexpected ones, if any.
+void say_unused_tensors(const UnusedTensors& u, const std::string& model_dir);
+
 // Names grouped by their first three components, digits as '*' ("model.layers.*"), the largest
 // groups first, at most max_groups of them: "model.layers.* (18 tensors, numbered 3-4, e.g.
 // model.layers.3.input_layernorm.weight)" (the range of each name's first number), or the name

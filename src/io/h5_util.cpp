@@ -80,6 +80,10 @@ void write_attr(hid_t obj, const std::string& name, int64_t value, const std::st
   write_scalar_attr(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value, context);
 }
 
+void write_attr(hid_t obj, const std::string& name, uint64_t value, const std::string& context) {
+  write_scalar_attr(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &value, context);
+}
+
 int64_t committed_rows(hid_t file, const std::string& group) {
   const char* name = group == "requests" ? "rows_committed" : group == "steps" ? "steps_committed" : nullptr;
   if (!name || H5Aexists(file, name) <= 0) return -1;

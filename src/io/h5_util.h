@@ -49,5 +49,6 @@ Id make_utf8_string_type();
 void write_attr(hid_t obj, const std::string& name, const std::string& value, const std::string& context);
 void write_attr(hid_t obj, const std::string& name, double value, const std::string& context);
 void write_attr(hid_t obj, const std::string& name, int64_t value, const std::string& context);
+void write_attr(hid_t obj, const std::string& name, uint64_t value, const std::string& context);  // U64 (seeds)
 
 }  // namespace shardlm::h5

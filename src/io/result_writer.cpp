@@ -484,6 +484,11 @@ void ResultWriter::set_attr(const std::string& name, int64_t value) {
   h5::write_attr(impl_->file, name, value, impl_->ctx);
 }
 
+void ResultWriter::set_attr(const std::string& name, uint64_t value) {
+  SHARDLM_CHECK(impl_->open, impl_->ctx << ": set_attr after close");
+  h5::write_attr(impl_->file, name, value, impl_->ctx);
+}
+
 void ResultWriter::remove_attr(const std::string& name) {
   SHARDLM_CHECK(impl_->open, impl_->ctx << ": remove_attr after close");
   const htri_t there = H5Aexists(impl_->file, name.c_str());

@@ -102,6 +102,7 @@ class ResultWriter {
   void set_attr(const std::string& name, const std::string& value);
   void set_attr(const std::string& name, double value);
   void set_attr(const std::string& name, int64_t value);
+  void set_attr(const std::string& name, uint64_t value);  // an unsigned 64-bit attribute (a seed)
   // Removes a root attribute where there is one (a resumed file's end-of-run figures, until the
   // run ends again).
   void remove_attr(const std::string& name);

@@ -174,6 +174,12 @@ class FileReader {
         return 0;
       }
       case H5T_INTEGER: {
+        if (H5Tget_sign(ftype.get()) == H5T_SGN_NONE) {  // the seed: all 64 bits
+          uint64_t x = 0;
+          if (H5Aread(attr.get(), H5T_NATIVE_UINT64, &x) < 0) return -1;
+          (*v->out)[name] = x;
+          return 0;
+        }
         int64_t x = 0;
         if (H5Aread(attr.get(), H5T_NATIVE_INT64, &x) < 0) return -1;
         (*v->out)[name] = x;

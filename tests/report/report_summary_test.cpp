@@ -20,6 +20,21 @@
 namespace shardlm::report {
 namespace {
 
+// A seed is any 64-bit unsigned value: its attribute reads back as itself (it read negative past
+// 2^63 when stored signed), and a signed one as before.
+TEST_F(ReportTest, UnsignedAttributesReadBackWhole) {
+  const std::string f = (dir_ / "seed.h5").string();
+  {
+    ResultWriter w(f);
+    w.set_attr("seed", UINT64_MAX);
+    w.set_attr("signed", int64_t{-3});
+  }
+  const RunData d = load_run(f);
+  ASSERT_TRUE(d.attrs.at("seed").is_number_unsigned());
+  EXPECT_EQ(d.attrs.at("seed").get<uint64_t>(), UINT64_MAX);
+  EXPECT_EQ(d.attrs.at("signed").get<int64_t>(), -3);
+}
+
 TEST(ErrorKind, FirstWordsWithoutLinePrefix) {
   EXPECT_EQ(error_kind("line 4: empty prompt"), "empty prompt");
   EXPECT_EQ(error_kind("line 12: prompt of 300 tokens leaves no room"), "prompt of");
