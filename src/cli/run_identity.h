@@ -1,8 +1,9 @@
 // What decides a run's outputs besides its prompts: the model (its config.json's hash) and the
-// settings that choose the tokens (the prompt format, sampling, limits, the context limit, stop
-// strings). A file that a run resumes, and the inputs of a merge, must agree on them: one file would
-// otherwise hold two runs' outputs under the config of one. The layout, the backend and the cache dtype may change
-// (a requeue onto other nodes); they move logprobs in the last bits, not what was asked.
+// settings that choose the tokens (the prompt format, sampling, limits, stop strings; a context
+// limit only where both asked for one). A file that a run resumes, and the inputs of a merge, must
+// agree on them: one file would otherwise hold two runs' outputs under the config of one. The
+// layout, the backend and the cache dtype may change (a requeue onto other nodes); they move
+// logprobs in the last bits, not what was asked.
 #pragma once
 
 #include <string>
