@@ -22,15 +22,15 @@ ContextLimit resolve_context_limit(int64_t requested, int64_t model_len, int64_t
   if (world) world->all_reduce(&blocks, 1, CommDType::kI64, ReduceOp::kMin);
   ContextLimit c;
   // A rank's own count may be huge (a stage without layers): keep the product in range.
-  c.cache_tokens = blocks > INT64_MAX / block_size ? INT64_MAX : blocks * block_size;
+  const int64_t cache_tokens = blocks > INT64_MAX / block_size ? INT64_MAX : blocks * block_size;
   if (requested > 0) {
-    SHARDLM_CHECK(requested <= c.cache_tokens,
-                  "--max-model-len " << requested << ": the smallest KV cache of the job holds " << c.cache_tokens
+    SHARDLM_CHECK(requested <= cache_tokens,
+                  "--max-model-len " << requested << ": the smallest KV cache of the job holds " << cache_tokens
                                      << " tokens, less than one sequence of it: raise --kv-cache-gb, use more ranks, "
                                         "or lower --max-model-len");
     c.tokens = requested;
   } else {
-    c.tokens = std::min(model_len, c.cache_tokens);
+    c.tokens = std::min(model_len, cache_tokens);
     c.by_cache = c.tokens < model_len;
   }
   return c;

@@ -11,9 +11,8 @@ namespace shardlm {
 class Communicator;
 
 struct ContextLimit {
-  int64_t tokens = 0;        // the limit every engine of the job keeps
-  int64_t cache_tokens = 0;  // what the smallest KV cache of the job holds
-  bool by_cache = false;     // not asked for, and the cache holds less than the model's context
+  int64_t tokens = 0;     // the limit every engine of the job keeps
+  bool by_cache = false;  // not asked for, and the cache holds less than the model's context
 };
 
 // A requested limit (0: none) the model cannot take fails, naming the model's context: at start,

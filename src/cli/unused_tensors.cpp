@@ -100,11 +100,7 @@ UnusedTensors find_unused_tensors(const Checkpoint& ckpt, Communicator* world) {
   UnusedTensors u;
   std::vector<std::string> unexpected;
   for (size_t i = 0; i < names.size(); ++i) {
-    if (read[i]) continue;
-    if (is_inv_freq(names[i]) || mtp_layers.count(layer_of(names[i]))) {
-      ++u.by_design;
-      continue;
-    }
+    if (read[i] || is_inv_freq(names[i]) || mtp_layers.count(layer_of(names[i]))) continue;
     unexpected.push_back(names[i]);
     u.unexpected_bytes += static_cast<int64_t>(ckpt.nbytes_of(names[i]));
   }

@@ -18,8 +18,7 @@ class Communicator;
 struct UnusedTensors {
   int64_t unexpected = 0;  // tensors nobody read that the model should have
   int64_t unexpected_bytes = 0;
-  std::string summary;    // those, grouped by name pattern (name_patterns)
-  int64_t by_design = 0;  // multi-token-prediction layers and inv_freq buffers
+  std::string summary;  // those, grouped by name pattern (name_patterns)
 };
 
 // Collective over world (null: a job of one rank): every rank passes its own checkpoint, after
