@@ -8,7 +8,8 @@ mlp_only layer, DeepSeek-V3 with MLA, YaRN, group-limited sigmoid routing and a 
 and a Kimi-K2-shaped model with one expert group), in fp32 and bf16 weights (and fp8 block-scaled
 for the DeepSeek-V3 shapes), make-model writes a random checkpoint; `shardlm score` and
 transformers (fp32 math, eager attention) each compute the logits at every position of the same
-token sequence. Also stories260K when ../shared is present.
+token sequence. Also Qwen2, Qwen3, Qwen2-MoE and Qwen3-MoE with a sliding window over some of their
+layers, and stories260K when ../shared is present.
 
 For fp8 checkpoints the reference model gets the weights dequantised by the reference formula
 (fp8 -> fp32, times the block's scale_inv, rounded to bf16) in torch.
@@ -112,6 +113,15 @@ MODELS = [("tiny-llama", ["fp32", "bf16"]), ("tiny-qwen2", ["fp32", "bf16"]), ("
           ("tiny-mistral", ["fp32", "bf16"]), ("tiny-mixtral", ["fp32", "bf16"]), ("tiny-qwen2-moe", ["fp32", "bf16"]),
           ("tiny-qwen3-moe", ["fp32", "bf16"]), ("tiny-deepseek-v3", ["fp32", "bf16", "fp8"]),
           ("tiny-kimi-k2", ["fp32", "bf16", "fp8"])]
+# The same configs with a sliding window of 16 over the 100-token sequence, each architecture choosing
+# its layers: Qwen2 from max_window_layers on, Qwen2-MoE the even layers below it, Qwen3-MoE every
+# layer, and Qwen3 an explicit layer_types. And Qwen2-MoE without its q/k/v biases.
+SLIDING = {"use_sliding_window": True, "sliding_window": 16}
+VARIANTS = [("tiny-qwen2", "sw", dict(SLIDING, max_window_layers=2)),
+            ("tiny-qwen2-moe", "sw", dict(SLIDING, max_window_layers=3)),
+            ("tiny-qwen3-moe", "sw", SLIDING),
+            ("tiny-qwen3", "layer-types", dict(SLIDING, layer_types=["sliding_attention", "full_attention"] * 2)),
+            ("tiny-qwen2-moe", "no-qkv-bias", {"qkv_bias": False})]
 # make-model writes the same tokenizer for every config: checking four is plenty.
 TOKENIZER_CHECKED = {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral"}
 
@@ -144,10 +154,19 @@ def arg_parser():
     return ap
 
 
-def make_model(binary, cfg, out, dtype, rng, tokens):
-    """make-model's random checkpoint of inputs/models/CFG.json in OUT, and `tokens` random ids."""
-    subprocess.run([binary, "make-model", "--config", os.path.join(ROOT, "inputs", "models", cfg + ".json"),
-                    "--out", out, "--dtype", dtype, "--seed", "3"], check=True, capture_output=True)
+def make_model(binary, cfg, out, dtype, rng, tokens, patch=None):
+    """make-model's random checkpoint of inputs/models/CFG.json (its fields in PATCH replaced) in OUT,
+    and `tokens` random ids."""
+    config = os.path.join(ROOT, "inputs", "models", cfg + ".json")
+    if patch:
+        with open(config) as f:
+            fields = json.load(f)
+        fields.update(patch)
+        config = out + ".config.json"
+        with open(config, "w") as f:
+            json.dump(fields, f)
+    subprocess.run([binary, "make-model", "--config", config, "--out", out, "--dtype", dtype, "--seed", "3"],
+                   check=True, capture_output=True)
     with open(os.path.join(out, "config.json")) as f:
         vocab = json.load(f)["vocab_size"]
     return [int(x) for x in rng.integers(0, vocab, size=tokens)]
@@ -177,6 +196,12 @@ def main():
                 ok &= compare(f"{cfg} {dtype}", shardlm_logits(args.shardlm, d, ids, tmp), hf_logits(d, ids, tmp))
             if cfg in TOKENIZER_CHECKED:
                 ok &= compare_tokenizer(cfg, args.shardlm, d)
+        for cfg, variant, patch in VARIANTS:
+            if args.only and cfg not in args.only:
+                continue
+            d = os.path.join(tmp, f"{cfg}-{variant}")
+            ids = make_model(args.shardlm, cfg, d, "fp32", rng, args.tokens, patch)
+            ok &= compare(f"{cfg} {variant} fp32", shardlm_logits(args.shardlm, d, ids, tmp), hf_logits(d, ids, tmp))
         stories = os.path.join(args.shared, "models", "stories260K")
         if args.only:
             pass

@@ -29,7 +29,10 @@ struct ArchDefaults {
   bool attention_bias_from_config; // false for Mistral (never any bias)
   bool mlp_bias_from_config;       // Llama only
   bool qk_norm;                    // Qwen3
-  enum class Sliding { kNone, kAlways, kQwen } sliding;
+  // Which layers slide, as each architecture's transformers config builds layer_types: kAlways every
+  // layer (layer_types ignored), kQwen those from max_window_layers on, kQwen2Moe the even ones
+  // below it, kQwen3Moe every layer once use_sliding_window is set.
+  enum class Sliding { kNone, kAlways, kQwen, kQwen2Moe, kQwen3Moe } sliding;
   int64_t sliding_window_default;  // when the key is absent
   enum class Ffn { kDense, kMixtral, kQwenMoe, kDeepseek } ffn = Ffn::kDense;
   bool mla = false;                // Multi-head Latent Attention instead of GQA
@@ -45,11 +48,11 @@ const ArchDefaults kArchs[] = {
     {"Qwen3ForCausalLM", "qwen3", 32768, 128, false, true, true, false, true, ArchDefaults::Sliding::kQwen, 4096},
     {"MixtralForCausalLM", "mixtral", 4096 * 32, 0, false, false, false, false, false, ArchDefaults::Sliding::kAlways,
      0, ArchDefaults::Ffn::kMixtral, false, 1e-5, 1e6},
-    {"Qwen2MoeForCausalLM", "qwen2_moe", 32768, 0, true, false, false, false, false, ArchDefaults::Sliding::kQwen, 4096,
-     ArchDefaults::Ffn::kQwenMoe},
+    {"Qwen2MoeForCausalLM", "qwen2_moe", 32768, 0, true, false, false, false, false, ArchDefaults::Sliding::kQwen2Moe,
+     4096, ArchDefaults::Ffn::kQwenMoe},
     // Qwen3-MoE's config has no head_dim default (transformers takes hidden / heads), dense Qwen3's is 128.
-    {"Qwen3MoeForCausalLM", "qwen3_moe", 32768, 0, false, true, true, false, true, ArchDefaults::Sliding::kQwen, 4096,
-     ArchDefaults::Ffn::kQwenMoe},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", 32768, 0, false, true, true, false, true, ArchDefaults::Sliding::kQwen3Moe,
+     4096, ArchDefaults::Ffn::kQwenMoe},
     {"DeepseekV3ForCausalLM", "deepseek_v3", 4096, 0, false, false, false, false, false, ArchDefaults::Sliding::kNone,
      0, ArchDefaults::Ffn::kDeepseek, true},
 };
@@ -67,6 +70,7 @@ class Fields {
   Fields(const json& j, const std::string& origin) : j_(j), origin_(origin) {}
 
   bool present(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  bool contains(const char* key) const { return j_.contains(key); }
   const json& at(const char* key) const { return j_[key]; }
 
   int64_t integer(const char* key, std::optional<int64_t> dflt) const {
@@ -148,21 +152,39 @@ DType parse_torch_dtype(const std::string& s, const std::string& origin, const c
                       << "' (supported: float32, bfloat16, float16)");
 }
 
-// rope_scaling (or transformers v5's rope_parameters) object.
-RopeScaling parse_rope(const json& r, const std::string& origin, const std::string& field) {
+// The RoPE object (rope_scaling, or transformers v5's rope_parameters), read as transformers 5's
+// standardize_rope_params completes it: no type is "default"; llama3 and yarn take
+// original_max_position_embeddings from the top level where config.json has one there (Phi-3 style,
+// transformers' own exception), else from the object, else max_position_embeddings.
+RopeScaling parse_rope(const json& r, const std::string& origin, const std::string& field, const Fields& f,
+                       int64_t max_position_embeddings) {
   RopeScaling rs;
   if (r.is_null()) return rs;
   SHARDLM_CHECK(r.is_object(), origin << ": field '" << field << "' must be an object or null, got " << r.dump());
-  std::string type_key = r.contains("rope_type") ? "rope_type" : "type";
-  SHARDLM_CHECK(r.contains(type_key) && r[type_key].is_string(),
-                origin << ": field '" << field << ".rope_type' (or '" << field
-                       << ".type') is missing (supported: \"default\", \"linear\", \"llama3\", \"yarn\")");
-  const std::string type = r[type_key].get<std::string>();
-  const std::string sub_origin = origin;
+  const char* type_key = r.contains("rope_type") && !r["rope_type"].is_null() ? "rope_type" : "type";
+  std::string type = "default";
+  if (r.contains(type_key) && !r[type_key].is_null()) {
+    SHARDLM_CHECK(r[type_key].is_string(), origin << ": field '" << field << "." << type_key << "' must be a string");
+    type = r[type_key].get<std::string>();
+  }
+  if (r.contains("partial_rotary_factor") && !r["partial_rotary_factor"].is_null()) {
+    SHARDLM_CHECK(r["partial_rotary_factor"].is_number() && r["partial_rotary_factor"].get<double>() == 1.0,
+                  origin << ": field '" << field << ".partial_rotary_factor' is " << r["partial_rotary_factor"].dump()
+                         << ": RoPE over part of each head is not supported");
+  }
   auto num = [&](const char* k) -> double {
     SHARDLM_CHECK(r.contains(k) && r[k].is_number(),
                   origin << ": field '" << field << "." << k << "' is required for rope_type " << type);
     return r[k].get<double>();
+  };
+  auto original_max_positions = [&]() -> int64_t {
+    if (f.present("original_max_position_embeddings")) return f.integer("original_max_position_embeddings", 0);
+    if (!r.contains("original_max_position_embeddings") || r["original_max_position_embeddings"].is_null())
+      return max_position_embeddings;
+    const double omp = num("original_max_position_embeddings");
+    SHARDLM_CHECK(omp == static_cast<double>(static_cast<int64_t>(omp)),
+                  origin << ": field '" << field << ".original_max_position_embeddings' must be an integer");
+    return static_cast<int64_t>(omp);
   };
   if (type == "default") return rs;
   if (type == "linear") {
@@ -173,17 +195,17 @@ RopeScaling parse_rope(const json& r, const std::string& origin, const std::stri
     rs.factor = num("factor");
     rs.low_freq_factor = num("low_freq_factor");
     rs.high_freq_factor = num("high_freq_factor");
-    double omp = num("original_max_position_embeddings");
-    SHARDLM_CHECK(omp == static_cast<double>(static_cast<int64_t>(omp)),
-                  origin << ": field '" << field << ".original_max_position_embeddings' must be an integer");
-    rs.original_max_position_embeddings = static_cast<int64_t>(omp);
+    rs.original_max_position_embeddings = original_max_positions();
   } else if (type == "yarn") {
     rs.kind = RopeScaling::Kind::kYarn;
-    rs.factor = num("factor");
-    const double omp = num("original_max_position_embeddings");
-    SHARDLM_CHECK(omp == static_cast<double>(static_cast<int64_t>(omp)) && omp > 0,
-                  origin << ": field '" << field << ".original_max_position_embeddings' must be a positive integer");
-    rs.original_max_position_embeddings = static_cast<int64_t>(omp);
+    rs.original_max_position_embeddings = original_max_positions();
+    SHARDLM_CHECK(rs.original_max_position_embeddings > 0,
+                  origin << ": field 'original_max_position_embeddings' must be positive, got "
+                         << rs.original_max_position_embeddings);
+    // A null factor is the context's extension, as transformers' yarn computes it.
+    rs.factor = r.contains("factor") && r["factor"].is_null()
+                    ? static_cast<double>(max_position_embeddings) / rs.original_max_position_embeddings
+                    : num("factor");
     auto opt = [&](const char* k, double dflt) {
       if (!r.contains(k) || r[k].is_null()) return dflt;
       SHARDLM_CHECK(r[k].is_number(), origin << ": field '" << field << "." << k << "' must be a number");
@@ -207,6 +229,53 @@ RopeScaling parse_rope(const json& r, const std::string& origin, const std::stri
   }
   SHARDLM_CHECK(rs.factor > 0, origin << ": field '" << field << ".factor' must be positive");
   return rs;
+}
+
+// The sliding window and the layers it applies to, as transformers 5 builds them.
+void parse_sliding_window(const json& j, const Fields& f, const ArchDefaults& arch, const std::string& origin,
+                          ModelSpec* s) {
+  if (arch.sliding == ArchDefaults::Sliding::kNone) return;
+  int64_t window = arch.sliding_window_default;
+  if (j.contains("sliding_window")) window = j["sliding_window"].is_null() ? 0 : f.integer("sliding_window", 0);
+  // Only Mistral and Mixtral slide without use_sliding_window.
+  if (arch.sliding != ArchDefaults::Sliding::kAlways && !f.boolean("use_sliding_window", false)) window = 0;
+  SHARDLM_CHECK(window >= 0, origin << ": field 'sliding_window' must be non-negative, got " << window);
+  if (window == 0) return;
+  const int64_t n = s->num_layers;
+  std::vector<uint8_t> slides(static_cast<size_t>(std::max<int64_t>(n, 0)), 0);
+  const bool reads_layer_types =
+      arch.sliding == ArchDefaults::Sliding::kQwen || arch.sliding == ArchDefaults::Sliding::kQwen2Moe;
+  if (reads_layer_types && f.present("layer_types")) {
+    const json& types = f.at("layer_types");
+    SHARDLM_CHECK(types.is_array() && static_cast<int64_t>(types.size()) == n,
+                  origin << ": field 'layer_types' must list one type per layer (num_hidden_layers = " << n << "), got "
+                         << (types.is_array() ? std::to_string(types.size()) + " entries" : "no list"));
+    for (int64_t i = 0; i < n; ++i) {
+      const json& t = types[static_cast<size_t>(i)];
+      const bool known = t.is_string() && (t == "full_attention" || t == "sliding_attention");
+      SHARDLM_CHECK(known, origin << ": field 'layer_types' entry " << i << " is " << t.dump().substr(0, 60)
+                                  << " (supported: \"full_attention\", \"sliding_attention\")");
+      slides[static_cast<size_t>(i)] = t == "sliding_attention";
+    }
+  } else {
+    const int64_t max_window_layers = f.integer("max_window_layers", 28);
+    for (int64_t i = 0; i < n; ++i) {
+      switch (arch.sliding) {
+        case ArchDefaults::Sliding::kQwen:
+          slides[i] = i >= max_window_layers;
+          break;
+        case ArchDefaults::Sliding::kQwen2Moe:
+          slides[i] = i % 2 == 0 && i < max_window_layers;
+          break;
+        default:
+          slides[i] = 1;
+          break;
+      }
+    }
+  }
+  if (std::find(slides.begin(), slides.end(), 1) == slides.end()) return;  // no layer slides
+  s->sliding_window = window;
+  s->sliding_layers = std::move(slides);
 }
 
 // Mixture-of-Experts fields, named as each architecture's config names them.
@@ -292,7 +361,8 @@ void parse_moe(const json& j, const Fields& f, const ArchDefaults& arch, const s
 void parse_mla(const Fields& f, const ArchDefaults& arch, const std::string& origin, ModelSpec* s) {
   if (!arch.mla) return;
   MlaSpec& a = s->mla;
-  a.q_lora_rank = f.integer("q_lora_rank", 0);  // null: q_proj straight from the hidden state
+  // Absent is transformers' default 1536 (DeepSeek-V3's); null is q_proj straight from the hidden state.
+  a.q_lora_rank = f.contains("q_lora_rank") ? f.integer("q_lora_rank", 0) : 1536;
   a.kv_lora_rank = f.integer("kv_lora_rank", std::nullopt);
   a.qk_nope_head_dim = f.integer("qk_nope_head_dim", std::nullopt);
   a.qk_rope_head_dim = f.integer("qk_rope_head_dim", std::nullopt);
@@ -384,7 +454,8 @@ ModelSpec parse_impl(const std::string& config_json, const std::string& gen_json
   // Biases and norms, as each architecture's modeling code builds them.
   const bool attention_bias = f.boolean("attention_bias", false);
   if (arch->qkv_bias_always) {
-    s.attention_bias = true;
+    // Qwen2-MoE's config has a qkv_bias switch (true by default); Qwen2's has none.
+    s.attention_bias = arch->ffn != ArchDefaults::Ffn::kQwenMoe || f.boolean("qkv_bias", true);
     s.o_proj_bias = false;
   } else if (arch->attention_bias_from_config) {
     s.attention_bias = attention_bias;
@@ -393,48 +464,33 @@ ModelSpec parse_impl(const std::string& config_json, const std::string& gen_json
   s.mlp_bias = arch->mlp_bias_from_config && f.boolean("mlp_bias", false);
   s.qk_norm = arch->qk_norm;
 
-  // Sliding window.
-  if (arch->sliding != ArchDefaults::Sliding::kNone) {
-    int64_t window = 0;
-    if (!j.contains("sliding_window")) {
-      window = arch->sliding_window_default;
-    } else if (!j["sliding_window"].is_null()) {
-      window = f.integer("sliding_window", std::nullopt);
-    }
-    if (arch->sliding == ArchDefaults::Sliding::kAlways) {
-      s.sliding_window = window;
-      s.sliding_window_first_layer = 0;
-    } else if (f.boolean("use_sliding_window", false) && window > 0) {
-      s.sliding_window = window;
-      s.sliding_window_first_layer = f.integer("max_window_layers", 28);
-      if (s.sliding_window_first_layer >= s.num_layers) s.sliding_window = 0;  // no layer slides
-    }
-  }
+  parse_sliding_window(j, f, *arch, origin, &s);
 
   parse_moe(j, f, *arch, origin, &s);
   parse_mla(f, *arch, origin, &s);
   parse_quant(j, origin, &s);
 
-  // RoPE: transformers <= 4.x writes rope_theta + rope_scaling; v5 writes rope_parameters.
-  const json* rope_params = (j.contains("rope_parameters") && j["rope_parameters"].is_object())
-                                ? &j["rope_parameters"] : nullptr;
-  // Where both are given, rope_parameters' wins: transformers v5 reads the top-level value only as
-  // a default for it (standardize_rope_params).
-  if (rope_params && rope_params->contains("rope_theta") && !(*rope_params)["rope_theta"].is_null()) {
-    SHARDLM_CHECK((*rope_params)["rope_theta"].is_number(),
-                  origin << ": field 'rope_parameters.rope_theta' must be a number");
-    s.rope_theta = (*rope_params)["rope_theta"].get<double>();
-  } else if (f.present("rope_theta")) {
-    s.rope_theta = f.number("rope_theta", arch->rope_theta);
+  // RoPE: transformers <= 4.x writes rope_theta + rope_scaling; v5 writes rope_parameters. As v5
+  // reads them (convert_rope_params_to_dict): a rope_scaling that is not null or {} replaces
+  // rope_parameters whole; the object's rope_theta wins over the top-level one, which fills in for it.
+  const auto truthy = [&](const char* key) {
+    return j.contains(key) && !j[key].is_null() && !(j[key].is_object() && j[key].empty());
+  };
+  const char* rope_field = truthy("rope_scaling") ? "rope_scaling" : truthy("rope_parameters") ? "rope_parameters" : "";
+  const json rope = *rope_field ? j[rope_field] : json(nullptr);
+  if (rope.is_object() && rope.contains("rope_theta") && !rope["rope_theta"].is_null()) {
+    SHARDLM_CHECK(rope["rope_theta"].is_number(),
+                  origin << ": field '" << rope_field << ".rope_theta' must be a number");
+    s.rope_theta = rope["rope_theta"].get<double>();
   } else {
-    s.rope_theta = arch->rope_theta;
+    s.rope_theta = f.number("rope_theta", arch->rope_theta);
   }
-  // A null rope_scaling (a 4.x config carried forward) does not hide v5's rope_parameters.
-  if (f.present("rope_scaling")) {
-    s.rope_scaling = parse_rope(j["rope_scaling"], origin, "rope_scaling");
-  } else if (rope_params) {
-    s.rope_scaling = parse_rope(*rope_params, origin, "rope_parameters");
+  if (f.present("partial_rotary_factor")) {
+    SHARDLM_CHECK(f.number("partial_rotary_factor", 1.0) == 1.0,
+                  origin << ": field 'partial_rotary_factor' is " << f.at("partial_rotary_factor").dump()
+                         << ": RoPE over part of each head is not supported");
   }
+  if (*rope_field) s.rope_scaling = parse_rope(rope, origin, rope_field, f, s.max_position_embeddings);
 
   // dtype: "torch_dtype" (transformers 4.x) or "dtype" (v5).
   if (f.present("torch_dtype")) {

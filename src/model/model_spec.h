@@ -92,9 +92,10 @@ struct ModelSpec {
   bool mlp_bias = false;
   bool qk_norm = false;          // Qwen3: RMSNorm over each head of q and k before RoPE
   int64_t sliding_window = 0;    // 0: full attention
-  // First layer that uses the sliding window (Qwen2/Qwen3 apply it only to layers >=
-  // max_window_layers; Mistral to every layer). Meaningless when sliding_window is 0.
-  int64_t sliding_window_first_layer = 0;
+  // Per layer, 1 where it attends through the sliding window: every layer for Mistral, Mixtral and
+  // Qwen3-MoE; for Qwen2/Qwen3 and Qwen2-MoE config.json's layer_types, else each one's rule over
+  // max_window_layers. Empty when sliding_window is 0.
+  std::vector<uint8_t> sliding_layers;
   std::string hidden_act = "silu";
   DType torch_dtype = DType::F32;
   int32_t bos_token_id = -1;
@@ -117,7 +118,8 @@ struct ModelSpec {
   static const std::vector<std::string>& supported_architectures();
   // True when LAYER attends through the sliding window.
   bool layer_uses_sliding_window(int64_t layer) const {
-    return sliding_window > 0 && layer >= sliding_window_first_layer;
+    return sliding_window > 0 && layer >= 0 && layer < static_cast<int64_t>(sliding_layers.size()) &&
+           sliding_layers[layer] != 0;
   }
 };
 

@@ -12,6 +12,7 @@
 #include <iterator>
 #include <map>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "common/cli_runner.h"
@@ -231,6 +232,8 @@ std::map<int, pid_t> ranks_of_job(const std::string& marker) {
 struct FaultRun {
   test::Proc proc;
   double seconds;
+  std::string command;  // the job's command line, without the redirection of its output
+  fs::path out;         // its result file
 };
 
 // Starts a long tp=2 run, waits until its progress line shows generation under way and both ranks
@@ -243,9 +246,11 @@ FaultRun run_with_fault(int sig, const std::string& tag, double comm_timeout, co
   test::write_file(d / "p.jsonl", lines);
   const std::string marker = (d / "fault.h5").string();
   const std::string log = (d / "log").string();
-  const std::string cmd = mpirun(2) + shardlm_bin() + " run --model " + model + " --prompts " + (d / "p.jsonl").string() +
+  const std::string job = mpirun(2) + shardlm_bin() + " run --model " + model + " --prompts " +
+                          (d / "p.jsonl").string() +
                           " --tp 2 --threads 1 --progress-interval 0.05 --max-seqs 4 --comm-timeout " +
-                          std::to_string(comm_timeout) + extra + " --out " + marker + " > " + log + " 2>&1";
+                          std::to_string(comm_timeout) + extra + " --out " + marker;
+  const std::string cmd = job + " > " + log + " 2>&1";
   const auto t0 = std::chrono::steady_clock::now();
   FILE* f = popen(cmd.c_str(), "r");
   std::map<int, pid_t> ranks;
@@ -270,6 +275,8 @@ FaultRun run_with_fault(int sig, const std::string& tag, double comm_timeout, co
     for (const auto& [rank, pid] : ranks) kill(pid, SIGKILL);
   }
   FaultRun r;
+  r.command = job;
+  r.out = marker;
   const int st = pclose(f);
   r.proc.out = test::read_file(log);
   r.proc.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
@@ -281,13 +288,41 @@ FaultRun run_with_fault(int sig, const std::string& tag, double comm_timeout, co
 
 // A rank killed outright: the launcher sees it exit and ends the job, naming the rank and the
 // signal (Open MPI's mpiexec: "process rank 1 ... exited on signal 9"); its peer, waiting in a
-// collective, must not keep the job alive.
+// collective, must not keep the job alive. What rank 0 had committed stays readable and whole, and
+// --resume finishes the job: every request once, each the greedy reference.
 TEST(Faults, KilledRankEndsTheJobNamingIt) {
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
   FaultRun r = run_with_fault(SIGKILL, "kill", 10);
   EXPECT_NE(r.proc.code, 0) << r.proc.out;
   EXPECT_LT(r.seconds, 60);
   EXPECT_TRUE(std::regex_search(r.proc.out, std::regex("process rank 1 .* exited on signal 9"))) << r.proc.out;
+
+  // Every request of the job is prompt [1], 300 tokens, greedy: the reference's 200 tokens first.
+  const std::vector<int32_t> reference = test::read_ids(model + "/expected_greedy_from_bos.ids");
+  auto expect_whole_rows = [&](const char* when) -> std::vector<std::string> {
+    test::H5Reader h(r.out);
+    EXPECT_TRUE(h.ok()) << when << ": the file must stay readable";
+    const auto ids = h.strings("/requests/id");
+    const auto outs = h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32);
+    EXPECT_EQ(outs.size(), ids.size()) << when;
+    for (size_t i = 0; i < std::min(ids.size(), outs.size()); ++i) {
+      EXPECT_EQ(outs[i].size(), 300u) << when << ": row " << i << " (" << ids[i] << ")";
+      if (outs[i].size() < reference.size()) continue;
+      EXPECT_TRUE(std::equal(reference.begin(), reference.end(), outs[i].begin()))
+          << when << ": row " << i << " (" << ids[i] << ") is not the greedy reference";
+    }
+    return ids;
+  };
+  const size_t committed = expect_whole_rows("after the kill").size();
+  EXPECT_LT(committed, 400u);
+
+  Proc resumed = sh(r.command + " --resume -q");
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  const auto ids = expect_whole_rows("after --resume");
+  std::set<std::string> want, got(ids.begin(), ids.end());
+  for (int i = 0; i < 400; ++i) want.insert("f" + std::to_string(i));
+  EXPECT_EQ(ids.size(), 400u);
+  EXPECT_EQ(got, want);
 }
 
 // A rank that stops answering (not dead, so the launcher does not notice) makes its peers' waits

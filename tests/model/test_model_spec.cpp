@@ -225,12 +225,48 @@ TEST(ModelSpec, RopeScalingVariants) {
       "rope_parameters": {"rope_type": "linear", "factor": 4.0})"),
                                    "", "m/config.json");
   EXPECT_DOUBLE_EQ(old.rope_scaling.factor, 2.0);
-  expect_error([&] { ModelSpec::parse(with(R"("rope_scaling": {"factor": 4.0})"), "", "m/config.json"); },
-               {"rope_scaling.rope_type", "rope_scaling.type", "yarn"});
+  expect_error([&] { ModelSpec::parse(with(R"("rope_scaling": {"rope_type": 4})"), "", "m/config.json"); },
+               {"m/config.json", "rope_scaling.rope_type' must be a string"});
+  expect_error([&] { ModelSpec::parse(with(R"("partial_rotary_factor": 0.5)"), "", "m/config.json"); },
+               {"m/config.json", "partial_rotary_factor", "not supported"});
   expect_error([&] { ModelSpec::parse(with(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})"), "", "m/config.json"); },
                {"m/config.json", "rope_scaling", "yarn"});
   expect_error([&] { ModelSpec::parse(with(R"("rope_scaling": {"rope_type": "llama3", "factor": 4.0})"), "", "m/config.json"); },
                {"m/config.json", "rope_scaling.low_freq_factor"});
+}
+
+// What transformers 5.25 builds from configs that mix the 4.x and v5 layouts, printed from
+// LlamaConfig(...).rope_parameters (and the llama3 init function for the top-level
+// original_max_position_embeddings, which wins only when the model is built).
+TEST(ModelSpec, RopeFieldsCompletedAsTransformersDoes) {
+  auto parse = [](const char* extra) {
+    std::string t = kMinimalLlama;
+    t.insert(t.size() - 1, std::string(", \"max_position_embeddings\": 2048, ") + extra);
+    return ModelSpec::parse(t, "", "m/config.json");
+  };
+  // rope_scaling replaces rope_parameters whole, its own rope_theta included.
+  ModelSpec a =
+      parse(R"("rope_theta": 10000.0, "rope_scaling": {"rope_type": "linear", "factor": 2.0, "rope_theta": 50000.0})");
+  EXPECT_DOUBLE_EQ(a.rope_theta, 50000.0);
+  ModelSpec b = parse(R"("rope_theta": 500000.0, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+                         "rope_scaling": {"rope_type": "linear", "factor": 2.0})");
+  EXPECT_EQ(b.rope_scaling.kind, RopeScaling::Kind::kLinear);
+  EXPECT_DOUBLE_EQ(b.rope_theta, 500000.0);
+  // No type is the default RoPE; an empty rope_scaling hides nothing.
+  EXPECT_EQ(parse(R"("rope_scaling": {"factor": 4.0})").rope_scaling.kind, RopeScaling::Kind::kNone);
+  ModelSpec d = parse(R"("rope_scaling": {}, "rope_parameters": {"rope_type": "linear", "factor": 4.0})");
+  EXPECT_EQ(d.rope_scaling.kind, RopeScaling::Kind::kLinear);
+  EXPECT_DOUBLE_EQ(d.rope_scaling.factor, 4.0);
+  // llama3's pretraining length: max_position_embeddings when absent; a top-level one wins.
+  const char* llama3 = R"("rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0)";
+  EXPECT_EQ(
+      parse((std::string(R"("rope_scaling": {)") + llama3 + "}").c_str()).rope_scaling.original_max_position_embeddings,
+      2048);
+  EXPECT_EQ(parse((std::string(R"("original_max_position_embeddings": 512, "rope_scaling": {)") + llama3 +
+                   R"(, "original_max_position_embeddings": 256})")
+                      .c_str())
+                .rope_scaling.original_max_position_embeddings,
+            512);
 }
 
 TEST(ModelSpec, EosMergedWithGenerationConfig) {

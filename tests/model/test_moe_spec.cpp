@@ -91,6 +91,29 @@ TEST(MoeSpec, DeepseekV3AndKimiK2) {
   EXPECT_EQ(k.model_type, "kimi_k2");
 }
 
+// Fields transformers 5.25 reads that are easy to miss: Qwen2-MoE's qkv_bias switch, DeepSeek-V3's
+// q_lora_rank default (1536 when absent, none when null), and a yarn factor of null (the context's
+// extension, max_position_embeddings / original_max_position_embeddings).
+TEST(MoeSpec, QkvBiasQLoraRankAndYarnFactorAsTransformersReadThem) {
+  auto with = [](const std::string& name, const std::string& from, const std::string& to) {
+    std::string text = test::read_file(inputs(name));
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+    return ModelSpec::parse(text, "", name);
+  };
+  EXPECT_TRUE(parse_input("tiny-qwen2-moe.json").attention_bias);
+  EXPECT_FALSE(with("tiny-qwen2-moe.json", "\"hidden_act\"", "\"qkv_bias\": false, \"hidden_act\"").attention_bias);
+  EXPECT_EQ(with("tiny-deepseek-v3.json", "\"q_lora_rank\": 96,", "").mla.q_lora_rank, 1536);
+  EXPECT_EQ(with("tiny-deepseek-v3.json", "\"q_lora_rank\": 96,", "\"q_lora_rank\": null,").mla.q_lora_rank, 0);
+  EXPECT_DOUBLE_EQ(with("tiny-deepseek-v3.json", "\"factor\": 4.0,", "\"factor\": null,").rope_scaling.factor,
+                   1024.0 / 256.0);
+  EXPECT_DOUBLE_EQ(
+      with("tiny-deepseek-v3.json", "\"max_position_embeddings\": 1024,", "\"max_position_embeddings\": 2048,")
+          .rope_scaling.factor,
+      4.0);
+}
+
 // A DeepSeek-V3 config without the routing fields takes transformers' DeepseekV3Config defaults
 // (n_group 8, topk_group 4, routed_scaling_factor 2.5, one shared expert, 3 dense layers first).
 TEST(MoeSpec, DeepseekV3DefaultsAreTransformers) {
