@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/shared_data.h"
 #include "core/error.h"
@@ -77,7 +79,19 @@ TEST(ModelSpec, TransformersDefaults) {
   // Qwen3 defaults head_dim to 128, not hidden / heads.
   std::string q3 = kMinimalLlama;
   q3.replace(q3.find("LlamaForCausalLM"), 16, "Qwen3ForCausalLM");
+  q3.insert(q3.size() - 1, R"(, "num_key_value_heads": 8)");
   EXPECT_EQ(ModelSpec::parse(q3, "", "m/config.json").head_dim, 128);
+  // num_key_value_heads: each config class's own default when absent (printed from transformers
+  // 5.25 for 32 heads), the head count for Llama and when null.
+  for (const auto& [arch, kv] : std::vector<std::pair<std::string, int64_t>>{
+           {"LlamaForCausalLM", 32}, {"MistralForCausalLM", 8}, {"Qwen2ForCausalLM", 32}, {"Qwen3ForCausalLM", 32}}) {
+    std::string t = kMinimalLlama;
+    t.replace(t.find("LlamaForCausalLM"), 16, arch);
+    t.replace(t.find("\"num_attention_heads\": 8"), 24, "\"num_attention_heads\": 32");
+    EXPECT_EQ(ModelSpec::parse(t, "", "m/config.json").num_kv_heads, kv) << arch;
+    t.insert(t.size() - 1, R"(, "num_key_value_heads": null)");
+    EXPECT_EQ(ModelSpec::parse(t, "", "m/config.json").num_kv_heads, 32) << arch << ", null";
+  }
   // Mistral defaults sliding_window to 4096 when the key is absent.
   std::string mi = kMinimalLlama;
   mi.replace(mi.find("LlamaForCausalLM"), 16, "MistralForCausalLM");
@@ -160,7 +174,7 @@ TEST(ModelSpec, BiasRulesPerArchitecture) {
   auto with = [](const char* arch, const char* extra) {
     std::string t = kMinimalLlama;
     t.replace(t.find("LlamaForCausalLM"), 16, arch);
-    t.insert(t.size() - 1, std::string(", ") + extra);
+    t.insert(t.size() - 1, std::string(", \"num_key_value_heads\": 8, ") + extra);
     return ModelSpec::parse(t, "", "m/config.json");
   };
   ModelSpec llama = with("LlamaForCausalLM", R"("attention_bias": true, "mlp_bias": true)");
