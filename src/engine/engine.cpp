@@ -123,7 +123,9 @@ std::unique_ptr<Sequence> Engine::prepare(const ParsedRequest& req, double now, 
   s->result.prompt_tokens = ids;
   s->result.t_queued = now;
   s->tokens = std::move(ids);
+  // As vLLM: the output decodes as the prompt's continuation (SentencePiece's leading space stays).
   s->decoder = std::make_unique<StreamDecoder>(tok_);
+  s->decoder->prime(detokenization_context(tok_, s->tokens));
   return s;
 }
 
@@ -138,25 +140,23 @@ bool Engine::append_token(Sequence& s, const Sample& smp, double now) {
           s.params.stop_token_ids.end()) {
     // As vLLM: the stop token's id stays in output_tokens, its text stays out of output_text (an
     // EOS that is a special token has none anyway).
-    r.output_text = tok_.decode(std::vector<int32_t>(r.output_tokens.begin(), r.output_tokens.end() - 1));
+    r.output_text = s.text;
     s.text_final = true;
     r.finish_reason = FinishReason::kStop;
     return true;
   }
-  if (!s.params.stop.empty()) {
-    const size_t before = s.text.size();
-    s.text += s.decoder->push(smp.token);
-    for (const std::string& stop : s.params.stop) {
-      // Only the new text and the stop string's length before it can hold a new match.
-      const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
-      const size_t at = s.text.find(stop, from);
-      if (at != std::string::npos) {
-        s.text.resize(at);
-        r.output_text = s.text;
-        s.text_final = true;
-        r.finish_reason = FinishReason::kStop;
-        return true;
-      }
+  const size_t before = s.text.size();
+  s.text += s.decoder->push(smp.token);
+  for (const std::string& stop : s.params.stop) {
+    // Only the new text and the stop string's length before it can hold a new match.
+    const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
+    const size_t at = s.text.find(stop, from);
+    if (at != std::string::npos) {
+      s.text.resize(at);
+      r.output_text = s.text;
+      s.text_final = true;
+      r.finish_reason = FinishReason::kStop;
+      return true;
     }
   }
   if (static_cast<int64_t>(r.output_tokens.size()) >= s.params.max_tokens || s.len() >= max_model_len_) {
@@ -168,8 +168,8 @@ bool Engine::append_token(Sequence& s, const Sample& smp, double now) {
 
 void Engine::finalize(Sequence& s, double now) {
   s.result.t_finished = now;
-  // A stop string has already cut the text; otherwise decode the whole output once.
-  if (!s.text_final) s.result.output_text = tok_.decode(s.result.output_tokens);
+  // As vLLM's, the text is what the stream gave: characters the output left unfinished stay out.
+  if (!s.text_final) s.result.output_text = s.text;
 }
 
 RunStats Engine::run(RequestSource& source, ResultSink& sink) {

@@ -20,8 +20,8 @@ struct Sequence {
   std::vector<int32_t> blocks;   // physical KV blocks, in logical order
   int64_t arrival = 0;           // order in which it was read (FIFO admission)
   int32_t preemptions = 0;
-  std::unique_ptr<StreamDecoder> decoder;  // detokenises the output incrementally
-  std::string text;                        // output text so far (for stop strings)
+  std::unique_ptr<StreamDecoder> decoder;  // detokenises the output incrementally, after the prompt's tail
+  std::string text;                        // output text so far: complete characters only
   bool text_final = false;                 // output_text is set: cut at a stop string or before a stop token
 
   int64_t prompt_len() const { return static_cast<int64_t>(result.prompt_tokens.size()); }

@@ -1,4 +1,5 @@
 // StreamDecoder: incremental detokenisation by decoding a short suffix window of ids.
+#include <algorithm>
 #include <string_view>
 #include <vector>
 
@@ -29,6 +30,21 @@ bool ends_mid_character(const Tokenizer& tok, const std::vector<int32_t>& ids, s
 }
 
 }  // namespace
+
+void StreamDecoder::prime(const std::vector<int32_t>& context) {
+  for (int32_t id : context) push(id);
+}
+
+std::vector<int32_t> detokenization_context(const Tokenizer& tok, const std::vector<int32_t>& prompt) {
+  const size_t n = prompt.size();
+  if (n > 4) {
+    for (size_t len = 4; len <= std::min<size_t>(n, 23); ++len) {
+      std::vector<int32_t> suffix(prompt.end() - static_cast<std::ptrdiff_t>(len), prompt.end());
+      if (tok.decode(suffix).find(kReplacement) == std::string::npos) return suffix;
+    }
+  }
+  return prompt;
+}
 
 std::string StreamDecoder::push(int32_t id) {
   ids_.push_back(id);

@@ -46,6 +46,9 @@ class Tokenizer {
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tok, bool skip_special = true) : tok_(tok), skip_special_(skip_special) {}
+  // Decodes CONTEXT (a prompt's tail, detokenization_context's) without returning its text, so that
+  // what follows decodes as a continuation: SentencePiece keeps the space before the first word.
+  void prime(const std::vector<int32_t>& context);
   std::string push(int32_t id);
   // Whatever is held back (an incomplete character at the end, emitted as U+FFFD replacement).
   // Ends the stream: a later push starts a new sequence (first-token space stripping applies).
@@ -62,5 +65,10 @@ class StreamDecoder {
   size_t prefix_off_ = 0;
   size_t read_off_ = 0;
 };
+
+// The prompt's tail an output is decoded after, as vLLM's incremental detokenizer chooses it: the
+// whole prompt up to 4 tokens, else the shortest suffix of 4 to 23 tokens that decodes without
+// U+FFFD (one that starts mid-character would), else the whole prompt.
+std::vector<int32_t> detokenization_context(const Tokenizer& tok, const std::vector<int32_t>& prompt);
 
 }  // namespace shardlm

@@ -44,6 +44,26 @@ TEST(Stories260K, TextPromptGetsBosAndContinuesTheReference) {
   EXPECT_EQ(r.output_tokens, std::vector<int32_t>(expected.begin() + 4, expected.begin() + 54));
 }
 
+// As vLLM's detokenizer, the output decodes as the prompt's continuation: after "Once upon a time,"
+// the text is " there was", where decode() of the output alone drops SentencePiece's first space,
+// and a stop string " there" matches the first token (text and figures from tokenizers' DecodeStream
+// primed with the prompt, as vLLM primes it).
+TEST(Stories260K, OutputTextContinuesThePrompt) {
+  SHARDLM_REQUIRE_SHARED(dir, "models/stories260K");
+  test::LoadedModel m(dir);
+  ParsedRequest stop = test::text_request("stop", "Once upon a time,", 20);
+  stop.overrides.stop = std::vector<std::string>{" there"};
+  auto out = m.run({test::text_request("t", "Once upon a time,", 8), stop});
+  const RequestResult& r = out.by_id("t");
+  ASSERT_EQ(r.output_tokens, (std::vector<int32_t>{383, 286, 261, 376, 298, 315, 421, 395}));
+  EXPECT_EQ(m.tok->decode(r.output_tokens), "there was a little girl named");
+  EXPECT_EQ(r.output_text, " there was a little girl named");
+  const RequestResult& s = out.by_id("stop");
+  EXPECT_EQ(s.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(s.output_tokens, (std::vector<int32_t>{383}));
+  EXPECT_EQ(s.output_text, "");
+}
+
 // Many requests with different prompts, sampled at temperature > 0: every request gives the same
 // tokens and bit-identical logprobs alone, inside a batch of 64 others, with tiny prefill chunks,
 // and with a KV cache so small that sequences are preempted and recomputed.

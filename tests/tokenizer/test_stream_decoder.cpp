@@ -107,5 +107,29 @@ TEST(StreamDecoder, StoriesGreedyOutputStreams) {
   EXPECT_EQ(stream_all(*tok, tok->encode(mixed), true, nullptr), mixed);
 }
 
+// Primed with the prompt's tail, the first output word keeps its SentencePiece space, as in vLLM
+// (" there" after "Once upon a time,": plain decode() of the output gives "there"). The tail is
+// vLLM's: the whole prompt up to 4 tokens, else the shortest suffix from 4 on without U+FFFD.
+TEST(StreamDecoder, PrimedWithThePromptKeepsTheFirstSpace) {
+  SHARDLM_REQUIRE_SHARED(dir, "models/stories260K");
+  auto tok = Tokenizer::load(dir);
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432};  // BOS "Once upon a time,"
+  EXPECT_EQ(tok->decode({383, 286}), "there was");
+  StreamDecoder sd(*tok);
+  sd.prime(detokenization_context(*tok, prompt));
+  EXPECT_EQ(sd.push(383), " there");
+  EXPECT_EQ(sd.push(286), " was");
+  // BOS alone is all the context there is: the first word has no space before it (as in vLLM).
+  StreamDecoder bos(*tok);
+  bos.prime(detokenization_context(*tok, {1}));
+  EXPECT_EQ(bos.push(403), "Once");
+
+  EXPECT_EQ(detokenization_context(*tok, {1, 403, 407}), (std::vector<int32_t>{1, 403, 407}));
+  EXPECT_EQ(detokenization_context(*tok, prompt), (std::vector<int32_t>{407, 261, 378, 432}));
+  // A suffix that starts inside a character (the continuation bytes of U+4F60) is passed over.
+  const std::vector<int32_t> cut = {403, 3 + 0xE4, 3 + 0xBD, 3 + 0xA0, 407, 261};
+  EXPECT_EQ(detokenization_context(*tok, cut), (std::vector<int32_t>{3 + 0xE4, 3 + 0xBD, 3 + 0xA0, 407, 261}));
+}
+
 }  // namespace
 }  // namespace shardlm
