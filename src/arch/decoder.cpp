@@ -69,8 +69,13 @@ class Decoder final : public Model {
     // as long as the model.
     weights_ = std::make_unique<WeightLoader>(ckpt, b_, spec.quant.block_rows, spec.quant.block_cols);
     WeightLoader& w = *weights_;
+    // Tied embeddings saved under lm_head.weight alone serve as the table too (transformers ties
+    // them whichever of the two the file holds).
+    const bool table_in_lm_head =
+        spec.tie_word_embeddings && !ckpt.has("model.embed_tokens.weight") && ckpt.has("lm_head.weight");
     if (plan.first_stage())
-      embed_ = w.rows("model.embed_tokens.weight", spec.vocab_size, H, plan.vocab0, plan.vocab, WeightUse::kTable);
+      embed_ = w.rows(table_in_lm_head ? "lm_head.weight" : "model.embed_tokens.weight", spec.vocab_size, H,
+                      plan.vocab0, plan.vocab, WeightUse::kTable);
     if (plan.last_stage()) {
       final_norm_ = w.vec("model.norm.weight", H);
       const bool tied = spec.tie_word_embeddings && !ckpt.has("lm_head.weight");

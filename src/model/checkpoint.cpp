@@ -82,10 +82,26 @@ void Checkpoint::map_file(const std::string& path, const std::string& index_path
   auto mf = std::make_unique<MappedFile>(path);
   SafetensorsHeader h = parse_safetensors_header(mf->data(), mf->size(), mf->size(), path);
   for (const auto& e : h.entries) {
+    // Duplicates and misplaced tensors are found whatever their dtype.
+    const auto prev = tensors_.find(e.name);
+    const auto prev_unread = unread_.find(e.name);
+    SHARDLM_CHECK(replace || (prev == tensors_.end() && prev_unread == unread_.end()),
+                  "tensor '" << e.name << "' appears in both "
+                             << (prev != tensors_.end() ? prev->second.file : prev_unread->second.file) << " and "
+                             << path);
+    if (!index_map.empty()) {
+      auto im = index_map.find(e.name);
+      // Extra tensors in a shard that the index does not list are tolerated (transformers does
+      // the same) but a tensor the index places elsewhere is an inconsistency.
+      SHARDLM_CHECK(im == index_map.end() || im->second == path, "tensor '" << e.name << "' is in " << path << " but "
+                                                                            << index_path << " places it in "
+                                                                            << im->second);
+    }
     if (!e.unread.empty()) {
       // Kept to name it if the model asks for it (Checkpoint::get).
-      unread_[e.name] = path + ": tensor '" + e.name + "' has dtype " + e.unread +
-                        ", which shardlm does not read (it reads F32, BF16, F16, F8_E4M3, I32, I64, U8)";
+      tensors_.erase(e.name);  // replaced
+      unread_[e.name] = {path, path + ": tensor '" + e.name + "' has dtype " + e.unread +
+                                   ", which shardlm does not read (it reads F32, BF16, F16, F8_E4M3, I32, I64, U8)"};
       continue;
     }
     TensorView tv;
@@ -96,17 +112,7 @@ void Checkpoint::map_file(const std::string& path, const std::string& index_path
     tv.nbytes = static_cast<size_t>(e.end - e.begin);
     tv.data = mf->data() + h.data_offset + e.begin;
     tv.file_offset = h.data_offset + e.begin;
-    auto prev = tensors_.find(e.name);
-    SHARDLM_CHECK(replace || prev == tensors_.end(),
-                  "tensor '" << e.name << "' appears in both " << prev->second.file << " and " << path);
-    if (!index_map.empty()) {
-      auto im = index_map.find(e.name);
-      // Extra tensors in a shard that the index does not list are tolerated (transformers does
-      // the same) but a tensor the index places elsewhere is an inconsistency.
-      SHARDLM_CHECK(im == index_map.end() || im->second == path, "tensor '" << e.name << "' is in " << path << " but "
-                                                                            << index_path << " places it in "
-                                                                            << im->second);
-    }
+    unread_.erase(e.name);  // replaced
     tensors_[e.name] = std::move(tv);
   }
   files_.push_back(std::move(mf));
@@ -127,7 +133,7 @@ const TensorView& Checkpoint::get(const std::string& name) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) {
     const auto unread = unread_.find(name);
-    SHARDLM_CHECK(unread == unread_.end(), unread->second);
+    SHARDLM_CHECK(unread == unread_.end(), unread->second.why);
   }
   SHARDLM_CHECK(it != tensors_.end(), "checkpoint " << dir_ << " has no tensor '" << name << "'");
   return it->second;

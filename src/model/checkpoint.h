@@ -75,7 +75,11 @@ class Checkpoint {
   std::string dir_;
   std::vector<std::unique_ptr<MappedFile>> files_;
   std::map<std::string, TensorView> tensors_;
-  std::map<std::string, std::string> unread_;  // tensors of a dtype shardlm does not read: why, by name
+  struct Unread {
+    std::string file;
+    std::string why;
+  };
+  std::map<std::string, Unread> unread_;  // tensors of a dtype shardlm does not read, by name
   mutable std::mutex asked_mutex_;
   mutable std::set<std::string> asked_;  // names get() was called with
 };

@@ -401,8 +401,15 @@ void parse_quant(const json& j, const std::string& origin, ModelSpec* s) {
   const std::string fmt = q.value("fmt", std::string("e4m3"));
   SHARDLM_CHECK(fmt == "e4m3", origin << ": field 'quantization_config.fmt' has unsupported value '" << fmt
                                       << "' (supported: e4m3)");
+  // Without weight_block_size the checkpoint holds one scale per tensor (weight_scale, and
+  // input_scale for static activations, as AutoFP8 and llm-compressor write fp8): refused here by
+  // name, not at the first weight as missing block scales.
+  SHARDLM_CHECK(q.contains("weight_block_size") && !q["weight_block_size"].is_null(),
+                origin << ": field 'quantization_config' has no weight_block_size: per-tensor fp8 (weight_scale"
+                       << " and input_scale tensors) is not supported; shardlm reads block-scaled fp8"
+                       << " (weight_block_size with weight_scale_inv tensors, as DeepSeek-V3 ships it)");
   s->quant.fp8_block = true;
-  if (q.contains("weight_block_size")) {
+  {
     const json& b = q["weight_block_size"];
     SHARDLM_CHECK(b.is_array() && b.size() == 2 && b[0].is_number_integer() && b[1].is_number_integer() &&
                       b[0].get<int64_t>() > 0 && b[1].get<int64_t>() > 0,

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
 
 #include "core/error.h"
 
@@ -54,16 +56,16 @@ std::string brief_json(const nlohmann::json& j) {
 
 const char* known_dtypes() { return "F32, BF16, F16, F8_E4M3, I32, I64, U8"; }
 
-// The format's other dtypes and their element bytes (the sub-byte F4 / F6 kinds are not among
-// them: their sizes do not follow from the shape alone); 0 for a name that is not one.
-uint64_t unread_dtype_size(const std::string& name) {
+// The format's other dtypes and their element bits (F4 and F6 pack several to a byte); 0 for a name
+// that is not one.
+uint64_t unread_dtype_bits(const std::string& name) {
   static const struct {
     const char* name;
-    uint64_t size;
-  } kTable[] = {{"BOOL", 1}, {"I8", 1},  {"U16", 2}, {"I16", 2},     {"U32", 4},
-                {"U64", 8},  {"F64", 8}, {"C64", 8}, {"F8_E5M2", 1}, {"F8_E8M0", 1}};
+    uint64_t bits;
+  } kTable[] = {{"BOOL", 8}, {"I8", 8},      {"U16", 16},    {"I16", 16}, {"U32", 32},    {"U64", 64},   {"F64", 64},
+                {"C64", 64}, {"F8_E5M2", 8}, {"F8_E8M0", 8}, {"F4", 4},   {"F6_E2M3", 6}, {"F6_E3M2", 6}};
   for (const auto& e : kTable)
-    if (name == e.name) return e.size;
+    if (name == e.name) return e.bits;
   return 0;
 }
 
@@ -81,12 +83,22 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* prefix, size_t prefix_
   SHARDLM_CHECK(8 + n <= prefix_len, file << ": internal: only " << prefix_len << " of the " << 8 + n
                                           << " header bytes were provided");
   nlohmann::json j;
+  // A name given twice would keep only its last entry: the reference reader refuses it, so do we.
+  std::set<std::string> names;
+  std::string twice;
+  const auto find_twice = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 && twice.empty() &&
+        !names.insert(parsed.get<std::string>()).second)
+      twice = parsed.get<std::string>();
+    return true;
+  };
   try {
-    j = nlohmann::json::parse(prefix + 8, prefix + 8 + n);
+    j = nlohmann::json::parse(prefix + 8, prefix + 8 + n, find_twice);
   } catch (const nlohmann::json::exception& e) {
     SHARDLM_FAIL(file << ": safetensors header is not valid JSON: " << e.what());
   }
   SHARDLM_CHECK(j.is_object(), file << ": safetensors header is not a JSON object");
+  SHARDLM_CHECK(twice.empty(), file << ": tensor '" << twice << "' appears twice in the safetensors header");
 
   SafetensorsHeader h;
   h.data_offset = 8 + n;
@@ -104,12 +116,12 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* prefix, size_t prefix_
     SHARDLM_CHECK(v.contains("dtype") && v["dtype"].is_string(),
                   file << ": tensor '" << name << "': missing or non-string 'dtype'");
     const std::string dt = v["dtype"].get<std::string>();
-    uint64_t elem = 0;
+    uint64_t bits = 0;
     if (dtype_from_name(dt, &e.dtype)) {
-      elem = dtype_size(e.dtype);
+      bits = 8 * dtype_size(e.dtype);
     } else {
-      elem = unread_dtype_size(dt);
-      SHARDLM_CHECK(elem > 0, file << ": tensor '" << name << "': unknown dtype '" << dt
+      bits = unread_dtype_bits(dt);
+      SHARDLM_CHECK(bits > 0, file << ": tensor '" << name << "': unknown dtype '" << dt
                                    << "' (supported: " << known_dtypes() << ")");
       e.unread = dt;
     }
@@ -123,7 +135,8 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* prefix, size_t prefix_
                          << " has an entry that is not a non-negative integer");
       e.shape.push_back(static_cast<int64_t>(u));
       numel *= u;
-      SHARDLM_CHECK(numel <= (static_cast<unsigned __int128>(1) << 64),
+      // Every partial product too, as the reference reader checks: numel() multiplies in int64.
+      SHARDLM_CHECK(numel <= static_cast<unsigned __int128>(INT64_MAX),
                     file << ": tensor '" << name << "': shape " << brief_json(v["shape"]) << " is too large");
     }
     SHARDLM_CHECK(v.contains("data_offsets") && v["data_offsets"].is_array() && v["data_offsets"].size() == 2 &&
@@ -132,7 +145,9 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* prefix, size_t prefix_
                        << (v.contains("data_offsets") ? brief_json(v["data_offsets"]) : std::string("nothing")));
     SHARDLM_CHECK(e.begin <= e.end, file << ": tensor '" << name << "': data_offsets [" << e.begin << ", " << e.end
                                          << "] end before begin");
-    const unsigned __int128 want = numel * elem;
+    SHARDLM_CHECK(numel * bits % 8 == 0, file << ": tensor '" << name << "': shape " << shape_str(e.shape) << " of "
+                                              << dt << " is not a whole number of bytes");
+    const unsigned __int128 want = numel * bits / 8;
     SHARDLM_CHECK(want == e.end - e.begin,
                   file << ": tensor '" << name << "': data_offsets [" << e.begin << ", " << e.end << "] hold "
                        << (e.end - e.begin) << " bytes but shape " << shape_str(e.shape) << " of " << dt
@@ -143,22 +158,29 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* prefix, size_t prefix_
                        << file_size << " bytes): the file is truncated or the header is corrupt");
     h.entries.push_back(std::move(e));
   }
-  // No two tensors may share bytes.
+  // The tensors, in offset order, tile the data section: no shared bytes, no gap, nothing after
+  // the last (the reference reader's rule; a gap or a tail is a header that lost an entry).
   std::vector<const SafetensorsEntry*> order;
   for (const auto& e : h.entries) order.push_back(&e);
   std::sort(order.begin(), order.end(), [](const SafetensorsEntry* a, const SafetensorsEntry* b) {
     return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
   });
+  uint64_t covered = 0;
   const SafetensorsEntry* prev = nullptr;
   for (const auto* e : order) {
-    if (e->begin == e->end) continue;  // empty tensors occupy no bytes
-    if (prev) {
-      SHARDLM_CHECK(e->begin >= prev->end, file << ": tensors '" << prev->name << "' [" << prev->begin << ", "
-                                                << prev->end << ") and '" << e->name << "' [" << e->begin << ", "
-                                                << e->end << ") overlap");
+    if (e->begin < covered) {
+      SHARDLM_FAIL(file << ": tensors '" << prev->name << "' [" << prev->begin << ", " << prev->end << ") and '"
+                        << e->name << "' [" << e->begin << ", " << e->end << ") overlap");
     }
-    prev = e;
+    SHARDLM_CHECK(e->begin == covered, file << ": tensor '" << e->name << "' starts at byte " << e->begin
+                                            << " of the data section, leaving bytes [" << covered << ", " << e->begin
+                                            << ") no tensor holds");
+    covered = e->end;
+    if (e->end > e->begin) prev = e;
   }
+  SHARDLM_CHECK(covered == data_len, file << ": the tensors end at byte " << covered
+                                          << " of the data section but it has " << data_len
+                                          << " bytes: the header does not describe the file");
   return h;
 }
 

@@ -30,8 +30,9 @@ struct SafetensorsHeader {
 // `prefix` (at least 8 bytes; the whole header must be inside it). `file` only names the file in
 // errors. Checks: header length within the file and below 100 MB, valid JSON object, dtypes of the
 // format (those shardlm does not read are kept as `unread`),
-// non-negative shapes, end - begin == numel * dtype size, offsets within the data section,
-// no two tensors overlapping. Throws Error naming the file and tensor.
+// non-negative shapes whose element count fits 63 bits, end - begin == numel * dtype size, no name
+// twice, and the tensors tiling the data section (no overlap, no gap, nothing after the last), as
+// the reference reader requires. Throws Error naming the file and tensor.
 SafetensorsHeader parse_safetensors_header(const uint8_t* prefix, size_t prefix_len, uint64_t file_size,
                                            const std::string& file);
 

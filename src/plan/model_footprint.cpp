@@ -129,6 +129,9 @@ ModelFootprint ModelFootprint::from_config(const nlohmann::json& c, const std::s
   if (c.contains("quantization_config") && c["quantization_config"].is_object()) {
     const auto& q = c["quantization_config"];
     m.native_fp8 = get_string(q, "quant_method") == "fp8";
+    SHARDLM_CHECK(!m.native_fp8 || (q.contains("weight_block_size") && !q["weight_block_size"].is_null()),
+                  "config.json: quantization_config has no weight_block_size: per-tensor fp8 is not supported"
+                  " (shardlm reads block-scaled fp8, as DeepSeek-V3 ships it)");
     if (q.contains("weight_block_size") && q["weight_block_size"].is_array() && q["weight_block_size"].size() == 2) {
       const auto& b = q["weight_block_size"];
       SHARDLM_CHECK(

@@ -20,6 +20,9 @@
 #include "common/layout_check.h"
 #include "common/shared_data.h"
 #include "common/test_files.h"
+#include "common/tiny_model.h"
+#include "model/checkpoint.h"
+#include "model/safetensors.h"
 
 namespace fs = std::filesystem;
 
@@ -479,6 +482,41 @@ TEST(Layouts, FullLogitsMatchOneRank) {
     if (l.tp == 1) {
       EXPECT_EQ(worst, 0.0f) << name(l) << ": stages alone change no reduction order";
     }
+  }
+}
+
+// Tied embeddings saved as lm_head.weight alone (transformers ties them whichever of the two the
+// file holds): the same logits as the file that names them model.embed_tokens.weight, on one rank
+// and with the vocabulary split over two.
+TEST(Layouts, TiedEmbeddingsSavedAsLmHead) {
+  const std::string model = test::tiny_model_dir("tiny-qwen2");  // tie_word_embeddings: true
+  fs::path d = test::fresh_dir("tied-lm-head");
+  fs::path renamed = d / "m";
+  fs::create_directories(renamed);
+  for (const auto& entry : fs::directory_iterator(model))
+    if (entry.path().extension() != ".safetensors") fs::copy_file(entry.path(), renamed / entry.path().filename());
+  {
+    auto ck = Checkpoint::open(model);
+    ASSERT_FALSE(ck->has("lm_head.weight"));
+    std::vector<SafetensorsWriteItem> items;
+    for (const std::string& name : ck->names()) {
+      const TensorView& t = ck->get(name);
+      items.push_back({name == "model.embed_tokens.weight" ? "lm_head.weight" : name, t.dtype, t.shape, t.data});
+    }
+    write_safetensors((renamed / "model.safetensors").string(), items);
+  }
+  const std::string ids = "1 5 9 200 13 77 301 4";
+  for (const int tp : {1, 2}) {
+    std::vector<float> logits[2];
+    for (int k = 0; k < 2; ++k) {
+      const std::string out = (d / ("l" + std::to_string(tp) + std::to_string(k) + ".npy")).string();
+      Proc p = sh(mpirun(tp) + shardlm_bin() + " score --model " + (k ? renamed.string() : model) + " --ids '" + ids +
+                  "' --threads 1 --tp " + std::to_string(tp) + " --out " + out);
+      ASSERT_EQ(p.code, 0) << p.out;
+      logits[k] = read_npy_f32(out);
+    }
+    ASSERT_EQ(logits[0].size(), 8u * 512);
+    EXPECT_EQ(logits[0], logits[1]) << "tp " << tp;
   }
 }
 

@@ -10,6 +10,7 @@
 #include "model/checkpoint.h"
 #include "model/make_model.h"
 #include "model/model_spec.h"
+#include "common/expect_error.h"
 #include "test_util.h"
 
 namespace shardlm {
@@ -112,6 +113,30 @@ TEST(MoeSpec, QkvBiasQLoraRankAndYarnFactorAsTransformersReadThem) {
       with("tiny-deepseek-v3.json", "\"max_position_embeddings\": 1024,", "\"max_position_embeddings\": 2048,")
           .rope_scaling.factor,
       4.0);
+}
+
+// Block-scaled fp8 is read; per-tensor fp8 (no weight_block_size: AutoFP8 / llm-compressor
+// checkpoints with weight_scale and input_scale) is refused at the config, naming the scheme.
+TEST(MoeSpec, Fp8QuantizationConfig) {
+  std::string text = test::read_file(inputs("tiny-deepseek-v3.json"));
+  auto with = [&](const std::string& quant) {
+    std::string t = text;
+    t.insert(t.rfind('}'), ", \"quantization_config\": " + quant);
+    return ModelSpec::parse(t, "", "q/config.json");
+  };
+  const ModelSpec block = with(R"({"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 64]})");
+  EXPECT_TRUE(block.quant.fp8_block);
+  EXPECT_EQ(block.quant.block_rows, 128);
+  EXPECT_EQ(block.quant.block_cols, 64);
+  for (const char* per_tensor :
+       {R"({"quant_method": "fp8", "activation_scheme": "static", "ignored_layers": ["lm_head"]})",
+        R"({"quant_method": "fp8", "weight_block_size": null})"}) {
+    test::expect_error([&] { with(per_tensor); },
+                       {"q/config.json", "no weight_block_size", "per-tensor fp8", "not supported"});
+  }
+  test::expect_error([&] { with(R"({"quant_method": "fp8", "weight_block_size": [0, 128]})"); },
+                     {"q/config.json", "weight_block_size' must be two positive integers"});
+  test::expect_error([&] { with(R"({"quant_method": "awq"})"); }, {"q/config.json", "unsupported value 'awq'"});
 }
 
 // A DeepSeek-V3 config without the routing fields takes transformers' DeepseekV3Config defaults

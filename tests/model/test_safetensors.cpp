@@ -110,6 +110,65 @@ TEST(Safetensors, UnreadDtypesLoadUntilRead) {
                {"'d'", "needs 24"});
 }
 
+// As the reference reader (safetensors 0.8 refuses each of these): the tensors tile the data section
+// with no gap and nothing after the last, and no name is given twice (JSON would keep the last).
+TEST(Safetensors, TensorsTileTheDataSectionAndNamesAreUnique) {
+  expect_error(
+      [] {
+        parse(raw_file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                       "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+                       k16));
+      },
+      {"t/model.safetensors", "'b' starts at byte 8", "[4, 8) no tensor holds"});
+  expect_error([] { parse(raw_file(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}})", k16)); },
+               {"t/model.safetensors", "end at byte 12", "16 bytes"});
+  expect_error(
+      [] {
+        parse(raw_file(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                       "a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+                       k16));
+      },
+      {"t/model.safetensors", "'a' appears twice"});
+  // A key named twice inside an entry is not a tensor named twice.
+  EXPECT_EQ(parse(raw_file(R"({"__metadata__": {"k": "1"}, "a": {"dtype": "F32", "shape": [4],
+                              "data_offsets": [0, 16]}, "b": {"dtype": "F32", "shape": [0], "data_offsets": [16, 16]}})",
+                           k16))
+                .entries.size(),
+            2u);
+}
+
+// F4 and F6 pack elements below a byte: a file holding them opens (its tensors are unread, as F64);
+// a shape whose bits are no whole number of bytes, or whose element count overflows 63 bits even
+// with a zero after it, is refused.
+TEST(Safetensors, SubByteDtypesAndHugeShapes) {
+  auto h = parse(raw_file(R"({"w": {"dtype": "F4", "shape": [4, 4], "data_offsets": [0, 8]},
+                             "v": {"dtype": "F6_E2M3", "shape": [4, 2], "data_offsets": [8, 14]},
+                             "u": {"dtype": "F32", "shape": [0], "data_offsets": [14, 14]},
+                             "p": {"dtype": "U8", "shape": [2], "data_offsets": [14, 16]}})",
+                          k16));
+  ASSERT_EQ(h.entries.size(), 4u);
+  expect_error([] { parse(raw_file(R"({"w": {"dtype": "F4", "shape": [3], "data_offsets": [0, 2]}})", "xx")); },
+               {"'w'", "not a whole number of bytes"});
+  expect_error(
+      [] {
+        parse(raw_file(R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296, 0], "data_offsets": [0, 0]}})", ""));
+      },
+      {"'w'", "too large"});
+}
+
+// A tensor shardlm does not read still counts for the duplicate check across shards.
+TEST(Safetensors, UnreadTensorInTwoShardsIsADuplicate) {
+  test::ScratchDir dir;
+  test::write_file(dir.file("a.safetensors"),
+                   raw_file(R"({"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", k16));
+  test::write_file(dir.file("b.safetensors"), raw_file(R"({"y": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                               "x": {"dtype": "F64", "shape": [1], "data_offsets": [8, 16]}})",
+                                                       k16));
+  test::write_file(dir.file("model.safetensors.index.json"),
+                   R"({"weight_map": {"x": "a.safetensors", "y": "b.safetensors"}})");
+  expect_error([&] { Checkpoint::open(dir.str()); }, {"tensor 'x'", "a.safetensors", "b.safetensors"});
+}
+
 TEST(Safetensors, TruncatedFileThroughCheckpoint) {
   test::ScratchDir dir;
   std::vector<float> a(8, 1.0f), b(1000, 2.0f);

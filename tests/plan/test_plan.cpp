@@ -119,6 +119,8 @@ TEST(PlanFootprint, MalformedFieldsAreNamedAndDefaultsFollowTheLoader) {
   c = base;
   c["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {0, 128}}};
   fails(c, "weight_block_size");
+  c["quantization_config"] = {{"quant_method", "fp8"}, {"activation_scheme", "static"}};
+  fails(c, "per-tensor fp8 is not supported");
   c = base;
   c["tie_word_embeddings"] = "yes";
   fails(c, "tie_word_embeddings");
