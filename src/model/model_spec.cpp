@@ -57,17 +57,6 @@ const ArchDefaults kArchs[] = {
      0, ArchDefaults::Ffn::kDeepseek, true},
 };
 
-// num_key_value_heads when config.json has none: the field's default in each transformers 5.25 config
-// class (LlamaConfig's is the number of attention heads; DeepSeek-V3's MLA does not read it).
-int64_t default_kv_heads(const std::string& architecture, int64_t num_heads) {
-  static const std::pair<const char*, int64_t> kDefaults[] = {{"MistralForCausalLM", 8},   {"MixtralForCausalLM", 8},
-                                                              {"Qwen2ForCausalLM", 32},    {"Qwen3ForCausalLM", 32},
-                                                              {"Qwen2MoeForCausalLM", 16}, {"Qwen3MoeForCausalLM", 4}};
-  for (const auto& [arch, heads] : kDefaults)
-    if (architecture == arch) return heads;
-  return num_heads;
-}
-
 const ArchDefaults* find_arch(const std::string& name) {
   for (const auto& a : kArchs)
     if (name == a.architecture) return &a;
@@ -463,7 +452,7 @@ ModelSpec parse_impl(const std::string& config_json, const std::string& gen_json
   SHARDLM_CHECK(s.num_heads > 0, origin << ": field 'num_attention_heads' must be positive, got " << s.num_heads);
   // Absent, transformers takes each config class's default; null (or absent for Llama), the head count.
   s.num_kv_heads = f.contains("num_key_value_heads") ? f.integer("num_key_value_heads", s.num_heads)
-                                                     : default_kv_heads(arch->architecture, s.num_heads);
+                                                     : ModelSpec::default_num_kv_heads(arch->architecture, s.num_heads);
   s.head_dim = f.integer("head_dim", arch->head_dim ? arch->head_dim : s.hidden_size / s.num_heads);
   s.vocab_size = f.integer("vocab_size", std::nullopt);
   s.max_position_embeddings = f.integer("max_position_embeddings", arch->max_position_embeddings);
@@ -615,6 +604,15 @@ void ModelSpec::validate(const std::string& origin) const {
   for (int32_t id : eos_token_ids)
     SHARDLM_CHECK(id < vocab_size, origin << ": field 'eos_token_id' (" << id << ") is not below vocab_size ("
                                           << vocab_size << ")");
+}
+
+int64_t ModelSpec::default_num_kv_heads(const std::string& architecture, int64_t num_heads) {
+  static const std::pair<const char*, int64_t> kDefaults[] = {{"MistralForCausalLM", 8},   {"MixtralForCausalLM", 8},
+                                                              {"Qwen2ForCausalLM", 32},    {"Qwen3ForCausalLM", 32},
+                                                              {"Qwen2MoeForCausalLM", 16}, {"Qwen3MoeForCausalLM", 4}};
+  for (const auto& [arch, heads] : kDefaults)
+    if (architecture == arch) return heads;
+  return num_heads;
 }
 
 }  // namespace shardlm

@@ -114,6 +114,9 @@ struct ModelSpec {
   // Checks divisibility and ranges; throws naming the field.
   void validate(const std::string& origin) const;
 
+  // num_key_value_heads when config.json has none: the field's default in each transformers 5.25
+  // config class (LlamaConfig's is the number of attention heads; DeepSeek-V3's MLA does not read it).
+  static int64_t default_num_kv_heads(const std::string& architecture, int64_t num_heads);
   // Architectures shardlm supports ("LlamaForCausalLM", ...).
   static const std::vector<std::string>& supported_architectures();
   // True when LAYER attends through the sliding window.

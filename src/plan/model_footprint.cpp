@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/file_util.h"
+#include "model/model_spec.h"
 
 namespace shardlm::plan {
 
@@ -117,7 +118,8 @@ ModelFootprint ModelFootprint::from_config(const nlohmann::json& c, const std::s
   m.hidden = need_int(c, "hidden_size");
   m.layers = need_int(c, "num_hidden_layers");
   m.heads = need_int(c, "num_attention_heads");
-  m.kv_heads = get_int(c, "num_key_value_heads", m.heads);
+  m.kv_heads = c.contains("num_key_value_heads") ? get_int(c, "num_key_value_heads", m.heads)
+                                                 : ModelSpec::default_num_kv_heads(m.architecture, m.heads);
   SHARDLM_CHECK(m.kv_heads > 0, "config.json: num_key_value_heads must be positive, got " << m.kv_heads);
   // Qwen3's config defaults head_dim to 128 (the loader's ModelSpec too); the others use hidden / heads.
   m.head_dim = get_int(c, "head_dim", m.architecture == "Qwen3ForCausalLM" ? 128 : m.hidden / m.heads);

@@ -135,6 +135,11 @@ TEST(PlanFootprint, MalformedFieldsAreNamedAndDefaultsFollowTheLoader) {
   EXPECT_EQ(ModelFootprint::from_config(c, "m").head_dim, 128);  // Qwen3Config's default
   c["architectures"] = {"Qwen3MoeForCausalLM"};
   EXPECT_EQ(ModelFootprint::from_config(c, "m").head_dim, 64);  // Qwen3MoeConfig has none
+  // num_key_value_heads absent: the config class's default, as the loader takes it.
+  EXPECT_EQ(ModelFootprint::from_config(c, "m").kv_heads, 4);  // Qwen3MoeConfig's
+  c["architectures"] = {"MistralForCausalLM"};
+  EXPECT_EQ(ModelFootprint::from_config(c, "m").kv_heads, 8);
+  EXPECT_EQ(ModelFootprint::from_config(base, "m").kv_heads, 4);  // Llama: the head count
   // DeepSeek-V3: every layer from first_k_dense_replace on is MoE, as the loader builds it;
   // moe_layer_freq (0 here, which divided by zero) is read by neither.
   c = base;
