@@ -120,11 +120,6 @@ __global__ void __launch_bounds__(kThreads)
         const long long k = sp.top_k;
         last = search_key(x, V, best, last, [&](u64 q) { return prefix_count(x, V, q) >= k; });
       }
-      if (sp.top_p < 1.0) {
-        const double target = sp.top_p * static_cast<double>(prefix_weight(x, p, V, last));
-        last = search_key(x, V, best, last,
-                          [&](u64 q) { return static_cast<double>(prefix_weight(x, p, V, q)) >= target; });
-      }
       if (sp.min_p > 0.0) {
         const double cutoff = sp.min_p * static_cast<double>(p[best_id]);  // p of the first is 1
         u64 keep = best;  // the first candidate always stays
@@ -133,6 +128,12 @@ __global__ void __launch_bounds__(kThreads)
           if (key <= last && p[j] >= cutoff) keep = max(keep, key);
         }
         last = block_max_u64(keep);
+      }
+      // top-p last, over what top-k and min-p left (vLLM's order), as the host sampler.
+      if (sp.top_p < 1.0) {
+        const double target = sp.top_p * static_cast<double>(prefix_weight(x, p, V, last));
+        last = search_key(x, V, best, last,
+                          [&](u64 q) { return static_cast<double>(prefix_weight(x, p, V, q)) >= target; });
       }
       const long long mass = prefix_weight(x, p, V, last);
       const double u = static_cast<double>(rng::uniform_at(sp.seed, static_cast<uint64_t>(sp.position))) *

@@ -61,10 +61,6 @@ Sample Sampler::sample(const float* logits, int64_t vocab, const SamplingParams&
   using Prefix = CandidateBands::Prefix;
   Prefix kept = bands_.all();
   if (p.top_k > 0 && p.top_k < vocab) kept = bands_.first_count(kept, p.top_k);
-  if (p.top_p < 1.0) {
-    const double target = p.top_p * static_cast<double>(bands_.weight_of(kept));
-    kept = bands_.first_weight(kept, [target](int64_t w) { return static_cast<double>(w) >= target; });
-  }
   if (p.min_p > 0.0) {
     // Through the last kept candidate at least min_p times as likely as the first (probability 1).
     // Weightless tokens are never drawn, so where the cut falls among them changes nothing.
@@ -78,6 +74,12 @@ Sample Sampler::sample(const float* logits, int64_t vocab, const SamplingParams&
       if (key > last && bands_.contains(kept, i)) last = key;
     }
     kept = bands_.through(last);
+  }
+  // top-p last, over the mass top-k and min-p left: vLLM's order (min-p is a logits processor that
+  // runs before its top-k/top-p step).
+  if (p.top_p < 1.0) {
+    const double target = p.top_p * static_cast<double>(bands_.weight_of(kept));
+    kept = bands_.first_weight(kept, [target](int64_t w) { return static_cast<double>(w) >= target; });
   }
   const double u = static_cast<double>(uniform_at(p.seed, static_cast<uint64_t>(position))) *
                    static_cast<double>(bands_.weight_of(kept));

@@ -92,6 +92,25 @@ TEST(Sampler, TopKTopPMinPRestrictSupport) {
   EXPECT_FALSE(sm.count(3) || sm.count(4));
 }
 
+// vLLM's order: min-p before top-p, so top-p's mass is what min-p left. Probabilities 0.5, 0.3 and
+// five of 0.04: min-p 0.1 drops the five (0.04 < 0.1 x 0.5), leaving 0.625 / 0.375, and top-p 0.6
+// then keeps the first alone. top-p first would keep two (0.5 < 0.6 <= 0.8) and draw the second
+// 3 times in 8.
+TEST(Sampler, MinPCutsBeforeTopP) {
+  std::vector<float> l = {std::log(0.5f), std::log(0.3f)};
+  for (int i = 0; i < 5; ++i) l.push_back(std::log(0.04f));
+  SamplingParams p;
+  p.temperature = 1.0;
+  p.top_p = 0.6;
+  p.min_p = 0.1;
+  p.seed = 11;
+  Sampler s;
+  std::map<int32_t, int> seen;
+  for (int pos = 0; pos < 2000; ++pos) ++seen[s.sample(l.data(), 7, p, pos).token];
+  EXPECT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], 2000);
+}
+
 TEST(Sampler, SameSeedAndPositionSameToken) {
   Sampler a, b;
   SamplingParams p;
@@ -132,6 +151,14 @@ class ReferenceSampler {
     }
     int64_t n = V;
     if (p.top_k > 0 && p.top_k < V) n = p.top_k;
+    // vLLM's order: top-k and min-p (both keep a prefix), then top-p over what they left.
+    if (p.min_p > 0.0) {
+      int64_t last = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        if (prob[j] >= p.min_p * static_cast<double>(prob[0])) last = j;
+      }
+      n = last + 1;
+    }
     if (p.top_p < 1.0) {
       const int64_t mass = std::accumulate(w.begin(), w.begin() + n, int64_t{0});
       int64_t cum = 0;
@@ -142,13 +169,6 @@ class ReferenceSampler {
           break;
         }
       }
-    }
-    if (p.min_p > 0.0) {
-      int64_t last = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        if (prob[j] >= p.min_p * static_cast<double>(prob[0])) last = j;
-      }
-      n = last + 1;
     }
     const int64_t mass = std::accumulate(w.begin(), w.begin() + n, int64_t{0});
     std::vector<int32_t> out;
