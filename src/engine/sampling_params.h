@@ -9,6 +9,11 @@
 
 namespace shardlm {
 
+// vLLM's temperature bounds (_SAMPLING_EPS, _MAX_TEMP): greedy below the first, raised to the second
+// below it.
+constexpr double kGreedyBelow = 1e-5;
+constexpr double kLowestTemperature = 1e-2;
+
 struct SamplingParams {
   int64_t max_tokens = 128;
   double temperature = 0.0;  // 0: greedy
@@ -22,8 +27,9 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
 
-  // Applies a request's overrides on top of these defaults. A request without its own seed gets
-  // one derived from the run seed and its id, so its samples do not depend on its batch.
+  // Applies a request's overrides on top of these defaults, with vLLM's temperature bounds. A
+  // request without its own seed gets one derived from the run seed and its id, so its samples do
+  // not depend on its batch.
   SamplingParams resolved(const SamplingOverrides& o, const std::string& request_id) const;
   // Empty when valid, else the problem ("temperature must be finite and >= 0").
   std::string validate() const;

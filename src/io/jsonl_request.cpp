@@ -104,11 +104,15 @@ void refuse_unapplied(const json& o, const std::string& p) {
       {"frequency_penalty", [](const json& v) { return v.is_number() && v.get<double>() == 0; },
        "penalties are not applied"},
       {"logit_bias", [](const json& v) { return v.is_object() && v.empty(); }, "is not applied"},
+      // An integer, as vLLM's field: 0 or 1 (1 gives vLLM's top-1 alternative as well, which is
+      // not written), or the chat API's boolean.
       {"logprobs",
-       [](const json& v) { return v.is_boolean() || (v.is_number() && v.get<double>() >= 0 && v.get<double>() <= 1); },
+       [](const json& v) {
+         return v.is_boolean() || (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= 1);
+       },
        "only the chosen token's logprob is written (every row has it)"},
-      {"prompt_logprobs", [](const json& v) { return v.is_number() && v.get<double>() == 0; },
-       "prompt logprobs are not written"},
+      // vLLM returns the prompt's logprobs for any value but null, 0 included.
+      {"prompt_logprobs", [](const json&) { return false; }, "prompt logprobs are not written"},
       {"echo", [](const json& v) { return v.is_boolean() && !v.get<bool>(); },
        "the prompt is not repeated in the output"},
       {"include_stop_str_in_output", [](const json& v) { return v.is_boolean() && !v.get<bool>(); },
@@ -177,8 +181,10 @@ void parse_overrides(const json& o, const std::string& p, SamplingOverrides& s) 
     if (v->is_number_unsigned()) {
       s.seed = v->get<uint64_t>();
     } else {
-      // vLLM takes any signed 64-bit seed: a negative one is its 64-bit pattern (modulo 2^64).
-      s.seed = static_cast<uint64_t>(get_int(*v, p + "seed"));
+      // vLLM takes any signed 64-bit seed: a negative one is its 64-bit pattern (modulo 2^64),
+      // but -1, which vLLM reads as no seed (the request's own stream, from --seed and its id).
+      const int64_t seed = get_int(*v, p + "seed");
+      if (seed != -1) s.seed = static_cast<uint64_t>(seed);
     }
   }
   if (const json* v = get_opt(o, "stop")) {

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compute/backend.h"
@@ -310,6 +311,17 @@ TEST(SamplingParams, ValidateAndResolve) {
   bad = r;
   bad.max_tokens = -1;
   EXPECT_FALSE(bad.validate().empty());
+  // vLLM's temperature bounds: below 1e-5 greedy, below 1e-2 raised to 1e-2, negative refused.
+  for (const auto& [asked, used] : std::vector<std::pair<double, double>>{
+           {0.0, 0.0}, {9e-6, 0.0}, {1e-5, 1e-2}, {0.005, 1e-2}, {0.01, 0.01}, {0.5, 0.5}}) {
+    o.temperature = asked;
+    EXPECT_DOUBLE_EQ(d.resolved(o, "r").temperature, used) << asked;
+  }
+  o.temperature = -0.5;
+  EXPECT_FALSE(d.resolved(o, "r").validate().empty());
+  SamplingParams low = d;
+  low.temperature = 0.001;  // the run's --temperature too
+  EXPECT_DOUBLE_EQ(low.resolved(SamplingOverrides{}, "r").temperature, 1e-2);
 }
 
 }  // namespace

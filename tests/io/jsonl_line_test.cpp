@@ -82,8 +82,9 @@ TEST(JsonlLine, IdsAndEdgeValues) {
   EXPECT_EQ(parse_jsonl_line(R"({"prompt": "a"})", 7).id, "7");
   EXPECT_EQ(parse_jsonl_line(R"({"prompt": "a)", 7).id, "");
   EXPECT_EQ(parse_jsonl_line(R"({"id": [1], "prompt": "a"})", 7).id, "");
-  // vLLM takes any signed 64-bit seed; a negative one is its 64-bit pattern.
-  EXPECT_EQ(parse_jsonl_line(R"({"prompt": "a", "seed": -1})", 1).overrides.seed, UINT64_MAX);
+  // vLLM takes any signed 64-bit seed; a negative one is its 64-bit pattern, but -1 is no seed.
+  EXPECT_EQ(parse_jsonl_line(R"({"prompt": "a", "seed": -2})", 1).overrides.seed, UINT64_MAX - 1);
+  EXPECT_FALSE(parse_jsonl_line(R"({"prompt": "a", "seed": -1})", 1).overrides.seed.has_value());
   EXPECT_FALSE(nul.prompt.has_value());
 }
 
@@ -140,7 +141,7 @@ TEST(JsonlLine, StopTokenIdsAndUnappliedFields) {
   const ParsedRequest ok = parse_jsonl_line(
       R"({"id": "a", "prompt": "x", "stop_token_ids": [7, 0], "n": 1, "best_of": null, "repetition_penalty": 1.0,)"
       R"( "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "logprobs": 1, "echo": false,)"
-      R"( "min_tokens": 0, "include_stop_str_in_output": false, "prompt_logprobs": 0, "suffix": "",)"
+      R"( "min_tokens": 0, "include_stop_str_in_output": false, "prompt_logprobs": null, "suffix": "",)"
       R"( "use_beam_search": false, "add_special_tokens": true, "skip_special_tokens": true, "bad_words": [],)"
       R"( "guided_json": null, "response_format": {"type": "text"}, "truncate_prompt_tokens": null})",
       1);
@@ -155,6 +156,8 @@ TEST(JsonlLine, StopTokenIdsAndUnappliedFields) {
       {R"("frequency_penalty": -1)", "field 'frequency_penalty' = -1 is not supported"},
       {R"("logit_bias": {"5": 100})", "field 'logit_bias'"},
       {R"("logprobs": 5)", "field 'logprobs' = 5 is not supported: only the chosen token's logprob is written"},
+      {R"("logprobs": 0.5)", "field 'logprobs' = 0.5 is not supported"},
+      {R"("prompt_logprobs": 0)", "field 'prompt_logprobs' = 0 is not supported: prompt logprobs are not written"},
       {R"("min_tokens": 3)", "field 'min_tokens' = 3 is not supported"},
       {R"("echo": true)", "field 'echo' = true is not supported"},
       {R"("include_stop_str_in_output": true)", "field 'include_stop_str_in_output' = true"},
