@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: builds shardlm, makes the tiny random-weight Llama model,
 # runs every prompt of inputs/prompts.jsonl through it under mpirun (NP ranks, default 2: each a
-# replica taking every NP-th prompt; rank 0 writes), and writes out/demo.h5.
+# replica claiming windows of 16 prompt lines as it has room; rank 0 writes), and writes out/demo.h5.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash jobs/build.sh

@@ -1,6 +1,6 @@
 // shardlm merge OUT.h5 IN1.h5 IN2.h5 ...: one result file from runs over disjoint parts of a prompt
-// file (the shards of a Slurm job array: slurm/array.sbatch), readable by `shardlm report` and
-// anything that reads a `shardlm run` file.
+// file (the shards of a Slurm job array: slurm/array.sh, merged by slurm/merge.sbatch), readable by `shardlm report`
+// and anything that reads a `shardlm run` file.
 //   /requests   every input's rows, in input order. A request id found twice (in two inputs, or
 //               twice in one) is an error naming both places: shards must not overlap. (Exact
 //               duplicates are refused too: a row given twice means the shards were cut wrong.)

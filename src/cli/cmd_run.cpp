@@ -93,8 +93,10 @@ void share_strings(Communicator* world, std::vector<std::string>* v) {
   }
 }
 
-RankRecord my_record(const Topology& topo, const Model& model, const ComputeBackend& backend, const LayoutGroups& g) {
+RankRecord my_record(const Topology& topo, const Model& model, const ComputeBackend& backend, const LayoutGroups& g,
+                     int gpu) {
   RankRecord r;
+  r.device = gpu;
   r.rank = topo.world_rank();
   r.replica = topo.coords().replica;
   r.pp = topo.coords().pp;
@@ -403,7 +405,7 @@ int cmd_run(int argc, char** argv) {
 
   // Load report: every rank's shard, printed once.
   if (!opt.quiet) {
-    const auto records = gather_rank_records(groups.world.get(), my_record(topo, *model, *backend, groups));
+    const auto records = gather_rank_records(groups.world.get(), my_record(topo, *model, *backend, groups, gpu));
     if (rank == 0) print_header(records, topo, spec, opt, *backend, comm_transport(groups));
   }
 
@@ -412,7 +414,7 @@ int cmd_run(int argc, char** argv) {
                         kv_block_cap(spec, ec.scheduler), ec.kv_dtype);
     finish_kv_calibration(opt, groups.world.get(), *model, rank);
     if (op_profile) gather_op_profile_rows(groups.world.get(), op_profile_rows(*op_profile, rank));
-    gather_rank_records(groups.world.get(), my_record(topo, *model, *backend, groups));
+    gather_rank_records(groups.world.get(), my_record(topo, *model, *backend, groups, gpu));
     return 0;
   }
 
@@ -445,7 +447,7 @@ int cmd_run(int argc, char** argv) {
     sink.finish({local.steps, local.preemptions});
     finish_kv_calibration(opt, groups.world.get(), *model, rank);
     if (op_profile) gather_op_profile_rows(groups.world.get(), op_profile_rows(*op_profile, rank));
-    gather_rank_records(groups.world.get(), my_record(topo, *model, *backend, groups));
+    gather_rank_records(groups.world.get(), my_record(topo, *model, *backend, groups, gpu));
     return local.interrupted_by ? 128 + local.interrupted_by : 0;
   }
 
@@ -507,7 +509,7 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "[shardlm] %s(every rank's in /op_profile)\n", tables.c_str());
   }
   const std::vector<RankRecord> ranks =
-      gather_rank_records(groups.world.get(), my_record(topo, *model, *backend, groups));
+      gather_rank_records(groups.world.get(), my_record(topo, *model, *backend, groups, gpu));
   int64_t load_bytes = 0;
   for (const RankRecord& r : ranks) load_bytes += r.load_bytes;
   writer->set_attr("load_bytes", load_bytes);

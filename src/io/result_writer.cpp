@@ -437,6 +437,7 @@ void ResultWriter::write_ranks(const std::vector<RankRecord>& ranks) {
   i32("tp", [](const RankRecord& r) { return r.tp; });
   i32("dp", [](const RankRecord& r) { return r.dp; });
   i32("local_rank", [](const RankRecord& r) { return r.local_rank; });
+  i32("device", [](const RankRecord& r) { return r.device; });
   i64("load_bytes", [](const RankRecord& r) { return r.load_bytes; });
   i64("peak_rss_bytes", [](const RankRecord& r) { return r.peak_rss_bytes; });
   i64("tp_bytes_sent", [](const RankRecord& r) { return r.tp_bytes_sent; });

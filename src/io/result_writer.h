@@ -9,7 +9,7 @@
 //                        batch_size, prefill_tokens, decode_tokens, kv_blocks_used, running, waiting (int32),
 //                        wall_s, t_start (float64), stage_compute_s, stage_comm_s (vlen float64: each
 //                        pipeline stage's compute and communication seconds, arch/model.h StageSeconds)
-//   /ranks/<column>      a row per rank: rank, replica, pp, tp, dp, local_rank (int32), host (string),
+//   /ranks/<column>      a row per rank: rank, replica, pp, tp, dp, local_rank, device (int32), host (string),
 //                        load_bytes, peak_rss_bytes, tp/pp/replica/ep_bytes_sent, graph_steps,
 //                        graph_reruns, device_weight_bytes, device_used_bytes (int64), load_s (float64)
 //   / attributes         strings and numbers set with set_attr()
@@ -62,7 +62,8 @@ struct StepRecord : StepFields {
 // One rank of the job, for /ranks.
 struct RankRecord {
   int32_t rank = 0, replica = 0, pp = 0, tp = 0, dp = 0;
-  int32_t local_rank = 0;  // index among the job's ranks on the same host (its device index)
+  int32_t local_rank = 0;  // index among the job's ranks on the same host
+  int32_t device = -1;     // the GPU it ran on (its index on the host), -1 without one
   std::string host;
   int64_t load_bytes = 0;
   double load_s = 0;

@@ -12,7 +12,7 @@ namespace {
 
 // Fixed-size image of a RankRecord for the all-gather.
 struct Packed {
-  int32_t rank, replica, pp, tp, dp, pad;
+  int32_t rank, replica, pp, tp, dp, device;
   char host[64];
   int64_t load_bytes;
   double load_s;
@@ -48,6 +48,7 @@ std::vector<RankRecord> gather_rank_records(Communicator* world, const RankRecor
   p.pp = mine.pp;
   p.tp = mine.tp;
   p.dp = mine.dp;
+  p.device = mine.device;
   std::strncpy(p.host, mine.host.c_str(), sizeof p.host - 1);
   p.load_bytes = mine.load_bytes;
   p.load_s = mine.load_s;
@@ -70,6 +71,7 @@ std::vector<RankRecord> gather_rank_records(Communicator* world, const RankRecor
     r.pp = q.pp;
     r.tp = q.tp;
     r.dp = q.dp;
+    r.device = q.device;
     r.host = std::string(q.host, strnlen(q.host, sizeof q.host));
     r.load_bytes = q.load_bytes;
     r.load_s = q.load_s;

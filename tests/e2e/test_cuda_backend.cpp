@@ -77,6 +77,9 @@ TEST(CudaBackend, RanksRecordTheDeviceMemoryInUse) {
   EXPECT_GT(weights[0], 0);
   EXPECT_GE(used[0], weights[0] + int64_t{10} * 1000 * 1000) << "weights and the 0.01 GB KV cache at least";
   EXPECT_EQ(hc.scalars<int64_t>("/ranks/device_used_bytes", H5T_NATIVE_INT64), std::vector<int64_t>{0});
+  // The GPU each rank ran on (one rank on a one-GPU host: device 0); none on the CPU backend.
+  EXPECT_EQ(hg.scalars<int32_t>("/ranks/device", H5T_NATIVE_INT32), std::vector<int32_t>{0});
+  EXPECT_EQ(hc.scalars<int32_t>("/ranks/device", H5T_NATIVE_INT32), std::vector<int32_t>{-1});
   Proc report = sh(shardlm_bin() + " report " + (d / "gpu.h5").string());
   ASSERT_EQ(report.code, 0) << report.out;
   EXPECT_NE(report.out.find("dev used"), std::string::npos) << report.out;

@@ -106,6 +106,8 @@ TEST_F(ReportOfModelRuns, MoeFiguresAgreeWithTheFile) {
   const auto rank_ids = h.scalars<int32_t>("/ranks/rank", H5T_NATIVE_INT32);
   const auto dp = h.scalars<int32_t>("/ranks/dp", H5T_NATIVE_INT32);
   const auto ep_sent = h.scalars<int64_t>("/ranks/ep_bytes_sent", H5T_NATIVE_INT64);
+  // CPU ranks ran on no GPU.
+  EXPECT_EQ(h.scalars<int32_t>("/ranks/device", H5T_NATIVE_INT32), std::vector<int32_t>(rank_ids.size(), -1));
   ASSERT_FALSE(experts.empty());
   ASSERT_EQ(wall.size(), experts.size());
 
