@@ -270,6 +270,8 @@ int cmd_run(int argc, char** argv) {
   const int rank = MpiEnv::rank(), world = MpiEnv::size();
   cpu::set_num_threads(opt.threads);
   const std::string started = iso_time_now();
+  if (rank == 0 && !opt.quiet && !opt.generation_config_taken.empty())
+    std::fprintf(stderr, "[shardlm] %s\n", opt.generation_config_taken.c_str());
 
   // The network preflight comes first: its report is out before anything that could hang on a bad
   // network (NCCL's bootstrap), and a job on the wrong one (--require-efa) ends here, on every rank.

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "arch/expert_wire.h"
+#include "cli/generation_defaults.h"
 #include "cli/kv_budget.h"
 #include "core/error.h"
 #include "engine/kv_cache.h"
@@ -76,6 +77,7 @@ po::options_description describe(RunOptions& o) {
     ("top-p", po::value(&o.top_p)->default_value(o.top_p), "nucleus sampling mass (1 = off)")
     ("top-k", po::value(&o.top_k)->default_value(o.top_k), "keep the k most likely tokens (0 = off)")
     ("min-p", po::value(&o.min_p)->default_value(o.min_p), "drop tokens below min-p times the most likely (0 = off)")
+    ("generation-config", po::value(&o.generation_config)->default_value(o.generation_config), "auto: the model's generation_config.json sets the defaults of --temperature, --top-p, --top-k, --min-p and --max-new-tokens where they are not given (vLLM's default); none: shardlm's (greedy, 128 tokens)")
     // As text: the number conversion would take "-1" as 2^64 - 1.
     ("seed", po::value<std::string>()->default_value(std::to_string(o.seed))->notifier([&o](const std::string& v) { o.seed = parse_seed(v); }), "run seed, 0 to 2^64-1; a request without its own seed derives one from this and its id")
     // Not composing: stop strings given on the command line replace the job file's. A value that is
@@ -143,22 +145,25 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
     }
     po::notify(vm);
     decode_stops(&o.stop);
+    for (const auto& [name, value] : vm)
+      if (!value.defaulted()) o.given.insert(name);
   } catch (const po::error& e) {
     SHARDLM_FAIL("shardlm run: " << e.what() << " (see shardlm run --help)");
   }
   SHARDLM_CHECK(!o.model.empty(), "shardlm run: --model is required");
   SHARDLM_CHECK(!o.prompts.empty(), "shardlm run: --prompts is required");
   SHARDLM_CHECK(!o.out.empty(), "shardlm run: --out is required");
-  SHARDLM_CHECK(o.max_new_tokens >= 1, "--max-new-tokens must be >= 1");
   SHARDLM_CHECK(o.max_seqs >= 1, "--max-seqs must be >= 1, not " << o.max_seqs);
   SHARDLM_CHECK(o.max_batch_tokens >= 1, "--max-batch-tokens must be >= 1, not " << o.max_batch_tokens);
   SHARDLM_CHECK(o.max_model_len >= 0, "--max-model-len must be >= 0 (0: the model's context), not " << o.max_model_len);
   // Each pipeline micro-batch runs at least one sequence, and the KV cache is sized for --max-seqs.
   SHARDLM_CHECK(o.max_seqs >= o.pp, "--max-seqs " << o.max_seqs << " is below --pp " << o.pp << ": each of the " << o.pp
                                                   << " pipeline micro-batches runs at least one sequence");
+  o.generation_config_taken = apply_generation_config(&o);
   // What would otherwise fail only once every rank has loaded its weights.
   const std::string bad_sampling = sampling_defaults(o).validate();
   SHARDLM_CHECK(bad_sampling.empty(), "shardlm run: the sampling options: " << bad_sampling);
+  SHARDLM_CHECK(o.max_new_tokens >= 1, "--max-new-tokens must be >= 1");
   prompt_format_from_name(o.format);  // throws on an unknown name
   SHARDLM_CHECK(std::ifstream(o.prompts).is_open(), "shardlm run: cannot open --prompts '" << o.prompts << "'");
   parse_kv_cache_gib(o.kv_cache_gb);  // throws on anything but auto or a positive number
@@ -222,7 +227,7 @@ std::string to_ini(const RunOptions& o) {
     << "\nop-profile = " << (o.op_profile ? "true" : "false") << "\nep-graph-capacity = " << num(o.ep_graph_capacity)
     << "\nep-wire = " << o.ep_wire << "\nmax-new-tokens = " << o.max_new_tokens
     << "\ntemperature = " << num(o.temperature) << "\ntop-p = " << num(o.top_p) << "\ntop-k = " << o.top_k
-    << "\nmin-p = " << num(o.min_p) << "\nseed = " << o.seed;
+    << "\nmin-p = " << num(o.min_p) << "\nseed = " << o.seed << "\ngeneration-config = " << o.generation_config;
   for (const auto& st : o.stop) s << "\nstop = " << ini_quoted(st);
   s << "\nignore-eos = " << (o.ignore_eos ? "true" : "false") << "\nmax-batch-tokens = " << o.max_batch_tokens
     << "\nmax-seqs = " << o.max_seqs << "\nmax-model-len = " << o.max_model_len << "\nkv-cache-gb = " << o.kv_cache_gb

@@ -43,7 +43,9 @@ std::vector<int32_t> detokenization_context(const Tokenizer& tok, const std::vec
       if (tok.decode(suffix).find(kReplacement) == std::string::npos) return suffix;
     }
   }
-  return prompt;
+  // vLLM falls back on the whole prompt; its last 23 tokens decode the same continuation unless
+  // all of them are broken bytes, and priming on a long prompt of those would hold every byte.
+  return std::vector<int32_t>(prompt.end() - static_cast<std::ptrdiff_t>(std::min<size_t>(n, 23)), prompt.end());
 }
 
 std::string StreamDecoder::push(int32_t id) {

@@ -68,7 +68,7 @@ class StreamDecoder {
 
 // The prompt's tail an output is decoded after, as vLLM's incremental detokenizer chooses it: the
 // whole prompt up to 4 tokens, else the shortest suffix of 4 to 23 tokens that decodes without
-// U+FFFD (one that starts mid-character would), else the whole prompt.
+// U+FFFD (one that starts mid-character would), else its last 23 (vLLM: the whole prompt).
 std::vector<int32_t> detokenization_context(const Tokenizer& tok, const std::vector<int32_t>& prompt);
 
 }  // namespace shardlm

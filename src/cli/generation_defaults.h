@@ -1,0 +1,20 @@
+// --generation-config auto: the sampling defaults a model ships in generation_config.json, taken as
+// vLLM takes them (its --generation-config auto, the default there): temperature, top_p, top_k,
+// min_p and max_new_tokens become the run's defaults where neither the command line nor the job
+// file sets that option; a request's own fields still win.
+#pragma once
+
+#include <set>
+#include <string>
+
+namespace shardlm {
+
+struct RunOptions;
+
+// Applies MODEL/generation_config.json's sampling fields to OPT (whose `given` names the options set
+// explicitly) when opt->generation_config is "auto"; a missing file changes nothing. Returns what
+// it took and what it could not apply, for the start-up message ("" when nothing). Throws Error
+// naming the file and field on a malformed value.
+std::string apply_generation_config(RunOptions* opt);
+
+}  // namespace shardlm
