@@ -272,6 +272,8 @@ int cmd_run(int argc, char** argv) {
   const std::string started = iso_time_now();
   if (rank == 0 && !opt.quiet && !opt.generation_config_taken.empty())
     std::fprintf(stderr, "[shardlm] %s\n", opt.generation_config_taken.c_str());
+  if (rank == 0 && !opt.generation_config_not_applied.empty())
+    std::fprintf(stderr, "[shardlm] warning: %s\n", opt.generation_config_not_applied.c_str());
 
   // The network preflight comes first: its report is out before anything that could hang on a bad
   // network (NCCL's bootstrap), and a job on the wrong one (--require-efa) ends here, on every rank.
@@ -326,6 +328,15 @@ int cmd_run(int argc, char** argv) {
                      << opt.out << ": the file holds the outputs of a run with other settings:" << list
                      << "\nresume with the same model, sampling options and --max-model-len, or write to a new --out");
       }
+    }
+    // Settings that match do not make another build's rows this one's: said, not refused (a fix
+    // between the two is often why a job is resumed).
+    if (resume && !earlier.git_commit.empty() && earlier.git_commit != SHARDLM_GIT_COMMIT) {
+      std::fprintf(stderr,
+                   "[shardlm] warning: --resume %s: its rows were written by shardlm %s (commit %s), this is %s "
+                   "(commit %s): where the two differ, so may their rows (a new --out keeps one build's)\n",
+                   opt.out.c_str(), earlier.version.c_str(), earlier.git_commit.c_str(), SHARDLM_VERSION,
+                   SHARDLM_GIT_COMMIT);
     }
     writer = std::make_unique<ResultWriter>(opt.out, opt.flush_every, resume, opt.flush_seconds);
     if (resume) finished = writer->finished_keys(&legacy_keys);

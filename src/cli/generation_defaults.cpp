@@ -27,13 +27,13 @@ int64_t integer(const json& j, const char* key, const std::string& file) {
 
 }  // namespace
 
-std::string apply_generation_config(RunOptions* opt) {
-  if (opt->generation_config == "none") return {};
+void apply_generation_config(RunOptions* opt) {
+  if (opt->generation_config == "none") return;
   SHARDLM_CHECK(opt->generation_config == "auto",
                 "--generation-config must be auto or none, not '" << opt->generation_config << "'");
   const std::string file = (std::filesystem::path(opt->model) / "generation_config.json").string();
   std::ifstream in(file);
-  if (!in) return {};
+  if (!in) return;
   json j;
   try {
     j = json::parse(in);
@@ -59,11 +59,12 @@ std::string apply_generation_config(RunOptions* opt) {
     if (j.contains(key) && j[key].is_number() && j[key].get<double>() != neutral)
       ignored << (ignored.tellp() > 0 ? ", " : "") << key << " " << j[key].dump();
   }
-  std::string out;
-  if (taken.tellp() > 0) out = "sampling defaults from " + file + ": " + taken.str() + " (--generation-config auto)";
+  if (taken.tellp() > 0)
+    opt->generation_config_taken =
+        "sampling defaults from " + file + ": " + taken.str() + " (--generation-config auto)";
   if (ignored.tellp() > 0)
-    out += (out.empty() ? "" : "; ") + std::string("not applied (penalties are not supported): ") + ignored.str();
-  return out;
+    opt->generation_config_not_applied =
+        file + " asks for " + ignored.str() + ", which is not applied (penalties are not supported)";
 }
 
 }  // namespace shardlm

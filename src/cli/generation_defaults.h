@@ -12,9 +12,10 @@ namespace shardlm {
 struct RunOptions;
 
 // Applies MODEL/generation_config.json's sampling fields to OPT (whose `given` names the options set
-// explicitly) when opt->generation_config is "auto"; a missing file changes nothing. Returns what
-// it took and what it could not apply, for the start-up message ("" when nothing). Throws Error
-// naming the file and field on a malformed value.
-std::string apply_generation_config(RunOptions* opt);
+// explicitly) when opt->generation_config is "auto"; a missing file changes nothing. Sets
+// opt->generation_config_taken (what it took) and opt->generation_config_not_applied (the
+// penalties it asks for), each "" when there is none. Throws Error naming the file and field on a
+// malformed value.
+void apply_generation_config(RunOptions* opt);
 
 }  // namespace shardlm

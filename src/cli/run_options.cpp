@@ -159,7 +159,7 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
   // Each pipeline micro-batch runs at least one sequence, and the KV cache is sized for --max-seqs.
   SHARDLM_CHECK(o.max_seqs >= o.pp, "--max-seqs " << o.max_seqs << " is below --pp " << o.pp << ": each of the " << o.pp
                                                   << " pipeline micro-batches runs at least one sequence");
-  o.generation_config_taken = apply_generation_config(&o);
+  apply_generation_config(&o);
   // What would otherwise fail only once every rank has loaded its weights.
   const std::string bad_sampling = sampling_defaults(o).validate();
   SHARDLM_CHECK(bad_sampling.empty(), "shardlm run: the sampling options: " << bad_sampling);

@@ -34,6 +34,7 @@ struct RunOptions {
   std::string generation_config = "none";
   std::set<std::string> given;          // options set on the command line or in the job file
   std::string generation_config_taken;  // what auto took, for the start-up message
+  std::string generation_config_not_applied;  // the penalties it asks for, for a warning
   std::vector<std::string> stop;  // default stop strings
   bool ignore_eos = false;
   int64_t max_batch_tokens = 2048;

@@ -21,7 +21,8 @@ EarlierSessions read_earlier_sessions(const std::string& path) {
   EarlierSessions e;
   const auto start = d.attrs.find("start_time");
   if (start != d.attrs.end() && start->second.is_string()) e.start_time = start->second.get<std::string>();
-  for (auto [name, to] : {std::pair{"config", &e.config}, std::pair{"model_config_hash", &e.model_config_hash}}) {
+  for (auto [name, to] : {std::pair{"config", &e.config}, std::pair{"model_config_hash", &e.model_config_hash},
+                          std::pair{"version", &e.version}, std::pair{"git_commit", &e.git_commit}}) {
     const auto it = d.attrs.find(name);
     if (it != d.attrs.end() && it->second.is_string()) *to = it->second.get<std::string>();
   }

@@ -27,6 +27,7 @@ struct EarlierSessions {
   int64_t rows = 0;        // the rows kept from them
   std::string config;      // the options the last of them recorded (to_ini), "" if none
   std::string model_config_hash;
+  std::string version, git_commit;  // of the shardlm that wrote its last session ("" if not recorded)
   int64_t max_model_len = 0;        // the context limit its rows were made under; 0 if not recorded
   int64_t max_model_len_asked = 0;  // its --max-model-len (0: none, or not recorded)
 };

@@ -10,13 +10,9 @@ SamplingParams SamplingParams::resolved(const SamplingOverrides& o, const std::s
   SamplingParams p = *this;
   if (o.max_tokens) p.max_tokens = *o.max_tokens;
   if (o.temperature) p.temperature = *o.temperature;
-  // As vLLM's SamplingParams: below 1e-5 is greedy, below 1e-2 is raised to 1e-2 (a sharper
-  // temperature only overflows the exponentials).
-  if (p.temperature < kGreedyBelow) {
-    if (p.temperature >= 0) p.temperature = 0;  // a negative one stays for validate() to refuse
-  } else if (p.temperature < kLowestTemperature) {
-    p.temperature = kLowestTemperature;
-  }
+  // As vLLM's SamplingParams: above 0 and below 1e-2 is raised to 1e-2 (a sharper temperature only
+  // overflows the exponentials), before its greedy test, so only 0 is greedy.
+  if (p.temperature > 0 && p.temperature < kLowestTemperature) p.temperature = kLowestTemperature;
   if (o.top_p) p.top_p = *o.top_p;
   if (o.top_k) p.top_k = *o.top_k;
   if (o.min_p) p.min_p = *o.min_p;

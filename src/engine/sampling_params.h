@@ -9,9 +9,7 @@
 
 namespace shardlm {
 
-// vLLM's temperature bounds (_SAMPLING_EPS, _MAX_TEMP): greedy below the first, raised to the second
-// below it.
-constexpr double kGreedyBelow = 1e-5;
+// vLLM's lowest sampling temperature (_MAX_TEMP): one above 0 and below it is raised to it.
 constexpr double kLowestTemperature = 1e-2;
 
 struct SamplingParams {

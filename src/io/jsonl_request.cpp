@@ -108,7 +108,7 @@ void refuse_unapplied(const json& o, const std::string& p) {
       // not written), or the chat API's boolean.
       {"logprobs",
        [](const json& v) {
-         return v.is_boolean() || (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= 1);
+         return v.is_boolean() || (v.is_number() && (v.get<double>() == 0 || v.get<double>() == 1));
        },
        "only the chosen token's logprob is written (every row has it)"},
       // vLLM returns the prompt's logprobs for any value but null, 0 included.

@@ -148,7 +148,8 @@ ModelFootprint ModelFootprint::from_config(const nlohmann::json& c, const std::s
   m.kv_lora_rank = get_int(c, "kv_lora_rank", 0);
   m.mla = m.kv_lora_rank > 0;
   if (m.mla) {
-    m.q_lora_rank = get_int(c, "q_lora_rank", 0);  // null in DeepSeek-V2-Lite: a plain q_proj
+    // Null (DeepSeek-V2-Lite): a plain q_proj; absent: transformers' default 1536, as the loader.
+    m.q_lora_rank = c.contains("q_lora_rank") ? get_int(c, "q_lora_rank", 0) : 1536;
     m.qk_nope_head_dim = need_int(c, "qk_nope_head_dim");
     m.qk_rope_head_dim = need_int(c, "qk_rope_head_dim");
     m.v_head_dim = need_int(c, "v_head_dim");
@@ -191,7 +192,9 @@ ModelFootprint ModelFootprint::from_config(const nlohmann::json& c, const std::s
   if (m.moe_layers < m.layers)
     SHARDLM_CHECK(m.intermediate > 0, "config.json: intermediate_size is missing (needed by the dense MLP layers)");
 
-  const bool qkv_bias = get_bool(c, "attention_bias", false) || m.model_type == "qwen2" || m.model_type == "qwen2_moe";
+  // Qwen2 always has q/k/v biases, Qwen2-MoE unless its qkv_bias switch is off (as the loader).
+  const bool qkv_bias = get_bool(c, "attention_bias", false) || m.model_type == "qwen2" ||
+                        (m.model_type == "qwen2_moe" && get_bool(c, "qkv_bias", true));
   const bool qk_norm = m.model_type == "qwen3" || m.model_type == "qwen3_moe";
   const bool router_bias = get_string(c, "topk_method") == "noaux_tc";
   const int64_t H = m.hidden;

@@ -49,6 +49,9 @@ std::vector<int32_t> detokenization_context(const Tokenizer& tok, const std::vec
 }
 
 std::string StreamDecoder::push(int32_t id) {
+  // A skipped special token decodes to nothing anywhere in the window: kept out of it, so a run of
+  // them (EOS under ignore_eos) costs nothing instead of a growing window decoded twice a token.
+  if (skip_special_ && tok_.is_special(id)) return {};
   ids_.push_back(id);
   const auto begin = ids_.begin();
   std::string prev;

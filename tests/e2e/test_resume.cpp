@@ -13,6 +13,7 @@
 #include "common/cli_runner.h"
 #include "common/shared_data.h"
 #include "common/test_files.h"
+#include "io/result_writer.h"
 
 namespace fs = std::filesystem;
 
@@ -176,6 +177,26 @@ TEST_F(Resume, SigkillLosesAtMostWhatWasInFlight) {
 
 // A file resumed by a run with other output-deciding settings (another seed here) would hold two
 // runs' outputs under one config: the run refuses, naming the setting, and leaves the file as it was.
+// A file another build wrote is resumed with a warning naming both builds: matching settings do not
+// make its rows this build's.
+TEST_F(Resume, ResumeOfAnotherBuildsFileSaysSo) {
+  fs::copy_file(dir_ / "full.h5", dir_ / "older.h5");
+  {
+    ResultWriter w((dir_ / "older.h5").string(), 64, /*resume=*/true);
+    w.set_attr("git_commit", std::string("0123456789ab"));
+    w.set_attr("version", std::string("0.0.9"));
+  }
+  Proc p = sh(test::shardlm_bin() + " " + join(args("older.h5", true)));
+  ASSERT_EQ(p.code, 0) << p.out;
+  EXPECT_NE(p.out.find("warning: --resume " + (dir_ / "older.h5").string() +
+                       ": its rows were written by shardlm 0.0.9 (commit 0123456789ab), this is"),
+            std::string::npos)
+      << p.out;
+  Proc same = sh(test::shardlm_bin() + " " + join(args("older.h5", true)));
+  ASSERT_EQ(same.code, 0) << same.out;
+  EXPECT_EQ(same.out.find("were written by shardlm"), std::string::npos) << same.out;
+}
+
 TEST_F(Resume, ResumeWithOtherSettingsIsRefused) {
   fs::copy_file(dir_ / "full.h5", dir_ / "other.h5");
   std::vector<std::string> a = args("other.h5", true);

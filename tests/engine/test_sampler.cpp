@@ -311,9 +311,10 @@ TEST(SamplingParams, ValidateAndResolve) {
   bad = r;
   bad.max_tokens = -1;
   EXPECT_FALSE(bad.validate().empty());
-  // vLLM's temperature bounds: below 1e-5 greedy, below 1e-2 raised to 1e-2, negative refused.
+  // vLLM's temperature bound: above 0 and below 1e-2 raised to 1e-2 (before its greedy test, so
+  // only 0 is greedy), negative refused.
   for (const auto& [asked, used] : std::vector<std::pair<double, double>>{
-           {0.0, 0.0}, {9e-6, 0.0}, {1e-5, 1e-2}, {0.005, 1e-2}, {0.01, 0.01}, {0.5, 0.5}}) {
+           {0.0, 0.0}, {5e-6, 1e-2}, {1e-5, 1e-2}, {0.005, 1e-2}, {0.01, 0.01}, {0.5, 0.5}}) {
     o.temperature = asked;
     EXPECT_DOUBLE_EQ(d.resolved(o, "r").temperature, used) << asked;
   }

@@ -140,7 +140,7 @@ TEST(JsonlLine, ChatMessagesAreAPerRequestError) {
 TEST(JsonlLine, StopTokenIdsAndUnappliedFields) {
   const ParsedRequest ok = parse_jsonl_line(
       R"({"id": "a", "prompt": "x", "stop_token_ids": [7, 0], "n": 1, "best_of": null, "repetition_penalty": 1.0,)"
-      R"( "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "logprobs": 1, "echo": false,)"
+      R"( "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "logprobs": 1.0, "echo": false,)"
       R"( "min_tokens": 0, "include_stop_str_in_output": false, "prompt_logprobs": null, "suffix": "",)"
       R"( "use_beam_search": false, "add_special_tokens": true, "skip_special_tokens": true, "bad_words": [],)"
       R"( "guided_json": null, "response_format": {"type": "text"}, "truncate_prompt_tokens": null})",

@@ -153,6 +153,22 @@ TEST(PlanFootprint, MalformedFieldsAreNamedAndDefaultsFollowTheLoader) {
     c["moe_layer_freq"] = freq;
     EXPECT_EQ(ModelFootprint::from_config(c, "m").moe_layers, 5) << "moe_layer_freq " << freq;
   }
+  // q_lora_rank as the loader reads it: absent is transformers' 1536, null a plain q_proj.
+  c["kv_lora_rank"] = 32;
+  c["qk_nope_head_dim"] = 16;
+  c["qk_rope_head_dim"] = 8;
+  c["v_head_dim"] = 16;
+  EXPECT_EQ(ModelFootprint::from_config(c, "m").q_lora_rank, 1536);
+  c["q_lora_rank"] = nullptr;
+  EXPECT_EQ(ModelFootprint::from_config(c, "m").q_lora_rank, 0);
+  // Qwen2-MoE's q/k/v biases unless qkv_bias is false: 2 layers x (4 + 2 x 4) heads x 64.
+  nlohmann::json q = base;
+  q["architectures"] = {"Qwen2MoeForCausalLM"};
+  q["model_type"] = "qwen2_moe";
+  q["num_key_value_heads"] = 4;
+  const int64_t with_bias = ModelFootprint::from_config(q, "m").params();
+  q["qkv_bias"] = false;
+  EXPECT_EQ(with_bias - ModelFootprint::from_config(q, "m").params(), 2 * (4 + 2 * 4) * 64);
 }
 
 TEST(PlanKv, DeepSeekV3MlaCacheIs70272BytesPerTokenInBf16) {

@@ -56,16 +56,17 @@ def reference_text(tok, prompt, output, stops, finish):
     stream = DecodeStream(skip_special_tokens=True)
     for t in context(tok, prompt):
         stream.step(tok, t)
-    # A stop token (finish "stop" without a stop string in the text) leaves its text out.
-    ids = output[:-1] if finish == "stop" and output else output
     text = ""
-    for t in ids:
+    for i, t in enumerate(output):
+        before = text
         piece = stream.step(tok, t)
         if piece:
             text += piece
         hits = [text.find(s) for s in stops if s in text]
         if hits:
             return text[:min(hits)]
+        if i == len(output) - 1 and finish == "stop":
+            return before  # a stop token (no stop string matched): its text stays out
     return text
 
 
@@ -127,6 +128,8 @@ def stories(shardlm, shared, workdir):
         requests.append({"id": f"greedy{i}", "prompt": p, "max_tokens": 3 + 5 * i})
         requests.append({"id": f"sampled{i}", "prompt": p, "max_tokens": 40, "temperature": 1.0, "seed": i})
         requests.append({"id": f"stop{i}", "prompt": p, "max_tokens": 60, "stop": [" there", " the", "."]})
+        # Stop strings that span tokens or start inside one.
+        requests.append({"id": f"mid{i}", "prompt": p, "max_tokens": 60, "stop": ["ere w", "ttle g", "ay", "ed t"]})
     return compare("stories260K", tok, requests, run(shardlm, model, requests, workdir, "stories"))
 
 
