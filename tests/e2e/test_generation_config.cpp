@@ -19,16 +19,12 @@ namespace {
 using test::Proc;
 using test::sh;
 
-std::string bin() { return test::shardlm_bin(); }
-
-fs::path tmpdir(const std::string& name) { return test::fresh_dir("cli-" + name); }
-
 // --generation-config auto (vLLM's default): the sampling fields of the model's
 // generation_config.json are the defaults of the options the run does not give; a request's own
 // fields still win; penalties vLLM would apply are named as not applied; none ignores the file.
 TEST(GenerationConfig, AutoSetsTheSamplingDefaults) {
   SHARDLM_REQUIRE_SHARED(stories, "models/stories260K");
-  fs::path d = tmpdir("generation-config");
+  fs::path d = test::fresh_dir("generation-config");
   fs::path model = d / "m";
   fs::create_directories(model);
   for (const auto& entry : fs::directory_iterator(stories))
@@ -40,7 +36,8 @@ TEST(GenerationConfig, AutoSetsTheSamplingDefaults) {
   test::write_file(d / "p.jsonl",
                    "{\"id\": \"a\", \"prompt\": \"Once upon a time\", \"ignore_eos\": true}\n"
                    "{\"id\": \"b\", \"prompt\": \"Lily\", \"max_tokens\": 3, \"ignore_eos\": true}\n");
-  const std::string common = bin() + " run --model " + model.string() + " --prompts " + (d / "p.jsonl").string();
+  const std::string common =
+      test::shardlm_bin() + " run --model " + model.string() + " --prompts " + (d / "p.jsonl").string();
   auto outputs = [](const fs::path& h5) {
     test::H5Reader h(h5);
     std::map<std::string, std::vector<int32_t>> out;
