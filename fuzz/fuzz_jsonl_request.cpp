@@ -3,6 +3,7 @@
 // Also checks the result is consistent: an error carries no prompt, a success carries exactly one
 // of prompt / prompt_token_ids, a non-empty id, valid UTF-8 text and in-range sampling overrides;
 // an error row, an id (or none) that the file can store.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -32,7 +33,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (id < 0) std::abort();
   }
   const auto& o = r.overrides;
-  if (o.max_tokens && *o.max_tokens < 0) std::abort();
+  if (o.max_tokens && *o.max_tokens < 1) std::abort();
+  if (o.repetition_penalty && !(*o.repetition_penalty > 0 && std::isfinite(*o.repetition_penalty))) std::abort();
+  if (o.frequency_penalty && !(*o.frequency_penalty >= -2 && *o.frequency_penalty <= 2)) std::abort();
+  if (o.presence_penalty && !(*o.presence_penalty >= -2 && *o.presence_penalty <= 2)) std::abort();
   if (o.temperature && !(*o.temperature >= 0)) std::abort();
   if (o.top_p && !(*o.top_p > 0 && *o.top_p <= 1)) std::abort();
   if (o.min_p && !(*o.min_p >= 0 && *o.min_p <= 1)) std::abort();

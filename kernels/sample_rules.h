@@ -41,4 +41,26 @@ SHARDLM_HD inline uint64_t candidate_key(float v, uint32_t id) {
 // A candidate's weight from its tempered probability p: 0 for p = 0 or NaN.
 SHARDLM_HD inline int64_t weight(float p) { return p > 0.0f ? static_cast<int64_t>(p * 0x1p40f) : 0; }
 
+// A distinct token of a sequence's prompt and output so far, with its count in the output (0: it
+// is in the prompt only): what the penalties read.
+struct SeenToken {
+  int32_t token = 0;
+  int32_t output_count = 0;
+};
+
+// vLLM's penalties on the logit of a token the sequence has seen, in fp32 and in its order:
+// repetition (on prompt and output tokens: a positive logit divided, any other multiplied), then
+// frequency times the token's count in the output, then presence (output tokens only). Built
+// without fused multiply-adds on both sides (-ffp-contract=off, --fmad=false), as vLLM's separate
+// tensor ops round each step.
+SHARDLM_HD inline float penalized_logit(float logit, float repetition, float frequency, float presence,
+                                        int32_t output_count) {
+  float l = logit > 0.0f ? logit / repetition : logit * repetition;
+  if (output_count > 0) {
+    l -= frequency * static_cast<float>(output_count);
+    l -= presence;
+  }
+  return l;
+}
+
 }  // namespace shardlm::sampling

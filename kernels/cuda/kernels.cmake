@@ -7,8 +7,9 @@ set(SHARDLM_CUDA_KERNELS
     paged_attention_tiled.cu prefill_attention_mma.cu prefill_latent_attention_mma.cu mma_bf16_tile.cu run_positions.cu
     latent_attention.cu latent_rope_cache_write.cu decode_latent_attention_mma.cu attention_combine.cu
     head_matmul.cu split_columns.cu
-    # Routing, expert permutation, expert-parallel row movement, fp8 dequantisation, sampling, logprobs.
-    moe_topk.cu expert_permute.cu fp8_dequant.cu sampling.cu gated_add.cu expert_rows.cu
+    # Routing, expert permutation, expert-parallel row movement, fp8 dequantisation, sampling (and its
+    # penalties), logprobs.
+    moe_topk.cu expert_permute.cu fp8_dequant.cu sampling.cu penalties.cu gated_add.cu expert_rows.cu
     expert_exchange.cu wire_bf16.cu wire_fp8.cu
     # Linear layers on weights kept fp8 (a few rows: decode).
     rows_matmul.cu

@@ -85,11 +85,12 @@ __device__ u64 search_key(const float* x, int64_t V, u64 lo, u64 hi, Pred pred) 
 }
 
 __global__ void __launch_bounds__(kThreads)
-    sample_kernel(const float* __restrict__ logits, int64_t R, int64_t V, const SamplingRow* __restrict__ params,
-                  float* __restrict__ scratch, int32_t* __restrict__ tokens, float* __restrict__ logprobs) {
+    sample_kernel(const float* __restrict__ logits, const float* __restrict__ choice_logits, int64_t R, int64_t V,
+                  const SamplingRow* __restrict__ params, float* __restrict__ scratch, int32_t* __restrict__ tokens,
+                  float* __restrict__ logprobs) {
   const int tid = threadIdx.x, nt = blockDim.x;
   for (int64_t row = blockIdx.x; row < R; row += gridDim.x) {
-    const float* x = logits + row * V;
+    const float* x = choice_logits + row * V;  // what the choice reads; the logprob reads the raw row
     float* p = scratch + row * V;
     const SamplingRow sp = params[row];
 
@@ -143,7 +144,7 @@ __global__ void __launch_bounds__(kThreads)
           search_key(x, V, best, last, [&](u64 q) { return static_cast<double>(prefix_weight(x, p, V, q)) > u; });
       token = static_cast<int64_t>(pick & 0xffffffffull);
     }
-    const float lp = log_softmax_at(x, V, token);
+    const float lp = log_softmax_at(logits + row * V, V, token);
     if (tid == 0) {
       tokens[row] = static_cast<int32_t>(token);
       logprobs[row] = lp;
@@ -166,9 +167,10 @@ int grid_for(int64_t rows) { return static_cast<int>(rows < 65535 * 16 ? rows : 
 }  // namespace
 
 void launch_sample(const float* logits, int64_t R, int64_t V, const SamplingRow* params, float* scratch,
-                   int32_t* tokens, float* logprobs, cudaStream_t stream) {
+                   int32_t* tokens, float* logprobs, cudaStream_t stream, const float* choice_logits) {
   if (R <= 0 || V <= 0) return;
-  sample_kernel<<<grid_for(R), kThreads, 0, stream>>>(logits, R, V, params, scratch, tokens, logprobs);
+  sample_kernel<<<grid_for(R), kThreads, 0, stream>>>(logits, choice_logits ? choice_logits : logits, R, V, params,
+                                                      scratch, tokens, logprobs);
 }
 
 void launch_logprobs(const float* logits, int64_t R, int64_t V, const int32_t* tokens, float* logprobs,

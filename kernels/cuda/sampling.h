@@ -39,12 +39,16 @@ struct SamplingRow {
   int64_t top_k = 0;         // <= 0 or >= V: off
   uint64_t seed = 0;
   int64_t position = 0;      // index the sampled token takes in its sequence
+  // The row's penalties (kernels/cuda/penalties.h applies them, before the sample kernel).
+  float repetition_penalty = 1.0f, frequency_penalty = 0.0f, presence_penalty = 0.0f;
 };
 
 // logits [R, V]; params [R] (device); scratch [R, V] fp32 (device; the tempered probabilities);
 // tokens [R] and logprobs [R] (device) receive the choice and log_softmax(logits row)[token].
+// choice_logits, where not null, are the rows the choice is made on (the logits with penalties
+// applied, kernels/cuda/penalties.h); the logprobs stay those of the raw logits.
 void launch_sample(const float* logits, int64_t R, int64_t V, const SamplingRow* params, float* scratch,
-                   int32_t* tokens, float* logprobs, cudaStream_t stream);
+                   int32_t* tokens, float* logprobs, cudaStream_t stream, const float* choice_logits = nullptr);
 
 // logprobs[r] = log_softmax(logits row r)[tokens[r]] (prompt logprobs, or a choice made elsewhere).
 void launch_logprobs(const float* logits, int64_t R, int64_t V, const int32_t* tokens, float* logprobs,

@@ -161,8 +161,8 @@ class Decoder final : public Model {
       SHARDLM_CHECK(!device_step_, "begin_step before the previous step was ended");
       StageClock::Part part(clock_);
       begin_profiled_step(batch);
-      device_step_ = DeviceStep{step_to_device(batch), static_cast<int64_t>(batch.logit_rows.size()),
-                                batch.sample_rows};
+      device_step_ = DeviceStep{step_to_device(batch), static_cast<int64_t>(batch.logit_rows.size()), batch.sample_rows,
+                                batch.seen_tokens};
       return;
     }
     if (!leads_pipeline()) return Model::begin_step(batch);
@@ -220,8 +220,8 @@ class Decoder final : public Model {
         logprobs->resize(static_cast<size_t>(step.rows));
         if (step.rows > 0) {
           OpSection s(b_, "sampling");
-          b_.sample(step.logits, step.rows, spec_.vocab_size, step.sample_rows.data(), tokens->data(),
-                    logprobs->data());
+          b_.sample(step.logits, step.rows, spec_.vocab_size, step.sample_rows.data(), step.seen_tokens.data(),
+                    tokens->data(), logprobs->data());
         }
         end_profiled_step();
       }
@@ -350,6 +350,7 @@ class Decoder final : public Model {
     const float* logits = nullptr;  // null when no row samples
     int64_t rows = 0;
     std::vector<SampleRow> sample_rows;
+    std::vector<SeenToken> seen_tokens;
   };
   DeviceStep take_device_step(bool sampled) {
     SHARDLM_CHECK(device_step_, "ending a step that was not begun");
@@ -640,7 +641,7 @@ class Decoder final : public Model {
       std::vector<int32_t> tokens(static_cast<size_t>(R));
       std::vector<float> logprobs(static_cast<size_t>(R));
       OpSection s(b_, "sampling");
-      b_.sample(dev, R, V, batch.sample_rows.data(), tokens.data(), logprobs.data());
+      b_.sample(dev, R, V, batch.sample_rows.data(), batch.seen_tokens.data(), tokens.data(), logprobs.data());
       pack_choices(tokens, logprobs, &choices_);
       comms_.pp->send(choices_.data(), choices_.size(), CommDType::kI32, 0, kTagLogits);
       return;

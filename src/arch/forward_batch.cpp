@@ -15,11 +15,19 @@ void ForwardBatch::clear() {
   blocks.clear();
   logit_rows.clear();
   sample_rows.clear();
+  seen_tokens.clear();
 }
 
 bool ForwardBatch::sampled() const {
   SHARDLM_CHECK(sample_rows.empty() || sample_rows.size() == logit_rows.size(),
                 "a step with " << logit_rows.size() << " logit rows carries " << sample_rows.size() << " sample rows");
+  // The samplers read each row's seen tokens where it says, unchecked.
+  const int64_t seen = static_cast<int64_t>(seen_tokens.size());
+  for (const SampleRow& r : sample_rows) {
+    SHARDLM_CHECK(
+        r.seen_begin >= 0 && r.seen_count >= 0 && r.seen_begin <= seen && r.seen_count <= seen - r.seen_begin,
+        "a sample row's seen tokens [" << r.seen_begin << ", +" << r.seen_count << ") are outside the step's " << seen);
+  }
   return !sample_rows.empty();
 }
 
@@ -49,7 +57,7 @@ void Model::begin_step(const ForwardBatch& batch) {
   batch.sampled();
   forward(batch, buf.data());
   finished_logits_.push_back(std::move(buf));
-  finished_rows_.push_back(batch.sample_rows);
+  finished_rows_.push_back({batch.sample_rows, batch.seen_tokens});
 }
 
 void Model::end_step(float* logits) {
@@ -62,7 +70,8 @@ void Model::end_step(float* logits) {
 
 void Model::end_step_sampled(std::vector<int32_t>* tokens, std::vector<float>* logprobs) {
   SHARDLM_CHECK(!finished_rows_.empty(), "end_step_sampled without a begun step");
-  const std::vector<SampleRow> rows = std::move(finished_rows_.front());
+  const std::vector<SampleRow> rows = std::move(finished_rows_.front().rows);
+  const std::vector<SeenToken> seen = std::move(finished_rows_.front().seen);
   const int64_t V = spec().vocab_size;
   sampled_logits_.resize(finished_logits_.front().size());
   end_step(sampled_logits_.data());  // ends the step either way, like the decoder
@@ -71,7 +80,7 @@ void Model::end_step_sampled(std::vector<int32_t>* tokens, std::vector<float>* l
   tokens->resize(rows.size());
   logprobs->resize(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
-    const Sample s = sampler_.sample(sampled_logits_.data() + static_cast<int64_t>(r) * V, V, rows[r]);
+    const Sample s = sampler_.sample(sampled_logits_.data() + static_cast<int64_t>(r) * V, V, rows[r], seen.data());
     (*tokens)[r] = s.token;
     (*logprobs)[r] = s.logprob;
   }

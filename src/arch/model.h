@@ -35,8 +35,11 @@ struct ForwardBatch {
   // logits end (the last pipeline stage, on its device) and ended with end_step_sampled; without
   // them the logits themselves are wanted (forward, end_step).
   std::vector<SampleRow> sample_rows;
+  // The distinct tokens each penalized sample row has seen (SampleRow::seen_begin indexes them).
+  std::vector<SeenToken> seen_tokens;
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
-  // True when the step carries sample rows; throws when they do not match the logit rows.
+  // True when the step carries sample rows; throws when they do not match the logit rows, or a
+  // row's seen tokens are not in seen_tokens.
   bool sampled() const;
   void clear();
   // Appends the tokens [start, start + len) of a sequence whose block table is `table`.
@@ -143,7 +146,11 @@ class Model {
 
  private:
   std::deque<std::vector<float>> finished_logits_;  // default begin/end: results not yet taken
-  std::deque<std::vector<SampleRow>> finished_rows_;  // ... and their steps' sample rows
+  struct StepRows {
+    std::vector<SampleRow> rows;
+    std::vector<SeenToken> seen;
+  };
+  std::deque<StepRows> finished_rows_;              // ... and their steps' sample rows
   std::vector<std::vector<float>> spare_logits_;    // ... and buffers to reuse
   std::vector<float> sampled_logits_;               // default end_step_sampled: the step's logits
   Sampler sampler_;

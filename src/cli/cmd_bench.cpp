@@ -156,8 +156,10 @@ void gpu_ceilings(ComputeBackend& b, const DeviceCeilings& c, const ModelSpec& s
 }
 
 // Microseconds per row of the backend's sample op on R random rows of V logits (backend memory),
-// best of a few runs, for greedy, temperature, temperature + top-p and temperature + top-k rows;
-// the ceiling is one read of a row at the memory bandwidth (every mode reads the row at least once).
+// best of a few runs, for greedy, temperature, temperature + top-p, + top-k, + min-p and top-p
+// (the cuts in vLLM's order), and greedy with vLLM's three penalties on 1024 seen tokens a row (a
+// penalized copy of the rows first); the ceiling is one read of a row at the memory bandwidth
+// (every mode reads the row at least once).
 void print_sampling(ComputeBackend& b, int64_t V, double bw_gbs) {
   constexpr int64_t R = 64;
   std::vector<float> host(static_cast<size_t>(R * V));
@@ -168,19 +170,33 @@ void print_sampling(ComputeBackend& b, int64_t V, double bw_gbs) {
   b.copy_to_device(logits, host.data(), host.size() * sizeof(float));
   std::vector<int32_t> tokens(R);
   std::vector<float> logprobs(R);
-  auto per_row_us = [&](double temperature, double top_p, int64_t top_k) {
+  constexpr int64_t kSeen = 1024;
+  std::vector<SeenToken> seen(static_cast<size_t>(R * kSeen));
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t i = 0; i < kSeen; ++i)
+      seen[static_cast<size_t>(r * kSeen + i)] = {static_cast<int32_t>((i + 31 * r) % V), static_cast<int32_t>(i % 3)};
+  }
+  auto per_row_us = [&](double temperature, double top_p, int64_t top_k, double min_p = 0.0, bool penalized = false) {
     std::vector<SampleRow> rows(R);
     for (int64_t r = 0; r < R; ++r) {
       rows[r].temperature = temperature;
       rows[r].top_p = top_p;
       rows[r].top_k = top_k;
+      rows[r].min_p = min_p;
       rows[r].seed = 17;
       rows[r].position = r;
+      if (penalized) {
+        rows[r].repetition_penalty = 1.1f;
+        rows[r].frequency_penalty = 0.5f;
+        rows[r].presence_penalty = 0.5f;
+        rows[r].seen_begin = r * kSeen;
+        rows[r].seen_count = kSeen;  // distinct where V >= kSeen
+      }
     }
     double best = 1e30;
     for (int it = 0; it < 4; ++it) {  // the first run also sizes the backend's buffers
       const auto t0 = std::chrono::steady_clock::now();
-      b.sample(logits, R, V, rows.data(), tokens.data(), logprobs.data());
+      b.sample(logits, R, V, rows.data(), seen.data(), tokens.data(), logprobs.data());
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (it > 0) best = std::min(best, s);
     }
@@ -188,10 +204,15 @@ void print_sampling(ComputeBackend& b, int64_t V, double bw_gbs) {
   };
   const double greedy = per_row_us(0.0, 1.0, 0), temp = per_row_us(0.8, 1.0, 0);
   const double top_p = per_row_us(0.8, 0.9, 0), top_k = per_row_us(0.8, 1.0, 50);
-  std::printf("sampling %lld rows x %lld vocab:      greedy %.1f, temperature 0.8 %.1f, + top-p 0.9 %.1f, "
-              "+ top-k 50 %.1f us/row  (one read of a row at %.0f GB/s: %.2f us)\n",
-              static_cast<long long>(R), static_cast<long long>(V), greedy, temp, top_p, top_k, bw_gbs,
-              static_cast<double>(V) * 4.0 / (bw_gbs * 1e3));
+  const double min_p = per_row_us(0.8, 0.9, 0, 0.05);
+  char penalized[64] = "n/a (a vocabulary below the seen tokens)";
+  if (V >= kSeen) std::snprintf(penalized, sizeof penalized, "%.1f", per_row_us(0.0, 1.0, 0, 0.0, true));
+  std::printf(
+      "sampling %lld rows x %lld vocab:      greedy %.1f, temperature 0.8 %.1f, + top-p 0.9 %.1f, "
+      "+ top-k 50 %.1f, + min-p 0.05 and top-p 0.9 %.1f, greedy with penalties on %lld seen tokens %s "
+      "us/row  (one read of a row at %.0f GB/s: %.2f us)\n",
+      static_cast<long long>(R), static_cast<long long>(V), greedy, temp, top_p, top_k, min_p,
+      static_cast<long long>(kSeen), penalized, bw_gbs, static_cast<double>(V) * 4.0 / (bw_gbs * 1e3));
   b.free(logits);
 }
 

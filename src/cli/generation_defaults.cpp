@@ -52,19 +52,21 @@ void apply_generation_config(RunOptions* opt) {
   take("top_p", "top-p", &opt->top_p, number);
   take("top_k", "top-k", &opt->top_k, integer);
   take("min_p", "min-p", &opt->min_p, number);
+  take("repetition_penalty", "repetition-penalty", &opt->repetition_penalty, number);
   take("max_new_tokens", "max-new-tokens", &opt->max_new_tokens, integer);
-  // What vLLM would apply as well and this engine cannot: said, not silently dropped.
-  for (const char* key : {"repetition_penalty", "presence_penalty", "frequency_penalty"}) {
-    const double neutral = std::string(key) == "repetition_penalty" ? 1.0 : 0.0;
-    if (j.contains(key) && j[key].is_number() && j[key].get<double>() != neutral)
+  // Penalties vLLM does not take from the file either (not generation-config fields of
+  // transformers): said, not silently dropped.
+  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
+    if (j.contains(key) && j[key].is_number() && j[key].get<double>() != 0.0)
       ignored << (ignored.tellp() > 0 ? ", " : "") << key << " " << j[key].dump();
   }
   if (taken.tellp() > 0)
     opt->generation_config_taken =
         "sampling defaults from " + file + ": " + taken.str() + " (--generation-config auto)";
   if (ignored.tellp() > 0)
-    opt->generation_config_not_applied =
-        file + " asks for " + ignored.str() + ", which is not applied (penalties are not supported)";
+    opt->generation_config_not_applied = file + " asks for " + ignored.str() +
+                                         ", which is not read from it (as in vLLM): give --" +
+                                         "presence-penalty / --frequency-penalty or the request fields";
 }
 
 }  // namespace shardlm

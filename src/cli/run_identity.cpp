@@ -10,8 +10,11 @@ namespace shardlm {
 namespace {
 
 // The options of to_ini that decide which tokens a prompt gets.
-constexpr const char* kOutputKeys[] = {"format", "max-new-tokens", "temperature", "top-p",     "top-k",
-                                       "min-p",  "seed",           "stop",        "ignore-eos"};
+// clang-format off
+constexpr const char* kOutputKeys[] = {"format", "max-new-tokens", "temperature", "top-p", "top-k", "min-p",
+                                       "repetition-penalty", "frequency-penalty", "presence-penalty", "seed", "stop",
+                                       "ignore-eos"};
+// clang-format on
 
 // key -> its values in order ("stop" repeats), from "key = value" lines; a JSON-quoted value (a
 // stop string, as to_ini writes it now) decoded, so that older files' plain ones compare equal.

@@ -77,7 +77,10 @@ po::options_description describe(RunOptions& o) {
     ("top-p", po::value(&o.top_p)->default_value(o.top_p), "nucleus sampling mass (1 = off)")
     ("top-k", po::value(&o.top_k)->default_value(o.top_k), "keep the k most likely tokens (0 = off)")
     ("min-p", po::value(&o.min_p)->default_value(o.min_p), "drop tokens below min-p times the most likely (0 = off)")
-    ("generation-config", po::value(&o.generation_config)->default_value(o.generation_config), "auto: the model's generation_config.json sets the defaults of --temperature, --top-p, --top-k, --min-p and --max-new-tokens where they are not given (vLLM's default); none: shardlm's (greedy, 128 tokens)")
+    ("repetition-penalty", po::value(&o.repetition_penalty)->default_value(o.repetition_penalty), "vLLM's repetition penalty on the tokens of the prompt and the output so far: a positive logit divided by it, any other multiplied (> 0; 1 = off)")
+    ("frequency-penalty", po::value(&o.frequency_penalty)->default_value(o.frequency_penalty), "subtracted from a token's logit once per time it is in the output so far (OpenAI's and vLLM's; in [-2, 2], 0 = off)")
+    ("presence-penalty", po::value(&o.presence_penalty)->default_value(o.presence_penalty), "subtracted from the logit of every token in the output so far (OpenAI's and vLLM's; in [-2, 2], 0 = off)")
+    ("generation-config", po::value(&o.generation_config)->default_value(o.generation_config), "auto: the model's generation_config.json sets the defaults of --temperature, --top-p, --top-k, --min-p, --repetition-penalty and --max-new-tokens where they are not given (vLLM's default); none: shardlm's (greedy, 128 tokens)")
     // As text: the number conversion would take "-1" as 2^64 - 1.
     ("seed", po::value<std::string>()->default_value(std::to_string(o.seed))->notifier([&o](const std::string& v) { o.seed = parse_seed(v); }), "run seed, 0 to 2^64-1; a request without its own seed derives one from this and its id")
     // Not composing: stop strings given on the command line replace the job file's. A value that is
@@ -207,6 +210,9 @@ SamplingParams sampling_defaults(const RunOptions& o) {
   d.top_p = o.top_p;
   d.top_k = o.top_k;
   d.min_p = o.min_p;
+  d.repetition_penalty = o.repetition_penalty;
+  d.frequency_penalty = o.frequency_penalty;
+  d.presence_penalty = o.presence_penalty;
   d.seed = o.seed;
   d.stop = o.stop;
   d.ignore_eos = o.ignore_eos;
@@ -227,7 +233,12 @@ std::string to_ini(const RunOptions& o) {
     << "\nop-profile = " << (o.op_profile ? "true" : "false") << "\nep-graph-capacity = " << num(o.ep_graph_capacity)
     << "\nep-wire = " << o.ep_wire << "\nmax-new-tokens = " << o.max_new_tokens
     << "\ntemperature = " << num(o.temperature) << "\ntop-p = " << num(o.top_p) << "\ntop-k = " << o.top_k
-    << "\nmin-p = " << num(o.min_p) << "\nseed = " << o.seed << "\ngeneration-config = " << o.generation_config;
+    << "\nmin-p = " << num(o.min_p);
+  // Only where they penalize: a file written before they existed compares equal to a run without.
+  if (o.repetition_penalty != 1.0) s << "\nrepetition-penalty = " << num(o.repetition_penalty);
+  if (o.frequency_penalty != 0.0) s << "\nfrequency-penalty = " << num(o.frequency_penalty);
+  if (o.presence_penalty != 0.0) s << "\npresence-penalty = " << num(o.presence_penalty);
+  s << "\nseed = " << o.seed << "\ngeneration-config = " << o.generation_config;
   for (const auto& st : o.stop) s << "\nstop = " << ini_quoted(st);
   s << "\nignore-eos = " << (o.ignore_eos ? "true" : "false") << "\nmax-batch-tokens = " << o.max_batch_tokens
     << "\nmax-seqs = " << o.max_seqs << "\nmax-model-len = " << o.max_model_len << "\nkv-cache-gb = " << o.kv_cache_gb

@@ -28,13 +28,16 @@ struct RunOptions {
   double top_p = 1.0;
   int64_t top_k = 0;
   double min_p = 0.0;
+  double repetition_penalty = 1.0;  // vLLM's penalties (engine/sampling_params.h); neutral 1, 0, 0
+  double frequency_penalty = 0.0;
+  double presence_penalty = 0.0;
   uint64_t seed = 0;              // run seed (requests without a seed derive theirs from it + id)
   // auto: generation_config.json's sampling fields are the defaults of the options not given
   // (cli/generation_defaults.h); none: shardlm's own defaults.
   std::string generation_config = "none";
   std::set<std::string> given;          // options set on the command line or in the job file
   std::string generation_config_taken;  // what auto took, for the start-up message
-  std::string generation_config_not_applied;  // the penalties it asks for, for a warning
+  std::string generation_config_not_applied;  // fields it does not read (as vLLM), for a warning
   std::vector<std::string> stop;  // default stop strings
   bool ignore_eos = false;
   int64_t max_batch_tokens = 2048;

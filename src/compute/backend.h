@@ -16,6 +16,7 @@
 
 #include "compute/device_ceilings.h"
 #include "cpu/expert_exchange.h"
+#include "sample_rules.h"
 #include "core/dtype.h"
 
 namespace shardlm {
@@ -112,7 +113,19 @@ struct SampleRow {
   int64_t top_k = 0;         // <= 0 or >= V: off
   uint64_t seed = 0;
   int64_t position = 0;
+  // vLLM's penalties (fp32, as it applies them; neutral 1, 0, 0) on the tokens the sequence has
+  // seen: [seen_begin, seen_begin + seen_count) of the step's SeenToken list.
+  float repetition_penalty = 1.0f;
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  int64_t seen_begin = 0;
+  int64_t seen_count = 0;
+  bool penalized() const {
+    return seen_count > 0 && (repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f);
+  }
 };
+
+using SeenToken = sampling::SeenToken;  // a token the sequence has seen (kernels/sample_rules.h)
 
 // A 1-D fp32 weight (norm scales, biases).
 struct Vector {
@@ -496,11 +509,13 @@ class ComputeBackend {
 
   // ---- Sampling ----
   // The host sampler's choice (src/engine/sampler.h) per row of logits [R, V] (backend memory)
-  // with rows[r]'s settings (host): tokens[r] and logprobs[r] (host; log-softmax of the raw row at
-  // the token). Only the choices cross to the host, so the logits never leave the device. Reads
-  // backend memory and writes host memory: like copy_to_host, never while capturing.
-  virtual void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, int32_t* tokens,
-                      float* logprobs) = 0;
+  // with rows[r]'s settings (host) and the seen tokens its penalties read (host; may be null when
+  // no row is penalized): tokens[r] and logprobs[r] (host; log-softmax of the raw row at the
+  // token, before penalties). The logits are not changed. Only the choices cross to the host, so
+  // the logits never leave the device. Reads backend memory and writes host memory: like
+  // copy_to_host, never while capturing.
+  virtual void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const SeenToken* seen,
+                      int32_t* tokens, float* logprobs) = 0;
 
   // Returns when every op issued so far has finished (timing a phase; backends that run each op
   // to completion do nothing).

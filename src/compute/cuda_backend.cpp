@@ -28,8 +28,6 @@
 #include "cuda/rmsnorm.h"
 #include "cuda/rope.h"
 #include "cuda/rope_kv_write.h"
-#include "cuda/sampling.h"
-#include "sample_rules.h"
 #include "model/checkpoint.h"
 #include "model/fp8_block.h"
 
@@ -660,48 +658,6 @@ void CudaBackend::gated_add(float* out, const float* y, const float* gate_logits
 void CudaBackend::abs_max(const float* x, int64_t n, float* acc) {
   cuda::launch_abs_max(x, n, acc, stream_of(stream_));
   check_launch("abs_max");
-}
-
-void* CudaBackend::sample_buffer(int i, size_t bytes) {
-  if (bytes > sample_bytes_[i]) {
-    // The previous sample() waited for its kernel, so nothing reads the old buffer any more.
-    SHARDLM_CUDA_CHECK(cudaFree(sample_buf_[i]));
-    sample_buf_[i] = nullptr;
-    sample_bytes_[i] = 0;
-    SHARDLM_CUDA_CHECK(cudaMalloc(&sample_buf_[i], bytes));
-    sample_bytes_[i] = bytes;
-  }
-  return sample_buf_[i];
-}
-
-void CudaBackend::sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, int32_t* tokens,
-                         float* logprobs) {
-  if (R == 0) return;
-  SHARDLM_CHECK(!capturing_, "cuda backend: sample while capturing a CUDA graph (it writes host memory)");
-  const size_t n = static_cast<size_t>(R);
-  std::vector<cuda::SamplingRow> host(n);
-  for (size_t r = 0; r < n; ++r) {
-    SHARDLM_CHECK(rows[r].temperature <= 0.0 || V <= sampling::kMaxVocab,
-                  "sampling: a vocabulary of " << V << " is above the sampler's " << sampling::kMaxVocab);
-    host[r].temperature = rows[r].temperature;
-    host[r].top_p = rows[r].top_p;
-    host[r].min_p = rows[r].min_p;
-    host[r].top_k = rows[r].top_k;
-    host[r].seed = rows[r].seed;
-    host[r].position = rows[r].position;
-  }
-  auto* d_rows = static_cast<cuda::SamplingRow*>(sample_buffer(0, n * sizeof(cuda::SamplingRow)));
-  auto* d_scratch = static_cast<float*>(sample_buffer(1, n * static_cast<size_t>(V) * sizeof(float)));
-  auto* d_tokens = static_cast<int32_t*>(sample_buffer(2, n * sizeof(int32_t)));
-  auto* d_logprobs = static_cast<float*>(sample_buffer(3, n * sizeof(float)));
-  const cudaStream_t s = stream_of(stream_);
-  // From pageable memory the copy returns once `host` has been read: it may go out of scope.
-  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(d_rows, host.data(), n * sizeof(cuda::SamplingRow), cudaMemcpyHostToDevice, s));
-  cuda::launch_sample(logits, R, V, d_rows, d_scratch, d_tokens, d_logprobs, s);
-  check_launch("sample");
-  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(tokens, d_tokens, n * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
-  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(logprobs, d_logprobs, n * sizeof(float), cudaMemcpyDeviceToHost, s));
-  SHARDLM_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 std::unique_ptr<ComputeBackend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }

@@ -208,9 +208,10 @@ class CudaBackend final : public ComputeBackend {
                            const int32_t* slot_row, int64_t T, int64_t k, float* out) override;
   void gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) override;
   void abs_max(const float* x, int64_t n, float* acc) override;
-  // kernels/cuda/sampling.h on the device's logits: the rows go up, the tokens and logprobs come
-  // back (R values each), and that copy is the only wait for the stream.
-  void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, int32_t* tokens,
+  // kernels/cuda/sampling.h on the device's logits (kernels/cuda/penalties.h first, on a copy, for
+  // penalized rows): the rows and the seen-token entries go up, the tokens and logprobs come back
+  // (R values each), and that copy is the only wait for the stream.
+  void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const SeenToken* seen, int32_t* tokens,
               float* logprobs) override;
 
  private:
@@ -422,9 +423,12 @@ class CudaBackend final : public ComputeBackend {
   size_t attn_tiles_n_ = 0;
   std::vector<int32_t> attn_tiles_host_;  // what attn_tiles_ holds
   // sample(): device buffers that only grow (never used inside a capture, so freed at once when
-  // they grow): the rows, the tempered-probability scratch [R, V], the tokens and the logprobs.
-  void* sample_buffer(int i, size_t bytes);
-  static constexpr int kSampleBuffers = 4;
+  // they grow): the rows, the tempered-probability scratch [R, V], the tokens, the logprobs, the
+  // penalized copy of the logits [R, V] and the seen-token entries the penalties read. ahead: grow
+  // by half again as much as asked (the entries grow a little nearly every decode step, and
+  // cudaFree synchronizes the device).
+  void* sample_buffer(int i, size_t bytes, bool ahead = false);
+  static constexpr int kSampleBuffers = 6;  // rows, scratch, tokens, logprobs, penalized logits, penalties
   void* sample_buf_[kSampleBuffers] = {};
   size_t sample_bytes_[kSampleBuffers] = {};
 

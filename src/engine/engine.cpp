@@ -112,12 +112,6 @@ std::unique_ptr<Sequence> Engine::prepare(const ParsedRequest& req, double now, 
     }
     return nullptr;
   }
-  if (s->params.max_tokens == 0) {
-    // Nothing to generate: the request completes at once, without error.
-    err->prompt_tokens = ids;
-    err->finish_reason = FinishReason::kLength;
-    return nullptr;
-  }
   s->result.id = req.id;
   s->result.line = req.line;
   s->result.prompt_tokens = ids;
@@ -272,7 +266,17 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
         batch.add_chunk(c.seq->tokens.data(), c.start, c.len, c.seq->blocks, cfg_.scheduler.block_size, c.samples);
         // The sampled token takes index len() in its sequence, which no other step in flight
         // changes (a sequence belongs to one micro-batch, with one step in flight).
-        if (c.samples) batch.sample_rows.push_back(sample_row(c.seq->params, c.seq->len()));
+        if (c.samples) {
+          SampleRow row = sample_row(c.seq->params, c.seq->len());
+          if (c.seq->params.penalized()) {
+            c.seq->seen.update(c.seq->tokens, c.seq->prompt_len());
+            const std::vector<SeenToken>& seen = c.seq->seen.list();
+            row.seen_begin = static_cast<int64_t>(batch.seen_tokens.size());
+            row.seen_count = static_cast<int64_t>(seen.size());
+            batch.seen_tokens.insert(batch.seen_tokens.end(), seen.begin(), seen.end());
+          }
+          batch.sample_rows.push_back(row);
+        }
         // A chunk of one token past the prompt is decode; anything else is prefill (or recompute).
         if (c.len == 1 && c.start >= c.seq->prompt_len()) {
           f.rec.decode_tokens += 1;

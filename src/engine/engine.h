@@ -80,8 +80,7 @@ class Engine {
   size_t micro_batches() const { return schedulers_.size(); }
 
  private:
-  // Turns a parsed line into a sequence, or fills `err` with its final result (an error, or an
-  // empty completion for max_tokens 0).
+  // Turns a parsed line into a sequence, or fills `err` with its final result (an error).
   std::unique_ptr<Sequence> prepare(const ParsedRequest& req, double now, RequestResult* err) const;
   // Appends a sampled token; true when the sequence is finished.
   bool append_token(Sequence& s, const Sample& smp, double now);

@@ -11,7 +11,9 @@ namespace shardlm {
 
 namespace {
 
-// The sampler's longest path: temperature with every filter on.
+// The sampler's longest path: temperature with every filter on, after penalties on as many seen
+// tokens as the row's sequence can hold (a CUDA backend allocates its penalized copy of the logits
+// and the seen-token entries then, so that the KV budget measured after these steps leaves room).
 SampleRow profile_row(int64_t position) {
   SampleRow r;
   r.temperature = 1.0;
@@ -23,8 +25,16 @@ SampleRow profile_row(int64_t position) {
   return r;
 }
 
-void add_sampled_rows(ForwardBatch* b) {
-  for (int32_t row : b->logit_rows) b->sample_rows.push_back(profile_row(b->positions[static_cast<size_t>(row)]));
+void add_sampled_rows(ForwardBatch* b, int64_t vocab) {
+  for (int32_t row : b->logit_rows) {
+    const int64_t position = b->positions[static_cast<size_t>(row)];
+    SampleRow r = profile_row(position);
+    r.repetition_penalty = 1.1f;
+    r.seen_begin = static_cast<int64_t>(b->seen_tokens.size());
+    r.seen_count = std::min(position + 1, vocab);  // distinct tokens: at most the sequence's length
+    for (int64_t t = 0; t < r.seen_count; ++t) b->seen_tokens.push_back({static_cast<int32_t>(t), 1});
+    b->sample_rows.push_back(r);
+  }
 }
 
 }  // namespace
@@ -71,8 +81,8 @@ ProfileSteps make_profile_steps(const SchedulerConfig& cfg, int64_t max_len, int
     table.back() = b;
     s.decode.add_chunk(ids.data(), at, 1, table, bs, true);
   }
-  add_sampled_rows(&s.peak);
-  add_sampled_rows(&s.decode);
+  add_sampled_rows(&s.peak, vocab);
+  add_sampled_rows(&s.decode, vocab);
   s.blocks = next_block;
   return s;
 }

@@ -19,8 +19,9 @@ struct RunStats {
   std::vector<double> tpot_s;  // per request with >1 token: mean time per output token after the first
 
   // Counts one finished request (tokens, errors, latencies). Prompt tokens count where the model
-  // ran them: not an error row's (a prompt too long, a duplicate id), nor a max_tokens 0 request's,
-  // which completes without a step; so total tok/s is what the steps computed.
+  // ran them: not an error row's (a prompt too long, a duplicate id), nor, in a file an earlier
+  // build wrote, a max_tokens 0 request's, which completed without a step; so total tok/s is what
+  // the steps computed.
   void add_result(const RequestResult& r);
   // The same from a result file's row: its prompt and output lengths, whether it holds an error,
   // and its times.
@@ -34,7 +35,8 @@ struct RunStats {
 };
 
 // Whether a finished request's prompt went through the model: not an error row's (a prompt too
-// long, a duplicate id), nor a max_tokens 0 request's, which completes without a step. Prompt-token
+// long, a duplicate id), nor a max_tokens 0 request's (earlier builds completed one without a
+// step; max_tokens must now be >= 1, as in vLLM). Prompt-token
 // totals (RunStats, shardlm report, the metrics) and the latencies count these requests only.
 inline bool prompt_ran(bool error, int64_t output_len) { return !error && output_len > 0; }
 

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "cpu/logits_scan.h"
+#include "cpu/penalties.h"
 #include "engine/rng.h"
 #include "sample_rules.h"
 
@@ -22,19 +23,30 @@ SampleRow sample_row(const SamplingParams& p, int64_t position) {
   r.top_k = p.top_k;
   r.seed = p.seed;
   r.position = position;
+  // fp32, as vLLM holds them.
+  r.repetition_penalty = static_cast<float>(p.repetition_penalty);
+  r.frequency_penalty = static_cast<float>(p.frequency_penalty);
+  r.presence_penalty = static_cast<float>(p.presence_penalty);
   return r;
 }
 
-Sample Sampler::sample(const float* logits, int64_t vocab, const SampleRow& row) {
-  // The choice below reads temperature, top_k, top_p, min_p and seed; the other fields
-  // (max_tokens, stop, ignore_eos) only decide when a sequence ends.
+Sample Sampler::sample(const float* logits, int64_t vocab, const SampleRow& row, const SeenToken* seen) {
+  // The choice below reads temperature, top_k, top_p, min_p and seed, after the penalties; the
+  // other fields (max_tokens, stop, ignore_eos) only decide when a sequence ends.
   SamplingParams p;
   p.temperature = row.temperature;
   p.top_p = row.top_p;
   p.min_p = row.min_p;
   p.top_k = row.top_k;
   p.seed = row.seed;
-  return sample(logits, vocab, p, row.position);
+  if (!row.penalized()) return sample(logits, vocab, p, row.position);
+  SHARDLM_CHECK(seen, "sampling: a penalized row without the step's seen tokens");
+  penalized_.resize(static_cast<size_t>(vocab));
+  cpu::penalized_row(logits, vocab, seen + row.seen_begin, row.seen_count, row.repetition_penalty,
+                     row.frequency_penalty, row.presence_penalty, penalized_.data());
+  Sample s = sample(penalized_.data(), vocab, p, row.position);
+  s.logprob = log_softmax_at(logits, vocab, s.token);
+  return s;
 }
 
 Sample Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p, int64_t position) {

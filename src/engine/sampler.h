@@ -1,7 +1,9 @@
 // Token selection from one row of logits: greedy, or temperature with top-k / top-p / min-p
-// filtering, drawing from the counter-based stream of (seed, position).
+// filtering, drawing from the counter-based stream of (seed, position), after vLLM's repetition,
+// frequency and presence penalties where the row has them (greedy included, as in vLLM).
 //
-// The rule, which the CUDA sampler (kernels/cuda/sampling.h) follows too: candidates in order of
+// The rule, which the CUDA sampler (kernels/cuda/sampling.h) follows too, on the logits after the
+// row's penalties (sampling::penalized_logit on each token it has seen): candidates in order of
 // logit (descending, ties by id), each with probability p = exp((logit - max) * (1 / T)) rounded to
 // float (1 for the first) and weight trunc(2^40 p) (kernels/sample_rules.h). Then, on the exact
 // integer sums of the weights:
@@ -30,13 +32,18 @@ struct Sample {
 
 class Sampler {
  public:
-  // logits: [vocab]; position: the index the sampled token will take in the sequence.
+  // logits: [vocab]; position: the index the sampled token will take in the sequence. p's
+  // penalties are not applied here: they read the seen tokens, which the SampleRow form takes.
   Sample sample(const float* logits, int64_t vocab, const SamplingParams& p, int64_t position);
-  // The same choice for a row's settings (a SampleRow carries every field the choice reads).
-  Sample sample(const float* logits, int64_t vocab, const SampleRow& row);
+  // The same choice for a row's settings (a SampleRow carries every field the choice reads), made
+  // on the row with its penalties applied (kernels/cpu/penalties.h) when it has any: seen is the
+  // step's seen-token list the row indexes. The logprob is still of the raw row (vLLM's default
+  // logprobs mode).
+  Sample sample(const float* logits, int64_t vocab, const SampleRow& row, const SeenToken* seen = nullptr);
 
  private:
-  CandidateBands bands_;  // scratch, reused across calls
+  CandidateBands bands_;          // scratch, reused across calls
+  std::vector<float> penalized_;  // the penalized row
 };
 
 // The settings of a sequence's next token at `position` (the index it will take), for

@@ -16,6 +16,9 @@ SamplingParams SamplingParams::resolved(const SamplingOverrides& o, const std::s
   if (o.top_p) p.top_p = *o.top_p;
   if (o.top_k) p.top_k = *o.top_k;
   if (o.min_p) p.min_p = *o.min_p;
+  if (o.repetition_penalty) p.repetition_penalty = *o.repetition_penalty;
+  if (o.frequency_penalty) p.frequency_penalty = *o.frequency_penalty;
+  if (o.presence_penalty) p.presence_penalty = *o.presence_penalty;
   if (o.stop) p.stop = *o.stop;
   if (o.stop_token_ids) p.stop_token_ids = *o.stop_token_ids;
   if (o.ignore_eos) p.ignore_eos = *o.ignore_eos;
@@ -24,11 +27,15 @@ SamplingParams SamplingParams::resolved(const SamplingOverrides& o, const std::s
 }
 
 std::string SamplingParams::validate() const {
-  if (max_tokens < 0) return "max_tokens must be >= 0";
+  if (max_tokens < 1) return "max_tokens must be >= 1";
   if (!std::isfinite(temperature) || temperature < 0) return "temperature must be finite and >= 0";
   if (!std::isfinite(top_p) || top_p <= 0 || top_p > 1) return "top_p must be in (0, 1]";
   if (top_k < -1) return "top_k must be -1, 0 (off) or positive";
   if (!std::isfinite(min_p) || min_p < 0 || min_p > 1) return "min_p must be in [0, 1]";
+  // vLLM's bounds.
+  if (!std::isfinite(repetition_penalty) || repetition_penalty <= 0) return "repetition_penalty must be finite and > 0";
+  if (!(frequency_penalty >= -2 && frequency_penalty <= 2)) return "frequency_penalty must be in [-2, 2]";
+  if (!(presence_penalty >= -2 && presence_penalty <= 2)) return "presence_penalty must be in [-2, 2]";
   for (const auto& s : stop) {
     if (s.empty()) return "stop strings must not be empty";
   }

@@ -19,6 +19,11 @@ struct SamplingParams {
   int64_t top_k = 0;         // 0 or -1: off
   double min_p = 0.0;        // 0: off
   uint64_t seed = 0;
+  // vLLM's penalties: repetition on the tokens of the prompt and the output so far (> 0; 1 off),
+  // frequency per occurrence and presence once on those of the output (in [-2, 2]; 0 off).
+  double repetition_penalty = 1.0;
+  double frequency_penalty = 0.0;
+  double presence_penalty = 0.0;
   std::vector<std::string> stop;
   // Generating one of these ends the request (finish reason stop), as vLLM's stop_token_ids do:
   // the token is kept in the output, and ignore_eos does not apply to them.
@@ -31,6 +36,7 @@ struct SamplingParams {
   SamplingParams resolved(const SamplingOverrides& o, const std::string& request_id) const;
   // Empty when valid, else the problem ("temperature must be finite and >= 0").
   std::string validate() const;
+  bool penalized() const { return repetition_penalty != 1.0 || frequency_penalty != 0.0 || presence_penalty != 0.0; }
 };
 
 }  // namespace shardlm

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "engine/seen_tokens.h"
 #include "io/request.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,6 +24,7 @@ struct Sequence {
   std::unique_ptr<StreamDecoder> decoder;  // detokenises the output incrementally, after the prompt's tail
   std::string text;                        // output text so far: complete characters only
   bool text_final = false;                 // output_text is set: cut at a stop string or before a stop token
+  SeenTokens seen;                         // what its penalties read (kept only when it has penalties)
 
   int64_t prompt_len() const { return static_cast<int64_t>(result.prompt_tokens.size()); }
   int64_t len() const { return static_cast<int64_t>(tokens.size()); }

@@ -4,7 +4,7 @@
 //   {"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {"prompt": "...", ...}}
 // Every problem becomes ParsedRequest::error ("line N: ..."), never an exception. Unknown fields
 // are ignored, but vLLM / OpenAI sampling fields this engine does not apply are refused when they
-// ask for something (n 4, a repetition penalty): the request would otherwise run as if they were
+// ask for something (n 4, a logit bias): the request would otherwise run as if they were
 // not there. A sampling field set to null counts as absent (OpenAI clients write nulls).
 #include <cmath>
 #include <cstdint>
@@ -83,8 +83,8 @@ std::string excerpt(const json& v) {
 }
 
 // vLLM / OpenAI request fields that this engine does not apply: each may take its neutral value
-// (n 1, a penalty of 0, an empty logit_bias, null) and is otherwise an error naming it, so that a
-// constrained, penalised or truncated request never runs as a plain one.
+// (n 1, min_tokens 0, an empty logit_bias, null) and is otherwise an error naming it, so that a
+// constrained, biased or truncated request never runs as a plain one.
 void refuse_unapplied(const json& o, const std::string& p) {
   struct Rule {
     const char* key;
@@ -97,12 +97,6 @@ void refuse_unapplied(const json& o, const std::string& p) {
       {"best_of", [](const json& v) { return v.is_number() && v.get<double>() == 1; },
        "one completion is generated per request"},
       {"min_tokens", [](const json& v) { return v.is_number() && v.get<double>() == 0; }, "is not applied"},
-      {"repetition_penalty", [](const json& v) { return v.is_number() && v.get<double>() == 1; },
-       "penalties are not applied"},
-      {"presence_penalty", [](const json& v) { return v.is_number() && v.get<double>() == 0; },
-       "penalties are not applied"},
-      {"frequency_penalty", [](const json& v) { return v.is_number() && v.get<double>() == 0; },
-       "penalties are not applied"},
       {"logit_bias", [](const json& v) { return v.is_object() && v.empty(); }, "is not applied"},
       // An integer, as vLLM's field: 0 or 1 (1 gives vLLM's top-1 alternative as well, which is
       // not written), or the chat API's boolean.
@@ -153,7 +147,8 @@ void parse_overrides(const json& o, const std::string& p, SamplingOverrides& s) 
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     if (const json* v = get_opt(o, key)) {
       const int64_t x = get_int(*v, p + key);
-      if (x < 0) bad(quoted(p + key) + " must be >= 0 (got " + std::to_string(x) + ")");
+      // vLLM's bound: a request generates at least one token.
+      if (x < 1) bad(quoted(p + key) + " must be >= 1 (got " + std::to_string(x) + ")");
       s.max_tokens = x;
     }
   }
@@ -176,6 +171,19 @@ void parse_overrides(const json& o, const std::string& p, SamplingOverrides& s) 
     const double x = get_number(*v, p + "min_p");
     if (!(x >= 0 && x <= 1)) bad(quoted(p + "min_p") + " must be in [0, 1] (got " + num_str(x) + ")");
     s.min_p = x;
+  }
+  // vLLM's bounds on its penalties.
+  if (const json* v = get_opt(o, "repetition_penalty")) {
+    const double x = get_number(*v, p + "repetition_penalty");
+    if (!(x > 0)) bad(quoted(p + "repetition_penalty") + " must be > 0 (got " + num_str(x) + ")");
+    s.repetition_penalty = x;
+  }
+  for (const char* key : {"frequency_penalty", "presence_penalty"}) {
+    if (const json* v = get_opt(o, key)) {
+      const double x = get_number(*v, p + key);
+      if (!(x >= -2 && x <= 2)) bad(quoted(p + key) + " must be in [-2, 2] (got " + num_str(x) + ")");
+      (std::string(key) == "frequency_penalty" ? s.frequency_penalty : s.presence_penalty) = x;
+    }
   }
   if (const json* v = get_opt(o, "seed")) {
     if (v->is_number_unsigned()) {

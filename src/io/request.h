@@ -15,6 +15,9 @@ struct SamplingOverrides {
   std::optional<double> top_p;
   std::optional<int64_t> top_k;
   std::optional<double> min_p;
+  std::optional<double> repetition_penalty;
+  std::optional<double> frequency_penalty;
+  std::optional<double> presence_penalty;
   std::optional<uint64_t> seed;
   std::optional<std::vector<std::string>> stop;
   std::optional<std::vector<int32_t>> stop_token_ids;

@@ -282,8 +282,8 @@ ReportSummary summarize(const RunData& d) {
     ++s.finish_reasons[reason.empty() ? "none" : reason];
     if (s.max_model_len > 0 && reason == "length" && r.prompt_len[i] + r.output_len[i] >= s.max_model_len)
       ++s.stopped_at_context_limit;
-    // Prompt tokens where the model ran them (RunStats::add_row): not an error row's, nor a
-    // max_tokens 0 request's.
+    // Prompt tokens where the model ran them (RunStats::add_row): not an error row's, nor an
+    // earlier build's max_tokens 0 request's.
     if (prompt_ran(!r.error[i].empty(), r.output_len[i])) s.prompt_tokens += r.prompt_len[i];
     s.output_tokens += r.output_len[i];
     ReplicaSummary& rep = s.replicas[r.replica[i]];

@@ -67,7 +67,11 @@ inline void expect_bench_report(const std::string& out, const BenchShape& s) {
                      "^batched  " + std::to_string(s.batch) + " x \\(" + std::to_string(s.batch_in) + " in \\+ " +
                          std::to_string(s.batch_out) + " out\\): +" + num + " tok/s total",
                      1);
-  expect_bench_lines(out, "^sampling 64 rows x [0-9]+ vocab: +greedy " + num + ",", 1);
+  expect_bench_lines(out,
+                     "^sampling 64 rows x [0-9]+ vocab: +greedy " + num + ", .*\\+ min-p 0.05 and top-p 0.9 " + num +
+                         ", greedy with penalties on 1024 seen tokens (" + num +
+                         "|n/a \\(a vocabulary below the seen tokens\\)) us/row",
+                     1);
   const std::string heads = std::to_string(s.heads) + " heads / " + std::to_string(s.kv_heads) +
                             " KV heads, head_dim " + std::to_string(s.head_dim);
   const size_t contexts = s.attention_context > 4096 ? 2 : (s.attention_context > 0 ? 1 : 0);

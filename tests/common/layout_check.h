@@ -33,7 +33,8 @@ inline float logprob_tol(const RunOutput& a, const RunOutput& b) {
   return kLogprobTol;
 }
 
-// Prompts of several lengths (some longer than a sliding window of 64), greedy and sampled.
+// Prompts of several lengths (some longer than a sliding window of 64), greedy and sampled, some
+// penalized.
 inline void write_layout_prompts(const std::filesystem::path& p, int n, bool long_prompts) {
   std::string s;
   const char* starts[] = {"Once upon a time", "The little dog ran", "Lily and Ben went to the park", "One day"};
@@ -42,8 +43,12 @@ inline void write_layout_prompts(const std::filesystem::path& p, int n, bool lon
     if (long_prompts && i % 3 == 0) {
       for (int k = 0; k < 12; ++k) prompt += " and then the sun came out";
     }
-    s += "{\"id\": \"q" + std::to_string(i) + "\", \"prompt\": \"" + prompt + "\", \"max_tokens\": " +
-         std::to_string(6 + 3 * i) + (i % 2 ? ", \"temperature\": 0.8" : "") + "}\n";
+    // Every third request penalized (greedy or sampled): its seen tokens travel with the step to
+    // wherever the logits end.
+    s += "{\"id\": \"q" + std::to_string(i) + "\", \"prompt\": \"" + prompt +
+         "\", \"max_tokens\": " + std::to_string(6 + 3 * i) + (i % 2 ? ", \"temperature\": 0.8" : "") +
+         (i % 3 == 2 ? ", \"repetition_penalty\": 1.3, \"frequency_penalty\": 0.4, \"presence_penalty\": 0.2" : "") +
+         "}\n";
   }
   write_file(p, s);
 }

@@ -5,6 +5,7 @@
 // Sampler behind CpuBackend::sample, logprobs within 1e-5). Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +24,7 @@
 #include "compute/cpu_backend.h"
 #include "compute/cuda_backend.h"
 #include "core/dtype.h"
+#include "engine/sampler.h"
 #include "model/checkpoint.h"
 #include "model/fp8_block.h"
 #include "cpu/fp8_act_quant.h"
@@ -508,34 +510,73 @@ TEST_F(CudaBackendOps, ExpertDispatchMatchesCpu) {
 }
 
 // Rows of LM-head-like logits (a normal body and a few strong tokens) with mixed settings: greedy,
-// temperature alone, top-k, top-p, min-p and combinations, seeds and positions varied per row.
+// temperature alone, top-k, top-p, min-p and combinations, seeds and positions varied per row, and
+// vLLM's penalties on every other row (on seen tokens that include the strong ones, so that they
+// change choices: the count of changed rows is checked against the same rows without them).
 void check_sample(ComputeBackend& cpu, ComputeBackend& gpu, int64_t R, int64_t V, uint32_t seed) {
   std::vector<float> logits = randn(static_cast<size_t>(R * V), seed, 2.5f);
   std::mt19937_64 gen(seed * 31u + 7);
-  for (int64_t r = 0; r < R; ++r)
-    for (int i = 0; i < 5; ++i) logits[r * V + static_cast<int64_t>(gen() % V)] += 8.0f + static_cast<float>(i);
+  std::vector<std::vector<int32_t>> strong(static_cast<size_t>(R));
+  for (int64_t r = 0; r < R; ++r) {
+    for (int i = 0; i < 5; ++i) {
+      const int32_t t = static_cast<int32_t>(gen() % V);
+      logits[r * V + t] += 8.0f + static_cast<float>(i);
+      strong[r].push_back(t);
+    }
+  }
   const SampleRow settings[] = {
       {0.0, 1.0, 0.0, 0, 0, 0},    {1.0, 1.0, 0.0, 0, 0, 0},   {0.7, 0.9, 0.0, 0, 0, 0},
       {1.3, 1.0, 0.0, 50, 0, 0},   {0.6, 1.0, 0.05, 0, 0, 0},  {1.0, 0.95, 0.02, 64, 0, 0},
       {0.0, 0.9, 0.1, 40, 0, 0},   {2.0, 0.99, 0.0, 0, 0, 0},  {1.0, 1.0, 0.0, 1, 0, 0},
   };
+  struct Penalties {
+    float repetition, frequency, presence;
+  };
+  const Penalties penalties[] = {
+      {3.0f, 0.0f, 0.0f}, {1.0f, 2.0f, 0.0f}, {1.0f, 0.0f, 2.0f}, {2.2f, 1.4f, 1.6f}, {0.8f, -0.5f, -1.0f}};
   std::vector<SampleRow> rows(static_cast<size_t>(R));
+  std::vector<SeenToken> seen;
   for (int64_t r = 0; r < R; ++r) {
     rows[r] = settings[static_cast<size_t>(r) % std::size(settings)];
     rows[r].seed = gen();
     rows[r].position = static_cast<int64_t>(gen() % 100000);
+    if (r % 2 == 1) {
+      const Penalties& p = penalties[static_cast<size_t>(r / 2) % std::size(penalties)];
+      rows[r].repetition_penalty = p.repetition;
+      rows[r].frequency_penalty = p.frequency;
+      rows[r].presence_penalty = p.presence;
+      rows[r].seen_begin = static_cast<int64_t>(seen.size());
+      std::vector<int32_t> tokens = strong[r];
+      for (int i = 0; i < 40; ++i) tokens.push_back(static_cast<int32_t>(gen() % V));
+      std::sort(tokens.begin(), tokens.end());
+      tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
+      for (int32_t t : tokens) seen.push_back({t, static_cast<int32_t>(gen() % 4)});  // 0: the prompt only
+      rows[r].seen_count = static_cast<int64_t>(seen.size()) - rows[r].seen_begin;
+    }
   }
   std::vector<int32_t> tok_c(static_cast<size_t>(R)), tok_g(static_cast<size_t>(R), -1);
   std::vector<float> lp_c(static_cast<size_t>(R)), lp_g(static_cast<size_t>(R));
-  cpu.sample(logits.data(), R, V, rows.data(), tok_c.data(), lp_c.data());
+  cpu.sample(logits.data(), R, V, rows.data(), seen.data(), tok_c.data(), lp_c.data());
   const float* d_logits = up(gpu, logits);
-  gpu.sample(d_logits, R, V, rows.data(), tok_g.data(), lp_g.data());
+  gpu.sample(d_logits, R, V, rows.data(), seen.data(), tok_g.data(), lp_g.data());
   for (int64_t r = 0; r < R; ++r) {
     const SampleRow& p = rows[r];
     ASSERT_EQ(tok_g[r], tok_c[r]) << "V " << V << " row " << r << " T " << p.temperature << " top_k " << p.top_k
-                                  << " top_p " << p.top_p << " min_p " << p.min_p;
+                                  << " top_p " << p.top_p << " min_p " << p.min_p << " penalized " << p.penalized();
     ASSERT_NEAR(lp_g[r], lp_c[r], 1e-5 * std::max(1.0f, std::fabs(lp_c[r]))) << "V " << V << " row " << r;
+    // The logprob is the raw row's, penalties or not.
+    ASSERT_NEAR(lp_c[r], log_softmax_at(logits.data() + r * V, V, tok_c[r]), 1e-6) << "row " << r;
   }
+  // The same rows without penalties: many penalized rows choose otherwise (their strong tokens are
+  // penalized), so the penalties were applied on both sides.
+  std::vector<SampleRow> plain = rows;
+  for (SampleRow& p : plain) p.seen_count = 0;
+  std::vector<int32_t> tok_plain(static_cast<size_t>(R));
+  std::vector<float> lp_plain(static_cast<size_t>(R));
+  cpu.sample(logits.data(), R, V, plain.data(), nullptr, tok_plain.data(), lp_plain.data());
+  int64_t changed = 0;
+  for (int64_t r = 1; r < R; r += 2) changed += tok_plain[r] != tok_c[r];
+  EXPECT_GE(changed, (R / 2) / 6) << "of " << R / 2 << " penalized rows";
 }
 
 TEST_F(CudaBackendOps, SampleMatchesCpu) {
@@ -545,7 +586,7 @@ TEST_F(CudaBackendOps, SampleMatchesCpu) {
   // No rows: nothing to do, nothing written.
   int32_t tok = -1;
   float lp = 1.0f;
-  gpu_->sample(nullptr, 0, 151936, nullptr, &tok, &lp);
+  gpu_->sample(nullptr, 0, 151936, nullptr, nullptr, &tok, &lp);
   EXPECT_EQ(tok, -1);
   EXPECT_EQ(lp, 1.0f);
 }

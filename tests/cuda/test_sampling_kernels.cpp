@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -16,7 +18,9 @@
 
 #ifdef SHARDLM_HAVE_CUDA
 #include "cuda/device_buffer_moe.h"
+#include "cuda/penalties.h"
 #include "cuda/sampling.h"
+#include "cpu/penalties.h"
 #endif
 
 namespace shardlm {
@@ -172,6 +176,64 @@ TEST(CudaSampling, SpecialRowsMatchHost) {
   for (const auto& row : rows)
     for (size_t k = 0; k < settings.size(); ++k) logits.insert(logits.end(), row.begin(), row.end());
   check_rows(logits, R, V, settings, 5);
+#endif
+}
+
+// The device penalties give the host's bits (kernels/cpu/penalties.h) for every kind of logit:
+// positive, negative, zero, -0, infinities and NaN; counts 0 (a prompt token) to many; penalties
+// above and below neutral. Rows have distinct seen tokens, and tokens no row saw stay as they were.
+TEST(CudaSampling, PenaltiesMatchHostBits) {
+  SHARDLM_REQUIRE_GPU();
+#ifdef SHARDLM_HAVE_CUDA
+  constexpr int64_t R = 9, V = 3000;
+  std::vector<float> logits = make_logits(R, V, 77, 0);
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, std::nanf(""), 1e-30f, -1e-30f, 3e38f, -3e38f};
+  for (int64_t r = 0; r < R; ++r)
+    for (size_t i = 0; i < std::size(specials); ++i) logits[r * V + static_cast<int64_t>(i) * 11] = specials[i];
+  const float reps[] = {1.0f, 1.3f, 0.7f, 2.0f, 1.05f, 0.25f, 1.0f, 1.17f, 9.0f};
+  const float freqs[] = {0.0f, 0.4f, -0.3f, 2.0f, -2.0f, 0.1f, 1.3f, 0.0f, 0.77f};
+  const float press[] = {0.0f, 0.6f, 0.2f, -2.0f, 2.0f, -0.1f, 0.0f, 1.9f, 0.33f};
+  std::mt19937 gen(4);
+  std::vector<cuda::PenaltyEntry> entries;
+  std::vector<cuda::SamplingRow> params(static_cast<size_t>(R));
+  std::vector<float> want(logits.size());
+  for (int64_t r = 0; r < R; ++r) {
+    params[r].repetition_penalty = reps[r];
+    params[r].frequency_penalty = freqs[r];
+    params[r].presence_penalty = press[r];
+    std::vector<sampling::SeenToken> seen;
+    for (int64_t t = 0; t < V; ++t) {
+      // Every special logit and about a third of the rest, with counts 0 to 40.
+      if (t % 11 == 0 && t / 11 < static_cast<int64_t>(std::size(specials))) {
+        seen.push_back({static_cast<int32_t>(t), static_cast<int32_t>(t % 3)});
+      } else if (gen() % 3 == 0) {
+        seen.push_back({static_cast<int32_t>(t), static_cast<int32_t>(gen() % 41)});
+      }
+    }
+    cpu::penalized_row(logits.data() + r * V, V, seen.data(), static_cast<int64_t>(seen.size()), reps[r], freqs[r],
+                       press[r], want.data() + r * V);
+    for (const auto& e : seen) entries.push_back({static_cast<int32_t>(r), e.token, e.output_count});
+  }
+  DevArray<float> d_logits(logits);
+  DevArray<cuda::SamplingRow> d_params(params);
+  DevArray<cuda::PenaltyEntry> d_entries(entries);
+  cuda::launch_apply_penalties(d_logits.get(), V, d_params.get(), d_entries.get(), static_cast<int64_t>(entries.size()),
+                               nullptr);
+  expect_kernel_ok();
+  const std::vector<float> got = d_logits.download();
+  int64_t changed = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    // NaN as NaN (a GPU's arithmetic gives the canonical NaN, not the operand's payload).
+    if (std::isnan(want[i])) {
+      ASSERT_TRUE(std::isnan(got[i])) << "index " << i;
+      continue;
+    }
+    ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0) << "index " << i << ": " << got[i] << " vs " << want[i];
+    changed += std::memcmp(&got[i], &logits[i], sizeof(float)) != 0;
+  }
+  EXPECT_GT(changed, R * V / 5);                                           // the penalties did change most seen logits
+  cuda::launch_apply_penalties(nullptr, V, nullptr, nullptr, 0, nullptr);  // no entries: no launch
+  expect_kernel_ok();
 #endif
 }
 

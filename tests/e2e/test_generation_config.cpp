@@ -21,7 +21,8 @@ using test::sh;
 
 // --generation-config auto (vLLM's default): the sampling fields of the model's
 // generation_config.json are the defaults of the options the run does not give; a request's own
-// fields still win; penalties vLLM would apply are named as not applied; none ignores the file.
+// fields still win; the repetition penalty is taken as vLLM takes it, the presence and frequency
+// penalties vLLM does not read from the file are named; none ignores the file.
 TEST(GenerationConfig, AutoSetsTheSamplingDefaults) {
   SHARDLM_REQUIRE_SHARED(stories, "models/stories260K");
   fs::path d = test::fresh_dir("generation-config");
@@ -32,7 +33,7 @@ TEST(GenerationConfig, AutoSetsTheSamplingDefaults) {
       fs::create_symlink(entry.path(), model / entry.path().filename());
   test::write_file(model / "generation_config.json",
                    R"({"bos_token_id": 1, "eos_token_id": 2, "temperature": 0.8, "top_k": 5,
-                       "max_new_tokens": 7, "repetition_penalty": 1.1})");
+                       "max_new_tokens": 7, "repetition_penalty": 1.1, "presence_penalty": 0.3})");
   test::write_file(d / "p.jsonl",
                    "{\"id\": \"a\", \"prompt\": \"Once upon a time\", \"ignore_eos\": true}\n"
                    "{\"id\": \"b\", \"prompt\": \"Lily\", \"max_tokens\": 3, \"ignore_eos\": true}\n");
@@ -50,21 +51,24 @@ TEST(GenerationConfig, AutoSetsTheSamplingDefaults) {
   Proc autod = sh(common + " --generation-config auto --out " + (d / "auto.h5").string());
   ASSERT_EQ(autod.code, 0) << autod.out;
   EXPECT_NE(autod.out.find("sampling defaults from " + (model / "generation_config.json").string() +
-                           ": temperature 0.8, top-k 5, max-new-tokens 7 (--generation-config auto)"),
+                           ": temperature 0.8, top-k 5, repetition-penalty 1.1, max-new-tokens 7 "
+                           "(--generation-config auto)"),
             std::string::npos)
       << autod.out;
   const std::string penalty = "warning: " + (model / "generation_config.json").string() +
-                              " asks for repetition_penalty 1.1, which is not applied (penalties are not supported)";
+                              " asks for presence_penalty 0.3, which is not read from it (as in vLLM)";
   EXPECT_NE(autod.out.find(penalty), std::string::npos) << autod.out;
   const auto got = outputs(d / "auto.h5");
   EXPECT_EQ(got.at("a").size(), 7u);
   EXPECT_EQ(got.at("b").size(), 3u);
   const std::string config = test::H5Reader(d / "auto.h5").string_attr("config");
-  for (const char* line : {"temperature = 0.8", "top-k = 5", "max-new-tokens = 7", "generation-config = auto"})
+  for (const char* line :
+       {"temperature = 0.8", "top-k = 5", "repetition-penalty = 1.1", "max-new-tokens = 7", "generation-config = auto"})
     EXPECT_NE(config.find(line), std::string::npos) << line << " not in\n" << config;
 
   // The same options given by hand draw the same tokens.
-  Proc by_hand = sh(common + " --temperature 0.8 --top-k 5 --max-new-tokens 7 -q --out " + (d / "hand.h5").string());
+  Proc by_hand = sh(common + " --temperature 0.8 --top-k 5 --repetition-penalty 1.1 --max-new-tokens 7 -q --out " +
+                    (d / "hand.h5").string());
   ASSERT_EQ(by_hand.code, 0) << by_hand.out;
   EXPECT_EQ(outputs(d / "hand.h5"), got);
 
@@ -72,7 +76,7 @@ TEST(GenerationConfig, AutoSetsTheSamplingDefaults) {
   Proc greedy = sh(common + " --generation-config auto --temperature 0 -q --out " + (d / "greedy.h5").string());
   ASSERT_EQ(greedy.code, 0) << greedy.out;
   EXPECT_NE(greedy.out.find(penalty), std::string::npos) << "the warning is said under -q too:\n" << greedy.out;
-  Proc plain = sh(common + " --max-new-tokens 7 -q --out " + (d / "plain.h5").string());
+  Proc plain = sh(common + " --max-new-tokens 7 --repetition-penalty 1.1 -q --out " + (d / "plain.h5").string());
   ASSERT_EQ(plain.code, 0) << plain.out;
   EXPECT_EQ(outputs(d / "greedy.h5"), outputs(d / "plain.h5"));
   EXPECT_NE(test::H5Reader(d / "greedy.h5").string_attr("config").find("temperature = 0\n"), std::string::npos);

@@ -207,6 +207,12 @@ TEST_F(Resume, ResumeWithOtherSettingsIsRefused) {
   EXPECT_NE(p.code, 0);
   EXPECT_NE(p.out.find("the file holds the outputs of a run with other settings"), std::string::npos) << p.out;
   EXPECT_NE(p.out.find("seed = 4 vs 5 (the file's vs this run's)"), std::string::npos) << p.out;
+  // A penalty is such a setting (the file's run had none: the key is absent, read as none).
+  std::vector<std::string> pen = args("other.h5", true);
+  pen.insert(pen.end(), {"--repetition-penalty", "1.2"});
+  Proc q = sh(test::shardlm_bin() + " " + join(pen));
+  EXPECT_NE(q.code, 0);
+  EXPECT_NE(q.out.find("repetition-penalty = (none) vs 1.2"), std::string::npos) << q.out;
   test::H5Reader h(dir_ / "other.h5");
   EXPECT_EQ(h.rows("/requests/id"), 160u);
   EXPECT_EQ(h.scalar_attr<int64_t>("sessions", H5T_NATIVE_INT64), 1);

@@ -108,6 +108,22 @@ TEST(ProfileSteps, LargestStepWithEveryReadWritten) {
     check_step(s.peak, c, s.blocks, &written, what + " (peak)");
     check_step(s.decode, c, s.blocks, &written, what + " (decode)");
     for (int32_t id : s.peak.tokens) ASSERT_TRUE(id >= 0 && id < 1000) << what;
+    // Every row samples on the longest path, penalties included, on as many distinct seen tokens
+    // as its sequence can hold (a CUDA backend's penalized copy of the logits and its seen-token
+    // entries are allocated before the KV budget is measured).
+    for (const ForwardBatch* b : {&s.peak, &s.decode}) {
+      ASSERT_EQ(b->sample_rows.size(), b->logit_rows.size()) << what;
+      ASSERT_EQ(b->sampled(), !b->logit_rows.empty()) << what;  // the seen ranges checked too
+      int64_t next = 0;
+      for (size_t r = 0; r < b->sample_rows.size(); ++r) {
+        const SampleRow& row = b->sample_rows[r];
+        ASSERT_TRUE(row.penalized() && row.seen_begin == next) << what;
+        ASSERT_EQ(row.seen_count, std::min<int64_t>(row.position + 1, 1000)) << what;
+        next += row.seen_count;
+      }
+      ASSERT_EQ(next, static_cast<int64_t>(b->seen_tokens.size())) << what;
+      for (const SeenToken& t : b->seen_tokens) ASSERT_TRUE(t.token >= 0 && t.token < 1000) << what;
+    }
     if (tokens > c.block_size) {
       // As many sequences as the first chunk's filled block leaves tokens for (the decode step
       // has the whole cap), and a token at the context's last block in both steps.

@@ -13,6 +13,8 @@
 #include "compute/backend.h"
 #include "engine/rng.h"
 #include "engine/sampler.h"
+#include "engine/seen_tokens.h"
+#include "cpu/penalties.h"
 #include "sample_rules.h"
 
 namespace shardlm {
@@ -278,11 +280,98 @@ TEST(Sampler, BackendRowsErrorReachesTheCaller) {
   std::vector<int32_t> tokens(static_cast<size_t>(R), -1);
   std::vector<float> logprobs(static_cast<size_t>(R));
   try {
-    cpu->sample(l.data(), R, V, rows.data(), tokens.data(), logprobs.data());
+    cpu->sample(l.data(), R, V, rows.data(), nullptr, tokens.data(), logprobs.data());
     FAIL() << "no error";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("vocabulary of 4194305"), std::string::npos) << e.what();
   }
+}
+
+// vLLM's penalties, against the rule written out here in double on exactly representable values
+// (so the fp32 of both sides is exact): repetition on prompt and output tokens (a positive logit
+// divided, any other multiplied), then frequency x output count and presence on output tokens.
+TEST(Sampler, PenaltiesAsVllmAppliesThem) {
+  const std::vector<float> l = {4.0f, 3.0f, -1.0f, 2.5f, 0.0f, 1.0f};
+  // Token 0: prompt only; 1: output twice; 2: prompt and output once; 3: unseen; 4: output once.
+  const std::vector<SeenToken> seen = {{0, 0}, {1, 2}, {2, 1}, {4, 1}};
+  const double rep = 2.0, freq = 0.25, pres = 0.5;
+  std::vector<double> want(l.begin(), l.end());
+  want[0] = 4.0 / rep;
+  want[1] = 3.0 / rep - freq * 2 - pres;
+  want[2] = -1.0 * rep - freq - pres;
+  want[4] = 0.0 * rep - freq - pres;
+  std::vector<float> got(l.size());
+  cpu::penalized_row(l.data(), 6, seen.data(), 4, 2.0f, 0.25f, 0.5f, got.data());
+  for (size_t i = 0; i < l.size(); ++i) EXPECT_EQ(static_cast<double>(got[i]), want[i]) << "token " << i;
+  for (size_t i = 0; i < l.size(); ++i) {
+    EXPECT_EQ(static_cast<double>(sampling::penalized_logit(l[i], 2.0f, 0.25f, 0.5f, 0)),
+              l[i] > 0 ? l[i] / 2.0 : l[i] * 2.0)
+        << "as a prompt token: repetition only";
+  }
+
+  // Through the sampler: greedy takes the penalized argmax (token 3, 2.5 > 2), its logprob is the
+  // raw row's; the same row without penalties takes token 0.
+  Sampler s;
+  SampleRow row;
+  row.repetition_penalty = 2.0f;
+  row.frequency_penalty = 0.25f;
+  row.presence_penalty = 0.5f;
+  row.seen_count = 4;
+  ASSERT_TRUE(row.penalized());
+  Sample out = s.sample(l.data(), 6, row, seen.data());
+  EXPECT_EQ(out.token, 3);
+  EXPECT_FLOAT_EQ(out.logprob, log_softmax_at(l.data(), 6, 3));
+  row.seen_count = 0;  // nothing seen: nothing to penalize
+  EXPECT_FALSE(row.penalized());
+  EXPECT_EQ(s.sample(l.data(), 6, row, nullptr).token, 0);
+  // Neutral values are no penalty whatever was seen.
+  SampleRow neutral;
+  neutral.seen_count = 4;
+  EXPECT_FALSE(neutral.penalized());
+
+  // A repetition penalty below 1 favours what was seen, and a sampled row chooses on the penalized
+  // row too: on a flat row the seen token's 1 becomes 2.
+  row = SampleRow{};
+  row.repetition_penalty = 0.5f;
+  std::vector<float> flat = {1.0f, 1.0f, 1.0f, 1.0f};
+  const std::vector<SeenToken> seen_last = {{3, 0}};
+  row.seen_count = 1;
+  row.temperature = 0.05;  // 1 / 0.5 = 2 against 1: e^20 more likely
+  for (int64_t pos = 0; pos < 50; ++pos) {
+    row.position = pos;
+    EXPECT_EQ(s.sample(flat.data(), 4, row, seen_last.data()).token, 3) << pos;
+  }
+
+  // A seen token outside the vocabulary is an error, not a write past the row.
+  const std::vector<SeenToken> outside = {{6, 1}};
+  row = SampleRow{};
+  row.presence_penalty = 1.0f;
+  row.seen_count = 1;
+  EXPECT_THROW(s.sample(l.data(), 6, row, outside.data()), std::out_of_range);
+}
+
+// The seen tokens a sequence's penalties read: distinct, in order of first appearance, each with
+// its count in the output, brought up to date incrementally.
+TEST(SeenTokens, CountsOutputOccurrencesOfDistinctTokens) {
+  SeenTokens seen;
+  std::vector<int32_t> tokens = {5, 7, 5, 9};  // the prompt
+  seen.update(tokens, 4);
+  auto as_pairs = [&] {
+    std::vector<std::pair<int32_t, int32_t>> v;
+    for (const SeenToken& t : seen.list()) v.emplace_back(t.token, t.output_count);
+    return v;
+  };
+  using P = std::vector<std::pair<int32_t, int32_t>>;
+  EXPECT_EQ(as_pairs(), (P{{5, 0}, {7, 0}, {9, 0}}));
+  tokens.push_back(7);
+  tokens.push_back(11);
+  seen.update(tokens, 4);
+  tokens.push_back(7);
+  seen.update(tokens, 4);
+  seen.update(tokens, 4);  // nothing new: nothing counted twice
+  EXPECT_EQ(as_pairs(), (P{{5, 0}, {7, 2}, {9, 0}, {11, 1}}));
+  tokens.pop_back();
+  EXPECT_THROW(seen.update(tokens, 4), std::exception);  // a sequence only grows
 }
 
 TEST(SamplingParams, ValidateAndResolve) {
@@ -311,6 +400,8 @@ TEST(SamplingParams, ValidateAndResolve) {
   bad = r;
   bad.max_tokens = -1;
   EXPECT_FALSE(bad.validate().empty());
+  bad.max_tokens = 0;  // vLLM's bound: at least one token
+  EXPECT_EQ(bad.validate(), "max_tokens must be >= 1");
   // vLLM's temperature bound: above 0 and below 1e-2 raised to 1e-2 (before its greedy test, so
   // only 0 is greedy), negative refused.
   for (const auto& [asked, used] : std::vector<std::pair<double, double>>{
@@ -320,6 +411,33 @@ TEST(SamplingParams, ValidateAndResolve) {
   }
   o.temperature = -0.5;
   EXPECT_FALSE(d.resolved(o, "r").validate().empty());
+  o.temperature = 0.5;
+  // vLLM's penalty bounds: repetition finite and > 0, frequency and presence in [-2, 2].
+  SamplingOverrides pen = o;
+  pen.repetition_penalty = 1.2;
+  pen.frequency_penalty = -2.0;
+  pen.presence_penalty = 2.0;
+  const SamplingParams penalized = d.resolved(pen, "r");
+  EXPECT_TRUE(penalized.validate().empty()) << penalized.validate();
+  EXPECT_TRUE(penalized.penalized());
+  EXPECT_FALSE(d.penalized());
+  const SampleRow row = sample_row(penalized, 3);
+  EXPECT_EQ(row.repetition_penalty, 1.2f);
+  EXPECT_EQ(row.frequency_penalty, -2.0f);
+  EXPECT_EQ(row.presence_penalty, 2.0f);
+  for (double bad_rep : {0.0, -1.0, static_cast<double>(INFINITY), static_cast<double>(NAN)}) {
+    SamplingParams b = penalized;
+    b.repetition_penalty = bad_rep;
+    EXPECT_NE(b.validate().find("repetition_penalty"), std::string::npos) << bad_rep;
+  }
+  for (double bad_pen : {-2.01, 2.5, static_cast<double>(NAN)}) {
+    SamplingParams b = penalized;
+    b.frequency_penalty = bad_pen;
+    EXPECT_NE(b.validate().find("frequency_penalty"), std::string::npos) << bad_pen;
+    b = penalized;
+    b.presence_penalty = bad_pen;
+    EXPECT_NE(b.validate().find("presence_penalty"), std::string::npos) << bad_pen;
+  }
   SamplingParams low = d;
   low.temperature = 0.001;  // the run's --temperature too
   EXPECT_DOUBLE_EQ(low.resolved(SamplingOverrides{}, "r").temperature, 1e-2);

@@ -51,7 +51,7 @@ TEST(JsonlLine, MaxCompletionTokensIsMaxTokens) {
       parse_jsonl_line(R"({"prompt": "a", "max_tokens": 9, "max_completion_tokens": null})", 1).overrides.max_tokens,
       9);
   const ParsedRequest bad = parse_jsonl_line(R"({"prompt": "a", "max_completion_tokens": -1})", 4);
-  EXPECT_NE(bad.error.find("field 'max_completion_tokens' must be >= 0 (got -1)"), std::string::npos) << bad.error;
+  EXPECT_NE(bad.error.find("field 'max_completion_tokens' must be >= 1 (got -1)"), std::string::npos) << bad.error;
 }
 
 TEST(JsonlLine, IdsAndEdgeValues) {
@@ -60,11 +60,14 @@ TEST(JsonlLine, IdsAndEdgeValues) {
   EXPECT_EQ(parse_jsonl_line(R"({"id": 2.5, "prompt": "a"})", 1).id, "2.5");
   EXPECT_EQ(parse_jsonl_line(R"({"id": "caf\u00e9", "prompt": "a"})", 1).id, "caf\xC3\xA9");
   const ParsedRequest r = parse_jsonl_line(
-      R"({"prompt": "a", "max_tokens": 0, "temperature": 0, "top_p": 1, "top_k": -1, "min_p": 0, "seed": 0,)"
+      R"({"prompt": "a", "max_tokens": 1, "temperature": 0, "top_p": 1, "top_k": -1, "min_p": 0, "seed": 0,)"
       R"( "stop": "END", "ignore_eos": false})",
       1);
   ASSERT_EQ(r.error, "");
-  EXPECT_EQ(r.overrides.max_tokens, 0);
+  EXPECT_EQ(r.overrides.max_tokens, 1);
+  // vLLM's bound: at least one token (0 is refused there, not a request that completes at once).
+  const ParsedRequest zero = parse_jsonl_line(R"({"prompt": "a", "max_tokens": 0})", 2);
+  EXPECT_EQ(zero.error, "line 2: field 'max_tokens' must be >= 1 (got 0)");
   EXPECT_EQ(r.overrides.temperature, 0.0);
   EXPECT_EQ(r.overrides.top_p, 1.0);
   EXPECT_EQ(r.overrides.top_k, -1);
@@ -135,8 +138,8 @@ TEST(JsonlLine, ChatMessagesAreAPerRequestError) {
   EXPECT_FALSE(r.prompt.has_value());
 }
 
-// vLLM's stop_token_ids are applied; the sampling fields this engine does not apply are refused
-// when they ask for something, and pass at their neutral values.
+// vLLM's stop_token_ids and penalties are applied; the sampling fields this engine does not apply
+// are refused when they ask for something, and pass at their neutral values.
 TEST(JsonlLine, StopTokenIdsAndUnappliedFields) {
   const ParsedRequest ok = parse_jsonl_line(
       R"({"id": "a", "prompt": "x", "stop_token_ids": [7, 0], "n": 1, "best_of": null, "repetition_penalty": 1.0,)"
@@ -148,12 +151,21 @@ TEST(JsonlLine, StopTokenIdsAndUnappliedFields) {
   EXPECT_EQ(ok.error, "");
   ASSERT_TRUE(ok.overrides.stop_token_ids.has_value());
   EXPECT_EQ(*ok.overrides.stop_token_ids, (std::vector<int32_t>{7, 0}));
+  // vLLM's penalties are applied: each field is read.
+  const ParsedRequest pen = parse_jsonl_line(
+      R"({"id": "p", "prompt": "x", "repetition_penalty": 1.15, "presence_penalty": -2, "frequency_penalty": 0.5})", 1);
+  EXPECT_EQ(pen.error, "");
+  EXPECT_EQ(pen.overrides.repetition_penalty, 1.15);
+  EXPECT_EQ(pen.overrides.presence_penalty, -2.0);
+  EXPECT_EQ(pen.overrides.frequency_penalty, 0.5);
   const std::pair<const char*, const char*> refused[] = {
       {R"("n": 4)", "line 2: field 'n' = 4 is not supported: one completion is generated per request"},
       {R"("best_of": 2)", "field 'best_of' = 2 is not supported"},
-      {R"("repetition_penalty": 1.2)", "field 'repetition_penalty' = 1.2 is not supported: penalties are not applied"},
-      {R"("presence_penalty": 0.5)", "field 'presence_penalty' = 0.5 is not supported"},
-      {R"("frequency_penalty": -1)", "field 'frequency_penalty' = -1 is not supported"},
+      // The penalties outside vLLM's bounds.
+      {R"("repetition_penalty": 0)", "field 'repetition_penalty' must be > 0 (got 0.0)"},
+      {R"("repetition_penalty": "1.2")", "field 'repetition_penalty' must be a number"},
+      {R"("presence_penalty": 2.5)", "field 'presence_penalty' must be in [-2, 2] (got 2.5)"},
+      {R"("frequency_penalty": -3)", "field 'frequency_penalty' must be in [-2, 2] (got -3.0)"},
       {R"("logit_bias": {"5": 100})", "field 'logit_bias'"},
       {R"("logprobs": 5)", "field 'logprobs' = 5 is not supported: only the chosen token's logprob is written"},
       {R"("logprobs": 0.5)", "field 'logprobs' = 0.5 is not supported"},

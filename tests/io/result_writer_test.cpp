@@ -42,7 +42,7 @@ std::vector<RequestResult> special_rows() {
   std::vector<RequestResult> rows(4);
   rows[0].id = "empty";
   rows[0].line = 1;
-  rows[0].finish_reason = FinishReason::kLength;  // max_tokens 0: nothing generated
+  rows[0].finish_reason = FinishReason::kLength;  // nothing generated (an earlier build's max_tokens 0)
   rows[1].id = "caf\xC3\xA9-\xE4\xB8\x96\xE7\x95\x8C";
   rows[1].line = 2;
   rows[1].prompt_tokens = {1, 2, 3};

@@ -1,0 +1,91 @@
+// CudaBackend's sampling: the choices made on the device (kernels/cuda/sampling.h), after the
+// penalties where a row has them (kernels/cuda/penalties.h), so that only the tokens and their
+// logprobs cross to the host.
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "compute/cuda_backend.h"
+#include "compute/cuda_check.h"
+#include "core/error.h"
+#include "cuda/penalties.h"
+#include "cuda/sampling.h"
+#include "sample_rules.h"
+
+namespace shardlm {
+
+void* CudaBackend::sample_buffer(int i, size_t bytes, bool ahead) {
+  if (bytes > sample_bytes_[i]) {
+    // The previous sample() waited for its kernels, so nothing reads the old buffer any more.
+    SHARDLM_CUDA_CHECK(cudaFree(sample_buf_[i]));
+    sample_buf_[i] = nullptr;
+    sample_bytes_[i] = 0;
+    const size_t size = ahead ? bytes + bytes / 2 : bytes;
+    SHARDLM_CUDA_CHECK(cudaMalloc(&sample_buf_[i], size));
+    sample_bytes_[i] = size;
+  }
+  return sample_buf_[i];
+}
+
+void CudaBackend::sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const SeenToken* seen,
+                         int32_t* tokens, float* logprobs) {
+  if (R == 0) return;
+  SHARDLM_CHECK(!capturing_, "cuda backend: sample while capturing a CUDA graph (it writes host memory)");
+  const size_t n = static_cast<size_t>(R);
+  std::vector<cuda::SamplingRow> host(n);
+  std::vector<cuda::PenaltyEntry> entries;
+  for (size_t r = 0; r < n; ++r) {
+    const SampleRow& row = rows[r];
+    SHARDLM_CHECK(row.temperature <= 0.0 || V <= sampling::kMaxVocab,
+                  "sampling: a vocabulary of " << V << " is above the sampler's " << sampling::kMaxVocab);
+    host[r].temperature = row.temperature;
+    host[r].top_p = row.top_p;
+    host[r].min_p = row.min_p;
+    host[r].top_k = row.top_k;
+    host[r].seed = row.seed;
+    host[r].position = row.position;
+    host[r].repetition_penalty = row.repetition_penalty;
+    host[r].frequency_penalty = row.frequency_penalty;
+    host[r].presence_penalty = row.presence_penalty;
+    if (!row.penalized()) continue;
+    SHARDLM_CHECK(seen, "sampling: a penalized row without the step's seen tokens");
+    // Without a repetition penalty a token of the prompt alone keeps its logit: no entry.
+    const bool prompt_tokens_change = row.repetition_penalty != 1.0f;
+    for (int64_t i = row.seen_begin; i < row.seen_begin + row.seen_count; ++i) {
+      // The kernel writes where the token says: one outside the row would write another's logits.
+      SHARDLM_CHECK(seen[i].token >= 0 && seen[i].token < V,
+                    "penalties: seen token " << seen[i].token << " outside a vocabulary of " << V);
+      if (seen[i].output_count > 0 || prompt_tokens_change)
+        entries.push_back({static_cast<int32_t>(r), seen[i].token, seen[i].output_count});
+    }
+  }
+  auto* d_rows = static_cast<cuda::SamplingRow*>(sample_buffer(0, n * sizeof(cuda::SamplingRow)));
+  auto* d_scratch = static_cast<float*>(sample_buffer(1, n * static_cast<size_t>(V) * sizeof(float)));
+  auto* d_tokens = static_cast<int32_t*>(sample_buffer(2, n * sizeof(int32_t)));
+  auto* d_logprobs = static_cast<float*>(sample_buffer(3, n * sizeof(float)));
+  const cudaStream_t s = stream_of(stream_);
+  // From pageable memory the copies return once the host vectors have been read: they may go out
+  // of scope.
+  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(d_rows, host.data(), n * sizeof(cuda::SamplingRow), cudaMemcpyHostToDevice, s));
+  const float* choice = logits;
+  if (!entries.empty()) {
+    // The choice reads a penalized copy; the logprobs, the step's logits as they are.
+    auto* d_penalized = static_cast<float*>(sample_buffer(4, n * static_cast<size_t>(V) * sizeof(float)));
+    auto* d_entries =
+        static_cast<cuda::PenaltyEntry*>(sample_buffer(5, entries.size() * sizeof(cuda::PenaltyEntry), true));
+    SHARDLM_CUDA_CHECK(
+        cudaMemcpyAsync(d_penalized, logits, n * static_cast<size_t>(V) * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    SHARDLM_CUDA_CHECK(cudaMemcpyAsync(d_entries, entries.data(), entries.size() * sizeof(cuda::PenaltyEntry),
+                                       cudaMemcpyHostToDevice, s));
+    cuda::launch_apply_penalties(d_penalized, V, d_rows, d_entries, static_cast<int64_t>(entries.size()), s);
+    check_launch("apply_penalties");
+    choice = d_penalized;
+  }
+  cuda::launch_sample(logits, R, V, d_rows, d_scratch, d_tokens, d_logprobs, s, choice);
+  check_launch("sample");
+  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(tokens, d_tokens, n * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+  SHARDLM_CUDA_CHECK(cudaMemcpyAsync(logprobs, d_logprobs, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+  SHARDLM_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+}  // namespace shardlm
