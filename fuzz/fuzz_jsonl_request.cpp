@@ -37,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (o.repetition_penalty && !(*o.repetition_penalty > 0 && std::isfinite(*o.repetition_penalty))) std::abort();
   if (o.frequency_penalty && !(*o.frequency_penalty >= -2 && *o.frequency_penalty <= 2)) std::abort();
   if (o.presence_penalty && !(*o.presence_penalty >= -2 && *o.presence_penalty <= 2)) std::abort();
-  if (o.temperature && !(*o.temperature >= 0)) std::abort();
+  if (o.temperature && !(*o.temperature >= 0 && *o.temperature <= 2)) std::abort();
   if (o.top_p && !(*o.top_p > 0 && *o.top_p <= 1)) std::abort();
   if (o.min_p && !(*o.min_p >= 0 && *o.min_p <= 1)) std::abort();
   if (o.top_k && *o.top_k < -1) std::abort();

@@ -28,7 +28,7 @@ SamplingParams SamplingParams::resolved(const SamplingOverrides& o, const std::s
 
 std::string SamplingParams::validate() const {
   if (max_tokens < 1) return "max_tokens must be >= 1";
-  if (!std::isfinite(temperature) || temperature < 0) return "temperature must be finite and >= 0";
+  if (!(temperature >= 0 && temperature <= 2)) return "temperature must be in [0, 2]";  // vLLM's bound
   if (!std::isfinite(top_p) || top_p <= 0 || top_p > 1) return "top_p must be in (0, 1]";
   if (top_k < -1) return "top_k must be -1, 0 (off) or positive";
   if (!std::isfinite(min_p) || min_p < 0 || min_p > 1) return "min_p must be in [0, 1]";

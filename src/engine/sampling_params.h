@@ -34,7 +34,7 @@ struct SamplingParams {
   // request without its own seed gets one derived from the run seed and its id, so its samples do
   // not depend on its batch.
   SamplingParams resolved(const SamplingOverrides& o, const std::string& request_id) const;
-  // Empty when valid, else the problem ("temperature must be finite and >= 0").
+  // Empty when valid, else the problem ("temperature must be in [0, 2]"); vLLM's bounds.
   std::string validate() const;
   bool penalized() const { return repetition_penalty != 1.0 || frequency_penalty != 0.0 || presence_penalty != 0.0; }
 };

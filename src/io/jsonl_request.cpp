@@ -154,7 +154,8 @@ void parse_overrides(const json& o, const std::string& p, SamplingOverrides& s) 
   }
   if (const json* v = get_opt(o, "temperature")) {
     const double x = get_number(*v, p + "temperature");
-    if (x < 0) bad(quoted(p + "temperature") + " must be >= 0 (got " + num_str(x) + ")");
+    // vLLM's bound.
+    if (!(x >= 0 && x <= 2)) bad(quoted(p + "temperature") + " must be in [0, 2] (got " + num_str(x) + ")");
     s.temperature = x;
   }
   if (const json* v = get_opt(o, "top_p")) {

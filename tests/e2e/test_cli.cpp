@@ -628,15 +628,42 @@ TEST(Cli, KvDtypeIsResolvedRecordedAndUsed) {
 TEST(Cli, HelpListsOptionsWithDefaults) {
   Proc p = sh(bin() + " run --help");
   EXPECT_EQ(p.code, 0);
-  for (const char* opt :
-       {"--model", "--prompts", "--out", "--max-new-tokens arg (=128)", "--temperature arg (=0)", "--top-p", "--top-k",
-        "--min-p", "--seed", "--max-batch-tokens", "--max-seqs", "--kv-cache-gb", "--kv-dtype arg (=auto)",
-        "--fp8-prefill arg (=w8a8)", "--prefill-attention arg (=auto)", "--decode-attention arg (=fp32)", "--config"}) {
+  for (const char* opt : {"--model",
+                          "--prompts",
+                          "--out",
+                          "--max-new-tokens arg (=128)",
+                          "--temperature arg (=0)",
+                          "--top-p",
+                          "--top-k",
+                          "--min-p",
+                          "--repetition-penalty arg (=1)",
+                          "--frequency-penalty arg (=0)",
+                          "--presence-penalty arg (=0)",
+                          "--seed",
+                          "--max-batch-tokens",
+                          "--max-seqs",
+                          "--kv-cache-gb",
+                          "--kv-dtype arg (=auto)",
+                          "--fp8-prefill arg (=w8a8)",
+                          "--prefill-attention arg (=auto)",
+                          "--decode-attention arg (=fp32)",
+                          "--config"}) {
     EXPECT_NE(p.out.find(opt), std::string::npos) << opt;
   }
   Proc bad = sh(bin() + " run --model x --prompts y --out z --temperature warm");
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.out.find("temperature"), std::string::npos) << bad.out;
+  // vLLM's bounds hold for the run's defaults too, before anything loads.
+  for (const auto& [flag, want] : std::vector<std::pair<std::string, std::string>>{
+           {"--temperature 3", "temperature must be in [0, 2]"},
+           {"--repetition-penalty 0", "repetition_penalty must be finite and > 0"},
+           {"--presence-penalty -2.5", "presence_penalty must be in [-2, 2]"}}) {
+    Proc out_of_bounds = sh(bin() + " run --model x --prompts y --out z " + flag);
+    EXPECT_NE(out_of_bounds.code, 0) << flag;
+    EXPECT_NE(out_of_bounds.out.find("shardlm run: the sampling options: " + want), std::string::npos)
+        << flag << "\n"
+        << out_of_bounds.out;
+  }
 }
 
 }  // namespace

@@ -410,7 +410,11 @@ TEST(SamplingParams, ValidateAndResolve) {
     EXPECT_DOUBLE_EQ(d.resolved(o, "r").temperature, used) << asked;
   }
   o.temperature = -0.5;
-  EXPECT_FALSE(d.resolved(o, "r").validate().empty());
+  EXPECT_EQ(d.resolved(o, "r").validate(), "temperature must be in [0, 2]");
+  o.temperature = 2.0;  // vLLM's upper bound, included
+  EXPECT_TRUE(d.resolved(o, "r").validate().empty());
+  o.temperature = 2.01;
+  EXPECT_EQ(d.resolved(o, "r").validate(), "temperature must be in [0, 2]");
   o.temperature = 0.5;
   // vLLM's penalty bounds: repetition finite and > 0, frequency and presence in [-2, 2].
   SamplingOverrides pen = o;

@@ -21,9 +21,10 @@ TEST(RequestReaderStream, TwoHundredThousandLinesKeepRssFlat) {
     for (int i = 0; i < kLines; ++i)
       std::fprintf(f,
                    "{\"id\": \"req-%07d\", \"prompt\": \"Once upon a time there was a little robot number %d who "
-                   "wanted to see the sea, the stars, the tall mountains and the big city where the lights never go out at night.\", \"max_tokens\": %d, \"temperature\": 0.%d, "
+                   "wanted to see the sea, the stars, the tall mountains and the big city where the lights never go "
+                   "out at night.\", \"max_tokens\": %d, \"temperature\": 0.%d, "
                    "\"stop\": [\"\\n\"]}\n",
-                   i, i, i % 512, i % 10);
+                   i, i, 1 + i % 512, i % 10);
     std::fclose(f);
   }
   const auto file_bytes = std::filesystem::file_size(path);
@@ -47,7 +48,7 @@ TEST(RequestReaderStream, TwoHundredThousandLinesKeepRssFlat) {
   EXPECT_EQ(errors, 0);
   EXPECT_EQ(last_id, "req-0199999");
   int64_t want_sum = 0;
-  for (int i = 0; i < kLines; ++i) want_sum += i % 512;
+  for (int i = 0; i < kLines; ++i) want_sum += 1 + i % 512;
   EXPECT_EQ(max_tokens_sum, want_sum);
   const long grown_kib = peak - rss0;
 #if SHARDLM_IO_ASAN
