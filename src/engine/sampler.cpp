@@ -44,18 +44,26 @@ Sample Sampler::sample(const float* logits, int64_t vocab, const SampleRow& row,
   penalized_.resize(static_cast<size_t>(vocab));
   cpu::penalized_row(logits, vocab, seen + row.seen_begin, row.seen_count, row.repetition_penalty,
                      row.frequency_penalty, row.presence_penalty, penalized_.data());
-  Sample s = sample(penalized_.data(), vocab, p, row.position);
-  s.logprob = log_softmax_at(logits, vocab, s.token);
-  return s;
+  // The logprob is the raw row's, not the penalized one the choice was made on.
+  const int32_t token = choose(penalized_.data(), vocab, p, row.position, nullptr);
+  return {token, log_softmax_at(logits, vocab, token)};
 }
 
 Sample Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p, int64_t position) {
-  Sample s;
+  float row_max = NAN;
+  const int32_t token = choose(logits, vocab, p, position, &row_max);
+  // A greedy choice found the row's maximum already: one read of the row fewer.
+  return {token, std::isnan(row_max) ? log_softmax_at(logits, vocab, token)
+                                     : cpu::log_softmax_at(logits, vocab, token, row_max)};
+}
+
+int32_t Sampler::choose(const float* logits, int64_t vocab, const SamplingParams& p, int64_t position,
+                        float* greedy_max) {
   if (p.temperature <= 0.0) {
     float row_max = 0;
-    s.token = static_cast<int32_t>(cpu::argmax_logit(logits, vocab, &row_max));
-    s.logprob = cpu::log_softmax_at(logits, vocab, s.token, row_max);
-    return s;
+    const auto token = static_cast<int32_t>(cpu::argmax_logit(logits, vocab, &row_max));
+    if (greedy_max) *greedy_max = row_max;
+    return token;
   }
   SHARDLM_CHECK(vocab <= sampling::kMaxVocab,
                 "sampling: a vocabulary of " << vocab << " is above the sampler's " << sampling::kMaxVocab);
@@ -65,9 +73,7 @@ Sample Sampler::sample(const float* logits, int64_t vocab, const SamplingParams&
   if (!std::isfinite(top) || !std::isfinite(inv_t)) {
     // No finite maximum (a row of NaN or infinities) or an infinitely sharp temperature: the
     // tempered probabilities are not defined, the most likely token is.
-    s.token = static_cast<int32_t>(best);
-    s.logprob = log_softmax_at(logits, vocab, s.token);
-    return s;
+    return static_cast<int32_t>(best);
   }
   bands_.build(logits, vocab, top, inv_t);
   using Prefix = CandidateBands::Prefix;
@@ -96,9 +102,7 @@ Sample Sampler::sample(const float* logits, int64_t vocab, const SamplingParams&
   const double u = static_cast<double>(uniform_at(p.seed, static_cast<uint64_t>(position))) *
                    static_cast<double>(bands_.weight_of(kept));
   const Prefix pick = bands_.first_weight(kept, [u](int64_t w) { return static_cast<double>(w) > u; });
-  s.token = static_cast<int32_t>(bands_.last_key(pick) & 0xffffffffu);
-  s.logprob = log_softmax_at(logits, vocab, s.token);
-  return s;
+  return static_cast<int32_t>(bands_.last_key(pick) & 0xffffffffu);
 }
 
 }  // namespace shardlm

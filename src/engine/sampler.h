@@ -42,6 +42,10 @@ class Sampler {
   Sample sample(const float* logits, int64_t vocab, const SampleRow& row, const SeenToken* seen = nullptr);
 
  private:
+  // The choice alone. greedy_max, where not null, receives the row's maximum when the choice is
+  // greedy (argmax_logit's, which log_softmax_at can take) and is left alone otherwise.
+  int32_t choose(const float* logits, int64_t vocab, const SamplingParams& p, int64_t position, float* greedy_max);
+
   CandidateBands bands_;          // scratch, reused across calls
   std::vector<float> penalized_;  // the penalized row
 };
