@@ -2,9 +2,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "cpu/vec16.h"
 #include "cpu/vector_exp.h"
+#include "sample_rules.h"
 
 namespace shardlm::cpu {
 
@@ -38,8 +41,9 @@ int64_t argmax_logit(const float* x, int64_t n, float* row_max) {
 
 namespace {
 
-// x[i] - mx - log(sum_j exp(x[j] - mx)); `tail` holds the row's last n % 16 logits padded with -inf.
-float log_softmax_with(const float* x, int64_t n, int64_t i, float mx, const float* tail) {
+// sum_j exp(x[j] - mx): fp32 exponentials summed in fp64, in a fixed order; `tail` holds the row's
+// last n % 16 logits padded with -inf.
+double exp_sum_with(const float* x, int64_t n, float mx, const float* tail) {
   typedef double v8d __attribute__((vector_size(64)));
   const v16f vmx = v16f{} + mx;
   v8d lo{}, hi{};
@@ -52,7 +56,16 @@ float log_softmax_with(const float* x, int64_t n, int64_t i, float mx, const flo
   add(detail::exp16(load16(tail) - vmx));  // padding lanes add exp(-inf) = 0
   double sum = 0;
   for (int l = 0; l < 8; ++l) sum += lo[l] + hi[l];
-  return static_cast<float>(static_cast<double>(x[i]) - mx - std::log(sum));
+  return sum;
+}
+
+float log_softmax_from(float xi, float mx, double sum) {
+  return static_cast<float>(static_cast<double>(xi) - mx - std::log(sum));
+}
+
+// x[i] - mx - log(sum_j exp(x[j] - mx)).
+float log_softmax_with(const float* x, int64_t n, int64_t i, float mx, const float* tail) {
+  return log_softmax_from(x[i], mx, exp_sum_with(x, n, mx, tail));
 }
 
 }  // namespace
@@ -67,6 +80,33 @@ float log_softmax_at(const float* x, int64_t n, int64_t i, float row_max) {
   float tail[16];
   detail::pad_tail16(x, n, tail);
   return log_softmax_with(x, n, i, row_max, tail);
+}
+
+void top_logprobs(const float* x, int64_t n, int k, int32_t* ids, float* logprobs) {
+  // The k first candidates kept sorted by key; once k are held, only a logit above the k-th's can
+  // enter (an equal one has a larger id), so after the first few thousand a token costs one compare.
+  if (k <= 0) return;
+  if (k > kMaxTop) throw std::invalid_argument("top_logprobs: k above " + std::to_string(kMaxTop));
+  uint64_t keys[kMaxTop];
+  int m = 0;
+  float floor = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) {
+    const float v = x[j];
+    if (m == k ? !(v > floor) : v != v) continue;  // NaN never enters
+    const uint64_t key = sampling::candidate_key(v, static_cast<uint32_t>(j));
+    int at = m < k ? m++ : k - 1;
+    for (; at > 0 && keys[at - 1] > key; --at) keys[at] = keys[at - 1];
+    keys[at] = key;
+    if (m == k) floor = x[keys[k - 1] & 0xffffffffu];
+  }
+  float tail[16];
+  const float mx = detail::max16(x, n, tail);
+  const double sum = m > 0 ? exp_sum_with(x, n, mx, tail) : 0.0;
+  for (int i = 0; i < k; ++i) {
+    const bool held = i < m;
+    ids[i] = held ? static_cast<int32_t>(keys[i] & 0xffffffffu) : -1;
+    logprobs[i] = held ? log_softmax_from(x[ids[i]], mx, sum) : NAN;
+  }
 }
 
 namespace {

@@ -20,6 +20,13 @@ float log_softmax_at(const float* x, int64_t n, int64_t i);
 // fewer, the same bits.
 float log_softmax_at(const float* x, int64_t n, int64_t i, float row_max);
 
+// The k (<= kMaxTop) most likely tokens of the row, in candidate order (logit descending, ties to
+// the lower id, NaN never; kernels/sample_rules.h), and their log_softmax_at values, bit for bit:
+// ids[0..k), logprobs[0..k). Where the row has fewer than k tokens that are not NaN, the rest are
+// -1 and NaN.
+constexpr int kMaxTop = 64;
+void top_logprobs(const float* x, int64_t n, int k, int32_t* ids, float* logprobs);
+
 // The temperature sampler's bands: band[i] = min(kBands - 1, floor(kBandsPerNat * (top - x[i]) / T)),
 // the last band for NaN. Bands never decrease along the candidate order (logit descending), so a
 // band holds a run of it. inv_t = 1 / T.

@@ -21,14 +21,42 @@ __device__ inline u64 order_key(float v, int64_t j) {
 
 // log_softmax(x)[i] as the host computes it (log_softmax_at): fp32 max, fp64 sum of exp(x - max)
 // (the host's exponentials are fp32 within 1 ulp, these fp64: the results differ by about 1e-7).
-__device__ float log_softmax_at(const float* x, int64_t V, int64_t i) {
+struct RowNorm {
+  float mx;
+  double sum;
+  __device__ float log_softmax(float xi) const { return static_cast<float>(static_cast<double>(xi) - mx - log(sum)); }
+};
+
+__device__ RowNorm row_norm(const float* x, int64_t V) {
   float mx = -INFINITY;
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, x[j]);
   mx = block_max(mx);
   double sum = 0;
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) sum += exp(static_cast<double>(x[j]) - mx);
   sum = block_sum_f64(sum);
-  return static_cast<float>(static_cast<double>(x[i]) - mx - log(sum));
+  return {mx, sum};
+}
+
+__device__ float log_softmax_at(const float* x, int64_t V, int64_t i) { return row_norm(x, V).log_softmax(x[i]); }
+
+// The row's n first candidates (kernels/cpu/logits_scan.h's top_logprobs): pass k takes the
+// smallest key above pass k-1's, so a tie between equal logits goes to the lower id as on the host.
+__device__ void write_top(const float* x, int64_t V, const RowNorm& norm, int32_t n, int32_t* ids, float* lps) {
+  u64 prev = 0;
+  for (int32_t k = 0; k < n; ++k) {
+    u64 best = ~0ull;  // no token has this key (NaN ranks as -inf, whose key is below)
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+      const u64 key = order_key(x[j], j);
+      if (!isnan(x[j]) && (k == 0 || key > prev)) best = min(best, key);
+    }
+    best = block_min_u64(best);
+    if (threadIdx.x == 0) {
+      const int64_t id = static_cast<int64_t>(best & 0xffffffffull);
+      ids[k] = best == ~0ull ? -1 : static_cast<int32_t>(id);
+      lps[k] = best == ~0ull ? NAN : norm.log_softmax(x[id]);
+    }
+    prev = best;
+  }
 }
 
 // Over the tokens whose order key is <= q: their count, or the sum of their weights
@@ -87,7 +115,7 @@ __device__ u64 search_key(const float* x, int64_t V, u64 lo, u64 hi, Pred pred) 
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const float* __restrict__ logits, const float* __restrict__ choice_logits, int64_t R, int64_t V,
                   const SamplingRow* __restrict__ params, float* __restrict__ scratch, int32_t* __restrict__ tokens,
-                  float* __restrict__ logprobs) {
+                  float* __restrict__ logprobs, int32_t* __restrict__ top_tokens, float* __restrict__ top_logprobs) {
   const int tid = threadIdx.x, nt = blockDim.x;
   for (int64_t row = blockIdx.x; row < R; row += gridDim.x) {
     const float* x = choice_logits + row * V;  // what the choice reads; the logprob reads the raw row
@@ -109,7 +137,9 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t greedy = (best == ~0ull || x[best_id] == -INFINITY) ? 0 : best_id;
     const double inv_t = 1.0 / sp.temperature;
     int64_t token = greedy;
-    if (sp.temperature > 0.0 && best != ~0ull && isfinite(x[best_id]) && isfinite(inv_t)) {
+    if (sp.target >= 0) {
+      token = sp.target;  // a scored row: its given token, nothing drawn
+    } else if (sp.temperature > 0.0 && best != ~0ull && isfinite(x[best_id]) && isfinite(inv_t)) {
       const double top = x[best_id];
       for (int64_t j = tid; j < V; j += nt) {
         p[j] = isnan(x[j]) ? 0.0f : static_cast<float>(exp((x[j] - top) * inv_t));  // NaN weighs nothing
@@ -144,11 +174,13 @@ __global__ void __launch_bounds__(kThreads)
           search_key(x, V, best, last, [&](u64 q) { return static_cast<double>(prefix_weight(x, p, V, q)) > u; });
       token = static_cast<int64_t>(pick & 0xffffffffull);
     }
-    const float lp = log_softmax_at(logits + row * V, V, token);
+    const float* raw = logits + row * V;
+    const RowNorm norm = row_norm(raw, V);
     if (tid == 0) {
       tokens[row] = static_cast<int32_t>(token);
-      logprobs[row] = lp;
+      logprobs[row] = norm.log_softmax(raw[token]);
     }
+    if (sp.top_n > 0) write_top(raw, V, norm, sp.top_n, top_tokens + sp.top_begin, top_logprobs + sp.top_begin);
     __syncthreads();  // p[] of this row is read until here
   }
 }
@@ -167,10 +199,11 @@ int grid_for(int64_t rows) { return static_cast<int>(rows < 65535 * 16 ? rows : 
 }  // namespace
 
 void launch_sample(const float* logits, int64_t R, int64_t V, const SamplingRow* params, float* scratch,
-                   int32_t* tokens, float* logprobs, cudaStream_t stream, const float* choice_logits) {
+                   int32_t* tokens, float* logprobs, cudaStream_t stream, const float* choice_logits,
+                   int32_t* top_tokens, float* top_logprobs) {
   if (R <= 0 || V <= 0) return;
   sample_kernel<<<grid_for(R), kThreads, 0, stream>>>(logits, choice_logits ? choice_logits : logits, R, V, params,
-                                                      scratch, tokens, logprobs);
+                                                      scratch, tokens, logprobs, top_tokens, top_logprobs);
 }
 
 void launch_logprobs(const float* logits, int64_t R, int64_t V, const int32_t* tokens, float* logprobs,

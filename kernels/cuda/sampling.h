@@ -41,14 +41,24 @@ struct SamplingRow {
   int64_t position = 0;      // index the sampled token takes in its sequence
   // The row's penalties (kernels/cuda/penalties.h applies them, before the sample kernel).
   float repetition_penalty = 1.0f, frequency_penalty = 0.0f, presence_penalty = 0.0f;
+  // A scored row (prompt logprobs) takes this given token (>= 0) instead of a choice.
+  int32_t target = -1;
+  // The row's top_n most likely tokens of the raw row (candidate order: logit descending, ties to
+  // the lower id, NaN never) and their logprobs go to [top_begin, top_begin + top_n).
+  int32_t top_n = 0;
+  int64_t top_begin = 0;
 };
 
 // logits [R, V]; params [R] (device); scratch [R, V] fp32 (device; the tempered probabilities);
 // tokens [R] and logprobs [R] (device) receive the choice and log_softmax(logits row)[token].
 // choice_logits, where not null, are the rows the choice is made on (the logits with penalties
-// applied, kernels/cuda/penalties.h); the logprobs stay those of the raw logits.
+// applied, kernels/cuda/penalties.h); the logprobs stay those of the raw logits. top_tokens and
+// top_logprobs (device) receive the rows' top alternatives (may be null when no row has top_n): one
+// pass over the row per alternative, each the smallest candidate key above the previous one's;
+// -1 and NaN past the row's tokens that are not NaN.
 void launch_sample(const float* logits, int64_t R, int64_t V, const SamplingRow* params, float* scratch,
-                   int32_t* tokens, float* logprobs, cudaStream_t stream, const float* choice_logits = nullptr);
+                   int32_t* tokens, float* logprobs, cudaStream_t stream, const float* choice_logits = nullptr,
+                   int32_t* top_tokens = nullptr, float* top_logprobs = nullptr);
 
 // logprobs[r] = log_softmax(logits row r)[tokens[r]] (prompt logprobs, or a choice made elsewhere).
 void launch_logprobs(const float* logits, int64_t R, int64_t V, const int32_t* tokens, float* logprobs,

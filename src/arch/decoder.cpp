@@ -176,7 +176,8 @@ class Decoder final : public Model {
       begin_profiled_step(batch);
       stage_to_device(batch);
       if (f.rows > 0 && sampled) {
-        f.choices.resize(static_cast<size_t>(2 * f.rows));
+        f.top = top_entries(batch.sample_rows.data(), f.rows);
+        f.choices.resize(choices_length(f.rows, f.top));
         f.recv = comms_.pp->irecv(f.choices.data(), f.choices.size(), CommDType::kI32, plan_.stages - 1, kTagLogits);
       } else if (f.rows > 0) {
         f.logits.resize(static_cast<size_t>(f.rows * spec_.vocab_size));
@@ -210,27 +211,25 @@ class Decoder final : public Model {
 
   // The choices are made where the logits end, by the backend's sample op (on the device): here
   // with one stage (after the tp gather), on the last stage's tp rank 0 with several, which sends
-  // back only the tokens and logprobs (2R values instead of R x vocab logits).
-  void end_step_sampled(std::vector<int32_t>* tokens, std::vector<float>* logprobs) override {
+  // back only the choices (2R values and the rows' top alternatives instead of R x vocab logits).
+  void end_step_sampled(StepChoices* out) override {
     if (logits_end_here()) {
       {
         StageClock::Part part(clock_);
         const DeviceStep step = take_device_step(true);
-        tokens->resize(static_cast<size_t>(step.rows));
-        logprobs->resize(static_cast<size_t>(step.rows));
+        out->resize(0, 0);
         if (step.rows > 0) {
           OpSection s(b_, "sampling");
-          b_.sample(step.logits, step.rows, spec_.vocab_size, step.sample_rows.data(), step.seen_tokens.data(),
-                    tokens->data(), logprobs->data());
+          out->sample(b_, step.logits, spec_.vocab_size, step.sample_rows, step.seen_tokens);
         }
         end_profiled_step();
       }
       last_stages_.assign(1, clock_.take());
       return;
     }
-    if (!leads_pipeline()) return Model::end_step_sampled(tokens, logprobs);
+    if (!leads_pipeline()) return Model::end_step_sampled(out);
     InFlight f = take_inflight(true);
-    unpack_choices(f.choices, f.rows, tokens, logprobs);
+    unpack_choices(f.choices, f.rows, f.top, out);
   }
 
   bool runs_empty_steps() const override { return comms_.ep != nullptr; }
@@ -638,11 +637,9 @@ class Decoder final : public Model {
     if (!dev || plan_.tp_rank != 0 || batch.logit_rows.empty()) return;
     const int64_t R = static_cast<int64_t>(batch.logit_rows.size()), V = spec_.vocab_size;
     if (batch.sampled()) {
-      std::vector<int32_t> tokens(static_cast<size_t>(R));
-      std::vector<float> logprobs(static_cast<size_t>(R));
       OpSection s(b_, "sampling");
-      b_.sample(dev, R, V, batch.sample_rows.data(), batch.seen_tokens.data(), tokens.data(), logprobs.data());
-      pack_choices(tokens, logprobs, &choices_);
+      step_choices_.sample(b_, dev, V, batch.sample_rows, batch.seen_tokens);
+      pack_choices(step_choices_, &choices_);
       comms_.pp->send(choices_.data(), choices_.size(), CommDType::kI32, 0, kTagLogits);
       return;
     }
@@ -655,6 +652,7 @@ class Decoder final : public Model {
   struct InFlight {
     std::vector<float> logits;
     std::vector<int32_t> choices;  // a sampled step's (pack_choices)
+    int64_t top = 0;               // ... and its top alternatives' count
     bool sampled = false;
     std::unique_ptr<CommRequest> recv;
     int64_t rows = 0;
@@ -697,6 +695,7 @@ class Decoder final : public Model {
   std::vector<int32_t> local_ids_;
   std::vector<float> host_logits_;
   std::vector<int32_t> vocab_order_, choices_;
+  StepChoices step_choices_;       // the last stage's, reused
   std::deque<InFlight> inflight_;  // the leader's begun pipeline steps, oldest first
   std::optional<DeviceStep> device_step_;  // the begun step, with logits_end_here()
   KvMagnitudes kv_amax_;                   // recording KV magnitudes (--kv-calibrate-out)

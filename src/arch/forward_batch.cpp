@@ -23,10 +23,19 @@ bool ForwardBatch::sampled() const {
                 "a step with " << logit_rows.size() << " logit rows carries " << sample_rows.size() << " sample rows");
   // The samplers read each row's seen tokens where it says, unchecked.
   const int64_t seen = static_cast<int64_t>(seen_tokens.size());
+  // Each row's top alternatives begin where the previous row's end, so the arrays' length is
+  // known from the last row (top_entries).
+  int64_t top = 0;
   for (const SampleRow& r : sample_rows) {
     SHARDLM_CHECK(
         r.seen_begin >= 0 && r.seen_count >= 0 && r.seen_begin <= seen && r.seen_count <= seen - r.seen_begin,
         "a sample row's seen tokens [" << r.seen_begin << ", +" << r.seen_count << ") are outside the step's " << seen);
+    SHARDLM_CHECK(r.top_n >= 0 && r.top_n <= kMaxTopLogprobs && r.top_begin == top,
+                  "a sample row's top alternatives [" << r.top_begin << ", +" << r.top_n
+                                                      << ") do not follow the previous "
+                                                      << "row's end " << top << " (at most " << kMaxTopLogprobs << ")");
+    SHARDLM_CHECK(r.target >= -1, "a sample row's scored token " << r.target << " is negative");
+    top += r.top_n;
   }
   return !sample_rows.empty();
 }
@@ -68,7 +77,7 @@ void Model::end_step(float* logits) {
   finished_rows_.pop_front();
 }
 
-void Model::end_step_sampled(std::vector<int32_t>* tokens, std::vector<float>* logprobs) {
+void Model::end_step_sampled(StepChoices* out) {
   SHARDLM_CHECK(!finished_rows_.empty(), "end_step_sampled without a begun step");
   const std::vector<SampleRow> rows = std::move(finished_rows_.front().rows);
   const std::vector<SeenToken> seen = std::move(finished_rows_.front().seen);
@@ -77,12 +86,13 @@ void Model::end_step_sampled(std::vector<int32_t>* tokens, std::vector<float>* l
   end_step(sampled_logits_.data());  // ends the step either way, like the decoder
   SHARDLM_CHECK(rows.size() * static_cast<size_t>(V) == sampled_logits_.size(),
                 "end_step_sampled on a step begun without sample rows (end it with end_step)");
-  tokens->resize(rows.size());
-  logprobs->resize(rows.size());
+  out->resize(static_cast<int64_t>(rows.size()), top_entries(rows.data(), static_cast<int64_t>(rows.size())));
   for (size_t r = 0; r < rows.size(); ++r) {
-    const Sample s = sampler_.sample(sampled_logits_.data() + static_cast<int64_t>(r) * V, V, rows[r], seen.data());
-    (*tokens)[r] = s.token;
-    (*logprobs)[r] = s.logprob;
+    const float* row = sampled_logits_.data() + static_cast<int64_t>(r) * V;
+    const Sample s = sampler_.sample(row, V, rows[r], seen.data());
+    out->tokens[r] = s.token;
+    out->logprobs[r] = s.logprob;
+    write_top_logprobs(row, V, rows[r], out->top_tokens.data(), out->top_logprobs.data());
   }
 }
 

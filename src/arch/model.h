@@ -47,6 +47,30 @@ struct ForwardBatch {
                  int64_t block_size, bool wants_logits);
 };
 
+// What a sampled step gives back, per logit row: the chosen token (a scored row's given one) and
+// its logprob; and the rows' top alternatives, top_entries(rows) long (SampleRow::top_begin).
+struct StepChoices {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::vector<int32_t> top_tokens;
+  std::vector<float> top_logprobs;
+  void resize(int64_t rows, int64_t top) {
+    tokens.resize(static_cast<size_t>(rows));
+    logprobs.resize(static_cast<size_t>(rows));
+    top_tokens.resize(static_cast<size_t>(top));
+    top_logprobs.resize(static_cast<size_t>(top));
+  }
+  // The backend's sample op on a step's logits, into these.
+  void sample(ComputeBackend& b, const float* logits, int64_t V, const std::vector<SampleRow>& rows,
+              const std::vector<SeenToken>& seen) {
+    const int64_t R = static_cast<int64_t>(rows.size());
+    resize(R, top_entries(rows.data(), R));
+    if (R > 0)
+      b.sample(logits, R, V, rows.data(), seen.data(), tokens.data(), logprobs.data(), top_tokens.data(),
+               top_logprobs.data());
+  }
+};
+
 // Per-step expert-parallel figures of a rank, summed over its MoE layers.
 struct MoeStepStats {
   double dispatch_s = 0, combine_s = 0;
@@ -99,11 +123,11 @@ class Model {
   virtual void begin_step(const ForwardBatch& batch);
   virtual void end_step(float* logits);
   // Ends the oldest begun step, which carried sample rows (batch.sample_rows), with the choice of
-  // each logit row: tokens and logprobs receive one value per row. By default the logits come to
+  // each logit row and the rows' top alternatives. By default the logits come to
   // the host and the host Sampler runs on them; the decoder samples on the rank where the logits
   // end (ComputeBackend::sample, on its device), so only the choices travel back. A step with
   // logit rows but no sample rows is ended with end_step instead.
-  virtual void end_step_sampled(std::vector<int32_t>* tokens, std::vector<float>* logprobs);
+  virtual void end_step_sampled(StepChoices* out);
   // True when every step must run on every rank, even with no tokens: expert-parallel groups
   // pair their all-to-alls step by step.
   virtual bool runs_empty_steps() const { return false; }

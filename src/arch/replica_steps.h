@@ -41,9 +41,7 @@ class BroadcastingModel final : public Model {
   void end_step(float* logits) override { inner_.end_step(logits); }
   // Ending a step sends nothing (the replica's ranks got the step, sample rows included, in
   // begin_step): the inner model ends it, with the choices made where the logits ended.
-  void end_step_sampled(std::vector<int32_t>* tokens, std::vector<float>* logprobs) override {
-    inner_.end_step_sampled(tokens, logprobs);
-  }
+  void end_step_sampled(StepChoices* out) override { inner_.end_step_sampled(out); }
   bool runs_empty_steps() const override { return inner_.runs_empty_steps(); }
   const MoeStepStats* last_step_moe() const override { return inner_.last_step_moe(); }
   const std::vector<StageSeconds>* last_step_stages() const override { return inner_.last_step_stages(); }

@@ -168,17 +168,23 @@ void print_sampling(ComputeBackend& b, int64_t V, double bw_gbs) {
   for (float& x : host) x = d(g);
   float* logits = static_cast<float*>(b.alloc(host.size() * sizeof(float)));
   b.copy_to_device(logits, host.data(), host.size() * sizeof(float));
-  std::vector<int32_t> tokens(R);
-  std::vector<float> logprobs(R);
+  std::vector<int32_t> tokens(R), top_tokens(static_cast<size_t>(R * kMaxTopLogprobs));
+  std::vector<float> logprobs(R), top_logprobs(top_tokens.size());
   constexpr int64_t kSeen = 1024;
   std::vector<SeenToken> seen(static_cast<size_t>(R * kSeen));
   for (int64_t r = 0; r < R; ++r) {
     for (int64_t i = 0; i < kSeen; ++i)
       seen[static_cast<size_t>(r * kSeen + i)] = {static_cast<int32_t>((i + 31 * r) % V), static_cast<int32_t>(i % 3)};
   }
-  auto per_row_us = [&](double temperature, double top_p, int64_t top_k, double min_p = 0.0, bool penalized = false) {
+  // top_n: each row's alternatives too (vLLM's logprobs); scored: rows that take a given token
+  // (prompt logprobs).
+  auto per_row_us = [&](double temperature, double top_p, int64_t top_k, double min_p = 0.0, bool penalized = false,
+                        int32_t top_n = 0, bool scored = false) {
     std::vector<SampleRow> rows(R);
     for (int64_t r = 0; r < R; ++r) {
+      rows[r].top_n = top_n;
+      rows[r].top_begin = r * top_n;
+      if (scored) rows[r].target = static_cast<int32_t>((r * 7919) % V);
       rows[r].temperature = temperature;
       rows[r].top_p = top_p;
       rows[r].top_k = top_k;
@@ -196,7 +202,8 @@ void print_sampling(ComputeBackend& b, int64_t V, double bw_gbs) {
     double best = 1e30;
     for (int it = 0; it < 4; ++it) {  // the first run also sizes the backend's buffers
       const auto t0 = std::chrono::steady_clock::now();
-      b.sample(logits, R, V, rows.data(), seen.data(), tokens.data(), logprobs.data());
+      b.sample(logits, R, V, rows.data(), seen.data(), tokens.data(), logprobs.data(), top_tokens.data(),
+               top_logprobs.data());
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (it > 0) best = std::min(best, s);
     }
@@ -207,12 +214,18 @@ void print_sampling(ComputeBackend& b, int64_t V, double bw_gbs) {
   const double min_p = per_row_us(0.8, 0.9, 0, 0.05);
   char penalized[64] = "n/a (a vocabulary below the seen tokens)";
   if (V >= kSeen) std::snprintf(penalized, sizeof penalized, "%.1f", per_row_us(0.0, 1.0, 0, 0.0, true));
+  const int32_t top = static_cast<int32_t>(std::min<int64_t>(kMaxTopLogprobs, V));
+  const double greedy_top = per_row_us(0.0, 1.0, 0, 0.0, false, top);
+  const double scored = per_row_us(0.0, 1.0, 0, 0.0, false, 0, true);
+  const double scored_top = per_row_us(0.0, 1.0, 0, 0.0, false, top, true);
   std::printf(
       "sampling %lld rows x %lld vocab:      greedy %.1f, temperature 0.8 %.1f, + top-p 0.9 %.1f, "
-      "+ top-k 50 %.1f, + min-p 0.05 and top-p 0.9 %.1f, greedy with penalties on %lld seen tokens %s "
+      "+ top-k 50 %.1f, + min-p 0.05 and top-p 0.9 %.1f, greedy with penalties on %lld seen tokens %s, "
+      "greedy with %d top logprobs %.1f, scored (prompt logprobs) %.1f, scored with %d top logprobs %.1f "
       "us/row  (one read of a row at %.0f GB/s: %.2f us)\n",
       static_cast<long long>(R), static_cast<long long>(V), greedy, temp, top_p, top_k, min_p,
-      static_cast<long long>(kSeen), penalized, bw_gbs, static_cast<double>(V) * 4.0 / (bw_gbs * 1e3));
+      static_cast<long long>(kSeen), penalized, top, greedy_top, scored, top, scored_top, bw_gbs,
+      static_cast<double>(V) * 4.0 / (bw_gbs * 1e3));
   b.free(logits);
 }
 

@@ -120,12 +120,25 @@ struct SampleRow {
   float presence_penalty = 0.0f;
   int64_t seen_begin = 0;
   int64_t seen_count = 0;
+  // A scored row (vLLM's prompt_logprobs) takes this given token (>= 0) instead of a choice:
+  // nothing is drawn and no penalty applies; its logprob is the raw row's at it. -1: the row chooses.
+  int32_t target = -1;
+  // The row's top_n most likely tokens (of the raw row, ties to the lower id) and their logprobs go
+  // to [top_begin, top_begin + top_n) of the step's top arrays; each row's begin where the previous
+  // row's end (top_entries).
+  int32_t top_n = 0;
+  int64_t top_begin = 0;
   bool penalized() const {
     return seen_count > 0 && (repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f);
   }
 };
 
 using SeenToken = sampling::SeenToken;  // a token the sequence has seen (kernels/sample_rules.h)
+
+// The length of a step's top arrays: where its last row's end.
+inline int64_t top_entries(const SampleRow* rows, int64_t R) {
+  return R > 0 ? rows[R - 1].top_begin + rows[R - 1].top_n : 0;
+}
 
 // A 1-D fp32 weight (norm scales, biases).
 struct Vector {
@@ -511,11 +524,13 @@ class ComputeBackend {
   // The host sampler's choice (src/engine/sampler.h) per row of logits [R, V] (backend memory)
   // with rows[r]'s settings (host) and the seen tokens its penalties read (host; may be null when
   // no row is penalized): tokens[r] and logprobs[r] (host; log-softmax of the raw row at the
-  // token, before penalties). The logits are not changed. Only the choices cross to the host, so
-  // the logits never leave the device. Reads backend memory and writes host memory: like
+  // token, before penalties); a scored row (SampleRow::target) takes its given token. Rows with
+  // top_n write their alternatives to top_tokens and top_logprobs (host, top_entries(rows, R) long;
+  // may be null when no row asks). The logits are not changed. Only the choices cross to the host,
+  // so the logits never leave the device. Reads backend memory and writes host memory: like
   // copy_to_host, never while capturing.
   virtual void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const SeenToken* seen,
-                      int32_t* tokens, float* logprobs) = 0;
+                      int32_t* tokens, float* logprobs, int32_t* top_tokens, float* top_logprobs) = 0;
 
   // Returns when every op issued so far has finished (timing a phase; backends that run each op
   // to completion do nothing).

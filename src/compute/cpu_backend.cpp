@@ -451,7 +451,7 @@ const int32_t* const* CpuBackend::token_tables(const BlockTables& tables, int64_
 }
 
 void CpuBackend::sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const SeenToken* seen,
-                        int32_t* tokens, float* logprobs) {
+                        int32_t* tokens, float* logprobs, int32_t* top_tokens, float* top_logprobs) {
   // Rows are independent and each costs several passes over the vocabulary: one sampler (its
   // scratch) per thread. A row's choice does not depend on the thread that makes it.
   const int threads = std::max(1, std::min<int>(cpu::num_threads(), static_cast<int>(R)));
@@ -468,6 +468,7 @@ void CpuBackend::sample(const float* logits, int64_t R, int64_t V, const SampleR
       const Sample s = samplers_[static_cast<size_t>(me)].sample(logits + r * V, V, rows[r], seen);
       tokens[r] = s.token;
       logprobs[r] = s.logprob;
+      write_top_logprobs(logits + r * V, V, rows[r], top_tokens, top_logprobs);
     } catch (...) {
 #pragma omp critical(shardlm_sample_failed)
       if (!failed) failed = std::current_exception();

@@ -103,7 +103,7 @@ class CpuBackend : public ComputeBackend {
                     int64_t T, float* out) override;
   // The host Sampler on each row: the engine's choice before sampling moved behind the backend.
   void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const SeenToken* seen, int32_t* tokens,
-              float* logprobs) override;
+              float* logprobs, int32_t* top_tokens, float* top_logprobs) override;
   void synchronize() override {}
 
  private:

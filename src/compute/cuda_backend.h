@@ -212,7 +212,7 @@ class CudaBackend final : public ComputeBackend {
   // penalized rows): the rows and the seen-token entries go up, the tokens and logprobs come back
   // (R values each), and that copy is the only wait for the stream.
   void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const SeenToken* seen, int32_t* tokens,
-              float* logprobs) override;
+              float* logprobs, int32_t* top_tokens, float* top_logprobs) override;
 
  private:
   void* upload(const void* host, size_t bytes);   // device copy of host bytes, owned by the backend
@@ -424,11 +424,13 @@ class CudaBackend final : public ComputeBackend {
   std::vector<int32_t> attn_tiles_host_;  // what attn_tiles_ holds
   // sample(): device buffers that only grow (never used inside a capture, so freed at once when
   // they grow): the rows, the tempered-probability scratch [R, V], the tokens, the logprobs, the
-  // penalized copy of the logits [R, V] and the seen-token entries the penalties read. ahead: grow
+  // penalized copy of the logits [R, V], the seen-token entries the penalties read, and the top
+  // alternatives' tokens and logprobs. ahead: grow
   // by half again as much as asked (the entries grow a little nearly every decode step, and
   // cudaFree synchronizes the device).
   void* sample_buffer(int i, size_t bytes, bool ahead = false);
-  static constexpr int kSampleBuffers = 6;  // rows, scratch, tokens, logprobs, penalized logits, penalties
+  // rows, scratch, tokens, logprobs, penalized logits, penalties, top tokens, top logprobs
+  static constexpr int kSampleBuffers = 8;
   void* sample_buf_[kSampleBuffers] = {};
   size_t sample_bytes_[kSampleBuffers] = {};
 

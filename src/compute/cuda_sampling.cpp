@@ -1,6 +1,6 @@
 // CudaBackend's sampling: the choices made on the device (kernels/cuda/sampling.h), after the
-// penalties where a row has them (kernels/cuda/penalties.h), so that only the tokens and their
-// logprobs cross to the host.
+// penalties where a row has them (kernels/cuda/penalties.h), so that only the tokens, their
+// logprobs and the rows' top alternatives cross to the host.
 #include <cuda_runtime.h>
 
 #include <vector>
@@ -9,6 +9,7 @@
 #include "compute/cuda_check.h"
 #include "core/error.h"
 #include "cuda/penalties.h"
+#include "io/request.h"
 #include "cuda/sampling.h"
 #include "sample_rules.h"
 
@@ -28,7 +29,7 @@ void* CudaBackend::sample_buffer(int i, size_t bytes, bool ahead) {
 }
 
 void CudaBackend::sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const SeenToken* seen,
-                         int32_t* tokens, float* logprobs) {
+                         int32_t* tokens, float* logprobs, int32_t* top_tokens, float* top_logprobs) {
   if (R == 0) return;
   SHARDLM_CHECK(!capturing_, "cuda backend: sample while capturing a CUDA graph (it writes host memory)");
   const size_t n = static_cast<size_t>(R);
@@ -47,6 +48,15 @@ void CudaBackend::sample(const float* logits, int64_t R, int64_t V, const Sample
     host[r].repetition_penalty = row.repetition_penalty;
     host[r].frequency_penalty = row.frequency_penalty;
     host[r].presence_penalty = row.presence_penalty;
+    // The kernel reads and writes where these say: checked here, as the host sampler checks them.
+    SHARDLM_CHECK(row.target < V, "sampling: scored token " << row.target << " outside a vocabulary of " << V);
+    SHARDLM_CHECK(row.top_n == 0 || (top_tokens && top_logprobs && row.top_n <= kMaxTopLogprobs && row.top_begin >= 0 &&
+                                     row.top_begin + row.top_n <= top_entries(rows, R)),
+                  "sampling: a row's " << row.top_n << " top logprobs at " << row.top_begin
+                                       << " are outside the step's top arrays");
+    host[r].target = row.target;
+    host[r].top_n = row.top_n;
+    host[r].top_begin = row.top_begin;
     if (!row.penalized()) continue;
     SHARDLM_CHECK(seen, "sampling: a penalized row without the step's seen tokens");
     // Without a repetition penalty a token of the prompt alone keeps its logit: no entry.
@@ -63,6 +73,9 @@ void CudaBackend::sample(const float* logits, int64_t R, int64_t V, const Sample
   auto* d_scratch = static_cast<float*>(sample_buffer(1, n * static_cast<size_t>(V) * sizeof(float)));
   auto* d_tokens = static_cast<int32_t*>(sample_buffer(2, n * sizeof(int32_t)));
   auto* d_logprobs = static_cast<float*>(sample_buffer(3, n * sizeof(float)));
+  const size_t top = static_cast<size_t>(top_entries(rows, R));
+  auto* d_top_tokens = top ? static_cast<int32_t*>(sample_buffer(6, top * sizeof(int32_t))) : nullptr;
+  auto* d_top_logprobs = top ? static_cast<float*>(sample_buffer(7, top * sizeof(float))) : nullptr;
   const cudaStream_t s = stream_of(stream_);
   // From pageable memory the copies return once the host vectors have been read: they may go out
   // of scope.
@@ -81,10 +94,14 @@ void CudaBackend::sample(const float* logits, int64_t R, int64_t V, const Sample
     check_launch("apply_penalties");
     choice = d_penalized;
   }
-  cuda::launch_sample(logits, R, V, d_rows, d_scratch, d_tokens, d_logprobs, s, choice);
+  cuda::launch_sample(logits, R, V, d_rows, d_scratch, d_tokens, d_logprobs, s, choice, d_top_tokens, d_top_logprobs);
   check_launch("sample");
   SHARDLM_CUDA_CHECK(cudaMemcpyAsync(tokens, d_tokens, n * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
   SHARDLM_CUDA_CHECK(cudaMemcpyAsync(logprobs, d_logprobs, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+  if (top) {
+    SHARDLM_CUDA_CHECK(cudaMemcpyAsync(top_tokens, d_top_tokens, top * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+    SHARDLM_CUDA_CHECK(cudaMemcpyAsync(top_logprobs, d_top_logprobs, top * sizeof(float), cudaMemcpyDeviceToHost, s));
+  }
   SHARDLM_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <csignal>
 #include <deque>
+#include <limits>
+#include <utility>
 
 #include "core/error.h"
 #include "core/stop_signal.h"
@@ -115,6 +117,14 @@ std::unique_ptr<Sequence> Engine::prepare(const ParsedRequest& req, double now, 
   s->result.id = req.id;
   s->result.line = req.line;
   s->result.prompt_tokens = ids;
+  if (s->params.scores_prompt()) {
+    // Written by position as the prefill goes (a recomputed prefill finds them written); the
+    // first has no context, as vLLM's None.
+    const size_t n = ids.size(), top = n * static_cast<size_t>(s->params.prompt_logprobs);
+    s->result.prompt_logprobs.assign(n, std::numeric_limits<float>::quiet_NaN());
+    s->result.prompt_top_token_ids.assign(top, -1);
+    s->result.prompt_top_logprobs.assign(top, std::numeric_limits<float>::quiet_NaN());
+  }
   s->result.t_queued = now;
   s->tokens = std::move(ids);
   // As vLLM: the output decodes as the prompt's continuation (SentencePiece's leading space stays).
@@ -123,11 +133,13 @@ std::unique_ptr<Sequence> Engine::prepare(const ParsedRequest& req, double now, 
   return s;
 }
 
-bool Engine::append_token(Sequence& s, const Sample& smp, double now) {
+bool Engine::append_token(Sequence& s, const Sample& smp, const int32_t* top_ids, const float* top_lps, double now) {
   RequestResult& r = s.result;
   if (r.output_tokens.empty()) r.t_first_token = now;
   r.output_tokens.push_back(smp.token);
   r.token_logprobs.push_back(smp.logprob);
+  r.top_token_ids.insert(r.top_token_ids.end(), top_ids, top_ids + s.params.logprobs);
+  r.top_logprobs.insert(r.top_logprobs.end(), top_lps, top_lps + s.params.logprobs);
   s.tokens.push_back(smp.token);
   if ((!s.params.ignore_eos && eos_.count(smp.token)) ||
       std::find(s.params.stop_token_ids.begin(), s.params.stop_token_ids.end(), smp.token) !=
@@ -196,14 +208,14 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
   struct InFlight {
     size_t m;
     std::vector<ScheduledChunk> chunks;
+    std::vector<std::pair<int64_t, int64_t>> scored;  // each chunk's positions_to_score when issued
     StepRecord rec;
   };
   std::deque<InFlight> inflight;
   std::vector<bool> busy(M, false);
   size_t next_m = 0;
   ForwardBatch batch;
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
+  StepChoices choices;
   // Expert-parallel models run every step on every rank of the group, empty or not.
   const bool lockstep = model_.runs_empty_steps();
   for (;;) {
@@ -243,7 +255,7 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
       // pipelined steps already begun are ended so every rank of the replica stays in step. At
       // the normal end only empty lockstep steps can be in flight.
       while (!inflight.empty()) {
-        model_.end_step_sampled(&tokens, &logprobs);
+        model_.end_step_sampled(&choices);
         inflight.pop_front();
       }
       if (stop) stats.interrupted_by = stop_requested() ? stop_signal() : SIGTERM;
@@ -257,13 +269,28 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
       std::vector<ScheduledChunk> chunks = schedulers_[m]->schedule();
       // In lockstep an idle micro-batch still steps (empty), so every group begins as many steps.
       if (chunks.empty() && !lockstep) continue;
-      InFlight f{m, std::move(chunks), {}};
+      InFlight f{m, std::move(chunks), {}, {}};
       f.rec.replica = cfg_.replica;
       f.rec.batch_size = static_cast<int32_t>(f.chunks.size());
       f.rec.t_start = seconds_since(t0);
       batch.clear();
+      int64_t top = 0;  // the step's top alternatives so far (SampleRow::top_begin)
       for (const ScheduledChunk& c : f.chunks) {
-        batch.add_chunk(c.seq->tokens.data(), c.start, c.len, c.seq->blocks, cfg_.scheduler.block_size, c.samples);
+        const int64_t first = batch.num_tokens();
+        batch.add_chunk(c.seq->tokens.data(), c.start, c.len, c.seq->blocks, cfg_.scheduler.block_size, false);
+        // Prompt logprobs: a row at each position whose next token is a prompt token, scored on it.
+        const auto [from, to] = c.seq->positions_to_score(c.start, c.len);
+        f.scored.emplace_back(from, to);
+        for (int64_t p = from; p < to; ++p) {
+          SampleRow row;
+          row.target = c.seq->tokens[static_cast<size_t>(p + 1)];
+          row.position = p + 1;
+          row.top_n = c.seq->params.prompt_logprobs;
+          row.top_begin = top;
+          top += row.top_n;
+          batch.logit_rows.push_back(static_cast<int32_t>(first + p - c.start));
+          batch.sample_rows.push_back(row);
+        }
         // The sampled token takes index len() in its sequence, which no other step in flight
         // changes (a sequence belongs to one micro-batch, with one step in flight).
         if (c.samples) {
@@ -275,6 +302,10 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
             row.seen_count = static_cast<int64_t>(seen.size());
             batch.seen_tokens.insert(batch.seen_tokens.end(), seen.begin(), seen.end());
           }
+          row.top_n = c.seq->params.logprobs;
+          row.top_begin = top;
+          top += row.top_n;
+          batch.logit_rows.push_back(static_cast<int32_t>(batch.num_tokens() - 1));
           batch.sample_rows.push_back(row);
         }
         // A chunk of one token past the prompt is decode; anything else is prefill (or recompute).
@@ -298,16 +329,32 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
     inflight.pop_front();
     // The model sampled where its logits ended (the last stage's device), with the rows the step
     // was begun with.
-    model_.end_step_sampled(&tokens, &logprobs);
+    model_.end_step_sampled(&choices);
     const double now = seconds_since(t0);
     size_t row = 0;
+    int64_t top = 0;
     std::vector<Sequence*> done;
-    for (const ScheduledChunk& c : f.chunks) {
-      c.seq->computed = c.start + c.len;
+    for (size_t i = 0; i < f.chunks.size(); ++i) {
+      const ScheduledChunk& c = f.chunks[i];
+      Sequence& q = *c.seq;
+      q.computed = c.start + c.len;
+      RequestResult& r = q.result;
+      const int64_t n = q.params.prompt_logprobs;
+      for (int64_t p = f.scored[i].first; p < f.scored[i].second; ++p, ++row, top += n) {
+        const size_t at = static_cast<size_t>(p + 1);
+        r.prompt_logprobs[at] = choices.logprobs[row];
+        std::copy_n(choices.top_tokens.begin() + top, n, r.prompt_top_token_ids.begin() + static_cast<int64_t>(at) * n);
+        std::copy_n(choices.top_logprobs.begin() + top, n,
+                    r.prompt_top_logprobs.begin() + static_cast<int64_t>(at) * n);
+      }
+      q.scored = std::max(q.scored, f.scored[i].second);
       if (!c.samples) continue;
-      const Sample smp{tokens[row], logprobs[row]};
+      const Sample smp{choices.tokens[row], choices.logprobs[row]};
       ++row;
-      if (append_token(*c.seq, smp, now)) done.push_back(c.seq);
+      const bool finished =
+          append_token(q, smp, choices.top_tokens.data() + top, choices.top_logprobs.data() + top, now);
+      top += q.params.logprobs;
+      if (finished) done.push_back(c.seq);
     }
     busy[f.m] = false;
     if (f.chunks.empty()) continue;  // an empty lockstep step: nothing to record

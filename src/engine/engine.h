@@ -82,8 +82,9 @@ class Engine {
  private:
   // Turns a parsed line into a sequence, or fills `err` with its final result (an error).
   std::unique_ptr<Sequence> prepare(const ParsedRequest& req, double now, RequestResult* err) const;
-  // Appends a sampled token; true when the sequence is finished.
-  bool append_token(Sequence& s, const Sample& smp, double now);
+  // Appends a sampled token, with its top alternatives (s.params.logprobs of them); true when the
+  // sequence is finished.
+  bool append_token(Sequence& s, const Sample& smp, const int32_t* top_ids, const float* top_lps, double now);
   void finalize(Sequence& s, double now);
 
   Model& model_;

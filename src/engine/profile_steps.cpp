@@ -93,8 +93,7 @@ ProfileResult run_profile_steps(Model& model, ComputeBackend& backend, bool lead
   const ProfileSteps steps = make_profile_steps(cfg, context_limit(spec, cfg), spec.vocab_size, model.shard().stages);
   size_t free_before = 0, free_after = 0, total = 0;
   const bool measured = backend.device_memory(&free_before, &total);
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
+  StepChoices choices;
   try {
     // No budget limit: the block count is the cap. The cache holds the peak step's tokens, as any
     // cache the run could use must.
@@ -105,7 +104,7 @@ ProfileResult run_profile_steps(Model& model, ComputeBackend& backend, bool lead
       // choices made where the logits end), every other rank runs its part.
       if (leader) {
         model.begin_step(*b);
-        model.end_step_sampled(&tokens, &logprobs);
+        model.end_step_sampled(&choices);
       } else {
         model.forward(*b, nullptr);
       }

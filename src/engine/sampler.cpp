@@ -33,6 +33,10 @@ SampleRow sample_row(const SamplingParams& p, int64_t position) {
 Sample Sampler::sample(const float* logits, int64_t vocab, const SampleRow& row, const SeenToken* seen) {
   // The choice below reads temperature, top_k, top_p, min_p and seed, after the penalties; the
   // other fields (max_tokens, stop, ignore_eos) only decide when a sequence ends.
+  if (row.target >= 0) {
+    SHARDLM_CHECK(row.target < vocab, "sampling: scored token " << row.target << " outside a vocabulary of " << vocab);
+    return {row.target, log_softmax_at(logits, vocab, row.target)};
+  }
   SamplingParams p;
   p.temperature = row.temperature;
   p.top_p = row.top_p;
@@ -47,6 +51,15 @@ Sample Sampler::sample(const float* logits, int64_t vocab, const SampleRow& row,
   // The logprob is the raw row's, not the penalized one the choice was made on.
   const int32_t token = choose(penalized_.data(), vocab, p, row.position, nullptr);
   return {token, log_softmax_at(logits, vocab, token)};
+}
+
+void write_top_logprobs(const float* logits, int64_t vocab, const SampleRow& row, int32_t* top_tokens,
+                        float* top_logprobs) {
+  if (row.top_n <= 0) return;
+  SHARDLM_CHECK(top_tokens && top_logprobs && row.top_n <= kMaxTopLogprobs,
+                "sampling: a row asks for " << row.top_n << " top logprobs (at most " << kMaxTopLogprobs
+                                            << ", and the step's top arrays)");
+  cpu::top_logprobs(logits, vocab, row.top_n, top_tokens + row.top_begin, top_logprobs + row.top_begin);
 }
 
 Sample Sampler::sample(const float* logits, int64_t vocab, const SamplingParams& p, int64_t position) {

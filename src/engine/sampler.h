@@ -38,7 +38,7 @@ class Sampler {
   // The same choice for a row's settings (a SampleRow carries every field the choice reads), made
   // on the row with its penalties applied (kernels/cpu/penalties.h) when it has any: seen is the
   // step's seen-token list the row indexes. The logprob is still of the raw row (vLLM's default
-  // logprobs mode).
+  // logprobs mode). A scored row (row.target >= 0) takes its given token.
   Sample sample(const float* logits, int64_t vocab, const SampleRow& row, const SeenToken* seen = nullptr);
 
  private:
@@ -53,6 +53,11 @@ class Sampler {
 // The settings of a sequence's next token at `position` (the index it will take), for
 // ComputeBackend::sample and Model::end_step_sampled.
 SampleRow sample_row(const SamplingParams& p, int64_t position);
+
+// A row's top_n most likely tokens of the raw logits and their logprobs (cpu::top_logprobs), at
+// [row.top_begin, + row.top_n) of the step's top arrays; nothing for a row without top_n.
+void write_top_logprobs(const float* logits, int64_t vocab, const SampleRow& row, int32_t* top_tokens,
+                        float* top_logprobs);
 
 // log-softmax of logits at index i (cpu::log_softmax_at: fp32 exponentials, fp64 sum).
 float log_softmax_at(const float* logits, int64_t vocab, int64_t i);

@@ -22,6 +22,8 @@ SamplingParams SamplingParams::resolved(const SamplingOverrides& o, const std::s
   if (o.stop) p.stop = *o.stop;
   if (o.stop_token_ids) p.stop_token_ids = *o.stop_token_ids;
   if (o.ignore_eos) p.ignore_eos = *o.ignore_eos;
+  if (o.logprobs) p.logprobs = *o.logprobs;
+  if (o.prompt_logprobs) p.prompt_logprobs = *o.prompt_logprobs;
   p.seed = o.seed ? *o.seed : hash_string64(request_id.data(), request_id.size(), seed);
   return p;
 }
@@ -36,6 +38,11 @@ std::string SamplingParams::validate() const {
   if (!std::isfinite(repetition_penalty) || repetition_penalty <= 0) return "repetition_penalty must be finite and > 0";
   if (!(frequency_penalty >= -2 && frequency_penalty <= 2)) return "frequency_penalty must be in [-2, 2]";
   if (!(presence_penalty >= -2 && presence_penalty <= 2)) return "presence_penalty must be in [-2, 2]";
+  // vLLM's max_logprobs (20 by default).
+  if (logprobs < 0 || logprobs > kMaxTopLogprobs)
+    return "logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]";
+  if (prompt_logprobs < -1 || prompt_logprobs > kMaxTopLogprobs)
+    return "prompt_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]";
   for (const auto& s : stop) {
     if (s.empty()) return "stop strings must not be empty";
   }

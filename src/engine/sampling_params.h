@@ -29,6 +29,11 @@ struct SamplingParams {
   // the token is kept in the output, and ignore_eos does not apply to them.
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  // The N most likely tokens written at each output position (0: the chosen token's logprob
+  // alone), and at each prompt position (-1: no prompt logprobs; 0: the prompt token's alone):
+  // vLLM's logprobs and prompt_logprobs, both of the raw logits.
+  int32_t logprobs = 0;
+  int32_t prompt_logprobs = -1;
 
   // Applies a request's overrides on top of these defaults, with vLLM's temperature bounds. A
   // request without its own seed gets one derived from the run seed and its id, so its samples do
@@ -36,6 +41,7 @@ struct SamplingParams {
   SamplingParams resolved(const SamplingOverrides& o, const std::string& request_id) const;
   // Empty when valid, else the problem ("temperature must be in [0, 2]"); vLLM's bounds.
   std::string validate() const;
+  bool scores_prompt() const { return prompt_logprobs >= 0; }
   bool penalized() const { return repetition_penalty != 1.0 || frequency_penalty != 0.0 || presence_penalty != 0.0; }
 };
 

@@ -5,7 +5,8 @@
 // FIFO order while the token budget, the sequence cap and free KV blocks allow. When the cache runs
 // out, the most recently admitted sequences are preempted: their blocks are freed and they go back
 // to the head of the queue to be recomputed later (which, with batch-invariant kernels and
-// position-keyed sampling, reproduces the same tokens).
+// position-keyed sampling, reproduces the same tokens). A step has at most max_seqs logit rows: a
+// sequence with prompt logprobs, which takes one per prompt position, prefills in chunks that fit.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +57,10 @@ class Scheduler {
  private:
   int64_t blocks_for(int64_t tokens) const { return (tokens + cfg_.block_size - 1) / cfg_.block_size; }
   void preempt(size_t running_index);
+  // The chunk length, at most n, from `start` whose logit rows fit `allowance` (>= 1): a sequence
+  // with prompt logprobs takes a row per prompt position.
+  static int64_t fit_rows(const Sequence& s, int64_t start, int64_t n, int64_t allowance);
+  static int64_t rows_of(const Sequence& s, int64_t start, int64_t n);  // the chunk's logit rows
 
   SchedulerConfig cfg_;
   BlockAllocator& blocks_;

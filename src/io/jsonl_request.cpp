@@ -98,15 +98,6 @@ void refuse_unapplied(const json& o, const std::string& p) {
        "one completion is generated per request"},
       {"min_tokens", [](const json& v) { return v.is_number() && v.get<double>() == 0; }, "is not applied"},
       {"logit_bias", [](const json& v) { return v.is_object() && v.empty(); }, "is not applied"},
-      // An integer, as vLLM's field: 0 or 1 (1 gives vLLM's top-1 alternative as well, which is
-      // not written), or the chat API's boolean.
-      {"logprobs",
-       [](const json& v) {
-         return v.is_boolean() || (v.is_number() && (v.get<double>() == 0 || v.get<double>() == 1));
-       },
-       "only the chosen token's logprob is written (every row has it)"},
-      // vLLM returns the prompt's logprobs for any value but null, 0 included.
-      {"prompt_logprobs", [](const json&) { return false; }, "prompt logprobs are not written"},
       {"echo", [](const json& v) { return v.is_boolean() && !v.get<bool>(); },
        "the prompt is not repeated in the output"},
       {"include_stop_str_in_output", [](const json& v) { return v.is_boolean() && !v.get<bool>(); },
@@ -139,6 +130,31 @@ void refuse_unapplied(const json& o, const std::string& p) {
     const json* v = get_opt(o, r.key);
     if (v && !r.neutral(*v)) bad(quoted(p + r.key) + " = " + excerpt(*v) + " is not supported: " + r.why);
   }
+}
+
+int32_t top_count(const json& v, const std::string& field) {
+  const int64_t x = get_int(v, field);
+  if (x < 0 || x > kMaxTopLogprobs)
+    bad(quoted(field) + " must be in [0, " + std::to_string(kMaxTopLogprobs) + "] (got " + std::to_string(x) +
+        "; vLLM's max_logprobs)");
+  return static_cast<int32_t>(x);
+}
+
+// The completions API's logprobs (an integer N) or the chat API's (a boolean, with top_logprobs
+// N), and vLLM's prompt_logprobs N; null is unset.
+void parse_logprobs(const json& o, const std::string& p, SamplingOverrides& s) {
+  const json* top = get_opt(o, "top_logprobs");
+  if (const json* v = get_opt(o, "logprobs")) {
+    if (v->is_boolean()) {
+      if (v->get<bool>()) s.logprobs = top ? top_count(*top, p + "top_logprobs") : 0;
+    } else {
+      s.logprobs = top_count(*v, p + "logprobs");
+    }
+  }
+  // As OpenAI's chat API: top_logprobs needs logprobs true.
+  if (top && !(get_opt(o, "logprobs") && get_opt(o, "logprobs")->is_boolean() && get_opt(o, "logprobs")->get<bool>()))
+    bad(quoted(p + "top_logprobs") + " needs \"logprobs\": true");
+  if (const json* v = get_opt(o, "prompt_logprobs")) s.prompt_logprobs = top_count(*v, p + "prompt_logprobs");
 }
 
 void parse_overrides(const json& o, const std::string& p, SamplingOverrides& s) {
@@ -230,6 +246,7 @@ void parse_overrides(const json& o, const std::string& p, SamplingOverrides& s) 
     if (!v->is_boolean()) bad(quoted(p + "ignore_eos") + " must be true or false");
     s.ignore_eos = v->get<bool>();
   }
+  parse_logprobs(o, p, s);
   refuse_unapplied(o, p);
 }
 

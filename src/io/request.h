@@ -8,6 +8,10 @@
 
 namespace shardlm {
 
+// The most alternatives a request may ask for at each position, in its logprobs and
+// prompt_logprobs (vLLM's max_logprobs default).
+constexpr int32_t kMaxTopLogprobs = 20;
+
 // Per-request sampling settings; unset fields take the run's defaults (see SamplingParams).
 struct SamplingOverrides {
   std::optional<int64_t> max_tokens;
@@ -22,6 +26,11 @@ struct SamplingOverrides {
   std::optional<std::vector<std::string>> stop;
   std::optional<std::vector<int32_t>> stop_token_ids;
   std::optional<bool> ignore_eos;
+  // vLLM's logprobs (the N most likely tokens at each output position, beside the chosen one's
+  // logprob that every row has) and prompt_logprobs (each prompt token's logprob, with the N most
+  // likely at its position), N in [0, kMaxTopLogprobs].
+  std::optional<int32_t> logprobs;
+  std::optional<int32_t> prompt_logprobs;
 };
 
 // One line of a prompt file, parsed but not tokenised. When `error` is non-empty the line could not
@@ -56,6 +65,16 @@ struct RequestResult {
   std::string output_text;
   FinishReason finish_reason = FinishReason::kNone;
   std::vector<float> token_logprobs;  // one per output token
+  // With logprobs N > 0: the N most likely tokens at each output position and their logprobs,
+  // [output tokens x N] row-major, most likely first (ties to the lower id).
+  std::vector<int32_t> top_token_ids;
+  std::vector<float> top_logprobs;
+  // With prompt_logprobs N >= 0: log p(prompt token t | the tokens before it) for every t (NaN for
+  // the first, which nothing precedes), and the N most likely tokens at each position as above,
+  // [prompt tokens x N] (-1 and NaN in the first row).
+  std::vector<float> prompt_logprobs;
+  std::vector<int32_t> prompt_top_token_ids;
+  std::vector<float> prompt_top_logprobs;
   std::string error;
   int32_t replica = 0;
   // Seconds since the run's start.

@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <deque>
 #include <exception>
+#include <initializer_list>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "compute/op_profile.h"
@@ -35,8 +37,9 @@ hvl_t vlen_of(const std::vector<T>& v) {
 
 // The /requests columns, in schema order.
 struct RequestColumns {
-  Column id, line, prompt_tokens, output_tokens, output_text, finish_reason, token_logprobs, error, t_queued,
-      t_first_token, t_finished, replica;
+  Column id, line, prompt_tokens, output_tokens, output_text, finish_reason, token_logprobs, top_token_ids,
+      top_logprobs, prompt_logprobs, prompt_top_token_ids, prompt_top_logprobs, error, t_queued, t_first_token,
+      t_finished, replica;
   // With a chunk size (m = kChunkRows) the columns are created; without, an existing file's are opened.
   template <typename... Mode>
   RequestColumns(hid_t g, const std::string& ctx, Mode... m)
@@ -47,14 +50,34 @@ struct RequestColumns {
         output_text(g, "output_text", ColumnKind::kString, m..., ctx),
         finish_reason(g, "finish_reason", ColumnKind::kString, m..., ctx),
         token_logprobs(g, "token_logprobs", ColumnKind::kVlenFloat32, m..., ctx),
+        top_token_ids(g, "top_token_ids", ColumnKind::kVlenInt32, m..., ctx),
+        top_logprobs(g, "top_logprobs", ColumnKind::kVlenFloat32, m..., ctx),
+        prompt_logprobs(g, "prompt_logprobs", ColumnKind::kVlenFloat32, m..., ctx),
+        prompt_top_token_ids(g, "prompt_top_token_ids", ColumnKind::kVlenInt32, m..., ctx),
+        prompt_top_logprobs(g, "prompt_top_logprobs", ColumnKind::kVlenFloat32, m..., ctx),
         error(g, "error", ColumnKind::kString, m..., ctx),
         t_queued(g, "t_queued", ColumnKind::kFloat64, m..., ctx),
         t_first_token(g, "t_first_token", ColumnKind::kFloat64, m..., ctx),
         t_finished(g, "t_finished", ColumnKind::kFloat64, m..., ctx),
         replica(g, "replica", ColumnKind::kInt32, m..., ctx) {}
   std::vector<Column*> all() {
-    return {&id, &line, &prompt_tokens, &output_tokens, &output_text, &finish_reason, &token_logprobs, &error,
-            &t_queued, &t_first_token, &t_finished, &replica};
+    return {&id,
+            &line,
+            &prompt_tokens,
+            &output_tokens,
+            &output_text,
+            &finish_reason,
+            &token_logprobs,
+            &top_token_ids,
+            &top_logprobs,
+            &prompt_logprobs,
+            &prompt_top_token_ids,
+            &prompt_top_logprobs,
+            &error,
+            &t_queued,
+            &t_first_token,
+            &t_finished,
+            &replica};
   }
 };
 
@@ -119,14 +142,16 @@ struct StringBatch {
   }
 };
 
-// A file written before /steps had the stage columns, resumed: they are added, an empty row
-// (no stage timed) for each step row already there, so every column has the same rows.
-void add_stage_columns(hid_t steps_group, const std::string& ctx) {
-  for (const char* name : {"stage_compute_s", "stage_comm_s"}) {
-    if (H5Lexists(steps_group, name, H5P_DEFAULT) > 0) continue;
-    const Column step(steps_group, "step", ColumnKind::kInt64, ctx);
-    Column added(steps_group, name, ColumnKind::kVlenFloat64, kChunkRows, ctx);
-    const std::vector<hvl_t> empty(static_cast<size_t>(step.size()), hvl_t{0, nullptr});
+// A file written before a group had some of its list columns, resumed: they are added, an empty
+// list for each row already there (no stage timed, no logprobs asked), so every column has the
+// same rows. `first` is a column every version wrote.
+void add_list_columns(hid_t group, const char* first, ColumnKind first_kind,
+                      std::initializer_list<std::pair<const char*, ColumnKind>> columns, const std::string& ctx) {
+  for (const auto& [name, kind] : columns) {
+    if (H5Lexists(group, name, H5P_DEFAULT) > 0) continue;
+    const Column existing(group, first, first_kind, ctx);
+    Column added(group, name, kind, kChunkRows, ctx);
+    const std::vector<hvl_t> empty(static_cast<size_t>(existing.size()), hvl_t{0, nullptr});
     if (!empty.empty()) added.append(empty.data(), empty.size());
   }
 }
@@ -177,7 +202,8 @@ void ResultWriter::Impl::write_requests() {
   StringBatch strings;
   std::vector<const char*> ids(n), texts(n), reasons(n), errors(n);
   std::vector<int64_t> lines(n);
-  std::vector<hvl_t> prompt_tokens(n), output_tokens(n), logprobs(n);
+  std::vector<hvl_t> prompt_tokens(n), output_tokens(n), logprobs(n), top_ids(n), top_lps(n), prompt_lps(n),
+      prompt_top_ids(n), prompt_top_lps(n);
   std::vector<double> t_queued(n), t_first(n), t_finished(n);
   std::vector<int32_t> replicas(n);
   for (size_t i = 0; i < n; ++i) {
@@ -190,6 +216,11 @@ void ResultWriter::Impl::write_requests() {
     prompt_tokens[i] = vlen_of(r.prompt_tokens);
     output_tokens[i] = vlen_of(r.output_tokens);
     logprobs[i] = vlen_of(r.token_logprobs);
+    top_ids[i] = vlen_of(r.top_token_ids);
+    top_lps[i] = vlen_of(r.top_logprobs);
+    prompt_lps[i] = vlen_of(r.prompt_logprobs);
+    prompt_top_ids[i] = vlen_of(r.prompt_top_token_ids);
+    prompt_top_lps[i] = vlen_of(r.prompt_top_logprobs);
     t_queued[i] = r.t_queued;
     t_first[i] = r.t_first_token;
     t_finished[i] = r.t_finished;
@@ -202,6 +233,11 @@ void ResultWriter::Impl::write_requests() {
   req->output_text.append(texts.data(), n);
   req->finish_reason.append(reasons.data(), n);
   req->token_logprobs.append(logprobs.data(), n);
+  req->top_token_ids.append(top_ids.data(), n);
+  req->top_logprobs.append(top_lps.data(), n);
+  req->prompt_logprobs.append(prompt_lps.data(), n);
+  req->prompt_top_token_ids.append(prompt_top_ids.data(), n);
+  req->prompt_top_logprobs.append(prompt_top_lps.data(), n);
   req->error.append(errors.data(), n);
   req->t_queued.append(t_queued.data(), n);
   req->t_first_token.append(t_first.data(), n);
@@ -287,8 +323,17 @@ ResultWriter::ResultWriter(const std::string& path, int flush_every, bool resume
       h5::check(m.requests_group.get(), "opening group /requests", m.ctx);
       m.steps_group = h5::Id(H5Gopen2(m.file, "steps", H5P_DEFAULT));
       h5::check(m.steps_group.get(), "opening group /steps", m.ctx);
+      add_list_columns(m.requests_group.get(), "line", ColumnKind::kInt64,
+                       {{"top_token_ids", ColumnKind::kVlenInt32},
+                        {"top_logprobs", ColumnKind::kVlenFloat32},
+                        {"prompt_logprobs", ColumnKind::kVlenFloat32},
+                        {"prompt_top_token_ids", ColumnKind::kVlenInt32},
+                        {"prompt_top_logprobs", ColumnKind::kVlenFloat32}},
+                       m.ctx + " /requests");
       m.req.emplace(m.requests_group.get(), m.ctx + " /requests");
-      add_stage_columns(m.steps_group.get(), m.ctx + " /steps");
+      add_list_columns(m.steps_group.get(), "step", ColumnKind::kInt64,
+                       {{"stage_compute_s", ColumnKind::kVlenFloat64}, {"stage_comm_s", ColumnKind::kVlenFloat64}},
+                       m.ctx + " /steps");
       m.steps.emplace(m.steps_group.get(), m.ctx + " /steps");
       // A crash between flushes can leave some columns a batch longer than others: keep the rows
       // every column has.

@@ -79,6 +79,11 @@ std::string pack_result(const RequestResult& r) {
   o.str(r.output_text);
   o.pod(static_cast<int32_t>(r.finish_reason));
   o.vec(r.token_logprobs);
+  o.vec(r.top_token_ids);
+  o.vec(r.top_logprobs);
+  o.vec(r.prompt_logprobs);
+  o.vec(r.prompt_top_token_ids);
+  o.vec(r.prompt_top_logprobs);
   o.str(r.error);
   o.pod(r.replica);
   o.pod(r.t_queued);
@@ -101,6 +106,11 @@ RequestResult unpack_result(const std::string& bytes) {
       "malformed result message: finish reason " << reason);
   r.finish_reason = static_cast<FinishReason>(reason);
   r.token_logprobs = in.vec<float>();
+  r.top_token_ids = in.vec<int32_t>();
+  r.top_logprobs = in.vec<float>();
+  r.prompt_logprobs = in.vec<float>();
+  r.prompt_top_token_ids = in.vec<int32_t>();
+  r.prompt_top_logprobs = in.vec<float>();
   r.error = in.str();
   r.replica = in.pod<int32_t>();
   r.t_queued = in.pod<double>();

@@ -128,7 +128,10 @@ ForwardBatch with_sample_rows(const std::vector<Seq>& seqs, ForwardBatch batch) 
 void sampled_step(Model& m, const std::vector<Seq>& seqs, const ForwardBatch& batch, std::vector<int32_t>* tokens,
                   std::vector<float>* logprobs) {
   m.begin_step(with_sample_rows(seqs, batch));
-  m.end_step_sampled(tokens, logprobs);
+  StepChoices c;
+  m.end_step_sampled(&c);
+  *tokens = c.tokens;
+  *logprobs = c.logprobs;
 }
 
 // Runs `steps` steps on the reference and on each model under test; every step's choices must be
@@ -211,17 +214,19 @@ TEST(SampledSteps, StepsWithoutRowsGiveNoChoices) {
   HostSampled host(*inner);
   for (Model* model : {decoder.get(), static_cast<Model*>(&host)}) {
     model->allocate_kv_cache(16LL << 20, kBlockSize, kBlocksPerSeq);
-    std::vector<int32_t> tokens(2, 1);
-    std::vector<float> logprobs(2, 1.0f);
+    StepChoices c;
+    c.resize(2, 0);
+    const std::vector<int32_t>& tokens = c.tokens;
+    const std::vector<float>& logprobs = c.logprobs;
     ForwardBatch empty;
     empty.clear();
     model->begin_step(empty);
-    model->end_step_sampled(&tokens, &logprobs);
+    model->end_step_sampled(&c);
     EXPECT_TRUE(tokens.empty());
     EXPECT_TRUE(logprobs.empty());
     std::vector<Seq> seqs = make_seqs(1);
     model->begin_step(next_batch(seqs, 0));
-    model->end_step_sampled(&tokens, &logprobs);
+    model->end_step_sampled(&c);
     EXPECT_TRUE(tokens.empty());
     // Sample rows must match the step's logit rows.
     ForwardBatch two_rows = with_sample_rows(seqs, next_batch(seqs, 1));
@@ -230,12 +235,12 @@ TEST(SampledSteps, StepsWithoutRowsGiveNoChoices) {
     // A step begun without sample rows has no choices to give, and one begun with them no logits.
     std::vector<float> logits(static_cast<size_t>(spec.vocab_size));
     model->begin_step(next_batch(seqs, 1));
-    EXPECT_THROW(model->end_step_sampled(&tokens, &logprobs), Error);
+    EXPECT_THROW(model->end_step_sampled(&c), Error);
     model->begin_step(with_sample_rows(seqs, next_batch(seqs, 1)));
     if (model == decoder.get()) {
       EXPECT_THROW(model->end_step(logits.data()), Error);
     } else {
-      model->end_step_sampled(&tokens, &logprobs);
+      model->end_step_sampled(&c);
       EXPECT_EQ(tokens.size(), 1u);
     }
   }

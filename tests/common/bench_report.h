@@ -70,7 +70,9 @@ inline void expect_bench_report(const std::string& out, const BenchShape& s) {
   expect_bench_lines(out,
                      "^sampling 64 rows x [0-9]+ vocab: +greedy " + num + ", .*\\+ min-p 0.05 and top-p 0.9 " + num +
                          ", greedy with penalties on 1024 seen tokens (" + num +
-                         "|n/a \\(a vocabulary below the seen tokens\\)) us/row",
+                         "|n/a \\(a vocabulary below the seen tokens\\)), greedy with [0-9]+ top logprobs " + num +
+                         ", scored \\(prompt logprobs\\) " + num + ", scored with [0-9]+ top logprobs " + num +
+                         " us/row",
                      1);
   const std::string heads = std::to_string(s.heads) + " heads / " + std::to_string(s.kv_heads) +
                             " KV heads, head_dim " + std::to_string(s.head_dim);

@@ -76,6 +76,9 @@ inline int wait_exit(pid_t pid) {
 struct RunOutput {
   std::map<std::string, std::vector<int32_t>> tokens;
   std::map<std::string, std::vector<float>> logprobs;
+  // The logprobs and prompt_logprobs columns: top alternatives and the prompt's logprobs.
+  std::map<std::string, std::vector<int32_t>> top_ids, prompt_top_ids;
+  std::map<std::string, std::vector<float>> top_lps, prompt_lps, prompt_top_lps;
   std::map<std::string, std::string> errors;
   std::string kv_dtype;  // the run's resolved --kv-dtype (fp32, bf16 or fp8)
 };
@@ -87,10 +90,20 @@ inline RunOutput read_run(const std::string& h5) {
   auto outs = h.lists<int32_t>("/requests/output_tokens", H5T_NATIVE_INT32);
   auto lps = h.lists<float>("/requests/token_logprobs", H5T_NATIVE_FLOAT);
   auto errs = h.strings("/requests/error");
+  auto top_ids = h.lists<int32_t>("/requests/top_token_ids", H5T_NATIVE_INT32);
+  auto top_lps = h.lists<float>("/requests/top_logprobs", H5T_NATIVE_FLOAT);
+  auto prompt_lps = h.lists<float>("/requests/prompt_logprobs", H5T_NATIVE_FLOAT);
+  auto prompt_top_ids = h.lists<int32_t>("/requests/prompt_top_token_ids", H5T_NATIVE_INT32);
+  auto prompt_top_lps = h.lists<float>("/requests/prompt_top_logprobs", H5T_NATIVE_FLOAT);
   for (size_t i = 0; i < ids.size(); ++i) {
     r.tokens[ids[i]] = outs[i];
     r.logprobs[ids[i]] = lps[i];
     r.errors[ids[i]] = errs[i];
+    r.top_ids[ids[i]] = top_ids[i];
+    r.top_lps[ids[i]] = top_lps[i];
+    r.prompt_lps[ids[i]] = prompt_lps[i];
+    r.prompt_top_ids[ids[i]] = prompt_top_ids[i];
+    r.prompt_top_lps[ids[i]] = prompt_top_lps[i];
   }
   const std::string config = h.string_attr("config");
   const size_t at = config.find("kv-dtype = ");

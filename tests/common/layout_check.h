@@ -34,7 +34,7 @@ inline float logprob_tol(const RunOutput& a, const RunOutput& b) {
 }
 
 // Prompts of several lengths (some longer than a sliding window of 64), greedy and sampled, some
-// penalized.
+// penalized, some with top logprobs and prompt logprobs.
 inline void write_layout_prompts(const std::filesystem::path& p, int n, bool long_prompts) {
   std::string s;
   const char* starts[] = {"Once upon a time", "The little dog ran", "Lily and Ben went to the park", "One day"};
@@ -48,9 +48,48 @@ inline void write_layout_prompts(const std::filesystem::path& p, int n, bool lon
     s += "{\"id\": \"q" + std::to_string(i) + "\", \"prompt\": \"" + prompt +
          "\", \"max_tokens\": " + std::to_string(6 + 3 * i) + (i % 2 ? ", \"temperature\": 0.8" : "") +
          (i % 3 == 2 ? ", \"repetition_penalty\": 1.3, \"frequency_penalty\": 0.4, \"presence_penalty\": 0.2" : "") +
+         // Top alternatives travel back with the choices; prompt logprobs add a scored row per
+         // prompt position (a long prompt's over several steps).
+         (i % 4 == 1 ? ", \"logprobs\": 3" : "") + (i % 4 == 3 ? ", \"prompt_logprobs\": 2, \"logprobs\": 1" : "") +
          "}\n";
   }
   write_file(p, s);
+}
+
+// Logprobs of tokens other than the chosen one (prompt tokens, alternatives): a perturbation of the
+// logits moves them in full, where the chosen token's (near probability 1) cancels it, so they are
+// compared within 2 tol x max(1, |logprob|). Measured with a bf16 cache: 0.052 at a prompt token of
+// logprob -5.0 (stories260K, tp 2; the bf16 cache itself moves it by 0.047 from an fp32 cache's),
+// 1.04e-2 of |logprob|.
+inline float other_token_tol(float tol, float lp) { return 2 * tol * std::max(1.0f, std::fabs(lp)); }
+
+// Logprobs position by position within other_token_tol (NaN where the other has NaN); ids the same
+// where their logprobs are further than that from their neighbours' (nearer, sharded sums may swap
+// them).
+inline void expect_same_logprobs(const std::vector<float>& la, const std::vector<float>& lb, float tol,
+                                 const std::string& what) {
+  ASSERT_EQ(la.size(), lb.size()) << what;
+  for (size_t i = 0; i < la.size(); ++i) {
+    if (std::isnan(la[i]) || std::isnan(lb[i])) {
+      EXPECT_EQ(std::isnan(la[i]), std::isnan(lb[i])) << what << " at " << i;
+    } else {
+      EXPECT_LE(std::fabs(la[i] - lb[i]), other_token_tol(tol, la[i])) << what << " at " << i;
+    }
+  }
+}
+
+inline void expect_same_alternatives(const std::vector<int32_t>& ia, const std::vector<float>& la,
+                                     const std::vector<int32_t>& ib, const std::vector<float>& lb, size_t per_row,
+                                     float tol, const std::string& what) {
+  expect_same_logprobs(la, lb, tol, what);
+  ASSERT_EQ(ia.size(), ib.size()) << what;
+  for (size_t i = 0; i < ia.size(); ++i) {
+    const size_t k = i % per_row;
+    const float t = 2 * other_token_tol(tol, la[i]);
+    const bool near_prev = k > 0 && std::fabs(la[i] - la[i - 1]) <= t;
+    const bool near_next = k + 1 < per_row && std::fabs(la[i] - la[i + 1]) <= t;
+    if (!near_prev && !near_next) EXPECT_EQ(ia[i], ib[i]) << what << " alternative " << i;
+  }
 }
 
 inline void expect_same_run(const RunOutput& a, const RunOutput& b, const std::string& what) {
@@ -65,6 +104,18 @@ inline void expect_same_run(const RunOutput& a, const RunOutput& b, const std::s
     float worst = 0;
     for (size_t i = 0; i < la.size(); ++i) worst = std::max(worst, std::fabs(la[i] - lb[i]));
     EXPECT_LE(worst, logprob_tol(a, b)) << what << " request " << id;
+    const float tol = logprob_tol(a, b);
+    const std::string req = what + " request " + id;
+    if (!toks.empty() && !a.top_ids.at(id).empty()) {
+      expect_same_alternatives(a.top_ids.at(id), a.top_lps.at(id), b.top_ids.at(id), b.top_lps.at(id),
+                               a.top_ids.at(id).size() / toks.size(), tol, req + " top logprobs");
+    }
+    expect_same_logprobs(a.prompt_lps.at(id), b.prompt_lps.at(id), tol, req + " prompt logprobs");
+    if (!a.prompt_lps.at(id).empty() && !a.prompt_top_ids.at(id).empty()) {
+      expect_same_alternatives(a.prompt_top_ids.at(id), a.prompt_top_lps.at(id), b.prompt_top_ids.at(id),
+                               b.prompt_top_lps.at(id), a.prompt_top_ids.at(id).size() / a.prompt_lps.at(id).size(),
+                               tol, req + " prompt top logprobs");
+    }
   }
 }
 
@@ -88,6 +139,14 @@ inline std::vector<std::string> check_layout_runs(const std::string& model, cons
   EXPECT_EQ(one.code, 0) << one.out;
   if (one.code != 0) return outs;
   const RunOutput ref = read_run((d / "one.h5").string());
+  if (prompts >= 4) {
+    // The requests that asked for them have their alternatives and prompt logprobs.
+    EXPECT_EQ(ref.top_ids.at("q1").size(), 3 * ref.tokens.at("q1").size()) << tag;
+    EXPECT_EQ(ref.top_ids.at("q3").size(), ref.tokens.at("q3").size()) << tag;
+    EXPECT_FALSE(ref.prompt_lps.at("q3").empty()) << tag;
+    EXPECT_EQ(ref.prompt_top_ids.at("q3").size(), 2 * ref.prompt_lps.at("q3").size()) << tag;
+    EXPECT_TRUE(ref.prompt_lps.at("q0").empty()) << tag;
+  }
   for (size_t i = 0; i < runs.size(); ++i) {
     const LayoutRun& l = runs[i];
     const std::string out = (d / ("layout" + std::to_string(i) + ".h5")).string();

@@ -113,9 +113,9 @@ class RecordingBackend final : public ComputeBackend {
   // Reads backend memory and writes host memory, as copy_to_host: never recorded, refused while
   // capturing; called after a replay it reads what the replayed ops wrote.
   void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const SeenToken* seen, int32_t* tokens,
-              float* logprobs) override {
+              float* logprobs, int32_t* top_tokens, float* top_logprobs) override {
     refuse("sample");
-    cpu_.sample(logits, R, V, rows, seen, tokens, logprobs);
+    cpu_.sample(logits, R, V, rows, seen, tokens, logprobs, top_tokens, top_logprobs);
   }
 
   void embedding(const int32_t* ids, int64_t T, const Matrix& table, float* out) override {

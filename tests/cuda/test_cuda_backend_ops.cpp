@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <random>
 #include <tuple>
@@ -554,11 +555,38 @@ void check_sample(ComputeBackend& cpu, ComputeBackend& gpu, int64_t R, int64_t V
       rows[r].seen_count = static_cast<int64_t>(seen.size()) - rows[r].seen_begin;
     }
   }
+  // Every third row is scored on a given token (prompt logprobs); rows ask for 0 to 20 top
+  // alternatives, and some rows hold their strongest logit twice (the tie goes to the lower id).
+  int64_t top = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    if (r % 3 == 2) rows[r].target = static_cast<int32_t>(gen() % V);
+    rows[r].top_n = static_cast<int32_t>((r * 7) % (kMaxTopLogprobs + 1));
+    rows[r].top_begin = top;
+    top += rows[r].top_n;
+    if (r % 4 == 0) logits[r * V + (strong[r][4] + 1) % V] = logits[r * V + strong[r][4]];
+  }
   std::vector<int32_t> tok_c(static_cast<size_t>(R)), tok_g(static_cast<size_t>(R), -1);
   std::vector<float> lp_c(static_cast<size_t>(R)), lp_g(static_cast<size_t>(R));
-  cpu.sample(logits.data(), R, V, rows.data(), seen.data(), tok_c.data(), lp_c.data());
+  std::vector<int32_t> top_c(static_cast<size_t>(top)), top_g(static_cast<size_t>(top), -2);
+  std::vector<float> top_lp_c(static_cast<size_t>(top)), top_lp_g(static_cast<size_t>(top));
+  cpu.sample(logits.data(), R, V, rows.data(), seen.data(), tok_c.data(), lp_c.data(), top_c.data(), top_lp_c.data());
   const float* d_logits = up(gpu, logits);
-  gpu.sample(d_logits, R, V, rows.data(), seen.data(), tok_g.data(), lp_g.data());
+  gpu.sample(d_logits, R, V, rows.data(), seen.data(), tok_g.data(), lp_g.data(), top_g.data(), top_lp_g.data());
+  for (int64_t r = 0; r < R; ++r) {
+    if (rows[r].target >= 0) EXPECT_EQ(tok_c[r], rows[r].target) << "row " << r;
+    std::vector<float> sorted(logits.begin() + r * V, logits.begin() + (r + 1) * V);
+    std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+    for (int32_t k = 0; k < rows[r].top_n; ++k) {
+      const size_t at = static_cast<size_t>(rows[r].top_begin + k);
+      ASSERT_EQ(top_g[at], top_c[at]) << "V " << V << " row " << r << " alternative " << k;
+      ASSERT_NEAR(top_lp_g[at], top_lp_c[at], 1e-5 * std::max(1.0f, std::fabs(top_lp_c[at]))) << "row " << r;
+      // The host's are the k-th largest logit's, and the logprob of that token.
+      ASSERT_EQ(logits[r * V + top_c[at]], sorted[static_cast<size_t>(k)]) << "row " << r << " alternative " << k;
+      ASSERT_EQ(top_lp_c[at], log_softmax_at(logits.data() + r * V, V, top_c[at])) << "row " << r;
+      if (k > 0 && sorted[static_cast<size_t>(k)] == sorted[static_cast<size_t>(k) - 1])
+        ASSERT_GT(top_c[at], top_c[at - 1]) << "a tie goes to the lower id first";
+    }
+  }
   for (int64_t r = 0; r < R; ++r) {
     const SampleRow& p = rows[r];
     ASSERT_EQ(tok_g[r], tok_c[r]) << "V " << V << " row " << r << " T " << p.temperature << " top_k " << p.top_k
@@ -573,10 +601,11 @@ void check_sample(ComputeBackend& cpu, ComputeBackend& gpu, int64_t R, int64_t V
   for (SampleRow& p : plain) p.seen_count = 0;
   std::vector<int32_t> tok_plain(static_cast<size_t>(R));
   std::vector<float> lp_plain(static_cast<size_t>(R));
-  cpu.sample(logits.data(), R, V, plain.data(), nullptr, tok_plain.data(), lp_plain.data());
+  cpu.sample(logits.data(), R, V, plain.data(), nullptr, tok_plain.data(), lp_plain.data(), top_c.data(),
+             top_lp_c.data());
   int64_t changed = 0;
-  for (int64_t r = 1; r < R; r += 2) changed += tok_plain[r] != tok_c[r];
-  EXPECT_GE(changed, (R / 2) / 6) << "of " << R / 2 << " penalized rows";
+  for (int64_t r = 1; r < R; r += 2) changed += rows[r].target < 0 && tok_plain[r] != tok_c[r];
+  EXPECT_GE(changed, (R / 3) / 6) << "of " << R / 2 << " penalized rows";
 }
 
 TEST_F(CudaBackendOps, SampleMatchesCpu) {
@@ -586,7 +615,7 @@ TEST_F(CudaBackendOps, SampleMatchesCpu) {
   // No rows: nothing to do, nothing written.
   int32_t tok = -1;
   float lp = 1.0f;
-  gpu_->sample(nullptr, 0, 151936, nullptr, nullptr, &tok, &lp);
+  gpu_->sample(nullptr, 0, 151936, nullptr, nullptr, &tok, &lp, nullptr, nullptr);
   EXPECT_EQ(tok, -1);
   EXPECT_EQ(lp, 1.0f);
 }

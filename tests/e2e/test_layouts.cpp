@@ -370,8 +370,10 @@ RankMemory rank_memory(const std::string& h5) {
 }
 
 // Through pipeline stages, the last stage samples each step on its own backend and sends the
-// leader only the choices: 4 bytes of token and 4 of logprob per generated token, not a row of
-// logits (2 KiB each here). The tokens are the single-rank ones (Stories260KEveryLayoutMatchesOneRank).
+// leader only the choices: 4 bytes of token and 4 of logprob per logit row (a generated token, or
+// a scored prompt position of a request with prompt logprobs) and 8 per top alternative, not a row
+// of logits (2 KiB each here). The tokens are the single-rank ones
+// (Stories260KEveryLayoutMatchesOneRank).
 TEST(Layouts, LastStageSendsChoicesNotLogits) {
   SHARDLM_REQUIRE_SHARED(model, "models/stories260K");
   fs::path d = test::fresh_dir("choices");
@@ -383,9 +385,18 @@ TEST(Layouts, LastStageSendsChoicesNotLogits) {
                 std::to_string(l.pp) + " --out " + out);
     ASSERT_EQ(p.code, 0) << name(l) << "\n" << p.out;
     const test::RunOutput run = test::read_run(out);
-    int64_t generated = 0;
-    for (const auto& [id, toks] : run.tokens) generated += static_cast<int64_t>(toks.size());
+    int64_t generated = 0, rows = 0, alternatives = 0;
+    for (const auto& [id, toks] : run.tokens) {
+      generated += static_cast<int64_t>(toks.size());
+      const size_t prompt = run.prompt_lps.at(id).size();
+      // The first prompt position has nothing before it: no row, and its alternatives are padding.
+      const int64_t scored = prompt > 0 ? static_cast<int64_t>(prompt) - 1 : 0;
+      rows += static_cast<int64_t>(toks.size()) + scored;
+      alternatives += static_cast<int64_t>(run.top_ids.at(id).size());
+      if (prompt > 0) alternatives += static_cast<int64_t>(run.prompt_top_ids.at(id).size() / prompt) * scored;
+    }
     ASSERT_GT(generated, 100) << name(l);
+    ASSERT_GT(rows, generated) << name(l) << ": the layout prompts score some prompts";
     test::H5Reader h(out);
     const auto stage = h.scalars<int32_t>("/ranks/pp", H5T_NATIVE_INT32);
     const auto tp = h.scalars<int32_t>("/ranks/tp", H5T_NATIVE_INT32);
@@ -397,7 +408,7 @@ TEST(Layouts, LastStageSendsChoicesNotLogits) {
     const int64_t figures = 8 * (4 + 2 * l.pp);
     for (size_t r = 0; r < sent.size(); ++r) {
       if (stage[r] != l.pp - 1) continue;
-      EXPECT_EQ(sent[r], tp[r] == 0 ? 8 * generated + figures * steps : 0) << name(l) << " rank " << r;
+      EXPECT_EQ(sent[r], tp[r] == 0 ? 8 * rows + 8 * alternatives + figures * steps : 0) << name(l) << " rank " << r;
     }
   }
 }

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "compute/backend.h"
+#include "core/error.h"
+#include "cpu/logits_scan.h"
 #include "engine/rng.h"
 #include "engine/sampler.h"
 #include "engine/seen_tokens.h"
@@ -280,7 +282,7 @@ TEST(Sampler, BackendRowsErrorReachesTheCaller) {
   std::vector<int32_t> tokens(static_cast<size_t>(R), -1);
   std::vector<float> logprobs(static_cast<size_t>(R));
   try {
-    cpu->sample(l.data(), R, V, rows.data(), nullptr, tokens.data(), logprobs.data());
+    cpu->sample(l.data(), R, V, rows.data(), nullptr, tokens.data(), logprobs.data(), nullptr, nullptr);
     FAIL() << "no error";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("vocabulary of 4194305"), std::string::npos) << e.what();
@@ -445,6 +447,98 @@ TEST(SamplingParams, ValidateAndResolve) {
   SamplingParams low = d;
   low.temperature = 0.001;  // the run's --temperature too
   EXPECT_DOUBLE_EQ(low.resolved(SamplingOverrides{}, "r").temperature, 1e-2);
+}
+
+}  // namespace
+}  // namespace shardlm
+
+namespace shardlm {
+namespace {
+
+// The reference: every token that is not NaN, sorted by logit descending and id ascending.
+std::vector<int32_t> sorted_candidates(const std::vector<float>& l) {
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < l.size(); ++i)
+    if (!std::isnan(l[i])) ids.push_back(static_cast<int32_t>(i));
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+  return ids;
+}
+
+// vLLM's logprobs N: a row's N most likely tokens of the raw logits, ties to the lower id, NaN
+// never, with the same logprob as the chosen token's; and prompt_logprobs' scored rows, which take
+// their given token.
+TEST(Sampler, TopLogprobsAndScoredRows) {
+  std::mt19937 g(11);
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  for (int64_t V : {1, 5, 17, 1000, 32000}) {
+    std::vector<float> l(static_cast<size_t>(V));
+    for (float& x : l) x = d(g);
+    // Ties, a NaN, infinities and the rounding of a quantised head.
+    if (V >= 17) {
+      l[3] = l[9] = l[12] = 50.0f;
+      l[4] = NAN;
+      l[5] = -INFINITY;
+      l[16] = l[2];
+    }
+    const std::vector<int32_t> want = sorted_candidates(l);
+    for (int k : {1, 3, 20}) {
+      std::vector<int32_t> ids(static_cast<size_t>(k), 99);
+      std::vector<float> lps(static_cast<size_t>(k));
+      cpu::top_logprobs(l.data(), V, k, ids.data(), lps.data());
+      for (int i = 0; i < k; ++i) {
+        if (i < static_cast<int>(want.size())) {
+          EXPECT_EQ(ids[i], want[i]) << "V " << V << " k " << k << " at " << i;
+          // The same bits as the chosen token's logprob (NaN where the row holds a NaN, as there).
+          const float ref = log_softmax_at(l.data(), V, want[i]);
+          EXPECT_TRUE(lps[i] == ref || (std::isnan(lps[i]) && std::isnan(ref))) << "V " << V << " at " << i;
+        } else {
+          EXPECT_EQ(ids[i], -1) << "V " << V << ": fewer tokens than asked";
+          EXPECT_TRUE(std::isnan(lps[i]));
+        }
+      }
+    }
+    if (V >= 17) {
+      std::vector<int32_t> ids(3);
+      std::vector<float> lps(3);
+      cpu::top_logprobs(l.data(), V, 3, ids.data(), lps.data());
+      EXPECT_EQ(ids, (std::vector<int32_t>{3, 9, 12}));  // the three equal largest, by id
+    }
+  }
+  // Through the backend: a sampled row with its alternatives, a scored row, one without either.
+  const int64_t V = 64;
+  std::vector<float> l(static_cast<size_t>(3 * V));
+  for (float& x : l) x = d(g);
+  std::vector<SampleRow> rows(3);
+  rows[0].top_n = 4;
+  rows[1].target = 17;
+  rows[1].top_n = 2;
+  rows[1].top_begin = 4;
+  rows[2].temperature = 0.7;
+  rows[2].top_begin = 6;
+  std::vector<int32_t> tokens(3), top(6, -7);
+  std::vector<float> logprobs(3), top_lps(6);
+  const std::unique_ptr<ComputeBackend> cpu = make_backend("cpu");
+  cpu->sample(l.data(), 3, V, rows.data(), nullptr, tokens.data(), logprobs.data(), top.data(), top_lps.data());
+  const std::vector<float> r0(l.begin(), l.begin() + V), r1(l.begin() + V, l.begin() + 2 * V);
+  const std::vector<int32_t> c0 = sorted_candidates(r0), c1 = sorted_candidates(r1);
+  EXPECT_EQ(tokens[0], c0[0]);  // greedy: the first alternative
+  EXPECT_EQ(std::vector<int32_t>(top.begin(), top.begin() + 4), std::vector<int32_t>(c0.begin(), c0.begin() + 4));
+  EXPECT_EQ(top_lps[0], logprobs[0]);
+  EXPECT_EQ(tokens[1], 17);
+  EXPECT_EQ(logprobs[1], log_softmax_at(r1.data(), V, 17));
+  EXPECT_EQ(std::vector<int32_t>(top.begin() + 4, top.end()), std::vector<int32_t>(c1.begin(), c1.begin() + 2));
+  // A scored token outside the vocabulary, or more alternatives than vLLM allows, is refused.
+  rows[1].target = static_cast<int32_t>(V);
+  EXPECT_THROW(
+      cpu->sample(l.data(), 3, V, rows.data(), nullptr, tokens.data(), logprobs.data(), top.data(), top_lps.data()),
+      Error);
+  rows[1].target = 1;
+  rows[2].top_n = kMaxTopLogprobs + 1;
+  std::vector<int32_t> big(64);
+  std::vector<float> big_lps(64);
+  EXPECT_THROW(
+      cpu->sample(l.data(), 3, V, rows.data(), nullptr, tokens.data(), logprobs.data(), big.data(), big_lps.data()),
+      Error);
 }
 
 }  // namespace

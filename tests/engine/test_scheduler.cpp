@@ -95,6 +95,65 @@ TEST(Scheduler, ChunkedPrefillRespectsTokenBudget) {
   EXPECT_TRUE(c3[0].samples);
 }
 
+// vLLM's prompt_logprobs: a sequence takes a logit row per prompt position, so its prefill goes
+// in chunks whose rows, with every other sequence's, stay within max_seqs a step (what the profile
+// steps size the logits for); each prompt position is scored once, and every sequence finishes.
+TEST(Scheduler, PromptLogprobRowsStayWithinMaxSeqs) {
+  BlockAllocator blocks(64);
+  SchedulerConfig cfg;
+  cfg.max_batch_tokens = 64;
+  cfg.max_seqs = 4;
+  cfg.block_size = 4;
+  Scheduler sch(cfg, blocks);
+  std::map<std::string, std::vector<int>> scored;  // id -> times each prompt position was scored
+  for (int i = 0; i < 5; ++i) {
+    auto s = seq("s" + std::to_string(i), 10 + 3 * i, i);
+    if (i % 2 == 0) s->params.prompt_logprobs = i == 0 ? 0 : 2;
+    scored[s->result.id].assign(static_cast<size_t>(s->prompt_len()), 0);
+    sch.add(std::move(s));
+  }
+  int steps = 0, finished = 0, max_rows = 0;
+  bool chunked = false;
+  while (!sch.idle() && steps < 1000) {
+    auto chunks = sch.schedule();
+    ASSERT_FALSE(chunks.empty());
+    int rows = 0;
+    std::vector<Sequence*> done;
+    for (auto& c : chunks) {
+      // As the engine: a row per position to score, then the sampled row.
+      const auto [from, to] = c.seq->positions_to_score(c.start, c.len);
+      for (int64_t p = from; p < to; ++p) ++scored[c.seq->result.id][static_cast<size_t>(p)];
+      rows += static_cast<int>(to - from) + (c.samples ? 1 : 0);
+      chunked |= c.seq->params.scores_prompt() && !c.samples && c.start + c.len < c.seq->prompt_len();
+      c.seq->scored = std::max(c.seq->scored, to);
+      c.seq->computed = c.start + c.len;
+      if (c.samples) {
+        c.seq->tokens.push_back(1);
+        c.seq->result.output_tokens.push_back(1);
+        if (c.seq->result.output_tokens.size() == 3) done.push_back(c.seq);
+      }
+    }
+    EXPECT_LE(rows, cfg.max_seqs) << "step " << steps;
+    max_rows = std::max(max_rows, rows);
+    for (Sequence* s : done) {
+      sch.finish(s);
+      ++finished;
+    }
+    ++steps;
+  }
+  EXPECT_EQ(finished, 5);
+  EXPECT_TRUE(chunked) << "the prompts' score rows should not fit one step";
+  EXPECT_EQ(max_rows, cfg.max_seqs);
+  for (const auto& [id, times] : scored) {
+    const bool scores = id == "s0" || id == "s2" || id == "s4";
+    for (size_t p = 0; p < times.size(); ++p) {
+      // Position p scores prompt token p + 1: every position but the last, once.
+      const int want = scores && p + 1 < times.size() ? 1 : 0;
+      EXPECT_EQ(times[p], want) << id << " position " << p;
+    }
+  }
+}
+
 TEST(Scheduler, DecodeFirstThenFifoAdmission) {
   BlockAllocator blocks(64);
   SchedulerConfig cfg;

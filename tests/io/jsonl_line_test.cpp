@@ -158,6 +158,20 @@ TEST(JsonlLine, StopTokenIdsAndUnappliedFields) {
   EXPECT_EQ(pen.overrides.repetition_penalty, 1.15);
   EXPECT_EQ(pen.overrides.presence_penalty, -2.0);
   EXPECT_EQ(pen.overrides.frequency_penalty, 0.5);
+  // vLLM's logprobs (completions: an integer; chat: a boolean with top_logprobs) and prompt_logprobs.
+  EXPECT_EQ(ok.overrides.logprobs, 1);
+  EXPECT_FALSE(ok.overrides.prompt_logprobs.has_value());
+  const ParsedRequest lp = parse_jsonl_line(R"({"id": "l", "prompt": "x", "logprobs": 5, "prompt_logprobs": 0})", 1);
+  EXPECT_EQ(lp.error, "");
+  EXPECT_EQ(lp.overrides.logprobs, 5);
+  EXPECT_EQ(lp.overrides.prompt_logprobs, 0);
+  const ParsedRequest chat =
+      parse_jsonl_line(R"({"id": "c", "prompt": "x", "logprobs": true, "top_logprobs": 20, "prompt_logprobs": 20})", 1);
+  EXPECT_EQ(chat.error, "");
+  EXPECT_EQ(chat.overrides.logprobs, 20);
+  EXPECT_EQ(chat.overrides.prompt_logprobs, 20);
+  EXPECT_EQ(parse_jsonl_line(R"({"id": "t", "prompt": "x", "logprobs": true})", 1).overrides.logprobs, 0);
+  EXPECT_FALSE(parse_jsonl_line(R"({"id": "f", "prompt": "x", "logprobs": false})", 1).overrides.logprobs.has_value());
   const std::pair<const char*, const char*> refused[] = {
       {R"("n": 4)", "line 2: field 'n' = 4 is not supported: one completion is generated per request"},
       {R"("best_of": 2)", "field 'best_of' = 2 is not supported"},
@@ -167,9 +181,14 @@ TEST(JsonlLine, StopTokenIdsAndUnappliedFields) {
       {R"("presence_penalty": 2.5)", "field 'presence_penalty' must be in [-2, 2] (got 2.5)"},
       {R"("frequency_penalty": -3)", "field 'frequency_penalty' must be in [-2, 2] (got -3.0)"},
       {R"("logit_bias": {"5": 100})", "field 'logit_bias'"},
-      {R"("logprobs": 5)", "field 'logprobs' = 5 is not supported: only the chosen token's logprob is written"},
-      {R"("logprobs": 0.5)", "field 'logprobs' = 0.5 is not supported"},
-      {R"("prompt_logprobs": 0)", "field 'prompt_logprobs' = 0 is not supported: prompt logprobs are not written"},
+      // vLLM's max_logprobs bound.
+      {R"("logprobs": 21)", "field 'logprobs' must be in [0, 20] (got 21; vLLM's max_logprobs)"},
+      {R"("logprobs": -1)", "field 'logprobs' must be in [0, 20] (got -1"},
+      {R"("logprobs": 0.5)", "field 'logprobs' must be an integer"},
+      {R"("prompt_logprobs": 40)", "field 'prompt_logprobs' must be in [0, 20] (got 40"},
+      {R"("logprobs": true, "top_logprobs": 30)", "field 'top_logprobs' must be in [0, 20]"},
+      {R"("top_logprobs": 3)", "field 'top_logprobs' needs \"logprobs\": true"},
+      {R"("logprobs": false, "top_logprobs": 3)", "field 'top_logprobs' needs \"logprobs\": true"},
       {R"("min_tokens": 3)", "field 'min_tokens' = 3 is not supported"},
       {R"("echo": true)", "field 'echo' = true is not supported"},
       {R"("include_stop_str_in_output": true)", "field 'include_stop_str_in_output' = true"},

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -140,8 +142,9 @@ TEST(ResultWriter, RoundTripsEveryColumnAndAttribute) {
   H5Reader f(path);
   ASSERT_TRUE(f.ok());
   EXPECT_EQ(f.rows("/requests/id"), 4u + kBulk);
-  for (const char* col : {"line", "prompt_tokens", "output_tokens", "output_text", "finish_reason",
-                          "token_logprobs", "error", "t_queued", "t_first_token", "t_finished", "replica"})
+  for (const char* col : {"line", "prompt_tokens", "output_tokens", "output_text", "finish_reason", "token_logprobs",
+                          "top_token_ids", "top_logprobs", "prompt_logprobs", "prompt_top_token_ids",
+                          "prompt_top_logprobs", "error", "t_queued", "t_first_token", "t_finished", "replica"})
     EXPECT_EQ(f.rows(std::string("/requests/") + col), 4u + kBulk) << col;
   expect_special_rows(f, 0);
 
@@ -407,6 +410,50 @@ TEST(ResultWriter, ResumeAddsTheStageColumnsToAnOlderFile) {
             (std::vector<std::vector<double>>{{}, {}, {0.5, 0.75}}));
   EXPECT_EQ(f.lists<double>("/steps/stage_comm_s", H5T_NATIVE_DOUBLE),
             (std::vector<std::vector<double>>{{}, {}, {0.125, 0.25}}));
+}
+
+// The logprobs and prompt_logprobs columns round-trip; a file written before them is resumed with
+// the columns added, an empty list for each row already there.
+TEST(ResultWriter, ResumeAddsTheLogprobColumnsToAnOlderFile) {
+  ScratchDir dir;
+  const std::string path = dir.file("older.h5");
+  const char* const added[] = {"top_token_ids", "top_logprobs", "prompt_logprobs", "prompt_top_token_ids",
+                               "prompt_top_logprobs"};
+  {
+    ResultWriter w(path, 100);
+    w.append(make_row(0));
+  }
+  {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    for (const char* name : added) EXPECT_GE(H5Ldelete(f, (std::string("/requests/") + name).c_str(), H5P_DEFAULT), 0);
+    H5Fclose(f);
+  }
+  RequestResult r = make_row(1);
+  r.top_token_ids = {4, 2, 9, 1};
+  r.top_logprobs = {-0.5f, -1.25f, -0.75f, -2.0f};
+  r.prompt_logprobs = {NAN, -3.5f};
+  r.prompt_top_token_ids = {-1, 6};
+  r.prompt_top_logprobs = {NAN, -0.125f};
+  {
+    ResultWriter w(path, 100, /*resume=*/true);
+    w.append(r);
+  }
+  H5Reader f(path);
+  EXPECT_EQ(f.rows("/requests/id"), 2u);
+  EXPECT_EQ(f.lists<int32_t>("/requests/top_token_ids", H5T_NATIVE_INT32),
+            (std::vector<std::vector<int32_t>>{{}, {4, 2, 9, 1}}));
+  EXPECT_EQ(f.lists<float>("/requests/top_logprobs", H5T_NATIVE_FLOAT),
+            (std::vector<std::vector<float>>{{}, {-0.5f, -1.25f, -0.75f, -2.0f}}));
+  EXPECT_EQ(f.lists<int32_t>("/requests/prompt_top_token_ids", H5T_NATIVE_INT32),
+            (std::vector<std::vector<int32_t>>{{}, {-1, 6}}));
+  const auto prompt = f.lists<float>("/requests/prompt_logprobs", H5T_NATIVE_FLOAT);
+  ASSERT_EQ(prompt.size(), 2u);
+  EXPECT_TRUE(prompt[0].empty());
+  ASSERT_EQ(prompt[1].size(), 2u);
+  EXPECT_TRUE(std::isnan(prompt[1][0]));
+  EXPECT_EQ(prompt[1][1], -3.5f);
+  EXPECT_EQ(f.lists<float>("/requests/prompt_top_logprobs", H5T_NATIVE_FLOAT)[1][1], -0.125f);
 }
 
 // A run killed before its first commit (while a full step batch was being written early, or
