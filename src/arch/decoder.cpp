@@ -330,14 +330,17 @@ class Decoder final : public Model {
   // the leader samples them there (see end_step_sampled).
   bool logits_end_here() const { return plan_.stages == 1; }
 
-  // The op profile's steps (compute/op_profile.h), this rank's part of each: a step every token
-  // of which samples is decode, any other prefill (its decode tokens ride along), a step of no
-  // tokens (an expert-parallel rank's turn in its group's exchanges) empty.
+  // The op profile's steps (compute/op_profile.h), this rank's part of each: a step of one token
+  // a sequence, each with its logit row, is decode (a prefill chunk whose every prompt position is
+  // scored has a row per token too, but several tokens a sequence), any other prefill (its decode
+  // tokens ride along), a step of no tokens (an expert-parallel rank's turn in its group's
+  // exchanges) empty.
   void begin_profiled_step(const ForwardBatch& batch) {
     OpProfile* p = b_.op_profile();
     if (!p) return;
     const int64_t T = batch.num_tokens();
-    const bool decode = T > 0 && static_cast<int64_t>(batch.logit_rows.size()) == T;
+    const bool decode = T > 0 && static_cast<int64_t>(batch.logit_rows.size()) == T &&
+                        static_cast<int64_t>(batch.seq_block_start.size()) == T + 1;
     p->begin_step(T == 0 ? "empty" : decode ? "decode" : "prefill");
   }
   void end_profiled_step() {

@@ -183,6 +183,7 @@ EngineConfig engine_config(const RunOptions& opt, const ModelSpec& spec, const T
   EngineConfig ec;
   ec.scheduler.max_batch_tokens = opt.max_batch_tokens;
   ec.scheduler.max_seqs = opt.max_seqs;
+  ec.scheduler.max_logit_rows = opt.max_logit_rows;
   ec.scheduler.block_size = opt.block_size;
   ec.scheduler.max_model_len = opt.max_model_len;  // what is asked for; resolved once the KV budget is known
   ec.defaults = sampling_defaults(opt);  // checked by parse_run_options

@@ -89,6 +89,7 @@ po::options_description describe(RunOptions& o) {
     ("ignore-eos", flag(&o.ignore_eos), "keep generating past EOS")
     ("max-batch-tokens", po::value(&o.max_batch_tokens)->default_value(o.max_batch_tokens), "tokens per scheduler step (prefill chunks included)")
     ("max-seqs", po::value(&o.max_seqs)->default_value(o.max_seqs), "sequences running at once")
+    ("max-logit-rows", po::value(&o.max_logit_rows)->default_value(o.max_logit_rows), "logit rows a step may carry, 0 for --max-seqs: a sampling sequence takes one, a request with prompt_logprobs one per prompt position (its prefill goes in chunks that fit). The profile steps size the logits and the sampler's buffers for it ([rows x vocab] fp32, several times over), so raise it (e.g. to --max-batch-tokens) for runs that mostly score prompts")
     ("max-model-len", po::value(&o.max_model_len)->default_value(o.max_model_len), "context limit in tokens, prompt and output of one request (as vLLM's): a longer prompt is a per-request error, generation stops for length at it. At most the model's max_position_embeddings; the run fails at start where the KV cache cannot hold one sequence of it. 0: the model's max_position_embeddings, or what the KV cache holds where that is less (said at start). The run records the limit it kept, and --resume keeps the file's")
     ("kv-cache-gb", po::value(&o.kv_cache_gb)->default_value(o.kv_cache_gb), "KV cache memory budget per rank, GiB, or auto: on a GPU --kv-cache-free-fraction of the device memory free once the weights are loaded and the profile steps (the largest a step can be: --max-batch-tokens over --max-seqs sequences) have run, on the CPU 4")
     ("kv-cache-free-fraction", po::value(&o.kv_cache_free_fraction)->default_value(o.kv_cache_free_fraction), "with --kv-cache-gb auto on a GPU: the share of the device memory free after the profile steps that the KV cache takes (the rest stays for CUDA graphs, NCCL and allocator slack)")
@@ -158,6 +159,7 @@ bool parse_run_options(int argc, char** argv, RunOptions* out) {
   SHARDLM_CHECK(!o.out.empty(), "shardlm run: --out is required");
   SHARDLM_CHECK(o.max_seqs >= 1, "--max-seqs must be >= 1, not " << o.max_seqs);
   SHARDLM_CHECK(o.max_batch_tokens >= 1, "--max-batch-tokens must be >= 1, not " << o.max_batch_tokens);
+  SHARDLM_CHECK(o.max_logit_rows >= 0, "--max-logit-rows must be >= 0 (0: --max-seqs), not " << o.max_logit_rows);
   SHARDLM_CHECK(o.max_model_len >= 0, "--max-model-len must be >= 0 (0: the model's context), not " << o.max_model_len);
   // Each pipeline micro-batch runs at least one sequence, and the KV cache is sized for --max-seqs.
   SHARDLM_CHECK(o.max_seqs >= o.pp, "--max-seqs " << o.max_seqs << " is below --pp " << o.pp << ": each of the " << o.pp
@@ -241,7 +243,8 @@ std::string to_ini(const RunOptions& o) {
   s << "\nseed = " << o.seed << "\ngeneration-config = " << o.generation_config;
   for (const auto& st : o.stop) s << "\nstop = " << ini_quoted(st);
   s << "\nignore-eos = " << (o.ignore_eos ? "true" : "false") << "\nmax-batch-tokens = " << o.max_batch_tokens
-    << "\nmax-seqs = " << o.max_seqs << "\nmax-model-len = " << o.max_model_len << "\nkv-cache-gb = " << o.kv_cache_gb
+    << "\nmax-seqs = " << o.max_seqs << "\nmax-logit-rows = " << o.max_logit_rows
+    << "\nmax-model-len = " << o.max_model_len << "\nkv-cache-gb = " << o.kv_cache_gb
     << "\nkv-cache-free-fraction = " << num(o.kv_cache_free_fraction) << "\nkv-dtype = " << o.kv_dtype;
   if (!o.kv_scales.empty()) s << "\nkv-scales = " << o.kv_scales;
   if (!o.kv_calibrate_out.empty()) s << "\nkv-calibrate-out = " << o.kv_calibrate_out;

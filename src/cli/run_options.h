@@ -42,6 +42,7 @@ struct RunOptions {
   bool ignore_eos = false;
   int64_t max_batch_tokens = 2048;
   int64_t max_seqs = 64;
+  int64_t max_logit_rows = 0;           // logit rows a step may carry; 0: max_seqs
   int64_t max_model_len = 0;            // context limit, tokens; 0 = the model's, or the KV cache's if less
   std::string kv_cache_gb = "auto";     // per rank, GiB, or auto (kv_cache_gib)
   double kv_cache_free_fraction = 0.9;  // auto on a GPU: this fraction of the memory free after loading

@@ -44,6 +44,9 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
   for (int64_t i = 0; i < m; ++i) {
     SchedulerConfig per = cfg.scheduler;
     per.max_seqs = std::max<int64_t>(1, cfg.scheduler.max_seqs / m + (i < cfg.scheduler.max_seqs % m ? 1 : 0));
+    // The logit rows likewise (the profile steps' micro-batch takes the rounded-up share).
+    const int64_t rows = cfg.scheduler.max_logit_rows;
+    per.max_logit_rows = rows > 0 ? std::max<int64_t>(1, rows / m + (i < rows % m ? 1 : 0)) : 0;
     schedulers_.push_back(std::make_unique<Scheduler>(per, blocks_));
   }
   for (int32_t id : model.spec().eos_token_ids) eos_.insert(id);
@@ -117,14 +120,6 @@ std::unique_ptr<Sequence> Engine::prepare(const ParsedRequest& req, double now, 
   s->result.id = req.id;
   s->result.line = req.line;
   s->result.prompt_tokens = ids;
-  if (s->params.scores_prompt()) {
-    // Written by position as the prefill goes (a recomputed prefill finds them written); the
-    // first has no context, as vLLM's None.
-    const size_t n = ids.size(), top = n * static_cast<size_t>(s->params.prompt_logprobs);
-    s->result.prompt_logprobs.assign(n, std::numeric_limits<float>::quiet_NaN());
-    s->result.prompt_top_token_ids.assign(top, -1);
-    s->result.prompt_top_logprobs.assign(top, std::numeric_limits<float>::quiet_NaN());
-  }
   s->result.t_queued = now;
   s->tokens = std::move(ids);
   // As vLLM: the output decodes as the prompt's continuation (SentencePiece's leading space stays).
@@ -132,6 +127,22 @@ std::unique_ptr<Sequence> Engine::prepare(const ParsedRequest& req, double now, 
   s->decoder->prime(detokenization_context(tok_, s->tokens));
   return s;
 }
+
+namespace {
+
+// A prompt-logprobs request's arrays, made when its first position is scored (not while it waits
+// in the read-ahead window) and written by position as the prefill goes (a recomputed prefill
+// finds them written). The first position has no context, as vLLM's None.
+void make_prompt_logprobs(Sequence& s) {
+  RequestResult& r = s.result;
+  if (!s.params.scores_prompt() || !r.prompt_logprobs.empty()) return;
+  const size_t n = r.prompt_tokens.size(), top = n * static_cast<size_t>(s.params.prompt_logprobs);
+  r.prompt_logprobs.assign(n, std::numeric_limits<float>::quiet_NaN());
+  r.prompt_top_token_ids.assign(top, -1);
+  r.prompt_top_logprobs.assign(top, std::numeric_limits<float>::quiet_NaN());
+}
+
+}  // namespace
 
 bool Engine::append_token(Sequence& s, const Sample& smp, const int32_t* top_ids, const float* top_lps, double now) {
   RequestResult& r = s.result;
@@ -174,6 +185,7 @@ bool Engine::append_token(Sequence& s, const Sample& smp, const int32_t* top_ids
 
 void Engine::finalize(Sequence& s, double now) {
   s.result.t_finished = now;
+  make_prompt_logprobs(s);  // a one-token prompt has no position to score
   // As vLLM's, the text is what the stream gave: characters the output left unfinished stay out.
   if (!s.text_final) s.result.output_text = s.text;
 }
@@ -340,6 +352,7 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
       q.computed = c.start + c.len;
       RequestResult& r = q.result;
       const int64_t n = q.params.prompt_logprobs;
+      if (f.scored[i].first < f.scored[i].second) make_prompt_logprobs(q);
       for (int64_t p = f.scored[i].first; p < f.scored[i].second; ++p, ++row, top += n) {
         const size_t at = static_cast<size_t>(p + 1);
         r.prompt_logprobs[at] = choices.logprobs[row];

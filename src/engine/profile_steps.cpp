@@ -22,10 +22,26 @@ SampleRow profile_row(int64_t position) {
   r.top_k = 40;
   r.seed = 1;
   r.position = position;
+  r.top_n = kMaxTopLogprobs;  // the top arrays at their largest too
   return r;
 }
 
+// Logit rows on `want` of the step's tokens (at least the ones it has): the peak step with
+// --max-logit-rows above its sequences, as prefill chunks of prompts with prompt logprobs make it.
+void add_logit_rows(ForwardBatch* b, int64_t want) {
+  std::vector<bool> is_row(static_cast<size_t>(b->num_tokens()), false);
+  for (int32_t r : b->logit_rows) is_row[static_cast<size_t>(r)] = true;
+  int64_t have = static_cast<int64_t>(b->logit_rows.size());
+  for (int64_t t = 0; t < b->num_tokens() && have < want; ++t) {
+    if (!is_row[static_cast<size_t>(t)]) is_row[static_cast<size_t>(t)] = true, ++have;
+  }
+  b->logit_rows.clear();
+  for (int64_t t = 0; t < b->num_tokens(); ++t)
+    if (is_row[static_cast<size_t>(t)]) b->logit_rows.push_back(static_cast<int32_t>(t));
+}
+
 void add_sampled_rows(ForwardBatch* b, int64_t vocab) {
+  int64_t top = 0;
   for (int32_t row : b->logit_rows) {
     const int64_t position = b->positions[static_cast<size_t>(row)];
     SampleRow r = profile_row(position);
@@ -33,6 +49,8 @@ void add_sampled_rows(ForwardBatch* b, int64_t vocab) {
     r.seen_begin = static_cast<int64_t>(b->seen_tokens.size());
     r.seen_count = std::min(position + 1, vocab);  // distinct tokens: at most the sequence's length
     for (int64_t t = 0; t < r.seen_count; ++t) b->seen_tokens.push_back({static_cast<int32_t>(t), 1});
+    r.top_begin = top;
+    top += r.top_n;
     b->sample_rows.push_back(r);
   }
 }
@@ -81,6 +99,7 @@ ProfileSteps make_profile_steps(const SchedulerConfig& cfg, int64_t max_len, int
     table.back() = b;
     s.decode.add_chunk(ids.data(), at, 1, table, bs, true);
   }
+  add_logit_rows(&s.peak, (cfg.logit_rows() + stages - 1) / stages);
   add_sampled_rows(&s.peak, vocab);
   add_sampled_rows(&s.decode, vocab);
   s.blocks = next_block;

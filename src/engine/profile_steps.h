@@ -16,11 +16,13 @@ namespace shardlm {
 //  - peak: the most tokens a step holds (--max-batch-tokens, at most max-seqs sequences of the
 //    context limit each), as prefill chunks from position 0 plus one decode token for each other
 //    sequence it may run, at the last block's first position of the context (so the attention's
-//    split buffers are sized for the longest context), every sequence's last token sampled;
+//    split buffers are sized for the longest context), every sequence's last token sampled, and
+//    more of its prefill tokens where --max-logit-rows allows more rows than sequences;
 //  - decode: a decode token for each sequence a step may run, at that same position.
 // A decode token's earlier blocks are all the first chunk's first block, which the peak step fills
 // (a position no token wrote may hold anything, NaN included); its own position is in a block of
-// its own. Both steps are sampled with top-k, top-p and min-p on, the sampler's longest path.
+// its own. Both steps are sampled with top-k, top-p and min-p on, the sampler's longest path, and
+// the most top alternatives a row may ask for.
 struct ProfileSteps {
   ForwardBatch peak;
   ForwardBatch decode;

@@ -42,7 +42,7 @@ std::string SamplingParams::validate() const {
   if (logprobs < 0 || logprobs > kMaxTopLogprobs)
     return "logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]";
   if (prompt_logprobs < -1 || prompt_logprobs > kMaxTopLogprobs)
-    return "prompt_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]";
+    return "prompt_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "] (or -1: none)";
   for (const auto& s : stop) {
     if (s.empty()) return "stop strings must not be empty";
   }

@@ -9,6 +9,7 @@ namespace shardlm {
 Scheduler::Scheduler(const SchedulerConfig& cfg, BlockAllocator& blocks) : cfg_(cfg), blocks_(blocks) {
   SHARDLM_CHECK(cfg.max_batch_tokens > 0, "--max-batch-tokens must be positive");
   SHARDLM_CHECK(cfg.max_seqs > 0, "--max-seqs must be positive");
+  SHARDLM_CHECK(cfg.max_logit_rows >= 0, "--max-logit-rows must be >= 0");
   SHARDLM_CHECK(cfg.block_size > 0, "KV block size must be positive");
 }
 
@@ -47,9 +48,10 @@ int64_t Scheduler::rows_of(const Sequence& s, int64_t start, int64_t n) {
 std::vector<ScheduledChunk> Scheduler::schedule() {
   std::vector<ScheduledChunk> out;
   int64_t budget = cfg_.max_batch_tokens;
-  // Logit rows: one per sampling sequence, and the score rows of prompt logprobs, within max_seqs
-  // a step (what the profile steps size the logits for); every running sequence keeps one.
-  int64_t rows_left = cfg_.max_seqs;
+  // Logit rows: one per sampling sequence, and the score rows of prompt logprobs, within
+  // logit_rows() a step (what the profile steps size the logits for); every running sequence keeps
+  // one.
+  int64_t rows_left = cfg_.logit_rows();
   bool preempted = false;
   // 1. Running sequences, oldest first, so that the newest are the ones preempted.
   for (size_t i = 0; i < running_.size() && budget > 0;) {

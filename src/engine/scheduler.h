@@ -5,10 +5,11 @@
 // FIFO order while the token budget, the sequence cap and free KV blocks allow. When the cache runs
 // out, the most recently admitted sequences are preempted: their blocks are freed and they go back
 // to the head of the queue to be recomputed later (which, with batch-invariant kernels and
-// position-keyed sampling, reproduces the same tokens). A step has at most max_seqs logit rows: a
-// sequence with prompt logprobs, which takes one per prompt position, prefills in chunks that fit.
+// position-keyed sampling, reproduces the same tokens). A step has at most logit_rows() logit rows:
+// a sequence with prompt logprobs, which takes one per prompt position, prefills in chunks that fit.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -22,6 +23,10 @@ namespace shardlm {
 struct SchedulerConfig {
   int64_t max_batch_tokens = 2048;  // tokens per step, prefill chunks included
   int64_t max_seqs = 64;            // sequences running at once
+  // Logit rows a step may carry (a sampling sequence's one, a prompt-logprobs sequence's one per
+  // prompt position); 0: max_seqs. What the profile steps size the logits and sampling buffers for.
+  int64_t max_logit_rows = 0;
+  int64_t logit_rows() const { return max_logit_rows > 0 ? std::max(max_logit_rows, max_seqs) : max_seqs; }
   int64_t block_size = 16;          // tokens per KV block
   // The context limit (prompt and output tokens of one sequence), --max-model-len; 0: the model's
   // max_position_embeddings, or what the KV cache holds where that is less.

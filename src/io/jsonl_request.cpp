@@ -151,8 +151,10 @@ void parse_logprobs(const json& o, const std::string& p, SamplingOverrides& s) {
       s.logprobs = top_count(*v, p + "logprobs");
     }
   }
-  // As OpenAI's chat API: top_logprobs needs logprobs true.
-  if (top && !(get_opt(o, "logprobs") && get_opt(o, "logprobs")->is_boolean() && get_opt(o, "logprobs")->get<bool>()))
+  // As vLLM's chat requests: top_logprobs above 0 needs logprobs true.
+  const json* flag = get_opt(o, "logprobs");
+  const bool asked = flag && flag->is_boolean() && flag->get<bool>();
+  if (top && !asked && top_count(*top, p + "top_logprobs") > 0)
     bad(quoted(p + "top_logprobs") + " needs \"logprobs\": true");
   if (const json* v = get_opt(o, "prompt_logprobs")) s.prompt_logprobs = top_count(*v, p + "prompt_logprobs");
 }

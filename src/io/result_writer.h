@@ -3,6 +3,10 @@
 //   /requests/<column>   one extendable chunked 1-D dataset per column, a row per request:
 //                        id (string), line (int64), prompt_tokens, output_tokens (vlen int32),
 //                        output_text, finish_reason, error (strings), token_logprobs (vlen float32),
+//                        top_token_ids (vlen int32) and top_logprobs (vlen float32): a request's
+//                        logprobs N alternatives per output token; prompt_logprobs (vlen float32,
+//                        NaN first), prompt_top_token_ids and prompt_top_logprobs: its
+//                        prompt_logprobs, N per prompt token (empty lists where not asked for),
 //                        t_queued, t_first_token, t_finished (float64 seconds since start),
 //                        replica (int32)
 //   /steps/<column>      a row per scheduler step of each replica: step (int64), replica,

@@ -26,12 +26,13 @@ namespace {
 struct Case {
   int64_t max_batch_tokens, max_seqs, block_size, max_len;
   int stages;
+  int64_t max_logit_rows = 0;
 };
 
 std::string name(const Case& c) {
   return std::to_string(c.max_batch_tokens) + " tokens, " + std::to_string(c.max_seqs) + " seqs, blocks of " +
          std::to_string(c.block_size) + ", context " + std::to_string(c.max_len) + ", " + std::to_string(c.stages) +
-         " stages";
+         " stages, " + std::to_string(c.max_logit_rows) + " logit rows";
 }
 
 // Checks one step; `written` holds the slots earlier steps wrote and gains this step's.
@@ -73,16 +74,27 @@ void check_step(const ForwardBatch& b, const Case& c, int32_t blocks, std::unord
                                         << "), which no step wrote";
     }
   }
-  // One row per sequence, at its last token; each sampled with every filter on.
-  ASSERT_EQ(static_cast<int64_t>(b.logit_rows.size()), S) << what;
-  for (int64_t s = 0; s < S; ++s) {
-    const int32_t row = b.logit_rows[s];
-    EXPECT_EQ(b.token_seq[row], s) << what;
-    EXPECT_TRUE(row + 1 == T || b.token_seq[row + 1] != s) << what;
-    const SampleRow& r = b.sample_rows[s];
+  // A row at every sequence's last token, and as many more (prefill tokens, as prompt logprobs
+  // score them) as the logit-row cap allows, in token order; each sampled with every filter on and
+  // the most top alternatives.
+  const int64_t cap = (c.max_logit_rows > 0 ? std::max(c.max_logit_rows, c.max_seqs) : c.max_seqs);
+  const int64_t rows = std::min(T, std::max(S, (cap + c.stages - 1) / c.stages));
+  ASSERT_EQ(static_cast<int64_t>(b.logit_rows.size()), rows) << what;
+  std::vector<bool> is_row(static_cast<size_t>(T), false);
+  int64_t top = 0;
+  for (size_t i = 0; i < b.logit_rows.size(); ++i) {
+    const int32_t row = b.logit_rows[i];
+    ASSERT_TRUE(row >= 0 && row < T && (i == 0 || row > b.logit_rows[i - 1])) << what;
+    is_row[static_cast<size_t>(row)] = true;
+    const SampleRow& r = b.sample_rows[i];
     EXPECT_GT(r.temperature, 0) << what;
     EXPECT_TRUE(r.top_k > 0 && r.top_p < 1 && r.min_p > 0) << what;
     EXPECT_EQ(r.position, b.positions[row]) << what;
+    EXPECT_TRUE(r.top_n == kMaxTopLogprobs && r.top_begin == top) << what;
+    top += r.top_n;
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    if (t + 1 == T || b.token_seq[t + 1] != b.token_seq[t]) EXPECT_TRUE(is_row[static_cast<size_t>(t)]) << what;
   }
 }
 
@@ -92,12 +104,14 @@ TEST(ProfileSteps, LargestStepWithEveryReadWritten) {
     for (int64_t seqs : {1, 2, 5, 64})
       for (int64_t bs : {1, 16})
         for (int64_t len : {8, 512, 4096})
-          for (int stages : {1, 3}) cases.push_back({tokens, seqs, bs, len, stages});
+          for (int stages : {1, 3})
+            for (int64_t logit_rows : {0, 200}) cases.push_back({tokens, seqs, bs, len, stages, logit_rows});
   for (const Case& c : cases) {
     const std::string what = name(c);
     SchedulerConfig cfg;
     cfg.max_batch_tokens = c.max_batch_tokens;
     cfg.max_seqs = c.max_seqs;
+    cfg.max_logit_rows = c.max_logit_rows;
     cfg.block_size = c.block_size;
     const ProfileSteps s = make_profile_steps(cfg, c.max_len, 1000, c.stages);
     const int64_t seqs = (c.max_seqs + c.stages - 1) / c.stages;  // a micro-batch's share

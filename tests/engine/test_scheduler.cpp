@@ -96,15 +96,18 @@ TEST(Scheduler, ChunkedPrefillRespectsTokenBudget) {
 }
 
 // vLLM's prompt_logprobs: a sequence takes a logit row per prompt position, so its prefill goes
-// in chunks whose rows, with every other sequence's, stay within max_seqs a step (what the profile
+// in chunks whose rows, with every other sequence's, stay within the cap (max_seqs) a step (what the profile
 // steps size the logits for); each prompt position is scored once, and every sequence finishes.
-TEST(Scheduler, PromptLogprobRowsStayWithinMaxSeqs) {
+// --max-logit-rows raises the cap above max_seqs.
+void check_prompt_logprob_rows(int64_t max_logit_rows) {
   BlockAllocator blocks(64);
   SchedulerConfig cfg;
   cfg.max_batch_tokens = 64;
   cfg.max_seqs = 4;
+  cfg.max_logit_rows = max_logit_rows;
   cfg.block_size = 4;
   Scheduler sch(cfg, blocks);
+  const int64_t cap = max_logit_rows > 0 ? max_logit_rows : cfg.max_seqs;
   std::map<std::string, std::vector<int>> scored;  // id -> times each prompt position was scored
   for (int i = 0; i < 5; ++i) {
     auto s = seq("s" + std::to_string(i), 10 + 3 * i, i);
@@ -116,7 +119,7 @@ TEST(Scheduler, PromptLogprobRowsStayWithinMaxSeqs) {
   bool chunked = false;
   while (!sch.idle() && steps < 1000) {
     auto chunks = sch.schedule();
-    ASSERT_FALSE(chunks.empty());
+    ASSERT_FALSE(chunks.empty()) << "cap " << cap;
     int rows = 0;
     std::vector<Sequence*> done;
     for (auto& c : chunks) {
@@ -133,7 +136,7 @@ TEST(Scheduler, PromptLogprobRowsStayWithinMaxSeqs) {
         if (c.seq->result.output_tokens.size() == 3) done.push_back(c.seq);
       }
     }
-    EXPECT_LE(rows, cfg.max_seqs) << "step " << steps;
+    EXPECT_LE(rows, cap) << "step " << steps;
     max_rows = std::max(max_rows, rows);
     for (Sequence* s : done) {
       sch.finish(s);
@@ -143,7 +146,7 @@ TEST(Scheduler, PromptLogprobRowsStayWithinMaxSeqs) {
   }
   EXPECT_EQ(finished, 5);
   EXPECT_TRUE(chunked) << "the prompts' score rows should not fit one step";
-  EXPECT_EQ(max_rows, cfg.max_seqs);
+  EXPECT_EQ(max_rows, cap);
   for (const auto& [id, times] : scored) {
     const bool scores = id == "s0" || id == "s2" || id == "s4";
     for (size_t p = 0; p < times.size(); ++p) {
@@ -152,6 +155,11 @@ TEST(Scheduler, PromptLogprobRowsStayWithinMaxSeqs) {
       EXPECT_EQ(times[p], want) << id << " position " << p;
     }
   }
+}
+
+TEST(Scheduler, PromptLogprobRowsStayWithinTheLogitRowCap) {
+  check_prompt_logprob_rows(0);   // max_seqs
+  check_prompt_logprob_rows(12);  // --max-logit-rows
 }
 
 TEST(Scheduler, DecodeFirstThenFifoAdmission) {

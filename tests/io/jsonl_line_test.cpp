@@ -172,6 +172,8 @@ TEST(JsonlLine, StopTokenIdsAndUnappliedFields) {
   EXPECT_EQ(chat.overrides.prompt_logprobs, 20);
   EXPECT_EQ(parse_jsonl_line(R"({"id": "t", "prompt": "x", "logprobs": true})", 1).overrides.logprobs, 0);
   EXPECT_FALSE(parse_jsonl_line(R"({"id": "f", "prompt": "x", "logprobs": false})", 1).overrides.logprobs.has_value());
+  // top_logprobs 0 (some clients send it by default) needs nothing.
+  EXPECT_EQ(parse_jsonl_line(R"({"id": "z", "prompt": "x", "top_logprobs": 0})", 1).error, "");
   const std::pair<const char*, const char*> refused[] = {
       {R"("n": 4)", "line 2: field 'n' = 4 is not supported: one completion is generated per request"},
       {R"("best_of": 2)", "field 'best_of' = 2 is not supported"},
