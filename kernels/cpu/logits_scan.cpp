@@ -84,21 +84,34 @@ float log_softmax_at(const float* x, int64_t n, int64_t i, float row_max) {
 
 void top_logprobs(const float* x, int64_t n, int k, int32_t* ids, float* logprobs) {
   // The k first candidates kept sorted by key; once k are held, only a logit above the k-th's can
-  // enter (an equal one has a larger id), so after the first few thousand a token costs one compare.
+  // enter (an equal one has a larger id).
   if (k <= 0) return;
   if (k > kMaxTop) throw std::invalid_argument("top_logprobs: k above " + std::to_string(kMaxTop));
   uint64_t keys[kMaxTop];
   int m = 0;
   float floor = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) {
+  auto consider = [&](int64_t j) {
     const float v = x[j];
-    if (m == k ? !(v > floor) : v != v) continue;  // NaN never enters
+    if (m == k ? !(v > floor) : v != v) return;  // NaN never enters
     const uint64_t key = sampling::candidate_key(v, static_cast<uint32_t>(j));
     int at = m < k ? m++ : k - 1;
     for (; at > 0 && keys[at - 1] > key; --at) keys[at] = keys[at - 1];
     keys[at] = key;
     if (m == k) floor = x[keys[k - 1] & 0xffffffffu];
+  };
+  // Sixteen at a time: a group with no logit above the floor (most of them, once k are held) is
+  // skipped at one vector compare.
+  const int64_t full = n / 16 * 16;
+  for (int64_t j = 0; j < full; j += 16) {
+    if (m == k) {
+      const v16i above = load16(x + j) > (v16f{} + floor);
+      int any = 0;
+      for (int l = 0; l < 16; ++l) any |= above[l];
+      if (!any) continue;
+    }
+    for (int64_t i = j; i < j + 16; ++i) consider(i);
   }
+  for (int64_t i = full; i < n; ++i) consider(i);
   float tail[16];
   const float mx = detail::max16(x, n, tail);
   const double sum = m > 0 ? exp_sum_with(x, n, mx, tail) : 0.0;
