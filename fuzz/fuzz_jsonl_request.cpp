@@ -38,8 +38,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (o.frequency_penalty && !(*o.frequency_penalty >= -2 && *o.frequency_penalty <= 2)) std::abort();
   if (o.presence_penalty && !(*o.presence_penalty >= -2 && *o.presence_penalty <= 2)) std::abort();
   if (o.temperature && !(*o.temperature >= 0 && *o.temperature <= 2)) std::abort();
-  if (o.logprobs && !(*o.logprobs >= 0 && *o.logprobs <= kMaxTopLogprobs)) std::abort();
-  if (o.prompt_logprobs && !(*o.prompt_logprobs >= 0 && *o.prompt_logprobs <= kMaxTopLogprobs)) std::abort();
+  if (o.logprobs && !(*o.logprobs >= 0 && *o.logprobs <= shardlm::kMaxTopLogprobs)) std::abort();
+  if (o.prompt_logprobs && !(*o.prompt_logprobs >= 0 && *o.prompt_logprobs <= shardlm::kMaxTopLogprobs)) std::abort();
   if (o.top_p && !(*o.top_p > 0 && *o.top_p <= 1)) std::abort();
   if (o.min_p && !(*o.min_p >= 0 && *o.min_p <= 1)) std::abort();
   if (o.top_k && *o.top_k < -1) std::abort();
