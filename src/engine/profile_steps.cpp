@@ -22,7 +22,10 @@ SampleRow profile_row(int64_t position) {
   r.top_k = 40;
   r.seed = 1;
   r.position = position;
-  r.top_n = kMaxTopLogprobs;  // the top arrays at their largest too
+  // The top arrays exist before the budget is read. One alternative a row, not the most a request
+  // may ask for: at 8 bytes an alternative their later growth is a few KiB, while each alternative
+  // is another pass over the row.
+  r.top_n = 1;
   return r;
 }
 

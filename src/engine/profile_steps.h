@@ -22,7 +22,7 @@ namespace shardlm {
 // A decode token's earlier blocks are all the first chunk's first block, which the peak step fills
 // (a position no token wrote may hold anything, NaN included); its own position is in a block of
 // its own. Both steps are sampled with top-k, top-p and min-p on, the sampler's longest path, and
-// the most top alternatives a row may ask for.
+// a top alternative a row (so those arrays exist).
 struct ProfileSteps {
   ForwardBatch peak;
   ForwardBatch decode;
