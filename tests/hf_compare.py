@@ -145,6 +145,18 @@ def compare_tokenizer(name, binary, model_dir):
     return ok
 
 
+def run_requests(binary, model_dir, requests, workdir, name, flags=()):
+    """Writes requests (dicts) as a JSONL prompt file, runs `shardlm run` on it; the HDF5 output's path."""
+    prompts = os.path.join(workdir, name + ".jsonl")
+    with open(prompts, "w") as f:
+        for r in requests:
+            f.write(json.dumps(r) + "\n")
+    out = os.path.join(workdir, name + ".h5")
+    subprocess.run([binary, "run", "--model", model_dir, "--prompts", prompts, "--out", out, "-q", *flags],
+                   check=True, capture_output=True)
+    return out
+
+
 def arg_parser():
     """The options every transformers comparison takes."""
     ap = argparse.ArgumentParser()

@@ -21,10 +21,8 @@ what lm-evaluation-harness reads as a log-likelihood: it is checked too.
 Models: stories260K (text prompts) when ../shared is present, and make-model's random tiny Llama.
 Exit code 77 (CTest: skipped) without torch, transformers or h5py.
 """
-import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -48,13 +46,7 @@ STORY_PROMPTS = ["Once upon a time", "Lily and Ben went to the park to play with
 
 
 def run_shardlm(binary, model_dir, requests, workdir, name, flags=()):
-    prompts = os.path.join(workdir, name + ".jsonl")
-    with open(prompts, "w") as f:
-        for r in requests:
-            f.write(json.dumps(r) + "\n")
-    out = os.path.join(workdir, name + ".h5")
-    subprocess.run([binary, "run", "--model", model_dir, "--prompts", prompts, "--out", out, "-q", *flags],
-                   check=True, capture_output=True)
+    out = hf_compare.run_requests(binary, model_dir, requests, workdir, name, flags)
     rows = {}
     with h5py.File(out, "r") as h:
         req = h["requests"]

@@ -25,9 +25,7 @@ tells them from none.
 
 Exit code 77 (CTest: skipped) without torch, transformers or h5py.
 """
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -81,13 +79,7 @@ def reference_steps(model, prompt, n, rep, freq, pres):
 
 
 def run_shardlm(binary, model_dir, requests, workdir, name, flags=()):
-    prompts = os.path.join(workdir, name + ".jsonl")
-    with open(prompts, "w") as f:
-        for r in requests:
-            f.write(json.dumps(r) + "\n")
-    out = os.path.join(workdir, name + ".h5")
-    subprocess.run([binary, "run", "--model", model_dir, "--prompts", prompts, "--out", out, "-q", *flags],
-                   check=True, capture_output=True)
+    out = hf_compare.run_requests(binary, model_dir, requests, workdir, name, flags)
     rows = {}
     with h5py.File(out, "r") as h:
         req = h["requests"]
