@@ -157,6 +157,27 @@ def run_requests(binary, model_dir, requests, workdir, name, flags=()):
     return out
 
 
+def check_stories_and_tiny_llama(script, check_model, story_prompts, seed, id_lengths):
+    """The driver of a request-level comparison: check_model(binary, model_dir, name, prompts, workdir) on
+    stories260K's text prompts (when ../shared is present) and on make-model's random tiny Llama with
+    random prompt ids of id_lengths; the exit code."""
+    args = arg_parser().parse_args()
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}")
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        stories = os.path.join(args.shared, "models", "stories260K")
+        if os.path.isdir(stories):
+            ok &= check_model(args.shardlm, stories, "stories260K", [{"prompt": p} for p in story_prompts], tmp)
+        else:
+            print(f"stories260K: skipped, {stories} is absent")
+        rng = np.random.default_rng(seed)
+        d = os.path.join(tmp, "tiny-llama")
+        ids = make_model(args.shardlm, "tiny-llama", d, "fp32", rng, max(id_lengths))
+        ok &= check_model(args.shardlm, d, "tiny-llama", [{"prompt_token_ids": ids[:n]} for n in id_lengths], tmp)
+    print(f"{script}:", "PASSED" if ok else "FAILED")
+    return 0 if ok else 1
+
+
 def arg_parser():
     """The options every transformers comparison takes."""
     ap = argparse.ArgumentParser()

@@ -24,7 +24,6 @@ Exit code 77 (CTest: skipped) without torch, transformers or h5py.
 import math
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 try:
@@ -171,22 +170,7 @@ def check_model(binary, model_dir, name, prompts, workdir):
 
 
 def main():
-    args = hf_compare.arg_parser().parse_args()
-    print(f"transformers {transformers.__version__}, torch {torch.__version__}")
-    ok = True
-    with tempfile.TemporaryDirectory() as tmp:
-        stories = os.path.join(args.shared, "models", "stories260K")
-        if os.path.isdir(stories):
-            ok &= check_model(args.shardlm, stories, "stories260K", [{"prompt": p} for p in STORY_PROMPTS], tmp)
-        else:
-            print(f"stories260K: skipped, {stories} is absent")
-        rng = np.random.default_rng(7)
-        d = os.path.join(tmp, "tiny-llama")
-        ids = hf_compare.make_model(args.shardlm, "tiny-llama", d, "fp32", rng, 40)
-        prompts = [{"prompt_token_ids": ids[:n]} for n in (2, 9, 40)]
-        ok &= check_model(args.shardlm, d, "tiny-llama", prompts, tmp)
-    print("logprobs_hf_compare:", "PASSED" if ok else "FAILED")
-    return 0 if ok else 1
+    return hf_compare.check_stories_and_tiny_llama("logprobs_hf_compare", check_model, STORY_PROMPTS, 7, (2, 9, 40))
 
 
 if __name__ == "__main__":
