@@ -17,6 +17,7 @@
 #include "cuda/attention_partitions.h"
 #include "cuda/convert_pairs.cuh"
 #include "cuda/mma_stage.cuh"
+#include "cuda/warp_exchange.cuh"
 #include "cuda/warp_sum16.h"
 #include "kv_cache_format.h"
 
@@ -349,20 +350,18 @@ __device__ inline void warp_fold_round(const float (&s)[kAttnTile], int cnt, flo
   static_assert(kAttnTile == 16, "a round's scores are reduced sixteen at a time");
   const int lane = threadIdx.x & 31;
   const float own =
-      warp_sum16_pairs(s, lane, [](float v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }) * scale;
+      warp_sum16_pairs(s, lane, [](const auto& send, auto& recv, int o) { shfl_xor_n(send, recv, o); }) * scale;
   // The round's largest score: fmaxf from -inf over the staged positions, as a sequential scan
   // gives it (a NaN score is passed over either way); lanes 2j and 2j + 1 hold the same score.
-  float tile_max = (lane >> 1) < cnt ? fmaxf(-INFINITY, own) : -INFINITY;
-#pragma unroll
-  for (int o = 2; o < 32; o <<= 1) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
+  const float tile_max = warp_butterfly<FmaxOp, 2>((lane >> 1) < cnt ? fmaxf(-INFINITY, own) : -INFINITY);
   const float mn = fmaxf(m, tile_max);
   const float corr = expf(m - mn);  // 0 on the first round (m = -inf); cnt >= 1 keeps mn finite
   const float weight = expf(own - mn);  // position lane / 2's (unused past cnt)
   // Every weight to every lane, unconditionally: a shuffle under the loop's exit would be checked
   // for divergence each time.
+  constexpr int kPositionLane[kAttnTile] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
   float e[kAttnTile];
-#pragma unroll
-  for (int j = 0; j < kAttnTile; ++j) e[j] = __shfl_sync(0xffffffffu, weight, 2 * j);
+  shfl_from_n(weight, kPositionLane, e);
   l *= corr;
 #pragma unroll
   for (int a = 0; a < Acc; ++a) acc[a] *= corr;

@@ -5,17 +5,12 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/warp_exchange.cuh"
+
 namespace shardlm::cuda {
 
-__device__ inline float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ inline float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
+__device__ inline float warp_sum(float v) { return warp_butterfly<FaddOp>(v); }
+__device__ inline float warp_max(float v) { return warp_butterfly<FmaxOp>(v); }
 
 // The fixed order (lanes by xor butterfly, then warps 0..n-1) makes the sum the same from run to
 // run for the same blockDim.

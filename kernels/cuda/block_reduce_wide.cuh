@@ -9,12 +9,14 @@
 
 #include <cstdint>
 
+#include "cuda/warp_exchange.cuh"
+
 namespace shardlm::cuda {
 
+// Op: a stateless function object (it is made afresh where the lanes meet).
 template <typename T, typename Op>
-__device__ inline T warp_reduce(T v, Op op) {
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
+__device__ inline T warp_reduce(T v, Op) {
+  return warp_butterfly<Op>(v);
 }
 
 // `identity` fills the lanes past the last warp (op(identity, x) == x).

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "cuda/warp_exchange.cuh"
 #include "fp8_bits.h"
 
 namespace shardlm::cuda {
@@ -22,8 +23,7 @@ __device__ inline float quantise_group_e4m3(const float* x, int64_t n, uint8_t* 
     v[i] = k < n ? x[k] : 0.0f;
     amax = fmaxf(amax, fabsf(v[i]));
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  amax = warp_butterfly<FmaxOp>(amax);
   const float s = fp8_bits::act_scale(amax);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {

@@ -52,15 +52,12 @@ inline void emu_mma_bf16_16816(void* const* lanes) {
       B[2 * c + 8 + h][g] = emu_bf16(l.b[1], h);
     }
   }
+  float S[16][8];
+  ::shardlm_emu::mma_tile_sums(A, B, S);
   for (int lane = 0; lane < 32; ++lane) {
     const MmaLane& l = *static_cast<const MmaLane*>(lanes[lane]);
     const int g = lane / 4, c = lane % 4;
-    for (int e = 0; e < 4; ++e) {
-      const int row = g + 8 * (e / 2), col = 2 * c + e % 2;
-      float sum = 0.0f;
-      for (int k = 0; k < 16; ++k) sum += A[row][k] * B[k][col];
-      l.d[e] += sum;
-    }
+    for (int e = 0; e < 4; ++e) l.d[e] += S[g + 8 * (e / 2)][2 * c + e % 2];
   }
 }
 #endif

@@ -57,15 +57,12 @@ inline void emu_mma_e4m3_16832(void* const* lanes) {
       B[4 * c + 16 + j][g] = emu_e4m3(l.b[1], j);
     }
   }
+  float S[16][8];
+  ::shardlm_emu::mma_tile_sums(A, B, S);
   for (int lane = 0; lane < 32; ++lane) {
     const MmaFp8Lane& l = *static_cast<const MmaFp8Lane*>(lanes[lane]);
     const int g = lane / 4, c = lane % 4;
-    for (int e = 0; e < 4; ++e) {
-      const int row = g + 8 * (e / 2), col = 2 * c + e % 2;
-      float sum = 0.0f;
-      for (int k = 0; k < 32; ++k) sum += A[row][k] * B[k][col];
-      l.d[e] += sum;
-    }
+    for (int e = 0; e < 4; ++e) l.d[e] += S[g + 8 * (e / 2)][2 * c + e % 2];
   }
 }
 #endif

@@ -53,17 +53,20 @@ __device__ inline void block_rmsnorm_row(const float* x, const float* w, int64_t
 __device__ inline float warp_sumsq_in_rmsnorm_order(const float* x, int64_t dim) {
   constexpr int kWarps = kRmsnormThreads / 32;
   const int lane = threadIdx.x & 31;
-  float mine = 0.0f;
+  float ss[kWarps];
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) {
-    float ss = 0.0f;
+    ss[w] = 0.0f;
     for (int64_t i = w * 32 + lane; i < dim; i += kRmsnormThreads) {
       const float v = x[i];
-      ss += v * v;
+      ss[w] += v * v;
     }
-    const float warp_total = warp_sum(ss);
-    if (lane == w) mine = warp_total;
   }
+  warp_butterfly_n<FaddOp>(ss);  // each played warp's total, in every lane
+  float mine = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w)
+    if (lane == w) mine = ss[w];
   return warp_sum(mine);
 }
 

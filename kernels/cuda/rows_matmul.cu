@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "cuda/convert_pairs.cuh"
+#include "cuda/warp_exchange.cuh"
 #include "fp8_bits.h"
 
 namespace shardlm::cuda {
@@ -88,12 +89,6 @@ __device__ inline void dequant4(uint32_t word, float s, float* w) {
   for (int j = 0; j < 4; ++j) w[j] *= s;
   round_bf16x2<kPacked>(w[0], w[1]);
   round_bf16x2<kPacked>(w[2], w[3]);
-}
-
-__device__ inline float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
 }
 
 // Four bf16 pairs as 8 fp32 values.
@@ -246,13 +241,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
   }
 
+  // Every sum at once (the butterfly's bits for each): one exchange per step for all of them.
+  float sums[kRowsPerWarp * MT];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      const float v = warp_sum(acc[r][m]);
-      if (lane == r * MT + m && n0 + r < N && m < rows) y[(m0 + m) * N + n0 + r] = v;
-    }
+    for (int m = 0; m < MT; ++m) sums[r * MT + m] = acc[r][m];
+  warp_butterfly_n<FaddOp>(sums);
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+      if (lane == r * MT + m && n0 + r < N && m < rows) y[(m0 + m) * N + n0 + r] = sums[r * MT + m];
 }
 
 // The device-routed pass list: group g's rows [offsets[g], offsets[g + 1]) in passes of up to

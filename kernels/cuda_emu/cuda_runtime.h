@@ -169,6 +169,26 @@ uint64_t warp_meet(WarpOp op, unsigned mask, uint64_t value, unsigned src, const
 // its own operands, and when the last arrives fn runs once with every member's pointer (lanes[l];
 // null outside mask) while they all wait, so it reads and writes each lane's operands in place.
 void warp_collective(void (*fn)(void* const* lanes), void* mine, unsigned mask, const char* what);
+// A tensor core tile's products as the emulated mma instructions compute them: sum[r][c] = the
+// sum over k of A[r][k] B[k][c] in fp32, from zero in k order. A row's eight columns are two
+// vectors of the compiler's (each lane its own product and sum, so the same bits): computed a
+// column at a time, these products took a seventh of the emulated attention kernels' time.
+template <int M, int K>
+inline void mma_tile_sums(const float (&A)[M][K], const float (&B)[K][8], float (&sum)[M][8]) {
+  typedef float Four __attribute__((vector_size(4 * sizeof(float))));  // one SSE register
+  for (int r = 0; r < M; ++r) {
+    Four lo = {}, hi = {};
+    for (int k = 0; k < K; ++k) {
+      Four b0, b1;
+      std::memcpy(&b0, &B[k][0], sizeof(b0));
+      std::memcpy(&b1, &B[k][4], sizeof(b1));
+      lo += A[r][k] * b0;
+      hi += A[r][k] * b1;
+    }
+    std::memcpy(&sum[r][0], &lo, sizeof(lo));
+    std::memcpy(&sum[r][4], &hi, sizeof(hi));
+  }
+}
 unsigned lane_id();
 // cp.async: a copy of `bytes` from src (null: zeros) to dst is queued for this thread and lands
 // only when a wait lets it (the latest moment the device allows; a barrier does not), so a

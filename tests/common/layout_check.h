@@ -88,7 +88,9 @@ inline void expect_same_alternatives(const std::vector<int32_t>& ia, const std::
     const float t = 2 * other_token_tol(tol, la[i]);
     const bool near_prev = k > 0 && std::fabs(la[i] - la[i - 1]) <= t;
     const bool near_next = k + 1 < per_row && std::fabs(la[i] - la[i + 1]) <= t;
-    if (!near_prev && !near_next) EXPECT_EQ(ia[i], ib[i]) << what << " alternative " << i;
+    if (!near_prev && !near_next) {
+      EXPECT_EQ(ia[i], ib[i]) << what << " alternative " << i;
+    }
   }
 }
 

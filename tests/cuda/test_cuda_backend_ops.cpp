@@ -573,7 +573,9 @@ void check_sample(ComputeBackend& cpu, ComputeBackend& gpu, int64_t R, int64_t V
   const float* d_logits = up(gpu, logits);
   gpu.sample(d_logits, R, V, rows.data(), seen.data(), tok_g.data(), lp_g.data(), top_g.data(), top_lp_g.data());
   for (int64_t r = 0; r < R; ++r) {
-    if (rows[r].target >= 0) EXPECT_EQ(tok_c[r], rows[r].target) << "row " << r;
+    if (rows[r].target >= 0) {
+      EXPECT_EQ(tok_c[r], rows[r].target) << "row " << r;
+    }
     std::vector<float> sorted(logits.begin() + r * V, logits.begin() + (r + 1) * V);
     std::sort(sorted.begin(), sorted.end(), std::greater<float>());
     for (int32_t k = 0; k < rows[r].top_n; ++k) {
@@ -583,8 +585,9 @@ void check_sample(ComputeBackend& cpu, ComputeBackend& gpu, int64_t R, int64_t V
       // The host's are the k-th largest logit's, and the logprob of that token.
       ASSERT_EQ(logits[r * V + top_c[at]], sorted[static_cast<size_t>(k)]) << "row " << r << " alternative " << k;
       ASSERT_EQ(top_lp_c[at], log_softmax_at(logits.data() + r * V, V, top_c[at])) << "row " << r;
-      if (k > 0 && sorted[static_cast<size_t>(k)] == sorted[static_cast<size_t>(k) - 1])
+      if (k > 0 && sorted[static_cast<size_t>(k)] == sorted[static_cast<size_t>(k) - 1]) {
         ASSERT_GT(top_c[at], top_c[at - 1]) << "a tie goes to the lower id first";
+      }
     }
   }
   for (int64_t r = 0; r < R; ++r) {

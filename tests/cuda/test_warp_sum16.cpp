@@ -7,6 +7,7 @@
 #include <barrier>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <thread>
 #include <vector>
@@ -44,14 +45,14 @@ std::vector<std::vector<float>> make_sets(int n, uint32_t seed) {
 TEST(WarpSum16, LanePairsGetTheButterflysBits) {
   const auto sets = make_sets(40, 7);  // sets[s][lane * 16 + j]: lane's value of sum j
   std::vector<float> got(sets.size() * kLanes);  // got[s * kLanes + lane]
-  float slot[kLanes];
+  float slot[kLanes][8];
   std::barrier sync(kLanes);
-  auto exchange = [&](int lane, float v, int src) {
-    slot[lane] = v;
+  auto exchange = [&](int lane, const auto& send, auto& recv, int src) {
+    const size_t n = std::size(send);
+    for (size_t i = 0; i < n; ++i) slot[lane][i] = send[i];
     sync.arrive_and_wait();
-    const float r = slot[src];
+    for (size_t i = 0; i < n; ++i) recv[i] = slot[src][i];
     sync.arrive_and_wait();  // nobody overwrites slot before every lane has read
-    return r;
   };
   std::vector<std::thread> lanes;
   for (int lane = 0; lane < kLanes; ++lane) {
@@ -60,7 +61,7 @@ TEST(WarpSum16, LanePairsGetTheButterflysBits) {
         float p[16];
         for (int j = 0; j < 16; ++j) p[j] = sets[s][lane * 16 + j];
         got[s * kLanes + lane] = shardlm::cuda::detail::warp_sum16_pairs(
-            p, lane, [&](float v, int o) { return exchange(lane, v, lane ^ o); });
+            p, lane, [&](const auto& send, auto& recv, int o) { exchange(lane, send, recv, lane ^ o); });
       }
     });
   }
