@@ -41,11 +41,13 @@ SHARDLM_HD inline uint64_t candidate_key(float v, uint32_t id) {
 // A candidate's weight from its tempered probability p: 0 for p = 0 or NaN.
 SHARDLM_HD inline int64_t weight(float p) { return p > 0.0f ? static_cast<int64_t>(p * 0x1p40f) : 0; }
 
-// A distinct token of a sequence's prompt and output so far, with its count in the output (0: it
-// is in the prompt only): what the penalties read.
-struct SeenToken {
+// One token of a sample row whose logit changes before the choice: a token the sequence has seen
+// (its count in the output; 0: the prompt only), a biased one, an allowed one, or any of these.
+struct TokenEdit {
   int32_t token = 0;
-  int32_t output_count = 0;
+  int32_t output_count = 0;  // -1: not seen (no penalty applies)
+  float bias = 0.0f;         // added first (logit_bias; -inf bars a stop token before min_tokens)
+  int32_t allowed = 0;       // 1: in the request's allowed_token_ids (what a row with allowed_only keeps)
 };
 
 // vLLM's penalties on the logit of a token the sequence has seen, in fp32 and in its order:
@@ -60,6 +62,17 @@ SHARDLM_HD inline float penalized_logit(float logit, float repetition, float fre
     l -= frequency * static_cast<float>(output_count);
     l -= presence;
   }
+  return l;
+}
+
+// An edited token's logit, in vLLM's sampler order: the allowed_token_ids mask (a row that keeps
+// only its allowed tokens gives any other -inf), then min_tokens and logit_bias (the bias: -inf
+// for a barred stop token, +b for a biased one, in fp32), then the penalties of a seen token.
+SHARDLM_HD inline float edited_logit(float logit, const TokenEdit& e, bool allowed_only, float repetition,
+                                     float frequency, float presence) {
+  if (allowed_only && !e.allowed) return -INFINITY;
+  float l = e.bias != 0.0f ? logit + e.bias : logit;
+  if (e.output_count >= 0) l = penalized_logit(l, repetition, frequency, presence, e.output_count);
   return l;
 }
 

@@ -9,7 +9,7 @@ set(SHARDLM_CUDA_KERNELS
     head_matmul.cu split_columns.cu
     # Routing, expert permutation, expert-parallel row movement, fp8 dequantisation, sampling (and its
     # penalties), logprobs.
-    moe_topk.cu expert_permute.cu fp8_dequant.cu sampling.cu penalties.cu gated_add.cu expert_rows.cu
+    moe_topk.cu expert_permute.cu fp8_dequant.cu sampling.cu logit_edits.cu gated_add.cu expert_rows.cu
     expert_exchange.cu wire_bf16.cu wire_fp8.cu
     # Linear layers on weights kept fp8 (a few rows: decode).
     rows_matmul.cu

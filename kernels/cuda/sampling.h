@@ -39,8 +39,10 @@ struct SamplingRow {
   int64_t top_k = 0;         // <= 0 or >= V: off
   uint64_t seed = 0;
   int64_t position = 0;      // index the sampled token takes in its sequence
-  // The row's penalties (kernels/cuda/penalties.h applies them, before the sample kernel).
+  // The row's penalties, and whether it keeps only its allowed tokens (kernels/cuda/logit_edits.h
+  // applies them, before the sample kernel).
   float repetition_penalty = 1.0f, frequency_penalty = 0.0f, presence_penalty = 0.0f;
+  int32_t allowed_only = 0;
   // A scored row (prompt logprobs) takes this given token (>= 0) instead of a choice.
   int32_t target = -1;
   // The row's top_n most likely tokens of the raw row (candidate order: logit descending, ties to
@@ -51,8 +53,8 @@ struct SamplingRow {
 
 // logits [R, V]; params [R] (device); scratch [R, V] fp32 (device; the tempered probabilities);
 // tokens [R] and logprobs [R] (device) receive the choice and log_softmax(logits row)[token].
-// choice_logits, where not null, are the rows the choice is made on (the logits with penalties
-// applied, kernels/cuda/penalties.h); the logprobs stay those of the raw logits. top_tokens and
+// choice_logits, where not null, are the rows the choice is made on (the logits with their edits
+// applied, kernels/cuda/logit_edits.h); the logprobs stay those of the raw logits. top_tokens and
 // top_logprobs (device) receive the rows' top alternatives (may be null when no row has top_n): one
 // pass over the row per alternative, each the smallest candidate key above the previous one's;
 // -1 and NaN past the row's tokens that are not NaN.

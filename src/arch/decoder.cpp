@@ -162,7 +162,7 @@ class Decoder final : public Model {
       StageClock::Part part(clock_);
       begin_profiled_step(batch);
       device_step_ = DeviceStep{step_to_device(batch), static_cast<int64_t>(batch.logit_rows.size()), batch.sample_rows,
-                                batch.seen_tokens};
+                                batch.token_edits};
       return;
     }
     if (!leads_pipeline()) return Model::begin_step(batch);
@@ -220,7 +220,7 @@ class Decoder final : public Model {
         out->resize(0, 0);
         if (step.rows > 0) {
           OpSection s(b_, "sampling");
-          out->sample(b_, step.logits, spec_.vocab_size, step.sample_rows, step.seen_tokens);
+          out->sample(b_, step.logits, spec_.vocab_size, step.sample_rows, step.token_edits);
         }
         end_profiled_step();
       }
@@ -352,7 +352,7 @@ class Decoder final : public Model {
     const float* logits = nullptr;  // null when no row samples
     int64_t rows = 0;
     std::vector<SampleRow> sample_rows;
-    std::vector<SeenToken> seen_tokens;
+    std::vector<TokenEdit> token_edits;
   };
   DeviceStep take_device_step(bool sampled) {
     SHARDLM_CHECK(device_step_, "ending a step that was not begun");
@@ -641,7 +641,7 @@ class Decoder final : public Model {
     const int64_t R = static_cast<int64_t>(batch.logit_rows.size()), V = spec_.vocab_size;
     if (batch.sampled()) {
       OpSection s(b_, "sampling");
-      step_choices_.sample(b_, dev, V, batch.sample_rows, batch.seen_tokens);
+      step_choices_.sample(b_, dev, V, batch.sample_rows, batch.token_edits);
       pack_choices(step_choices_, &choices_);
       comms_.pp->send(choices_.data(), choices_.size(), CommDType::kI32, 0, kTagLogits);
       return;

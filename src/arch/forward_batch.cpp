@@ -15,21 +15,22 @@ void ForwardBatch::clear() {
   blocks.clear();
   logit_rows.clear();
   sample_rows.clear();
-  seen_tokens.clear();
+  token_edits.clear();
 }
 
 bool ForwardBatch::sampled() const {
   SHARDLM_CHECK(sample_rows.empty() || sample_rows.size() == logit_rows.size(),
                 "a step with " << logit_rows.size() << " logit rows carries " << sample_rows.size() << " sample rows");
-  // The samplers read each row's seen tokens where it says, unchecked.
-  const int64_t seen = static_cast<int64_t>(seen_tokens.size());
+  // The samplers read each row's token edits where it says, unchecked.
+  const int64_t seen = static_cast<int64_t>(token_edits.size());
   // Each row's top alternatives begin where the previous row's end, so the arrays' length is
   // known from the last row (top_entries).
   int64_t top = 0;
   for (const SampleRow& r : sample_rows) {
     SHARDLM_CHECK(
-        r.seen_begin >= 0 && r.seen_count >= 0 && r.seen_begin <= seen && r.seen_count <= seen - r.seen_begin,
-        "a sample row's seen tokens [" << r.seen_begin << ", +" << r.seen_count << ") are outside the step's " << seen);
+        r.edits_begin >= 0 && r.edits_count >= 0 && r.edits_begin <= seen && r.edits_count <= seen - r.edits_begin,
+        "a sample row's token edits [" << r.edits_begin << ", +" << r.edits_count << ") are outside the step's "
+                                       << seen);
     SHARDLM_CHECK(r.top_n >= 0 && r.top_n <= kMaxTopLogprobs && r.top_begin == top,
                   "a sample row's top alternatives [" << r.top_begin << ", +" << r.top_n
                                                       << ") do not follow the previous "
@@ -66,7 +67,7 @@ void Model::begin_step(const ForwardBatch& batch) {
   batch.sampled();
   forward(batch, buf.data());
   finished_logits_.push_back(std::move(buf));
-  finished_rows_.push_back({batch.sample_rows, batch.seen_tokens});
+  finished_rows_.push_back({batch.sample_rows, batch.token_edits});
 }
 
 void Model::end_step(float* logits) {
@@ -80,7 +81,7 @@ void Model::end_step(float* logits) {
 void Model::end_step_sampled(StepChoices* out) {
   SHARDLM_CHECK(!finished_rows_.empty(), "end_step_sampled without a begun step");
   const std::vector<SampleRow> rows = std::move(finished_rows_.front().rows);
-  const std::vector<SeenToken> seen = std::move(finished_rows_.front().seen);
+  const std::vector<TokenEdit> seen = std::move(finished_rows_.front().seen);
   const int64_t V = spec().vocab_size;
   sampled_logits_.resize(finished_logits_.front().size());
   end_step(sampled_logits_.data());  // ends the step either way, like the decoder

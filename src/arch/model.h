@@ -35,11 +35,11 @@ struct ForwardBatch {
   // logits end (the last pipeline stage, on its device) and ended with end_step_sampled; without
   // them the logits themselves are wanted (forward, end_step).
   std::vector<SampleRow> sample_rows;
-  // The distinct tokens each penalized sample row has seen (SampleRow::seen_begin indexes them).
-  std::vector<SeenToken> seen_tokens;
+  // The tokens whose logits the sample rows edit (SampleRow::edits_begin indexes them).
+  std::vector<TokenEdit> token_edits;
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   // True when the step carries sample rows; throws when they do not match the logit rows, or a
-  // row's seen tokens are not in seen_tokens.
+  // row's token edits are not in token_edits.
   bool sampled() const;
   void clear();
   // Appends the tokens [start, start + len) of a sequence whose block table is `table`.
@@ -62,11 +62,11 @@ struct StepChoices {
   }
   // The backend's sample op on a step's logits, into these.
   void sample(ComputeBackend& b, const float* logits, int64_t V, const std::vector<SampleRow>& rows,
-              const std::vector<SeenToken>& seen) {
+              const std::vector<TokenEdit>& edits) {
     const int64_t R = static_cast<int64_t>(rows.size());
     resize(R, top_entries(rows.data(), R));
     if (R > 0)
-      b.sample(logits, R, V, rows.data(), seen.data(), tokens.data(), logprobs.data(), top_tokens.data(),
+      b.sample(logits, R, V, rows.data(), edits.data(), tokens.data(), logprobs.data(), top_tokens.data(),
                top_logprobs.data());
   }
 };
@@ -172,7 +172,7 @@ class Model {
   std::deque<std::vector<float>> finished_logits_;  // default begin/end: results not yet taken
   struct StepRows {
     std::vector<SampleRow> rows;
-    std::vector<SeenToken> seen;
+    std::vector<TokenEdit> seen;
   };
   std::deque<StepRows> finished_rows_;              // ... and their steps' sample rows
   std::vector<std::vector<float>> spare_logits_;    // ... and buffers to reuse

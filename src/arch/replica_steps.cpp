@@ -12,9 +12,10 @@ namespace shardlm {
 namespace {
 
 constexpr int kTagStepHeader = 21, kTagStepInts = 22, kTagStepSlots = 23, kTagStepSampleRows = 24,
-              kTagStepSeenTokens = 25;
+              kTagStepTokenEdits = 25;
 // Steps whose sends may still be in progress; older ones are completed before their buffers go.
 constexpr size_t kMaxPendingSteps = 8;
+constexpr size_t kEditWords = 4;
 
 // Header of a step message; num_tokens < 0 means "no more steps".
 struct StepHeader {
@@ -23,10 +24,11 @@ struct StepHeader {
   int64_t blocks = 0;
   int64_t logit_rows = 0;
   int64_t sample_rows = 0;  // 0 or logit_rows: the last stage samples the step (ForwardBatch::sample_rows)
-  int64_t seen_tokens = 0;  // what its penalized rows have seen (ForwardBatch::seen_tokens)
+  int64_t token_edits = 0;  // what its rows' logit controls and penalties read (ForwardBatch::token_edits)
 };
 static_assert(std::is_trivially_copyable_v<SampleRow>, "sample rows travel as bytes");
-static_assert(sizeof(SeenToken) == 2 * sizeof(int32_t), "seen tokens travel as int32 pairs");
+static_assert(std::is_trivially_copyable_v<TokenEdit> && sizeof(TokenEdit) == kEditWords * sizeof(int32_t),
+              "token edits travel as 32-bit words");
 
 std::vector<int32_t>* int_parts(ForwardBatch& b, size_t i) {
   std::vector<int32_t>* parts[] = {&b.tokens, &b.positions, &b.token_seq, &b.seq_block_start, &b.blocks, &b.logit_rows};
@@ -52,14 +54,14 @@ void BroadcastingModel::send_step(const ForwardBatch& batch_in, bool last) {
               static_cast<int64_t>(batch.blocks.size()),
               static_cast<int64_t>(batch.logit_rows.size()),
               static_cast<int64_t>(batch.sample_rows.size()),
-              static_cast<int64_t>(batch.seen_tokens.size())};
+              static_cast<int64_t>(batch.token_edits.size())};
   for (size_t i = 0; i < kIntParts; ++i) {
     const auto* p = int_parts(batch, i);
     o.ints.insert(o.ints.end(), p->begin(), p->end());
   }
   o.slots = batch.slots;
   o.sample_rows = batch.sample_rows;
-  o.seen_tokens = batch.seen_tokens;
+  o.token_edits = batch.token_edits;
   for (int r = 1; r < replica_.size(); ++r) {
     o.requests.push_back(replica_.isend(o.header.data(), o.header.size(), CommDType::kI64, r, kTagStepHeader));
     if (batch.num_tokens() <= 0) continue;
@@ -69,9 +71,9 @@ void BroadcastingModel::send_step(const ForwardBatch& batch_in, bool last) {
       o.requests.push_back(replica_.isend(o.sample_rows.data(), o.sample_rows.size() * sizeof(SampleRow),
                                           CommDType::kU8, r, kTagStepSampleRows));
     }
-    if (!o.seen_tokens.empty()) {
-      o.requests.push_back(
-          replica_.isend(o.seen_tokens.data(), 2 * o.seen_tokens.size(), CommDType::kI32, r, kTagStepSeenTokens));
+    if (!o.token_edits.empty()) {
+      o.requests.push_back(replica_.isend(o.token_edits.data(), kEditWords * o.token_edits.size(), CommDType::kI32, r,
+                                          kTagStepTokenEdits));
     }
   }
 }
@@ -134,9 +136,10 @@ void serve_replica_steps(Model& model, Communicator& replica, int64_t kv_budget_
       replica.recv(batch.sample_rows.data(), batch.sample_rows.size() * sizeof(SampleRow), CommDType::kU8, 0,
                    kTagStepSampleRows);
     }
-    batch.seen_tokens.resize(static_cast<size_t>(h.seen_tokens));
-    if (h.seen_tokens > 0) {
-      replica.recv(batch.seen_tokens.data(), 2 * batch.seen_tokens.size(), CommDType::kI32, 0, kTagStepSeenTokens);
+    batch.token_edits.resize(static_cast<size_t>(h.token_edits));
+    if (h.token_edits > 0) {
+      replica.recv(batch.token_edits.data(), kEditWords * batch.token_edits.size(), CommDType::kI32, 0,
+                   kTagStepTokenEdits);
     }
     size_t at = 0;
     for (size_t i = 0; i < kIntParts; ++i) {

@@ -58,7 +58,7 @@ class BroadcastingModel final : public Model {
     std::vector<int32_t> ints;
     std::vector<int64_t> slots;
     std::vector<SampleRow> sample_rows;
-    std::vector<SeenToken> seen_tokens;
+    std::vector<TokenEdit> token_edits;
     std::vector<std::unique_ptr<CommRequest>> requests;
   };
 

@@ -171,7 +171,7 @@ void print_sampling(ComputeBackend& b, int64_t V, double bw_gbs) {
   std::vector<int32_t> tokens(R), top_tokens(static_cast<size_t>(R * kMaxTopLogprobs));
   std::vector<float> logprobs(R), top_logprobs(top_tokens.size());
   constexpr int64_t kSeen = 1024;
-  std::vector<SeenToken> seen(static_cast<size_t>(R * kSeen));
+  std::vector<TokenEdit> seen(static_cast<size_t>(R * kSeen));
   for (int64_t r = 0; r < R; ++r) {
     for (int64_t i = 0; i < kSeen; ++i)
       seen[static_cast<size_t>(r * kSeen + i)] = {static_cast<int32_t>((i + 31 * r) % V), static_cast<int32_t>(i % 3)};
@@ -195,8 +195,8 @@ void print_sampling(ComputeBackend& b, int64_t V, double bw_gbs) {
         rows[r].repetition_penalty = 1.1f;
         rows[r].frequency_penalty = 0.5f;
         rows[r].presence_penalty = 0.5f;
-        rows[r].seen_begin = r * kSeen;
-        rows[r].seen_count = kSeen;  // distinct where V >= kSeen
+        rows[r].edits_begin = r * kSeen;
+        rows[r].edits_count = kSeen;  // distinct where V >= kSeen
       }
     }
     double best = 1e30;

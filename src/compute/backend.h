@@ -113,13 +113,15 @@ struct SampleRow {
   int64_t top_k = 0;         // <= 0 or >= V: off
   uint64_t seed = 0;
   int64_t position = 0;
-  // vLLM's penalties (fp32, as it applies them; neutral 1, 0, 0) on the tokens the sequence has
-  // seen: [seen_begin, seen_begin + seen_count) of the step's SeenToken list.
+  // vLLM's penalties (fp32, as it applies them; neutral 1, 0, 0) and its other logit controls on
+  // the tokens [edits_begin, edits_begin + edits_count) of the step's TokenEdit list
+  // (sampling::edited_logit); allowed_only: every token not listed as allowed is barred.
   float repetition_penalty = 1.0f;
   float frequency_penalty = 0.0f;
   float presence_penalty = 0.0f;
-  int64_t seen_begin = 0;
-  int64_t seen_count = 0;
+  int64_t edits_begin = 0;
+  int64_t edits_count = 0;
+  bool allowed_only = false;
   // A scored row (vLLM's prompt_logprobs) takes this given token (>= 0) instead of a choice:
   // nothing is drawn and no penalty applies; its logprob is the raw row's at it. -1: the row chooses.
   int32_t target = -1;
@@ -128,12 +130,11 @@ struct SampleRow {
   // row's end (top_entries).
   int32_t top_n = 0;
   int64_t top_begin = 0;
-  bool penalized() const {
-    return seen_count > 0 && (repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f);
-  }
+  // Whether the choice reads an edited copy of the row.
+  bool edited() const { return edits_count > 0 || allowed_only; }
 };
 
-using SeenToken = sampling::SeenToken;  // a token the sequence has seen (kernels/sample_rules.h)
+using TokenEdit = sampling::TokenEdit;  // a token whose logit changes before the choice (kernels/sample_rules.h)
 
 // The length of a step's top arrays: where its last row's end.
 inline int64_t top_entries(const SampleRow* rows, int64_t R) {
@@ -522,14 +523,14 @@ class ComputeBackend {
 
   // ---- Sampling ----
   // The host sampler's choice (src/engine/sampler.h) per row of logits [R, V] (backend memory)
-  // with rows[r]'s settings (host) and the seen tokens its penalties read (host; may be null when
-  // no row is penalized): tokens[r] and logprobs[r] (host; log-softmax of the raw row at the
-  // token, before penalties); a scored row (SampleRow::target) takes its given token. Rows with
+  // with rows[r]'s settings (host) and the token edits its logit controls and penalties read
+  // (host; may be null when no row has any): tokens[r] and logprobs[r] (host; log-softmax of the
+  // raw row at the token, before any edit); a scored row (SampleRow::target) takes its given token. Rows with
   // top_n write their alternatives to top_tokens and top_logprobs (host, top_entries(rows, R) long;
   // may be null when no row asks). The logits are not changed. Only the choices cross to the host,
   // so the logits never leave the device. Reads backend memory and writes host memory: like
   // copy_to_host, never while capturing.
-  virtual void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const SeenToken* seen,
+  virtual void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const TokenEdit* edits,
                       int32_t* tokens, float* logprobs, int32_t* top_tokens, float* top_logprobs) = 0;
 
   // Returns when every op issued so far has finished (timing a phase; backends that run each op

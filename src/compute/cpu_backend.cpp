@@ -450,7 +450,7 @@ const int32_t* const* CpuBackend::token_tables(const BlockTables& tables, int64_
   return token_tables_.data();
 }
 
-void CpuBackend::sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const SeenToken* seen,
+void CpuBackend::sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const TokenEdit* edits,
                         int32_t* tokens, float* logprobs, int32_t* top_tokens, float* top_logprobs) {
   // Rows are independent and each costs several passes over the vocabulary: one sampler (its
   // scratch) per thread. A row's choice does not depend on the thread that makes it.
@@ -465,7 +465,7 @@ void CpuBackend::sample(const float* logits, int64_t R, int64_t V, const SampleR
     if (any_failed.load(std::memory_order_relaxed)) continue;
     const int me = threads > 1 ? omp_get_thread_num() : 0;
     try {
-      const Sample s = samplers_[static_cast<size_t>(me)].sample(logits + r * V, V, rows[r], seen);
+      const Sample s = samplers_[static_cast<size_t>(me)].sample(logits + r * V, V, rows[r], edits);
       tokens[r] = s.token;
       logprobs[r] = s.logprob;
       write_top_logprobs(logits + r * V, V, rows[r], top_tokens, top_logprobs);

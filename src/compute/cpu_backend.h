@@ -102,7 +102,7 @@ class CpuBackend : public ComputeBackend {
   void combine_rows(const float* y, int64_t H, const int32_t* token_start, const int32_t* rows, const float* weights,
                     int64_t T, float* out) override;
   // The host Sampler on each row: the engine's choice before sampling moved behind the backend.
-  void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const SeenToken* seen, int32_t* tokens,
+  void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const TokenEdit* edits, int32_t* tokens,
               float* logprobs, int32_t* top_tokens, float* top_logprobs) override;
   void synchronize() override {}
 

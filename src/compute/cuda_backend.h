@@ -208,10 +208,10 @@ class CudaBackend final : public ComputeBackend {
                            const int32_t* slot_row, int64_t T, int64_t k, float* out) override;
   void gated_add(float* out, const float* y, const float* gate_logits, int64_t T, int64_t H) override;
   void abs_max(const float* x, int64_t n, float* acc) override;
-  // kernels/cuda/sampling.h on the device's logits (kernels/cuda/penalties.h first, on a copy, for
-  // penalized rows): the rows and the seen-token entries go up, the tokens and logprobs come back
-  // (R values each), and that copy is the only wait for the stream.
-  void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const SeenToken* seen, int32_t* tokens,
+  // kernels/cuda/sampling.h on the device's logits (kernels/cuda/logit_edits.h first, on a copy, for
+  // edited rows): the rows and the token edits go up, the tokens and logprobs come back (R values
+  // each), and that copy is the only wait for the stream.
+  void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const TokenEdit* edits, int32_t* tokens,
               float* logprobs, int32_t* top_tokens, float* top_logprobs) override;
 
  private:
@@ -424,12 +424,12 @@ class CudaBackend final : public ComputeBackend {
   std::vector<int32_t> attn_tiles_host_;  // what attn_tiles_ holds
   // sample(): device buffers that only grow (never used inside a capture, so freed at once when
   // they grow): the rows, the tempered-probability scratch [R, V], the tokens, the logprobs, the
-  // penalized copy of the logits [R, V], the seen-token entries the penalties read, and the top
+  // edited copy of the logits [R, V], the token edits' entries, and the top
   // alternatives' tokens and logprobs. ahead: grow
   // by half again as much as asked (the entries grow a little nearly every decode step, and
   // cudaFree synchronizes the device).
   void* sample_buffer(int i, size_t bytes, bool ahead = false);
-  // rows, scratch, tokens, logprobs, penalized logits, penalties, top tokens, top logprobs
+  // rows, scratch, tokens, logprobs, edited logits, edit entries, top tokens, top logprobs
   static constexpr int kSampleBuffers = 8;
   void* sample_buf_[kSampleBuffers] = {};
   size_t sample_bytes_[kSampleBuffers] = {};

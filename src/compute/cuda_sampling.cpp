@@ -1,6 +1,6 @@
 // CudaBackend's sampling: the choices made on the device (kernels/cuda/sampling.h), after the
-// penalties where a row has them (kernels/cuda/penalties.h), so that only the tokens, their
-// logprobs and the rows' top alternatives cross to the host.
+// logit controls and penalties where a row has them (kernels/cuda/logit_edits.h), so that only the
+// tokens, their logprobs and the rows' top alternatives cross to the host.
 #include <cuda_runtime.h>
 
 #include <vector>
@@ -8,7 +8,7 @@
 #include "compute/cuda_backend.h"
 #include "compute/cuda_check.h"
 #include "core/error.h"
-#include "cuda/penalties.h"
+#include "cuda/logit_edits.h"
 #include "io/request.h"
 #include "cuda/sampling.h"
 #include "sample_rules.h"
@@ -28,13 +28,14 @@ void* CudaBackend::sample_buffer(int i, size_t bytes, bool ahead) {
   return sample_buf_[i];
 }
 
-void CudaBackend::sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const SeenToken* seen,
+void CudaBackend::sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const TokenEdit* edits,
                          int32_t* tokens, float* logprobs, int32_t* top_tokens, float* top_logprobs) {
   if (R == 0) return;
   SHARDLM_CHECK(!capturing_, "cuda backend: sample while capturing a CUDA graph (it writes host memory)");
   const size_t n = static_cast<size_t>(R);
   std::vector<cuda::SamplingRow> host(n);
-  std::vector<cuda::PenaltyEntry> entries;
+  std::vector<cuda::LogitEditEntry> entries;
+  bool any_allowed_only = false;
   for (size_t r = 0; r < n; ++r) {
     const SampleRow& row = rows[r];
     SHARDLM_CHECK(row.temperature <= 0.0 || V <= sampling::kMaxVocab,
@@ -57,16 +58,19 @@ void CudaBackend::sample(const float* logits, int64_t R, int64_t V, const Sample
     host[r].target = row.target;
     host[r].top_n = row.top_n;
     host[r].top_begin = row.top_begin;
-    if (!row.penalized()) continue;
-    SHARDLM_CHECK(seen, "sampling: a penalized row without the step's seen tokens");
-    // Without a repetition penalty a token of the prompt alone keeps its logit: no entry.
-    const bool prompt_tokens_change = row.repetition_penalty != 1.0f;
-    for (int64_t i = row.seen_begin; i < row.seen_begin + row.seen_count; ++i) {
+    host[r].allowed_only = row.allowed_only ? 1 : 0;
+    any_allowed_only = any_allowed_only || row.allowed_only;
+    if (!row.edited()) continue;
+    SHARDLM_CHECK(edits || row.edits_count == 0, "sampling: an edited row without the step's token edits");
+    // Without a repetition penalty or a bias, a token of the prompt alone keeps its logit: no
+    // entry (unless the row bars every token it does not list).
+    const bool prompt_tokens_change = row.repetition_penalty != 1.0f || row.allowed_only;
+    for (int64_t i = row.edits_begin; i < row.edits_begin + row.edits_count; ++i) {
+      const TokenEdit& e = edits[i];
       // The kernel writes where the token says: one outside the row would write another's logits.
-      SHARDLM_CHECK(seen[i].token >= 0 && seen[i].token < V,
-                    "penalties: seen token " << seen[i].token << " outside a vocabulary of " << V);
-      if (seen[i].output_count > 0 || prompt_tokens_change)
-        entries.push_back({static_cast<int32_t>(r), seen[i].token, seen[i].output_count});
+      SHARDLM_CHECK(e.token >= 0 && e.token < V, "logit edits: token " << e.token << " outside a vocabulary of " << V);
+      if (e.output_count > 0 || e.bias != 0.0f || prompt_tokens_change)
+        entries.push_back({static_cast<int32_t>(r), e.token, e.output_count, e.bias, e.allowed});
     }
   }
   auto* d_rows = static_cast<cuda::SamplingRow*>(sample_buffer(0, n * sizeof(cuda::SamplingRow)));
@@ -81,18 +85,23 @@ void CudaBackend::sample(const float* logits, int64_t R, int64_t V, const Sample
   // of scope.
   SHARDLM_CUDA_CHECK(cudaMemcpyAsync(d_rows, host.data(), n * sizeof(cuda::SamplingRow), cudaMemcpyHostToDevice, s));
   const float* choice = logits;
-  if (!entries.empty()) {
-    // The choice reads a penalized copy; the logprobs, the step's logits as they are.
-    auto* d_penalized = static_cast<float*>(sample_buffer(4, n * static_cast<size_t>(V) * sizeof(float)));
+  if (!entries.empty() || any_allowed_only) {
+    // The choice reads an edited copy; the logprobs, the step's logits as they are.
+    auto* d_edited = static_cast<float*>(sample_buffer(4, n * static_cast<size_t>(V) * sizeof(float)));
     auto* d_entries =
-        static_cast<cuda::PenaltyEntry*>(sample_buffer(5, entries.size() * sizeof(cuda::PenaltyEntry), true));
+        entries.empty()
+            ? nullptr
+            : static_cast<cuda::LogitEditEntry*>(sample_buffer(5, entries.size() * sizeof(cuda::LogitEditEntry), true));
     SHARDLM_CUDA_CHECK(
-        cudaMemcpyAsync(d_penalized, logits, n * static_cast<size_t>(V) * sizeof(float), cudaMemcpyDeviceToDevice, s));
-    SHARDLM_CUDA_CHECK(cudaMemcpyAsync(d_entries, entries.data(), entries.size() * sizeof(cuda::PenaltyEntry),
-                                       cudaMemcpyHostToDevice, s));
-    cuda::launch_apply_penalties(d_penalized, V, d_rows, d_entries, static_cast<int64_t>(entries.size()), s);
-    check_launch("apply_penalties");
-    choice = d_penalized;
+        cudaMemcpyAsync(d_edited, logits, n * static_cast<size_t>(V) * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    if (d_entries) {
+      SHARDLM_CUDA_CHECK(cudaMemcpyAsync(d_entries, entries.data(), entries.size() * sizeof(cuda::LogitEditEntry),
+                                         cudaMemcpyHostToDevice, s));
+    }
+    cuda::launch_apply_logit_edits(logits, d_edited, R, V, d_rows, d_entries, static_cast<int64_t>(entries.size()),
+                                   any_allowed_only, s);
+    check_launch("apply_logit_edits");
+    choice = d_edited;
   }
   cuda::launch_sample(logits, R, V, d_rows, d_scratch, d_tokens, d_logprobs, s, choice, d_top_tokens, d_top_logprobs);
   check_launch("sample");

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <csignal>
 #include <deque>
 #include <limits>
+#include <unordered_map>
 #include <utility>
 
 #include "core/error.h"
@@ -90,6 +92,10 @@ std::unique_ptr<Sequence> Engine::prepare(const ParsedRequest& req, double now, 
   // Given ids, and a tokenizer's too: one whose added tokens lie past the model's embedding rows
   // would otherwise have the step read outside them.
   const int64_t vocab = model_.spec().vocab_size;
+  if (std::string bad = s->params.validate_token_ids(vocab); !bad.empty()) {
+    err->error = "line " + std::to_string(req.line) + ": " + bad;
+    return nullptr;
+  }
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab) {
       err->error = "line " + std::to_string(req.line) + ": token id " + std::to_string(id) +
@@ -144,6 +150,44 @@ void make_prompt_logprobs(Sequence& s) {
 
 }  // namespace
 
+void Engine::add_token_edits(Sequence& s, SampleRow& row, std::vector<TokenEdit>& edits) {
+  const SamplingParams& p = s.params;
+  const int64_t out = s.len() - s.prompt_len();
+  if (!p.edits_logits(out)) return;
+  const size_t begin = edits.size();
+  row.edits_begin = static_cast<int64_t>(begin);
+  row.allowed_only = !p.allowed_token_ids.empty();
+  if (p.penalized()) {
+    s.seen.update(s.tokens, s.prompt_len());
+    edits.insert(edits.end(), s.seen.list().begin(), s.seen.list().end());
+  }
+  const bool bar_stops = out < p.min_tokens;
+  if (bar_stops || !p.logit_bias.empty() || row.allowed_only) {
+    // Each token listed once: the seen ones found by token, the others added unseen.
+    std::unordered_map<int32_t, size_t> at;
+    for (size_t i = begin; i < edits.size(); ++i) at.emplace(edits[i].token, i);
+    auto entry = [&](int32_t t) -> TokenEdit& {
+      auto [it, added] = at.try_emplace(t, edits.size());
+      if (added) edits.push_back(TokenEdit{t, -1, 0.0f, 0});
+      return edits[it->second];
+    };
+    const int64_t vocab = model_.spec().vocab_size;
+    if (bar_stops) {
+      // vLLM's min_tokens: the stop tokens (EOS unless ignored, stop_token_ids) cannot be chosen
+      // before it. An id past the vocabulary can never be chosen anyway.
+      auto bar = [&](int32_t t) {
+        if (t >= 0 && t < vocab) entry(t).bias = -INFINITY;
+      };
+      if (!p.ignore_eos)
+        for (int32_t t : eos_) bar(t);
+      for (int32_t t : p.stop_token_ids) bar(t);
+    }
+    for (const auto& [t, b] : p.logit_bias) entry(t).bias += b;  // after min_tokens, as vLLM: -inf stays
+    for (int32_t t : p.allowed_token_ids) entry(t).allowed = 1;
+  }
+  row.edits_count = static_cast<int64_t>(edits.size() - begin);
+}
+
 bool Engine::append_token(Sequence& s, const Sample& smp, const int32_t* top_ids, const float* top_lps, double now) {
   RequestResult& r = s.result;
   if (r.output_tokens.empty()) r.t_first_token = now;
@@ -152,9 +196,10 @@ bool Engine::append_token(Sequence& s, const Sample& smp, const int32_t* top_ids
   r.top_token_ids.insert(r.top_token_ids.end(), top_ids, top_ids + s.params.logprobs);
   r.top_logprobs.insert(r.top_logprobs.end(), top_lps, top_lps + s.params.logprobs);
   s.tokens.push_back(smp.token);
-  if ((!s.params.ignore_eos && eos_.count(smp.token)) ||
-      std::find(s.params.stop_token_ids.begin(), s.params.stop_token_ids.end(), smp.token) !=
-          s.params.stop_token_ids.end()) {
+  // As vLLM: before min_tokens output tokens no stop token ends the request, and a stop string
+  // only once the output is longer than min_tokens.
+  const int64_t out = static_cast<int64_t>(r.output_tokens.size());
+  if (out >= s.params.min_tokens && is_stop_token(s.params, smp.token)) {
     // As vLLM: the stop token's id stays in output_tokens, its text stays out of output_text (an
     // EOS that is a special token has none anyway).
     r.output_text = s.text;
@@ -165,6 +210,7 @@ bool Engine::append_token(Sequence& s, const Sample& smp, const int32_t* top_ids
   const size_t before = s.text.size();
   s.text += s.decoder->push(smp.token);
   for (const std::string& stop : s.params.stop) {
+    if (out <= s.params.min_tokens) break;
     // Only the new text and the stop string's length before it can hold a new match.
     const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
     const size_t at = s.text.find(stop, from);
@@ -307,13 +353,7 @@ RunStats Engine::run(RequestSource& source, ResultSink& sink) {
         // changes (a sequence belongs to one micro-batch, with one step in flight).
         if (c.samples) {
           SampleRow row = sample_row(c.seq->params, c.seq->len());
-          if (c.seq->params.penalized()) {
-            c.seq->seen.update(c.seq->tokens, c.seq->prompt_len());
-            const std::vector<SeenToken>& seen = c.seq->seen.list();
-            row.seen_begin = static_cast<int64_t>(batch.seen_tokens.size());
-            row.seen_count = static_cast<int64_t>(seen.size());
-            batch.seen_tokens.insert(batch.seen_tokens.end(), seen.begin(), seen.end());
-          }
+          add_token_edits(*c.seq, row, batch.token_edits);
           row.top_n = c.seq->params.logprobs;
           row.top_begin = top;
           top += row.top_n;

@@ -3,6 +3,7 @@
 // requests (and per-step records) to a sink as soon as they finish.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -82,6 +83,14 @@ class Engine {
  private:
   // Turns a parsed line into a sequence, or fills `err` with its final result (an error).
   std::unique_ptr<Sequence> prepare(const ParsedRequest& req, double now, RequestResult* err) const;
+  // The token edits of s's next sample row (its logit controls and penalties; nothing when it has
+  // none) appended to the step's list, and the row pointed at them.
+  void add_token_edits(Sequence& s, SampleRow& row, std::vector<TokenEdit>& edits);
+  // Whether t ends the request (EOS unless ignored, a stop token id).
+  bool is_stop_token(const SamplingParams& p, int32_t t) const {
+    return (!p.ignore_eos && eos_.count(t)) ||
+           std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) != p.stop_token_ids.end();
+  }
   // Appends a sampled token, with its top alternatives (s.params.logprobs of them); true when the
   // sequence is finished.
   bool append_token(Sequence& s, const Sample& smp, const int32_t* top_ids, const float* top_lps, double now);

@@ -49,9 +49,9 @@ void add_sampled_rows(ForwardBatch* b, int64_t vocab) {
     const int64_t position = b->positions[static_cast<size_t>(row)];
     SampleRow r = profile_row(position);
     r.repetition_penalty = 1.1f;
-    r.seen_begin = static_cast<int64_t>(b->seen_tokens.size());
-    r.seen_count = std::min(position + 1, vocab);  // distinct tokens: at most the sequence's length
-    for (int64_t t = 0; t < r.seen_count; ++t) b->seen_tokens.push_back({static_cast<int32_t>(t), 1});
+    r.edits_begin = static_cast<int64_t>(b->token_edits.size());
+    r.edits_count = std::min(position + 1, vocab);  // distinct tokens: at most the sequence's length
+    for (int64_t t = 0; t < r.edits_count; ++t) b->token_edits.push_back({static_cast<int32_t>(t), 1});
     r.top_begin = top;
     top += r.top_n;
     b->sample_rows.push_back(r);

@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "cpu/logits_scan.h"
-#include "cpu/penalties.h"
+#include "cpu/logit_edits.h"
 #include "engine/rng.h"
 #include "sample_rules.h"
 
@@ -30,7 +30,7 @@ SampleRow sample_row(const SamplingParams& p, int64_t position) {
   return r;
 }
 
-Sample Sampler::sample(const float* logits, int64_t vocab, const SampleRow& row, const SeenToken* seen) {
+Sample Sampler::sample(const float* logits, int64_t vocab, const SampleRow& row, const TokenEdit* edits) {
   // The choice below reads temperature, top_k, top_p, min_p and seed, after the penalties; the
   // other fields (max_tokens, stop, ignore_eos) only decide when a sequence ends.
   if (row.target >= 0) {
@@ -43,13 +43,13 @@ Sample Sampler::sample(const float* logits, int64_t vocab, const SampleRow& row,
   p.min_p = row.min_p;
   p.top_k = row.top_k;
   p.seed = row.seed;
-  if (!row.penalized()) return sample(logits, vocab, p, row.position);
-  SHARDLM_CHECK(seen, "sampling: a penalized row without the step's seen tokens");
-  penalized_.resize(static_cast<size_t>(vocab));
-  cpu::penalized_row(logits, vocab, seen + row.seen_begin, row.seen_count, row.repetition_penalty,
-                     row.frequency_penalty, row.presence_penalty, penalized_.data());
-  // The logprob is the raw row's, not the penalized one the choice was made on.
-  const int32_t token = choose(penalized_.data(), vocab, p, row.position, nullptr);
+  if (!row.edited()) return sample(logits, vocab, p, row.position);
+  SHARDLM_CHECK(edits || row.edits_count == 0, "sampling: an edited row without the step's token edits");
+  edited_.resize(static_cast<size_t>(vocab));
+  cpu::edited_row(logits, vocab, edits + row.edits_begin, row.edits_count, row.allowed_only, row.repetition_penalty,
+                  row.frequency_penalty, row.presence_penalty, edited_.data());
+  // The logprob is the raw row's, not the edited one the choice was made on.
+  const int32_t token = choose(edited_.data(), vocab, p, row.position, nullptr);
   return {token, log_softmax_at(logits, vocab, token)};
 }
 

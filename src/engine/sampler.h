@@ -33,13 +33,14 @@ struct Sample {
 class Sampler {
  public:
   // logits: [vocab]; position: the index the sampled token will take in the sequence. p's
-  // penalties are not applied here: they read the seen tokens, which the SampleRow form takes.
+  // penalties and logit controls are not applied here: they read the row's token edits, which the
+  // SampleRow form takes.
   Sample sample(const float* logits, int64_t vocab, const SamplingParams& p, int64_t position);
   // The same choice for a row's settings (a SampleRow carries every field the choice reads), made
-  // on the row with its penalties applied (kernels/cpu/penalties.h) when it has any: seen is the
-  // step's seen-token list the row indexes. The logprob is still of the raw row (vLLM's default
+  // on the row with its edits applied (kernels/cpu/logit_edits.h) when it has any: edits is the
+  // step's TokenEdit list the row indexes. The logprob is still of the raw row (vLLM's default
   // logprobs mode). A scored row (row.target >= 0) takes its given token.
-  Sample sample(const float* logits, int64_t vocab, const SampleRow& row, const SeenToken* seen = nullptr);
+  Sample sample(const float* logits, int64_t vocab, const SampleRow& row, const TokenEdit* edits = nullptr);
 
  private:
   // The choice alone. greedy_max, where not null, receives the row's maximum when the choice is
@@ -47,7 +48,7 @@ class Sampler {
   int32_t choose(const float* logits, int64_t vocab, const SamplingParams& p, int64_t position, float* greedy_max);
 
   CandidateBands bands_;          // scratch, reused across calls
-  std::vector<float> penalized_;  // the penalized row
+  std::vector<float> edited_;     // the edited row
 };
 
 // The settings of a sequence's next token at `position` (the index it will take), for

@@ -24,6 +24,9 @@ SamplingParams SamplingParams::resolved(const SamplingOverrides& o, const std::s
   if (o.ignore_eos) p.ignore_eos = *o.ignore_eos;
   if (o.logprobs) p.logprobs = *o.logprobs;
   if (o.prompt_logprobs) p.prompt_logprobs = *o.prompt_logprobs;
+  if (o.allowed_token_ids) p.allowed_token_ids = *o.allowed_token_ids;
+  if (o.min_tokens) p.min_tokens = *o.min_tokens;
+  if (o.logit_bias) p.logit_bias = *o.logit_bias;
   p.seed = o.seed ? *o.seed : hash_string64(request_id.data(), request_id.size(), seed);
   return p;
 }
@@ -43,9 +46,23 @@ std::string SamplingParams::validate() const {
     return "logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]";
   if (prompt_logprobs < -1 || prompt_logprobs > kMaxTopLogprobs)
     return "prompt_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "] (or -1: none)";
+  if (min_tokens < 0) return "min_tokens must be >= 0";
+  if (min_tokens > max_tokens)  // vLLM's bound
+    return "min_tokens (" + std::to_string(min_tokens) + ") must be at most max_tokens (" + std::to_string(max_tokens) +
+           ")";
   for (const auto& s : stop) {
     if (s.empty()) return "stop strings must not be empty";
   }
+  return {};
+}
+
+std::string SamplingParams::validate_token_ids(int64_t vocab) const {
+  const auto outside = [vocab](int32_t id) { return id < 0 || id >= vocab; };
+  const std::string range = " is outside the vocabulary [0, " + std::to_string(vocab) + ")";
+  for (int32_t id : allowed_token_ids)
+    if (outside(id)) return "allowed_token_ids: token id " + std::to_string(id) + range;
+  for (const auto& [id, bias] : logit_bias)
+    if (outside(id)) return "logit_bias: token id " + std::to_string(id) + range;
   return {};
 }
 

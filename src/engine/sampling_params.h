@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/request.h"
@@ -34,6 +35,10 @@ struct SamplingParams {
   // vLLM's logprobs and prompt_logprobs, both of the raw logits.
   int32_t logprobs = 0;
   int32_t prompt_logprobs = -1;
+  // vLLM's logit controls (SamplingOverrides): empty allowed_token_ids allows every token.
+  std::vector<int32_t> allowed_token_ids;
+  int64_t min_tokens = 0;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // by token id, distinct
 
   // Applies a request's overrides on top of these defaults, with vLLM's temperature bounds. A
   // request without its own seed gets one derived from the run seed and its id, so its samples do
@@ -41,8 +46,14 @@ struct SamplingParams {
   SamplingParams resolved(const SamplingOverrides& o, const std::string& request_id) const;
   // Empty when valid, else the problem ("temperature must be in [0, 2]"); vLLM's bounds.
   std::string validate() const;
+  // Empty when every id of allowed_token_ids and logit_bias is in [0, vocab), else which is not.
+  std::string validate_token_ids(int64_t vocab) const;
   bool scores_prompt() const { return prompt_logprobs >= 0; }
   bool penalized() const { return repetition_penalty != 1.0 || frequency_penalty != 0.0 || presence_penalty != 0.0; }
+  // Whether a row of this request, its output `out` tokens long, changes logits before the choice.
+  bool edits_logits(int64_t out) const {
+    return penalized() || !allowed_token_ids.empty() || !logit_bias.empty() || out < min_tokens;
+  }
 };
 
 }  // namespace shardlm

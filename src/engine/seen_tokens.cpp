@@ -11,7 +11,7 @@ void SeenTokens::update(const std::vector<int32_t>& tokens, int64_t prompt_len) 
   for (; read_ < n; ++read_) {
     const int32_t t = tokens[static_cast<size_t>(read_)];
     auto [it, added] = index_.try_emplace(t, list_.size());
-    if (added) list_.push_back(SeenToken{t, 0});
+    if (added) list_.push_back(TokenEdit{t, 0});
     if (read_ >= prompt_len) ++list_[it->second].output_count;
   }
 }

@@ -17,10 +17,10 @@ class SeenTokens {
   // reading only the tokens added since the last call (tokens only grow).
   void update(const std::vector<int32_t>& tokens, int64_t prompt_len);
   // One entry per distinct token, in order of first appearance.
-  const std::vector<SeenToken>& list() const { return list_; }
+  const std::vector<TokenEdit>& list() const { return list_; }
 
  private:
-  std::vector<SeenToken> list_;
+  std::vector<TokenEdit> list_;
   std::unordered_map<int32_t, size_t> index_;  // token -> its entry in list_
   int64_t read_ = 0;                           // leading tokens counted
 };

@@ -6,10 +6,12 @@
 // are ignored, but vLLM / OpenAI sampling fields this engine does not apply are refused when they
 // ask for something (n 4, a logit bias): the request would otherwise run as if they were
 // not there. A sampling field set to null counts as absent (OpenAI clients write nulls).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -83,7 +85,7 @@ std::string excerpt(const json& v) {
 }
 
 // vLLM / OpenAI request fields that this engine does not apply: each may take its neutral value
-// (n 1, min_tokens 0, an empty logit_bias, null) and is otherwise an error naming it, so that a
+// (n 1, an empty bad_words, null) and is otherwise an error naming it, so that a
 // constrained, biased or truncated request never runs as a plain one.
 void refuse_unapplied(const json& o, const std::string& p) {
   struct Rule {
@@ -96,8 +98,6 @@ void refuse_unapplied(const json& o, const std::string& p) {
        "one completion is generated per request (give each sample its own line, id and seed)"},
       {"best_of", [](const json& v) { return v.is_number() && v.get<double>() == 1; },
        "one completion is generated per request"},
-      {"min_tokens", [](const json& v) { return v.is_number() && v.get<double>() == 0; }, "is not applied"},
-      {"logit_bias", [](const json& v) { return v.is_object() && v.empty(); }, "is not applied"},
       {"echo", [](const json& v) { return v.is_boolean() && !v.get<bool>(); },
        "the prompt is not repeated in the output"},
       {"include_stop_str_in_output", [](const json& v) { return v.is_boolean() && !v.get<bool>(); },
@@ -110,7 +110,6 @@ void refuse_unapplied(const json& o, const std::string& p) {
       {"skip_special_tokens", [](const json& v) { return v.is_boolean() && v.get<bool>(); },
        "output_text leaves special tokens out (output_tokens holds every id)"},
       {"truncate_prompt_tokens", [](const json&) { return false; }, "prompts are not truncated"},
-      {"allowed_token_ids", [](const json& v) { return v.is_array() && v.empty(); }, "is not applied"},
       {"bad_words", [](const json& v) { return v.is_array() && v.empty(); }, "is not applied"},
       {"logits_processors", [](const json& v) { return v.is_array() && v.empty(); }, "is not applied"},
       {"guided_json", [](const json&) { return false; }, "guided decoding is not applied"},
@@ -157,6 +156,58 @@ void parse_logprobs(const json& o, const std::string& p, SamplingOverrides& s) {
   if (top && !asked && top_count(*top, p + "top_logprobs") > 0)
     bad(quoted(p + "top_logprobs") + " needs \"logprobs\": true");
   if (const json* v = get_opt(o, "prompt_logprobs")) s.prompt_logprobs = top_count(*v, p + "prompt_logprobs");
+}
+
+int32_t token_id(const json& v, const std::string& field) {
+  const int64_t x = get_int(v, field);
+  if (x < 0 || x > std::numeric_limits<int32_t>::max())
+    bad(quoted(field) + " is not a token id (" + std::to_string(x) + ")");
+  return static_cast<int32_t>(x);
+}
+
+// allowed_token_ids, min_tokens and logit_bias (OpenAI's: token ids as the object's keys); null is
+// unset. Ids past the model's vocabulary are refused when the request is admitted.
+void parse_logit_controls(const json& o, const std::string& p, SamplingOverrides& s) {
+  if (const json* v = get_opt(o, "allowed_token_ids")) {
+    const std::string f = p + "allowed_token_ids";
+    if (!v->is_array()) bad(quoted(f) + " must be a list of token ids");
+    // As vLLM: an empty list would leave nothing to choose.
+    if (v->empty()) bad(quoted(f) + " is empty");
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < v->size(); ++i) ids.push_back(token_id((*v)[i], f + "[" + std::to_string(i) + "]"));
+    s.allowed_token_ids = std::move(ids);
+  }
+  if (const json* v = get_opt(o, "min_tokens")) {
+    const int64_t x = get_int(*v, p + "min_tokens");
+    if (x < 0) bad(quoted(p + "min_tokens") + " must be >= 0 (got " + std::to_string(x) + ")");
+    s.min_tokens = x;
+  }
+  if (const json* v = get_opt(o, "logit_bias")) {
+    const std::string f = p + "logit_bias";
+    if (!v->is_object()) bad(quoted(f) + " must be an object of token ids to biases");
+    std::vector<std::pair<int32_t, float>> bias;
+    for (const auto& [key, value] : v->items()) {
+      const std::string fk = f + "[" + key + "]";
+      size_t end = 0;
+      int64_t id = -1;
+      try {
+        id = std::stoll(key, &end);
+      } catch (const std::exception&) {
+        end = 0;
+      }
+      if (key.empty() || end != key.size() || id < 0 || id > std::numeric_limits<int32_t>::max())
+        bad(quoted(fk) + ": the key is not a token id");
+      const double b = get_number(value, fk);
+      if (!std::isfinite(b)) bad(quoted(fk) + " must be a finite number");
+      // vLLM's server clamps to OpenAI's range; then fp32, as its logits hold it.
+      bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(std::clamp(b, -100.0, 100.0)));
+    }
+    std::sort(bias.begin(), bias.end());
+    for (size_t i = 1; i < bias.size(); ++i)
+      if (bias[i].first == bias[i - 1].first)
+        bad(quoted(f) + " names token " + std::to_string(bias[i].first) + " twice");
+    s.logit_bias = std::move(bias);
+  }
 }
 
 void parse_overrides(const json& o, const std::string& p, SamplingOverrides& s) {
@@ -249,6 +300,7 @@ void parse_overrides(const json& o, const std::string& p, SamplingOverrides& s) 
     s.ignore_eos = v->get<bool>();
   }
   parse_logprobs(o, p, s);
+  parse_logit_controls(o, p, s);
   refuse_unapplied(o, p);
 }
 

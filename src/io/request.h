@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace shardlm {
@@ -31,6 +32,13 @@ struct SamplingOverrides {
   // likely at its position), N in [0, kMaxTopLogprobs].
   std::optional<int32_t> logprobs;
   std::optional<int32_t> prompt_logprobs;
+  // vLLM's logit controls, in the order its sampler applies them before the penalties: only these
+  // tokens may be chosen; the stop tokens (EOS, stop_token_ids) are barred, and no stop ends the
+  // request, before min_tokens output tokens; a bias added to a token's logit (OpenAI's
+  // logit_bias, clamped to [-100, 100] as vLLM's server does).
+  std::optional<std::vector<int32_t>> allowed_token_ids;
+  std::optional<int64_t> min_tokens;
+  std::optional<std::vector<std::pair<int32_t, float>>> logit_bias;
 };
 
 // One line of a prompt file, parsed but not tokenised. When `error` is non-empty the line could not

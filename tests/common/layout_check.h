@@ -34,9 +34,11 @@ inline float logprob_tol(const RunOutput& a, const RunOutput& b) {
 }
 
 // Prompts of several lengths (some longer than a sliding window of 64), greedy and sampled, some
-// penalized, some with top logprobs and prompt logprobs.
+// penalized, some with top logprobs and prompt logprobs, some with vLLM's logit controls.
 inline void write_layout_prompts(const std::filesystem::path& p, int n, bool long_prompts) {
   std::string s;
+  std::string allowed = "[";  // 128 of every model's 512 or more tokens
+  for (int t = 256; t < 384; ++t) allowed += std::to_string(t) + (t + 1 < 384 ? ", " : "]");
   const char* starts[] = {"Once upon a time", "The little dog ran", "Lily and Ben went to the park", "One day"};
   for (int i = 0; i < n; ++i) {
     std::string prompt = starts[i % 4];
@@ -51,7 +53,11 @@ inline void write_layout_prompts(const std::filesystem::path& p, int n, bool lon
          // Top alternatives travel back with the choices; prompt logprobs add a scored row per
          // prompt position (a long prompt's over several steps).
          (i % 4 == 1 ? ", \"logprobs\": 3" : "") + (i % 4 == 3 ? ", \"prompt_logprobs\": 2, \"logprobs\": 1" : "") +
-         "}\n";
+         // vLLM's logit controls travel as the row's token edits, beside the seen tokens.
+         // On greedy requests: a sampled one that takes a biased or allowed token of low probability
+         // leaves the likely path, where rounding (a bf16 wire) moves the logprobs by more.
+         (i % 10 == 2 ? ", \"logit_bias\": {\"263\": 2.5, \"282\": -3, \"300\": 1}" : "") +
+         (i % 10 == 4 ? ", \"allowed_token_ids\": " + allowed + ", \"min_tokens\": 2" : "") + "}\n";
   }
   write_file(p, s);
 }
@@ -148,6 +154,10 @@ inline std::vector<std::string> check_layout_runs(const std::string& model, cons
     EXPECT_FALSE(ref.prompt_lps.at("q3").empty()) << tag;
     EXPECT_EQ(ref.prompt_top_ids.at("q3").size(), 2 * ref.prompt_lps.at("q3").size()) << tag;
     EXPECT_TRUE(ref.prompt_lps.at("q0").empty()) << tag;
+  }
+  if (prompts >= 5) {
+    // The allowed tokens held in the single rank's run too.
+    for (int32_t t : ref.tokens.at("q4")) EXPECT_TRUE(t >= 256 && t < 384) << tag << ": q4 token " << t;
   }
   for (size_t i = 0; i < runs.size(); ++i) {
     const LayoutRun& l = runs[i];

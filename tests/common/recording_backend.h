@@ -112,7 +112,7 @@ class RecordingBackend final : public ComputeBackend {
   }
   // Reads backend memory and writes host memory, as copy_to_host: never recorded, refused while
   // capturing; called after a replay it reads what the replayed ops wrote.
-  void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const SeenToken* seen, int32_t* tokens,
+  void sample(const float* logits, int64_t R, int64_t V, const SampleRow* rows, const TokenEdit* seen, int32_t* tokens,
               float* logprobs, int32_t* top_tokens, float* top_logprobs) override {
     refuse("sample");
     cpu_.sample(logits, R, V, rows, seen, tokens, logprobs, top_tokens, top_logprobs);

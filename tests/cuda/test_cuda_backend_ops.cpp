@@ -513,7 +513,8 @@ TEST_F(CudaBackendOps, ExpertDispatchMatchesCpu) {
 // Rows of LM-head-like logits (a normal body and a few strong tokens) with mixed settings: greedy,
 // temperature alone, top-k, top-p, min-p and combinations, seeds and positions varied per row, and
 // vLLM's penalties on every other row (on seen tokens that include the strong ones, so that they
-// change choices: the count of changed rows is checked against the same rows without them).
+// change choices: the count of changed rows is checked against the same rows without them), some
+// with logit biases, some keeping only their allowed tokens.
 void check_sample(ComputeBackend& cpu, ComputeBackend& gpu, int64_t R, int64_t V, uint32_t seed) {
   std::vector<float> logits = randn(static_cast<size_t>(R * V), seed, 2.5f);
   std::mt19937_64 gen(seed * 31u + 7);
@@ -536,7 +537,7 @@ void check_sample(ComputeBackend& cpu, ComputeBackend& gpu, int64_t R, int64_t V
   const Penalties penalties[] = {
       {3.0f, 0.0f, 0.0f}, {1.0f, 2.0f, 0.0f}, {1.0f, 0.0f, 2.0f}, {2.2f, 1.4f, 1.6f}, {0.8f, -0.5f, -1.0f}};
   std::vector<SampleRow> rows(static_cast<size_t>(R));
-  std::vector<SeenToken> seen;
+  std::vector<TokenEdit> seen;
   for (int64_t r = 0; r < R; ++r) {
     rows[r] = settings[static_cast<size_t>(r) % std::size(settings)];
     rows[r].seed = gen();
@@ -546,13 +547,28 @@ void check_sample(ComputeBackend& cpu, ComputeBackend& gpu, int64_t R, int64_t V
       rows[r].repetition_penalty = p.repetition;
       rows[r].frequency_penalty = p.frequency;
       rows[r].presence_penalty = p.presence;
-      rows[r].seen_begin = static_cast<int64_t>(seen.size());
+      rows[r].edits_begin = static_cast<int64_t>(seen.size());
       std::vector<int32_t> tokens = strong[r];
       for (int i = 0; i < 40; ++i) tokens.push_back(static_cast<int32_t>(gen() % V));
       std::sort(tokens.begin(), tokens.end());
       tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
       for (int32_t t : tokens) seen.push_back({t, static_cast<int32_t>(gen() % 4)});  // 0: the prompt only
-      rows[r].seen_count = static_cast<int64_t>(seen.size()) - rows[r].seen_begin;
+      // vLLM's logit controls on some of these rows: biases (-inf: a stop token before min_tokens),
+      // unseen biased tokens, and rows that keep only their allowed tokens.
+      const float biases[] = {0.0f, 2.0f, -1.5f, -INFINITY, 5.0f};
+      for (int i = 0; i < 6; ++i) {
+        const auto t = static_cast<int32_t>(gen() % V);
+        if (!std::binary_search(tokens.begin(), tokens.end(), t) &&
+            std::none_of(seen.begin() + rows[r].edits_begin, seen.end(),
+                         [t](const TokenEdit& e) { return e.token == t; }))
+          seen.push_back({t, -1, 3.0f, 0});
+      }
+      rows[r].allowed_only = r % 6 == 1;
+      for (auto e = seen.begin() + rows[r].edits_begin; e != seen.end(); ++e) {
+        if (r % 4 == 3) e->bias += biases[gen() % std::size(biases)];
+        e->allowed = static_cast<int32_t>(gen() % 2);
+      }
+      rows[r].edits_count = static_cast<int64_t>(seen.size()) - rows[r].edits_begin;
     }
   }
   // Every third row is scored on a given token (prompt logprobs); rows ask for 0 to 20 top
@@ -593,7 +609,7 @@ void check_sample(ComputeBackend& cpu, ComputeBackend& gpu, int64_t R, int64_t V
   for (int64_t r = 0; r < R; ++r) {
     const SampleRow& p = rows[r];
     ASSERT_EQ(tok_g[r], tok_c[r]) << "V " << V << " row " << r << " T " << p.temperature << " top_k " << p.top_k
-                                  << " top_p " << p.top_p << " min_p " << p.min_p << " penalized " << p.penalized();
+                                  << " top_p " << p.top_p << " min_p " << p.min_p << " edited " << p.edited();
     ASSERT_NEAR(lp_g[r], lp_c[r], 1e-5 * std::max(1.0f, std::fabs(lp_c[r]))) << "V " << V << " row " << r;
     // The logprob is the raw row's, penalties or not.
     ASSERT_NEAR(lp_c[r], log_softmax_at(logits.data() + r * V, V, tok_c[r]), 1e-6) << "row " << r;
@@ -601,7 +617,7 @@ void check_sample(ComputeBackend& cpu, ComputeBackend& gpu, int64_t R, int64_t V
   // The same rows without penalties: many penalized rows choose otherwise (their strong tokens are
   // penalized), so the penalties were applied on both sides.
   std::vector<SampleRow> plain = rows;
-  for (SampleRow& p : plain) p.seen_count = 0;
+  for (SampleRow& p : plain) p.edits_count = 0, p.allowed_only = false;
   std::vector<int32_t> tok_plain(static_cast<size_t>(R));
   std::vector<float> lp_plain(static_cast<size_t>(R));
   cpu.sample(logits.data(), R, V, plain.data(), nullptr, tok_plain.data(), lp_plain.data(), top_c.data(),

@@ -18,9 +18,9 @@
 
 #ifdef SHARDLM_HAVE_CUDA
 #include "cuda/device_buffer_moe.h"
-#include "cuda/penalties.h"
+#include "cuda/logit_edits.h"
 #include "cuda/sampling.h"
-#include "cpu/penalties.h"
+#include "cpu/logit_edits.h"
 #endif
 
 namespace shardlm {
@@ -179,10 +179,12 @@ TEST(CudaSampling, SpecialRowsMatchHost) {
 #endif
 }
 
-// The device penalties give the host's bits (kernels/cpu/penalties.h) for every kind of logit:
-// positive, negative, zero, -0, infinities and NaN; counts 0 (a prompt token) to many; penalties
-// above and below neutral. Rows have distinct seen tokens, and tokens no row saw stay as they were.
-TEST(CudaSampling, PenaltiesMatchHostBits) {
+// The device's logit edits give the host's bits (kernels/cpu/logit_edits.h) for every kind of
+// logit: positive, negative, zero, -0, infinities and NaN; seen counts 0 (a prompt token) to many
+// and unseen tokens; biases of either sign and -inf (a stop token barred before min_tokens);
+// penalties above and below neutral; rows that keep only their allowed tokens. Rows list distinct
+// tokens, and tokens no row lists stay as they were (or -inf on an allowed-only row).
+TEST(CudaSampling, LogitEditsMatchHostBits) {
   SHARDLM_REQUIRE_GPU();
 #ifdef SHARDLM_HAVE_CUDA
   constexpr int64_t R = 9, V = 3000;
@@ -193,35 +195,46 @@ TEST(CudaSampling, PenaltiesMatchHostBits) {
   const float reps[] = {1.0f, 1.3f, 0.7f, 2.0f, 1.05f, 0.25f, 1.0f, 1.17f, 9.0f};
   const float freqs[] = {0.0f, 0.4f, -0.3f, 2.0f, -2.0f, 0.1f, 1.3f, 0.0f, 0.77f};
   const float press[] = {0.0f, 0.6f, 0.2f, -2.0f, 2.0f, -0.1f, 0.0f, 1.9f, 0.33f};
+  const float biases[] = {0.0f, 5.0f, -100.0f, 0.37f, -INFINITY, 100.0f, -2.5f};
   std::mt19937 gen(4);
-  std::vector<cuda::PenaltyEntry> entries;
+  std::vector<cuda::LogitEditEntry> entries;
   std::vector<cuda::SamplingRow> params(static_cast<size_t>(R));
   std::vector<float> want(logits.size());
+  bool any_allowed_only = false;
   for (int64_t r = 0; r < R; ++r) {
     params[r].repetition_penalty = reps[r];
     params[r].frequency_penalty = freqs[r];
     params[r].presence_penalty = press[r];
-    std::vector<sampling::SeenToken> seen;
+    const bool allowed_only = r % 3 == 1;
+    params[r].allowed_only = allowed_only;
+    any_allowed_only = any_allowed_only || allowed_only;
+    std::vector<sampling::TokenEdit> edits;
     for (int64_t t = 0; t < V; ++t) {
-      // Every special logit and about a third of the rest, with counts 0 to 40.
-      if (t % 11 == 0 && t / 11 < static_cast<int64_t>(std::size(specials))) {
-        seen.push_back({static_cast<int32_t>(t), static_cast<int32_t>(t % 3)});
-      } else if (gen() % 3 == 0) {
-        seen.push_back({static_cast<int32_t>(t), static_cast<int32_t>(gen() % 41)});
-      }
+      // Every special logit and about a third of the rest: seen with counts 0 to 40 or unseen,
+      // some biased, some allowed.
+      const bool special = t % 11 == 0 && t / 11 < static_cast<int64_t>(std::size(specials));
+      if (!special && gen() % 3 != 0) continue;
+      sampling::TokenEdit e;
+      e.token = static_cast<int32_t>(t);
+      e.output_count = special ? static_cast<int32_t>(t % 3) : static_cast<int32_t>(gen() % 42) - 1;
+      e.bias = biases[gen() % std::size(biases)];
+      e.allowed = static_cast<int32_t>(gen() % 2);
+      edits.push_back(e);
     }
-    cpu::penalized_row(logits.data() + r * V, V, seen.data(), static_cast<int64_t>(seen.size()), reps[r], freqs[r],
-                       press[r], want.data() + r * V);
-    for (const auto& e : seen) entries.push_back({static_cast<int32_t>(r), e.token, e.output_count});
+    cpu::edited_row(logits.data() + r * V, V, edits.data(), static_cast<int64_t>(edits.size()), allowed_only, reps[r],
+                    freqs[r], press[r], want.data() + r * V);
+    for (const auto& e : edits)
+      entries.push_back({static_cast<int32_t>(r), e.token, e.output_count, e.bias, e.allowed});
   }
   DevArray<float> d_logits(logits);
+  DevArray<float> d_edited(logits);  // the copy the edits start from
   DevArray<cuda::SamplingRow> d_params(params);
-  DevArray<cuda::PenaltyEntry> d_entries(entries);
-  cuda::launch_apply_penalties(d_logits.get(), V, d_params.get(), d_entries.get(), static_cast<int64_t>(entries.size()),
-                               nullptr);
+  DevArray<cuda::LogitEditEntry> d_entries(entries);
+  cuda::launch_apply_logit_edits(d_logits.get(), d_edited.get(), R, V, d_params.get(), d_entries.get(),
+                                 static_cast<int64_t>(entries.size()), any_allowed_only, nullptr);
   expect_kernel_ok();
-  const std::vector<float> got = d_logits.download();
-  int64_t changed = 0;
+  const std::vector<float> got = d_edited.download();
+  int64_t changed = 0, barred = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     // NaN as NaN (a GPU's arithmetic gives the canonical NaN, not the operand's payload).
     if (std::isnan(want[i])) {
@@ -230,9 +243,13 @@ TEST(CudaSampling, PenaltiesMatchHostBits) {
     }
     ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0) << "index " << i << ": " << got[i] << " vs " << want[i];
     changed += std::memcmp(&got[i], &logits[i], sizeof(float)) != 0;
+    barred += got[i] == -INFINITY && logits[i] != -INFINITY;
   }
-  EXPECT_GT(changed, R * V / 5);                                           // the penalties did change most seen logits
-  cuda::launch_apply_penalties(nullptr, V, nullptr, nullptr, 0, nullptr);  // no entries: no launch
+  EXPECT_GT(changed, R * V / 5);                       // the edits did change most listed logits
+  EXPECT_GT(barred, 3 * V / 2);                        // the allowed-only rows' unlisted tokens, and the -inf biases
+  const std::vector<float> raw = d_logits.download();  // the raw logits stay as they were
+  EXPECT_EQ(0, std::memcmp(raw.data(), logits.data(), logits.size() * sizeof(float)));
+  cuda::launch_apply_logit_edits(nullptr, nullptr, R, V, nullptr, nullptr, 0, false, nullptr);  // nothing to do
   expect_kernel_ok();
 #endif
 }

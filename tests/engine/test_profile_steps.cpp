@@ -94,7 +94,9 @@ void check_step(const ForwardBatch& b, const Case& c, int32_t blocks, std::unord
     top += r.top_n;
   }
   for (int64_t t = 0; t < T; ++t) {
-    if (t + 1 == T || b.token_seq[t + 1] != b.token_seq[t]) EXPECT_TRUE(is_row[static_cast<size_t>(t)]) << what;
+    if (t + 1 == T || b.token_seq[t + 1] != b.token_seq[t]) {
+      EXPECT_TRUE(is_row[static_cast<size_t>(t)]) << what;
+    }
   }
 }
 
@@ -131,12 +133,12 @@ TEST(ProfileSteps, LargestStepWithEveryReadWritten) {
       int64_t next = 0;
       for (size_t r = 0; r < b->sample_rows.size(); ++r) {
         const SampleRow& row = b->sample_rows[r];
-        ASSERT_TRUE(row.penalized() && row.seen_begin == next) << what;
-        ASSERT_EQ(row.seen_count, std::min<int64_t>(row.position + 1, 1000)) << what;
-        next += row.seen_count;
+        ASSERT_TRUE(row.edited() && row.repetition_penalty != 1.0f && row.edits_begin == next) << what;
+        ASSERT_EQ(row.edits_count, std::min<int64_t>(row.position + 1, 1000)) << what;
+        next += row.edits_count;
       }
-      ASSERT_EQ(next, static_cast<int64_t>(b->seen_tokens.size())) << what;
-      for (const SeenToken& t : b->seen_tokens) ASSERT_TRUE(t.token >= 0 && t.token < 1000) << what;
+      ASSERT_EQ(next, static_cast<int64_t>(b->token_edits.size())) << what;
+      for (const TokenEdit& t : b->token_edits) ASSERT_TRUE(t.token >= 0 && t.token < 1000) << what;
     }
     if (tokens > c.block_size) {
       // As many sequences as the first chunk's filled block leaves tokens for (the decode step

@@ -16,7 +16,7 @@
 #include "engine/rng.h"
 #include "engine/sampler.h"
 #include "engine/seen_tokens.h"
-#include "cpu/penalties.h"
+#include "cpu/logit_edits.h"
 #include "sample_rules.h"
 
 namespace shardlm {
@@ -289,13 +289,53 @@ TEST(Sampler, BackendRowsErrorReachesTheCaller) {
   }
 }
 
+// vLLM's logit controls in its sampler's order, on exactly representable values: the allowed mask,
+// then the bias (min_tokens' -inf, logit_bias), then the penalties of a seen token, which read the
+// biased logit (token 1: (2 + 2) / 2 = 2, where the penalty first would give 3).
+TEST(Sampler, LogitControlsAsVllmAppliesThem) {
+  const std::vector<float> l = {1.0f, 2.0f, -1.0f, 3.0f, 0.5f, 4.0f};
+  std::vector<TokenEdit> edits = {
+      {1, 1, 2.0f, 1},       // seen in the output once, biased, allowed
+      {2, -1, 1.5f, 1},      // unseen, biased: no penalty
+      {3, 0, -INFINITY, 0},  // a stop token barred before min_tokens (also in the prompt)
+      {4, -1, 0.0f, 1},      // allowed only
+  };
+  std::vector<float> got(l.size());
+  cpu::edited_row(l.data(), 6, edits.data(), 4, false, 2.0f, 0.0f, 0.0f, got.data());
+  EXPECT_EQ(got, (std::vector<float>{1.0f, 2.0f, 0.5f, -INFINITY, 0.5f, 4.0f}));
+  // Keeping only the allowed tokens: tokens 0, 3 and 5 are barred, listed or not.
+  cpu::edited_row(l.data(), 6, edits.data(), 4, true, 2.0f, 0.0f, 0.0f, got.data());
+  EXPECT_EQ(got, (std::vector<float>{-INFINITY, 2.0f, 0.5f, -INFINITY, 0.5f, -INFINITY}));
+  EXPECT_THROW(cpu::edited_row(l.data(), 3, edits.data(), 4, false, 1.0f, 0.0f, 0.0f, got.data()), std::out_of_range);
+
+  // Through the sampler, greedy: the raw argmax is token 5; kept to the allowed tokens, token 1;
+  // the logprob stays the raw row's.
+  Sampler s;
+  SampleRow row;
+  row.repetition_penalty = 2.0f;
+  row.edits_count = 4;
+  EXPECT_EQ(s.sample(l.data(), 6, row, edits.data()).token, 5);
+  row.allowed_only = true;
+  ASSERT_TRUE(row.edited());
+  const Sample out = s.sample(l.data(), 6, row, edits.data());
+  EXPECT_EQ(out.token, 1);
+  EXPECT_FLOAT_EQ(out.logprob, log_softmax_at(l.data(), 6, 1));
+  // Sampled rows keep to the allowed tokens whatever the seed.
+  row.temperature = 1.5;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    row.seed = seed;
+    const int32_t t = s.sample(l.data(), 6, row, edits.data()).token;
+    EXPECT_TRUE(t == 1 || t == 2 || t == 4) << "seed " << seed << ": token " << t;
+  }
+}
+
 // vLLM's penalties, against the rule written out here in double on exactly representable values
 // (so the fp32 of both sides is exact): repetition on prompt and output tokens (a positive logit
 // divided, any other multiplied), then frequency x output count and presence on output tokens.
 TEST(Sampler, PenaltiesAsVllmAppliesThem) {
   const std::vector<float> l = {4.0f, 3.0f, -1.0f, 2.5f, 0.0f, 1.0f};
   // Token 0: prompt only; 1: output twice; 2: prompt and output once; 3: unseen; 4: output once.
-  const std::vector<SeenToken> seen = {{0, 0}, {1, 2}, {2, 1}, {4, 1}};
+  const std::vector<TokenEdit> seen = {{0, 0}, {1, 2}, {2, 1}, {4, 1}};
   const double rep = 2.0, freq = 0.25, pres = 0.5;
   std::vector<double> want(l.begin(), l.end());
   want[0] = 4.0 / rep;
@@ -303,7 +343,7 @@ TEST(Sampler, PenaltiesAsVllmAppliesThem) {
   want[2] = -1.0 * rep - freq - pres;
   want[4] = 0.0 * rep - freq - pres;
   std::vector<float> got(l.size());
-  cpu::penalized_row(l.data(), 6, seen.data(), 4, 2.0f, 0.25f, 0.5f, got.data());
+  cpu::edited_row(l.data(), 6, seen.data(), 4, false, 2.0f, 0.25f, 0.5f, got.data());
   for (size_t i = 0; i < l.size(); ++i) EXPECT_EQ(static_cast<double>(got[i]), want[i]) << "token " << i;
   for (size_t i = 0; i < l.size(); ++i) {
     EXPECT_EQ(static_cast<double>(sampling::penalized_logit(l[i], 2.0f, 0.25f, 0.5f, 0)),
@@ -318,26 +358,28 @@ TEST(Sampler, PenaltiesAsVllmAppliesThem) {
   row.repetition_penalty = 2.0f;
   row.frequency_penalty = 0.25f;
   row.presence_penalty = 0.5f;
-  row.seen_count = 4;
-  ASSERT_TRUE(row.penalized());
+  row.edits_count = 4;
+  ASSERT_TRUE(row.edited());
   Sample out = s.sample(l.data(), 6, row, seen.data());
   EXPECT_EQ(out.token, 3);
   EXPECT_FLOAT_EQ(out.logprob, log_softmax_at(l.data(), 6, 3));
-  row.seen_count = 0;  // nothing seen: nothing to penalize
-  EXPECT_FALSE(row.penalized());
+  row.edits_count = 0;  // nothing seen: nothing to penalize
+  EXPECT_FALSE(row.edited());
   EXPECT_EQ(s.sample(l.data(), 6, row, nullptr).token, 0);
-  // Neutral values are no penalty whatever was seen.
+  // Neutral values leave every seen token's logit as it is.
   SampleRow neutral;
-  neutral.seen_count = 4;
-  EXPECT_FALSE(neutral.penalized());
+  neutral.edits_count = 4;
+  EXPECT_EQ(s.sample(l.data(), 6, neutral, seen.data()).token, 0);
+  cpu::edited_row(l.data(), 6, seen.data(), 4, false, 1.0f, 0.0f, 0.0f, got.data());
+  EXPECT_EQ(got, l);
 
   // A repetition penalty below 1 favours what was seen, and a sampled row chooses on the penalized
   // row too: on a flat row the seen token's 1 becomes 2.
   row = SampleRow{};
   row.repetition_penalty = 0.5f;
   std::vector<float> flat = {1.0f, 1.0f, 1.0f, 1.0f};
-  const std::vector<SeenToken> seen_last = {{3, 0}};
-  row.seen_count = 1;
+  const std::vector<TokenEdit> seen_last = {{3, 0}};
+  row.edits_count = 1;
   row.temperature = 0.05;  // 1 / 0.5 = 2 against 1: e^20 more likely
   for (int64_t pos = 0; pos < 50; ++pos) {
     row.position = pos;
@@ -345,10 +387,10 @@ TEST(Sampler, PenaltiesAsVllmAppliesThem) {
   }
 
   // A seen token outside the vocabulary is an error, not a write past the row.
-  const std::vector<SeenToken> outside = {{6, 1}};
+  const std::vector<TokenEdit> outside = {{6, 1}};
   row = SampleRow{};
   row.presence_penalty = 1.0f;
-  row.seen_count = 1;
+  row.edits_count = 1;
   EXPECT_THROW(s.sample(l.data(), 6, row, outside.data()), std::out_of_range);
 }
 
@@ -360,7 +402,7 @@ TEST(SeenTokens, CountsOutputOccurrencesOfDistinctTokens) {
   seen.update(tokens, 4);
   auto as_pairs = [&] {
     std::vector<std::pair<int32_t, int32_t>> v;
-    for (const SeenToken& t : seen.list()) v.emplace_back(t.token, t.output_count);
+    for (const TokenEdit& t : seen.list()) v.emplace_back(t.token, t.output_count);
     return v;
   };
   using P = std::vector<std::pair<int32_t, int32_t>>;

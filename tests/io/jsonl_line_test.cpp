@@ -182,7 +182,17 @@ TEST(JsonlLine, StopTokenIdsAndUnappliedFields) {
       {R"("repetition_penalty": "1.2")", "field 'repetition_penalty' must be a number"},
       {R"("presence_penalty": 2.5)", "field 'presence_penalty' must be in [-2, 2] (got 2.5)"},
       {R"("frequency_penalty": -3)", "field 'frequency_penalty' must be in [-2, 2] (got -3.0)"},
-      {R"("logit_bias": {"5": 100})", "field 'logit_bias'"},
+      // vLLM's logit controls, malformed.
+      {R"("logit_bias": [5, 100])", "field 'logit_bias' must be an object of token ids to biases"},
+      {R"("logit_bias": {"x5": 1})", "field 'logit_bias[x5]': the key is not a token id"},
+      {R"("logit_bias": {"-3": 1})", "field 'logit_bias[-3]': the key is not a token id"},
+      {R"("logit_bias": {"5": "1"})", "field 'logit_bias[5]' must be a number"},
+      {R"("logit_bias": {"5": 1, "05": 2})", "field 'logit_bias' names token 5 twice"},
+      {R"("min_tokens": -1)", "field 'min_tokens' must be >= 0 (got -1)"},
+      {R"("min_tokens": 1.5)", "field 'min_tokens' must be an integer"},
+      {R"("allowed_token_ids": [])", "field 'allowed_token_ids' is empty"},
+      {R"("allowed_token_ids": [1, -2])", "field 'allowed_token_ids[1]' is not a token id (-2)"},
+      {R"("allowed_token_ids": 3)", "field 'allowed_token_ids' must be a list of token ids"},
       // vLLM's max_logprobs bound.
       {R"("logprobs": 21)", "field 'logprobs' must be in [0, 20] (got 21; vLLM's max_logprobs)"},
       {R"("logprobs": -1)", "field 'logprobs' must be in [0, 20] (got -1"},
@@ -191,14 +201,12 @@ TEST(JsonlLine, StopTokenIdsAndUnappliedFields) {
       {R"("logprobs": true, "top_logprobs": 30)", "field 'top_logprobs' must be in [0, 20]"},
       {R"("top_logprobs": 3)", "field 'top_logprobs' needs \"logprobs\": true"},
       {R"("logprobs": false, "top_logprobs": 3)", "field 'top_logprobs' needs \"logprobs\": true"},
-      {R"("min_tokens": 3)", "field 'min_tokens' = 3 is not supported"},
       {R"("echo": true)", "field 'echo' = true is not supported"},
       {R"("include_stop_str_in_output": true)", "field 'include_stop_str_in_output' = true"},
       {R"("use_beam_search": true)", "field 'use_beam_search' = true is not supported: beam search is not run"},
       {R"("add_special_tokens": false)", "field 'add_special_tokens' = false is not supported: BOS is prepended"},
       {R"("skip_special_tokens": false)", "field 'skip_special_tokens' = false is not supported"},
       {R"("truncate_prompt_tokens": 100)", "field 'truncate_prompt_tokens' = 100 is not supported"},
-      {R"("allowed_token_ids": [1, 2])", "field 'allowed_token_ids'"},
       {R"("bad_words": ["x"])", "field 'bad_words'"},
       {R"("guided_json": {"type": "object"})", "field 'guided_json' = {\"type\":\"object\"} is not supported"},
       {R"("guided_choice": ["a", "b"])", "guided decoding is not applied"},
@@ -221,6 +229,29 @@ TEST(JsonlLine, StopTokenIdsAndUnappliedFields) {
   EXPECT_EQ(
       url.error,
       "line 4: field 'url' = \"/v1/embeddings\" is not supported (the completions endpoint, /v1/completions, is)");
+}
+
+// vLLM's logit controls as read: logit_bias by token id (OpenAI's string keys), sorted and
+// clamped to [-100, 100] as vLLM's server does; min_tokens; allowed_token_ids as given.
+TEST(JsonlLine, LogitControls) {
+  const ParsedRequest r = parse_jsonl_line(
+      R"({"id": "l", "prompt": "x", "logit_bias": {"50256": -1000, "7": 2.5, "12": 100.5}, "min_tokens": 4,
+          "allowed_token_ids": [9, 3, 9000]})",
+      1);
+  ASSERT_EQ(r.error, "");
+  const std::vector<std::pair<int32_t, float>> bias = {{7, 2.5f}, {12, 100.0f}, {50256, -100.0f}};
+  EXPECT_EQ(r.overrides.logit_bias, bias);
+  EXPECT_EQ(r.overrides.min_tokens, 4);
+  EXPECT_EQ(r.overrides.allowed_token_ids, (std::vector<int32_t>{9, 3, 9000}));
+  const ParsedRequest none = parse_jsonl_line(R"({"id": "n", "prompt": "x", "logit_bias": {}, "min_tokens": 0})", 1);
+  ASSERT_EQ(none.error, "");
+  EXPECT_TRUE(none.overrides.logit_bias->empty());
+  EXPECT_FALSE(none.overrides.allowed_token_ids.has_value());
+  // Under an OpenAI batch line's body too.
+  const ParsedRequest body = parse_jsonl_line(
+      R"({"custom_id": "c", "url": "/v1/completions", "body": {"prompt": "x", "logit_bias": {"1": -5}}})", 2);
+  ASSERT_EQ(body.error, "");
+  EXPECT_EQ(body.overrides.logit_bias, (std::vector<std::pair<int32_t, float>>{{1, -5.0f}}));
 }
 
 TEST(JsonlLine, BadUtf8InAnIgnoredFieldIsTolerated) {
