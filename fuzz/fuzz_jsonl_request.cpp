@@ -46,5 +46,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (o.stop)
     for (const auto& s : *o.stop)
       if (s.empty() || !shardlm::is_valid_utf8(s)) std::abort();
+  // The logit controls: ids >= 0, biases finite in [-100, 100] and by distinct increasing ids.
+  if (o.min_tokens && *o.min_tokens < 0) std::abort();
+  if (o.allowed_token_ids) {
+    if (o.allowed_token_ids->empty()) std::abort();
+    for (int32_t id : *o.allowed_token_ids)
+      if (id < 0) std::abort();
+  }
+  if (o.logit_bias) {
+    int64_t last = -1;
+    for (const auto& [id, bias] : *o.logit_bias) {
+      if (id <= last || !(bias >= -100.0f && bias <= 100.0f)) std::abort();
+      last = id;
+    }
+  }
   return 0;
 }

@@ -157,9 +157,10 @@ void gpu_ceilings(ComputeBackend& b, const DeviceCeilings& c, const ModelSpec& s
 
 // Microseconds per row of the backend's sample op on R random rows of V logits (backend memory),
 // best of a few runs, for greedy, temperature, temperature + top-p, + top-k, + min-p and top-p
-// (the cuts in vLLM's order), and greedy with vLLM's three penalties on 1024 seen tokens a row (a
-// penalized copy of the rows first); the ceiling is one read of a row at the memory bandwidth
-// (every mode reads the row at least once).
+// (the cuts in vLLM's order), greedy with vLLM's three penalties on 1024 seen tokens a row (an
+// edited copy of the rows first), and greedy kept to 128 allowed tokens, 4 of them biased (vLLM's
+// allowed_token_ids and logit_bias: the copy barred, then those written); the ceiling is one read of a row at the
+// memory bandwidth (every mode reads the row at least once).
 void print_sampling(ComputeBackend& b, int64_t V, double bw_gbs) {
   constexpr int64_t R = 64;
   std::vector<float> host(static_cast<size_t>(R * V));
@@ -176,10 +177,19 @@ void print_sampling(ComputeBackend& b, int64_t V, double bw_gbs) {
     for (int64_t i = 0; i < kSeen; ++i)
       seen[static_cast<size_t>(r * kSeen + i)] = {static_cast<int32_t>((i + 31 * r) % V), static_cast<int32_t>(i % 3)};
   }
+  constexpr int64_t kAllowed = 128;
+  std::vector<TokenEdit> allowed_edits(static_cast<size_t>(R * kAllowed));
+  const int64_t spacing = std::max<int64_t>(1, V / kAllowed);  // spread over the vocabulary, distinct
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t i = 0; i < kAllowed; ++i) {
+      TokenEdit& e = allowed_edits[static_cast<size_t>(r * kAllowed + i)];
+      e = {static_cast<int32_t>((i * spacing + r % spacing) % V), -1, i < 4 ? 2.0f : 0.0f, 1};
+    }
+  }
   // top_n: each row's alternatives too (vLLM's logprobs); scored: rows that take a given token
-  // (prompt logprobs).
+  // (prompt logprobs); allowed: rows kept to their allowed tokens.
   auto per_row_us = [&](double temperature, double top_p, int64_t top_k, double min_p = 0.0, bool penalized = false,
-                        int32_t top_n = 0, bool scored = false) {
+                        int32_t top_n = 0, bool scored = false, bool allowed = false) {
     std::vector<SampleRow> rows(R);
     for (int64_t r = 0; r < R; ++r) {
       rows[r].top_n = top_n;
@@ -198,12 +208,17 @@ void print_sampling(ComputeBackend& b, int64_t V, double bw_gbs) {
         rows[r].edits_begin = r * kSeen;
         rows[r].edits_count = kSeen;  // distinct where V >= kSeen
       }
+      if (allowed) {
+        rows[r].allowed_only = true;
+        rows[r].edits_begin = r * kAllowed;
+        rows[r].edits_count = kAllowed;  // distinct where V >= kAllowed
+      }
     }
     double best = 1e30;
     for (int it = 0; it < 4; ++it) {  // the first run also sizes the backend's buffers
       const auto t0 = std::chrono::steady_clock::now();
-      b.sample(logits, R, V, rows.data(), seen.data(), tokens.data(), logprobs.data(), top_tokens.data(),
-               top_logprobs.data());
+      b.sample(logits, R, V, rows.data(), allowed ? allowed_edits.data() : seen.data(), tokens.data(), logprobs.data(),
+               top_tokens.data(), top_logprobs.data());
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (it > 0) best = std::min(best, s);
     }
@@ -218,14 +233,17 @@ void print_sampling(ComputeBackend& b, int64_t V, double bw_gbs) {
   const double greedy_top = per_row_us(0.0, 1.0, 0, 0.0, false, top);
   const double scored = per_row_us(0.0, 1.0, 0, 0.0, false, 0, true);
   const double scored_top = per_row_us(0.0, 1.0, 0, 0.0, false, top, true);
+  char allowed[64] = "n/a (a vocabulary below the allowed tokens)";
+  if (V >= kAllowed)
+    std::snprintf(allowed, sizeof allowed, "%.1f", per_row_us(0.0, 1.0, 0, 0.0, false, 0, false, true));
   std::printf(
       "sampling %lld rows x %lld vocab:      greedy %.1f, temperature 0.8 %.1f, + top-p 0.9 %.1f, "
       "+ top-k 50 %.1f, + min-p 0.05 and top-p 0.9 %.1f, greedy with penalties on %lld seen tokens %s, "
-      "greedy with %d top logprobs %.1f, scored (prompt logprobs) %.1f, scored with %d top logprobs %.1f "
-      "us/row  (one read of a row at %.0f GB/s: %.2f us)\n",
+      "greedy with %d top logprobs %.1f, scored (prompt logprobs) %.1f, scored with %d top logprobs %.1f, "
+      "greedy with %lld allowed tokens (4 biased) %s us/row  (one read of a row at %.0f GB/s: %.2f us)\n",
       static_cast<long long>(R), static_cast<long long>(V), greedy, temp, top_p, top_k, min_p,
-      static_cast<long long>(kSeen), penalized, top, greedy_top, scored, top, scored_top, bw_gbs,
-      static_cast<double>(V) * 4.0 / (bw_gbs * 1e3));
+      static_cast<long long>(kSeen), penalized, top, greedy_top, scored, top, scored_top,
+      static_cast<long long>(kAllowed), allowed, bw_gbs, static_cast<double>(V) * 4.0 / (bw_gbs * 1e3));
   b.free(logits);
 }
 

@@ -72,7 +72,8 @@ inline void expect_bench_report(const std::string& out, const BenchShape& s) {
                          ", greedy with penalties on 1024 seen tokens (" + num +
                          "|n/a \\(a vocabulary below the seen tokens\\)), greedy with [0-9]+ top logprobs " + num +
                          ", scored \\(prompt logprobs\\) " + num + ", scored with [0-9]+ top logprobs " + num +
-                         " us/row",
+                         ", greedy with 128 allowed tokens \\(4 biased\\) (" + num +
+                         "|n/a \\(a vocabulary below the allowed tokens\\)) us/row",
                      1);
   const std::string heads = std::to_string(s.heads) + " heads / " + std::to_string(s.kv_heads) +
                             " KV heads, head_dim " + std::to_string(s.head_dim);
