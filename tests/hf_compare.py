@@ -157,6 +157,28 @@ def run_requests(binary, model_dir, requests, workdir, name, flags=()):
     return out
 
 
+def read_rows(path, script, name, columns):
+    """Each /requests row of an HDF5 output as {id: {column: numpy array}}; an error row ends the
+    script, naming it."""
+    import h5py
+    import numpy as np
+    rows = {}
+    with h5py.File(path, "r") as h:
+        req = h["requests"]
+        for i in range(len(req["id"])):
+            err = req["error"][i].decode()
+            if err:
+                raise SystemExit(f"{script}: {name} row {req['id'][i].decode()}: {err}")
+            rows[req["id"][i].decode()] = {k: np.array(req[k][i]) for k in columns}
+    return rows
+
+
+def token_rows(path, script, name):
+    """Each row's prompt and output tokens as lists: {id: (prompt_tokens, output_tokens)}."""
+    rows = read_rows(path, script, name, ("prompt_tokens", "output_tokens"))
+    return {k: ([int(x) for x in v["prompt_tokens"]], [int(x) for x in v["output_tokens"]]) for k, v in rows.items()}
+
+
 def check_stories_and_tiny_llama(script, check_model, story_prompts, seed, id_lengths):
     """The driver of a request-level comparison: check_model(binary, model_dir, name, prompts, workdir) on
     stories260K's text prompts (when ../shared is present) and on make-model's random tiny Llama with

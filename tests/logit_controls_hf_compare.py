@@ -27,7 +27,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 try:
-    import h5py
+    import h5py  # noqa: F401  (hf_compare reads the outputs with it)
     import numpy as np
     import torch
     import transformers
@@ -61,16 +61,7 @@ def generate(model, prompt, eos, bias=None, allowed=None, min_new=0, max_new=MAX
 
 
 def read_rows(path, name):
-    rows = {}
-    with h5py.File(path, "r") as h:
-        req = h["requests"]
-        for i in range(len(req["id"])):
-            err = req["error"][i].decode()
-            if err:
-                raise SystemExit(f"logit_controls_hf_compare: {name} row {req['id'][i].decode()}: {err}")
-            rows[req["id"][i].decode()] = ([int(x) for x in req["prompt_tokens"][i]],
-                                           [int(x) for x in req["output_tokens"][i]])
-    return rows
+    return hf_compare.token_rows(path, "logit_controls_hf_compare", name)
 
 
 def check_model(binary, model_dir, name, prompts, workdir):

@@ -27,7 +27,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 try:
-    import h5py
+    import h5py  # noqa: F401  (hf_compare reads the outputs with it)
     import numpy as np
     import torch
     import transformers
@@ -46,17 +46,9 @@ STORY_PROMPTS = ["Once upon a time", "Lily and Ben went to the park to play with
 
 def run_shardlm(binary, model_dir, requests, workdir, name, flags=()):
     out = hf_compare.run_requests(binary, model_dir, requests, workdir, name, flags)
-    rows = {}
-    with h5py.File(out, "r") as h:
-        req = h["requests"]
-        for i in range(len(req["id"])):
-            err = req["error"][i].decode()
-            if err:
-                raise SystemExit(f"logprobs_hf_compare: {name} row {req['id'][i].decode()}: {err}")
-            rows[req["id"][i].decode()] = {k: np.array(req[k][i]) for k in (
-                "prompt_tokens", "output_tokens", "token_logprobs", "top_token_ids", "top_logprobs",
-                "prompt_logprobs", "prompt_top_token_ids", "prompt_top_logprobs")}
-    return rows
+    return hf_compare.read_rows(out, "logprobs_hf_compare", name, (
+        "prompt_tokens", "output_tokens", "token_logprobs", "top_token_ids", "top_logprobs", "prompt_logprobs",
+        "prompt_top_token_ids", "prompt_top_logprobs"))
 
 
 def reference_logprobs(model, ids):

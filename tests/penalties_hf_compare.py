@@ -30,7 +30,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 try:
-    import h5py
+    import h5py  # noqa: F401  (hf_compare reads the outputs with it)
     import numpy as np
     import torch
     import transformers
@@ -79,16 +79,7 @@ def reference_steps(model, prompt, n, rep, freq, pres):
 
 def run_shardlm(binary, model_dir, requests, workdir, name, flags=()):
     out = hf_compare.run_requests(binary, model_dir, requests, workdir, name, flags)
-    rows = {}
-    with h5py.File(out, "r") as h:
-        req = h["requests"]
-        for i in range(len(req["id"])):
-            err = req["error"][i].decode()
-            if err:
-                raise SystemExit(f"penalties_hf_compare: {name} row {req['id'][i].decode()}: {err}")
-            rows[req["id"][i].decode()] = ([int(x) for x in req["prompt_tokens"][i]],
-                                           [int(x) for x in req["output_tokens"][i]])
-    return rows
+    return hf_compare.token_rows(out, "penalties_hf_compare", name)
 
 
 def compare_rows(name, model, requests, rows, penalties_of):
